@@ -1,0 +1,96 @@
+"""One exception hierarchy for everything mnemex raises on purpose.
+
+::
+
+    MnemexError                  root; catch this to catch every mnemex failure
+    ├── InvalidInput             a caller passed something malformed (also a ValueError)
+    │   ├── UnknownActorKind     an actor kind nobody registered
+    │   └── TooLarge             a value over a configured limit (content, key, body)
+    ├── NotFound                 the thing addressed does not exist (also a LookupError)
+    ├── Busy                     a mailbox is full and the overload policy is "fail"
+    ├── Timeout                  an ask got no answer in time (also a TimeoutError)
+    ├── ActorClosed              the actor (or the whole runtime) was stopped; it did not break
+    ├── ActorCrashed             the actor broke: a handler or restore raised; cause chained
+    ├── CorruptData              bytes on disk fail their checksum or do not parse
+    └── StorageError             the disk refused: full, read-only, locked by another process
+        └── DataDirLocked        another process holds the data directory's lock
+
+Every message names the thing, the value and the limit where there is one.
+Foreign exceptions are translated once, at the boundary that meets them, with
+the cause chained (``raise InvalidInput(...) from exc``).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ActorClosed",
+    "ActorCrashed",
+    "Busy",
+    "CorruptData",
+    "DataDirLocked",
+    "InvalidInput",
+    "MnemexError",
+    "NotFound",
+    "StorageError",
+    "Timeout",
+    "TooLarge",
+    "UnknownActorKind",
+]
+
+
+class MnemexError(Exception):
+    """Root of every error mnemex raises on purpose."""
+
+
+class InvalidInput(MnemexError, ValueError):
+    """Raised when a caller passes a malformed value: a wrong type, an empty key,
+    a message that fails validation. ``field`` names the offending field when known."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class UnknownActorKind(InvalidInput):
+    """Raised when an actor is addressed by a kind that was never registered."""
+
+
+class TooLarge(InvalidInput):
+    """Raised when a value is over a configured limit; the message names the limit."""
+
+
+class NotFound(MnemexError, LookupError):
+    """Raised when the addressed record, session or actor does not exist."""
+
+
+class Busy(MnemexError):
+    """Raised when an actor's mailbox is full and ``config.overload == "fail"``;
+    the caller may retry later."""
+
+
+class Timeout(MnemexError, TimeoutError):
+    """Raised when an ask got no answer within its timeout. The actor is not harmed:
+    the command may still be applied, its answer is dropped."""
+
+
+class ActorClosed(MnemexError):
+    """Raised to everyone waiting on an actor that was stopped (shutdown, passivation
+    race, runtime closed). Nothing broke; a new ask may spawn it again."""
+
+
+class ActorCrashed(MnemexError):
+    """Raised when an actor broke: its handler raised something that is not a
+    MnemexError, or its state could not be restored. The cause is chained."""
+
+
+class CorruptData(MnemexError):
+    """Raised when persisted bytes fail their checksum or do not parse; the message
+    names the file and line."""
+
+
+class StorageError(MnemexError):
+    """Raised when the disk refuses: full, read-only, permissions."""
+
+
+class DataDirLocked(StorageError):
+    """Raised when another process already holds the data directory."""
