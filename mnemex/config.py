@@ -43,6 +43,8 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Seconds without a message after which a live actor is snapshotted and unloaded."""
     max_live_actors: int = 100_000
     """Live actors kept at once; past it the least recently used is passivated."""
+    shutdown_timeout: float = 30.0
+    """Seconds a clean shutdown may take to drain mailboxes and write snapshots."""
     restore_attempts: int = 3
     """Tries at loading an actor before its asks fail with ActorCrashed."""
     restore_backoff: float = 0.05
@@ -53,12 +55,13 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
 
     # -- persistence -------------------------------------------------------------
     fsync: FsyncPolicy = "batch"
-    """``always``: fsync every journal line before answering. ``batch`` (group
-    commit): one fsync covers every line written within ``fsync_window``; callers
-    are answered after it. ``never``: the OS flushes when it likes; a power loss
+    """``always``: each actor fsyncs its journal before answering. ``batch`` (group
+    commit, the default): one fsync round covers every line written by every actor
+    since the previous round; callers are answered after it. ``never``: the OS flushes when it likes; a power loss
     loses the tail the OS had buffered (a process crash loses nothing)."""
-    fsync_window: float = 0.002
-    """Seconds a group commit waits to gather more lines before its fsync."""
+    fsync_window: float = 0.0
+    """Extra seconds each group-commit round waits to gather more lines. 0 commits
+    at once when idle; under load lines gather while the previous round syncs."""
     snapshot_every: int = 10_000
     """Journaled commands after which an actor is snapshotted."""
     snapshot_interval: float = 600.0
@@ -72,14 +75,65 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     max_message_bytes: int = 1_048_576
     """Longest chat message (encoded) in bytes."""
 
+    # -- short-term memory
+    agent_policy: Literal["max_messages", "token_budget", "none"] = "max_messages"
+    """Default pruning policy of every agent (an agent or a session may set its own):
+    ``max_messages`` (MaxMessages(agent_max_messages)), ``token_budget``
+    (TokenBudget(agent_max_context_tokens, agent_trigger_ratio,
+    agent_keep_recent_turns)) or ``none`` (NoPruning: only the newest messages)."""
+    agent_max_messages: int = 100
+    """Messages a MaxMessages context keeps (system messages included)."""
+    agent_max_context_tokens: int = 8192
+    """The model's context window for TokenBudget, in tokens."""
+    agent_trigger_ratio: float = 0.8
+    """Fraction of the window at which TokenBudget compresses, in (0, 1]."""
+    agent_keep_recent_turns: int = 5
+    """User turns TokenBudget keeps verbatim when it compresses."""
+    agent_retain: Literal["all", "pruned"] = "all"
+    """``all``: history keeps every appended message; ``pruned``: messages that no
+    context can show again (pruned or summarized) are forgotten."""
+    agent_session_ttl: float | None = None
+    """Seconds without an append after which a session expires; None: never."""
+    agent_sweep_interval: float = 60.0
+    """Seconds between sweeps that delete expired sessions of live agents."""
+    agent_summarizer: Literal["extractive", "llm"] = "extractive"
+    """What makes TokenBudget summaries: ``extractive`` (no model) or ``llm``."""
+    agent_llm_base_url: str = "https://api.openai.com/v1"
+    """OpenAI-compatible API root for the ``llm`` summarizer (``.../v1``)."""
+    agent_llm_model: str = "gpt-4o-mini"
+    """Model the ``llm`` summarizer asks."""
+    agent_llm_api_key_env: str = "OPENAI_API_KEY"
+    """Environment variable holding the ``llm`` summarizer's API key (read at each call)."""
+    agent_llm_timeout: float = 30.0
+    """Seconds one summary request may take."""
+
     def __post_init__(self) -> None:
         _check_positive_int(self, "mailbox_size", "max_key_bytes", "max_live_actors",
                             "restore_attempts", "snapshot_every", "snapshots_kept",
                             "max_content_bytes", "max_message_bytes")
-        _check_positive_float(self, "ask_timeout", "idle_timeout", "snapshot_interval")
+        _check_positive_float(self, "ask_timeout", "idle_timeout", "snapshot_interval",
+                              "shutdown_timeout")
         _check_non_negative_float(self, "restore_backoff", "restore_quarantine", "fsync_window")
         if self.data_dir is not None and not self.data_dir.strip():
             raise _invalid("data_dir", "config.data_dir is empty; give a path or None for in-memory")
+        # -- short-term memory
+        _check_positive_int(self, "agent_max_messages", "agent_max_context_tokens",
+                            "agent_keep_recent_turns")
+        _check_positive_float(self, "agent_sweep_interval", "agent_llm_timeout")
+        if self.agent_session_ttl is not None:
+            _check_positive_float(self, "agent_session_ttl")
+        ratio = self.agent_trigger_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio <= 1:
+            raise _invalid("agent_trigger_ratio",
+                           f"config.agent_trigger_ratio is {ratio!r}; it must be in (0, 1]")
+        if self.agent_max_context_tokens < 16:
+            raise _invalid("agent_max_context_tokens",
+                           f"config.agent_max_context_tokens is {self.agent_max_context_tokens!r}; "
+                           f"it must be >= 16")
+        if not self.agent_llm_base_url.startswith(("http://", "https://")):
+            raise _invalid("agent_llm_base_url",
+                           f"config.agent_llm_base_url is {self.agent_llm_base_url!r}; it must be an "
+                           f"http(s) URL such as https://api.openai.com/v1")
 
 
 def _invalid(name: str, message: str) -> InvalidInput:

@@ -1,0 +1,115 @@
+"""What behaviours return to the runtime: replies with effects, snapshots, and
+what they are restored from.
+
+Plain data, no trio: behaviours (``mnemex.actors``) build these without
+depending on the runtime; the kernel (``mnemex.runtime``) performs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+__all__ = [
+    "Behaviour",
+    "Effect",
+    "Emit",
+    "Image",
+    "Job",
+    "JobResult",
+    "Key",
+    "SnapshotData",
+    "Step",
+    "Tell",
+]
+
+Key = tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotData:
+    """A consistent copy of an actor's state, taken inside the actor (cheaply) and
+    written beside it. ``records`` may be a callable that encodes the lines: it runs
+    in a worker thread, so it must only read what was copied. ``sidecars`` likewise."""
+
+    records: Sequence[bytes] | Callable[[], Iterable[bytes]]
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    sidecars: Mapping[str, bytes] | Callable[[], Mapping[str, bytes]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Image:
+    """What a behaviour is restored from: the record lines of its newest snapshot,
+    the snapshot's ``extra`` header field and any sidecars that read back fine."""
+
+    records: Sequence[bytes]
+    extra: Mapping[str, Any]
+    sidecars: Mapping[str, bytes]
+
+
+class Behaviour(Protocol):
+    """An actor's behaviour: synchronous, deterministic, owning its state.
+
+    ``handle`` returns a reply (or a Step carrying a reply and effects). It must
+    validate before it mutates: when it raises a MnemexError the state must be
+    as it was. Any other exception counts as a crash: the kernel answers
+    ActorCrashed and reloads the actor from its persisted state.
+    """
+
+    def handle(self, command: Any) -> Any: ...
+
+    def snapshot(self) -> SnapshotData: ...
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    """The outcome of a Job: ``value`` when it returned, ``error`` when it raised."""
+
+    value: Any = None
+    error: Exception | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """Slow work to run beside the actor: ``work`` runs in a worker thread (or as a
+    trio task when it is a coroutine function); ``deliver`` turns its JobResult
+    into a command that is sent back to the same actor through its mailbox (and
+    journaled like any other command). A job pending at a crash is lost; a
+    behaviour that must finish it re-issues it when restored."""
+
+    work: Callable[[], Any] | Callable[[], Awaitable[Any]]
+    deliver: Callable[[JobResult], Any]
+    name: str = "job"
+
+
+@dataclass(frozen=True, slots=True)
+class Tell:
+    """Send ``command`` to another actor (fire and forget) once this step is durable."""
+
+    kind: str
+    key: Key
+    command: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """Publish ``event`` to this actor's live subscribers of ``topic`` (see
+    Runtime.subscribe). Delivered in order, after the step's journal write;
+    a subscriber that falls behind its buffer is dropped, never waited for.
+    ``last=True`` ends the topic's subscriptions after this event."""
+
+    topic: str
+    event: Any
+    last: bool = False
+
+
+Effect = Job | Tell | Emit
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """A reply plus effects the runtime performs after the command is durable."""
+
+    reply: Any
+    effects: tuple[Effect, ...] = ()

@@ -1,0 +1,119 @@
+"""Shared pieces of every index: argument checks, the ``allowed`` filter, top-k.
+
+Documents are dense non-negative ``int`` ids (below 2**31, so postings fit in
+int32). ``allowed`` restricts a search to some documents and is applied inside
+the search, before the cut to top_k. It is either ``None`` (everything), a
+numpy bool mask indexed by doc id (ids past its end are not allowed), or a
+collection of ids (a set, frozenset, list, range or integer numpy array).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+from collections.abc import Set as AbstractSet
+from typing import TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+
+from mnemex.errors import InvalidInput, NotFound
+
+__all__ = ["MAX_DOC_ID", "Allowed", "allowed_ids", "allowed_mask", "check_doc_id", "check_top_k",
+           "top_k_by_score"]
+
+MAX_DOC_ID = 2**31 - 1
+
+Allowed: TypeAlias = "npt.NDArray[np.bool_] | npt.NDArray[np.integer] | Collection[int] | None"
+
+BoolArray: TypeAlias = npt.NDArray[np.bool_]
+IdArray: TypeAlias = npt.NDArray[np.int64]
+FloatArray: TypeAlias = npt.NDArray[np.float64]
+
+
+def check_doc_id(doc_id: object) -> int:
+    """The doc id as an int, or InvalidInput naming what is wrong with it."""
+    if isinstance(doc_id, bool) or not isinstance(doc_id, int | np.integer):
+        raise InvalidInput(f"doc_id must be an int, got {type(doc_id).__name__}", field="doc_id")
+    value = int(doc_id)
+    if not 0 <= value <= MAX_DOC_ID:
+        raise InvalidInput(f"doc_id is {value}; it must be in 0..{MAX_DOC_ID}", field="doc_id")
+    return value
+
+
+def check_top_k(top_k: object) -> int:
+    if isinstance(top_k, bool) or not isinstance(top_k, int | np.integer) or int(top_k) < 1:
+        raise InvalidInput(f"top_k is {top_k!r}; it must be an int >= 1", field="top_k")
+    return int(top_k)
+
+
+def check_finite(value: object, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
+        raise InvalidInput(f"{name} must be a number, got {type(value).__name__}", field=name)
+    result = float(value)
+    if not math.isfinite(result):
+        raise InvalidInput(f"{name} is {result}; it must be finite", field=name)
+    return result
+
+
+def missing(doc_id: int, what: str) -> NotFound:
+    return NotFound(f"doc {doc_id} is not in the {what}")
+
+
+def allowed_mask(allowed: Allowed, size: int) -> BoolArray | None:
+    """``allowed`` as a bool mask of exactly ``size`` entries (None stays None)."""
+    if allowed is None:
+        return None
+    if isinstance(allowed, np.ndarray) and allowed.dtype == np.bool_:
+        if allowed.ndim != 1:
+            raise InvalidInput("allowed mask must be one-dimensional", field="allowed")
+        if len(allowed) >= size:
+            return np.asarray(allowed[:size], dtype=np.bool_)
+        mask = np.zeros(size, dtype=np.bool_)
+        mask[: len(allowed)] = allowed
+        return mask
+    ids = allowed_ids(allowed)
+    mask = np.zeros(size, dtype=np.bool_)
+    mask[ids[ids < size]] = True
+    return mask
+
+
+def allowed_ids(allowed: Allowed) -> IdArray:
+    """``allowed`` (not None) as an array of distinct non-negative doc ids (sorted
+    unless it came as a set)."""
+    if allowed is None:
+        raise InvalidInput("allowed is None", field="allowed")
+    if isinstance(allowed, np.ndarray):
+        if allowed.dtype == np.bool_:
+            return np.flatnonzero(allowed).astype(np.int64)
+        if not np.issubdtype(allowed.dtype, np.integer):
+            raise InvalidInput(f"allowed array must be bool or integer, not {allowed.dtype}",
+                               field="allowed")
+        ids = np.unique(allowed.astype(np.int64).ravel())
+    else:
+        try:
+            ids = np.fromiter(allowed, dtype=np.int64, count=len(allowed))
+            if not isinstance(allowed, AbstractSet | range):
+                ids = np.unique(ids)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise InvalidInput("allowed must hold int doc ids", field="allowed") from exc
+    return ids[ids >= 0]
+
+
+def top_k_by_score(ids: IdArray, scores: FloatArray, k: int) -> list[tuple[int, float]]:
+    """The k best (id, score) pairs, highest score first, equal scores by lower id.
+
+    ``ids`` must be distinct. Exact at the cut: of several documents tied at the
+    k-th score, the lowest ids are kept."""
+    n = len(ids)
+    if n == 0:
+        return []
+    if n > k:
+        kth = np.partition(scores, n - k)[n - k]
+        above = scores > kth
+        tied = np.flatnonzero(scores == kth)
+        tied = tied[np.argsort(ids[tied], kind="stable")][: k - int(np.count_nonzero(above))]
+        keep = np.concatenate([np.flatnonzero(above), tied])
+        ids, scores = ids[keep], scores[keep]
+    order = np.lexsort((ids, -scores))
+    return [(int(i), float(s)) for i, s in zip(ids[order], scores[order], strict=True)]

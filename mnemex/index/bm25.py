@@ -1,0 +1,313 @@
+"""BM25Index: Okapi BM25 full-text ranking with phrases and a context field.
+
+Scoring (BM25F with two fields, content and context)::
+
+    B_f(d)  = 1 - b + b * len_f(d) / avg_len_f        (f = content, context)
+    tf~     = tf_content / B_content + w * tf_context / B_context
+    idf(t)  = ln(1 + (N - df + 0.5) / (df + 0.5))
+    score   = sum over distinct query terms t of  idf(t) * tf~ * (k1 + 1) / (k1 + tf~)
+
+``N`` is the number of documents, ``df`` the number containing the term in
+either field, ``avg_len_content`` the mean content length over all documents and
+``avg_len_context`` the mean context length over the documents that have one;
+``w`` is ``context_weight``. A document without context scores exactly as in
+plain Okapi BM25. The context field is ranking text kept apart from the content
+(a memory's neighbouring turns, a title): it helps a document be found but is
+never what a phrase must match.
+
+Quoted phrases in a query are required: a document is returned only when its
+content holds every phrase as consecutive words (stop words inside a phrase
+match any stop word, since they are not indexed). Phrase words also score.
+
+Storage: per term two ``array('i')`` columns (doc ids, packed term frequencies)
+turned into numpy arrays on first use after a change; per document the content
+as a sequence of term ids by position (stop words as -1), for phrase checks and
+removal. About 8 bytes per (term, document) posting plus 4 bytes per content
+word.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections import Counter
+
+import numpy as np
+import numpy.typing as npt
+
+from mnemex.errors import InvalidInput
+from mnemex.index._select import (
+    Allowed,
+    allowed_mask,
+    check_doc_id,
+    check_top_k,
+    missing,
+    top_k_by_score,
+)
+from mnemex.index.tokenizer import ParsedQuery, Phrase, Tokenizer
+
+__all__ = ["BM25Index"]
+
+_F64 = npt.NDArray[np.float64]
+_I64 = npt.NDArray[np.int64]
+
+_TF_MAX = 0xFFFF               # term frequencies are packed as content | context << 16
+_CONTEXT_TF_MAX = 0x7FFF       # (int32, so the context part keeps the sign bit clear)
+_CONTEXT_UNIT = 1 << 16
+_MIN_CAPACITY = 1024
+
+
+class _Postings:
+    """One term's documents and packed term frequencies, with a numpy view cache."""
+
+    __slots__ = ("cache", "docs", "tfs")
+
+    def __init__(self) -> None:
+        self.docs = array("i")
+        self.tfs = array("i")
+        self.cache: tuple[_I64, _F64, _F64] | None = None
+
+    def arrays(self) -> tuple[_I64, _F64, _F64]:
+        if self.cache is None:
+            if not self.docs:
+                empty = np.zeros(0, dtype=np.float64)
+                self.cache = (np.zeros(0, dtype=np.int64), empty, empty)
+                return self.cache
+            docs = np.frombuffer(self.docs, dtype=np.int32).astype(np.int64)
+            packed = np.frombuffer(self.tfs, dtype=np.int32)
+            self.cache = (docs, (packed & _TF_MAX).astype(np.float64), (packed >> 16).astype(np.float64))
+        return self.cache
+
+
+class BM25Index:
+    """Okapi BM25 (BM25F over content and an optional context field) with
+    positional content postings so quoted phrases are honoured.
+
+    ``search`` is vectorised: per query term one gather and a few array
+    operations over that term's postings; phrase checks touch only the documents
+    that hold every phrase word."""
+
+    def __init__(self, k1: float = 1.5, b: float = 0.75, tokenizer: Tokenizer | None = None,
+                 context_weight: float = 0.5) -> None:
+        if not (math.isfinite(k1) and k1 >= 0):
+            raise InvalidInput(f"k1 is {k1}; it must be a finite number >= 0", field="k1")
+        if not (math.isfinite(b) and 0 <= b <= 1):
+            raise InvalidInput(f"b is {b}; it must be in 0..1", field="b")
+        if not (math.isfinite(context_weight) and context_weight >= 0):
+            raise InvalidInput(f"context_weight is {context_weight}; it must be >= 0",
+                               field="context_weight")
+        self.k1 = float(k1)
+        self.b = float(b)
+        self.context_weight = float(context_weight)
+        self.tokenizer = tokenizer if tokenizer is not None else Tokenizer()
+        self._vocab: dict[str, int] = {}
+        self._postings: list[_Postings] = []
+        self._content: dict[int, bytes] = {}         # term ids by position, -1 for stop words
+        self._context: dict[int, bytes] = {}         # distinct context term ids
+        self._capacity = 0
+        self._len_content = np.zeros(0, dtype=np.float64)
+        self._len_context = np.zeros(0, dtype=np.float64)
+        self._total_content = 0
+        self._total_context = 0
+
+    # -- reading ---------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._content)
+
+    def __contains__(self, doc_id: object) -> bool:
+        return doc_id in self._content
+
+    def doc_ids(self) -> list[int]:
+        """Every indexed doc id, ascending."""
+        return sorted(self._content)
+
+    @property
+    def vocabulary_size(self) -> int:
+        return len(self._vocab)
+
+    # -- changing --------------------------------------------------------------------
+    def add(self, doc_id: int, text: str, context_text: str | None = None) -> None:
+        """Index *text* (the content) and optional *context_text* (extra ranking
+        text, weighted by ``context_weight``) as document *doc_id*."""
+        doc_id = check_doc_id(doc_id)
+        if not isinstance(text, str):
+            raise InvalidInput(f"text must be a str, got {type(text).__name__}", field="text")
+        if context_text is not None and not isinstance(context_text, str):
+            raise InvalidInput(f"context_text must be a str or None, got {type(context_text).__name__}",
+                               field="context_text")
+        if doc_id in self._content:
+            raise InvalidInput(f"doc {doc_id} is already in the BM25 index; use update", field="doc_id")
+        terms, positions = self.tokenizer.positioned(text)
+        content_ids = [self._term_id(t) for t in terms]
+        sequence = array("i", [-1]) * (positions[-1] + 1 if positions else 0)
+        for term_id, position in zip(content_ids, positions, strict=True):
+            sequence[position] = term_id
+        context_terms = self.tokenizer.tokens(context_text) if context_text else []
+        context_ids = [self._term_id(t) for t in context_terms]
+        # Term frequencies packed in one int32: content in the low 16 bits, context above.
+        packed: dict[int, int] = {}
+        if len(content_ids) <= _TF_MAX and len(context_ids) <= _CONTEXT_TF_MAX:
+            for term_id in content_ids:
+                packed[term_id] = packed.get(term_id, 0) + 1
+            for term_id in context_ids:
+                packed[term_id] = packed.get(term_id, 0) + _CONTEXT_UNIT
+        else:
+            tf_content, tf_context = Counter(content_ids), Counter(context_ids)
+            for term_id in tf_content.keys() | tf_context.keys():
+                packed[term_id] = (min(tf_content[term_id], _TF_MAX)
+                                   + min(tf_context[term_id], _CONTEXT_TF_MAX) * _CONTEXT_UNIT)
+
+        self._ensure_capacity(doc_id + 1)
+        self._content[doc_id] = sequence.tobytes()
+        if context_terms:
+            self._context[doc_id] = array("i", sorted(set(context_ids))).tobytes()
+        self._len_content[doc_id] = len(terms)
+        self._len_context[doc_id] = len(context_terms)
+        self._total_content += len(terms)
+        self._total_context += len(context_terms)
+        all_postings = self._postings
+        for term_id, tfs in packed.items():
+            postings = all_postings[term_id]
+            postings.docs.append(doc_id)
+            postings.tfs.append(tfs)
+            postings.cache = None
+
+    def remove(self, doc_id: int) -> None:
+        """Forget document *doc_id*; NotFound when it is not indexed."""
+        sequence = self._content.pop(doc_id, None)
+        if sequence is None:
+            raise missing(doc_id, "BM25 index")
+        context = self._context.pop(doc_id, None)
+        term_ids = {t for t in array("i", sequence) if t >= 0}
+        if context is not None:
+            term_ids.update(array("i", context))
+        for term_id in term_ids:
+            postings = self._postings[term_id]
+            at = postings.docs.index(doc_id)
+            # Swap-remove: posting order carries no meaning.
+            postings.docs[at] = postings.docs[-1]
+            postings.tfs[at] = postings.tfs[-1]
+            postings.docs.pop()
+            postings.tfs.pop()
+            postings.cache = None
+        self._total_content -= int(self._len_content[doc_id])
+        self._total_context -= int(self._len_context[doc_id])
+        self._len_content[doc_id] = 0
+        self._len_context[doc_id] = 0
+
+    def update(self, doc_id: int, text: str, context_text: str | None = None) -> None:
+        """Replace document *doc_id* (remove, then add)."""
+        if doc_id not in self._content:
+            raise missing(doc_id, "BM25 index")
+        if not isinstance(text, str) or (context_text is not None and not isinstance(context_text, str)):
+            raise InvalidInput("text and context_text must be str", field="text")
+        self.remove(doc_id)
+        self.add(doc_id, text, context_text)
+
+    # -- searching -------------------------------------------------------------------
+    def search(self, query: str | ParsedQuery, top_k: int = 10,
+               allowed: Allowed = None) -> list[tuple[int, float]]:
+        """The top_k documents by BM25 score for *query* (text, or a query parsed
+        with this index's tokenizer), best first, equal scores by lower id. Every
+        quoted phrase must occur in a returned document's content."""
+        top_k = check_top_k(top_k)
+        parsed = self.tokenizer.parse_query(query) if isinstance(query, str) else query
+        scores = self.score_all(parsed, allowed)
+        if scores is None:
+            return []
+        candidates = np.flatnonzero(scores > 0)
+        return top_k_by_score(candidates, scores[candidates], top_k)
+
+    def score_all(self, query: str | ParsedQuery, allowed: Allowed = None) -> _F64 | None:
+        """BM25 score of every doc id slot for *query* (0 where it does not match,
+        including slots with no document), or None when nothing can match."""
+        parsed = self.tokenizer.parse_query(query) if isinstance(query, str) else query
+        term_ids = sorted({self._vocab[t] for t in parsed.all_terms if t in self._vocab})
+        n_docs = len(self._content)
+        if not term_ids or n_docs == 0:
+            return None
+        if any(t not in self._vocab for phrase in parsed.phrases for t in phrase.tokens):
+            return None
+        k1, b, weight = self.k1, self.b, self.context_weight
+        inv_avg_content = n_docs / self._total_content if self._total_content else 0.0
+        n_with_context = len(self._context)
+        use_context = weight > 0 and self._total_context > 0
+        inv_avg_context = n_with_context / self._total_context if use_context else 0.0
+        scores = np.zeros(self._capacity, dtype=np.float64)
+        for term_id in term_ids:
+            docs, tf_content, tf_context = self._postings[term_id].arrays()
+            df = len(docs)
+            if df == 0:
+                continue
+            idf = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+            tf = tf_content / (1.0 - b + b * inv_avg_content * self._len_content[docs])
+            if use_context:
+                tf += weight * tf_context / (1.0 - b + b * inv_avg_context * self._len_context[docs])
+            scores[docs] += idf * (k1 + 1.0) * tf / (k1 + tf)
+        mask = allowed_mask(allowed, self._capacity)
+        if mask is not None:
+            scores[~mask] = 0.0
+        for phrase in parsed.phrases:
+            holders = self._phrase_holders(phrase)
+            keep = np.zeros(self._capacity, dtype=np.bool_)
+            keep[holders] = True
+            scores[~keep] = 0.0
+        return scores
+
+    def phrase_docs(self, phrase: Phrase) -> list[int]:
+        """Doc ids whose content holds *phrase* (tokenized by this index's tokenizer)."""
+        if any(t not in self._vocab for t in phrase.tokens):
+            return []
+        return sorted(int(d) for d in self._phrase_holders(phrase))
+
+    # -- insides ---------------------------------------------------------------------
+    def _term_id(self, term: str) -> int:
+        term_id = self._vocab.get(term)
+        if term_id is None:
+            term_id = len(self._postings)
+            self._vocab[term] = term_id
+            self._postings.append(_Postings())
+        return term_id
+
+    def _phrase_holders(self, phrase: Phrase) -> _I64:
+        term_ids = [self._vocab[t] for t in phrase.tokens]
+        # Documents holding every phrase word in their content, rarest word first.
+        lists = []
+        for term_id in set(term_ids):
+            docs, tf_content, _ = self._postings[term_id].arrays()
+            lists.append(docs[tf_content > 0])
+        lists.sort(key=len)
+        candidates = np.sort(lists[0])
+        for docs in lists[1:]:
+            candidates = candidates[np.isin(candidates, docs, assume_unique=True)]
+            if len(candidates) == 0:
+                return candidates
+        if len(term_ids) == 1:
+            return candidates
+        pattern_ids = array("i", [-1]) * (phrase.offsets[-1] + 1)
+        for term_id, offset in zip(term_ids, phrase.offsets, strict=True):
+            pattern_ids[offset] = term_id
+        pattern = pattern_ids.tobytes()
+        content = self._content
+        held = [d for d in candidates.tolist() if _holds(content[d], pattern)]
+        return np.array(held, dtype=np.int64)
+
+    def _ensure_capacity(self, needed: int) -> None:
+        if needed <= self._capacity:
+            return
+        capacity = max(_MIN_CAPACITY, needed, self._capacity * 2)
+        for name in ("_len_content", "_len_context"):
+            grown = np.zeros(capacity, dtype=np.float64)
+            grown[: self._capacity] = getattr(self, name)
+            setattr(self, name, grown)
+        self._capacity = capacity
+
+
+def _holds(sequence: bytes, pattern: bytes) -> bool:
+    """Whether *pattern* occurs in *sequence* at a 4-byte boundary (both int32 runs)."""
+    at = sequence.find(pattern)
+    while at != -1:
+        if at % 4 == 0:
+            return True
+        at = sequence.find(pattern, at + 1)
+    return False

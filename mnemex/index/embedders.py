@@ -1,0 +1,180 @@
+"""Embedders: text to L2-normalised float32 vectors.
+
+:class:`Embedder` is what the vector search needs from a model. The one here,
+:class:`HashingEmbedder`, works offline with no model at all: it is *lexical*.
+Two texts are close when they share words, word pairs or word pieces (character
+n-grams catch "paint"/"painting", "Sweden"/"Swedish" and typos), and it knows
+nothing of meaning: "what does she do for work?" and "I'm a nurse" share no
+features and score about 0. Use it for tests, tiny installs, or beside BM25;
+use a sentence-embedding model for paraphrases.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from array import array
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from mnemex.errors import InvalidInput
+from mnemex.index.tokenizer import ENGLISH_STOP_WORDS, words
+
+__all__ = ["Embedder", "HashingEmbedder", "l2_normalize"]
+
+F32Matrix = npt.NDArray[np.float32]
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into vectors.
+
+    ``name`` identifies the model and its settings (a scope refuses to mix vectors
+    of two names); ``embed`` returns a float32 array of shape (len(texts), dim)
+    whose rows have L2 norm 1 (or 0 for a text with nothing to embed). It may be
+    slow: call it beside an actor, in batches, never inside a handler."""
+
+    name: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> F32Matrix: ...
+
+
+def l2_normalize(vectors: npt.ArrayLike) -> F32Matrix:
+    """Rows scaled to unit L2 norm as float32 (all-zero rows stay zero)."""
+    matrix = np.array(vectors, dtype=np.float32, copy=True, ndmin=2)
+    norms = np.linalg.norm(matrix, axis=1)
+    nonzero = norms > 0
+    matrix[nonzero] /= norms[nonzero, None]
+    return matrix
+
+
+class HashingEmbedder:
+    """Signed feature hashing of word unigrams, word bigrams and character
+    3-5-grams (within words, with ``<`` ``>`` boundary markers), L2-normalised.
+
+    Each feature is hashed with BLAKE2b (stable across processes and machines,
+    unlike Python's salted ``hash``) to a dimension and a sign. Weights: a word
+    1.0 (a stop word 0.25, and no n-grams), a pair of consecutive non-stop words
+    ``bigram_weight``, and a word's character n-grams together
+    ``char_weight`` (each n-gram ``char_weight / sqrt(n-grams in the word)``).
+    Features of a word are computed once and cached, so throughput grows as the
+    vocabulary repeats. Deterministic: equal inputs give bit-equal outputs."""
+
+    _CACHE_LIMIT = 500_000
+
+    def __init__(self, dim: int = 384, *, bigram_weight: float = 0.7, char_weight: float = 0.8,
+                 stop_weight: float = 0.25, ngram_range: tuple[int, int] = (3, 5)) -> None:
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 8:
+            raise InvalidInput(f"dim is {dim!r}; it must be an int >= 8", field="dim")
+        low, high = ngram_range
+        if not 1 <= low <= high:
+            raise InvalidInput(f"ngram_range is {ngram_range}; it must be (low, high), 1 <= low <= high",
+                               field="ngram_range")
+        for label, value in (("bigram_weight", bigram_weight), ("char_weight", char_weight),
+                             ("stop_weight", stop_weight)):
+            if not (math.isfinite(value) and value >= 0):
+                raise InvalidInput(f"{label} is {value}; it must be a finite number >= 0", field=label)
+        self.dim = dim
+        self.bigram_weight = float(bigram_weight)
+        self.char_weight = float(char_weight)
+        self.stop_weight = float(stop_weight)
+        self.ngram_range = (low, high)
+        self.name = (f"hashing-v1-d{dim}-b{bigram_weight:g}-c{char_weight:g}-s{stop_weight:g}"
+                     f"-n{low}{high}")
+        self._word_cache: dict[str, tuple[array[int], array[float]]] = {}
+        self._pair_cache: dict[str, tuple[int, float]] = {}
+
+    def __repr__(self) -> str:
+        return f"HashingEmbedder(dim={self.dim})"
+
+    def embed(self, texts: Sequence[str]) -> F32Matrix:
+        """Vectors for *texts*: float32, shape (len(texts), dim), unit rows (zero rows
+        for texts without a word)."""
+        if isinstance(texts, str):
+            raise InvalidInput("embed takes a sequence of texts, not one str", field="texts")
+        n = len(texts)
+        columns = array("q")
+        values = array("d")
+        per_text = array("q")
+        for text in texts:
+            if not isinstance(text, str):
+                raise InvalidInput(f"texts must be str, got {type(text).__name__}", field="texts")
+            start = len(columns)
+            self._features(text, columns, values)
+            per_text.append(len(columns) - start)
+        matrix: npt.NDArray[np.float64] = np.zeros((n, self.dim), dtype=np.float64)
+        if columns:
+            rows = np.repeat(np.arange(n, dtype=np.int64), np.frombuffer(per_text, dtype=np.int64))
+            flat = rows * self.dim + np.frombuffer(columns, dtype=np.int64)
+            sums = np.bincount(flat, weights=np.frombuffer(values, dtype=np.float64),
+                               minlength=n * self.dim)
+            matrix = sums.reshape(n, self.dim).astype(np.float64, copy=False)
+        norms = np.linalg.norm(matrix, axis=1)
+        nonzero = norms > 0
+        matrix[nonzero] /= norms[nonzero, None]
+        return matrix.astype(np.float32)
+
+    # -- insides ---------------------------------------------------------------------
+    def _features(self, text: str, columns: array[int], values: array[float]) -> None:
+        previous: str | None = None
+        cache = self._word_cache
+        for word in words(text):
+            cached = cache.get(word)
+            if cached is None:
+                cached = self._word_features(word)
+                if len(cache) >= self._CACHE_LIMIT:
+                    cache.clear()
+                cache[word] = cached
+            columns.extend(cached[0])
+            values.extend(cached[1])
+            if word in ENGLISH_STOP_WORDS:
+                continue
+            if previous is not None and self.bigram_weight > 0:
+                column, value = self._pair_feature(previous, word)
+                columns.append(column)
+                values.append(value)
+            previous = word
+
+    def _word_features(self, word: str) -> tuple[array[int], array[float]]:
+        columns = array("q")
+        values = array("d")
+        if word in ENGLISH_STOP_WORDS:
+            column, sign = self._hash("w", word)
+            columns.append(column)
+            values.append(sign * self.stop_weight)
+            return columns, values
+        column, sign = self._hash("w", word)
+        columns.append(column)
+        values.append(sign)
+        if self.char_weight > 0:
+            marked = f"<{word}>"
+            grams = [marked[i : i + size]
+                     for size in range(self.ngram_range[0], self.ngram_range[1] + 1)
+                     for i in range(len(marked) - size + 1)]
+            if grams:
+                weight = self.char_weight / math.sqrt(len(grams))
+                for gram in grams:
+                    column, sign = self._hash("c", gram)
+                    columns.append(column)
+                    values.append(sign * weight)
+        return columns, values
+
+    def _pair_feature(self, first: str, second: str) -> tuple[int, float]:
+        pair = f"{first} {second}"
+        cached = self._pair_cache.get(pair)
+        if cached is None:
+            column, sign = self._hash("b", pair)
+            cached = (column, sign * self.bigram_weight)
+            if len(self._pair_cache) >= self._CACHE_LIMIT:
+                self._pair_cache.clear()
+            self._pair_cache[pair] = cached
+        return cached
+
+    def _hash(self, kind: str, feature: str) -> tuple[int, float]:
+        digest = hashlib.blake2b(f"{kind}:{feature}".encode(), digest_size=8).digest()
+        value = int.from_bytes(digest, "little")
+        return value % self.dim, (1.0 if value >> 63 else -1.0)

@@ -1,0 +1,279 @@
+"""KeywordIndex: the classic matching, served from an inverted index.
+
+A document matches a query when they share at least one word (see
+:func:`~mnemex.index.tokenizer.words`: case-folded ``\\w+`` runs, nothing
+dropped). Matches rank by the number of distinct query words they contain, then
+by recency (the larger timestamp given at ``add``), then by the lower doc id.
+
+How it stays fast when a query word is in most documents: a word's postings
+live in a Python list while the word is rare and move to a dense ``uint8``
+array over doc ids once it is in more than 1/32 of the id space, so counting
+matches costs one vectorised add per common word plus a fancy-index add per
+rare one. The top k is then read level by level (all docs matching every
+query word first): a level with few members is sorted directly, a crowded one
+is read off a recency-ordered array of all documents until k are found. The
+recency order is kept up to date lazily, merged with the additions and
+removals at the next search.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from mnemex.errors import InvalidInput
+from mnemex.index._select import (
+    Allowed,
+    allowed_mask,
+    check_doc_id,
+    check_finite,
+    check_top_k,
+    missing,
+)
+from mnemex.index.tokenizer import words
+
+__all__ = ["KeywordIndex"]
+
+_U8 = npt.NDArray[np.uint8]
+_I64 = npt.NDArray[np.int64]
+
+_MIN_CAPACITY = 1024
+
+
+class KeywordIndex:
+    """Inverted index for the classic word-overlap matching.
+
+    ``search`` costs O(capacity / SIMD width) per common query word plus
+    O(postings) per rare one; memory is one byte per (common word, doc id) and
+    about 8 bytes per (rare word, document)."""
+
+    # Tuning (class attributes so tests can shrink them to reach every path):
+    _dense_min = 256       # a word is never dense below this many documents
+    _dense_share = 32      # and is dense once in more than 1/32 of the id space
+    _few = 2048            # a match level this small is sorted directly
+
+    def __init__(self) -> None:
+        self._doc_words: dict[int, tuple[str, ...]] = {}
+        self._capacity = 0
+        self._timestamps = np.zeros(0, dtype=np.float64)
+        self._sparse: dict[str, list[int]] = {}
+        self._sparse_cache: dict[str, _I64] = {}
+        self._dense: dict[str, _U8] = {}
+        self._dense_df: dict[str, int] = {}
+        # All live docs, least preferred first (timestamp ascending, then id descending).
+        self._order = np.zeros(0, dtype=np.int64)
+        self._order_ts = np.zeros(0, dtype=np.float64)
+        self._pending_add: dict[int, None] = {}
+        self._pending_remove: set[int] = set()
+
+    # -- reading ---------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._doc_words)
+
+    def __contains__(self, doc_id: object) -> bool:
+        return doc_id in self._doc_words
+
+    def doc_ids(self) -> list[int]:
+        """Every indexed doc id, ascending."""
+        return sorted(self._doc_words)
+
+    def timestamp(self, doc_id: int) -> float:
+        if doc_id not in self._doc_words:
+            raise missing(doc_id, "keyword index")
+        return float(self._timestamps[doc_id])
+
+    # -- changing --------------------------------------------------------------------
+    def add(self, doc_id: int, text: str, timestamp: float) -> None:
+        """Index *text* as document *doc_id*; *timestamp* (any finite float, larger
+        is more recent) breaks ties between documents matching as many words."""
+        doc_id = check_doc_id(doc_id)
+        ts = check_finite(timestamp, "timestamp")
+        if not isinstance(text, str):
+            raise InvalidInput(f"text must be a str, got {type(text).__name__}", field="text")
+        if doc_id in self._doc_words:
+            raise InvalidInput(f"doc {doc_id} is already in the keyword index; use update", field="doc_id")
+        distinct = tuple(sys.intern(w) for w in dict.fromkeys(words(text)))
+        self._ensure_capacity(doc_id + 1)
+        self._doc_words[doc_id] = distinct
+        self._timestamps[doc_id] = ts
+        dense_at = max(self._dense_min, self._capacity // self._dense_share)
+        for word in distinct:
+            column = self._dense.get(word)
+            if column is not None:
+                column[doc_id] = 1
+                self._dense_df[word] += 1
+                continue
+            postings = self._sparse.get(word)
+            if postings is None:
+                self._sparse[word] = [doc_id]
+                continue
+            postings.append(doc_id)
+            self._sparse_cache.pop(word, None)
+            if len(postings) >= dense_at:
+                self._promote(word)
+        self._pending_add[doc_id] = None
+
+    def remove(self, doc_id: int) -> None:
+        """Forget document *doc_id*; NotFound when it is not indexed."""
+        distinct = self._doc_words.pop(doc_id, None)
+        if distinct is None:
+            raise missing(doc_id, "keyword index")
+        demote_below = max(self._dense_min, self._capacity // self._dense_share) // 4
+        for word in distinct:
+            column = self._dense.get(word)
+            if column is not None:
+                column[doc_id] = 0
+                self._dense_df[word] -= 1
+                if self._dense_df[word] < demote_below:
+                    self._demote(word)
+                continue
+            postings = self._sparse[word]
+            if len(postings) == 1:
+                del self._sparse[word]
+            else:
+                # Swap-remove: posting order carries no meaning.
+                at = postings.index(doc_id)
+                postings[at] = postings[-1]
+                postings.pop()
+            self._sparse_cache.pop(word, None)
+        self._pending_add.pop(doc_id, None)
+        self._pending_remove.add(doc_id)
+
+    def update(self, doc_id: int, text: str, timestamp: float) -> None:
+        """Replace document *doc_id* (remove, then add)."""
+        if doc_id not in self._doc_words:
+            raise missing(doc_id, "keyword index")
+        check_finite(timestamp, "timestamp")
+        if not isinstance(text, str):
+            raise InvalidInput(f"text must be a str, got {type(text).__name__}", field="text")
+        self.remove(doc_id)
+        self.add(doc_id, text, timestamp)
+
+    # -- searching -------------------------------------------------------------------
+    def search(self, query: str, top_k: int = 10, allowed: Allowed = None) -> list[tuple[int, int]]:
+        """Documents sharing a word with *query*, best first, as (doc_id, number of
+        distinct query words matched). ``allowed`` filters inside the search."""
+        top_k = check_top_k(top_k)
+        query_words = sorted({w for w in words(query) if w in self._dense or w in self._sparse})
+        if not query_words or not self._doc_words:
+            return []
+        dtype = np.uint8 if len(query_words) < 255 else np.uint16
+        counts: npt.NDArray[np.unsignedinteger[Any]] = np.zeros(self._capacity, dtype=dtype)
+        for word in query_words:
+            column = self._dense.get(word)
+            if column is not None:
+                np.add(counts, column, out=counts)
+            else:
+                counts[self._postings_array(word)] += 1
+        mask = allowed_mask(allowed, self._capacity)
+        if mask is not None:
+            counts[~mask] = 0
+        self._sync_order()
+        hits: list[tuple[int, int]] = []
+        for level in range(int(counts.max()), 0, -1):
+            at_level = counts == level
+            size = int(np.count_nonzero(at_level))
+            if size == 0:
+                continue
+            need = top_k - len(hits)
+            if size <= self._few:
+                ids = np.flatnonzero(at_level)
+                if size > need:
+                    ids = ids[np.lexsort((ids, -self._timestamps[ids]))[:need]]
+                else:
+                    ids = ids[np.lexsort((ids, -self._timestamps[ids]))]
+            else:
+                ids = self._most_recent_where(at_level, need, size)
+            hits.extend((int(i), level) for i in ids)
+            if len(hits) >= top_k:
+                break
+        return hits
+
+    # -- insides ---------------------------------------------------------------------
+    def _most_recent_where(self, member: npt.NDArray[np.bool_], need: int, size: int) -> _I64:
+        # Walk the recency order from its newest end; with `size` members spread over
+        # the order, about need * len / size entries are read before `need` are found.
+        order = self._order
+        end = len(order)
+        chunk = max(64, 2 * need * max(1, end // size))
+        found: list[_I64] = []
+        got = 0
+        while got < need and end > 0:
+            start = max(0, end - chunk)
+            segment = order[start:end][::-1]
+            picked = segment[member[segment]]
+            found.append(picked)
+            got += len(picked)
+            end = start
+            chunk *= 2
+        return np.concatenate(found)[:need]
+
+    def _postings_array(self, word: str) -> _I64:
+        cached = self._sparse_cache.get(word)
+        if cached is None:
+            cached = np.array(self._sparse[word], dtype=np.int64)
+            self._sparse_cache[word] = cached
+        return cached
+
+    def _promote(self, word: str) -> None:
+        postings = self._sparse.pop(word)
+        self._sparse_cache.pop(word, None)
+        column = np.zeros(self._capacity, dtype=np.uint8)
+        column[np.array(postings, dtype=np.int64)] = 1
+        self._dense[word] = column
+        self._dense_df[word] = len(postings)
+
+    def _demote(self, word: str) -> None:
+        column = self._dense.pop(word)
+        del self._dense_df[word]
+        postings = np.flatnonzero(column).tolist()
+        if postings:
+            self._sparse[word] = postings
+
+    def _ensure_capacity(self, needed: int) -> None:
+        if needed <= self._capacity:
+            return
+        capacity = max(_MIN_CAPACITY, needed, self._capacity * 2)
+        grown = np.zeros(capacity, dtype=np.float64)
+        grown[: self._capacity] = self._timestamps
+        self._timestamps = grown
+        for word, column in self._dense.items():
+            wider = np.zeros(capacity, dtype=np.uint8)
+            wider[: self._capacity] = column
+            self._dense[word] = wider
+        self._capacity = capacity
+
+    def _sync_order(self) -> None:
+        if self._pending_remove:
+            gone = np.zeros(self._capacity, dtype=np.bool_)
+            gone[np.fromiter(self._pending_remove, dtype=np.int64, count=len(self._pending_remove))] = True
+            keep = ~gone[self._order]
+            self._order = self._order[keep]
+            self._order_ts = self._order_ts[keep]
+            self._pending_remove.clear()
+        if not self._pending_add:
+            return
+        new = np.fromiter(self._pending_add, dtype=np.int64, count=len(self._pending_add))
+        self._pending_add.clear()
+        new_ts = self._timestamps[new]
+        if len(new) > 64 + len(self._order) // 16:
+            ids = np.concatenate([self._order, new])
+            ts = self._timestamps[ids]
+            by_recency = np.lexsort((-ids, ts))
+            self._order, self._order_ts = ids[by_recency], ts[by_recency]
+            return
+        by_recency = np.lexsort((-new, new_ts))
+        new, new_ts = new[by_recency], new_ts[by_recency]
+        # Insertion points: after every older entry, and among entries with the same
+        # timestamp after those with a larger id (ids run descending inside a tie).
+        lo = np.searchsorted(self._order_ts, new_ts, side="left")
+        hi = np.searchsorted(self._order_ts, new_ts, side="right")
+        at = lo.copy()
+        for i in np.flatnonzero(hi > lo):
+            block = self._order[lo[i] : hi[i]]
+            at[i] = lo[i] + int(np.count_nonzero(block > new[i]))
+        self._order = np.insert(self._order, at, new)
+        self._order_ts = np.insert(self._order_ts, at, new_ts)

@@ -1,0 +1,543 @@
+"""VectorIndex: cosine similarity search, exact while small, HNSW once large.
+
+Vectors are stored L2-normalised as float32 rows of one contiguous matrix (rows
+of removed documents are reused), so cosine similarity is a dot product:
+
+* **exact** while the index holds fewer than ``hnsw_threshold`` vectors: one
+  matrix-vector product (about 0.8 ms for 20,000 x 384 on a laptop core);
+* **HNSW** past it: an hnswlib graph (inner-product space) over the same vectors,
+  grown by doubling with ``resize_index``; removals are ``mark_deleted``
+  tombstones, and the graph is rebuilt once tombstones pass ``tombstone_ratio``
+  of its elements. ``ef`` grows with ``top_k`` (``ef_search`` per 10 results).
+
+Filtered search (``allowed``) runs inside the search: in exact mode over the
+allowed rows only; in HNSW mode through hnswlib's ``filter`` callable, except
+when at most ``exact_filter_max`` documents are allowed, where an exact product
+over those rows is both faster and exact (filtered HNSW degrades there).
+Results are rescored from the stored vectors, so exact and HNSW agree on the
+score of a document.
+
+Slow work: building a graph costs about 0.4 ms per vector on one core. With
+``auto_build=True`` (the default) it happens inside the ``add``/``remove`` that
+crosses a threshold. An owner that must not stall (an actor) sets
+``auto_build=False``, asks :meth:`VectorIndex.plan_graph` for a
+:class:`GraphBuild` when :attr:`VectorIndex.wants_graph` is true, runs
+``build.run()`` in a worker thread (it reads only its own copy of the vectors),
+and hands the result back with :meth:`VectorIndex.adopt`, which replays the
+changes made since the plan. Until then searches stay exact and correct.
+
+Determinism: graphs are built with one thread (``num_threads=1``) and a fixed
+``seed``, so the same operations give the same graph and the same results.
+``num_threads>1`` builds faster but the graph then depends on thread timing.
+
+Persistence: the raw vectors are the truth (the JSONL snapshot stores them);
+:meth:`VectorIndex.to_sidecar` serialises the graph, and
+:meth:`VectorIndex.from_sidecar` reattaches it after checking that it was made
+from exactly these ids and vectors, rebuilding otherwise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import hnswlib
+import numpy as np
+import numpy.typing as npt
+import orjson
+
+from mnemex.errors import InvalidInput
+from mnemex.index._select import (
+    Allowed,
+    allowed_ids,
+    check_doc_id,
+    check_top_k,
+    missing,
+    top_k_by_score,
+)
+
+__all__ = ["GraphBuild", "SidecarStatus", "VectorIndex"]
+
+F32 = npt.NDArray[np.float32]
+I64 = npt.NDArray[np.int64]
+
+SidecarStatus = Literal["none", "loaded", "absent", "stale", "corrupt"]
+
+_MAGIC = b"MNXHNSW1"
+_SIDECAR_VERSION = 1
+_MIN_ROWS = 256
+_VERIFY_CHUNK = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class _GraphParams:
+    dim: int
+    m: int
+    ef_construction: int
+    seed: int
+    num_threads: int
+
+
+@dataclass(slots=True)
+class GraphBuild:
+    """A graph to build beside the index: ``run()`` may go to a worker thread (it
+    reads only the copies held here), then :meth:`VectorIndex.adopt` attaches the
+    result. ``token`` ties it to the plan that made it."""
+
+    token: int
+    ids: I64
+    vectors: F32
+    params: _GraphParams
+    graph: Any = field(default=None, repr=False)
+
+    def run(self) -> GraphBuild:
+        """Build the graph (slow: about 0.4 ms per vector per thread); returns self."""
+        if self.graph is None:
+            self.graph = _build_graph(self.ids, self.vectors, self.params)
+        return self
+
+
+class VectorIndex:
+    """Cosine-similarity index over L2-normalised float32 vectors of ``dim``
+    dimensions, keyed by int doc ids. See the module docstring for the modes.
+
+    Memory: 4 * dim bytes per vector for the matrix, plus, in HNSW mode, the
+    graph's copy of the vector and about 8 * m + 16 bytes of links per element.
+    """
+
+    def __init__(self, dim: int, *, hnsw_threshold: int = 20_000, m: int = 16,
+                 ef_construction: int = 200, ef_search: int = 64, tombstone_ratio: float = 0.2,
+                 exact_filter_max: int = 4096, seed: int = 100, num_threads: int = 1,
+                 auto_build: bool = True) -> None:
+        for name, value, low in (("dim", dim, 1), ("hnsw_threshold", hnsw_threshold, 1), ("m", m, 2),
+                                 ("ef_construction", ef_construction, 1), ("ef_search", ef_search, 1),
+                                 ("exact_filter_max", exact_filter_max, 0), ("seed", seed, 0),
+                                 ("num_threads", num_threads, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise InvalidInput(f"{name} is {value!r}; it must be an int >= {low}", field=name)
+        if not (math.isfinite(tombstone_ratio) and 0 < tombstone_ratio < 1):
+            raise InvalidInput(f"tombstone_ratio is {tombstone_ratio}; it must be in (0, 1)",
+                               field="tombstone_ratio")
+        self.dim = dim
+        self.hnsw_threshold = hnsw_threshold
+        self.ef_search = ef_search
+        self.tombstone_ratio = float(tombstone_ratio)
+        self.exact_filter_max = exact_filter_max
+        self.auto_build = auto_build
+        self._params = _GraphParams(dim, m, ef_construction, seed, num_threads)
+        self._rows = np.zeros((0, dim), dtype=np.float32)
+        self._row_ids = np.zeros(0, dtype=np.int64)         # doc id per row, -1 when free
+        self._row_of = np.zeros(0, dtype=np.int64)          # row per doc id, -1 when absent
+        self._free: list[int] = []
+        self._high = 0                                      # rows ever used: [0, high)
+        self._count = 0
+        self._graph: Any = None
+        self._graph_size = 0                                # elements in the graph, tombstones included
+        self._tombstones: set[int] = set()
+        self._plan_token = 0
+        self._touched: set[int] | None = None               # ids changed since the live plan
+        self.sidecar_status: SidecarStatus = "none"
+
+    # -- reading ---------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self._count
+
+    def __contains__(self, doc_id: object) -> bool:
+        if isinstance(doc_id, bool) or not isinstance(doc_id, int | np.integer):
+            return False
+        i = int(doc_id)
+        return 0 <= i < len(self._row_of) and self._row_of[i] >= 0
+
+    @property
+    def mode(self) -> Literal["exact", "hnsw"]:
+        return "hnsw" if self._graph is not None else "exact"
+
+    @property
+    def tombstones(self) -> int:
+        return len(self._tombstones)
+
+    @property
+    def wants_graph(self) -> bool:
+        """Whether a graph should be (re)built: the index passed ``hnsw_threshold``
+        without one, or its tombstones passed ``tombstone_ratio``."""
+        if self._graph is None:
+            return self._count >= self.hnsw_threshold
+        return len(self._tombstones) > self.tombstone_ratio * max(1, self._graph_size)
+
+    def doc_ids(self) -> list[int]:
+        """Every indexed doc id, ascending."""
+        return sorted(int(i) for i in self._row_ids[: self._high] if i >= 0)
+
+    def vector(self, doc_id: int) -> F32:
+        """A copy of the stored (normalised) vector of *doc_id*."""
+        return np.array(self._rows[self._row(doc_id)], dtype=np.float32)
+
+    def items(self) -> Iterator[tuple[int, F32]]:
+        """(doc_id, normalised vector) for every document, ascending by id."""
+        for doc_id in self.doc_ids():
+            yield doc_id, self._rows[self._row_of[doc_id]].copy()
+
+    # -- changing --------------------------------------------------------------------
+    def add(self, doc_id: int, vector: npt.ArrayLike) -> None:
+        """Index *vector* (any non-zero scale; stored normalised) as *doc_id*."""
+        self.add_many([doc_id], self._as_matrix(vector, 1))
+
+    def add_many(self, doc_ids: Sequence[int], vectors: npt.ArrayLike) -> None:
+        """Index several vectors at once (one graph insertion batch in HNSW mode)."""
+        ids = [check_doc_id(d) for d in doc_ids]
+        matrix = self._as_matrix(vectors, len(ids))
+        if len(set(ids)) != len(ids):
+            raise InvalidInput("doc_ids repeat within one add_many", field="doc_ids")
+        for doc_id in ids:
+            if doc_id in self:
+                raise InvalidInput(f"doc {doc_id} is already in the vector index; use update",
+                                   field="doc_id")
+        if not ids:
+            return
+        self._ensure_id_capacity(max(ids) + 1)
+        rows = [self._take_row() for _ in ids]
+        row_array = np.array(rows, dtype=np.int64)
+        id_array = np.array(ids, dtype=np.int64)
+        self._rows[row_array] = matrix
+        self._row_ids[row_array] = id_array
+        self._row_of[id_array] = row_array
+        self._count += len(ids)
+        if self._touched is not None:
+            self._touched.update(ids)
+        if self._graph is not None:
+            self._graph_insert(id_array, matrix)
+        self._maybe_build()
+
+    def remove(self, doc_id: int) -> None:
+        """Forget *doc_id*; NotFound when it is not indexed."""
+        row = self._row(doc_id)
+        doc_id = int(doc_id)
+        self._row_ids[row] = -1
+        self._row_of[doc_id] = -1
+        self._rows[row] = 0.0
+        self._free.append(row)
+        self._count -= 1
+        if self._touched is not None:
+            self._touched.add(doc_id)
+        if self._graph is not None:
+            self._graph.mark_deleted(doc_id)
+            self._tombstones.add(doc_id)
+        self._maybe_build()
+
+    def update(self, doc_id: int, vector: npt.ArrayLike) -> None:
+        """Replace the vector of *doc_id* (remove, then add)."""
+        self._row(doc_id)
+        matrix = self._as_matrix(vector, 1)
+        self.remove(doc_id)
+        self.add_many([doc_id], matrix)
+
+    # -- searching -------------------------------------------------------------------
+    def search(self, vector: npt.ArrayLike, top_k: int = 10,
+               allowed: Allowed = None) -> list[tuple[int, float]]:
+        """The top_k documents by cosine similarity to *vector*, best first (equal
+        scores by lower id), as (doc_id, cosine). ``allowed`` filters inside the
+        search. Exact below the HNSW threshold, approximate above it."""
+        top_k = check_top_k(top_k)
+        query = self._as_matrix(vector, 1)[0]
+        if self._count == 0:
+            return []
+        if allowed is not None:
+            ids = allowed_ids(allowed)
+            ids = ids[ids < len(self._row_of)]
+            rows = self._row_of[ids]
+            rows = rows[rows >= 0]
+            if len(rows) == 0:
+                return []
+            if self._graph is None or len(rows) <= self.exact_filter_max:
+                return self._exact_rows(query, rows, top_k)
+            return self._graph_search(query, top_k, len(rows), ids)
+        if self._graph is None:
+            return self._exact_all(query, top_k)
+        return self._graph_search(query, top_k, self._count, None)
+
+    def exact_search(self, vector: npt.ArrayLike, top_k: int = 10,
+                     allowed: Allowed = None) -> list[tuple[int, float]]:
+        """Like :meth:`search`, but always exact (a full product), whatever the mode."""
+        top_k = check_top_k(top_k)
+        query = self._as_matrix(vector, 1)[0]
+        if self._count == 0:
+            return []
+        if allowed is None:
+            return self._exact_all(query, top_k)
+        ids = allowed_ids(allowed)
+        ids = ids[ids < len(self._row_of)]
+        rows = self._row_of[ids]
+        return self._exact_rows(query, rows[rows >= 0], top_k)
+
+    # -- graph lifecycle -------------------------------------------------------------
+    def plan_graph(self) -> GraphBuild:
+        """A build of a fresh graph over the current vectors, to run anywhere; a
+        later plan makes earlier ones stale."""
+        self._plan_token += 1
+        self._touched = set()
+        live = self._row_ids[: self._high] >= 0
+        ids = self._row_ids[: self._high][live].copy()
+        vectors = self._rows[: self._high][live].copy()
+        return GraphBuild(self._plan_token, ids, vectors, self._params)
+
+    def adopt(self, build: GraphBuild) -> bool:
+        """Attach a finished build, replaying the changes made since its plan.
+        False (and nothing changes) when a newer plan exists or it did not run."""
+        if build.token != self._plan_token or build.graph is None or self._touched is None:
+            return False
+        graph = build.graph
+        planned = set(build.ids.tolist())
+        tombstones: set[int] = set()
+        size = len(planned)
+        changed = sorted(self._touched)
+        readd = [d for d in changed if d in self]
+        for doc_id in changed:
+            if doc_id in planned and doc_id not in self:
+                graph.mark_deleted(doc_id)
+                tombstones.add(doc_id)
+        self._graph, self._graph_size, self._tombstones = graph, size, tombstones
+        self._touched = None
+        if readd:
+            ids = np.array(readd, dtype=np.int64)
+            self._graph_insert(ids, self._rows[self._row_of[ids]])
+        return True
+
+    def build_graph(self) -> None:
+        """Build (or rebuild) the graph now, in this thread."""
+        build = self.plan_graph().run()
+        self.adopt(build)
+
+    def drop_graph(self) -> None:
+        """Go back to exact search (frees the graph)."""
+        self._graph, self._graph_size, self._tombstones = None, 0, set()
+        self._touched = None
+
+    # -- persistence -----------------------------------------------------------------
+    @classmethod
+    def from_vectors(cls, doc_ids: Sequence[int], vectors: npt.ArrayLike, dim: int,
+                     **params: Any) -> VectorIndex:
+        """An index holding *vectors* under *doc_ids* (in that order), with a graph
+        built if there are enough of them and ``auto_build`` is on."""
+        return cls.from_sidecar(None, doc_ids, vectors, dim, **params)
+
+    @classmethod
+    def from_sidecar(cls, data: bytes | None, doc_ids: Sequence[int], vectors: npt.ArrayLike,
+                     dim: int, **params: Any) -> VectorIndex:
+        """An index over *vectors* whose graph is read from *data* (made by
+        :meth:`to_sidecar`) when it matches these ids and vectors exactly; otherwise
+        the graph is rebuilt (if wanted). ``sidecar_status`` says what happened."""
+        index = cls(dim, **params)
+        auto = index.auto_build
+        index.auto_build = False
+        index.add_many(doc_ids, vectors)
+        index.auto_build = auto
+        index.sidecar_status = "absent" if data is None else index._load_sidecar(data)
+        index._maybe_build()
+        return index
+
+    def to_sidecar(self) -> bytes | None:
+        """The graph as bytes (None in exact mode): a header naming the ids and
+        tombstones it covers and a checksum, then hnswlib's own arrays. Costs a
+        copy of the graph; call it where the index is not changing."""
+        if self._graph is None:
+            return None
+        state = self._graph.__getstate__()[0]
+        scalars: dict[str, Any] = {}
+        arrays: list[dict[str, Any]] = []
+        blobs: list[bytes] = []
+        offset = 0
+        for key, value in state.items():
+            if isinstance(value, np.ndarray):
+                blob = np.ascontiguousarray(value).tobytes()
+                arrays.append({"name": key, "dtype": value.dtype.str, "shape": list(value.shape),
+                               "offset": offset, "nbytes": len(blob)})
+                blobs.append(blob)
+                offset += len(blob)
+            else:
+                scalars[key] = value
+        body = b"".join(blobs)
+        header = orjson.dumps({
+            "version": _SIDECAR_VERSION,
+            "dim": self.dim,
+            "count": self._count,
+            "ids_checksum": self._ids_checksum(),
+            "tombstones": sorted(self._tombstones),
+            "graph_size": self._graph_size,
+            "body_checksum": hashlib.blake2b(body, digest_size=16).hexdigest(),
+            "scalars": scalars,
+            "arrays": arrays,
+        })
+        return _MAGIC + struct.pack("<Q", len(header)) + header + body
+
+    # -- insides ---------------------------------------------------------------------
+    def _load_sidecar(self, data: bytes) -> SidecarStatus:
+        try:
+            if data[: len(_MAGIC)] != _MAGIC:
+                return "corrupt"
+            (header_size,) = struct.unpack_from("<Q", data, len(_MAGIC))
+            start = len(_MAGIC) + 8
+            header = orjson.loads(data[start : start + header_size])
+            body = memoryview(data)[start + header_size :]
+            if header.get("version") != _SIDECAR_VERSION:
+                return "stale"
+            if hashlib.blake2b(body, digest_size=16).hexdigest() != header["body_checksum"]:
+                return "corrupt"
+            if (header["dim"] != self.dim or header["count"] != self._count
+                    or header["ids_checksum"] != self._ids_checksum()):
+                return "stale"
+            state: dict[str, Any] = dict(header["scalars"])
+            for spec in header["arrays"]:
+                chunk = body[spec["offset"] : spec["offset"] + spec["nbytes"]]
+                state[spec["name"]] = np.frombuffer(chunk, dtype=np.dtype(spec["dtype"])).reshape(
+                    spec["shape"]).copy()
+        except (ValueError, KeyError, TypeError, struct.error, orjson.JSONDecodeError):
+            return "corrupt"
+        if state.get("space") != "ip" or state.get("dim") != self.dim:
+            return "stale"
+        tombstones = {int(t) for t in header["tombstones"]}
+        labels = state.get("label_lookup_external")
+        if not isinstance(labels, np.ndarray):
+            return "corrupt"
+        live = set(self.doc_ids())
+        if set(labels.tolist()) != live | tombstones or live & tombstones:
+            return "stale"
+        graph = hnswlib.Index.__new__(hnswlib.Index)
+        try:
+            graph.__setstate__((state,))
+        except (RuntimeError, ValueError, TypeError):
+            return "corrupt"
+        ids = np.array(sorted(live), dtype=np.int64)
+        for start in range(0, len(ids), _VERIFY_CHUNK):
+            chunk_ids = ids[start : start + _VERIFY_CHUNK]
+            stored = np.asarray(graph.get_items(chunk_ids), dtype=np.float32)
+            if not np.array_equal(stored, self._rows[self._row_of[chunk_ids]]):
+                return "stale"
+        graph.set_num_threads(self._params.num_threads)
+        self._graph = graph
+        self._graph_size = int(header["graph_size"])
+        self._tombstones = tombstones
+        self._touched = None
+        return "loaded"
+
+    def _ids_checksum(self) -> str:
+        ids = np.array(self.doc_ids(), dtype=np.int64)
+        return hashlib.blake2b(ids.tobytes(), digest_size=16).hexdigest()
+
+    def _maybe_build(self) -> None:
+        if self.auto_build and self.wants_graph:
+            if self._count == 0:
+                self.drop_graph()
+            else:
+                self.build_graph()
+
+    def _graph_insert(self, ids: I64, matrix: F32) -> None:
+        graph = self._graph
+        new = int(sum(1 for d in ids.tolist() if d not in self._tombstones))
+        needed = self._graph_size + new
+        capacity = graph.get_max_elements()
+        if needed > capacity:
+            graph.resize_index(max(needed, 2 * capacity))
+        graph.add_items(matrix, ids, num_threads=self._params.num_threads)
+        self._tombstones.difference_update(ids.tolist())
+        self._graph_size = needed
+
+    def _graph_search(self, query: F32, top_k: int, allowed_count: int,
+                      allowed: I64 | None) -> list[tuple[int, float]]:
+        k = min(top_k, allowed_count)
+        ef = max(self.ef_search, math.ceil(self.ef_search * k / 10), k)
+        self._graph.set_ef(ef)
+        allowed_filter = None
+        if allowed is not None:
+            mask = np.zeros(len(self._row_of), dtype=np.bool_)
+            mask[allowed] = True
+            allowed_filter = mask.tobytes().__getitem__
+        try:
+            labels, _ = self._graph.knn_query(query, k=k, num_threads=1, filter=allowed_filter)
+        except RuntimeError:
+            # hnswlib found fewer than k reachable elements: answer exactly instead.
+            if allowed is None:
+                return self._exact_all(query, top_k)
+            rows = self._row_of[allowed]
+            return self._exact_rows(query, rows[rows >= 0], top_k)
+        ids = labels[0].astype(np.int64)
+        rows = self._row_of[ids]
+        scores = (self._rows[rows] @ query).astype(np.float64)
+        return top_k_by_score(ids, scores, top_k)
+
+    def _exact_all(self, query: F32, top_k: int) -> list[tuple[int, float]]:
+        scores = (self._rows[: self._high] @ query).astype(np.float64)
+        ids = self._row_ids[: self._high]
+        if self._free:
+            live = ids >= 0
+            ids, scores = ids[live], scores[live]
+        return top_k_by_score(ids, scores, top_k)
+
+    def _exact_rows(self, query: F32, rows: I64, top_k: int) -> list[tuple[int, float]]:
+        if len(rows) > self._high // 4:
+            scores = (self._rows[: self._high] @ query)[rows].astype(np.float64)
+        else:
+            scores = (self._rows[rows] @ query).astype(np.float64)
+        return top_k_by_score(self._row_ids[rows], scores, top_k)
+
+    def _row(self, doc_id: int) -> int:
+        if doc_id not in self:
+            raise missing(doc_id if isinstance(doc_id, int) else -1, "vector index")
+        return int(self._row_of[int(doc_id)])
+
+    def _take_row(self) -> int:
+        if self._free:
+            return self._free.pop()
+        if self._high == len(self._rows):
+            grown = np.zeros((max(_MIN_ROWS, 2 * len(self._rows)), self.dim), dtype=np.float32)
+            grown[: self._high] = self._rows[: self._high]
+            self._rows = grown
+            row_ids = np.full(len(grown), -1, dtype=np.int64)
+            row_ids[: self._high] = self._row_ids[: self._high]
+            self._row_ids = row_ids
+        self._high += 1
+        return self._high - 1
+
+    def _ensure_id_capacity(self, needed: int) -> None:
+        if needed <= len(self._row_of):
+            return
+        grown = np.full(max(_MIN_ROWS, needed, 2 * len(self._row_of)), -1, dtype=np.int64)
+        grown[: len(self._row_of)] = self._row_of
+        self._row_of = grown
+
+    def _as_matrix(self, vectors: npt.ArrayLike, rows: int) -> F32:
+        try:
+            matrix = np.asarray(vectors, dtype=np.float32)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput("vectors must be numeric arrays", field="vector") from exc
+        if matrix.ndim == 1:
+            matrix = matrix[None, :]
+        if matrix.ndim != 2 or matrix.shape[1] != self.dim:
+            raise InvalidInput(f"vector dimension is {matrix.shape[-1] if matrix.ndim else 0}; "
+                               f"this index holds {self.dim}-dimensional vectors", field="vector")
+        if matrix.shape[0] != rows:
+            raise InvalidInput(f"got {matrix.shape[0]} vectors for {rows} doc ids", field="vector")
+        if not np.isfinite(matrix).all():
+            raise InvalidInput("vectors must be finite (no NaN or infinity)", field="vector")
+        # Rows already of unit length are kept bit for bit, so that normalising is
+        # idempotent: vectors read back from a snapshot match the graph's copies.
+        norms = np.linalg.norm(matrix, axis=1)
+        rescale = np.abs(norms - 1.0) > 1e-6
+        result: F32 = np.array(matrix, dtype=np.float32, order="C", copy=True)
+        if rescale.any():
+            safe = np.where(norms[rescale] > 0, norms[rescale], 1.0)
+            result[rescale] = matrix[rescale] / safe[:, None]
+        return result
+
+
+def _build_graph(ids: I64, vectors: F32, params: _GraphParams) -> Any:
+    graph = hnswlib.Index(space="ip", dim=params.dim)
+    graph.init_index(max_elements=max(_MIN_ROWS, len(ids) + len(ids) // 2),
+                     ef_construction=params.ef_construction, M=params.m, random_seed=params.seed)
+    graph.set_num_threads(params.num_threads)
+    if len(ids):
+        graph.add_items(vectors, ids, num_threads=params.num_threads)
+    return graph

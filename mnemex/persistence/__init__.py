@@ -1,0 +1,49 @@
+"""Storage of actors on disk: write-ahead journal, snapshots, safe folder names.
+
+Plain blocking code (no trio): the runtime calls it from worker threads. The
+layout of a data directory::
+
+    data_dir/
+      LOCK                              flocked while a runtime uses data_dir
+      agents/<encoded key>/             one folder per actor (kind "agent")
+        key.json                        {"kind": "agent", "key": ["assistant"]}
+        journal.jsonl                   commands after the newest snapshot
+        snapshot-<seq>.jsonl            header line + one line per record
+        snapshot-<seq>.<name>.bin       optional binary sidecars of a snapshot
+        journal-<first>-<last>.jsonl    archived commands, for fallback and history
+      scopes/<encoded key>/ ...
+"""
+
+from mnemex.persistence.datadir import ActorLocation as ActorLocation
+from mnemex.persistence.datadir import DataDir as DataDir
+from mnemex.persistence.inspect import ActorInfo as ActorInfo
+from mnemex.persistence.inspect import inspect_actor as inspect_actor
+from mnemex.persistence.inspect import read_history as read_history
+from mnemex.persistence.inspect import verify_actor as verify_actor
+from mnemex.persistence.journal import JournalEntry as JournalEntry
+from mnemex.persistence.layout import actor_dir as actor_dir
+from mnemex.persistence.layout import decode_key as decode_key
+from mnemex.persistence.layout import encode_key as encode_key
+from mnemex.persistence.snapshot import SnapshotHeader as SnapshotHeader
+from mnemex.persistence.store import ActorStore as ActorStore
+from mnemex.persistence.store import FileStore as FileStore
+from mnemex.persistence.store import MemoryStore as MemoryStore
+from mnemex.persistence.store import Recovered as Recovered
+
+__all__ = [
+    "ActorInfo",
+    "ActorLocation",
+    "ActorStore",
+    "DataDir",
+    "FileStore",
+    "JournalEntry",
+    "MemoryStore",
+    "Recovered",
+    "SnapshotHeader",
+    "actor_dir",
+    "decode_key",
+    "encode_key",
+    "inspect_actor",
+    "read_history",
+    "verify_actor",
+]

@@ -1,0 +1,105 @@
+"""Blocking file primitives shared by the journal, snapshots and the data dir:
+complete writes, atomic replacement, directory fsync, OSError translation."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from mnemex.errors import StorageError
+
+__all__ = ["describe_os_error", "fsync_dir", "log", "read_file", "remove_quietly",
+           "storage_errors", "write_all", "write_atomic"]
+
+log = logging.getLogger("mnemex.persistence")
+
+_OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+
+
+def describe_os_error(exc: OSError) -> str:
+    """``"No space left on device (ENOSPC)"``: the OS's words and the errno name."""
+    text = exc.strerror or str(exc)
+    name = errno.errorcode.get(exc.errno or 0)
+    return f"{text} ({name})" if name else text
+
+
+def write_all(fd: int, chunks: Iterable[bytes]) -> int:
+    """Write every byte of ``chunks`` to ``fd`` (retrying short writes); the count written."""
+    total = 0
+    for chunk in chunks:
+        view = memoryview(chunk)
+        while view:
+            written = os.write(fd, view)
+            total += written
+            view = view[written:]
+    return total
+
+
+def fsync_dir(path: Path) -> None:
+    """Make the entries of directory ``path`` (creations, renames) durable."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, chunks: Iterable[bytes], *, sync_dir: bool = True) -> int:
+    """Replace ``path`` with ``chunks`` all at once: write ``<path>.tmp``, fsync it,
+    rename it over ``path`` and (unless ``sync_dir`` is False, when the caller
+    syncs the folder itself) fsync the folder. A crash leaves either the old file
+    or the new one, never a mix. Raises OSError; no ``.tmp`` is left behind."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, _OPEN_FLAGS, 0o644)
+    try:
+        try:
+            size = write_all(fd, chunks)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        remove_quietly(tmp)
+        raise
+    if sync_dir:
+        fsync_dir(path.parent)
+    return size
+
+
+def remove_quietly(path: Path) -> bool:
+    """Delete ``path`` if it exists; True if it was deleted. Failures are logged."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        log.warning("could not delete %s: %s", path, describe_os_error(exc))
+        return False
+    return True
+
+
+def read_file(path: Path, what: str, *, missing_ok: bool = False) -> bytes:
+    """The whole content of ``path`` (``b""`` if it is missing and ``missing_ok``);
+    OSError becomes StorageError naming ``what``."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        if missing_ok:
+            return b""
+        raise StorageError(f"{what} {path} does not exist") from None
+    except OSError as exc:
+        raise StorageError(f"could not read {what} {path}: {describe_os_error(exc)}") from exc
+
+
+@contextlib.contextmanager
+def storage_errors(action: str, path: Path) -> Iterator[None]:
+    """Translate OSError raised inside the block into StorageError(action, path)."""
+    try:
+        yield
+    except OSError as exc:
+        raise StorageError(f"could not {action} {path}: {describe_os_error(exc)}") from exc

@@ -1,0 +1,179 @@
+"""The data directory: checked and locked once, at start-up.
+
+Opening a DataDir creates the folder, proves it is writable (a probe file is
+written, fsynced and removed, so a read-only or full disk fails here and not
+on the first command) and takes an exclusive ``flock`` on ``data_dir/LOCK``,
+held until ``close()``: a second DataDir on the same folder, in this process
+or another, raises DataDirLocked naming the holder's pid.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import orjson
+
+from mnemex.errors import DataDirLocked, InvalidInput, StorageError
+from mnemex.persistence._files import describe_os_error, log, write_all
+from mnemex.persistence.layout import KEY_MANIFEST, check_kind, decode_key
+from mnemex.persistence.store import FileStore
+
+__all__ = ["LOCK_FILE", "ActorLocation", "DataDir", "read_manifest"]
+
+LOCK_FILE = "LOCK"
+"""File in the data directory that is flocked while a runtime uses it."""
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+@dataclass(frozen=True, slots=True)
+class ActorLocation:
+    """One actor folder found in a data directory."""
+
+    kind: str
+    key: tuple[str, ...]
+    path: Path
+
+
+def read_manifest(folder: Path) -> tuple[str, tuple[str, ...]] | None:
+    """``(kind, key)`` from ``folder/key.json``, or None if it is missing or unreadable."""
+    try:
+        raw = orjson.loads((folder / KEY_MANIFEST).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    if not isinstance(raw, dict):
+        return None
+    kind, key = raw.get("kind"), raw.get("key")
+    if not isinstance(kind, str) or not isinstance(key, list) or not key:
+        return None
+    if not all(isinstance(part, str) for part in key):
+        return None
+    return kind, tuple(key)
+
+
+class DataDir:
+    """An opened, writable, exclusively locked data directory.
+
+    ``DataDir(path)`` raises StorageError if the folder cannot be created or
+    written, DataDirLocked if another DataDir (any process) holds it.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock_fd: int | None = None
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except FileExistsError as exc:
+            raise StorageError(f"data directory {self.path} exists but is not a directory "
+                               f"(config.data_dir)") from exc
+        except OSError as exc:
+            raise StorageError(f"cannot create data directory {self.path}: {describe_os_error(exc)} "
+                               f"(config.data_dir)") from exc
+        self._probe()
+        self._lock_fd = self._lock()
+
+    def _probe(self) -> None:
+        probe = self.path / f".probe-{os.getpid()}-{id(self):x}"
+        try:
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC, 0o644)
+            try:
+                write_all(fd, (b"mnemex write probe\n",))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+                probe.unlink(missing_ok=True)
+        except OSError as exc:
+            raise StorageError(f"data directory {self.path} is not writable: {describe_os_error(exc)} "
+                               f"(config.data_dir; mnemex needs to write its journal there)") from exc
+
+    def _lock(self) -> int:
+        path = self.path / LOCK_FILE
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | _CLOEXEC, 0o644)
+        except OSError as exc:
+            raise StorageError(f"cannot open the lock file {path}: {describe_os_error(exc)}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            holder = _read_pid(fd)
+            os.close(fd)
+            who = f"process {holder}" if holder else "another process"
+            raise DataDirLocked(f"data directory {self.path} is in use by {who} (it holds {path}); "
+                                f"stop that runtime first or use another config.data_dir") from exc
+        except OSError as exc:
+            os.close(fd)
+            raise StorageError(f"cannot lock {path}: {describe_os_error(exc)}") from exc
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as exc:  # the lock is what matters; the pid is a courtesy
+            log.warning("could not write the pid into %s: %s", path, describe_os_error(exc))
+        return fd
+
+    @property
+    def is_open(self) -> bool:
+        """True until close()."""
+        return self._lock_fd is not None
+
+    def store(self, kind: str, key: tuple[str, ...], keep: int = 2) -> FileStore:
+        """The store of actor ``kind``/``key`` (nothing is created until it writes)."""
+        if self._lock_fd is None:
+            raise StorageError(f"data directory {self.path} is closed")
+        return FileStore(self.path, kind, key, keep=keep)
+
+    def actors(self) -> Iterator[ActorLocation]:
+        """Every actor folder (``<kind>s/<name>/``), its key from ``key.json`` or its name."""
+        try:
+            kind_dirs = sorted(self.path.iterdir())
+        except OSError as exc:
+            raise StorageError(f"cannot list data directory {self.path}: {describe_os_error(exc)}") from exc
+        for kind_dir in kind_dirs:
+            name = kind_dir.name
+            if not name.endswith("s") or not kind_dir.is_dir():
+                continue
+            try:
+                kind = check_kind(name[:-1])
+            except InvalidInput:
+                continue
+            for folder in sorted(kind_dir.iterdir()):
+                if not folder.is_dir():
+                    continue
+                manifest = read_manifest(folder)
+                if manifest is not None:
+                    yield ActorLocation(manifest[0], manifest[1], folder)
+                    continue
+                key = decode_key(folder.name)
+                if key is None:
+                    log.warning("%s: actor folder without a readable %s and with a shortened name; "
+                                "its key is unknown, skipping it", folder, KEY_MANIFEST)
+                    continue
+                yield ActorLocation(kind, key, folder)
+
+    def close(self) -> None:
+        """Release the lock (idempotent)."""
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            os.close(fd)  # closing the descriptor drops the flock
+
+    def __enter__(self) -> DataDir:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"DataDir({str(self.path)!r}{'' if self.is_open else ', closed'})"
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None

@@ -1,0 +1,255 @@
+"""Read-only looks at one actor folder, for the CLI (``mnemex inspect``,
+``mnemex verify``) and for point-in-time reads. Nothing here writes: a torn
+journal tail is reported, never cut."""
+
+from __future__ import annotations
+
+import bisect
+import datetime
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mnemex.errors import CorruptData, InvalidInput, StorageError
+from mnemex.persistence._files import read_file
+from mnemex.persistence.datadir import read_manifest
+from mnemex.persistence.journal import JOURNAL, JournalEntry, audit_journal, list_archives, scan_journal
+from mnemex.persistence.layout import KEY_MANIFEST, decode_key, encode_key
+from mnemex.persistence.snapshot import (
+    SnapshotHeader,
+    decode_header,
+    decode_snapshot,
+    list_snapshots,
+    load_newest_snapshot,
+    read_sidecars,
+    sidecar_name,
+)
+from mnemex.persistence.store import Recovered, stitch_entries
+
+__all__ = ["ActorInfo", "inspect_actor", "read_history", "verify_actor"]
+
+
+@dataclass(frozen=True, slots=True)
+class ActorInfo:
+    """What an actor folder holds. Times are epoch milliseconds."""
+
+    path: Path
+    kind: str | None
+    """From key.json, else from the parent folder's name."""
+    key: tuple[str, ...] | None
+    """From key.json, else decoded from the folder name, else from a snapshot header."""
+    snapshots: list[int] = field(default_factory=list)
+    """Seqs of the snapshot files kept, oldest first."""
+    snapshot_seq: int | None = None
+    """The newest snapshot with a readable header: its seq, record count, creation
+    time and the time of the last command it includes."""
+    snapshot_count: int | None = None
+    snapshot_created: int | None = None
+    snapshot_ts: int | None = None
+    journal_first: int | None = None
+    journal_last: int | None = None
+    journal_lines: int = 0
+    """Valid lines in journal.jsonl."""
+    journal_problem: str | None = None
+    """A torn tail (cut at the next load) or damage found while reading the journal."""
+    archives: list[tuple[int, int]] = field(default_factory=list)
+    """``(first seq, last seq)`` of each archive segment, oldest first."""
+    total_bytes: int = 0
+
+
+def _identity(path: Path) -> tuple[str | None, tuple[str, ...] | None]:
+    manifest = read_manifest(path)
+    if manifest is not None:
+        return manifest
+    parent = path.parent.name
+    return (parent[:-1] if parent.endswith("s") else None), decode_key(path.name)
+
+
+def _read_header(path: Path) -> SnapshotHeader | None:
+    try:
+        with open(path, "rb") as handle:
+            line = handle.readline()
+        return decode_header(line.rstrip(b"\n"), str(path))
+    except (OSError, CorruptData):
+        return None
+
+
+def _folder_bytes(path: Path) -> int:
+    total = 0
+    with os.scandir(path) as entries:
+        for entry in entries:
+            if entry.is_file(follow_symlinks=False):
+                total += entry.stat(follow_symlinks=False).st_size
+    return total
+
+
+def _check_folder(path: Path) -> None:
+    if not path.is_dir():
+        raise InvalidInput(f"{path} is not an actor folder (no such directory)", field="path")
+
+
+def inspect_actor(path: Path | str) -> ActorInfo:
+    """A summary of the actor folder at ``path``, read without changing anything."""
+    path = Path(path)
+    _check_folder(path)
+    kind, key = _identity(path)
+    snapshots = list_snapshots(path)
+    newest: SnapshotHeader | None = None
+    for _seq, snapshot_path in snapshots:
+        newest = _read_header(snapshot_path)
+        if newest is not None:
+            break
+    if key is None and newest is not None:
+        key = newest.key
+    problem: str | None = None
+    entries: list[JournalEntry] = []
+    try:
+        scan = scan_journal(read_file(path / JOURNAL, "journal", missing_ok=True), path / JOURNAL)
+        entries = scan.entries
+        if scan.is_torn:
+            problem = (f"torn tail from line {scan.torn_line} ({scan.torn_reason}), "
+                       f"{scan.size - scan.good_bytes:,} bytes; cut when the actor is next loaded")
+    except (CorruptData, StorageError) as exc:
+        problem = str(exc)
+    return ActorInfo(
+        path=path, kind=kind, key=key,
+        snapshots=sorted(seq for seq, _path in snapshots),
+        snapshot_seq=newest.seq if newest else None,
+        snapshot_count=newest.count if newest else None,
+        snapshot_created=newest.created if newest else None,
+        snapshot_ts=newest.ts if newest else None,
+        journal_first=entries[0].seq if entries else None,
+        journal_last=entries[-1].seq if entries else None,
+        journal_lines=len(entries),
+        journal_problem=problem,
+        archives=[(first, last) for first, last, _path in list_archives(path)],
+        total_bytes=_folder_bytes(path),
+    )
+
+
+def verify_actor(path: Path | str) -> list[str]:
+    """Every problem in the actor folder at ``path`` (empty = healthy): each
+    snapshot's header, count, checksum and sidecars; each journal and archive
+    line's checksum and seq order; and that the commands after every snapshot
+    kept are all there. Reads only."""
+    path = Path(path)
+    _check_folder(path)
+    problems: list[str] = []
+    manifest = read_manifest(path)
+    if manifest is None:
+        problems.append(f"{path / KEY_MANIFEST}: missing or unreadable")
+    else:
+        kind, key = manifest
+        try:
+            if encode_key(key) != path.name or path.parent.name != f"{kind}s":
+                problems.append(f"{path / KEY_MANIFEST}: {kind} {list(key)!r} does not belong in {path}")
+        except InvalidInput as exc:
+            problems.append(f"{path / KEY_MANIFEST}: {exc}")
+
+    valid_snapshots: list[int] = []
+    for seq, snapshot_path in sorted(list_snapshots(path)):
+        try:
+            header, _records = decode_snapshot(read_file(snapshot_path, "snapshot"), str(snapshot_path))
+        except (CorruptData, StorageError) as exc:
+            problems.append(str(exc))
+            continue
+        if header.seq != seq:
+            problems.append(f"{snapshot_path}: header seq {header.seq} does not match the file name")
+            continue
+        if manifest is not None and (header.kind, header.key) != manifest:
+            problems.append(f"{snapshot_path}: belongs to {header.kind} {list(header.key)!r}, not "
+                            f"{manifest[0]} {list(manifest[1])!r}")
+        found = read_sidecars(path, header)
+        problems.extend(f"{path / sidecar_name(seq, name)}: missing or damaged (the snapshot loads "
+                        f"without it)" for name in header.sidecars if name not in found)
+        valid_snapshots.append(seq)
+
+    sources: list[Sequence[JournalEntry]] = []
+    for first, last, archive_path in list_archives(path):
+        entries, found_problems = _audit(archive_path, problems)
+        if entries and (entries[0].seq != first or entries[-1].seq != last):
+            found_problems.append(f"{archive_path}: holds seqs {entries[0].seq} to {entries[-1].seq}, "
+                                  f"not what its name says")
+        problems.extend(found_problems)
+        sources.append(entries)
+    journal_entries, journal_problems = _audit(path / JOURNAL, problems)
+    problems.extend(journal_problems)
+    sources.append(journal_entries)
+
+    # Damage inside a file is reported above; what follows checks the files join up.
+    sources = [_consecutive_prefix(entries) for entries in sources]
+    for start in valid_snapshots or [0]:
+        try:
+            stitch_entries(start, sources, f"{path} (from snapshot {start})" if start else f"{path}")
+        except CorruptData as exc:
+            problems.append(str(exc))
+    return problems
+
+
+def _consecutive_prefix(entries: Sequence[JournalEntry]) -> Sequence[JournalEntry]:
+    for index in range(1, len(entries)):
+        if entries[index].seq != entries[index - 1].seq + 1:
+            return entries[:index]
+    return entries
+
+
+def _audit(path: Path, problems: list[str]) -> tuple[list[JournalEntry], list[str]]:
+    try:
+        data = read_file(path, "journal", missing_ok=True)
+    except StorageError as exc:
+        problems.append(str(exc))
+        return [], []
+    return audit_journal(data, path)
+
+
+def _iso(ms: int) -> str:
+    moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+    return moment.isoformat(timespec="milliseconds")
+
+
+def read_history(path: Path | str, *, until_ms: int | None = None) -> Recovered:
+    """The actor at ``path`` as it was at ``until_ms`` (epoch ms; None = now):
+    the newest valid snapshot that includes nothing later, plus the archived
+    and journaled commands after it up to that time. Reads only.
+
+    Raises InvalidInput if nothing kept reaches back that far (the message says
+    the oldest point kept), CorruptData if the commands needed are damaged.
+    """
+    path = Path(path)
+    _check_folder(path)
+    if until_ms is not None and (type(until_ms) is not int or until_ms < 0):
+        raise InvalidInput(f"until_ms is {until_ms!r}; it must be epoch milliseconds (an int >= 0)",
+                           field="until_ms")
+    kind, key = _identity(path)
+    headers = [header for _seq, snapshot_path in list_snapshots(path)
+               if (header := _read_header(snapshot_path)) is not None]
+    if (kind is None or key is None) and headers:
+        kind, key = headers[0].kind, headers[0].key
+    loaded = None
+    if kind is not None and key is not None:
+        loaded = load_newest_snapshot(path, kind, key, max_ts=until_ms)
+    header, records = loaded if loaded is not None else (None, [])
+
+    sources: list[Sequence[JournalEntry]] = []
+    after = header.seq if header is not None else 0
+    for _first, last, archive_path in list_archives(path):
+        if last > after:
+            sources.append(scan_journal(read_file(archive_path, "archive"), archive_path).entries)
+    # A torn tail is simply not part of the history (it was never acknowledged).
+    journal_path = path / JOURNAL
+    sources.append(scan_journal(read_file(journal_path, "journal", missing_ok=True), journal_path).entries)
+    earliest = min((entries[0].seq for entries in sources if entries), default=None)
+    if header is None and headers and earliest != 1:
+        oldest = min(headers, key=lambda h: h.seq)
+        if until_ms is not None and until_ms < oldest.ts:
+            raise InvalidInput(f"{path} keeps nothing as old as {until_ms} ms ({_iso(until_ms)}): the "
+                               f"oldest point kept is {oldest.ts} ms ({_iso(oldest.ts)}), snapshot "
+                               f"{oldest.seq}", field="until_ms")
+        raise CorruptData(f"{path}: every snapshot that could serve this point in time failed its checks "
+                          f"and the commands before them are not kept (`mnemex verify` says why)")
+    journal = stitch_entries(after, sources, str(path))
+    if until_ms is not None:
+        journal = journal[: bisect.bisect_right(journal, until_ms, key=lambda entry: entry.ts)]
+    sidecars = read_sidecars(path, header) if header is not None else {}
+    return Recovered(header, records, sidecars, journal)

@@ -1,0 +1,281 @@
+"""The write-ahead journal: one JSON line per accepted command.
+
+Every line is exactly::
+
+    {"seq":<int>,"ts":<epoch ms>,"crc":<int>,"cmd":<payload>}\\n
+
+where the payload is the command's own compact JSON, kept byte for byte, and
+``crc = zlib.crc32(b"%d:%d:" % (seq, ts) + payload)`` so a damaged seq or ts
+is caught as well as a damaged command. Lines are read back by their fixed
+prefix, never by re-serialising the payload, and seq grows by exactly one from
+line to line.
+
+A damaged *last* line (a torn write: no newline at its end, or failing its
+check, with no valid line after it) is cut off; damage *followed by* valid
+lines is CorruptData naming the file and line, because replaying around it
+would silently skip accepted commands.
+
+Cut-off prefixes are kept as archive segments ``journal-<first>-<last>.jsonl``
+(same line format) for point-in-time replay and snapshot fallback.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from mnemex.errors import CorruptData, InvalidInput, StorageError
+from mnemex.persistence._files import describe_os_error, log, read_file
+
+__all__ = [
+    "JOURNAL",
+    "JournalEntry",
+    "JournalScan",
+    "archive_name",
+    "audit_journal",
+    "cut_offset",
+    "encode_entries",
+    "entry_crc",
+    "list_archives",
+    "read_journal",
+    "scan_journal",
+]
+
+JOURNAL = "journal.jsonl"
+"""File name of an actor's live journal."""
+
+_LINE = re.compile(
+    rb'\{"seq":(0|[1-9][0-9]{0,18}),"ts":(0|[1-9][0-9]{0,18}),"crc":(0|[1-9][0-9]{0,9}),"cmd":(.+)\}',
+    re.DOTALL,
+)
+_SEQ_PREFIX = re.compile(rb'\{"seq":(0|[1-9][0-9]{0,18}),')
+_ARCHIVE = re.compile(r"journal-([1-9][0-9]*)-([1-9][0-9]*)\.jsonl")
+_MAX_INT = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """One journaled command: its sequence number, its time (epoch milliseconds)
+    and its payload, the command's compact JSON exactly as it was written."""
+
+    seq: int
+    ts: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class JournalScan:
+    """What reading a journal found."""
+
+    entries: list[JournalEntry]
+    """The valid lines, in order; seq grows by one from each to the next."""
+    good_bytes: int
+    """Bytes from the start of the file to the end of the last valid line."""
+    size: int
+    """Bytes in the file."""
+    torn_line: int | None = None
+    """1-based number of the first line of a damaged tail (to be cut), or None."""
+    torn_reason: str = ""
+    """Why that line is damaged."""
+
+    @property
+    def is_torn(self) -> bool:
+        """True if the file ends with a damaged (torn) tail."""
+        return self.torn_line is not None
+
+
+def entry_crc(seq: int, ts: int, payload: bytes) -> int:
+    """The checksum of one line: ``crc32(b"<seq>:<ts>:" + payload)``."""
+    return zlib.crc32(payload, zlib.crc32(b"%d:%d:" % (seq, ts)))
+
+
+def _check_int(value: object, what: str, minimum: int) -> int:
+    if type(value) is not int or not minimum <= value <= _MAX_INT:
+        raise InvalidInput(f"journal entry {what} is {value!r}; it must be an int from {minimum:,} "
+                           f"to 2**63-1", field=what)
+    return value
+
+
+def encode_entries(entries: Sequence[tuple[int, int, bytes]]) -> bytes:
+    """The journal lines for ``entries`` (``(seq, ts_ms, payload)``), joined.
+
+    seq must grow by exactly one from entry to entry; ts is epoch milliseconds
+    (>= 0); payload is non-empty compact JSON without a newline (it is written
+    as is, not parsed). Raises InvalidInput otherwise.
+    """
+    lines: list[bytes] = []
+    dumps = orjson.dumps
+    fragment = orjson.Fragment
+    newline = orjson.OPT_APPEND_NEWLINE
+    previous: int | None = None
+    for seq, ts, payload in entries:
+        if previous is not None and seq != previous + 1:
+            raise InvalidInput(f"journal entries must have consecutive seqs; {seq!r} follows {previous}",
+                               field="seq")
+        previous = _check_int(seq, "seq", 1)
+        _check_int(ts, "ts", 0)
+        if type(payload) is not bytes or not payload or b"\n" in payload:
+            raise InvalidInput(f"journal payload of seq {seq} must be non-empty compact JSON bytes "
+                               f"without a newline; got {payload[:60]!r}", field="payload")
+        crc = zlib.crc32(payload, zlib.crc32(b"%d:%d:" % (seq, ts)))
+        lines.append(dumps({"seq": seq, "ts": ts, "crc": crc, "cmd": fragment(payload)}, option=newline))
+    return b"".join(lines)
+
+
+def _parse_line(line: bytes) -> JournalEntry | str:
+    """The entry on ``line`` (without its newline), or why it is not a valid line."""
+    match = _LINE.fullmatch(line)
+    if match is None:
+        if not line:
+            return "empty line"
+        return f"not a journal line (starts {line[:40]!r})"
+    seq_digits, ts_digits, crc_digits, payload = match.groups()
+    # The digits are canonical (no sign, no leading zero), so they are the %d text.
+    if zlib.crc32(payload, zlib.crc32(seq_digits + b":" + ts_digits + b":")) != int(crc_digits):
+        return "checksum mismatch"
+    return JournalEntry(int(seq_digits), int(ts_digits), payload)
+
+
+def scan_journal(data: bytes, source: Path | str) -> JournalScan:
+    """Parse a journal's bytes. A damaged tail is reported in the result (not cut);
+    damage followed by a valid line, or a seq that does not follow its
+    predecessor, raises CorruptData naming ``source`` and the line."""
+    lines = data.split(b"\n")
+    unterminated = lines.pop()
+    entries: list[JournalEntry] = []
+    append = entries.append
+    parse = _parse_line
+    good_bytes = 0
+    bad_line: int | None = None
+    bad_reason = ""
+    previous = -1
+    for number, line in enumerate(lines, 1):
+        parsed = parse(line)
+        if isinstance(parsed, str):
+            if bad_line is None:
+                bad_line, bad_reason = number, parsed
+            continue
+        if bad_line is not None:
+            raise CorruptData(
+                f"{source}: line {bad_line}: damaged ({bad_reason}) but valid lines follow it "
+                f"(line {number}, seq {parsed.seq}); replaying around it would skip accepted commands, "
+                f"so the journal needs repair (`mnemex verify` lists every problem)")
+        if previous >= 0 and parsed.seq != previous + 1:
+            raise CorruptData(f"{source}: line {number}: seq {parsed.seq} follows seq {previous}; "
+                              f"commands are missing or repeated, so the journal cannot be replayed")
+        previous = parsed.seq
+        append(parsed)
+        good_bytes += len(line) + 1
+    if unterminated and bad_line is None:
+        bad_line, bad_reason = len(lines) + 1, "no newline at its end"
+    return JournalScan(entries, good_bytes, len(data), bad_line, bad_reason)
+
+
+def audit_journal(data: bytes, source: Path | str) -> tuple[list[JournalEntry], list[str]]:
+    """Every valid entry and every problem of a journal (or archive segment),
+    without raising: damaged lines, seq breaks, a missing final newline."""
+    lines = data.split(b"\n")
+    unterminated = lines.pop()
+    entries: list[JournalEntry] = []
+    problems: list[str] = []
+    previous: int | None = None
+    for number, line in enumerate(lines, 1):
+        parsed = _parse_line(line)
+        if isinstance(parsed, str):
+            problems.append(f"{source}: line {number}: {parsed}")
+            previous = None  # the next line's seq follows a damaged one: not a second problem
+            continue
+        if previous is not None and parsed.seq != previous + 1:
+            problems.append(f"{source}: line {number}: seq {parsed.seq} follows seq {previous}")
+        previous = parsed.seq
+        entries.append(parsed)
+    if unterminated:
+        problems.append(f"{source}: line {len(lines) + 1}: torn last line, no newline at its end "
+                        f"({len(unterminated)} bytes; cut when the actor is next loaded)")
+    return entries, problems
+
+
+def read_journal(path: Path, *, repair: bool) -> JournalScan:
+    """Read and check the journal at ``path`` (a missing file is an empty journal).
+
+    With ``repair``, a torn tail is cut off the file (truncated to the end of the
+    last valid line, fsynced) and logged; without it the file is left untouched
+    and the tail is only reported. Raises CorruptData for damage before the end,
+    StorageError if the file cannot be read or cut.
+    """
+    data = read_file(path, "journal", missing_ok=True)
+    scan = scan_journal(data, path)
+    if repair and scan.is_torn:
+        cut_tail(path, scan)
+    return scan
+
+
+def cut_tail(path: Path, scan: JournalScan) -> None:
+    """Truncate the journal at ``path`` to ``scan.good_bytes`` (its torn tail
+    removed), fsync it and log what was cut."""
+    try:
+        fd = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            os.ftruncate(fd, scan.good_bytes)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise StorageError(f"could not cut the torn tail of journal {path}: "
+                           f"{describe_os_error(exc)}") from exc
+    log.warning("%s: cut a torn tail from line %d (%s): %d bytes after seq %s removed", path,
+                scan.torn_line, scan.torn_reason, scan.size - scan.good_bytes,
+                scan.entries[-1].seq if scan.entries else "none")
+
+
+def cut_offset(data: bytes, seq: int) -> tuple[int, int | None, int | None]:
+    """Where journal ``data`` stops holding complete lines with seq <= ``seq``:
+    ``(byte offset, first seq, last seq)`` of that prefix (seqs None if empty).
+    Reads only each line's ``{"seq":N,`` prefix; stops at anything else."""
+    position = 0
+    first: int | None = None
+    last: int | None = None
+    match_prefix = _SEQ_PREFIX.match
+    find = data.find
+    while True:
+        match = match_prefix(data, position)
+        if match is None:
+            break
+        line_seq = int(match.group(1))
+        end = find(b"\n", position)
+        if line_seq > seq or end < 0:
+            break
+        if first is None:
+            first = line_seq
+        last = line_seq
+        position = end + 1
+    return position, first, last
+
+
+def archive_name(first: int, last: int) -> str:
+    """File name of the archive segment holding seqs ``first`` to ``last``."""
+    return f"journal-{first}-{last}.jsonl"
+
+
+def list_archives(folder: Path) -> list[tuple[int, int, Path]]:
+    """The archive segments in ``folder`` as ``(first, last, path)``, by first seq."""
+    return sorted(_iter_archives(folder))
+
+
+def _iter_archives(folder: Path) -> Iterator[tuple[int, int, Path]]:
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return
+    for name in names:
+        match = _ARCHIVE.fullmatch(name)
+        if match is not None:
+            first, last = int(match.group(1)), int(match.group(2))
+            if first <= last:
+                yield first, last, folder / name

@@ -1,0 +1,297 @@
+"""Snapshots: an actor's whole state at one sequence number.
+
+``snapshot-<seq>.jsonl`` is one header line, then one line per record (the
+records are opaque single-line bytes given by the behaviour)::
+
+    {"format":1,"kind":"scope","key":["chat","alice"],"seq":120,"ts":<ms>,
+     "created":<ms>,"count":2,"bytes":57,"crc":<crc32 of the body>,"extra":{...}}
+    <record>
+    <record>
+
+``ts`` is the time of the last command the snapshot includes, ``created`` when
+it was written, ``count``/``bytes``/``crc`` describe the body (every byte after
+the header line). When binary sidecars are written (``snapshot-<seq>.<name>.bin``,
+an optimisation such as a serialized vector index) the header also carries
+``"sidecars":{"<name>":{"bytes":..,"crc":..}}`` so a damaged one is noticed.
+
+Files are written to ``.tmp``, fsynced, renamed and the folder fsynced; the
+sidecars first, so a snapshot's sidecars are complete whenever it exists. A
+snapshot failing its checks is skipped (with a warning) for the next older one;
+a missing or damaged sidecar is simply left out.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from mnemex.errors import CorruptData, InvalidInput, StorageError
+from mnemex.persistence._files import describe_os_error, fsync_dir, log, write_atomic
+
+__all__ = [
+    "FORMAT",
+    "SnapshotHeader",
+    "decode_header",
+    "decode_snapshot",
+    "encode_snapshot",
+    "list_snapshots",
+    "load_newest_snapshot",
+    "read_sidecars",
+    "sidecar_name",
+    "snapshot_name",
+    "write_snapshot_files",
+]
+
+FORMAT = 1
+"""Snapshot format version written; readers refuse a newer one."""
+
+_SNAPSHOT = re.compile(r"snapshot-(0|[1-9][0-9]*)\.jsonl")
+_SIDECAR_NAME = re.compile(r"[a-z0-9_-]{1,64}")
+_MAX_INT = 2**63 - 1
+_CHUNK_RECORDS = 2_048
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotHeader:
+    """The first line of a snapshot file. Times are epoch milliseconds."""
+
+    format: int
+    kind: str
+    key: tuple[str, ...]
+    seq: int
+    """Sequence number of the last command the snapshot includes."""
+    ts: int
+    """Time of that command."""
+    created: int
+    """When the snapshot was written."""
+    count: int
+    """Record lines after the header."""
+    bytes: int
+    """Bytes of the body (every record line and its newline)."""
+    crc: int
+    """zlib.crc32 of the body."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Whatever the behaviour stored beside its records (counts, embedder name)."""
+    sidecars: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Sidecar name -> (bytes, crc32), for each sidecar written with the snapshot."""
+
+
+def snapshot_name(seq: int) -> str:
+    """File name of the snapshot at ``seq``."""
+    return f"snapshot-{seq}.jsonl"
+
+
+def sidecar_name(seq: int, name: str) -> str:
+    """File name of sidecar ``name`` of the snapshot at ``seq``."""
+    return f"snapshot-{seq}.{name}.bin"
+
+
+def list_snapshots(folder: Path) -> list[tuple[int, Path]]:
+    """The snapshot files in ``folder`` as ``(seq, path)``, newest first."""
+    return sorted(_iter_snapshots(folder), reverse=True)
+
+
+def _iter_snapshots(folder: Path) -> Iterator[tuple[int, Path]]:
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return
+    for name in names:
+        match = _SNAPSHOT.fullmatch(name)
+        if match is not None:
+            yield int(match.group(1)), folder / name
+
+
+def _check_int(value: object, what: str) -> int:
+    if type(value) is not int or not 0 <= value <= _MAX_INT:
+        raise InvalidInput(f"snapshot {what} is {value!r}; it must be an int from 0 to 2**63-1", field=what)
+    return value
+
+
+def encode_snapshot(kind: str, key: tuple[str, ...], seq: int, ts: int, records: Sequence[bytes], *,
+                    created: int, extra: Mapping[str, object] | None = None,
+                    sidecars: Mapping[str, bytes] | None = None) -> tuple[bytes, list[bytes]]:
+    """The header line (with its newline) and the body chunks of a snapshot.
+
+    Raises InvalidInput if a record holds a newline or is not bytes, ``extra``
+    does not serialise to a JSON object, or a sidecar name is not ``[a-z0-9_-]+``.
+    """
+    for what, value in (("seq", seq), ("ts", ts), ("created", created)):
+        _check_int(value, what)
+    body: list[bytes] = []
+    # Chunks of records, so that no single C call holds the GIL for long (the
+    # runtime's event loop thread keeps running while a worker writes this).
+    for start in range(0, len(records), _CHUNK_RECORDS):
+        part = records[start:start + _CHUNK_RECORDS]
+        try:
+            chunk = b"\n".join(part) + b"\n"
+        except TypeError as exc:
+            raise InvalidInput(f"snapshot records must be bytes: {exc}", field="records") from exc
+        if chunk.count(b"\n") != len(part):
+            index = start + next(i for i, record in enumerate(part) if b"\n" in record)
+            raise InvalidInput(f"snapshot record {index} holds a newline; each record must be one "
+                               f"line (starts {bytes(records[index][:60])!r})", field="records")
+        body.append(chunk)
+    crc = 0
+    size = 0
+    for chunk in body:
+        crc = zlib.crc32(chunk, crc)
+        size += len(chunk)
+    header: dict[str, object] = {
+        "format": FORMAT, "kind": kind, "key": list(key), "seq": seq, "ts": ts, "created": created,
+        "count": len(records), "bytes": size, "crc": crc, "extra": dict(extra or {}),
+    }
+    if sidecars:
+        described: dict[str, dict[str, int]] = {}
+        for name, blob in sidecars.items():
+            if not isinstance(name, str) or not _SIDECAR_NAME.fullmatch(name):
+                raise InvalidInput(f"sidecar name {name!r} must be 1 to 64 characters of [a-z0-9_-]",
+                                   field="sidecars")
+            if not isinstance(blob, bytes | bytearray | memoryview):
+                raise InvalidInput(f"sidecar {name!r} must be bytes, not {type(blob).__name__}",
+                                   field="sidecars")
+            described[name] = {"bytes": len(blob), "crc": zlib.crc32(blob)}
+        header["sidecars"] = described
+    try:
+        line = orjson.dumps(header, option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError as exc:
+        raise InvalidInput(f"snapshot extra {extra!r} does not serialise to JSON: {exc}",
+                           field="extra") from exc
+    return line, body
+
+
+def _field(raw: dict[str, Any], name: str, kind: type, source: str) -> Any:
+    value: Any = raw.get(name)
+    if type(value) is not kind or (isinstance(value, int) and not 0 <= value <= _MAX_INT):
+        raise CorruptData(f"{source}: header field {name!r} is {value!r}, expected {kind.__name__}")
+    return value
+
+
+def decode_header(line: bytes, source: str) -> SnapshotHeader:
+    """The header on a snapshot's first ``line``; CorruptData if it is not one
+    this version can read."""
+    try:
+        raw = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise CorruptData(f"{source}: header line is not JSON ({exc})") from exc
+    if not isinstance(raw, dict):
+        raise CorruptData(f"{source}: header line is not a JSON object")
+    version = _field(raw, "format", int, source)
+    if version != FORMAT:
+        raise CorruptData(f"{source}: snapshot format {version} is not readable by this version "
+                          f"(it reads format {FORMAT})")
+    key = _field(raw, "key", list, source)
+    if not key or not all(isinstance(part, str) for part in key):
+        raise CorruptData(f"{source}: header key {key!r} is not a list of strings")
+    sidecars: dict[str, tuple[int, int]] = {}
+    for name, described in (raw.get("sidecars") or {}).items():
+        if not isinstance(described, dict):
+            raise CorruptData(f"{source}: header sidecar {name!r} is {described!r}")
+        sidecars[name] = (_field(described, "bytes", int, source), _field(described, "crc", int, source))
+    return SnapshotHeader(
+        format=version, kind=_field(raw, "kind", str, source), key=tuple(key),
+        seq=_field(raw, "seq", int, source), ts=_field(raw, "ts", int, source),
+        created=_field(raw, "created", int, source), count=_field(raw, "count", int, source),
+        bytes=_field(raw, "bytes", int, source), crc=_field(raw, "crc", int, source),
+        extra=_field(raw, "extra", dict, source), sidecars=sidecars,
+    )
+
+
+def decode_snapshot(data: bytes, source: str) -> tuple[SnapshotHeader, list[bytes]]:
+    """Header and records of a whole snapshot file; CorruptData if the header,
+    the byte count, the record count or the checksum disagree with the body."""
+    end = data.find(b"\n")
+    if end < 0:
+        raise CorruptData(f"{source}: no complete header line ({len(data):,} bytes)")
+    header = decode_header(data[:end], source)
+    body = memoryview(data)[end + 1:]
+    if len(body) != header.bytes:
+        raise CorruptData(f"{source}: body is {len(body):,} bytes; the header says {header.bytes:,}")
+    crc = zlib.crc32(body)
+    if crc != header.crc:
+        raise CorruptData(f"{source}: body checksum {crc} does not match the header's {header.crc}")
+    if body and not data.endswith(b"\n"):
+        raise CorruptData(f"{source}: body does not end with a newline")
+    records = data.split(b"\n")
+    del records[0], records[-1]
+    if len(records) != header.count:
+        raise CorruptData(f"{source}: body has {len(records):,} records; the header says {header.count:,}")
+    return header, records
+
+
+def write_snapshot_files(folder: Path, seq: int, header_line: bytes, body: Sequence[bytes],
+                         sidecars: Mapping[str, bytes] | None = None) -> None:
+    """Write a snapshot (sidecars first) atomically into ``folder``; OSError escapes."""
+    if sidecars:
+        for name, blob in sidecars.items():
+            write_atomic(folder / sidecar_name(seq, name), [bytes(blob)], sync_dir=False)
+        fsync_dir(folder)  # the sidecars are durable before the snapshot that names them
+    write_atomic(folder / snapshot_name(seq), [header_line, *body])
+
+
+def read_sidecars(folder: Path, header: SnapshotHeader) -> dict[str, bytes]:
+    """The sidecars of the snapshot ``header`` that exist and pass their check."""
+    found: dict[str, bytes] = {}
+    for name, (size, crc) in header.sidecars.items():
+        path = folder / sidecar_name(header.seq, name)
+        try:
+            with open(path, "rb") as handle:
+                blob = handle.read()
+        except OSError as exc:
+            log.warning("%s: sidecar unreadable, loading without it: %s", path, describe_os_error(exc))
+            continue
+        if len(blob) != size or zlib.crc32(blob) != crc:
+            log.warning("%s: sidecar is %d bytes with crc %d, the header says %d bytes with crc %d; "
+                        "loading without it", path, len(blob), zlib.crc32(blob), size, crc)
+            continue
+        found[name] = blob
+    return found
+
+
+def _decode_own_snapshot(data: bytes, path: Path, seq: int, kind: str, key: tuple[str, ...],
+                         ) -> tuple[SnapshotHeader, list[bytes]]:
+    header, records = decode_snapshot(data, str(path))
+    if header.seq != seq:
+        raise CorruptData(f"{path}: header seq {header.seq} does not match the file name")
+    if header.kind != kind or header.key != key:
+        raise CorruptData(f"{path}: header belongs to {header.kind} {list(header.key)!r}, "
+                          f"not {kind} {list(key)!r}")
+    return header, records
+
+
+def load_newest_snapshot(folder: Path, kind: str, key: tuple[str, ...], *, max_ts: int | None = None,
+                         ) -> tuple[SnapshotHeader, list[bytes]] | None:
+    """The newest snapshot in ``folder`` that passes its checks and belongs to
+    ``kind``/``key`` (and, with ``max_ts``, includes nothing later than it), or
+    None. Each snapshot skipped is logged as a warning."""
+    for seq, path in list_snapshots(folder):
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError as exc:
+            log.warning("%s: snapshot unreadable, trying an older one: %s", path, describe_os_error(exc))
+            continue
+        try:
+            header, records = _decode_own_snapshot(data, path, seq, kind, key)
+        except CorruptData as exc:
+            log.warning("skipping a damaged snapshot, trying an older one: %s", exc)
+            continue
+        if max_ts is not None and header.ts > max_ts:
+            continue
+        return header, records
+    return None
+
+
+def snapshot_storage_error(folder: Path, seq: int, exc: OSError) -> StorageError:
+    """The StorageError for a snapshot write that the disk refused."""
+    error = StorageError(f"could not write snapshot {folder / snapshot_name(seq)}: {describe_os_error(exc)}; "
+                         f"the previous snapshot and the journal are intact")
+    error.__cause__ = exc
+    return error

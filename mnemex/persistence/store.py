@@ -1,0 +1,554 @@
+"""Per-actor storage as the runtime uses it: recover, append, sync, snapshot.
+
+``FileStore`` keeps one actor's journal and snapshots in its folder;
+``MemoryStore`` keeps the same things in RAM (``config.data_dir = None``) so an
+actor restarts and passivates identically, only nothing survives the process.
+Both are plain blocking code: the runtime calls them from worker threads, and
+``write_snapshot`` may run in one thread while ``append`` runs in another.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import orjson
+
+from mnemex.errors import CorruptData, InvalidInput, StorageError
+from mnemex.persistence._files import (
+    describe_os_error,
+    fsync_dir,
+    remove_quietly,
+    storage_errors,
+    write_all,
+    write_atomic,
+)
+from mnemex.persistence.journal import (
+    JOURNAL,
+    JournalEntry,
+    archive_name,
+    cut_offset,
+    cut_tail,
+    encode_entries,
+    list_archives,
+    read_journal,
+    scan_journal,
+)
+from mnemex.persistence.layout import KEY_MANIFEST, actor_dir, check_kind, encode_key
+from mnemex.persistence.snapshot import (
+    SnapshotHeader,
+    decode_snapshot,
+    encode_snapshot,
+    list_snapshots,
+    load_newest_snapshot,
+    read_sidecars,
+    snapshot_storage_error,
+    write_snapshot_files,
+)
+
+__all__ = ["ActorStore", "FileStore", "MemoryStore", "Recovered", "stitch_entries"]
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """An actor's persisted state: a snapshot and the commands to replay after it."""
+
+    header: SnapshotHeader | None
+    """The snapshot used, or None if there is none (start from an empty actor)."""
+    records: list[bytes]
+    """Its record lines (empty without a snapshot)."""
+    sidecars: dict[str, bytes]
+    """Its sidecars that exist and pass their check."""
+    journal: list[JournalEntry]
+    """The commands after the snapshot (seq > header.seq), in order, seq by seq."""
+
+    @property
+    def last_seq(self) -> int:
+        """Seq of the last command recovered: the last journal entry's, else the
+        snapshot's, else 0."""
+        if self.journal:
+            return self.journal[-1].seq
+        return self.header.seq if self.header is not None else 0
+
+
+def stitch_entries(after: int, sources: Iterable[Sequence[JournalEntry]], where: str) -> list[JournalEntry]:
+    """Entries with seq > ``after`` from ``sources`` (archive segments then the
+    journal, each in order), each seq once, with no gap; CorruptData on a gap."""
+    result: list[JournalEntry] = []
+    expected = after + 1
+    for entries in sources:
+        if not entries or entries[-1].seq < expected:
+            continue
+        start = 0
+        if entries[0].seq < expected:  # overlap with what came before: skip it
+            start = expected - entries[0].seq
+        if entries[start].seq != expected:
+            following = entries[start].seq
+            missing = (f"command {expected} is" if following == expected + 1
+                       else f"commands {expected} to {following - 1} are")
+            raise CorruptData(f"{where}: {missing} missing (the state is at seq {expected - 1} and the "
+                              f"next command kept is {following}); the actor cannot be replayed")
+        result.extend(entries[start:] if start else entries)
+        expected = entries[-1].seq + 1
+    return result
+
+
+def _check_keep(keep: int) -> int:
+    if type(keep) is not int or keep < 1:
+        raise InvalidInput(f"snapshots kept is {keep!r}; it must be at least 1 (config.snapshots_kept)",
+                           field="keep")
+    return keep
+
+
+class ActorStore(abc.ABC):
+    """Where one actor's journal and snapshots live (on disk or in memory)."""
+
+    kind: str
+    key: tuple[str, ...]
+    keep: int
+
+    @abc.abstractmethod
+    def exists(self) -> bool:
+        """True if anything was ever persisted for this actor (journal or snapshot)."""
+
+    @abc.abstractmethod
+    def recover(self) -> Recovered:
+        """The newest valid snapshot and the journal after it. A torn journal tail
+        is cut; damage before the end raises CorruptData."""
+
+    @abc.abstractmethod
+    def append(self, entries: Sequence[tuple[int, int, bytes]]) -> None:
+        """Journal ``(seq, ts_ms, payload)`` lines with one write, without fsync.
+        Seqs must continue from the last one this store knows. On failure nothing
+        of the batch remains and StorageError is raised."""
+
+    @abc.abstractmethod
+    def sync(self) -> None:
+        """Make every appended line durable (fsync)."""
+
+    @abc.abstractmethod
+    def write_snapshot(self, seq: int, ts: int, records: Sequence[bytes], *, created: int,
+                       extra: Mapping[str, object] | None = None,
+                       sidecars: Mapping[str, bytes] | None = None) -> None:
+        """Persist the state at ``seq`` (``ts`` = time of that command, ``created`` =
+        now, both epoch ms), then move journal lines up to ``seq`` to an archive
+        and drop what is older than the newest ``keep`` snapshots. Safe while
+        another thread appends lines after ``seq``."""
+
+    @abc.abstractmethod
+    def disk_bytes(self) -> int:
+        """Bytes this actor's persisted files take."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release open files (idempotent). The store stays usable: a later call reopens."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.kind!r}, {self.key!r})"
+
+
+class FileStore(ActorStore):
+    """One actor's folder ``data_dir/<kind>s/<encoded key>/``:
+
+    - ``journal.jsonl``: commands since the newest snapshot, appended;
+    - ``snapshot-<seq>.jsonl`` (+ sidecars): the newest ``keep`` snapshots;
+    - ``journal-<first>-<last>.jsonl``: archived lines back to the oldest kept snapshot;
+    - ``key.json``: the kind and key (so the key is known even for hashed names).
+
+    Nothing is created until the first append or snapshot.
+    """
+
+    def __init__(self, data_dir: Path | str, kind: str, key: tuple[str, ...], *, keep: int = 2) -> None:
+        self.kind = check_kind(kind)
+        self.path = actor_dir(Path(data_dir), kind, key)
+        self.key = key
+        self.keep = _check_keep(keep)
+        self._data_dir = Path(data_dir)
+        self._journal = self.path / JOURNAL
+        # _lock guards the append handle and what describes it: _fd, _size,
+        # _last_seq, _broken, _unsynced. Held only for short writes, plus the
+        # final swap of a journal cut.
+        self._lock = threading.Lock()
+        self._snapshot_lock = threading.Lock()  # one snapshot / recovery at a time
+        self._fd: int | None = None
+        self._size = 0
+        self._last_seq: int | None = None
+        self._broken: str | None = None
+        self._unsynced: list[Path] = []  # new files and folders whose entries are not yet durable
+
+    # -- reading ---------------------------------------------------------------
+
+    def exists(self) -> bool:
+        return self._journal.exists() or bool(list_snapshots(self.path))
+
+    def recover(self) -> Recovered:
+        with self._snapshot_lock:
+            loaded = load_newest_snapshot(self.path, self.kind, self.key)
+            header, records = loaded if loaded is not None else (None, [])
+            after = header.seq if header is not None else 0
+            with self._lock:
+                scan = read_journal(self._journal, repair=False)
+                if scan.is_torn:
+                    cut_tail(self._journal, scan)
+                    if self._fd is not None:
+                        self._size = scan.good_bytes
+                # The file is consistent again and the caller rebuilds from it.
+                self._broken = None
+            sources: list[Sequence[JournalEntry]] = []
+            for _first, last, path in list_archives(self.path):
+                if last > after:
+                    sources.append(read_journal(path, repair=False).entries)
+            sources.append(scan.entries)
+            where = f"{self.path} (snapshot {after})" if header is not None else f"{self.path} (no snapshot)"
+            if header is None and list_snapshots(self.path):
+                where += ", every snapshot failed its checks"
+            journal = stitch_entries(after, sources, where)
+            sidecars = read_sidecars(self.path, header) if header is not None else {}
+            recovered = Recovered(header, records, sidecars, journal)
+            self._check_reaches_known_seqs(recovered)
+            with self._lock:
+                self._last_seq = recovered.last_seq
+            return recovered
+
+    def _check_reaches_known_seqs(self, recovered: Recovered) -> None:
+        """File names prove the actor reached some seqs; recovering less than that
+        (a damaged newest snapshot whose commands are no longer kept) would
+        silently lose accepted commands."""
+        known = max([seq for seq, _path in list_snapshots(self.path)]
+                    + [last for _first, last, _path in list_archives(self.path)], default=0)
+        if recovered.last_seq < known:
+            raise CorruptData(f"{self.path}: the files show the actor reached seq {known}, but only seq "
+                              f"{recovered.last_seq} can be recovered (a newer snapshot failed its checks "
+                              f"and the commands it covered are not kept); `mnemex verify` says more")
+
+    def disk_bytes(self) -> int:
+        total = 0
+        try:
+            with os.scandir(self.path) as entries:
+                for entry in entries:
+                    if entry.is_file(follow_symlinks=False):
+                        total += entry.stat(follow_symlinks=False).st_size
+        except FileNotFoundError:
+            return 0
+        return total
+
+    # -- appending -------------------------------------------------------------
+
+    def _ensure_folder(self) -> None:
+        """Create the actor folder and its key manifest (call with _lock held)."""
+        if (self.path / KEY_MANIFEST).exists():
+            return
+        created = [folder for folder in (self._data_dir, self.path.parent, self.path) if not folder.exists()]
+        self.path.mkdir(parents=True, exist_ok=True)
+        manifest = self.path / KEY_MANIFEST
+        tmp = manifest.with_name(KEY_MANIFEST + ".tmp")
+        tmp.write_bytes(orjson.dumps({"kind": self.kind, "key": list(self.key)}))
+        os.replace(tmp, manifest)
+        # Made durable by the next sync() (off the caller's thread), not here.
+        self._unsynced.extend([manifest, self.path, *(folder.parent for folder in created)])
+
+    def _open(self) -> int:
+        """Open the journal for appending (call with _lock held)."""
+        self._ensure_folder()
+        existed = self._journal.exists()
+        fd = os.open(self._journal, os.O_RDWR | os.O_APPEND | os.O_CREAT | _CLOEXEC, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                # A torn tail nobody recovered: cut it, or new lines would follow garbage.
+                scan = read_journal(self._journal, repair=True)
+                size = scan.good_bytes
+                if scan.entries and self._last_seq is None:
+                    self._last_seq = scan.entries[-1].seq
+        except BaseException:
+            os.close(fd)
+            raise
+        if not existed:
+            self._unsynced.append(self.path)
+        self._fd, self._size = fd, size
+        return fd
+
+    def append(self, entries: Sequence[tuple[int, int, bytes]]) -> None:
+        if not entries:
+            return
+        data = encode_entries(entries)
+        first, last = entries[0][0], entries[-1][0]
+        with self._lock:
+            if self._broken is not None:
+                raise StorageError(self._broken)
+            if self._last_seq is not None and first != self._last_seq + 1:
+                raise InvalidInput(f"{self._journal}: appending seq {first} after seq {self._last_seq}; "
+                                   f"journal seqs must be consecutive", field="seq")
+            fd = self._fd
+            if fd is None:
+                with storage_errors("open the journal", self._journal):
+                    fd = self._open()
+            before = self._size
+            try:
+                write_all(fd, (data,))
+            except OSError as exc:
+                raise self._undo_append(fd, before, len(entries), exc) from exc
+            self._size = before + len(data)
+            self._last_seq = last
+
+    def _undo_append(self, fd: int, before: int, count: int, exc: OSError) -> StorageError:
+        what = f"could not append {count} journal line{'s' if count != 1 else ''} to {self._journal}: " \
+               f"{describe_os_error(exc)}"
+        try:
+            os.ftruncate(fd, before)
+        except OSError as again:
+            self._broken = (f"{what}; cutting the partial line off failed too ({describe_os_error(again)}), "
+                            f"so this journal refuses writes until the actor is reloaded (recover() "
+                            f"cuts the partial line)")
+            return StorageError(self._broken)
+        return StorageError(f"{what}; none of them was kept (the file is back at {before:,} bytes)")
+
+    def sync(self) -> None:
+        with self._lock:
+            if self._broken is not None:
+                raise StorageError(self._broken)
+            fd = os.dup(self._fd) if self._fd is not None else None
+            unsynced, self._unsynced = self._unsynced, []
+        try:
+            # A duplicate descriptor: a journal cut may swap (and close) the
+            # store's own one meanwhile; fsyncing the old file is then harmless,
+            # the cut made its lines durable in the new one.
+            if fd is not None:
+                os.fsync(fd)
+            self._sync_entries(unsynced)
+        except OSError as exc:
+            message = (f"could not fsync journal {self._journal}: {describe_os_error(exc)}; lines written "
+                       f"since the last fsync may be lost, so this journal refuses writes until the "
+                       f"actor is reloaded (recover())")
+            with self._lock:
+                self._broken = message
+            raise StorageError(message) from exc
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    @staticmethod
+    def _sync_entries(paths: list[Path]) -> None:
+        for path in paths:
+            if path.is_dir():
+                fsync_dir(path)
+            else:
+                fd = os.open(path, os.O_RDONLY | _CLOEXEC)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+
+    def close(self) -> None:
+        with self._lock:
+            fd, self._fd = self._fd, None
+            self._broken = None
+            self._size = 0
+        if fd is not None:
+            os.close(fd)
+
+    # -- snapshots -------------------------------------------------------------
+
+    def write_snapshot(self, seq: int, ts: int, records: Sequence[bytes], *, created: int,
+                       extra: Mapping[str, object] | None = None,
+                       sidecars: Mapping[str, bytes] | None = None) -> None:
+        header_line, body = encode_snapshot(self.kind, self.key, seq, ts, records, created=created,
+                                            extra=extra, sidecars=sidecars)
+        with self._snapshot_lock:
+            existing = list_snapshots(self.path)
+            if existing and seq < existing[0][0]:
+                raise InvalidInput(f"{self.path}: snapshot seq {seq} is older than the newest snapshot "
+                                   f"({existing[0][0]}); snapshots only move forward", field="seq")
+            try:
+                with self._lock:
+                    self._ensure_folder()
+                    unsynced, self._unsynced = self._unsynced, []
+                self._sync_entries(unsynced)
+                self._remove_stale_sidecars(seq, sidecars or {})
+                write_snapshot_files(self.path, seq, header_line, body, sidecars)
+            except OSError as exc:
+                raise snapshot_storage_error(self.path, seq, exc) from exc
+            with self._lock:
+                if self._last_seq is not None and seq > self._last_seq:
+                    self._last_seq = seq
+            try:
+                self._cut_journal(seq)
+            except OSError as exc:
+                raise StorageError(f"snapshot {seq} of {self.path} was written, but moving the journal "
+                                   f"lines it covers to an archive failed: {describe_os_error(exc)}; "
+                                   f"the journal is intact") from exc
+            self._prune()
+
+    def _remove_stale_sidecars(self, seq: int, keep: Mapping[str, bytes]) -> None:
+        """Sidecars of an earlier, interrupted write of snapshot ``seq`` that this one does not replace."""
+        prefix = f"snapshot-{seq}."
+        for name in os.listdir(self.path):
+            if name.startswith(prefix) and name.endswith(".bin") and name[len(prefix):-4] not in keep:
+                remove_quietly(self.path / name)
+
+    def _cut_journal(self, seq: int) -> None:
+        """Move the journal lines with seq <= ``seq`` into an archive segment and
+        rewrite journal.jsonl with the rest, while appends may go on."""
+        try:
+            reader = open(self._journal, "rb")  # noqa: SIM115 - closed below, spans two locked sections
+        except FileNotFoundError:
+            return
+        with reader:
+            with self._lock:
+                copied = self._journal_size(reader)
+            data = reader.read(copied)
+            offset, first, last = cut_offset(data, seq)
+            if first is None or last is None:
+                return
+            write_atomic(self.path / archive_name(first, last), [data[:offset]])
+            tmp = self._journal.with_name(JOURNAL + ".tmp")
+            fd = os.open(tmp, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC | _CLOEXEC, 0o644)
+            handed_over = False
+            try:
+                size = write_all(fd, (data[offset:],))
+                del data
+                # Catch up with lines appended meanwhile without holding the lock,
+                # so that the locked swap below only has a few lines left to copy.
+                for _round in range(4):
+                    with self._lock:
+                        now = self._journal_size(reader)
+                    if now - copied < 65_536:
+                        break
+                    size += write_all(fd, (reader.read(now - copied),))
+                    copied = now
+                os.fsync(fd)
+                with self._lock:
+                    now = self._journal_size(reader)
+                    if now > copied:
+                        size += write_all(fd, (reader.read(now - copied),))
+                        # Some of these lines may be acknowledged already (fsynced in the
+                        # old file): they must be durable here before the old file goes.
+                        os.fsync(fd)
+                    os.replace(tmp, self._journal)
+                    if self._fd is not None:
+                        old, self._fd = self._fd, fd
+                        self._size = size
+                        handed_over = True
+                        os.close(old)
+                    # The rename is durable once the folder is fsynced: just below, or
+                    # by a sync() that gets there first (before it acknowledges lines
+                    # written to the new file).
+                    self._unsynced.append(self.path)
+                fsync_dir(self.path)
+            finally:
+                if not handed_over:
+                    os.close(fd)
+                    remove_quietly(tmp)
+
+    def _journal_size(self, reader: BinaryIO) -> int:
+        """Bytes in the journal as appends left it (call with _lock held)."""
+        return self._size if self._fd is not None else os.fstat(reader.fileno()).st_size
+
+    def _prune(self) -> None:
+        """Keep the newest ``keep`` snapshots; drop older ones with their sidecars,
+        archive segments nothing kept needs, and leftovers of interrupted writes."""
+        snapshots = list_snapshots(self.path)
+        kept = {seq for seq, _path in snapshots[: self.keep]}
+        if not kept:
+            return
+        oldest = min(kept)
+        try:
+            names = os.listdir(self.path)
+        except FileNotFoundError:
+            return
+        for name in names:
+            if name.endswith(".tmp") and name != KEY_MANIFEST + ".tmp":
+                remove_quietly(self.path / name)
+            elif name.startswith("snapshot-"):
+                seq_text = name[len("snapshot-"):].split(".", 1)[0]
+                if seq_text.isdigit() and int(seq_text) not in kept:
+                    remove_quietly(self.path / name)
+        for _first, last, path in list_archives(self.path):
+            if last <= oldest:
+                remove_quietly(path)
+
+
+class MemoryStore(ActorStore):
+    """The same store in RAM: journal lines and the latest snapshot, encoded and
+    checked exactly as on disk. Survives close() (the runtime reuses it to
+    restart or passivate an actor), not the process."""
+
+    def __init__(self, kind: str, key: tuple[str, ...], *, keep: int = 2) -> None:
+        self.kind = check_kind(kind)
+        encode_key(key)
+        self.key = key
+        self.keep = _check_keep(keep)
+        self._lock = threading.Lock()
+        self._journal = bytearray()
+        self._snapshot: tuple[int, bytes, dict[str, bytes]] | None = None
+        self._last_seq: int | None = None
+        self._where = f"memory store {self.kind} {list(key)!r}"
+
+    def exists(self) -> bool:
+        with self._lock:
+            return bool(self._journal) or self._snapshot is not None
+
+    def recover(self) -> Recovered:
+        with self._lock:
+            journal = bytes(self._journal)
+            snapshot = self._snapshot
+        header: SnapshotHeader | None = None
+        records: list[bytes] = []
+        sidecars: dict[str, bytes] = {}
+        if snapshot is not None:
+            header, records = decode_snapshot(snapshot[1], self._where)
+            sidecars = dict(snapshot[2])
+        after = header.seq if header is not None else 0
+        entries = stitch_entries(after, [scan_journal(journal, self._where).entries], self._where)
+        recovered = Recovered(header, records, sidecars, entries)
+        with self._lock:
+            self._last_seq = recovered.last_seq
+        return recovered
+
+    def append(self, entries: Sequence[tuple[int, int, bytes]]) -> None:
+        if not entries:
+            return
+        data = encode_entries(entries)
+        with self._lock:
+            if self._last_seq is not None and entries[0][0] != self._last_seq + 1:
+                raise InvalidInput(f"{self._where}: appending seq {entries[0][0]} after seq "
+                                   f"{self._last_seq}; journal seqs must be consecutive", field="seq")
+            self._journal += data
+            self._last_seq = entries[-1][0]
+
+    def sync(self) -> None:
+        return None
+
+    def write_snapshot(self, seq: int, ts: int, records: Sequence[bytes], *, created: int,
+                       extra: Mapping[str, object] | None = None,
+                       sidecars: Mapping[str, bytes] | None = None) -> None:
+        header_line, body = encode_snapshot(self.kind, self.key, seq, ts, records, created=created,
+                                            extra=extra, sidecars=sidecars)
+        data = b"".join([header_line, *body])
+        blobs = {name: bytes(blob) for name, blob in (sidecars or {}).items()}
+        with self._lock:
+            if self._snapshot is not None and seq < self._snapshot[0]:
+                raise InvalidInput(f"{self._where}: snapshot seq {seq} is older than the newest snapshot "
+                                   f"({self._snapshot[0]}); snapshots only move forward", field="seq")
+            self._snapshot = (seq, data, blobs)
+            offset, _first, _last = cut_offset(bytes(self._journal), seq)
+            del self._journal[:offset]
+            if self._last_seq is not None and seq > self._last_seq:
+                self._last_seq = seq
+
+    def disk_bytes(self) -> int:
+        with self._lock:
+            total = len(self._journal)
+            if self._snapshot is not None:
+                total += len(self._snapshot[1]) + sum(len(blob) for blob in self._snapshot[2].values())
+            return total
+
+    def close(self) -> None:
+        return None

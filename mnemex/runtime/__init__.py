@@ -1,0 +1,40 @@
+"""The actor kernel on trio: mailboxes, ask/tell, journaling, supervision,
+passivation, snapshots and the blocking bridge. Knows bytes, not memories."""
+
+from mnemex.runtime._bridge import BlockingBridge, BlockingProxy, BlockingRef
+from mnemex.runtime._kernel import ActorRef, Runtime, RuntimeStats, Subscription, open_actor_runtime
+from mnemex.runtime._kind import (
+    ActorKind,
+    Behaviour,
+    Effect,
+    Emit,
+    Image,
+    Job,
+    JobResult,
+    Key,
+    SnapshotData,
+    Step,
+    Tell,
+)
+
+__all__ = [
+    "ActorKind",
+    "ActorRef",
+    "Behaviour",
+    "BlockingBridge",
+    "BlockingProxy",
+    "BlockingRef",
+    "Effect",
+    "Emit",
+    "Image",
+    "Job",
+    "JobResult",
+    "Key",
+    "Runtime",
+    "RuntimeStats",
+    "SnapshotData",
+    "Step",
+    "Subscription",
+    "Tell",
+    "open_actor_runtime",
+]

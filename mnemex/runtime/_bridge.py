@@ -1,0 +1,170 @@
+"""The blocking bridge: a runtime on a background thread for hosts that are not trio.
+
+The bridge thread runs ``trio.run``; every blocking call hops into it with
+``trio.from_thread.run`` and waits. Calls are safe from any number of threads
+(and from asyncio through ``asyncio.to_thread``). Closing the bridge shuts the
+runtime down cleanly (drain, snapshot) and joins the thread.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+import trio
+
+from mnemex.errors import ActorClosed, Timeout
+
+__all__ = ["BlockingBridge", "BlockingProxy", "BlockingRef"]
+
+R = TypeVar("R")
+T = TypeVar("T")
+
+
+class BlockingBridge(Generic[R]):
+    """Runs ``opener()`` (an async context manager yielding a runtime) on its own
+    thread until ``close()``. ``start_timeout`` bounds start-up; an error while
+    opening (a locked data directory, say) is raised here, in the caller's thread."""
+
+    def __init__(self, opener: Callable[[], AbstractAsyncContextManager[R]], *,
+                 start_timeout: float = 60.0, name: str = "mnemex-runtime") -> None:
+        self._opener = opener
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._stop: trio.Event | None = None
+        self._runtime: R | None = None
+        self._closed = False
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._thread.start()
+        if not self._ready.wait(start_timeout):
+            raise Timeout(f"the runtime did not start within {start_timeout:g} s")
+        if self._error is not None:
+            self._thread.join()
+            raise self._error
+
+    def _main(self) -> None:
+        try:
+            trio.run(self._serve)
+        except BaseException as exc:  # handed to the opening thread, never lost
+            if not self._ready.is_set():
+                self._error = exc
+        finally:
+            self._ready.set()
+
+    async def _serve(self) -> None:
+        self._stop = trio.Event()
+        async with self._opener() as runtime:
+            self._runtime = runtime
+            self._token = trio.lowlevel.current_trio_token()
+            self._ready.set()
+            await self._stop.wait()
+
+    @property
+    def runtime(self) -> R:
+        """The runtime object; use it only from inside ``call``."""
+        if self._runtime is None:
+            raise ActorClosed("the client is closed")
+        return self._runtime
+
+    def call(self, fn: Callable[..., Awaitable[T]], *args: Any, timeout: float | None = None) -> T:
+        """Run ``await fn(*args)`` in the runtime's thread and return its result."""
+        if self._closed or self._token is None:
+            raise ActorClosed("the client is closed")
+
+        async def run() -> T:
+            if timeout is None:
+                return await fn(*args)
+            with trio.move_on_after(timeout):
+                return await fn(*args)
+            raise Timeout(f"{getattr(fn, '__name__', 'call')} took longer than {timeout:g} s")
+
+        try:
+            return trio.from_thread.run(run, trio_token=self._token)
+        except trio.RunFinishedError as exc:
+            raise ActorClosed("the client's runtime has stopped") from exc
+
+    def close(self) -> None:
+        """Shut the runtime down cleanly and join its thread. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        stop, token = self._stop, self._token
+        if stop is not None and token is not None:
+            try:
+                trio.from_thread.run_sync(stop.set, trio_token=token)
+            except trio.RunFinishedError:
+                pass
+        self._thread.join()
+
+    def __enter__(self: BlockingBridgeT) -> BlockingBridgeT:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def blocking(self, target: Any) -> BlockingProxy:
+        """Wrap an object with async methods (a ref) into one with blocking methods."""
+        return BlockingProxy(self, target)
+
+
+BlockingBridgeT = TypeVar("BlockingBridgeT", bound=BlockingBridge[Any])
+
+
+class BlockingProxy:
+    """Every coroutine method of ``target`` becomes a blocking call through the
+    bridge; other attributes pass through unchanged."""
+
+    __slots__ = ("_bridge", "_target")
+
+    def __init__(self, bridge: BlockingBridge[Any], target: Any) -> None:
+        self._bridge = bridge
+        self._target = target
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._target, name)
+        if not inspect.iscoroutinefunction(attr):
+            return attr
+        bridge = self._bridge
+
+        @functools.wraps(attr)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return bridge.call(functools.partial(attr, *args, **kwargs))
+
+        return call
+
+    def __repr__(self) -> str:
+        return f"Blocking({self._target!r})"
+
+
+class BlockingRef:
+    """A blocking ActorRef: the same ask/tell, waiting in the calling thread."""
+
+    __slots__ = ("_bridge", "_ref")
+
+    def __init__(self, bridge: BlockingBridge[Any], ref: Any) -> None:
+        self._bridge = bridge
+        self._ref = ref
+
+    @property
+    def kind(self) -> str:
+        return str(self._ref.kind)
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return tuple(self._ref.key)
+
+    def ask(self, command: Any, *, timeout: float | None = None) -> Any:
+        return self._bridge.call(functools.partial(self._ref.ask, command, timeout=timeout))
+
+    def tell(self, command: Any) -> None:
+        self._bridge.call(self._ref.tell, command)
+

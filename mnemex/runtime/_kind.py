@@ -1,0 +1,61 @@
+"""What the kernel needs to know about an actor kind.
+
+The kernel is generic: it moves commands (opaque objects) into mailboxes,
+journals them as bytes through the kind's codec, and asks the behaviour for a
+snapshot as record lines. It never learns what a memory or a conversation is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from mnemex.effects import (
+    Behaviour,
+    Effect,
+    Emit,
+    Image,
+    Job,
+    JobResult,
+    Key,
+    SnapshotData,
+    Step,
+    Tell,
+)
+
+__all__ = [
+    "ActorKind",
+    "Behaviour",
+    "Effect",
+    "Emit",
+    "Image",
+    "Job",
+    "JobResult",
+    "Key",
+    "SnapshotData",
+    "Step",
+    "Tell",
+]
+
+
+def _always(command: Any) -> bool:
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class ActorKind:
+    """A registered kind of actor.
+
+    ``create`` makes a fresh behaviour for a key; ``restore`` rebuilds one from an
+    Image; ``encode``/``decode`` turn a command into its journal payload (compact
+    JSON bytes) and back; ``is_journaled`` says which commands change state (reads
+    skip the journal). The kind's folder on disk is ``<name>s``.
+    """
+
+    name: str
+    create: Callable[[Key], Behaviour]
+    restore: Callable[[Key, Image], Behaviour]
+    encode: Callable[[Any], bytes]
+    decode: Callable[[bytes], Any]
+    is_journaled: Callable[[Any], bool] = _always

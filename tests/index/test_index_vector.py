@@ -1,0 +1,341 @@
+"""VectorIndex: exact mode equals brute force, HNSW mode by recall, deletes,
+filters, growth, tombstone rebuilds, planned builds and sidecars."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
+
+from mnemex.errors import InvalidInput, NotFound
+from mnemex.index import VectorIndex
+
+DIM = 16
+
+
+def unit_vectors(n: int, dim: int = DIM, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    matrix = rng.standard_normal((n, dim)).astype(np.float32)
+    return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+
+
+def brute_force(vectors: dict[int, np.ndarray], query: np.ndarray, top_k: int,
+                allowed: set[int] | None = None) -> list[tuple[int, float]]:
+    q = query / np.linalg.norm(query)
+    scored = []
+    for doc_id, v in vectors.items():
+        if allowed is None or doc_id in allowed:
+            scored.append((-float(np.dot(v / np.linalg.norm(v), q)), doc_id))
+    scored.sort()
+    return [(d, -s) for s, d in scored[:top_k]]
+
+
+def assert_same_results(got: list[tuple[int, float]], expected: list[tuple[int, float]]) -> None:
+    """Same ranking up to float32 rounding: equal scores, ids equal except inside near-ties."""
+    assert len(got) == len(expected)
+    for (gid, gs), (eid, es) in zip(got, expected, strict=True):
+        assert gs == pytest.approx(es, abs=1e-5)
+        if gid != eid:
+            assert abs(gs - es) < 1e-5
+    if expected:
+        assert {d for d, s in got if s > expected[-1][1] + 1e-5} == {
+            d for d, s in expected if s > expected[-1][1] + 1e-5}
+
+
+def recall(got: list[tuple[int, float]], exact: list[tuple[int, float]]) -> float:
+    return len({d for d, _ in got} & {d for d, _ in exact}) / max(1, len(exact))
+
+
+def test_exact_mode_equals_brute_force_with_filters() -> None:
+    vectors = unit_vectors(500)
+    index = VectorIndex(DIM)
+    for doc_id, v in enumerate(vectors):
+        index.add(doc_id, v * 3.0)  # any scale: stored normalised
+    model = dict(enumerate(vectors))
+    for doc_id in range(0, 500, 3):
+        index.remove(doc_id)
+        del model[doc_id]
+    allowed = set(range(0, 500, 7))
+    for query in unit_vectors(20, seed=1):
+        assert index.mode == "exact"
+        assert_same_results(index.search(query, 10), brute_force(model, query, 10))
+        assert_same_results(index.search(query, 10, allowed=allowed), brute_force(model, query, 10, allowed))
+
+
+def test_rows_of_removed_documents_are_reused() -> None:
+    index = VectorIndex(DIM)
+    vectors = unit_vectors(10)
+    for doc_id in range(10):
+        index.add(doc_id, vectors[doc_id])
+    index.remove(3)
+    index.add(10, vectors[3])
+    assert index.search(vectors[3], 1) == [(10, pytest.approx(1.0, abs=1e-6))]
+    assert len(index) == 10
+
+
+@pytest.mark.parametrize(("call", "error"), [
+    (lambda ix: ix.add(0, np.ones(DIM)), InvalidInput),
+    (lambda ix: ix.add(1, np.ones(DIM + 1)), InvalidInput),
+    (lambda ix: ix.add(1, np.full(DIM, np.nan)), InvalidInput),
+    (lambda ix: ix.add(1, "text"), InvalidInput),
+    (lambda ix: ix.add_many([1, 1], np.ones((2, DIM))), InvalidInput),
+    (lambda ix: ix.add_many([1, 2], np.ones((3, DIM))), InvalidInput),
+    (lambda ix: ix.search(np.ones(DIM - 1)), InvalidInput),
+    (lambda ix: ix.search(np.ones(DIM), top_k=0), InvalidInput),
+    (lambda ix: ix.remove(5), NotFound),
+    (lambda ix: ix.update(5, np.ones(DIM)), NotFound),
+    (lambda ix: ix.vector(5), NotFound),
+])
+def test_bad_arguments_are_refused(call: object, error: type[Exception]) -> None:
+    index = VectorIndex(DIM)
+    index.add(0, np.ones(DIM))
+    with pytest.raises(error):
+        call(index)  # type: ignore[operator]
+    assert len(index) == 1 and index.search(np.ones(DIM), 5)[0][0] == 0
+
+
+@pytest.mark.parametrize("params", [{"dim": 0}, {"tombstone_ratio": 1.0}, {"m": 1}, {"ef_search": 0}])
+def test_bad_parameters_are_refused(params: dict[str, object]) -> None:
+    with pytest.raises(InvalidInput):
+        VectorIndex(**{"dim": DIM, **params})  # type: ignore[arg-type]
+
+
+def test_zero_vector_is_stored_and_scores_zero() -> None:
+    index = VectorIndex(DIM)
+    index.add(0, np.zeros(DIM))
+    index.add(1, np.ones(DIM))
+    assert index.search(np.ones(DIM), 2) == [(1, pytest.approx(1.0, abs=1e-6)), (0, 0.0)]
+
+
+@pytest.fixture(scope="module")
+def big() -> np.ndarray:
+    return unit_vectors(3000, dim=32, seed=7)
+
+
+def test_hnsw_mode_recall_against_exact(big: np.ndarray) -> None:
+    index = VectorIndex(32, hnsw_threshold=1000)
+    index.add_many(list(range(len(big))), big)
+    assert index.mode == "hnsw"
+    queries = unit_vectors(50, dim=32, seed=8)
+    recalls = [recall(index.search(q, 10), index.exact_search(q, 10)) for q in queries]
+    assert np.mean(recalls) >= 0.95
+    # Rescored from the stored vectors: every score is the exact cosine.
+    got = index.search(queries[0], 10)
+    exact = dict(index.exact_search(queries[0], len(big)))
+    assert all(s == pytest.approx(exact[d], abs=1e-5) for d, s in got)
+
+
+def test_hnsw_never_returns_deleted_and_rebuilds_past_the_tombstone_ratio(big: np.ndarray) -> None:
+    index = VectorIndex(32, hnsw_threshold=500, tombstone_ratio=0.2)
+    index.add_many(list(range(1000)), big[:1000])
+    assert index.mode == "hnsw"
+    deleted = set(range(0, 1000, 7))
+    for doc_id in sorted(deleted):
+        index.remove(doc_id)
+    assert 0 < index.tombstones <= 0.2 * 1000
+    for q in big[:50]:
+        assert not {d for d, _ in index.search(q, 20)} & deleted
+    for doc_id in range(1, 1000, 7):
+        index.remove(doc_id)
+    # 286 tombstones of 1000 would pass the ratio: the graph was rebuilt on the way.
+    assert index.tombstones < 286 - 200
+    assert index.mode == "hnsw" and len(index) == 1000 - 286
+    for q in big[:20]:
+        assert recall(index.search(q, 10), index.exact_search(q, 10)) >= 0.8
+
+
+def test_hnsw_grows_past_its_capacity(big: np.ndarray) -> None:
+    index = VectorIndex(32, hnsw_threshold=300)
+    for doc_id in range(1500):
+        index.add(doc_id, big[doc_id])
+    assert index.mode == "hnsw" and len(index) == 1500
+    assert index.search(big[1499], 1)[0][0] == 1499
+
+
+def test_update_moves_a_vector_in_hnsw_mode(big: np.ndarray) -> None:
+    index = VectorIndex(32, hnsw_threshold=100)
+    index.add_many(list(range(500)), big[:500])
+    index.update(3, big[2000])
+    assert index.search(big[2000], 1)[0][0] == 3
+    assert 3 not in {d for d, _ in index.search(big[3], 5)} or index.search(big[3], 1)[0][0] != 3
+
+
+@pytest.mark.parametrize("allowed_count", [5, 50, 1200])
+def test_hnsw_filtered_search_returns_only_allowed(big: np.ndarray, allowed_count: int) -> None:
+    index = VectorIndex(32, hnsw_threshold=1000, exact_filter_max=100)
+    index.add_many(list(range(len(big))), big)
+    rng = np.random.default_rng(allowed_count)
+    allowed = set(rng.choice(len(big), allowed_count, replace=False).tolist())
+    recalls = []
+    for q in unit_vectors(20, dim=32, seed=9):
+        got = index.search(q, 10, allowed=allowed)
+        exact = index.exact_search(q, 10, allowed=allowed)
+        assert {d for d, _ in got} <= allowed
+        assert len(got) == min(10, allowed_count)
+        if allowed_count <= 100:  # answered exactly
+            assert_same_results(got, exact)
+        recalls.append(recall(got, exact))
+    assert np.mean(recalls) >= 0.95
+
+
+def test_planned_build_replays_changes_made_while_it_ran(big: np.ndarray) -> None:
+    index = VectorIndex(32, hnsw_threshold=500, auto_build=False)
+    index.add_many(list(range(600)), big[:600])
+    assert index.mode == "exact" and index.wants_graph
+    build = index.plan_graph()
+    index.add_many(list(range(600, 700)), big[600:700])
+    index.remove(5)
+    index.update(6, big[2500])
+    assert index.adopt(build.run())
+    assert index.mode == "hnsw" and not index.wants_graph
+    assert index.search(big[650], 1)[0][0] == 650
+    assert index.search(big[2500], 1)[0][0] == 6
+    assert 5 not in {d for d, _ in index.search(big[5], 10)}
+    stale = index.plan_graph()
+    newer = index.plan_graph()
+    assert not index.adopt(stale.run())
+    assert index.adopt(newer.run())
+
+
+def test_sidecar_round_trip_gives_identical_results(big: np.ndarray) -> None:
+    index = VectorIndex(32, hnsw_threshold=500)
+    index.add_many(list(range(1000)), big[:1000])
+    index.remove(10)
+    sidecar = index.to_sidecar()
+    assert sidecar is not None
+    ids = index.doc_ids()
+    vectors = np.stack([index.vector(d) for d in ids])
+    restored = VectorIndex.from_sidecar(sidecar, ids, vectors, 32, hnsw_threshold=500)
+    assert restored.sidecar_status == "loaded" and restored.tombstones == 1
+    for q in big[1000:1030]:
+        assert restored.search(q, 10) == index.search(q, 10)
+    restored.add(5000, big[2999])
+    assert restored.search(big[2999], 1)[0][0] == 5000
+
+
+@pytest.mark.parametrize(("tamper", "status"), [
+    (lambda ids, vecs, data: (ids[:-1], vecs[:-1], data), "stale"),
+    (lambda ids, vecs, data: (ids, np.roll(vecs, 1, axis=0), data), "stale"),
+    (lambda ids, vecs, data: (ids, vecs, data[:-10] + b"0123456789"), "corrupt"),
+    (lambda ids, vecs, data: (ids, vecs, b"garbage"), "corrupt"),
+    (lambda ids, vecs, data: (ids, vecs, None), "absent"),
+])
+def test_a_mismatched_sidecar_is_detected_and_the_graph_rebuilt(big: np.ndarray, tamper: object,
+                                                               status: str) -> None:
+    index = VectorIndex(32, hnsw_threshold=200)
+    index.add_many(list(range(400)), big[:400])
+    ids = index.doc_ids()
+    vectors = np.stack([index.vector(d) for d in ids])
+    new_ids, new_vectors, data = tamper(ids, vectors, index.to_sidecar())  # type: ignore[operator]
+    restored = VectorIndex.from_sidecar(data, new_ids, new_vectors, 32, hnsw_threshold=200)
+    assert restored.sidecar_status == status
+    assert restored.mode == "hnsw"
+    assert restored.search(new_vectors[0], 1)[0][0] == new_ids[0]
+
+
+def test_exact_mode_has_no_sidecar() -> None:
+    index = VectorIndex(DIM)
+    index.add(0, np.ones(DIM))
+    assert index.to_sidecar() is None
+    assert VectorIndex.from_vectors([0], np.ones((1, DIM)), DIM).mode == "exact"
+
+
+vectors_st = st.lists(st.integers(-3, 3), min_size=4, max_size=4).filter(any).map(
+    lambda xs: np.array(xs, dtype=np.float32))
+
+
+class ExactMachine(RuleBasedStateMachine):
+    """Exact mode against a dict of vectors ranked by brute force."""
+
+    ids = Bundle("ids")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.index = VectorIndex(4)
+        self.model: dict[int, np.ndarray] = {}
+        self.next_id = 0
+
+    @rule(target=ids, vector=vectors_st)
+    def add(self, vector: np.ndarray) -> int:
+        doc_id = self.next_id
+        self.next_id += 1
+        self.index.add(doc_id, vector)
+        self.model[doc_id] = vector
+        return doc_id
+
+    @rule(doc_id=consumes(ids))
+    def remove(self, doc_id: int) -> None:
+        self.index.remove(doc_id)
+        del self.model[doc_id]
+
+    @rule(doc_id=ids, vector=vectors_st)
+    def update(self, doc_id: int, vector: np.ndarray) -> None:
+        self.index.update(doc_id, vector)
+        self.model[doc_id] = vector
+
+    @rule(query=vectors_st, top_k=st.integers(1, 6), data=st.data())
+    def search(self, query: np.ndarray, top_k: int, data: st.DataObject) -> None:
+        allowed = data.draw(st.none() | st.sets(st.integers(0, self.next_id)))
+        assert_same_results(self.index.search(query, top_k, allowed=allowed),
+                            brute_force(self.model, query, top_k, allowed))
+
+    @invariant()
+    def sizes_agree(self) -> None:
+        assert len(self.index) == len(self.model)
+
+
+ExactMachine.TestCase.settings = settings(max_examples=30, stateful_step_count=30, deadline=None)
+test_exact_vector_index_matches_brute_force = ExactMachine.TestCase
+
+
+class HnswMachine(RuleBasedStateMachine):
+    """HNSW mode (threshold 8, small graphs, frequent rebuilds): deletes are never
+    returned, filters are respected, and results are real cosines of live docs."""
+
+    ids = Bundle("ids")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.index = VectorIndex(8, hnsw_threshold=8, m=4, ef_construction=16, exact_filter_max=2)
+        self.model: dict[int, np.ndarray] = {}
+        self.next_id = 0
+        self.pool = unit_vectors(64, dim=8, seed=3)
+
+    @rule(target=ids, which=st.integers(0, 63))
+    def add(self, which: int) -> int:
+        doc_id = self.next_id
+        self.next_id += 1
+        self.index.add(doc_id, self.pool[which])
+        self.model[doc_id] = self.pool[which]
+        return doc_id
+
+    @rule(doc_id=consumes(ids))
+    def remove(self, doc_id: int) -> None:
+        self.index.remove(doc_id)
+        del self.model[doc_id]
+
+    @rule(doc_id=ids, which=st.integers(0, 63))
+    def update(self, doc_id: int, which: int) -> None:
+        self.index.update(doc_id, self.pool[which])
+        self.model[doc_id] = self.pool[which]
+
+    @rule(which=st.integers(0, 63), top_k=st.integers(1, 10), data=st.data())
+    def search(self, which: int, top_k: int, data: st.DataObject) -> None:
+        allowed = data.draw(st.none() | st.sets(st.integers(0, self.next_id)))
+        got = self.index.search(self.pool[which], top_k, allowed=allowed)
+        live = set(self.model) if allowed is None else set(self.model) & allowed
+        assert {d for d, _ in got} <= live
+        assert len(got) == min(top_k, len(live))
+        for doc_id, score in got:
+            assert score == pytest.approx(float(self.model[doc_id] @ self.pool[which]), abs=1e-5)
+
+    @invariant()
+    def sizes_agree(self) -> None:
+        assert len(self.index) == len(self.model)
+        assert self.index.doc_ids() == sorted(self.model)
+
+
+HnswMachine.TestCase.settings = settings(max_examples=30, stateful_step_count=30, deadline=None)
+test_hnsw_vector_index_keeps_its_promises = HnswMachine.TestCase
