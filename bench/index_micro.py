@@ -191,6 +191,21 @@ def main() -> None:
         recalls_f.append(len(approximate & exact) / max(1, len(exact)))
     recall_filtered = float(np.mean(recalls_f))
 
+    # ef sweep: what each ef_search costs and buys, on the same graph.
+    sweep = []
+    if vectors.mode == "hnsw":
+        chosen = vectors.ef_search
+        exact_top = [{d for d, _ in vectors.exact_search(v, 10)} for v in qv]
+        for ef in sorted({32, 64, 128, 200, 256, 320, 400, chosen}):
+            vectors.ef_search = ef
+            samples = time_queries(lambda v: vectors.search(v, 10), qv)
+            got = [{d for d, _ in vectors.search(v, 10)} for v in qv]
+            sweep.append({"ef_search": ef, "p50_ms": percentile(samples, 0.5),
+                          "p99_ms": percentile(samples, 0.99),
+                          "recall_at_10": float(np.mean([len(g & e) / max(1, len(e))
+                                                         for g, e in zip(got, exact_top, strict=True)]))})
+        vectors.ef_search = chosen
+
     ingest_rate = n_docs / ingest_seconds
     non_vector = n_docs / (spent["keyword"] + spent["bm25"] + spent["embed"])
     result = {
@@ -209,6 +224,7 @@ def main() -> None:
         "rss_bytes_per_doc": (rss_after - rss_before) / n_docs,
         "vector_bytes_per_doc": 384 * 4,
         "searches": rows,
+        "ef_sweep": sweep,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "index_micro.json").write_text(json.dumps(result, indent=2))
@@ -229,6 +245,9 @@ def main() -> None:
     parts = ", ".join(f"{k} {v:.1f}s" for k, v in spent.items())
     print(f"{'ingest time by part':42} {parts}")
     print(f"{'RSS per doc (all indexes, bytes)':42} {result['rss_bytes_per_doc']:8.0f}")
+    for row in sweep:
+        print(f"  ef_search {row['ef_search']:4}: p50 {row['p50_ms']:.3f} ms, p99 {row['p99_ms']:.3f} ms, "
+              f"recall@10 {row['recall_at_10']:.3f}")
 
 
 if __name__ == "__main__":

@@ -412,10 +412,12 @@ class SessionStream:
 
 
 # -- TTL sweeps -------------------------------------------------------------------------
-async def sweep_expired_sessions(runtime: Runtime, kind: str = AGENT_KIND) -> int:
-    """Expire the sessions whose TTL passed, in every live agent; returns how many
-    agents had some. Agents with nothing to expire journal nothing."""
-    now = time.time()
+async def sweep_expired_sessions(runtime: Runtime, kind: str = AGENT_KIND, *,
+                                 now: float | None = None) -> int:
+    """Expire the sessions whose TTL passed (at ``now``, default the wall clock) in
+    every live agent; returns how many agents had some. Agents with nothing to
+    expire journal nothing."""
+    now = time.time() if now is None else now
     swept = 0
     for _, key in runtime.live_keys(kind):
         try:

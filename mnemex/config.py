@@ -57,8 +57,9 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     fsync: FsyncPolicy = "batch"
     """``always``: each actor fsyncs its journal before answering. ``batch`` (group
     commit, the default): one fsync round covers every line written by every actor
-    since the previous round; callers are answered after it. ``never``: the OS flushes when it likes; a power loss
-    loses the tail the OS had buffered (a process crash loses nothing)."""
+    since the previous round; callers are answered after it. ``never``: the OS
+    flushes when it likes; a power loss loses the tail the OS had buffered (a
+    process crash loses nothing)."""
     fsync_window: float = 0.0
     """Extra seconds each group-commit round waits to gather more lines. 0 commits
     at once when idle; under load lines gather while the previous round syncs."""
@@ -106,6 +107,9 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Environment variable holding the ``llm`` summarizer's API key (read at each call)."""
     agent_llm_timeout: float = 30.0
     """Seconds one summary request may take."""
+    agent_summary_retry: float = 5.0
+    """Seconds before a failed summary is asked for again; doubles per failure, up
+    to 300. Meanwhile the context is cut to the budget."""
 
     def __post_init__(self) -> None:
         _check_positive_int(self, "mailbox_size", "max_key_bytes", "max_live_actors",
@@ -119,7 +123,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
         # -- short-term memory
         _check_positive_int(self, "agent_max_messages", "agent_max_context_tokens",
                             "agent_keep_recent_turns")
-        _check_positive_float(self, "agent_sweep_interval", "agent_llm_timeout")
+        _check_positive_float(self, "agent_sweep_interval", "agent_llm_timeout", "agent_summary_retry")
         if self.agent_session_ttl is not None:
             _check_positive_float(self, "agent_session_ttl")
         ratio = self.agent_trigger_ratio

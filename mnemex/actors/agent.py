@@ -168,6 +168,7 @@ class AgentSettings:
             max_session_id_bytes=config.max_key_bytes,
             summarizer=summarizer if summarizer is not None else summarizer_from_config(config),
             counter=token_counter if token_counter is not None else EstimatedTokens(),
+            summary_retry=config.agent_summary_retry,
         )
 
 

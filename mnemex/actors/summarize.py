@@ -94,9 +94,10 @@ def truncate_to_tokens(text: str, target_tokens: int, counter: TokenCounter) -> 
         else:
             hi = mid - 1
     cut = text[:lo]
-    space = cut.rfind(" ")
-    if space > lo // 2:
-        cut = cut[:space]
+    if not text[lo].isspace():  # mid-word: back to the last space, unless that loses too much
+        space = cut.rfind(" ")
+        if space > lo // 2:
+            cut = cut[:space]
     return cut.rstrip() + "…"
 
 
@@ -268,7 +269,7 @@ class LLMSummarizer:
         timeout = httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0))
         last: str = "no attempt made"
         with httpx.Client(timeout=timeout, transport=self._transport) as client:
-            for attempt in range(self.retries + 1):
+            for _ in range(self.retries + 1):
                 try:
                     response = client.post(self.url, json=payload, headers=headers)
                 except httpx.TimeoutException as exc:
@@ -283,11 +284,11 @@ class LLMSummarizer:
                 if response.status_code >= 400:
                     raise SummaryError(f"summary endpoint {self.url} answered {response.status_code}: "
                                        f"{response.text[:200]!r}")
-                return self._text_of(response, request, attempt)
+                return self._text_of(response, request)
         raise SummaryError(f"summary endpoint {self.url} {last} "
                            f"({self.retries + 1} attempt{'s' if self.retries else ''})")
 
-    def _text_of(self, response: httpx.Response, request: SummaryRequest, attempt: int) -> str:
+    def _text_of(self, response: httpx.Response, request: SummaryRequest) -> str:
         try:
             body = response.json()
             text = body["choices"][0]["message"]["content"]

@@ -16,6 +16,7 @@ layout of a data directory::
 
 from mnemex.persistence.datadir import ActorLocation as ActorLocation
 from mnemex.persistence.datadir import DataDir as DataDir
+from mnemex.persistence.datadir import find_actors as find_actors
 from mnemex.persistence.inspect import ActorInfo as ActorInfo
 from mnemex.persistence.inspect import inspect_actor as inspect_actor
 from mnemex.persistence.inspect import read_history as read_history
@@ -43,6 +44,7 @@ __all__ = [
     "actor_dir",
     "decode_key",
     "encode_key",
+    "find_actors",
     "inspect_actor",
     "read_history",
     "verify_actor",

@@ -128,31 +128,7 @@ class DataDir:
 
     def actors(self) -> Iterator[ActorLocation]:
         """Every actor folder (``<kind>s/<name>/``), its key from ``key.json`` or its name."""
-        try:
-            kind_dirs = sorted(self.path.iterdir())
-        except OSError as exc:
-            raise StorageError(f"cannot list data directory {self.path}: {describe_os_error(exc)}") from exc
-        for kind_dir in kind_dirs:
-            name = kind_dir.name
-            if not name.endswith("s") or not kind_dir.is_dir():
-                continue
-            try:
-                kind = check_kind(name[:-1])
-            except InvalidInput:
-                continue
-            for folder in sorted(kind_dir.iterdir()):
-                if not folder.is_dir():
-                    continue
-                manifest = read_manifest(folder)
-                if manifest is not None:
-                    yield ActorLocation(manifest[0], manifest[1], folder)
-                    continue
-                key = decode_key(folder.name)
-                if key is None:
-                    log.warning("%s: actor folder without a readable %s and with a shortened name; "
-                                "its key is unknown, skipping it", folder, KEY_MANIFEST)
-                    continue
-                yield ActorLocation(kind, key, folder)
+        return find_actors(self.path)
 
     def close(self) -> None:
         """Release the lock (idempotent)."""
@@ -177,3 +153,34 @@ def _read_pid(fd: int) -> int | None:
     except OSError:
         return None
     return int(text) if text.isdigit() else None
+
+
+def find_actors(data_dir: str | Path) -> Iterator[ActorLocation]:
+    """Every actor folder under ``data_dir`` (``<kind>s/<name>/``), its key from
+    ``key.json`` or its name. Reads only; takes no lock (inspection tools)."""
+    path = Path(data_dir)
+    try:
+        kind_dirs = sorted(path.iterdir())
+    except OSError as exc:
+        raise StorageError(f"cannot list data directory {path}: {describe_os_error(exc)}") from exc
+    for kind_dir in kind_dirs:
+        name = kind_dir.name
+        if not name.endswith("s") or not kind_dir.is_dir():
+            continue
+        try:
+            kind = check_kind(name[:-1])
+        except InvalidInput:
+            continue
+        for folder in sorted(kind_dir.iterdir()):
+            if not folder.is_dir():
+                continue
+            manifest = read_manifest(folder)
+            if manifest is not None:
+                yield ActorLocation(manifest[0], manifest[1], folder)
+                continue
+            key = decode_key(folder.name)
+            if key is None:
+                log.warning("%s: actor folder without a readable %s and with a shortened name; "
+                            "its key is unknown, skipping it", folder, KEY_MANIFEST)
+                continue
+            yield ActorLocation(kind, key, folder)

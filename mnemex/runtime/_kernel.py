@@ -38,7 +38,6 @@ from mnemex.errors import (
 from mnemex.persistence import ActorStore, DataDir, MemoryStore
 from mnemex.runtime._commit import GroupCommitter, release_through
 from mnemex.runtime._keys import check_key
-from mnemex.runtime._mailbox import Mailbox, MailboxClosed
 from mnemex.runtime._kind import (
     ActorKind,
     Behaviour,
@@ -52,6 +51,7 @@ from mnemex.runtime._kind import (
     Step,
     Tell,
 )
+from mnemex.runtime._mailbox import Mailbox, MailboxClosed
 
 __all__ = ["ActorRef", "Runtime", "RuntimeStats", "Subscription", "open_actor_runtime"]
 

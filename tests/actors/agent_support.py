@@ -56,8 +56,8 @@ def user(text: str, **extra: Any) -> dict[str, Any]:
 def assistant(text: str | None, *calls: str, **extra: Any) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": text, **extra}
     if calls:
-        message["tool_calls"] = [{"id": c, "type": "function", "function": {"name": f"fn_{c}", "arguments": "{}"}}
-                                 for c in calls]
+        message["tool_calls"] = [
+            {"id": c, "type": "function", "function": {"name": f"fn_{c}", "arguments": "{}"}} for c in calls]
     return message
 
 
@@ -69,7 +69,8 @@ def system(text: str) -> dict[str, Any]:
     return {"role": "system", "content": text}
 
 
-def make(policy: Policy | None = None, *, summarizer: Summarizer | None = None, **settings: Any) -> AgentMemory:
+def make(policy: Policy | None = None, *, summarizer: Summarizer | None = None,
+         **settings: Any) -> AgentMemory:
     options: dict[str, Any] = {"counter": CharTokens(), **settings}
     if policy is not None:
         options["default_policy"] = policy
@@ -121,7 +122,8 @@ class Driver:
                                         timestamp=self.tick() if at is None else at,
                                         query_id=query_id, turn=turn))
 
-    def context(self, session_id: str, max_tokens: int | None = None, at: float | None = None) -> ContextWindow:
+    def context(self, session_id: str, max_tokens: int | None = None,
+                at: float | None = None) -> ContextWindow:
         window = self.send(GetContext(session_id=session_id, now=self.tick(0.0) if at is None else at,
                                       max_tokens=max_tokens))
         assert isinstance(window, ContextWindow)
@@ -132,12 +134,13 @@ class Driver:
         replies = []
         while self.jobs:
             job = self.jobs.pop(0)
-            try:
-                if fail:
-                    raise RuntimeError("job failed on purpose")
-                result = JobResult(value=job.work())
-            except Exception as exc:
-                result = JobResult(error=exc)
+            if fail:
+                result = JobResult(error=RuntimeError("job failed on purpose"))
+            else:
+                try:
+                    result = JobResult(value=job.work())
+                except Exception as exc:
+                    result = JobResult(error=exc)
             replies.append(self.send(job.deliver(result)))
         return replies
 

@@ -35,6 +35,7 @@ from mnemex.messages import (
     ListTurns,
     MaxMessages,
     SearchTurns,
+    SessionCounts,
     SessionEnded,
     SetPolicy,
     SetTtl,
@@ -59,7 +60,8 @@ def raw_append(driver: Driver, session_id: str, *payloads: bytes, **fields: Any)
         (b'{"content":"x"}', mnemex.InvalidInput, "missing required field `role`", "$.messages[1]"),
         (b"null", mnemex.InvalidInput, "got `null`", "$.messages[1]"),
         (b"{}", mnemex.InvalidInput, "missing required field `role`", "$.messages[1]"),
-        (b'{"role":"user","content":42}', mnemex.InvalidInput, "Expected `str | array", "$.messages[1].content"),
+        (b'{"role":"user","content":42}', mnemex.InvalidInput, "Expected `str | array",
+         "$.messages[1].content"),
         (b'{"role":"user","content":{"a":1}}', mnemex.InvalidInput, "Expected `str | array",
          "$.messages[1].content"),
         (b'{"role":"user","content":[{"text":"no type"}]}', mnemex.InvalidInput, "`type`",
@@ -117,7 +119,8 @@ def test_messages_are_stored_verbatim_with_extra_fields_and_null_content() -> No
     call = b'{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",' \
            b'"function":{"name":"f","arguments":"{\\"q\\": 1}"}}],"x-trace":{"span":[1,2]}}'
     result = b'{"tool_call_id":"c1","role":"tool","name":"f","content":"42",  "extra":null}'
-    parts = b'{"role":"user","content":[{"type":"text","text":"look"},{"type":"image_url","image_url":{"url":"u"}}]}'
+    parts = (b'{"role":"user","content":[{"type":"text","text":"look"},'
+             b'{"type":"image_url","image_url":{"url":"u"}}]}')
     raw_append(driver, "s", call, result, parts)
     history = driver.send(GetHistory(session_id="s", now=driver.clock))
     assert [bytes(entry.message) for entry in history] == [call, result, parts]
@@ -177,7 +180,7 @@ def test_sessions_and_stats_count_messages_and_queries() -> None:
         ("a", 3, 2, False), ("b", 1, 1, True)]
     stats = driver.send(GetStats(now=driver.clock))
     assert (stats.total_sessions, stats.total_messages, stats.completed_sessions) == (2, 4, 1)
-    assert stats.sessions == {"a": mnemex.messages.SessionCounts(3, 2), "b": mnemex.messages.SessionCounts(1, 1)}
+    assert stats.sessions == {"a": SessionCounts(3, 2), "b": SessionCounts(1, 1)}
     assert stats.last_sequence == 4
 
 

@@ -33,15 +33,18 @@ from mnemex.messages import (
 SESSIONS = ("s1", "s2")
 POLICIES: list[Policy] = [MaxMessages(3), MaxMessages(12), TokenBudget(240, keep_recent_turns=1),
                           TokenBudget(420, 0.5, 2), TokenBudget(300, 0.9, 3), NoPruning()]
-TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=8) | st.builds(
-    lambda word, n: word * n, st.sampled_from(["lorem ", "ипсум ", "数据 ", "🧠"]), st.integers(1, 30))
+# mostly repeated words (so budgets fill up), sometimes any short unicode text
+TEXT = st.builds(lambda word, n: word * n, st.sampled_from(["lorem ", "ипсум ", "数据 ", "🧠"]),
+                 st.integers(3, 30)) | st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)),
+                                               max_size=8)
 
 
 @st.composite
 def turns(draw: Any, ids: Any) -> list[dict[str, Any]]:
     """A valid run of messages: plain ones and assistant tool chains."""
     out: list[dict[str, Any]] = []
-    for kind in draw(st.lists(st.sampled_from(["user", "assistant", "system", "chain"]), min_size=1, max_size=5)):
+    kinds = st.sampled_from(["user", "assistant", "system", "chain"])
+    for kind in draw(st.lists(kinds, min_size=1, max_size=5)):
         if kind == "chain":
             calls = [f"call{next(ids)}" for _ in range(draw(st.integers(1, 2)))]
             out.append({"role": "assistant", "content": None,

@@ -165,6 +165,7 @@ def test_update_moves_a_vector_in_hnsw_mode(big: np.ndarray) -> None:
 @pytest.mark.parametrize("allowed_count", [5, 50, 1200])
 def test_hnsw_filtered_search_returns_only_allowed(big: np.ndarray, allowed_count: int) -> None:
     index = VectorIndex(32, hnsw_threshold=1000, exact_filter_max=100)
+    index._filter_crossover = 0  # only exact_filter_max decides
     index.add_many(list(range(len(big))), big)
     rng = np.random.default_rng(allowed_count)
     allowed = set(rng.choice(len(big), allowed_count, replace=False).tolist())
@@ -299,6 +300,7 @@ class HnswMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.index = VectorIndex(8, hnsw_threshold=8, m=4, ef_construction=16, exact_filter_max=2)
+        self.index._filter_crossover = 0
         self.model: dict[int, np.ndarray] = {}
         self.next_id = 0
         self.pool = unit_vectors(64, dim=8, seed=3)

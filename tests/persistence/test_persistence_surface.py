@@ -13,7 +13,7 @@ FORBIDDEN = ("trio", "mnemex.runtime", "mnemex.actors", "mnemex.server", "mnemex
 def test_public_names_are_pinned() -> None:
     assert sorted(mnemex.persistence.__all__) == [
         "ActorInfo", "ActorLocation", "ActorStore", "DataDir", "FileStore", "JournalEntry", "MemoryStore",
-        "Recovered", "SnapshotHeader", "actor_dir", "decode_key", "encode_key", "inspect_actor",
+        "Recovered", "SnapshotHeader", "actor_dir", "decode_key", "encode_key", "find_actors", "inspect_actor",
         "read_history", "verify_actor",
     ]
     for name in mnemex.persistence.__all__:

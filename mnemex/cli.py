@@ -1,0 +1,148 @@
+"""The ``mnemex`` command: inspect and replay a data directory.
+
+    mnemex inspect DATA_DIR [--json]
+    mnemex replay DATA_DIR [--until TIME] [--actor KEY] [--verify] [--kinds MODULE:FUNCTION] [--json]
+
+Both only read: they take no lock and change no file, so they are safe beside
+a running server. Exit status: 0 fine, 1 problems found (damage, failed
+replay, --verify findings), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from mnemex._assembly import _builtin_kinds
+from mnemex.config import Config, load_config
+from mnemex.errors import MnemexError
+from mnemex.persistence import find_actors, inspect_actor
+from mnemex.runtime import ActorKind
+
+__all__ = ["main"]
+
+
+def _when(ms: int | None) -> str:
+    if not ms:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"  # pragma: no cover
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=False)]
+    lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True))
+             for row in [header, ["-" * w for w in widths], *rows]]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _load_kinds(specs: Sequence[str], config: Config) -> list[ActorKind]:
+    extra: list[ActorKind] = []
+    for spec in specs:
+        module_name, _, attr = spec.partition(":")
+        if not module_name or not attr:
+            raise SystemExit(f"mnemex: --kinds {spec!r} must be MODULE:FUNCTION")
+        try:
+            factory = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise SystemExit(f"mnemex: --kinds {spec!r}: {exc}") from exc
+        made = factory()
+        extra.extend(made if isinstance(made, list | tuple) else [made])
+    return [*_builtin_kinds(config, [kind.name for kind in extra]), *extra]
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    infos = [inspect_actor(location.path) for location in find_actors(args.data_dir)]
+    if args.json:
+        print(json.dumps([{
+            "kind": i.kind, "key": list(i.key or ()), "path": str(i.path), "snapshots": i.snapshots,
+            "snapshot_seq": i.snapshot_seq, "records": i.snapshot_count, "snapshot_created": i.snapshot_created,
+            "journal_first": i.journal_first, "journal_last": i.journal_last, "journal_lines": i.journal_lines,
+            "journal_problem": i.journal_problem, "archives": i.archives, "bytes": i.total_bytes,
+        } for i in infos], indent=2))
+        return 1 if any(i.journal_problem for i in infos) else 0
+    rows = [[i.kind or "?", "/".join(i.key or ("?",)), str(i.snapshot_seq or "-"),
+             f"{i.snapshot_count:,}" if i.snapshot_count is not None else "-",
+             f"{i.journal_lines:,}",
+             f"{i.journal_first}-{i.journal_last}" if i.journal_first is not None else "-",
+             _when(i.snapshot_created), _size(i.total_bytes), i.journal_problem or ""] for i in infos]
+    print(_table(rows, ["kind", "key", "snapshot", "records", "journal", "seqs", "snapshot taken", "size",
+                        "problem"]))
+    total = sum(i.total_bytes for i in infos)
+    print(f"\n{len(infos):,} actors, {_size(total)} in {args.data_dir}")
+    return 1 if any(i.journal_problem for i in infos) else 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from mnemex._replay import ProgressBar, parse_moment, replay_data_dir
+
+    config = load_config(open(args.config, "rb").read()) if args.config else Config()
+    kinds = _load_kinds(args.kinds, config)
+    until = parse_moment(args.until) if args.until else None
+    reports = replay_data_dir(args.data_dir, kinds, until_ms=until, actor=args.actor, verify=args.verify,
+                              progress=ProgressBar("replaying"))
+    failed = any((r.error and not r.error.startswith("kind ")) or r.problems for r in reports)
+    if args.json:
+        print(json.dumps([r.as_dict() for r in reports], indent=2))
+        return 1 if failed else 0
+    rows = []
+    for r in reports:
+        counts = ", ".join(f"{k}={v}" for k, v in sorted(r.extra.items()) if isinstance(v, int | float | str))
+        status = r.error or ("; ".join(r.problems) if r.problems else ("verified" if args.verify else "ok"))
+        rows.append([r.kind, "/".join(r.key), f"{r.records:,}" if r.records is not None else "-",
+                     f"{r.snapshot_seq or 0}..{r.last_seq}", f"{r.journal_lines:,}", _size(r.bytes),
+                     counts[:60], status])
+    print(_table(rows, ["kind", "key", "records", "seq range", "journal", "size", "counts", "status"]))
+    as_of = f" as of {_when(until)}" if until is not None else ""
+    records = sum(r.records or 0 for r in reports)
+    print(f"\n{len(reports):,} actors, {records:,} records, {_size(sum(r.bytes for r in reports))}{as_of}")
+    return 1 if failed else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mnemex", description="Memory for AI agents.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    inspect = sub.add_parser("inspect", help="list the actors of a data directory with counts and sizes")
+    inspect.add_argument("data_dir")
+    inspect.add_argument("--json", action="store_true", help="machine-readable output")
+    inspect.set_defaults(run=cmd_inspect)
+
+    replay = sub.add_parser("replay", help="rebuild state from disk and report what was found")
+    replay.add_argument("data_dir")
+    replay.add_argument("--until", help="state as of this moment: ISO 8601 (UTC if naive) or epoch seconds")
+    replay.add_argument("--actor", help="only this actor: its key (parts joined by '/') or KIND:KEY")
+    replay.add_argument("--verify", action="store_true",
+                        help="check every checksum and that snapshots and journal agree")
+    replay.add_argument("--kinds", action="append", default=[], metavar="MODULE:FUNCTION",
+                        help="extra actor kinds to rebuild (a function returning an ActorKind or a list)")
+    replay.add_argument("--config", help="a TOML config file (embedder, limits) for mnemex's own kinds")
+    replay.add_argument("--json", action="store_true", help="machine-readable output")
+    replay.set_defaults(run=cmd_replay)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: Any = args.run(args)
+    except MnemexError as exc:
+        print(f"mnemex: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return int(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
