@@ -15,7 +15,8 @@ import importlib
 import json
 import sys
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from mnemex._assembly import _builtin_kinds
@@ -30,7 +31,7 @@ __all__ = ["main"]
 def _when(ms: int | None) -> str:
     if not ms:
         return "-"
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _size(n: int) -> str:
@@ -68,8 +69,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([{
             "kind": i.kind, "key": list(i.key or ()), "path": str(i.path), "snapshots": i.snapshots,
-            "snapshot_seq": i.snapshot_seq, "records": i.snapshot_count, "snapshot_created": i.snapshot_created,
-            "journal_first": i.journal_first, "journal_last": i.journal_last, "journal_lines": i.journal_lines,
+            "snapshot_seq": i.snapshot_seq, "records": i.snapshot_count,
+            "snapshot_created": i.snapshot_created, "journal_first": i.journal_first,
+            "journal_last": i.journal_last, "journal_lines": i.journal_lines,
             "journal_problem": i.journal_problem, "archives": i.archives, "bytes": i.total_bytes,
         } for i in infos], indent=2))
         return 1 if any(i.journal_problem for i in infos) else 0
@@ -88,7 +90,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     from mnemex._replay import ProgressBar, parse_moment, replay_data_dir
 
-    config = load_config(open(args.config, "rb").read()) if args.config else Config()
+    config = load_config(Path(args.config).read_bytes()) if args.config else Config()
     kinds = _load_kinds(args.kinds, config)
     until = parse_moment(args.until) if args.until else None
     reports = replay_data_dir(args.data_dir, kinds, until_ms=until, actor=args.actor, verify=args.verify,
