@@ -3,9 +3,21 @@
 Every public name is re-exported here; everything else is private.
 """
 
+from mnemex._agents import AgentRef as AgentRef
+from mnemex._agents import SessionStream as SessionStream
+from mnemex._agents import agent_kind as agent_kind
+from mnemex._agents import context_for_model_call as context_for_model_call
+from mnemex._agents import record_turn as record_turn
 from mnemex._assembly import Client as Client
 from mnemex._assembly import MnemexRuntime as MnemexRuntime
 from mnemex._assembly import open_runtime as open_runtime
+from mnemex.actors.summarize import ExtractiveSummarizer as ExtractiveSummarizer
+from mnemex.actors.summarize import LLMSummarizer as LLMSummarizer
+from mnemex.actors.summarize import Summarizer as Summarizer
+from mnemex.actors.summarize import SummaryError as SummaryError
+from mnemex.actors.summarize import SummaryRequest as SummaryRequest
+from mnemex.actors.tokens import EstimatedTokens as EstimatedTokens
+from mnemex.actors.tokens import TokenCounter as TokenCounter
 from mnemex.config import Config as Config
 from mnemex.config import load_config as load_config
 from mnemex.errors import ActorClosed as ActorClosed
@@ -20,10 +32,23 @@ from mnemex.errors import StorageError as StorageError
 from mnemex.errors import Timeout as Timeout
 from mnemex.errors import TooLarge as TooLarge
 from mnemex.errors import UnknownActorKind as UnknownActorKind
+from mnemex.messages import AgentStats as AgentStats
+from mnemex.messages import Appended as Appended
 from mnemex.messages import ChatMessage as ChatMessage
 from mnemex.messages import Command as Command
+from mnemex.messages import ContextView as ContextView
+from mnemex.messages import MaxMessages as MaxMessages
 from mnemex.messages import MemoryRecord as MemoryRecord
+from mnemex.messages import MessagePage as MessagePage
+from mnemex.messages import NoPruning as NoPruning
 from mnemex.messages import Reply as Reply
+from mnemex.messages import SessionInfo as SessionInfo
+from mnemex.messages import StoredMessage as StoredMessage
+from mnemex.messages import StreamEvent as StreamEvent
+from mnemex.messages import TokenBudget as TokenBudget
+from mnemex.messages import Turn as Turn
+from mnemex.messages import TurnHit as TurnHit
+from mnemex.messages import TurnRecord as TurnRecord
 from mnemex.runtime import ActorKind as ActorKind
 from mnemex.runtime import ActorRef as ActorRef
 from mnemex.runtime import Image as Image
@@ -41,30 +66,55 @@ __all__ = [
     "ActorCrashed",
     "ActorKind",
     "ActorRef",
+    "AgentRef",
+    "AgentStats",
+    "Appended",
     "Busy",
     "ChatMessage",
     "Client",
     "Command",
     "Config",
+    "ContextView",
     "CorruptData",
     "DataDirLocked",
+    "EstimatedTokens",
+    "ExtractiveSummarizer",
     "Image",
     "InvalidInput",
     "Job",
     "JobResult",
+    "LLMSummarizer",
+    "MaxMessages",
     "MemoryRecord",
+    "MessagePage",
     "MnemexError",
     "MnemexRuntime",
+    "NoPruning",
     "NotFound",
     "Reply",
     "RuntimeStats",
+    "SessionInfo",
+    "SessionStream",
     "SnapshotData",
     "Step",
     "StorageError",
+    "StoredMessage",
+    "StreamEvent",
+    "Summarizer",
+    "SummaryError",
+    "SummaryRequest",
     "Tell",
     "Timeout",
+    "TokenBudget",
+    "TokenCounter",
     "TooLarge",
+    "Turn",
+    "TurnHit",
+    "TurnRecord",
     "UnknownActorKind",
+    "agent_kind",
+    "context_for_model_call",
     "load_config",
     "open_runtime",
+    "record_turn",
 ]

@@ -58,6 +58,12 @@ def test_public_names_are_pinned() -> None:
         "MemoryRecord", "MnemexError", "MnemexRuntime", "NotFound", "Reply", "RuntimeStats",
         "SnapshotData", "Step", "StorageError", "Tell", "Timeout", "TooLarge", "UnknownActorKind",
         "load_config", "open_runtime",
+        # short-term memory
+        "AgentRef", "AgentStats", "Appended", "ContextView", "EstimatedTokens", "ExtractiveSummarizer",
+        "LLMSummarizer", "MaxMessages", "MessagePage", "NoPruning", "SessionInfo", "SessionStream",
+        "StoredMessage", "StreamEvent", "Summarizer", "SummaryError", "SummaryRequest", "TokenBudget",
+        "TokenCounter", "Turn", "TurnHit", "TurnRecord", "agent_kind", "context_for_model_call",
+        "record_turn",
     ])
     for name in mnemex.__all__:
         assert getattr(mnemex, name) is not None

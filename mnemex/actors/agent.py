@@ -574,7 +574,12 @@ class AgentMemory:
         names = turn.tool_calls
         if names is None:
             names = [name for item in checked for name in item.call_names]
-        text = "\n".join(item.text for item in checked if item.text)
+        lines: list[str] = []
+        for item in checked:
+            if item.text:
+                lines.append(item.text)
+            lines.extend(f"called {name.replace('_', ' ')}" for name in item.call_names)
+        text = "\n".join(lines)
         if len(text) > _TURN_TEXT_CHARS:
             text = text[:_TURN_TEXT_CHARS]
         record = TurnRecord(

@@ -165,7 +165,7 @@ def scan_journal(data: bytes, source: Path | str) -> JournalScan:
             raise CorruptData(
                 f"{source}: line {bad_line}: damaged ({bad_reason}) but valid lines follow it "
                 f"(line {number}, seq {parsed.seq}); replaying around it would skip accepted commands, "
-                f"so the journal needs repair (`mnemex verify` lists every problem)")
+                f"so the journal needs repair (`mnemex replay --verify` lists every problem)")
         if previous >= 0 and parsed.seq != previous + 1:
             raise CorruptData(f"{source}: line {number}: seq {parsed.seq} follows seq {previous}; "
                               f"commands are missing or repeated, so the journal cannot be replayed")
