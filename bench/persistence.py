@@ -50,7 +50,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import hnswlib
 import msgspec
@@ -59,6 +59,7 @@ import orjson
 import trio
 
 import mnemex
+from mnemex.config import FsyncPolicy
 from mnemex.messages import Command, JsonCodec
 from mnemex.persistence import FileStore
 from mnemex.persistence.snapshot import sidecar_name, snapshot_name
@@ -162,7 +163,8 @@ class VecNotes:
                 if doc_id in self.known:
                     raise mnemex.InvalidInput(f"note {doc_id} exists already", field="id")
                 if len(raw) != 4 * DIM:
-                    raise mnemex.InvalidInput(f"vector is {len(raw)} bytes; expected {4 * DIM}", field="vector")
+                    raise mnemex.InvalidInput(f"vector is {len(raw)} bytes; expected {4 * DIM}",
+                                              field="vector")
                 row = np.frombuffer(raw, dtype=np.float32).reshape(1, DIM)
                 started = time.perf_counter()
                 if self.graph.get_current_count() >= self.graph.get_max_elements():
@@ -190,7 +192,8 @@ class VecNotes:
         ids, texts, rows = list(self.ids), list(self.texts), self.matrix()
         blob = graph_to_bytes(self.graph)  # taken here: the live graph changes after this step
         return SnapshotData(
-            records=lambda: [_encode_note(Note(i, t, r.tobytes())) for i, t, r in zip(ids, texts, rows)],
+            records=lambda: [_encode_note(Note(i, t, r.tobytes()))
+                             for i, t, r in zip(ids, texts, rows, strict=True)],
             extra={"dim": DIM, "m": GRAPH_M, "ef_construction": GRAPH_EF_CONSTRUCTION},
             sidecars={"hnsw": blob},
         )
@@ -218,7 +221,7 @@ class VecNotes:
             log.warning("%s: hnsw sidecar %s; rebuilding the graph from %d record vectors",
                         "/".join(key), status, len(ids))
             graph = new_graph(capacity)
-            if len(ids):
+            if ids:
                 graph.add_items(vectors, np.asarray(ids, dtype=np.int64), num_threads=1)
         behaviour = cls(key, ids, texts, vectors, graph)
         behaviour.sidecar_status = status
@@ -239,10 +242,10 @@ def load_turns() -> tuple[list[str], str]:
         conversations = json.loads(LOCOMO.read_text())
     except (OSError, ValueError):
         rng = random.Random(7)
-        words = ("memory agent remember yesterday trip coffee project meeting garden book music "
-                 "sister painting weekend started finally talked about plans new job city").split()
-        turns = [" ".join(rng.choice(words) for _ in range(rng.randint(6, 30))) for _ in range(3000)]
-        return turns, "synthetic (locomo-dev.json not found)"
+        words = ["memory", "agent", "remember", "yesterday", "trip", "coffee", "project", "meeting",
+                 "garden", "book", "music", "sister", "painting", "weekend", "started", "finally"]
+        made = [" ".join(rng.choice(words) for _ in range(rng.randint(6, 30))) for _ in range(3000)]
+        return made, "synthetic (locomo-dev.json not found)"
     turns: list[str] = []
     for conversation in conversations:
         dialogue = conversation["conversation"]
@@ -333,7 +336,7 @@ async def journaled_rate(cfg: mnemex.Config, actors: int, callers: int, per_call
     return RateRun(commands / elapsed, commands, elapsed, fsyncs, rounds)
 
 
-def measure_rates(base: Path, policy: str | None, actors: int, callers: int, repeats: int,
+def measure_rates(base: Path, policy: FsyncPolicy | None, actors: int, callers: int, *, repeats: int,
                   target_s: float) -> list[RateRun]:
     """Median-ready runs for one configuration (policy None = in memory)."""
 
@@ -379,7 +382,7 @@ def measure_snapshot(base: Path, texts: list[str], repeat: int) -> dict[str, flo
 
 
 # -- 3. recovery ------------------------------------------------------------------
-def write_vecnote_actor(data_dir: Path, key: Key, notes: list[bytes], journal: list[bytes], seq: int,
+def write_vecnote_actor(data_dir: Path, key: Key, notes: list[bytes], journal: list[bytes], *, seq: int,
                         ts: int, sidecars: dict[str, bytes] | None) -> None:
     store = FileStore(data_dir, "vecnote", key)
     store.write_snapshot(seq, ts, notes, created=ts,
@@ -406,7 +409,8 @@ def recover_like_runtime(data_dir: Path, key: Key, expected: int,
         read = time.perf_counter()
         header = recovered.header
         assert header is not None
-        behaviour = kind.restore(key, Image(recovered.records, header.extra, recovered.sidecars))
+        behaviour = cast(VecNotes, kind.restore(key, Image(recovered.records, header.extra,
+                                                           recovered.sidecars)))
         restored = time.perf_counter()
         if after_restore is not None:
             after_restore(behaviour)
@@ -416,7 +420,6 @@ def recover_like_runtime(data_dir: Path, key: Key, expected: int,
         replayed = time.perf_counter()
     finally:
         store.close()
-    assert isinstance(behaviour, VecNotes)
     if len(behaviour) != expected:
         raise AssertionError(f"recovered {len(behaviour):,} notes; expected {expected:,}")
     probe = behaviour.matrix()[-1:]  # the last note replayed must find itself
@@ -438,7 +441,7 @@ def recover_like_runtime(data_dir: Path, key: Key, expected: int,
     return result
 
 
-def measure_recovery(base: Path, texts: list[str], records: int, journal_lines: int, repeats: int,
+def measure_recovery(base: Path, texts: list[str], *, records: int, journal_lines: int, repeats: int,
                      rebuild_repeats: int) -> dict[str, Any]:
     data_dir = base / "recovery"
     vectors = unit_vectors(records + journal_lines, seed=1)
@@ -452,16 +455,17 @@ def measure_recovery(base: Path, texts: list[str], records: int, journal_lines: 
     # No sidecar yet: the first recovery rebuilds the graph; its bytes (taken between
     # restore and replay, off the clock) become the sidecar of the second actor.
     bare, with_sidecar = ("bench", "no-sidecar"), ("bench", "with-sidecar")
-    write_vecnote_actor(data_dir, bare, notes, journal, seq, ts, None)
+    write_vecnote_actor(data_dir, bare, notes, journal, seq=seq, ts=ts, sidecars=None)
     blobs: list[bytes] = []
     without = [recover_like_runtime(data_dir, bare, expected,
                                     after_restore=lambda b: blobs.append(graph_to_bytes(b.graph)))]
-    write_vecnote_actor(data_dir, with_sidecar, notes, journal, seq, ts, {"hnsw": blobs[0]})
+    write_vecnote_actor(data_dir, with_sidecar, notes, journal, seq=seq, ts=ts, sidecars={"hnsw": blobs[0]})
     folder = FileStore(data_dir, "vecnote", with_sidecar).path
     sizes = {"snapshot_bytes": (folder / snapshot_name(seq)).stat().st_size,
              "sidecar_bytes": (folder / sidecar_name(seq, "hnsw")).stat().st_size,
              "journal_bytes": (folder / "journal.jsonl").stat().st_size}
-    del notes, journal, blobs
+    del notes, journal
+    blobs.clear()
     gc.collect()
     loaded = [recover_like_runtime(data_dir, with_sidecar, expected) for _ in range(repeats)]
     if any(run["sidecar"] != "loaded" for run in loaded):
@@ -496,7 +500,8 @@ def filesystem_of(path: Path) -> str:
         with open("/proc/mounts") as mounts:
             for line in mounts:
                 fields = line.split()
-                if len(fields) > 2 and str(path.resolve()).startswith(fields[1]) and len(fields[1]) > len(best):
+                mount = fields[1] if len(fields) > 2 else ""
+                if mount and str(path.resolve()).startswith(mount) and len(mount) > len(best):
                     best, kind = fields[1], f"{fields[2]} on {fields[0]} (mounted at {fields[1]})"
     except OSError:
         pass
@@ -504,12 +509,14 @@ def filesystem_of(path: Path) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller data, shorter runs (smoke run)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per figure; the median is kept")
     parser.add_argument("--rebuild-repeats", type=int, default=1,
                         help="recoveries without the sidecar (each rebuilds the graph: tens of seconds)")
-    parser.add_argument("--dir", type=Path, default=None, help="folder for the temporary data (the disk measured)")
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="folder for the temporary data (the disk measured)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="  log %(name)s: %(message)s")
     quick = args.quick
@@ -544,14 +551,15 @@ def main() -> None:
 
         # 1. journaled commands/s
         results["rates"] = {}
-        shapes = [(None, 1, 50), (None, 100, 200)]
-        for policy in ("never", "batch", "always"):
-            shapes += [(policy, 1, 50), (policy, 100, 200)]
+        shapes: list[tuple[FsyncPolicy | None, int, int]] = [(None, 1, 50), (None, 100, 200)]
+        policies: tuple[FsyncPolicy, ...] = ("never", "batch", "always")
+        for on_disk in policies:
+            shapes += [(on_disk, 1, 50), (on_disk, 100, 200)]
         # Diagnostic: the same 100 actors under 5x the callers, to tell the per-ask
         # latency (callers wait one fsync round each) from the throughput ceiling.
         shapes.append(("batch", 100, 1_000))
         for policy, actors, callers in shapes:
-            runs = measure_rates(base, policy, actors, callers, repeats, target_s)
+            runs = measure_rates(base, policy, actors, callers, repeats=repeats, target_s=target_s)
             rate = median(run.rate for run in runs)
             name = "in memory (data_dir=None)" if policy is None else f"fsync={policy}"
             label = f"{name}, {actors} actor{'s' if actors > 1 else ''} x {callers} callers"
@@ -568,7 +576,8 @@ def main() -> None:
                 rounds = [run for run in runs if run.rounds]
                 row("  commands per group-commit round", median(run.commands / run.rounds for run in rounds),
                     "cmds")
-                row("  journals fsynced per round", median(run.fsyncs / run.rounds for run in rounds), "files")
+                row("  journals fsynced per round", median(run.fsyncs / run.rounds for run in rounds),
+                    "files")
                 row("  mean group-commit round", median(1000 * run.seconds / run.rounds for run in rounds),
                     "ms")
             print(f"{label}: {rate:,.0f}/s", file=sys.stderr)
@@ -589,8 +598,8 @@ def main() -> None:
         print(f"snapshot write {write_s:.3f} s", file=sys.stderr)
 
         # 3. recovery
-        recovery = measure_recovery(base, texts, records, journal_lines, repeats,
-                                    max(1, args.rebuild_repeats))
+        recovery = measure_recovery(base, texts, records=records, journal_lines=journal_lines,
+                                    repeats=repeats, rebuild_repeats=max(1, args.rebuild_repeats))
         results["recovery"] = {"records": records, "journal_lines": journal_lines, **recovery}
         for case, runs in (("with", recovery["with"]), ("without", recovery["without"])):
             total = median(run["total_s"] for run in runs)
