@@ -140,7 +140,7 @@ def graph_from_bytes(blob: bytes, capacity: int) -> Any:
 class VecNotes:
     """Notes with vectors and an HNSW graph over them; the graph is a sidecar
     of each snapshot and is rebuilt from the record vectors when it is absent
-    or does not match them."""
+    or its labels do not match the records."""
 
     def __init__(self, key: Key, ids: list[int] | None = None, texts: list[str] | None = None,
                  vectors: np.ndarray | None = None, graph: Any = None) -> None:
@@ -423,8 +423,9 @@ def recover_like_runtime(data_dir: Path, key: Key, expected: int,
     if len(behaviour) != expected:
         raise AssertionError(f"recovered {len(behaviour):,} notes; expected {expected:,}")
     probe = behaviour.matrix()[-1:]  # the last note replayed must find itself
-    labels, _ = behaviour.graph.knn_query(probe, k=1)
-    if int(labels[0][0]) != behaviour.ids[-1]:
+    behaviour.graph.set_ef(64)
+    labels, _ = behaviour.graph.knn_query(probe, k=10)
+    if behaviour.ids[-1] not in labels[0].tolist():
         raise AssertionError("the recovered graph does not find the last note")
     result = {
         "total_s": (read - started) + (restored - read) + (replayed - resumed),

@@ -280,11 +280,12 @@ class TurnHit(msgspec.Struct, frozen=True):
     turn: TurnRecord
 
 
-class MessageEntry(msgspec.Struct, frozen=True, omit_defaults=True):
+class MessageEntry(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """One stored message as the actor keeps it: the message JSON verbatim and what
     the actor derived from it (role, tokens, tool call ids). ``sequence`` is unique
     and increasing across the agent, in insertion order; ``timestamp`` is seconds
-    since the epoch, given by whoever appended."""
+    since the epoch, given by whoever appended. Never tracked by the cyclic GC
+    (it holds no containers), so long histories cost collections nothing."""
 
     sequence: int
     timestamp: float

@@ -18,6 +18,7 @@ import heapq
 import itertools
 import logging
 import math
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -106,6 +107,8 @@ __all__ = [
 log = logging.getLogger("mnemex.agent")
 
 ALLOWED_ROLES: Final = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+_PLAIN_ROLES: Final = frozenset({"system", "developer", "user", "assistant"})  # no tool_call_id to check
+_CONTROL: Final = re.compile(r"[\x00-\x1f]")
 _MAX_ID_CHARS: Final = 1024
 _TURN_TEXT_CHARS: Final = 8000
 _SNAPSHOT_FORMAT: Final = 1
@@ -225,6 +228,20 @@ def _arguments_text(arguments: Any) -> str:
 
 def _check_message(raw: Any, index: int, counter: TokenCounter, limit: int, *,
                    known_calls: set[str], batch_calls: set[str]) -> _Checked:
+    if type(raw) is msgspec.Raw and len(raw) <= limit:
+        try:
+            shape = _decode_shape.decode(raw)
+        except msgspec.MsgspecError:
+            pass
+        else:
+            content = shape.content
+            if (type(content) is str and shape.tool_calls is None and shape.name is None
+                    and shape.role in _PLAIN_ROLES):
+                # the common case: a plain text message
+                return _Checked(raw, shape.role, MESSAGE_OVERHEAD + counter.count(content), content,
+                                (), (), shape.tool_call_id)
+            return _check_shape(shape, raw, index, counter, known_calls=known_calls,
+                                batch_calls=batch_calls)
     where = f"$.messages[{index}]"
     if not isinstance(raw, msgspec.Raw):
         raise InvalidInput(f"message {index} must be raw JSON (msgspec.Raw), got {type(raw).__name__}",
@@ -244,6 +261,12 @@ def _check_message(raw: Any, index: int, counter: TokenCounter, limit: int, *,
         raise InvalidInput(f"message {index} is not a chat message: {text} (at {path})", field=path) from exc
     except msgspec.DecodeError as exc:
         raise InvalidInput(f"message {index} is not valid JSON: {exc}", field=where) from exc
+    return _check_shape(shape, raw, index, counter, known_calls=known_calls, batch_calls=batch_calls)
+
+
+def _check_shape(shape: _Shape, raw: msgspec.Raw, index: int, counter: TokenCounter, *,
+                 known_calls: set[str], batch_calls: set[str]) -> _Checked:
+    where = f"$.messages[{index}]"
     role = shape.role
     if role not in ALLOWED_ROLES:
         shown = repr(role) if role else "empty"
@@ -285,6 +308,8 @@ def _check_message(raw: Any, index: int, counter: TokenCounter, limit: int, *,
 
 
 def _check_id(value: Any, what: str, limit: int, *, optional: bool = False) -> str | None:
+    if type(value) is str and 0 < len(value) <= limit // 4 and value.isprintable():
+        return value  # the common case: at most 4 UTF-8 bytes a character, no control character
     if value is None and optional:
         return None
     if not isinstance(value, str) or not value:
@@ -292,7 +317,7 @@ def _check_id(value: Any, what: str, limit: int, *, optional: bool = False) -> s
     if len(value) > limit or len(value.encode("utf-8", "surrogatepass")) > limit:
         raise TooLarge(f"{what} is {len(value.encode('utf-8', 'surrogatepass')):,} bytes; "
                        f"the limit is {limit:,}", field=what)
-    if any(ord(ch) < 32 for ch in value):
+    if _CONTROL.search(value):
         raise InvalidInput(f"{what} {value!r} contains a control character", field=what)
     return value
 

@@ -22,12 +22,13 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol, runtime_checkable
-
-import httpx
+from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 from mnemex.actors.tokens import EstimatedTokens, TokenCounter, content_text
 from mnemex.errors import MnemexError
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = [
     "ExtractiveSummarizer",
@@ -261,6 +262,8 @@ class LLMSummarizer:
         }
 
     def summarize(self, request: SummaryRequest) -> str:
+        import httpx  # imported on first use: mnemex without an LLM summarizer never loads it
+
         headers = {"content-type": "application/json", **self.headers}
         key = os.environ.get(self.api_key_env)
         if key:

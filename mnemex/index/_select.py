@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection
 from collections.abc import Set as AbstractSet
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -24,7 +24,7 @@ __all__ = ["MAX_DOC_ID", "Allowed", "allowed_ids", "allowed_mask", "check_doc_id
 
 MAX_DOC_ID = 2**31 - 1
 
-Allowed: TypeAlias = "npt.NDArray[np.bool_] | npt.NDArray[np.integer] | Collection[int] | None"
+Allowed: TypeAlias = npt.NDArray[np.bool_] | npt.NDArray[np.integer[Any]] | Collection[int] | None
 
 BoolArray: TypeAlias = npt.NDArray[np.bool_]
 IdArray: TypeAlias = npt.NDArray[np.int64]

@@ -341,3 +341,18 @@ class HnswMachine(RuleBasedStateMachine):
 
 HnswMachine.TestCase.settings = settings(max_examples=30, stateful_step_count=30, deadline=None)
 test_hnsw_vector_index_keeps_its_promises = HnswMachine.TestCase
+
+
+def test_same_operations_give_the_same_graph_and_results(big: np.ndarray) -> None:
+    def build() -> VectorIndex:
+        index = VectorIndex(32, hnsw_threshold=300)
+        index.add_many(list(range(800)), big[:800])
+        for doc_id in range(0, 800, 9):
+            index.remove(doc_id)
+        index.update(1, big[2900])
+        return index
+
+    first, second = build(), build()
+    assert first.to_sidecar() == second.to_sidecar()
+    for q in big[2000:2020]:
+        assert first.search(q, 10) == second.search(q, 10)
