@@ -32,6 +32,9 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+# The script's own folder holds other benchmarks (one may be named like a stdlib
+# module): import from the project root instead.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(ROOT))
 
 from mnemex.index import BM25Index, HashingEmbedder, KeywordIndex, VectorIndex  # noqa: E402

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.metadata
 import json
 import logging
 import os
@@ -495,6 +496,13 @@ def fmt(value: float, unit: str) -> str:
     return f"{value:,.1f}"
 
 
+def package_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
 def filesystem_of(path: Path) -> str:
     best, kind = "", "?"
     try:
@@ -640,7 +648,7 @@ def main() -> None:
         "benchmark": "persistence",
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {"python": sys.version.split()[0], "cpus": os.cpu_count(), "platform": platform.platform(),
-                    "filesystem": results.pop("filesystem"), "hnswlib": getattr(hnswlib, "__version__", "?"),
+                    "filesystem": results.pop("filesystem"), "hnswlib": package_version("hnswlib"),
                     "load_average_before": load_before, "load_average_after": load_after},
         "repeats": repeats,
         "quick": quick,

@@ -11,6 +11,14 @@ from mnemex._agents import record_turn as record_turn
 from mnemex._assembly import Client as Client
 from mnemex._assembly import MnemexRuntime as MnemexRuntime
 from mnemex._assembly import open_runtime as open_runtime
+
+# -- long-term memory
+from mnemex._scopes import SEARCH_MEMORY_TOOL as SEARCH_MEMORY_TOOL
+from mnemex._scopes import MemoryService as MemoryService
+from mnemex._scopes import ScopeRef as ScopeRef
+from mnemex._scopes import execute_memory_tool as execute_memory_tool
+from mnemex._scopes import format_as_context as format_as_context
+from mnemex._scopes import scope_kind as scope_kind
 from mnemex.actors.summarize import ExtractiveSummarizer as ExtractiveSummarizer
 from mnemex.actors.summarize import LLMSummarizer as LLMSummarizer
 from mnemex.actors.summarize import Summarizer as Summarizer
@@ -32,16 +40,28 @@ from mnemex.errors import StorageError as StorageError
 from mnemex.errors import Timeout as Timeout
 from mnemex.errors import TooLarge as TooLarge
 from mnemex.errors import UnknownActorKind as UnknownActorKind
+from mnemex.index import Embedder as Embedder
+from mnemex.index import HashingEmbedder as HashingEmbedder
 from mnemex.messages import AgentStats as AgentStats
 from mnemex.messages import Appended as Appended
 from mnemex.messages import ChatMessage as ChatMessage
 from mnemex.messages import Command as Command
 from mnemex.messages import ContextView as ContextView
+from mnemex.messages import Event as Event
+from mnemex.messages import Hit as Hit
 from mnemex.messages import MaxMessages as MaxMessages
+from mnemex.messages import MemoryEntry as MemoryEntry
+from mnemex.messages import MemoryPage as MemoryPage
 from mnemex.messages import MemoryRecord as MemoryRecord
 from mnemex.messages import MessagePage as MessagePage
 from mnemex.messages import NoPruning as NoPruning
 from mnemex.messages import Reply as Reply
+from mnemex.messages import ScopeStats as ScopeStats
+from mnemex.messages import SearchRequest as SearchRequest
+from mnemex.messages import SearchResponse as SearchResponse
+from mnemex.messages import SearchResult as SearchResult
+from mnemex.messages import Session as Session
+from mnemex.messages import SessionAdded as SessionAdded
 from mnemex.messages import SessionInfo as SessionInfo
 from mnemex.messages import StoredMessage as StoredMessage
 from mnemex.messages import StreamEvent as StreamEvent
@@ -117,4 +137,25 @@ __all__ = [
     "load_config",
     "open_runtime",
     "record_turn",
+]
+
+__all__ += [  # long-term memory
+    "SEARCH_MEMORY_TOOL",
+    "Embedder",
+    "Event",
+    "HashingEmbedder",
+    "Hit",
+    "MemoryEntry",
+    "MemoryPage",
+    "MemoryService",
+    "ScopeRef",
+    "ScopeStats",
+    "SearchRequest",
+    "SearchResponse",
+    "SearchResult",
+    "Session",
+    "SessionAdded",
+    "execute_memory_tool",
+    "format_as_context",
+    "scope_kind",
 ]

@@ -7,13 +7,14 @@ which kinds make up mnemex.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from mnemex._agents import AgentRef, agent_kind, run_ttl_sweeper
+from mnemex._scopes import ScopeRef, archive_session, flush_touches, scope_kind, search_scopes
 from mnemex.config import Config
-from mnemex.messages import Policy
+from mnemex.messages import Policy, SearchMode, SearchResult, SessionAdded
 from mnemex.runtime import (
     ActorKind,
     BlockingBridge,
@@ -47,11 +48,38 @@ class MnemexRuntime(Runtime):
                                      name="mnemex agent TTL sweeper")
         return AgentRef(self, name, policy=policy, ttl=ttl)
 
+    # -- long-term memory
+    def scope(self, *, user_id: str, app_name: str) -> ScopeRef:
+        """The long-term memory of ``user_id`` in ``app_name`` (spawned on first use)."""
+        return ScopeRef(self, user_id=user_id, app_name=app_name)
+
+    async def search(self, query: str, scopes: Iterable[tuple[str, str]], top_k: int = 10, *,
+                     mode: SearchMode | None = None, min_score: float | None = None,
+                     filter: Mapping[str, Any] | None = None) -> SearchResult:
+        """Search several scopes, ``[(app_name, user_id), ...]``, at once and merge the
+        hits into one ranking (scores are comparable across scopes; each hit names
+        its scope)."""
+        return await search_scopes(self, query, scopes, top_k, mode=mode, min_score=min_score, filter=filter)
+
+    async def archive(self, agent_name: str, session_id: str, *, user_id: str, app_name: str) -> SessionAdded:
+        """Move one session of agent ``agent_name`` into the long-term memory of
+        (app_name, user_id); adding it again adds nothing twice."""
+        return await archive_session(self, agent_name, session_id, user_id=user_id, app_name=app_name)
+
+    async def aclose(self) -> None:
+        await flush_touches(self)  # the access counts of the last interval
+        await super().aclose()
+
 
 def _builtin_kinds(config: Config, replaced: Iterable[str] = ()) -> list[ActorKind]:
     """mnemex's own kinds, but for those ``replaced`` by a caller's kind of that name."""
     skip = set(replaced)
-    return [kind for kind in (agent_kind(config),) if kind.name not in skip]
+    kinds: list[ActorKind] = []
+    if "agent" not in skip:
+        kinds.append(agent_kind(config))
+    if "scope" not in skip:
+        kinds.append(scope_kind(config))
+    return kinds
 
 
 @asynccontextmanager
@@ -102,6 +130,24 @@ class Client(BlockingBridge[MnemexRuntime]):
             return self.runtime.agent(name, policy=policy, ttl=ttl)
 
         return self.blocking(self.call(make))
+
+    def scope(self, *, user_id: str, app_name: str) -> BlockingProxy:
+        """A blocking ScopeRef: the same calls as ``MnemexRuntime.scope``, waiting in the
+        calling thread."""
+        async def make() -> ScopeRef:
+            return self.runtime.scope(user_id=user_id, app_name=app_name)
+
+        return self.blocking(self.call(make))
+
+    def search(self, query: str, scopes: Iterable[tuple[str, str]], top_k: int = 10, *,
+               mode: SearchMode | None = None, min_score: float | None = None,
+               filter: Mapping[str, Any] | None = None) -> SearchResult:
+        """Blocking ``MnemexRuntime.search``."""
+        async def run() -> SearchResult:
+            return await self.runtime.search(query, list(scopes), top_k, mode=mode, min_score=min_score,
+                                             filter=filter)
+
+        return self.call(run)
 
     def stats(self) -> RuntimeStats:
         async def take() -> RuntimeStats:

@@ -63,6 +63,9 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     fsync_window: float = 0.0
     """Extra seconds each group-commit round waits to gather more lines. 0 commits
     at once when idle; under load lines gather while the previous round syncs."""
+    fsync_threads: int = 16
+    """Worker threads a group-commit round fsyncs journals with (each actor has its
+    own journal file; their fsyncs run in parallel)."""
     snapshot_every: int = 10_000
     """Journaled commands after which an actor is snapshotted."""
     snapshot_interval: float = 600.0
@@ -144,6 +147,9 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Mode of a search that names none."""
     vector_min_score: float = 0.7
     """Least cosine similarity a ``vector`` search returns unless it gives min_score."""
+    hybrid_min_score: float = 0.1
+    """Least score a ``hybrid`` search returns unless it gives min_score: hits below it
+    are mostly noise (a stray vector neighbour sharing nothing with the query)."""
     fusion: Literal["weighted", "rrf"] = "weighted"
     """How ``hybrid`` fuses full-text and vector: ``weighted`` sums the calibrated scores
     (comparable across scopes) by the weights below; ``rrf`` is reciprocal rank fusion."""
@@ -183,7 +189,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
 
     def __post_init__(self) -> None:
         _check_positive_int(self, "mailbox_size", "max_key_bytes", "max_live_actors",
-                            "restore_attempts", "snapshot_every", "snapshots_kept",
+                            "restore_attempts", "snapshot_every", "snapshots_kept", "fsync_threads",
                             "max_content_bytes", "max_message_bytes")
         _check_positive_float(self, "ask_timeout", "idle_timeout", "snapshot_interval",
                               "shutdown_timeout")
@@ -222,7 +228,8 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
             raise _invalid("hnsw_m", f"config.hnsw_m is {self.hnsw_m}; it must be >= 2")
         for name, low, high, span in (("hnsw_tombstone_ratio", 0.0, 1.0, "in (0, 1)"),
                                       ("bm25_b", 0.0, 1.0, "in 0..1"),
-                                      ("vector_min_score", -1.0, 1.0, "in -1..1")):
+                                      ("vector_min_score", -1.0, 1.0, "in -1..1"),
+                                      ("hybrid_min_score", 0.0, 1.0, "in 0..1")):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not (
                     math.isfinite(value) and low <= value <= high) or (

@@ -64,6 +64,10 @@ def test_public_names_are_pinned() -> None:
         "StoredMessage", "StreamEvent", "Summarizer", "SummaryError", "SummaryRequest", "TokenBudget",
         "TokenCounter", "Turn", "TurnHit", "TurnRecord", "agent_kind", "context_for_model_call",
         "record_turn",
+        # long-term memory
+        "SEARCH_MEMORY_TOOL", "Embedder", "Event", "HashingEmbedder", "Hit", "MemoryEntry", "MemoryPage",
+        "MemoryService", "ScopeRef", "ScopeStats", "SearchRequest", "SearchResponse", "SearchResult",
+        "Session", "SessionAdded", "execute_memory_tool", "format_as_context", "scope_kind",
     ])
     for name in mnemex.__all__:
         assert getattr(mnemex, name) is not None

@@ -319,9 +319,10 @@ class FileStore(ActorStore):
         try:
             # A duplicate descriptor: a journal cut may swap (and close) the
             # store's own one meanwhile; fsyncing the old file is then harmless,
-            # the cut made its lines durable in the new one.
+            # the cut made its lines durable in the new one. fdatasync: the data and
+            # the size that reads need, without the timestamps fsync also writes.
             if fd is not None:
-                os.fsync(fd)
+                os.fdatasync(fd)
             self._sync_entries(unsynced)
         except OSError as exc:
             message = (f"could not fsync journal {self._journal}: {describe_os_error(exc)}; lines written "

@@ -36,7 +36,7 @@ from mnemex.errors import (
     Timeout,
     UnknownActorKind,
 )
-from mnemex.persistence import ActorStore, DataDir, MemoryStore
+from mnemex.persistence import ActorStore, DataDir, MemoryStore, Recovered
 from mnemex.runtime._commit import GroupCommitter, release_through
 from mnemex.runtime._keys import check_key
 from mnemex.runtime._kind import (
@@ -336,7 +336,7 @@ class Runtime:
         self._cells: OrderedDict[tuple[str, Key], _Cell] = OrderedDict()
         self._closing_cells: dict[tuple[str, Key], _Cell] = {}
         self._memory: dict[tuple[str, Key], MemoryStore] = {}
-        self._committer = GroupCommitter(config.fsync_window)
+        self._committer = GroupCommitter(config.fsync_window, threads=config.fsync_threads)
         self._accepting = True
         self._running_cells = 0
         self._all_closed = trio.Event()
@@ -634,14 +634,11 @@ class Runtime:
             cell.behaviour = kind.create(cell.key)
             cell.seq = cell.snap_seq = 0
             return
-        recovered = store.recover() if cell.in_memory else await trio.to_thread.run_sync(store.recover)
+        # Reading, restoring and replaying a large actor takes a while: all of it runs
+        # in a worker thread so the other actors keep being served meanwhile.
+        behaviour, recovered = (_rebuild(kind, cell.key, store) if cell.in_memory
+                                else await trio.to_thread.run_sync(_rebuild, kind, cell.key, store))
         header = recovered.header
-        if header is None:
-            behaviour = kind.create(cell.key)
-        else:
-            behaviour = kind.restore(cell.key, Image(recovered.records, header.extra, recovered.sidecars))
-        for entry in recovered.journal:
-            behaviour.handle(kind.decode(entry.payload))
         cell.behaviour = behaviour
         cell.seq = recovered.last_seq
         cell.snap_seq = header.seq if header is not None else 0
@@ -1033,6 +1030,19 @@ def _resolve_all(replies: list[tuple[_Waiter | None, Any]], error: BaseException
 
 def _is_async(fn: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(fn)
+
+
+def _rebuild(kind: ActorKind, key: Key, store: ActorStore) -> tuple[Behaviour, Recovered]:
+    """Newest snapshot + the journal after it, as a live behaviour."""
+    recovered = store.recover()
+    header = recovered.header
+    if header is None:
+        behaviour = kind.create(key)
+    else:
+        behaviour = kind.restore(key, Image(recovered.records, header.extra, recovered.sidecars))
+    for entry in recovered.journal:
+        behaviour.handle(kind.decode(entry.payload))
+    return behaviour, recovered
 
 
 def _write_snapshot(store: ActorStore, data: SnapshotData, seq: int, ts: int) -> None:
