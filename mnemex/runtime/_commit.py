@@ -55,8 +55,9 @@ class GroupCommitter:
     ``window`` adds a wait before each round to gather even more.
     """
 
-    def __init__(self, window: float, threads: int = 4) -> None:
+    def __init__(self, window: float, threads: int = 4, rounds: int = 3) -> None:
         self._window = window
+        self._slots = trio.Semaphore(rounds)
         self._threads = threads
         self._limiter = trio.CapacityLimiter(threads)
         self._dirty: dict[int, Durable] = {}
@@ -78,21 +79,34 @@ class GroupCommitter:
             self._wake = None
 
     async def run(self) -> None:
-        """The commit loop; runs until cancelled (after every actor flushed)."""
-        while True:
-            if not self._dirty:
-                self._wake = wake = trio.Event()
-                await wake.wait()
-            if self._window > 0:
-                await trio.sleep(self._window)
-            cells = list(self._dirty.values())
-            self._dirty = {}
-            self.rounds += 1
-            self.fsyncs += len(cells)
+        """The commit loop; runs until cancelled (after every actor flushed). Up to
+        ``rounds`` rounds overlap, so a line written while a round is on disk
+        does not wait for that round to end before its own starts."""
+        async with trio.open_nursery() as nursery:
+            while True:
+                if not self._dirty:
+                    self._wake = wake = trio.Event()
+                    await wake.wait()
+                if self._window > 0:
+                    await trio.sleep(self._window)
+                await self._slots.acquire()
+                cells = list(self._dirty.values())
+                self._dirty = {}
+                if not cells:
+                    self._slots.release()
+                    continue
+                self.rounds += 1
+                self.fsyncs += len(cells)
+                nursery.start_soon(self._round, cells)
+
+    async def _round(self, cells: list[Durable]) -> None:
+        try:
             chunks = [cells[i :: self._threads] for i in range(min(self._threads, len(cells)))]
             async with trio.open_nursery() as nursery:
                 for chunk in chunks:
                     nursery.start_soon(self._sync_chunk, chunk)
+        finally:
+            self._slots.release()
 
     async def _sync_chunk(self, cells: list[Durable]) -> None:
         marks = [cell.written for cell in cells]
