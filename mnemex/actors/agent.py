@@ -44,7 +44,7 @@ from mnemex.actors.summarize import (
 from mnemex.actors.tokens import MESSAGE_OVERHEAD, EstimatedTokens, TokenCounter, content_text, message_tokens
 from mnemex.config import Config
 from mnemex.effects import Effect, Emit, Image, Job, JobResult, SnapshotData, Step
-from mnemex.errors import InvalidInput, TooLarge
+from mnemex.errors import CorruptData, InvalidInput, TooLarge
 from mnemex.index.tokenizer import Tokenizer
 from mnemex.messages import (
     AGENT_WRITES,
@@ -347,15 +347,14 @@ class _SessionLine(msgspec.Struct, tag="session", tag_field="type"):
     summary: Summary | None = None
 
 
-class _EntryLine(msgspec.Struct, tag="entry", tag_field="type"):
-    e: MessageEntry
-
-
 class _TurnLine(msgspec.Struct, tag="turn", tag_field="type"):
     t: TurnRecord
 
 
-_decode_line = msgspec.json.Decoder(_SessionLine | _EntryLine | _TurnLine)
+_decode_line = msgspec.json.Decoder(_SessionLine | _TurnLine)
+_decode_entry = msgspec.json.Decoder(MessageEntry)
+# entry lines are MessageEntry objects, whose first field is always "sequence"
+_ENTRY_PREFIX: Final = b'{"sequence":'
 _decode_policy = msgspec.json.Decoder(Policy | None)
 
 
@@ -913,26 +912,25 @@ class AgentMemory:
 
     # -- snapshots -------------------------------------------------------------------------
     def snapshot(self) -> SnapshotData:
+        """The state as record lines: per session a session line, its entries (one
+        MessageEntry each, encoded once and kept, so a snapshot re-encodes only what
+        was appended since the last one), then its turns."""
         ranks = {session_id: rank for rank, session_id in enumerate(self.activity)}
-        sessions = [
-            (_SessionLine(conv.session_id, conv.generation, conv.created_at, conv.updated_at,
-                          ranks.get(conv.session_id, 0),
-                          conv.entries[conv.last_append].sequence if conv.last_append < len(conv)
-                          else self.sequence + 1,
-                          conv.completed, conv.summary),
-             conv.entries[:], conv.turns[:])
-            for conv in self.sessions.values()
-        ]
-
-        def records() -> Iterator[bytes]:
-            encode = _encode.encode
-            for line, entries, turns in sessions:
-                yield encode(line)
-                for entry in entries:
-                    yield encode(_EntryLine(entry))
-                for turn in turns:
-                    yield encode(_TurnLine(turn))
-
+        encode, decode = _encode.encode, _decode_entry.decode
+        records: list[bytes] = []
+        for conv in self.sessions.values():
+            entries, lines = conv.entries, conv.lines
+            for index in range(len(lines), len(entries)):
+                line = encode(entries[index])
+                entries[index] = decode(line)  # its message now shares the line's memory
+                lines.append(line)
+            last_append = entries[conv.last_append].sequence if conv.last_append < len(conv) \
+                else self.sequence + 1
+            records.append(encode(_SessionLine(conv.session_id, conv.generation, conv.created_at,
+                                               conv.updated_at, ranks.get(conv.session_id, 0), last_append,
+                                               conv.completed, conv.summary)))
+            records += lines
+            records += [encode(_TurnLine(turn)) for turn in conv.turns]
         extra = {
             "format": _SNAPSHOT_FORMAT,
             "sequence": self.sequence,
@@ -942,7 +940,7 @@ class AgentMemory:
             "ttl_set": self.ttl_set,
             "counter": self.settings.counter.name,
             "summaries_applied": self.summaries_applied,
-            "sessions": len(sessions),
+            "sessions": len(self.sessions),
         }
         return SnapshotData(records=records, extra=extra)
 
@@ -950,6 +948,9 @@ class AgentMemory:
     def restore(cls, name: str, image: Image, settings: AgentSettings) -> AgentMemory:
         memory = cls(name, settings)
         extra = image.extra
+        if int(extra.get("format", _SNAPSHOT_FORMAT)) > _SNAPSHOT_FORMAT:
+            raise CorruptData(f"agent {name!r} snapshot has format {extra.get('format')}; this mnemex "
+                              f"reads format {_SNAPSHOT_FORMAT} (upgrade mnemex)")
         memory.sequence = int(extra.get("sequence", 0))
         memory.policy = _decode_policy.decode(_encode.encode(extra.get("policy")))
         for session_id, policy in dict(extra.get("session_policies") or {}).items():
@@ -963,11 +964,22 @@ class AgentMemory:
         ranked: list[tuple[int, str]] = []
         conv: Conversation | None = None
         last_append: dict[str, int] = {}
+        decode_entry = _decode_entry.decode
         for number, line in enumerate(image.records):
             try:
+                if line.startswith(_ENTRY_PREFIX):
+                    if conv is None:
+                        raise CorruptData(f"agent {name!r} snapshot record {number} comes before any session")
+                    entry = decode_entry(line)
+                    if recount:
+                        entry = _recounted(entry, settings.counter)
+                    else:
+                        conv.lines.append(line)
+                    conv.add(entry)
+                    continue
                 item = _decode_line.decode(line)
-            except msgspec.DecodeError as exc:
-                raise ValueError(f"agent {name!r} snapshot record {number}: {exc}") from exc
+            except msgspec.MsgspecError as exc:
+                raise CorruptData(f"agent {name!r} snapshot record {number}: {exc}") from exc
             if isinstance(item, _SessionLine):
                 conv = Conversation(item.session_id, item.generation, item.created_at)
                 conv.updated_at, conv.completed = item.updated_at, item.completed
@@ -977,12 +989,7 @@ class AgentMemory:
                 if item.summary is not None:
                     conv.set_summary(item.summary, memory._pair_tokens(item.summary))
             elif conv is None:
-                raise ValueError(f"agent {name!r} snapshot record {number} comes before any session")
-            elif isinstance(item, _EntryLine):
-                entry = item.e
-                if recount:
-                    entry = _recounted(entry, settings.counter)
-                conv.add(entry)
+                raise CorruptData(f"agent {name!r} snapshot record {number} comes before any session")
             else:
                 conv.turns.append(item.t)
         for _, session_id in sorted(ranked):

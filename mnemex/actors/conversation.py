@@ -72,6 +72,7 @@ class Conversation:
         "failures",
         "generation",
         "last_append",
+        "lines",
         "pair",
         "pair_tokens",
         "pending_since",
@@ -95,6 +96,7 @@ class Conversation:
         self.completed = False
         self.policy: Policy | None = None
         self.entries: list[MessageEntry] = []
+        self.lines: list[bytes] = []  # encoded entries[:len(lines)], kept for snapshots
         self.cum: list[int] = [0]  # cum[i]: tokens of the non-system entries before i
         self.sys_idx: list[int] = []
         self.sys_cum: list[int] = [0]  # sys_cum[j]: tokens of the first j system entries
@@ -137,7 +139,7 @@ class Conversation:
     def reindex(self, entries: list[MessageEntry]) -> None:
         """Rebuild every index over ``entries`` (after old entries were dropped)."""
         calls = self.calls
-        self.entries, self.cum, self.sys_idx, self.sys_cum = [], [0], [], [0]
+        self.entries, self.lines, self.cum, self.sys_idx, self.sys_cum = [], [], [0], [], [0]
         self.user_idx, self.by_query = [], {}
         for entry in entries:
             self.add(entry)
