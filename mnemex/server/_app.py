@@ -37,7 +37,14 @@ from mnemex.server._http import (
 )
 from mnemex.server._metrics import Metrics
 from mnemex.server._openapi import openapi_document
-from mnemex.server._schemas import PostMessages, ServerSettings
+from mnemex.server._schemas import (
+    PostArchive,
+    PostMemory,
+    PostMemoryBatch,
+    PostMessages,
+    PostSearch,
+    ServerSettings,
+)
 
 __all__ = ["build_app"]
 
@@ -189,6 +196,83 @@ class _Api:
         finally:
             self.metrics.streams.dec()
 
+    # -- memory API -------------------------------------------------------------------
+    def _scope_of(self, request: Request) -> tuple[str, str]:
+        user_id = request.query_params.get("user_id")
+        app_name = request.query_params.get("app_name")
+        if not user_id or not app_name:
+            raise HttpError(400, "user_id and app_name query parameters are required: a memory is only "
+                                 "reachable within its own scope",
+                            field="user_id" if not user_id else "app_name")
+        return user_id, app_name
+
+    @staticmethod
+    def _fields(memory: PostMemory) -> dict[str, Any]:
+        return {name: getattr(memory, name) for name in
+                ("importance", "session_id", "actor_id", "author", "categories", "entities", "metadata",
+                 "timestamp", "source") if getattr(memory, name) is not None}
+
+    async def post_memory(self, request: Request) -> Response:
+        body = await read_json(request, PostMemory, self.settings.max_body_bytes)
+        scope = self.rt.scope(user_id=body.user_id, app_name=body.app_name)
+        memory_id = await scope.remember(body.content, **self._fields(body))
+        return json_response({"id": memory_id}, 201)
+
+    async def post_memory_batch(self, request: Request) -> Response:
+        body = await read_json(request, PostMemoryBatch, self.settings.max_body_bytes)
+        groups: dict[tuple[str, str], list[int]] = {}
+        for index, memory in enumerate(body.memories):
+            groups.setdefault((memory.user_id, memory.app_name), []).append(index)
+        ids: list[str] = [""] * len(body.memories)
+        for (user_id, app_name), indexes in groups.items():
+            stored = await self.rt.scope(user_id=user_id, app_name=app_name).remember_many(
+                [{"content": body.memories[i].content, **self._fields(body.memories[i])} for i in indexes])
+            for i, memory_id in zip(indexes, stored, strict=True):
+                ids[i] = memory_id
+        return json_response({"ids": ids}, 201)
+
+    async def search_memory(self, request: Request) -> Response:
+        body = await read_json(request, PostSearch, self.settings.max_body_bytes)
+        mode: Any = body.mode
+        if body.scopes:
+            scopes = [(s.app_name, s.user_id) for s in body.scopes]
+        elif body.user_id and body.app_name:
+            scopes = [(body.app_name, body.user_id)]
+        else:
+            raise HttpError(422, "give user_id and app_name, or scopes: [{user_id, app_name}, ...]",
+                            field="user_id")
+        if len(scopes) == 1:
+            app_name, user_id = scopes[0]
+            result = await self.rt.scope(user_id=user_id, app_name=app_name).search(
+                body.query, body.top_k, mode, body.min_score, body.filters)
+        else:
+            result = await self.rt.search(body.query, scopes, body.top_k, mode=mode,
+                                          min_score=body.min_score, filter=body.filters)
+        return json_response({"mode": result.mode, "results": [{
+            "id": hit.memory.id, "content": hit.memory.content, "score": hit.score, "scores": hit.scores,
+            "user_id": hit.user_id or scopes[0][1], "app_name": hit.app_name or scopes[0][0],
+            "memory": hit.memory} for hit in result.hits]})
+
+    async def get_memory(self, request: Request) -> Response:
+        user_id, app_name = self._scope_of(request)
+        record = await self.rt.scope(user_id=user_id, app_name=app_name).get(request.path_params["memory_id"])
+        return json_response(record)
+
+    async def delete_memory(self, request: Request) -> Response:
+        user_id, app_name = self._scope_of(request)
+        memory_id = request.path_params["memory_id"]
+        if not await self.rt.scope(user_id=user_id, app_name=app_name).forget(memory_id):
+            raise NotFound(f"no memory {memory_id!r} in scope {app_name}/{user_id}")
+        return json_response({"status": "deleted", "id": memory_id})
+
+    async def archive(self, request: Request) -> Response:
+        body = await read_json(request, PostArchive, self.settings.max_body_bytes)
+        session_id = request.path_params["session_id"]
+        added = await self.rt.archive(body.agent or request.path_params.get("agent", self.settings.agent),
+                                      session_id, user_id=body.user_id, app_name=body.app_name)
+        return json_response({"status": "archived", "session_id": session_id, "memories": len(added.ids),
+                              "added": added.added, "ids": added.ids})
+
     # -- operations ---------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
         stats = self.rt.stats()
@@ -253,6 +337,12 @@ def build_app(runtime: MnemexRuntime, settings: ServerSettings | None = None) ->
     add("/memory-status", api.memory_status, ["GET"], per_agent=True)
     add("/session/{session_id}/complete", api.complete_session, ["POST"], per_agent=True)
     add("/stream/{session_id}", api.stream, ["GET"], per_agent=True)
+    add("/memory", api.post_memory, ["POST"])
+    add("/memory/batch", api.post_memory_batch, ["POST"])
+    add("/memory/search", api.search_memory, ["POST"])
+    add("/memory/{memory_id}", api.get_memory, ["GET"])
+    add("/memory/{memory_id}", api.delete_memory, ["DELETE"])
+    add("/sessions/{session_id}/archive", api.archive, ["POST"], per_agent=True)
     add("/health", api.health, ["GET"])
     add("/metrics", api.metrics_text, ["GET"])
     add("/openapi.json", api.openapi, ["GET"])

@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from mnemex.server._schemas import PostMessages
+from mnemex.server._schemas import PostArchive, PostMemory, PostMemoryBatch, PostMessages, PostSearch
 
 __all__ = ["openapi_document"]
 
@@ -57,9 +57,13 @@ def _query(name: str, kind: str, description: str) -> dict[str, Any]:
 @functools.cache
 def openapi_document() -> dict[str, Any]:
     _, components = msgspec.json.schema_components(
-        [PostMessages, MessagesPage, Sessions, Completed, Error],
+        [PostMessages, MessagesPage, Sessions, Completed, Error, PostMemory, PostMemoryBatch, PostSearch,
+         PostArchive],
         ref_template="#/components/schemas/{name}")
     session = {"name": "session_id", "in": "path", "required": True, "schema": {"type": "string"}}
+    memory = {"name": "memory_id", "in": "path", "required": True, "schema": {"type": "string"}}
+    scope_user = {"name": "user_id", "in": "query", "required": True, "schema": {"type": "string"}}
+    scope_app = {"name": "app_name", "in": "query", "required": True, "schema": {"type": "string"}}
     paths: dict[str, Any] = {
         "/messages": {
             "post": {"summary": "Store messages in a session, in order",
@@ -94,6 +98,28 @@ def openapi_document() -> dict[str, Any]:
             "responses": {"200": {"description": "an event stream",
                                   "content": {"text/event-stream": {"schema": {"type": "string"}}}},
                           **_errors(400, 404)}}},
+        "/memory": {"post": {"summary": "Store one memory in the (app_name, user_id) scope",
+                             "requestBody": {"required": True, **_json("PostMemory")},
+                             "responses": {"201": {"description": "its id"}, **_errors(400, 413, 422)}}},
+        "/memory/batch": {"post": {"summary": "Store many memories",
+                                   "requestBody": {"required": True, **_json("PostMemoryBatch")},
+                                   "responses": {"201": {"description": "their ids"},
+                                                 **_errors(400, 413, 422)}}},
+        "/memory/search": {"post": {"summary": "Search one scope or several (keyword, fulltext, vector, hybrid)",
+                                    "requestBody": {"required": True, **_json("PostSearch")},
+                                    "responses": {"200": {"description": "ranked results"},
+                                                  **_errors(400, 413, 422)}}},
+        "/memory/{memory_id}": {
+            "get": {"summary": "One memory, within its own scope",
+                    "parameters": [memory, scope_user, scope_app],
+                    "responses": {"200": {"description": "the memory"}, **_errors(400, 404)}},
+            "delete": {"summary": "Forget one memory, within its own scope",
+                       "parameters": [memory, scope_user, scope_app],
+                       "responses": {"200": {"description": "deleted"}, **_errors(400, 404)}}},
+        "/sessions/{session_id}/archive": {"post": {
+            "summary": "Move a conversation into long-term memory", "parameters": [session],
+            "requestBody": {"required": True, **_json("PostArchive")},
+            "responses": {"200": {"description": "archived"}, **_errors(400, 422)}}},
         "/health": {"get": {"summary": "Liveness and runtime counts",
                             "responses": {"200": {"description": "ok"}}}},
         "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {

@@ -32,3 +32,52 @@ class ServerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     """Largest request body; past it 413."""
     shutdown_grace: float = 10.0
     """Seconds in-flight requests may take to finish after SIGTERM/SIGINT."""
+
+
+class PostMemory(msgspec.Struct, forbid_unknown_fields=True):
+    """``POST /memory``: one memory into the (app_name, user_id) scope."""
+
+    content: str
+    user_id: str
+    app_name: str
+    importance: float | None = None
+    session_id: str | None = None
+    actor_id: str | None = None
+    author: str | None = None
+    categories: list[str] | None = None
+    entities: list[str] | None = None
+    metadata: dict[str, Any] | None = None
+    timestamp: float | str | None = None
+    source: str | None = None
+
+
+class PostMemoryBatch(msgspec.Struct, forbid_unknown_fields=True):
+    """``POST /memory/batch``: many memories (each may name its own scope)."""
+
+    memories: list[PostMemory]
+
+
+class ScopeName(msgspec.Struct, forbid_unknown_fields=True):
+    user_id: str
+    app_name: str
+
+
+class PostSearch(msgspec.Struct, forbid_unknown_fields=True):
+    """``POST /memory/search``: one scope (user_id + app_name) or several (scopes)."""
+
+    query: str
+    user_id: str | None = None
+    app_name: str | None = None
+    scopes: list[ScopeName] | None = None
+    top_k: int = 10
+    min_score: float | None = None
+    mode: str | None = None
+    filters: dict[str, Any] | None = None
+
+
+class PostArchive(msgspec.Struct, forbid_unknown_fields=True):
+    """``POST /sessions/{session_id}/archive``: a conversation into long-term memory."""
+
+    user_id: str
+    app_name: str
+    agent: str | None = None
