@@ -19,7 +19,14 @@ from typing import Any, Final
 import msgspec
 import trio
 
-from mnemex.actors.agent import AgentMemory, AgentSettings, agent_codec, is_agent_write, messages_to_raw
+from mnemex.actors.agent import (
+    AgentMemory,
+    AgentSettings,
+    agent_codec,
+    encode_agent_command,
+    is_agent_write,
+    messages_to_raw,
+)
 from mnemex.actors.summarize import Summarizer
 from mnemex.actors.tokens import TokenCounter
 from mnemex.config import Config
@@ -112,7 +119,7 @@ def agent_kind(config: Config | None = None, *, summarizer: Summarizer | None = 
     def restore(key: Key, image: Any) -> AgentMemory:
         return AgentMemory.restore(key[0], image, settings)
 
-    return ActorKind(name=name, create=create, restore=restore, encode=agent_codec.encode,
+    return ActorKind(name=name, create=create, restore=restore, encode=encode_agent_command,
                      decode=agent_codec.decode, is_journaled=is_agent_write)
 
 
@@ -406,7 +413,7 @@ class SessionStream:
 
     def __del__(self) -> None:
         # an abandoned stream stops receiving at once (no await possible here)
-        subscription = self._subscription
+        subscription = getattr(self, "_subscription", None)  # None if __init__ raised
         if subscription is not None:
             subscription.closed = True
 

@@ -198,20 +198,43 @@ class _Request:
 class EmbeddingBatcher:
     """Embeds texts in a worker thread, one call at a time, gathering the texts of
     every caller waiting into one ``embed`` call of up to ``batch_size`` texts (a
-    larger request is cut into such calls, interleaved fairly with others)."""
+    larger request is cut into such calls, interleaved fairly with others).
+
+    A request the embedder is measured to finish within ``inline_budget`` seconds
+    (a short query to the hashing embedder: tens of microseconds) is embedded at
+    once in the calling task instead: less than the thread hop would cost. A model
+    (milliseconds per text) always goes to the thread."""
+
+    inline_budget: Final = 0.0002
 
     def __init__(self, embedder: Embedder, batch_size: int) -> None:
         self.embedder = embedder
         self.batch_size = batch_size
         self._queue: list[_Request] = []
         self._wake = trio.Event()
+        self._per_char: float | None = None  # measured seconds per character of text
         self.calls = 0
         self.texts = 0
+
+    def _observe(self, texts: Sequence[str], seconds: float) -> None:
+        chars = max(1, sum(len(text) for text in texts))
+        rate = seconds / chars
+        self._per_char = rate if self._per_char is None else 0.8 * self._per_char + 0.2 * rate
 
     async def embed(self, texts: Sequence[str]) -> F32:
         """Vectors of ``texts`` (float32, one unit row each)."""
         if not texts:
             return np.zeros((0, self.embedder.dim), dtype=np.float32)
+        per_char = self._per_char
+        if per_char is not None and not self._queue and \
+                per_char * sum(len(text) for text in texts) <= self.inline_budget:
+            started = time.perf_counter()
+            matrix = _embed_checked(self.embedder, list(texts))
+            self._observe(texts, time.perf_counter() - started)
+            self.calls += 1
+            self.texts += len(texts)
+            await trio.lowlevel.checkpoint()
+            return matrix
         request = _Request(list(texts))
         self._queue.append(request)
         self._wake.set()
@@ -242,7 +265,8 @@ class EmbeddingBatcher:
             room -= count
         embedder = self.embedder
         try:
-            matrix = await trio.to_thread.run_sync(_embed_checked, embedder, texts)
+            matrix, seconds = await trio.to_thread.run_sync(_embed_timed, embedder, texts)
+            self._observe(texts, seconds)
         except Exception as exc:
             error = exc if isinstance(exc, MnemexError) else MnemexError(
                 f"embedder {embedder.name!r} failed on {len(texts)} texts: {exc!r}")
@@ -265,6 +289,12 @@ class EmbeddingBatcher:
     def _finish(self, request: _Request) -> None:
         self._queue.remove(request)
         request.done.set()
+
+
+def _embed_timed(embedder: Embedder, texts: list[str]) -> tuple[F32, float]:
+    started = time.perf_counter()
+    matrix = _embed_checked(embedder, texts)
+    return matrix, time.perf_counter() - started
 
 
 def _embed_checked(embedder: Embedder, texts: list[str]) -> F32:

@@ -125,11 +125,6 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     embed_batch_size: int = 256
     """Most texts one embedding call takes; texts of concurrent callers are gathered
     into one call up to this many."""
-    embedder_change: Literal["refuse", "reembed"] = "refuse"
-    """When a scope's vectors come from another embedder than the configured one:
-    ``refuse`` vector writes and searches with an error naming both, or ``reembed``
-    its memories with the configured one beside the actor (progress logged; vector
-    search answers Busy until it is done). Vectors of two models are never mixed."""
     hnsw_threshold: int = 20_000
     """Memories in a scope from which vector search uses an HNSW graph (built beside
     the actor) instead of an exact scan."""
@@ -137,12 +132,16 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """HNSW links per node (memory grows by about 8 bytes per link)."""
     hnsw_ef_construction: int = 100
     """HNSW build breadth: higher is better recall and slower ingest."""
-    hnsw_ef_search: int = 128
+    hnsw_ef_search: int = 256
     """HNSW search breadth per 10 results: higher is better recall and slower search."""
     hnsw_tombstone_ratio: float = 0.2
     """Share of deleted nodes at which the HNSW graph is rebuilt, in (0, 1)."""
     hnsw_sidecar: bool = True
     """Write the HNSW graph beside each snapshot so a restart need not rebuild it."""
+    hnsw_threads: int = 2
+    """Threads that build the HNSW graph and insert batches into it. More than 1 makes
+    ingest faster on several cores, and the graph's exact shape depend on thread
+    timing (search stays approximate either way; the graph is saved with snapshots)."""
     search_mode: Literal["keyword", "fulltext", "vector", "hybrid"] = "hybrid"
     """Mode of a search that names none."""
     vector_min_score: float = 0.7
@@ -153,13 +152,13 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     fusion: Literal["weighted", "rrf"] = "weighted"
     """How ``hybrid`` fuses full-text and vector: ``weighted`` sums the calibrated scores
     (comparable across scopes) by the weights below; ``rrf`` is reciprocal rank fusion."""
-    fusion_fulltext_weight: float = 0.5
+    fusion_fulltext_weight: float = 0.7
     """Weight of the full-text signal in hybrid fusion."""
-    fusion_vector_weight: float = 0.5
+    fusion_vector_weight: float = 0.3
     """Weight of the vector signal in hybrid fusion."""
     fusion_rrf_k: float = 60.0
     """The k of reciprocal rank fusion (``fusion = "rrf"``)."""
-    fusion_candidates: int = 50
+    fusion_candidates: int = 30
     """Candidates each signal gives hybrid search (at least top_k)."""
     rank_importance_weight: float = 0.0
     """Share of a hybrid score given to a memory's importance (0..1)."""
@@ -216,8 +215,8 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
                            f"http(s) URL such as https://api.openai.com/v1")
         # -- long-term memory
         _check_positive_int(self, "embedder_dim", "embed_batch_size", "hnsw_threshold", "hnsw_m",
-                            "hnsw_ef_construction", "hnsw_ef_search", "fusion_candidates", "max_top_k",
-                            "max_memories_per_command", "max_metadata_bytes")
+                            "hnsw_ef_construction", "hnsw_ef_search", "hnsw_threads", "fusion_candidates",
+                            "max_top_k", "max_memories_per_command", "max_metadata_bytes")
         _check_positive_float(self, "recency_half_life", "touch_interval")
         _check_non_negative_float(self, "fusion_fulltext_weight", "fusion_vector_weight", "fusion_rrf_k",
                                   "rank_importance_weight", "rank_recency_weight", "rank_access_weight",

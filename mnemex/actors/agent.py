@@ -99,6 +99,7 @@ __all__ = [
     "AgentMemory",
     "AgentSettings",
     "agent_codec",
+    "encode_agent_command",
     "is_agent_write",
     "messages_to_raw",
     "summarizer_from_config",
@@ -114,6 +115,17 @@ _TURN_TEXT_CHARS: Final = 8000
 _SNAPSHOT_FORMAT: Final = 1
 
 agent_codec: JsonCodec[AgentCommandType] = JsonCodec(AgentCommandType, "agent command")
+
+
+def encode_agent_command(command: Any) -> bytes:
+    """A command's journal payload: compact JSON on one line. Raw messages are embedded
+    verbatim, so one holding a line break (pretty-printed JSON) is refused here,
+    before the actor sees it; ``messages_to_raw`` compacts such messages."""
+    payload = agent_codec.encode(command)
+    if b"\n" in payload:
+        raise InvalidInput("a message holds a raw line break (pretty-printed JSON); send compact JSON "
+                           "or pass it through messages_to_raw, which compacts it", field="messages")
+    return payload
 
 
 def is_agent_write(command: Any) -> bool:
@@ -544,7 +556,7 @@ class AgentMemory:
         assert session_id is not None
         query_id = _check_id(cmd.query_id, "query_id", _MAX_ID_CHARS, optional=True)
         timestamp = _check_time(cmd.timestamp, "timestamp")
-        if not isinstance(cmd.messages, list | tuple):
+        if type(cmd.messages) is not list and not isinstance(cmd.messages, list | tuple):
             raise InvalidInput("messages must be a list of chat messages", field="messages")
         if cmd.turn is not None:
             _check_turn(cmd.turn)
@@ -564,8 +576,11 @@ class AgentMemory:
                             message_count=len(conv) if conv is not None else 0)
         # valid: from here on the state changes
         self._tick(timestamp)
-        _, _, effects = self._sweep(timestamp)
+        effects: list[Effect] = self._sweep(timestamp)[2] if self.ttl is not None else []
         conv = self.sessions.get(session_id)
+        if conv is not None and self._is_expired(conv, timestamp):  # behind a newer one in the sweep order
+            effects.append(self._remove(session_id, "expired")[1])
+            conv = None
         if conv is None:
             conv = self.sessions[session_id] = Conversation(session_id, self.sequence + 1, timestamp)
         conv.completed = False
@@ -1052,10 +1067,15 @@ def messages_to_raw(messages: Iterable[Any]) -> list[msgspec.Raw]:
     """Chat messages (dicts, ChatMessage structs, JSON bytes or Raw) as raw JSON objects."""
     out: list[msgspec.Raw] = []
     for index, message in enumerate(messages):
-        if isinstance(message, msgspec.Raw):
-            out.append(message)
-        elif isinstance(message, bytes | bytearray | memoryview):
-            out.append(msgspec.Raw(bytes(message)))
+        if isinstance(message, msgspec.Raw | bytes | bytearray | memoryview):
+            data = bytes(message)
+            if b"\n" in data or b"\r" in data:  # a journal line holds no line break: compact it
+                try:
+                    data = _encode.encode(msgspec.json.decode(data))
+                except msgspec.MsgspecError as exc:
+                    raise InvalidInput(f"message {index} is not valid JSON: {exc}",
+                                       field=f"$.messages[{index}]") from exc
+            out.append(msgspec.Raw(data))
         elif isinstance(message, Mapping | msgspec.Struct):
             try:
                 value = message if isinstance(message, dict | msgspec.Struct) else dict(message)

@@ -144,7 +144,6 @@ class ScopeSettings:
     is the configured model (its name and dim; the scope never calls it itself)."""
 
     embedder: Embedder | None = None
-    embedder_change: Literal["refuse", "reembed"] = "refuse"
     max_content_bytes: int = 10_240
     max_metadata_bytes: int = 16_384
     max_memories_per_command: int = 10_000
@@ -152,17 +151,18 @@ class ScopeSettings:
     hnsw_threshold: int = 20_000
     hnsw_m: int = 16
     hnsw_ef_construction: int = 100
-    hnsw_ef_search: int = 128
+    hnsw_ef_search: int = 256
     hnsw_tombstone_ratio: float = 0.2
     hnsw_sidecar: bool = True
+    hnsw_threads: int = 1
     search_mode: Literal["keyword", "fulltext", "vector", "hybrid"] = "hybrid"
     vector_min_score: float = 0.7
     hybrid_min_score: float = 0.1
     fusion: Literal["weighted", "rrf"] = "weighted"
-    fusion_fulltext_weight: float = 0.5
-    fusion_vector_weight: float = 0.5
+    fusion_fulltext_weight: float = 0.7
+    fusion_vector_weight: float = 0.3
     fusion_rrf_k: float = 60.0
-    fusion_candidates: int = 50
+    fusion_candidates: int = 30
     rank_importance_weight: float = 0.0
     rank_recency_weight: float = 0.0
     rank_access_weight: float = 0.0
@@ -177,7 +177,6 @@ class ScopeSettings:
     def from_config(cls, config: Config, embedder: Embedder | None = None) -> ScopeSettings:
         return cls(
             embedder=embedder,
-            embedder_change=config.embedder_change,
             max_content_bytes=config.max_content_bytes,
             max_metadata_bytes=config.max_metadata_bytes,
             max_memories_per_command=config.max_memories_per_command,
@@ -188,6 +187,7 @@ class ScopeSettings:
             hnsw_ef_search=config.hnsw_ef_search,
             hnsw_tombstone_ratio=config.hnsw_tombstone_ratio,
             hnsw_sidecar=config.hnsw_sidecar,
+            hnsw_threads=config.hnsw_threads,
             search_mode=config.search_mode,
             vector_min_score=config.vector_min_score,
             hybrid_min_score=config.hybrid_min_score,
@@ -217,7 +217,8 @@ class ScopeSettings:
     def vector_params(self) -> dict[str, Any]:
         return {"hnsw_threshold": self.hnsw_threshold, "m": self.hnsw_m,
                 "ef_construction": self.hnsw_ef_construction, "ef_search": self.hnsw_ef_search,
-                "tombstone_ratio": self.hnsw_tombstone_ratio, "auto_build": False}
+                "tombstone_ratio": self.hnsw_tombstone_ratio, "num_threads": self.hnsw_threads,
+                "auto_build": False}
 
 
 # -- validation ------------------------------------------------------------------------------
@@ -449,8 +450,8 @@ class ScopeMemory:
             hint = ""
             if configured is not None and configured != self.embedder:
                 hint = (f"; this runtime is configured with {configured!r}: set config.embedder back to "
-                        f"the scope's model, or set config.embedder_change = \"reembed\" to re-embed its "
-                        f"{len(self.doc_of):,} memories")
+                        f"the scope's model (its {len(self.doc_of):,} memories keep their vectors; "
+                        f"re-embedding a scope in place is not supported yet)")
             raise InvalidInput(f"scope {self._name} holds vectors of embedder {self.embedder!r} "
                                f"(dim {self.dim}); {what} carries vectors of {embedder!r} (dim {dim}), "
                                f"and vectors of two models are never mixed{hint}", field="embedder")
@@ -999,11 +1000,15 @@ class ScopeMemory:
 
 def _best(ids: npt.NDArray[np.int64], scores: npt.NDArray[np.float64], count: int) -> npt.NDArray[np.int64]:
     """The ``count`` ids of highest score, equal scores by lower id (exact at the cut),
-    in no particular order."""
+    in no particular order. O(n) to find the cut, then a sort of the few above it."""
     if len(ids) <= count:
         return ids
-    order = np.lexsort((ids, -scores))
-    return ids[order[:count]]
+    kth = np.partition(scores, len(scores) - count)[len(scores) - count]
+    keep = scores >= kth
+    ids, scores = ids[keep], scores[keep]
+    if len(ids) > count:
+        ids = ids[np.lexsort((ids, -scores))[:count]]
+    return ids
 
 
 def _ideal_score(bm25: BM25Index, terms: Iterable[str]) -> tuple[float, int]:

@@ -105,7 +105,7 @@ def openapi_document() -> dict[str, Any]:
                                    "requestBody": {"required": True, **_json("PostMemoryBatch")},
                                    "responses": {"201": {"description": "their ids"},
                                                  **_errors(400, 413, 422)}}},
-        "/memory/search": {"post": {"summary": "Search one scope or several (keyword, fulltext, vector, hybrid)",
+        "/memory/search": {"post": {"summary": "Search one scope or several (any mode)",
                                     "requestBody": {"required": True, **_json("PostSearch")},
                                     "responses": {"200": {"description": "ranked results"},
                                                   **_errors(400, 413, 422)}}},

@@ -7,7 +7,14 @@ from typing import Any
 
 import msgspec
 
-from mnemex.actors.agent import AgentMemory, AgentSettings, agent_codec, is_agent_write, messages_to_raw
+from mnemex.actors.agent import (
+    AgentMemory,
+    AgentSettings,
+    agent_codec,
+    encode_agent_command,
+    is_agent_write,
+    messages_to_raw,
+)
 from mnemex.actors.summarize import Summarizer, SummaryRequest
 from mnemex.effects import Emit, Image, Job, JobResult, Step
 from mnemex.messages import (
@@ -101,7 +108,7 @@ class Driver:
         self.jobs: list[Job] = []
 
     def send(self, command: Any) -> Any:
-        payload = agent_codec.encode(command) if is_agent_write(command) else b""
+        payload = encode_agent_command(command) if is_agent_write(command) else b""
         out = self.memory.handle(command)
         if is_agent_write(command):
             self.journal.append(payload)

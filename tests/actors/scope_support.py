@@ -53,11 +53,12 @@ class Driver:
 
     def remember(self, *contents: str | NewMemory, **fields: Any) -> list[str]:
         memories = [c if isinstance(c, NewMemory) else self.new(c, **fields) for c in contents]
-        reply = self.send(Remember(memories=memories, embedder=EMBEDDER.name, dim=EMBEDDER.dim, now=self.tick()))
+        reply = self.send(Remember(memories=memories, embedder=EMBEDDER.name, dim=EMBEDDER.dim,
+                                   now=self.tick()))
         return list(reply.ids)
 
     def search(self, query: str, mode: str = "hybrid", top_k: int = 10, min_score: float | None = None,
-               filter: Mapping[str, Any] | None = None) -> Any:  # noqa: A002
+               filter: Mapping[str, Any] | None = None) -> Any:
         vector = encode_vector(EMBEDDER.embed([query])[0]) if mode in ("vector", "hybrid") else None
         return self.send(Search(query=query, vector=vector, embedder=EMBEDDER.name if vector else None,
                                 dim=EMBEDDER.dim if vector else 0, top_k=top_k, mode=mode,  # type: ignore[arg-type]
@@ -134,10 +135,11 @@ def bm25_scores(all_records: Sequence[MemoryRecord], query: str, k1: float = 1.5
 
 def entity_matches(record: MemoryRecord, query: str) -> int:
     text = f" {normalize_phrase(query)} "
-    return sum(1 for entity in set(normalize_phrase(e) for e in record.entities) if f" {entity} " in text)
+    return sum(1 for entity in {normalize_phrase(e) for e in record.entities} if f" {entity} " in text)
 
 
-def cosines(records: Sequence[MemoryRecord], query: str, vectors: Mapping[str, np.ndarray]) -> dict[str, float]:
+def cosines(records: Sequence[MemoryRecord], query: str,
+            vectors: Mapping[str, np.ndarray]) -> dict[str, float]:
     q = EMBEDDER.embed([query])[0].astype(np.float64)
     out = {}
     for record in records:

@@ -315,3 +315,90 @@ def test_a_snapshot_made_under_another_token_counter_is_recounted() -> None:
 def test_unknown_commands_are_a_handler_bug() -> None:
     with pytest.raises(TypeError, match="cannot handle"):
         make().handle("nope")
+
+
+def test_pretty_printed_messages_are_compacted_and_never_break_a_journal_line() -> None:
+    pretty = b'{\n  "role": "user",\n  "content": "line one\\nline two",\n  "x": [1, 2]\n}'
+    compact = b'{"role":"user","content":"line one\\nline two","x":[1,2]}'
+    assert messages_to_raw([pretty]) == [msgspec.Raw(compact)]
+    driver = Driver(make())
+    with pytest.raises(mnemex.InvalidInput, match="raw line break"):
+        raw_append(driver, "s", pretty)
+    assert driver.memory.sessions == {}
+    with pytest.raises(mnemex.InvalidInput, match="not valid JSON"):
+        messages_to_raw([b"{\n oops"])
+
+
+def test_snapshots_encode_each_entry_once_and_restore_from_the_lines() -> None:
+    driver = Driver(make())
+    driver.append("s", user("one"), user("two"))
+    first, _ = state_lines(driver.memory)
+    conv = driver.memory.sessions["s"]
+    assert conv.lines == first[1:3]
+    driver.append("s", user("three"))
+    second, _ = state_lines(driver.memory)
+    assert second[1:3] == first[1:3] and len(conv.lines) == 3  # only the new entry was encoded
+    driver.snapshot()
+    restored = driver.rebuilt()
+    assert restored.sessions["s"].lines == conv.lines
+    assert state_lines(restored) == state_lines(driver.memory)
+
+
+def test_a_corrupt_snapshot_record_is_corrupt_data() -> None:
+    driver = Driver(make())
+    driver.append("s", user("one"))
+    driver.snapshot()
+    assert driver.image is not None
+    broken = mnemex.Image([driver.image.records[0], b'{"sequence":"x"}'], driver.image.extra, {})
+    with pytest.raises(mnemex.CorruptData, match="snapshot record 1"):
+        AgentMemory.restore("agent", broken, driver.settings)
+    orphan = mnemex.Image([driver.image.records[1]], driver.image.extra, {})
+    with pytest.raises(mnemex.CorruptData, match="comes before any session"):
+        AgentMemory.restore("agent", orphan, driver.settings)
+
+
+def test_config_sets_the_default_policy_ttl_retention_and_summarizer() -> None:
+    from mnemex.actors.summarize import ExtractiveSummarizer, LLMSummarizer
+
+    config = mnemex.Config(agent_policy="token_budget", agent_max_context_tokens=4000,
+                           agent_trigger_ratio=0.5, agent_keep_recent_turns=2, agent_session_ttl=60,
+                           agent_retain="pruned",
+                           agent_summarizer="llm", agent_llm_base_url="http://127.0.0.1:1/v1")
+    settings = AgentSettings.from_config(config)
+    assert settings.default_policy == TokenBudget(4000, 0.5, 2)
+    assert (settings.ttl, settings.retain) == (60, "pruned")
+    assert isinstance(settings.summarizer, LLMSummarizer)
+    assert settings.summarizer.url == "http://127.0.0.1:1/v1/chat/completions"
+    assert AgentSettings.from_config(mnemex.Config(agent_policy="none")).default_policy == mnemex.NoPruning()
+    default = AgentSettings.from_config(mnemex.Config())
+    assert default.default_policy == MaxMessages(100) and isinstance(default.summarizer, ExtractiveSummarizer)
+    for bad, match in [({"agent_trigger_ratio": 1.5}, "agent_trigger_ratio"),
+                       ({"agent_max_context_tokens": 8}, "agent_max_context_tokens"),
+                       ({"agent_session_ttl": 0}, "agent_session_ttl"),
+                       ({"agent_llm_base_url": "ftp://x"}, "agent_llm_base_url")]:
+        with pytest.raises(mnemex.InvalidInput, match=match):
+            mnemex.Config(**bad)
+    with pytest.raises(mnemex.InvalidInput, match="agent_policy"):
+        mnemex.load_config('agent_policy = "sometimes"\n')
+
+
+@pytest.mark.parametrize(
+    ("policy", "match"),
+    [(lambda: MaxMessages(0), "MaxMessages.n"), (lambda: TokenBudget(8), "max_context_tokens"),
+     (lambda: TokenBudget(100, trigger_ratio=0), "trigger_ratio"),
+     (lambda: TokenBudget(100, keep_recent_turns=0), "keep_recent_turns")],
+)
+def test_policies_are_checked_when_built(policy: Any, match: str) -> None:
+    with pytest.raises(mnemex.InvalidInput, match=match):
+        policy()
+
+
+def test_an_expired_session_behind_a_fresher_one_still_starts_afresh() -> None:
+    driver = Driver(make())
+    driver.send(SetTtl(seconds=50.0))
+    driver.append("a", user("a"), at=200.0)
+    driver.append("b", user("old b"), at=100.0)  # clocks of two callers disagree
+    driver.append("b", user("new b"), at=180.0)
+    history = driver.send(GetHistory(session_id="b", now=180.0))
+    assert [msgspec.json.decode(e.message)["content"] for e in history] == ["new b"]
+    assert driver.emitted[-2].event == SessionEnded("expired")

@@ -130,7 +130,7 @@ def test_vectors_of_another_embedder_are_never_mixed() -> None:
                       mode="vector", now=d.now))
     # a runtime configured with another model: the error says what to do
     moved = ScopeMemory.restore(KEY, snapshot_image(d.memory), settings(embedder=other))
-    with pytest.raises(mnemex.InvalidInput, match="set config.embedder back"):
+    with pytest.raises(mnemex.InvalidInput, match=r"set config\.embedder back"):
         moved.handle(Remember(memories=[memory], embedder=other.name, dim=16, now=d.tick()))
     # keyword and full-text search still work on that scope
     assert moved.handle(Search(query="first model", mode="fulltext", now=d.now)).hits
@@ -291,7 +291,7 @@ def test_hybrid_shows_every_signal_and_its_weights() -> None:
     assert top.memory.id == "c3"
     s = top.scores
     assert set(s) >= {"fulltext", "bm25", "vector", "relevance", "importance", "recency", "access"}
-    assert s["relevance"] == pytest.approx((s["fulltext"] + max(s["vector"], 0)) / 2, abs=1e-5)
+    assert s["relevance"] == pytest.approx(0.7 * s["fulltext"] + 0.3 * max(s["vector"], 0), abs=1e-5)
     assert top.score == pytest.approx(0.7 * s["relevance"] + 0.1 * s["importance"] + 0.1 * s["recency"]
                                       + 0.1 * s["access"], abs=1e-5)
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)

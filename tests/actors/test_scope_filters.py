@@ -65,7 +65,8 @@ def filters(draw: Any) -> dict[str, Any]:
                 operand = draw(st.one_of(st.integers(-3, 3), st.sampled_from(["x", "y"])))
             else:
                 operand = draw(meta_values)
-            conditions[key] = draw(st.sampled_from([{op: operand}, operand])) if op == "$eq" else {op: operand}
+            bare = draw(st.booleans()) and op == "$eq"
+            conditions[key] = operand if bare else {op: operand}
         spec["metadata"] = conditions
     return spec
 
@@ -79,7 +80,8 @@ def test_the_mask_is_exactly_the_brute_force_match(data: Any) -> None:
         record = data.draw(records(doc))
         table.add(doc, record)
         live[doc] = record
-    for doc in data.draw(st.lists(st.sampled_from(sorted(live)), unique=True), label="removed") if live else []:
+    removed = data.draw(st.lists(st.sampled_from(sorted(live)), unique=True), label="removed") if live else []
+    for doc in removed:
         table.remove(doc, live.pop(doc))
     spec = data.draw(filters(), label="filter")
     compiled = compile_filter(spec)

@@ -39,7 +39,8 @@ ENTITIES = ["Paris", "New York"]
 FILTERS: list[dict[str, Any] | None] = [None, {"min_importance": 0.5}, {"categories": "a"},
                                         {"entities": "Paris"}, {"timestamp_after": 1_010.0},
                                         {"metadata": {"n": {"$gte": 1}}}]
-WEIGHTS = {"rank_importance_weight": 0.1, "rank_recency_weight": 0.05, "rank_access_weight": 0.05}
+WEIGHTS = {"rank_importance_weight": 0.1, "rank_recency_weight": 0.05, "rank_access_weight": 0.05,
+           "fusion_fulltext_weight": 0.5, "fusion_vector_weight": 0.5}
 
 texts = st.lists(st.sampled_from(VOCABULARY), min_size=1, max_size=6).map(" ".join)
 queries = st.lists(st.sampled_from([*VOCABULARY, "zebra"]), min_size=1, max_size=4).map(" ".join)
@@ -63,8 +64,8 @@ class ScopeAgainstBruteForce(RuleBasedStateMachine):
           categories=st.lists(st.sampled_from(["a", "b"]), max_size=2, unique=True),
           entities=st.lists(st.sampled_from(ENTITIES), max_size=2, unique=True),
           n=st.integers(0, 2), age=st.integers(0, 30))
-    def remember(self, content: str, importance: float, categories: list[str], entities: list[str], n: int,
-                 age: int) -> None:
+    def remember(self, content: str, importance: float, categories: list[str],  # noqa: PLR0917
+                 entities: list[str], n: int, age: int) -> None:
         d = self.driver
         now = d.tick()
         memory = d.new(content, importance=importance, categories=tuple(categories), entities=tuple(entities),
@@ -107,7 +108,8 @@ class ScopeAgainstBruteForce(RuleBasedStateMachine):
                 return
             raise AssertionError("an update onto another memory's content was accepted")
         self.send(command)
-        self.model[target] = msgspec.structs.replace(self.model[target], content=content, importance=importance)
+        self.model[target] = msgspec.structs.replace(self.model[target], content=content,
+                                                     importance=importance)
         self.vectors[target] = EMBEDDER.embed([content])[0]
 
     @precondition(lambda self: self.model)

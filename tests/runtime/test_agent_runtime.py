@@ -132,8 +132,8 @@ async def test_subscribe_gives_history_then_a_live_marker_then_live_messages_unt
         agent = rt.agent("bot")
         await agent.append("s", [user("old 1"), user("old 2")])
         events: list[StreamEvent] = []
-        async with trio.open_nursery() as nursery, agent.subscribe("s", from_beginning=True) as stream:
-            nursery.start_soon(collect, stream, events)
+        async with agent.subscribe("s", from_beginning=True) as stream, trio.open_nursery() as nursery:
+            nursery.start_soon(collect, stream, events)  # ends with the stream, on completion
             await agent.append("s", [user("new 1")])
             await agent.append("s", [user("new 2")])
             await agent.complete("s")
@@ -260,3 +260,16 @@ async def test_the_agent_loop_helpers_store_turns_and_give_the_context() -> None
         assert hits and hits[0].turn == turn
         with pytest.raises(mnemex.InvalidInput, match="at least one message"):
             await record_turn(agent, "s", [])
+
+
+async def test_bad_stream_arguments_are_rejected_before_anything_is_registered() -> None:
+    async with mnemex.open_runtime(memory()) as rt:
+        agent = rt.agent("bot")
+        with pytest.raises(mnemex.InvalidInput, match="session_id"):
+            agent.subscribe("")
+        with pytest.raises(mnemex.InvalidInput, match="timeout"):
+            agent.subscribe("s", timeout=0)
+        with pytest.raises(mnemex.InvalidInput, match="policy must be"):
+            rt.agent("bot", policy="lots")  # type: ignore[arg-type]
+        with pytest.raises(mnemex.InvalidInput):
+            rt.agent("")
