@@ -341,9 +341,12 @@ def _check_time(value: Any, what: str) -> float:
     return float(value)
 
 
+_MAX_COUNT = 2**62
+
+
 def _check_count(value: Any, what: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidInput(f"{what} must be an integer >= {minimum}, got {value!r}", field=what)
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= _MAX_COUNT:
+        raise InvalidInput(f"{what} must be an integer from {minimum} to 2**62, got {value!r}", field=what)
     return value
 
 

@@ -386,6 +386,8 @@ class ScopeMemory:
                 return self._with_graph(Remembered(ids=ids, created=created))
             case AddSession(session_id=session_id, memories=memories, embedder=embedder, dim=dim, now=now):
                 _check_id(session_id, "session_id")
+                if not isinstance(memories, list | tuple):
+                    raise InvalidInput("memories must be a list", field="memories")
                 for memory in memories:
                     if isinstance(memory, NewMemory) and memory.session_id != session_id:
                         raise InvalidInput(f"memory {memory.id!r} of session {session_id!r} carries "

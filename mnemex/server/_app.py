@@ -63,6 +63,9 @@ def _record(message: StoredMessage) -> dict[str, Any]:
             "message": message.message}
 
 
+_MAX_INT = 2**31 - 1
+
+
 def _query_int(request: Request, name: str, default: int | None, minimum: int = 0) -> int | None:
     text = request.query_params.get(name)
     if text is None or text == "":
@@ -71,8 +74,8 @@ def _query_int(request: Request, name: str, default: int | None, minimum: int = 
         value = int(text)
     except ValueError:
         raise HttpError(400, f"{name}={text!r} is not an integer", field=name) from None
-    if value < minimum:
-        raise HttpError(400, f"{name}={value} must be >= {minimum}", field=name)
+    if not minimum <= value <= _MAX_INT:
+        raise HttpError(400, f"{name}={value} must be from {minimum} to {_MAX_INT:,}", field=name)
     return value
 
 

@@ -234,3 +234,13 @@ async def test_overload_answers_503_with_retry_after(tmp_path: Path, server: Any
         assert set(statuses) <= {201, 503} and 201 in statuses
 
 
+
+
+@pytest.mark.parametrize("params", [{"limit": "0"}, {"limit": "abc"}, {"offset": "-1"},
+                                    {"limit": "1777003014452854680190976"}, {"offset": str(2**40)}])
+async def test_bad_paging_parameters_are_400_not_a_crash(tmp_path: Path, params: dict[str, str],
+                                                         server: Any) -> None:
+    async with server(cfg(tmp_path)) as http:
+        r = await http.get("/messages", params=params)
+        assert r.status_code == 400, r.text
+        assert (await http.get("/health")).json()["actors"]["crashes"] == 0
