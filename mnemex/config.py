@@ -67,7 +67,11 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Worker threads a group-commit round fsyncs journals with (each actor has its
     own journal file; their fsyncs run in parallel)."""
     snapshot_every: int = 10_000
-    """Journaled commands after which an actor is snapshotted."""
+    """Journaled commands after which an actor is snapshotted (at the earliest)..."""
+    snapshot_growth: float = 0.5
+    """...and only once the journal since the last snapshot has grown to this share
+    of that snapshot's size, so large states are not rewritten every few commands
+    (snapshot cost stays O(1) per command; replay stays under this share)."""
     snapshot_interval: float = 600.0
     """Seconds after which an actor with unsnapshotted commands is snapshotted."""
     snapshots_kept: int = 2
@@ -192,7 +196,8 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
                             "max_content_bytes", "max_message_bytes")
         _check_positive_float(self, "ask_timeout", "idle_timeout", "snapshot_interval",
                               "shutdown_timeout")
-        _check_non_negative_float(self, "restore_backoff", "restore_quarantine", "fsync_window")
+        _check_non_negative_float(self, "snapshot_growth", "restore_backoff", "restore_quarantine",
+                                  "fsync_window")
         if self.data_dir is not None and not self.data_dir.strip():
             raise _invalid("data_dir", "config.data_dir is empty; give a path or None for in-memory")
         # -- short-term memory

@@ -30,7 +30,7 @@ import trio
 
 from mnemex.errors import ActorCrashed, InvalidInput, MnemexError
 from mnemex.messages import Command, JsonCodec
-from mnemex.runtime import ActorKind, Behaviour, Image, Job, JobResult, Key, SnapshotData, Step, Tell
+from mnemex.runtime import ActorKind, Behaviour, Emit, Image, Job, JobResult, Key, SnapshotData, Step, Tell
 
 __all__ = [
     "Add",
@@ -209,6 +209,8 @@ class Simulation:
         self._queues: dict[str, deque[tuple[int, str, Key, Any]]] = {}
         self._tickets = itertools.count()
         self.delivered: list[Delivered] = []
+        self.emitted: list[tuple[str, Key, Emit]] = []
+        """Every Emit effect, in order, with the kind and key that emitted it."""
 
     def send(self, sender: str, kind: str, key: Key, command: Any) -> int:
         """Queue ``command``; messages of one sender are delivered in send order."""
@@ -249,7 +251,7 @@ class Simulation:
             actor.behaviour = self._rebuild(kind, key, actor)
             result = Delivered(ticket, sender, kind_name, key, command, error=crashed)
         else:
-            effects: tuple[Job | Tell, ...] = ()
+            effects: tuple[Job | Tell | Emit, ...] = ()
             if isinstance(out, Step):
                 out, effects = out.reply, out.effects
             if journaled:
@@ -259,10 +261,12 @@ class Simulation:
         self.delivered.append(result)
         return result
 
-    def _perform(self, kind: str, key: Key, effects: tuple[Job | Tell, ...]) -> None:
+    def _perform(self, kind: str, key: Key, effects: tuple[Job | Tell | Emit, ...]) -> None:
         me = f"{kind}:{'/'.join(key)}"
         for effect in effects:
-            if isinstance(effect, Tell):
+            if isinstance(effect, Emit):
+                self.emitted.append((kind, key, effect))
+            elif isinstance(effect, Tell):
                 self.send(me, effect.kind, effect.key, effect.command)
             else:
                 try:

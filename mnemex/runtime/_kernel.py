@@ -220,6 +220,8 @@ class _Cell:
         "crash",
         "crash_until",
         "in_memory",
+        "journal_bytes",
+        "snap_bytes",
         "key",
         "kind",
         "last_active",
@@ -248,6 +250,8 @@ class _Cell:
         self.seq = 0
         self.ts = 0
         self.snap_seq = 0
+        self.snap_bytes = 0
+        self.journal_bytes = 0
         self.snap_time = now
         self.snapshotting = False
         self.last_active = now
@@ -642,6 +646,8 @@ class Runtime:
         cell.behaviour = behaviour
         cell.seq = recovered.last_seq
         cell.snap_seq = header.seq if header is not None else 0
+        cell.snap_bytes = header.bytes if header is not None else 0
+        cell.journal_bytes = sum(len(entry.payload) for entry in recovered.journal)
         cell.ts = recovered.journal[-1].ts if recovered.journal else (header.ts if header else 0)
 
     def _fail_mailbox(self, cell: _Cell, error: BaseException) -> None:
@@ -762,6 +768,7 @@ class Runtime:
                 else:
                     cell.written += 1
                     cell.ts = ts
+                    cell.journal_bytes += sum(len(line[2]) for line in lines)
             self._release(cell, replies, durable_needed=bool(lines))
             for effect in effects:
                 await self._perform(cell, effect)
@@ -905,20 +912,27 @@ class Runtime:
         if cell.snapshotting or cell.seq == cell.snap_seq:
             return
         cfg = self.config
-        if (cell.seq - cell.snap_seq >= cfg.snapshot_every
+        # Enough commands, and a journal grown to a share of the last snapshot: a
+        # snapshot then costs O(1) per command however large the state is.
+        if ((cell.seq - cell.snap_seq >= cfg.snapshot_every
+             and cell.journal_bytes >= cfg.snapshot_growth * cell.snap_bytes)
                 or trio.current_time() - cell.snap_time >= cfg.snapshot_interval):
             assert cell.behaviour is not None
             data = cell.behaviour.snapshot()
             cell.snapshotting = True
-            self._nursery.start_soon(self._snapshot_beside, cell, data, cell.seq, cell.ts)
+            self._nursery.start_soon(self._snapshot_beside, cell, data, cell.seq, cell.ts,
+                                     cell.journal_bytes)
 
-    async def _snapshot_beside(self, cell: _Cell, data: SnapshotData, seq: int, ts: int) -> None:
+    async def _snapshot_beside(self, cell: _Cell, data: SnapshotData, seq: int, ts: int,
+                               journal_bytes: int) -> None:
         try:
-            await self._in_thread(cell, _write_snapshot, cell.store, data, seq, ts)
+            size = await self._in_thread(cell, _write_snapshot, cell.store, data, seq, ts)
         except Exception as exc:
             log.error("%s: snapshot at seq %d failed: %r", cell.name, seq, exc)
         else:
             cell.snap_seq = max(cell.snap_seq, seq)
+            cell.snap_bytes = size
+            cell.journal_bytes = max(0, cell.journal_bytes - journal_bytes)
         finally:
             cell.snap_time = trio.current_time()
             cell.snapshotting = False
@@ -940,9 +954,10 @@ class Runtime:
             await trio.sleep(0.001)
         if cell.seq != cell.snap_seq and cell.behaviour is not None:
             try:
-                await self._in_thread(cell, _write_snapshot, cell.store, cell.behaviour.snapshot(),
-                                      cell.seq, cell.ts)
+                cell.snap_bytes = await self._in_thread(cell, _write_snapshot, cell.store,
+                                                        cell.behaviour.snapshot(), cell.seq, cell.ts)
                 cell.snap_seq = cell.seq
+                cell.journal_bytes = 0
             except Exception as exc:
                 # the journal still holds every command: nothing is lost, recovery is slower
                 log.error("%s: final snapshot failed: %r", cell.name, exc)
@@ -1045,12 +1060,14 @@ def _rebuild(kind: ActorKind, key: Key, store: ActorStore) -> tuple[Behaviour, R
     return behaviour, recovered
 
 
-def _write_snapshot(store: ActorStore, data: SnapshotData, seq: int, ts: int) -> None:
+def _write_snapshot(store: ActorStore, data: SnapshotData, seq: int, ts: int) -> int:
+    """Encode (in this worker thread) and write a snapshot; returns its body bytes."""
     records: Iterable[bytes] = data.records() if callable(data.records) else data.records
     sidecars = data.sidecars() if callable(data.sidecars) else data.sidecars
     lines: Sequence[bytes] = records if isinstance(records, list | tuple) else list(records)
     store.write_snapshot(seq, ts, lines, created=int(time.time() * 1000), extra=dict(data.extra),
                          sidecars=sidecars)
+    return sum(len(line) for line in lines) + len(lines)
 
 
 @asynccontextmanager
