@@ -111,7 +111,7 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-_MISSING = re.compile(r"missing required field `([^`]*)`")
+_MISSING = re.compile(r"(?:missing required|contains unknown) field `([^`]*)`")
 _PATH = re.compile(r"- at `\$\.?([^`]*)`")
 
 
