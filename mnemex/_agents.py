@@ -35,6 +35,7 @@ from mnemex.messages import (
     AgentStats,
     Appended,
     AppendMessages,
+    ChunkRelayed,
     CompleteSession,
     ContextView,
     ContextWindow,
@@ -56,6 +57,7 @@ from mnemex.messages import (
     NoPruning,
     Policy,
     PolicySet,
+    RelayChunk,
     SearchTurns,
     SessionCompleted,
     SessionEnded,
@@ -285,6 +287,23 @@ class AgentRef:
         return reply
 
     # -- streaming ------------------------------------------------------------------
+    async def relay(self, session_id: str, chunk: Any) -> None:
+        """Hand a streaming chunk (a dict, or its JSON bytes) to the session's live
+        readers as it is; nothing is stored. Raises InvalidInput for a chunk that is
+        not a JSON object."""
+        if isinstance(chunk, bytes | bytearray | str):
+            raw = bytes(chunk, "utf-8") if isinstance(chunk, str) else bytes(chunk)
+            try:
+                value = msgspec.json.decode(raw)
+            except msgspec.DecodeError as exc:
+                raise InvalidInput(f"stream chunk is not valid JSON: {exc}", field="chunk") from exc
+        else:
+            value = chunk
+        if not isinstance(value, dict):
+            raise InvalidInput(f"stream chunk must be a JSON object, got {type(value).__name__}",
+                               field="chunk")
+        await self._ask(RelayChunk(session_id=session_id, chunk=msgspec.Raw(msgspec.json.encode(value))))
+
     def subscribe(self, session_id: str, *, from_beginning: bool = False, wait_for_session: bool = False,
                   timeout: float = 30.0, buffer: int = 256) -> SessionStream:
         """A live stream of the session's messages (see SessionStream)::
@@ -391,7 +410,9 @@ class SessionStream:
             self._queue.append(StreamEvent(kind="error", detail=str(exc)))
             self._done = True
             return
-        if isinstance(event, EntriesAppended):
+        if isinstance(event, ChunkRelayed):
+            self._queue.append(StreamEvent(kind="chunk", chunk=event.chunk, live=True))
+        elif isinstance(event, EntriesAppended):
             for message in _entries_to_stored(event.entries):
                 self._queue.append(StreamEvent(kind="message", message=message, live=True))
         elif isinstance(event, SessionEnded):

@@ -464,6 +464,12 @@ class EntriesAppended(msgspec.Struct, frozen=True):
     entries: list[MessageEntry]
 
 
+class ChunkRelayed(msgspec.Struct, frozen=True):
+    """Event on a session's topic: a pushed streaming chunk (see RelayChunk)."""
+
+    chunk: msgspec.Raw
+
+
 class SessionEnded(msgspec.Struct, frozen=True):
     """Event on a session's topic, the last one: completed, deleted or expired."""
 
@@ -479,8 +485,10 @@ class StreamEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     ``"error"`` (the subscriber fell too far behind and was dropped; ``detail``
     says why; the last item)."""
 
-    kind: Literal["message", "live", "completed", "deleted", "expired", "error"]
+    kind: Literal["message", "chunk", "live", "completed", "deleted", "expired", "error"]
     message: StoredMessage | None = None
+    chunk: msgspec.Raw | None = None
+    """For ``"chunk"``: a streaming chunk a platform pushed (RelayChunk), as it came."""
     live: bool = False
     detail: str = ""
 
@@ -614,10 +622,19 @@ class WatchSession(AgentCommand, frozen=True, tag="agent.watch"):
     now: float = 0.0
 
 
+class RelayChunk(AgentCommand, frozen=True, tag="agent.relay_chunk"):
+    """A streaming chunk (an OpenAI ``chat.completion.chunk``) a platform pushes while
+    a reply is generated: handed to the session's live readers as it is, not stored
+    (the finished messages are appended as usual) and not journaled."""
+
+    session_id: str
+    chunk: msgspec.Raw
+
+
 AgentWrite = (AppendMessages | CompleteSession | DeleteSession | DeleteAllSessions | SetPolicy | SetTtl
               | ExpireSessions | ApplySummary)
 AgentRead = (SummaryFailed | FindExpired | GetHistory | GetContext | ListMessages | ListSessions | GetStats
-             | ListTurns | SearchTurns | WatchSession)
+             | ListTurns | SearchTurns | WatchSession | RelayChunk)
 AgentCommandType = AgentWrite | AgentRead
 AGENT_WRITES: tuple[type[AgentCommand], ...] = (AppendMessages, CompleteSession, DeleteSession,
                                                 DeleteAllSessions, SetPolicy, SetTtl, ExpireSessions,

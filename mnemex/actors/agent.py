@@ -54,6 +54,7 @@ from mnemex.messages import (
     Appended,
     AppendMessages,
     ApplySummary,
+    ChunkRelayed,
     CompleteSession,
     ContextWindow,
     DeleteAllSessions,
@@ -74,6 +75,7 @@ from mnemex.messages import (
     NoPruning,
     Policy,
     PolicySet,
+    RelayChunk,
     SearchTurns,
     SessionCompleted,
     SessionCounts,
@@ -526,6 +528,9 @@ class AgentMemory:
                 return [] if conv is None else conv.turns[:]
             case SearchTurns():
                 return self._search_turns(command)
+            case RelayChunk(session_id=session_id, chunk=chunk):
+                _check_id(session_id, "session_id", self.settings.max_session_id_bytes)
+                return Step(None, (Emit(session_topic(session_id), ChunkRelayed(chunk)),))
             case WatchSession(session_id=session_id, from_beginning=from_beginning, now=now):
                 conv = self._live(session_id, now)
                 if conv is None:

@@ -13,6 +13,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from datetime import UTC, datetime
 from typing import Any
 
@@ -151,6 +152,35 @@ class _Api:
         await self.agent(request).complete(session_id)
         return json_response({"status": "completed", "session": session_id})
 
+    async def push_stream(self, request: Request) -> Response:
+        """``POST /stream/{id}``: a long-lived NDJSON body, one chunk per line, each
+        handed to the session's readers as it arrives."""
+        session_id = request.path_params["session_id"]
+        agent = self.agent(request)
+        limit = self.settings.max_body_bytes
+        pending = b""
+        count = 0
+        async with aclosing(request.stream()) as body:
+            async for data in body:
+                pending += data
+                *lines, pending = pending.split(b"\n")
+                if len(pending) > limit:
+                    raise HttpError(413, f"a stream line is over {limit:,} bytes (server.max_body_bytes)")
+                for line in lines:
+                    if line.strip():
+                        await agent.relay(session_id, line)
+                        count += 1
+        if pending.strip():
+            await agent.relay(session_id, pending)
+            count += 1
+        return json_response({"status": "ok", "session": session_id, "chunks": count})
+
+    async def complete_stream(self, request: Request) -> Response:
+        """``POST /stream/{id}/complete``: the pushed stream ended; readers get the end."""
+        session_id = request.path_params["session_id"]
+        await self.agent(request).complete(session_id)
+        return json_response({"status": "completed", "session": session_id})
+
     async def stream(self, request: Request) -> Response:
         session_id = request.path_params["session_id"]
         from_beginning = _query_bool(request, "from-beginning")
@@ -186,6 +216,8 @@ class _Api:
                         delta = {k: v for k, v in message.items() if k in ("role", "content", "tool_calls",
                                                                              "name", "tool_call_id")}
                         yield chunk(delta, None, event_.message.timestamp)
+                    elif event_.kind == "chunk" and event_.chunk is not None:
+                        yield b"data: " + bytes(event_.chunk) + b"\n\n"
                     elif event_.kind == "live":
                         yield b"data: [LIVE_MODE]\n\n"
                     elif event_.kind == "error":
@@ -340,6 +372,8 @@ def build_app(runtime: MnemexRuntime, settings: ServerSettings | None = None) ->
     add("/memory-status", api.memory_status, ["GET"], per_agent=True)
     add("/session/{session_id}/complete", api.complete_session, ["POST"], per_agent=True)
     add("/stream/{session_id}", api.stream, ["GET"], per_agent=True)
+    add("/stream/{session_id}", api.push_stream, ["POST"], per_agent=True)
+    add("/stream/{session_id}/complete", api.complete_stream, ["POST"], per_agent=True)
     add("/memory", api.post_memory, ["POST"])
     add("/memory/batch", api.post_memory_batch, ["POST"])
     add("/memory/search", api.search_memory, ["POST"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hmac
 import math
 import re
+from contextlib import aclosing
 from typing import Any, TypeVar
 
 import msgspec
@@ -103,11 +104,13 @@ async def read_body(request: Request, limit: int) -> bytes:
                              f"(server.max_body_bytes)")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise HttpError(413, f"request body is over the limit of {limit:,} bytes (server.max_body_bytes)")
-        chunks.append(chunk)
+    async with aclosing(request.stream()) as stream:
+        async for chunk in stream:
+            size += len(chunk)
+            if size > limit:
+                raise HttpError(413, f"request body is over the limit of {limit:,} bytes "
+                                     f"(server.max_body_bytes)")
+            chunks.append(chunk)
     return b"".join(chunks)
 
 

@@ -244,3 +244,31 @@ async def test_bad_paging_parameters_are_400_not_a_crash(tmp_path: Path, params:
         r = await http.get("/messages", params=params)
         assert r.status_code == 400, r.text
         assert (await http.get("/health")).json()["actors"]["crashes"] == 0
+
+
+async def test_pushed_ndjson_chunks_reach_sse_readers_verbatim(tmp_path: Path, server: Any) -> None:
+    import json
+
+    chunks = [{"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+               "choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}]}
+              for word in ("Hel", "lo")]
+    async with server(cfg(tmp_path)) as http:
+        await http.post("/messages", json={"session_id": "s", "messages": [{"role": "user", "content": "hi"}]})
+        lines: list[str] = []
+        ready = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_sse_lines, http, "/stream/s", lines, ready)
+            await ready.wait()
+            with trio.fail_after(5):
+                while "[LIVE_MODE]" not in lines:
+                    await trio.sleep(0.01)
+            body = b"".join(json.dumps(c).encode() + b"\n" for c in chunks)
+            r = await http.post("/stream/s", content=body, headers={"content-type": "application/x-ndjson"})
+            assert r.status_code == 200 and r.json()["chunks"] == 2
+            r = await http.post("/stream/s/complete", json={})
+            assert r.status_code in (200, 202)
+        relayed = [json.loads(line) for line in lines if line.startswith('{"id":"c1"')]
+        assert relayed == chunks
+        assert lines[-1] == "[DONE]"
+        bad = await http.post("/stream/s", content=b"[1, 2]\n", headers={"content-type": "application/x-ndjson"})
+        assert bad.status_code == 400
