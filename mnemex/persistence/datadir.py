@@ -9,12 +9,16 @@ or another, raises DataDirLocked naming the holder's pid.
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
+import functools
 import os
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import cast
 
 import orjson
 
@@ -115,6 +119,23 @@ class DataDir:
             log.warning("could not write the pid into %s: %s", path, describe_os_error(exc))
         return fd
 
+    def syncfs(self) -> bool:
+        """Make every write to the filesystem holding the data directory durable, in
+        one call (Linux ``syncfs(2)``): far cheaper than an fsync per journal when
+        many actors commit at once. Returns False where syncfs is not available
+        (the caller then fsyncs file by file); raises StorageError if it fails."""
+        if self._lock_fd is None:
+            raise StorageError(f"data directory {self.path} is closed")
+        syncfs = _libc_syncfs()
+        if syncfs is None:
+            return False
+        if syncfs(self._lock_fd) != 0:
+            errno_ = ctypes.get_errno()
+            raise StorageError(f"syncfs on data directory {self.path} failed: "
+                               f"{describe_os_error(OSError(errno_, os.strerror(errno_)))}; writes since "
+                               f"the last commit may not be durable")
+        return True
+
     @property
     def is_open(self) -> bool:
         """True until close()."""
@@ -184,3 +205,18 @@ def find_actors(data_dir: str | Path) -> Iterator[ActorLocation]:
                             "its key is unknown, skipping it", folder, KEY_MANIFEST)
                 continue
             yield ActorLocation(kind, key, folder)
+
+
+@functools.cache
+def _libc_syncfs() -> Callable[[int], int] | None:
+    """libc's syncfs, or None off Linux (or where the C library lacks it)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        function = libc.syncfs
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int]
+    function.restype = ctypes.c_int
+    return cast(Callable[[int], int], function)

@@ -335,6 +335,15 @@ class FileStore(ActorStore):
             if fd is not None:
                 os.close(fd)
 
+    def synced_by_fs(self) -> None:
+        """Record that a filesystem-wide sync (DataDir.syncfs) made every line and
+        folder written so far durable; raises StorageError if this journal refused
+        writes meanwhile."""
+        with self._lock:
+            if self._broken is not None:
+                raise StorageError(self._broken)
+            self._unsynced = []
+
     @staticmethod
     def _sync_entries(paths: list[Path]) -> None:
         for path in paths:

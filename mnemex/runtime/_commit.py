@@ -35,6 +35,9 @@ class Durable(Protocol):
 
     def sync(self) -> None: ...
 
+    def covered(self) -> None:
+        """Note that a filesystem-wide sync made this actor's writes durable."""
+
 
 def release_through(cell: Durable, mark: int, error: BaseException | None) -> None:
     """Release, in order, every ack of ``cell`` whose mark is <= ``mark``."""
@@ -55,8 +58,10 @@ class GroupCommitter:
     ``window`` adds a wait before each round to gather even more.
     """
 
-    def __init__(self, window: float, threads: int = 4, rounds: int = 3) -> None:
+    def __init__(self, window: float, threads: int = 4, rounds: int = 3,
+                 sync_filesystem: Callable[[], bool] | None = None) -> None:
         self._window = window
+        self._sync_filesystem = sync_filesystem
         self._slots = trio.Semaphore(rounds)
         self._threads = threads
         self._limiter = trio.CapacityLimiter(threads)
@@ -101,6 +106,12 @@ class GroupCommitter:
 
     async def _round(self, cells: list[Durable]) -> None:
         try:
+            if self._sync_filesystem is not None:
+                marks = [cell.written for cell in cells]
+                errors = await trio.to_thread.run_sync(self._sync_whole_fs, cells, limiter=self._limiter)
+                for cell, mark, error in zip(cells, marks, errors, strict=True):
+                    release_through(cell, mark, error)
+                return
             chunks = [cells[i :: self._threads] for i in range(min(self._threads, len(cells)))]
             async with trio.open_nursery() as nursery:
                 for chunk in chunks:
@@ -113,6 +124,28 @@ class GroupCommitter:
         errors = await trio.to_thread.run_sync(self._sync_all, cells, limiter=self._limiter)
         for cell, mark, error in zip(cells, marks, errors, strict=True):
             release_through(cell, mark, error)
+
+    def _sync_whole_fs(self, cells: list[Durable]) -> list[BaseException | None]:
+        """One syncfs for every journal of the round (see DataDir.syncfs)."""
+        assert self._sync_filesystem is not None
+        started = time.perf_counter()
+        try:
+            done = self._sync_filesystem()
+        except MnemexError as exc:
+            return [exc] * len(cells)
+        if not done:  # no syncfs here after all: fall back to a sync per journal, for good
+            self._sync_filesystem = None
+            return self._sync_all(cells)
+        self.fsync_seconds.append(time.perf_counter() - started)
+        out: list[BaseException | None] = []
+        for cell in cells:
+            try:
+                cell.covered()
+            except MnemexError as exc:
+                out.append(exc)
+            else:
+                out.append(None)
+        return out
 
     def _sync_all(self, cells: list[Durable]) -> list[BaseException | None]:
         out: list[BaseException | None] = []

@@ -36,7 +36,7 @@ from mnemex.errors import (
     Timeout,
     UnknownActorKind,
 )
-from mnemex.persistence import ActorStore, DataDir, MemoryStore, Recovered
+from mnemex.persistence import ActorStore, DataDir, FileStore, MemoryStore, Recovered
 from mnemex.runtime._commit import GroupCommitter, release_through
 from mnemex.runtime._keys import check_key
 from mnemex.runtime._kind import (
@@ -269,6 +269,11 @@ class _Cell:
     def sync(self) -> None:
         self.store.sync()
 
+    def covered(self) -> None:
+        store = self.store
+        if type(store) is FileStore:
+            store.synced_by_fs()
+
     async def wait_closed(self) -> None:
         if not self.closed:
             if self.closed_event is None:
@@ -340,7 +345,10 @@ class Runtime:
         self._cells: OrderedDict[tuple[str, Key], _Cell] = OrderedDict()
         self._closing_cells: dict[tuple[str, Key], _Cell] = {}
         self._memory: dict[tuple[str, Key], MemoryStore] = {}
-        self._committer = GroupCommitter(config.fsync_window, threads=config.fsync_threads)
+        sync_fs = (data_dir.syncfs if data_dir is not None and config.fsync_method in ("auto", "syncfs")
+                   else None)
+        self._committer = GroupCommitter(config.fsync_window, threads=config.fsync_threads,
+                                         sync_filesystem=sync_fs)
         self._accepting = True
         self._running_cells = 0
         self._all_closed = trio.Event()

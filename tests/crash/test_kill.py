@@ -25,9 +25,10 @@ WRITER = Path(__file__).with_name("writer.py")
 
 
 def run_and_kill(data_dir: Path, fsync: str, senders: int, actors: int, snapshot_every: int,
-                 after: float) -> dict[str, set[int]]:
+                 after: float, method: str = "auto") -> dict[str, set[int]]:
     proc = subprocess.Popen(
-        [sys.executable, str(WRITER), str(data_dir), fsync, str(senders), str(actors), str(snapshot_every)],
+        [sys.executable, str(WRITER), str(data_dir), fsync, str(senders), str(actors), str(snapshot_every),
+         method],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready", proc.stderr.read() if proc.stderr else ""
@@ -64,7 +65,7 @@ def check(acked: dict[str, set[int]], found: dict[str, list[int]], actors: int) 
 
 
 @pytest.mark.slow
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(
     fsync=st.sampled_from(["always", "batch"]),
@@ -72,11 +73,12 @@ def check(acked: dict[str, set[int]], found: dict[str, list[int]], actors: int) 
     senders=st.integers(1, 8),
     actors=st.integers(1, 20),
     snapshot_every=st.sampled_from([3, 50, 10_000]),
+    method=st.sampled_from(["auto", "fdatasync"]),
 )
 def test_kill_9_loses_no_acknowledged_write(tmp_path_factory: Any, fsync: str, after: float, senders: int,
-                                             actors: int, snapshot_every: int) -> None:
+                                             actors: int, snapshot_every: int, method: str) -> None:
     data_dir = tmp_path_factory.mktemp("kill")
-    acked = run_and_kill(data_dir, fsync, senders, actors, snapshot_every, after)
+    acked = run_and_kill(data_dir, fsync, senders, actors, snapshot_every, after, method)
     assert sum(map(len, acked.values())) > 0, "the writer acknowledged nothing before the kill"
     found = trio.run(read_back, data_dir, actors)
     check(acked, found, actors)

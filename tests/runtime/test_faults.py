@@ -83,8 +83,9 @@ async def test_second_runtime_on_one_data_dir_is_refused(tmp_path: Path) -> None
 
 
 async def test_fsync_policies_all_survive_a_clean_restart(tmp_path: Path) -> None:
-    for policy in ("always", "batch", "never"):
-        cfg = mnemex.Config(data_dir=str(tmp_path / policy), fsync=policy)  # type: ignore[arg-type]
+    for policy, method in (("always", "auto"), ("batch", "auto"), ("batch", "fdatasync"), ("never", "auto")):
+        cfg = mnemex.Config(data_dir=str(tmp_path / f"{policy}-{method}"), fsync=policy,  # type: ignore[arg-type]
+                            fsync_method=method)  # type: ignore[arg-type]
         async with mnemex.open_runtime(cfg, kinds=[counter_kind()]) as rt:
             async with trio.open_nursery() as nursery:
                 for a in range(10):
@@ -92,4 +93,4 @@ async def test_fsync_policies_all_survive_a_clean_restart(tmp_path: Path) -> Non
                         nursery.start_soon(rt.ask, "counter", f"a{a}", Add(1))
         async with mnemex.open_runtime(cfg, kinds=[counter_kind()]) as rt:
             for a in range(10):
-                assert await rt.ask("counter", f"a{a}", Get()) == (20, 20), policy
+                assert await rt.ask("counter", f"a{a}", Get()) == (20, 20), (policy, method)
