@@ -347,8 +347,10 @@ _MAX_COUNT = 2**62
 
 
 def _check_count(value: Any, what: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= _MAX_COUNT:
-        raise InvalidInput(f"{what} must be an integer from {minimum} to 2**62, got {value!r}", field=what)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidInput(f"{what} must be an integer >= {minimum}, got {value!r}", field=what)
+    if value > _MAX_COUNT:
+        raise InvalidInput(f"{what} is {value:,}; the limit is 2**62", field=what)
     return value
 
 
