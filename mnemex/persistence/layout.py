@@ -61,6 +61,22 @@ def _encode_component(component: str, key: tuple[str, ...]) -> str:
                            f"keys must encode to UTF-8", field="key") from exc
 
 
+def check_key(key: tuple[str, ...]) -> tuple[str, ...]:
+    """``key`` if ``encode_key`` would take it, without building the name (for stores
+    that never touch a disk). Raises the same InvalidInput as ``encode_key``."""
+    if not isinstance(key, tuple) or not key:
+        raise InvalidInput(f"actor key {key!r} must be a non-empty tuple of strings", field="key")
+    for component in key:
+        if not isinstance(component, str) or not component:
+            _encode_component(component, key)  # raises the same error encode_key would
+        try:
+            component.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidInput(f"key {key!r} is not valid Unicode text (it holds a lone surrogate); "
+                               f"keys must encode to UTF-8", field="key") from exc
+    return key
+
+
 def encode_key(key: tuple[str, ...]) -> str:
     """The folder name for ``key``: ``[a-z0-9._~-]``, 1 to 120 characters.
 

@@ -39,7 +39,7 @@ from mnemex.persistence.journal import (
     read_journal,
     scan_journal,
 )
-from mnemex.persistence.layout import KEY_MANIFEST, actor_dir, check_kind, encode_key
+from mnemex.persistence.layout import KEY_MANIFEST, actor_dir, check_key, check_kind
 from mnemex.persistence.snapshot import (
     SnapshotHeader,
     decode_snapshot,
@@ -492,8 +492,7 @@ class MemoryStore(ActorStore):
 
     def __init__(self, kind: str, key: tuple[str, ...], *, keep: int = 2) -> None:
         self.kind = check_kind(kind)
-        encode_key(key)
-        self.key = key
+        self.key = check_key(key)
         self.keep = _check_keep(keep)
         self._lock = threading.Lock()
         self._journal = bytearray()

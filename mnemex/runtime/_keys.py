@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from mnemex.errors import InvalidInput, TooLarge
@@ -10,11 +11,12 @@ from mnemex.runtime._kind import Key
 __all__ = ["check_key"]
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def _first_control(text: str) -> int:
-    for index, char in enumerate(text):
-        if char < " " or char == "\x7f":
-            return index
-    return -1
+    match = _CONTROL.search(text)
+    return match.start() if match else -1
 
 
 def check_key(kind: str, key: Any, max_bytes: int) -> Key:
