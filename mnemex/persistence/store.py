@@ -498,7 +498,10 @@ class MemoryStore(ActorStore):
         self._journal = bytearray()
         self._snapshot: tuple[int, bytes, dict[str, bytes]] | None = None
         self._last_seq: int | None = None
-        self._where = f"memory store {self.kind} {list(key)!r}"
+
+    @property
+    def _where(self) -> str:
+        return f"memory store {self.kind} {list(self.key)!r}"
 
     def exists(self) -> bool:
         with self._lock:
