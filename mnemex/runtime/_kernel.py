@@ -703,6 +703,10 @@ class Runtime:
             cell.last_active = trio.current_time()
             stop = await self._process(cell, batch)
             del batch, envelope
+            if cell.acks:
+                # the replies wait for a group commit: no caller can send its next
+                # message within a few scheduling rounds, so lingering is wasted
+                asked = False
             if stop is _STOP or (stop is _PASSIVATE and len(mailbox) == 0):
                 await self._close_cell(cell, passivated=stop is _PASSIVATE)
                 cell.state = _CLOSED
