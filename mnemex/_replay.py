@@ -18,7 +18,7 @@ from typing import Any
 
 from mnemex.errors import InvalidInput, MnemexError, NotFound
 from mnemex.persistence import ActorLocation, find_actors, inspect_actor, read_history, verify_actor
-from mnemex.runtime import ActorKind, Behaviour, Image
+from mnemex.runtime import ActorKind, Behaviour, rebuild_behaviour
 
 __all__ = ["ActorReport", "parse_moment", "replay_actor", "replay_data_dir"]
 
@@ -74,15 +74,7 @@ def replay_actor(path: str | Path, kind: ActorKind, key: tuple[str, ...], *,
     snapshot and journal (or as it was at ``until_ms``). Raises CorruptData when
     the files are damaged, NotFound/InvalidInput when ``until_ms`` is older than
     anything kept."""
-    recovered = read_history(path, until_ms=until_ms)
-    header = recovered.header
-    if header is None:
-        behaviour = kind.create(key)
-    else:
-        behaviour = kind.restore(key, Image(recovered.records, header.extra, recovered.sidecars))
-    for entry in recovered.journal:
-        behaviour.handle(kind.decode(entry.payload))
-    return behaviour
+    return rebuild_behaviour(kind, key, read_history(path, until_ms=until_ms))
 
 
 def _records_of(behaviour: Behaviour) -> tuple[int, dict[str, Any]]:

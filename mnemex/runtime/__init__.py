@@ -2,7 +2,14 @@
 passivation, snapshots and the blocking bridge. Knows bytes, not memories."""
 
 from mnemex.runtime._bridge import BlockingBridge, BlockingProxy, BlockingRef
-from mnemex.runtime._kernel import ActorRef, Runtime, RuntimeStats, Subscription, open_actor_runtime
+from mnemex.runtime._kernel import (
+    ActorRef,
+    Runtime,
+    RuntimeStats,
+    Subscription,
+    open_actor_runtime,
+    rebuild_behaviour,
+)
 from mnemex.runtime._kind import (
     ActorKind,
     Behaviour,
@@ -37,4 +44,5 @@ __all__ = [
     "Subscription",
     "Tell",
     "open_actor_runtime",
+    "rebuild_behaviour",
 ]

@@ -54,7 +54,7 @@ from mnemex.runtime._kind import (
 )
 from mnemex.runtime._mailbox import Mailbox, MailboxClosed
 
-__all__ = ["ActorRef", "Runtime", "RuntimeStats", "Subscription", "open_actor_runtime"]
+__all__ = ["ActorRef", "Runtime", "RuntimeStats", "Subscription", "open_actor_runtime", "rebuild_behaviour"]
 
 log = logging.getLogger("mnemex.runtime")
 
@@ -1059,9 +1059,9 @@ def _is_async(fn: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(fn)
 
 
-def _rebuild(kind: ActorKind, key: Key, store: ActorStore) -> tuple[Behaviour, Recovered]:
-    """Newest snapshot + the journal after it, as a live behaviour."""
-    recovered = store.recover()
+def rebuild_behaviour(kind: ActorKind, key: Key, recovered: Recovered) -> Behaviour:
+    """The behaviour a snapshot and the journal after it describe: restored from
+    the snapshot (or created fresh), then every journaled command replayed."""
     header = recovered.header
     if header is None:
         behaviour = kind.create(key)
@@ -1069,7 +1069,12 @@ def _rebuild(kind: ActorKind, key: Key, store: ActorStore) -> tuple[Behaviour, R
         behaviour = kind.restore(key, Image(recovered.records, header.extra, recovered.sidecars))
     for entry in recovered.journal:
         behaviour.handle(kind.decode(entry.payload))
-    return behaviour, recovered
+    return behaviour
+
+
+def _rebuild(kind: ActorKind, key: Key, store: ActorStore) -> tuple[Behaviour, Recovered]:
+    recovered = store.recover()
+    return rebuild_behaviour(kind, key, recovered), recovered
 
 
 def _write_snapshot(store: ActorStore, data: SnapshotData, seq: int, ts: int) -> int:
