@@ -160,7 +160,9 @@ def main() -> None:
                             batch = []
                     print(f"stored {n_memories:,} memories in {time.perf_counter() - started:.1f} s")
                     safe = [q.replace('"', "").replace("\\", "") for q in questions[:200]]
-                    script = SEARCH_LUA.replace("{QUERIES}", "{" + ",".join(json.dumps(q) for q in safe) + "}")
+                    # Lua string escapes are not JSON's: keep non-ASCII text as UTF-8 bytes
+                    listed = ",".join(json.dumps(q, ensure_ascii=False) for q in safe)
+                    script = SEARCH_LUA.replace("{QUERIES}", "{" + listed + "}")
                     for connections in (1, 16, 64):
                         rows.append({"route": f"POST /memory/search ({n_memories:,} memories)",
                                      "connections": connections, **wrk(base, script, connections, duration)})
