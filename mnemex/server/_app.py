@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
-import trio
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -393,5 +392,4 @@ def build_app(runtime: MnemexRuntime, settings: ServerSettings | None = None) ->
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
     app.state.runtime = runtime
     app.state.metrics = metrics
-    _ = trio  # the app is served by hypercorn's trio worker (see mnemex.server.serve)
     return app
