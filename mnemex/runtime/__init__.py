@@ -1,17 +1,7 @@
 """The actor kernel on trio: mailboxes, ask/tell, journaling, supervision,
 passivation, snapshots and the blocking bridge. Knows bytes, not memories."""
 
-from mnemex.runtime._bridge import BlockingBridge, BlockingProxy, BlockingRef
-from mnemex.runtime._kernel import (
-    ActorRef,
-    Runtime,
-    RuntimeStats,
-    Subscription,
-    open_actor_runtime,
-    rebuild_behaviour,
-)
-from mnemex.runtime._kind import (
-    ActorKind,
+from mnemex.effects import (
     Behaviour,
     Effect,
     Emit,
@@ -23,6 +13,16 @@ from mnemex.runtime._kind import (
     Step,
     Tell,
 )
+from mnemex.runtime._bridge import BlockingBridge, BlockingProxy, BlockingRef
+from mnemex.runtime._kernel import (
+    ActorRef,
+    Runtime,
+    RuntimeStats,
+    Subscription,
+    open_actor_runtime,
+    rebuild_behaviour,
+)
+from mnemex.runtime._kind import ActorKind
 
 __all__ = [
     "ActorKind",

@@ -28,6 +28,18 @@ import outcome
 import trio
 
 from mnemex.config import Config
+from mnemex.effects import (
+    Behaviour,
+    Effect,
+    Emit,
+    Image,
+    Job,
+    JobResult,
+    Key,
+    SnapshotData,
+    Step,
+    Tell,
+)
 from mnemex.errors import (
     ActorClosed,
     ActorCrashed,
@@ -41,19 +53,7 @@ from mnemex.errors import (
 from mnemex.persistence import ActorStore, DataDir, FileStore, MemoryStore, Recovered
 from mnemex.runtime._commit import GroupCommitter, release_through
 from mnemex.runtime._keys import check_key
-from mnemex.runtime._kind import (
-    ActorKind,
-    Behaviour,
-    Effect,
-    Emit,
-    Image,
-    Job,
-    JobResult,
-    Key,
-    SnapshotData,
-    Step,
-    Tell,
-)
+from mnemex.runtime._kind import ActorKind
 from mnemex.runtime._mailbox import Mailbox, MailboxClosed
 
 __all__ = ["ActorRef", "Runtime", "RuntimeStats", "Subscription", "open_actor_runtime", "rebuild_behaviour"]
@@ -815,14 +815,17 @@ class Runtime:
             self._nursery.start_soon(self._sync_now, cell, cell.written)
 
     async def _sync_now(self, cell: _Cell, mark: int) -> None:
-        error: BaseException | None = None
+        release_through(cell, mark, await self._sync_error(cell))
+
+    async def _sync_error(self, cell: _Cell) -> BaseException | None:
+        """fsync the cell's journal; the error (a mnemex one) if it failed."""
         try:
-            await trio.to_thread.run_sync(cell.store.sync)
+            await self._in_thread(cell, cell.store.sync)
         except MnemexError as exc:
-            error = exc
+            return exc
         except OSError as exc:
-            error = StorageError(f"fsync of {cell.name}'s journal failed: {exc}")
-        release_through(cell, mark, error)
+            return StorageError(f"fsync of {cell.name}'s journal failed: {exc}")
+        return None
 
     async def _reload(self, cell: _Cell) -> None:
         """After a crash or a failed write: rebuild the behaviour from the store, so
@@ -840,14 +843,7 @@ class Runtime:
         fsync covers every write made so far, whichever group commit is in flight)."""
         if cell.written <= cell.synced:
             return
-        error: BaseException | None = None
-        try:
-            await self._in_thread(cell, cell.store.sync)
-        except MnemexError as exc:
-            error = exc
-        except OSError as exc:
-            error = StorageError(f"fsync of {cell.name}'s journal failed: {exc}")
-        release_through(cell, cell.written, error)
+        release_through(cell, cell.written, await self._sync_error(cell))
 
     async def _perform(self, cell: _Cell, effect: Effect) -> None:
         if type(effect) is Emit:

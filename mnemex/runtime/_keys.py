@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from mnemex.effects import Key
 from mnemex.errors import InvalidInput, TooLarge
-from mnemex.runtime._kind import Key
 
 __all__ = ["check_key"]
 

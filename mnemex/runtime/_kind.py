@@ -11,32 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mnemex.effects import (
-    Behaviour,
-    Effect,
-    Emit,
-    Image,
-    Job,
-    JobResult,
-    Key,
-    SnapshotData,
-    Step,
-    Tell,
-)
+from mnemex.effects import Behaviour, Image, Key
 
-__all__ = [
-    "ActorKind",
-    "Behaviour",
-    "Effect",
-    "Emit",
-    "Image",
-    "Job",
-    "JobResult",
-    "Key",
-    "SnapshotData",
-    "Step",
-    "Tell",
-]
+__all__ = ["ActorKind"]
 
 
 def _always(command: Any) -> bool:
