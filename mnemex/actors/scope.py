@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Final, Literal
 
 import msgspec
@@ -175,36 +175,11 @@ class ScopeSettings:
 
     @classmethod
     def from_config(cls, config: Config, embedder: Embedder | None = None) -> ScopeSettings:
-        return cls(
-            embedder=embedder,
-            max_content_bytes=config.max_content_bytes,
-            max_metadata_bytes=config.max_metadata_bytes,
-            max_memories_per_command=config.max_memories_per_command,
-            max_top_k=config.max_top_k,
-            hnsw_threshold=config.hnsw_threshold,
-            hnsw_m=config.hnsw_m,
-            hnsw_ef_construction=config.hnsw_ef_construction,
-            hnsw_ef_search=config.hnsw_ef_search,
-            hnsw_tombstone_ratio=config.hnsw_tombstone_ratio,
-            hnsw_sidecar=config.hnsw_sidecar,
-            hnsw_threads=config.hnsw_threads,
-            search_mode=config.search_mode,
-            vector_min_score=config.vector_min_score,
-            hybrid_min_score=config.hybrid_min_score,
-            fusion=config.fusion,
-            fusion_fulltext_weight=config.fusion_fulltext_weight,
-            fusion_vector_weight=config.fusion_vector_weight,
-            fusion_rrf_k=config.fusion_rrf_k,
-            fusion_candidates=config.fusion_candidates,
-            rank_importance_weight=config.rank_importance_weight,
-            rank_recency_weight=config.rank_recency_weight,
-            rank_access_weight=config.rank_access_weight,
-            recency_half_life=config.recency_half_life,
-            entity_boost=config.entity_boost,
-            bm25_k1=config.bm25_k1,
-            bm25_b=config.bm25_b,
-            fulltext_stem=config.fulltext_stem,
-        )
+        """Every setting Config also has, taken from it (the names are the same);
+        ``embedder`` is the model object, not config.embedder's name."""
+        shared = {f.name: getattr(config, f.name) for f in fields(cls)
+                  if f.name != "embedder" and hasattr(config, f.name)}
+        return cls(embedder=embedder, **shared)
 
     @property
     def embedder_name(self) -> str | None:
