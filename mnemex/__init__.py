@@ -71,6 +71,7 @@ from mnemex.messages import TurnHit as TurnHit
 from mnemex.messages import TurnRecord as TurnRecord
 from mnemex.runtime import ActorKind as ActorKind
 from mnemex.runtime import ActorRef as ActorRef
+from mnemex.runtime import Forward as Forward
 from mnemex.runtime import Image as Image
 from mnemex.runtime import Job as Job
 from mnemex.runtime import JobResult as JobResult

@@ -43,11 +43,13 @@ from mnemex.actors.scope import (
     memory_text,
     scope_codec,
 )
+from mnemex.actors.sessions import encode_id, event_text, session_memories
 from mnemex.config import Config
 from mnemex.errors import InvalidInput, MnemexError, TooLarge
 from mnemex.index import Embedder
 from mnemex.messages import (
     AddSession,
+    ArchiveSession,
     CountMemories,
     Event,
     Forget,
@@ -142,9 +144,6 @@ def scope_kind(config: Config | None = None, embedder: Embedder | None = None, *
 
 
 # -- ids ----------------------------------------------------------------------------------
-_CROCKFORD: Final = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-
-
 class _IdClock:
     """Monotonic ULID-like ids: 48 bits of milliseconds, then 80 bits that start random
     each millisecond and count up within it; 26 Crockford base-32 characters that
@@ -155,27 +154,31 @@ class _IdClock:
         self._ms = -1
         self._tail = 0
 
-    def next(self, now: float) -> str:
+    def next(self, now: float, span: int = 1) -> str:
+        """The next id; ``span`` > 1 reserves that many in a row (see ``id_at``)."""
         ms = max(0, int(now * 1000))
         with self._lock:
-            if ms <= self._ms:
+            if ms <= self._ms and self._tail + span < 1 << 80:
                 ms = self._ms
                 self._tail += 1
-                if self._tail >= 1 << 80:  # 2**80 ids in one millisecond: borrow the next one
-                    ms += 1
-                    self._tail = int.from_bytes(os.urandom(10), "big") >> 1
-            else:
+            else:  # a new millisecond (or this one is used up: borrow the next)
+                ms = max(ms, self._ms + 1)
                 self._tail = int.from_bytes(os.urandom(10), "big") >> 1
-            self._ms = ms
             value = (ms << 80) | self._tail
-        chars = []
-        for _ in range(26):
-            chars.append(_CROCKFORD[value & 31])
-            value >>= 5
-        return "".join(reversed(chars))
+            self._ms = ms
+            self._tail += span - 1
+        return encode_id(value)
 
 
 _ids = _IdClock()
+
+# ids an archived session may take: far more than any session has events
+SESSION_ID_BLOCK: Final = 1 << 32
+
+
+def reserve_memory_ids(now: float, count: int = SESSION_ID_BLOCK) -> str:
+    """The first of ``count`` consecutive new memory ids (``id_at(first, i)``)."""
+    return _ids.next(now, count)
 
 
 def new_memory_id(now: float | None = None) -> str:
@@ -394,56 +397,6 @@ def _iso(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).isoformat().replace("+00:00", "Z")
 
 
-def event_text(content: Any) -> str | None:
-    """The text of an event's content: a string, a list of parts (``{"text": ...}``
-    or strings) or an object with ``parts`` or ``text``; None when it has none."""
-    if content is None:
-        return None
-    if isinstance(content, str):
-        return content if content.strip() else None
-    if isinstance(content, Mapping):
-        if isinstance(content.get("text"), str):
-            return event_text(content["text"])
-        return event_text(content.get("parts", content.get("content")))
-    if isinstance(content, list | tuple):
-        pieces = [event_text(part) for part in content]
-        text = "\n".join(piece for piece in pieces if piece)
-        return text or None
-    return None
-
-
-def _chunks(text: str, limit: int) -> list[str]:
-    """``text`` cut at whitespace into pieces of at most ``limit`` UTF-8 bytes."""
-    if len(text.encode("utf-8", "surrogatepass")) <= limit:
-        return [text]
-    out: list[str] = []
-    current: list[str] = []
-    size = 0
-    for word in text.split():
-        encoded = len(word.encode("utf-8", "surrogatepass"))
-        rest = word
-        while encoded > limit:  # one word longer than the limit: cut it by characters
-            cut = limit
-            while len(rest[:cut].encode("utf-8", "surrogatepass")) > limit:
-                cut -= 1
-            if current:
-                out.append(" ".join(current))
-                current, size = [], 0
-            out.append(rest[:cut])
-            rest = rest[cut:]
-            encoded = len(rest.encode("utf-8", "surrogatepass"))
-        if not rest:
-            continue
-        if current and size + 1 + encoded > limit:
-            out.append(" ".join(current))
-            current, size = [], 0
-        size += encoded + (1 if current else 0)
-        current.append(rest)
-    if current:
-        out.append(" ".join(current))
-    return [piece for piece in out if piece.strip()]
-
-
 def format_as_context(hits: Iterable[Hit | MemoryRecord]) -> str:
     """Memories as a block for a model's prompt: ``[User Memory]`` then one ``- ``
     line per memory (its content on one line). Empty string when there are none."""
@@ -613,21 +566,16 @@ class ScopeRef:
             raise InvalidInput(f"session {session.id!r} belongs to app {session.app_name!r}, user "
                                f"{session.user_id!r}, not to this scope ({self.app_name!r}, "
                                f"{self.user_id!r})", field="session")
-        now = time.time()
-        limit = self._config.max_content_bytes
-        memories: list[NewMemory] = []
+        events = []
         for index, event in enumerate(session.events):
             if not isinstance(event, Event):
                 raise InvalidInput(f"event {index} must be a mnemex.Event", field=f"events[{index}]")
-            text = event_text(event.content)
-            if text is None:
-                continue
-            metadata = {"event_id": event.id} if event.id else {}
-            timestamp = _seconds(event.timestamp, f"events[{index}].timestamp") if event.timestamp else None
-            for piece in _chunks(text, limit):
-                memories.append(NewMemory(id=new_memory_id(now), content=piece, author=event.author or None,
-                                          timestamp=timestamp, session_id=session.id, metadata=metadata,
-                                          source="session"))
+            seconds = _seconds(event.timestamp, f"events[{index}].timestamp") if event.timestamp else None
+            events.append(event if seconds is None or seconds == event.timestamp
+                          else msgspec.structs.replace(event, timestamp=seconds))
+        now = time.time()
+        memories = session_memories(msgspec.structs.replace(session, events=events),
+                                    reserve_memory_ids(now), self._config.max_content_bytes)
         embedder = self.embedder
         ids: list[str] = []
         added = 0
@@ -747,30 +695,20 @@ async def search_scopes(runtime: Runtime, query: str, scopes: Iterable[tuple[str
 async def archive_session(runtime: Runtime, agent_name: str, session_id: str, *, user_id: str, app_name: str,
                           agent_kind: str = AGENT_KIND, scope_kind_name: str = SCOPE_KIND) -> SessionAdded:
     """Move one session of an agent's short-term memory into the long-term memory of
-    (app_name, user_id): its user and assistant messages with text become memories
-    (author: the message's name or role). The agent keeps the session. Adding it
-    again adds nothing twice. NotFound when the agent has no such session."""
-    from mnemex.errors import NotFound
-
+    (app_name, user_id), actor to actor: the agent sends the session's user and
+    assistant messages with text (author: the message's name or role) to the scope,
+    which embeds them beside itself and stores them; the answer comes from the
+    scope. The agent keeps the session. Adding it again adds nothing twice.
+    NotFound when the agent has no such session (or it has no text)."""
+    for value, what in ((user_id, "user_id"), (app_name, "app_name")):
+        if not isinstance(value, str) or not value:
+            raise InvalidInput(f"{what} must be a non-empty string, got {value!r}", field=what)
+    now = time.time()
     agent = AgentRef(runtime, agent_name, kind=agent_kind)
-    history = await agent.history(session_id)
-    if not history:
-        raise NotFound(f"agent {agent_name!r} has no session {session_id!r} (or it is empty)")
-    events: list[Event] = []
-    for stored in history:
-        message = stored.message
-        role = message.get("role")
-        if role not in ("user", "assistant"):
-            continue
-        text = event_text(message.get("content"))
-        if text is None:
-            continue
-        author = message.get("name") if isinstance(message.get("name"), str) and message.get("name") else role
-        events.append(Event(author=str(author), content=text, timestamp=stored.timestamp,
-                            id=f"{agent_name}/{session_id}/{stored.sequence}"))
-    session = Session(id=session_id, app_name=app_name, user_id=user_id, events=events)
-    scope = ScopeRef(runtime, user_id=user_id, app_name=app_name, kind=scope_kind_name)
-    return await scope.add_session(session)
+    reply: SessionAdded = await agent.ref.ask(ArchiveSession(
+        session_id=session_id, app_name=app_name, user_id=user_id, scope_kind=scope_kind_name,
+        first_id=reserve_memory_ids(now), now=now))
+    return reply
 
 
 # -- the classic two-call interface ------------------------------------------------------------

@@ -15,6 +15,7 @@ __all__ = [
     "Behaviour",
     "Effect",
     "Emit",
+    "Forward",
     "Image",
     "Job",
     "JobResult",
@@ -76,16 +77,23 @@ class Job:
     trio task when it is a coroutine function); ``deliver`` turns its JobResult
     into a command that is sent back to the same actor through its mailbox (and
     journaled like any other command). A job pending at a crash is lost; a
-    behaviour that must finish it re-issues it when restored."""
+    behaviour that must finish it re-issues it when restored.
+
+    With ``answers=True`` the job continues the command whose Step carried it:
+    that command's caller is not answered with the Step's reply but with the
+    reply (or error) to the delivered command, so a handler can answer only
+    after slow work without blocking its mailbox. At most one effect of a Step
+    may answer (this or a Forward)."""
 
     work: Callable[[], Any] | Callable[[], Awaitable[Any]]
     deliver: Callable[[JobResult], Any]
     name: str = "job"
+    answers: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Tell:
-    """Send ``command`` to another actor (fire and forget) once this step is durable."""
+    """Send ``command`` to another actor (fire and forget) once this step is written."""
 
     kind: str
     key: Key
@@ -104,7 +112,19 @@ class Emit:
     last: bool = False
 
 
-Effect = Job | Tell | Emit
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """Hand ``command`` to another actor, whose reply (or error) answers the
+    command whose Step carried this effect: the Step's own reply is not sent.
+    Actor to actor with no waiting in between: the sender's mailbox moves on at
+    once. From a told command (no caller) it is a Tell."""
+
+    kind: str
+    key: Key
+    command: Any
+
+
+Effect = Job | Tell | Emit | Forward
 
 
 @dataclass(frozen=True, slots=True)

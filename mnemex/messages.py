@@ -29,6 +29,7 @@ __all__ = [
     "AppendMessages",
     "Appended",
     "ApplySummary",
+    "ArchiveSession",
     "ChatMessage",
     "Command",
     "CompleteSession",
@@ -631,10 +632,24 @@ class RelayChunk(AgentCommand, frozen=True, tag="agent.relay_chunk"):
     chunk: msgspec.Raw
 
 
+class ArchiveSession(AgentCommand, frozen=True, tag="agent.archive"):
+    """Send a session's user and assistant messages with text to the long-term
+    memory of (app_name, user_id): the agent forwards them to that scope actor
+    (kind ``scope_kind``), whose answer (SessionAdded) answers this command. Its
+    memories take ids from ``first_id`` on (a block the caller reserved)."""
+
+    session_id: str
+    app_name: str
+    user_id: str
+    first_id: str
+    scope_kind: str = "scope"
+    now: float = 0.0
+
+
 AgentWrite = (AppendMessages | CompleteSession | DeleteSession | DeleteAllSessions | SetPolicy | SetTtl
               | ExpireSessions | ApplySummary)
 AgentRead = (SummaryFailed | FindExpired | GetHistory | GetContext | ListMessages | ListSessions | GetStats
-             | ListTurns | SearchTurns | WatchSession | RelayChunk)
+             | ListTurns | SearchTurns | WatchSession | RelayChunk | ArchiveSession)
 AgentCommandType = AgentWrite | AgentRead
 AGENT_WRITES: tuple[type[AgentCommand], ...] = (AppendMessages, CompleteSession, DeleteSession,
                                                 DeleteAllSessions, SetPolicy, SetTtl, ExpireSessions,
@@ -682,6 +697,7 @@ __all__ += [
     "SearchResult",
     "Session",
     "SessionAdded",
+    "StoreSession",
     "Touch",
     "Touched",
     "UpdateMemory",
@@ -935,8 +951,18 @@ class ScopeStats(Reply, frozen=True, kw_only=True, tag="scope.stats"):
     newest_created_at: float | None = None
 
 
+class StoreSession(ScopeCommand, frozen=True, tag="scope.store_session"):
+    """A finished session sent by an actor (an agent archiving one): the scope
+    embeds its new texts beside itself, then stores them as an AddSession, whose
+    reply answers this command. Ids from ``first_id`` on."""
+
+    session: Session
+    first_id: str
+    now: float = 0.0
+
+
 ScopeWrite = Remember | AddSession | UpdateMemory | Forget | ForgetWhere | Touch
-ScopeRead = GetMemory | CountMemories | ListMemories | GetScopeStats | Search
+ScopeRead = GetMemory | CountMemories | ListMemories | GetScopeStats | Search | StoreSession
 ScopeCommandType = ScopeWrite | ScopeRead
 SCOPE_WRITES: tuple[type[ScopeCommand], ...] = (Remember, AddSession, UpdateMemory, Forget, ForgetWhere,
                                                 Touch)

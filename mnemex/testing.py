@@ -30,7 +30,20 @@ import trio
 
 from mnemex.errors import ActorCrashed, InvalidInput, MnemexError
 from mnemex.messages import Command, JsonCodec
-from mnemex.runtime import ActorKind, Behaviour, Emit, Image, Job, JobResult, Key, SnapshotData, Step, Tell
+from mnemex.runtime import (
+    ActorKind,
+    Behaviour,
+    Effect,
+    Emit,
+    Forward,
+    Image,
+    Job,
+    JobResult,
+    Key,
+    SnapshotData,
+    Step,
+    Tell,
+)
 
 __all__ = [
     "Add",
@@ -251,7 +264,7 @@ class Simulation:
             actor.behaviour = self._rebuild(kind, key, actor)
             result = Delivered(ticket, sender, kind_name, key, command, error=crashed)
         else:
-            effects: tuple[Job | Tell | Emit, ...] = ()
+            effects: tuple[Effect, ...] = ()
             if isinstance(out, Step):
                 out, effects = out.reply, out.effects
             if journaled:
@@ -261,12 +274,14 @@ class Simulation:
         self.delivered.append(result)
         return result
 
-    def _perform(self, kind: str, key: Key, effects: tuple[Job | Tell | Emit, ...]) -> None:
+    def _perform(self, kind: str, key: Key, effects: tuple[Effect, ...]) -> None:
+        """Perform effects. A Forward is delivered like a Tell and a Job's result like
+        any other: the simulation records replies per delivery, not per caller."""
         me = f"{kind}:{'/'.join(key)}"
         for effect in effects:
             if isinstance(effect, Emit):
                 self.emitted.append((kind, key, effect))
-            elif isinstance(effect, Tell):
+            elif isinstance(effect, Tell | Forward):
                 self.send(me, effect.kind, effect.key, effect.command)
             else:
                 try:

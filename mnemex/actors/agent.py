@@ -35,6 +35,7 @@ from mnemex.actors.conversation import (
     Summary,
 )
 from mnemex.actors.pruning import compression_cut, context_window, max_messages_start, summary_target
+from mnemex.actors.sessions import event_text
 from mnemex.actors.summarize import (
     ExtractiveSummarizer,
     Summarizer,
@@ -43,8 +44,8 @@ from mnemex.actors.summarize import (
 )
 from mnemex.actors.tokens import MESSAGE_OVERHEAD, EstimatedTokens, TokenCounter, content_text, message_tokens
 from mnemex.config import Config
-from mnemex.effects import Effect, Emit, Image, Job, JobResult, SnapshotData, Step
-from mnemex.errors import CorruptData, InvalidInput, TooLarge
+from mnemex.effects import Effect, Emit, Forward, Image, Job, JobResult, SnapshotData, Step
+from mnemex.errors import CorruptData, InvalidInput, NotFound, TooLarge
 from mnemex.index.tokenizer import Tokenizer
 from mnemex.messages import (
     AGENT_WRITES,
@@ -54,6 +55,7 @@ from mnemex.messages import (
     Appended,
     AppendMessages,
     ApplySummary,
+    ArchiveSession,
     ChunkRelayed,
     CompleteSession,
     ContextWindow,
@@ -61,6 +63,7 @@ from mnemex.messages import (
     DeleteSession,
     EntriesAppended,
     EntryPage,
+    Event,
     ExpireSessions,
     FindExpired,
     GetContext,
@@ -77,6 +80,7 @@ from mnemex.messages import (
     PolicySet,
     RelayChunk,
     SearchTurns,
+    Session,
     SessionCompleted,
     SessionCounts,
     SessionEnded,
@@ -84,6 +88,7 @@ from mnemex.messages import (
     SessionsDeleted,
     SetPolicy,
     SetTtl,
+    StoreSession,
     SummaryApplied,
     SummaryFailed,
     TokenBudget,
@@ -503,6 +508,34 @@ class AgentMemory:
             log.info("agent %r: %d session(s) expired (ttl %g s)", self.name, len(removed), self.ttl)
         return removed, count, effects
 
+    # -- into long-term memory --------------------------------------------------------
+    def _archive(self, command: ArchiveSession) -> Step:
+        """Forward the session's user and assistant messages with text to the scope
+        actor: it embeds and stores them and answers the caller."""
+        session_id = _check_id(command.session_id, "session_id", self.settings.max_session_id_bytes)
+        assert session_id is not None
+        for value, what in ((command.app_name, "app_name"), (command.user_id, "user_id"),
+                            (command.scope_kind, "scope_kind")):
+            if not isinstance(value, str) or not value:
+                raise InvalidInput(f"{what} must be a non-empty string, got {value!r}", field=what)
+        conv = self._live(session_id, _check_time(command.now, "now"))
+        events: list[Event] = []
+        for entry in conv.entries if conv is not None else ():
+            if entry.role not in ("user", "assistant"):
+                continue
+            message = msgspec.json.decode(entry.message)
+            text = event_text(message.get("content"))
+            if text is None:
+                continue
+            name = message.get("name")
+            events.append(Event(author=name if isinstance(name, str) and name else entry.role, content=text,
+                                timestamp=entry.timestamp, id=f"{self.name}/{session_id}/{entry.sequence}"))
+        if not events:
+            raise NotFound(f"agent {self.name!r} has no session {session_id!r} with text to archive")
+        session = Session(id=session_id, app_name=command.app_name, user_id=command.user_id, events=events)
+        store = StoreSession(session=session, first_id=command.first_id, now=command.now)
+        return Step(None, (Forward(command.scope_kind, (command.app_name, command.user_id), store),))
+
     # -- dispatch --------------------------------------------------------------------
     def handle(self, command: Any) -> Any:
         match command:
@@ -552,6 +585,8 @@ class AgentMemory:
                 if self.ttl is None:
                     return []
                 return [sid for sid in self.activity if self._is_expired(self.sessions[sid], now)]
+            case ArchiveSession():
+                return self._archive(command)
             case ApplySummary():
                 return self._apply_summary(command)
             case SummaryFailed():

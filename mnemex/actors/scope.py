@@ -45,9 +45,10 @@ import numpy as np
 import numpy.typing as npt
 
 from mnemex.actors.filters import FilterTable, compile_filter
+from mnemex.actors.sessions import session_memories
 from mnemex.config import Config
 from mnemex.effects import Image, Job, JobResult, Key, SnapshotData, Step
-from mnemex.errors import InvalidInput, NotFound, TooLarge
+from mnemex.errors import InvalidInput, MnemexError, NotFound, TooLarge
 from mnemex.index import (
     BM25Index,
     Embedder,
@@ -80,7 +81,9 @@ from mnemex.messages import (
     ScopeStats,
     Search,
     SearchResult,
+    Session,
     SessionAdded,
+    StoreSession,
     Touch,
     Touched,
     Updated,
@@ -141,9 +144,11 @@ def decode_vector(data: bytes, dim: int) -> F32:
 @dataclass(frozen=True, slots=True)
 class ScopeSettings:
     """What every scope of a runtime shares (see Config for each knob). ``embedder``
-    is the configured model (its name and dim; the scope never calls it itself)."""
+    is the configured model: the scope never calls it in a handler, only in Jobs
+    beside itself (a session an actor sends it)."""
 
     embedder: Embedder | None = None
+    embed_batch_size: int = 256
     max_content_bytes: int = 10_240
     max_metadata_bytes: int = 16_384
     max_memories_per_command: int = 10_000
@@ -291,6 +296,15 @@ class GraphReady:
     error: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class SessionEmbedFailed:
+    """Embedding a session sent by an actor failed beside the actor: its caller
+    gets the error and nothing is stored."""
+
+    session_id: str
+    error: str
+
+
 # -- snapshot lines ------------------------------------------------------------------------------
 class _Line(msgspec.Struct, frozen=True):
     d: int
@@ -367,8 +381,7 @@ class ScopeMemory:
                     if isinstance(memory, NewMemory) and memory.session_id != session_id:
                         raise InvalidInput(f"memory {memory.id!r} of session {session_id!r} carries "
                                            f"session_id {memory.session_id!r}", field="session_id")
-                ids, created = self._remember(memories, embedder, dim, now)
-                return self._with_graph(SessionAdded(session_id=session_id, ids=ids, added=sum(created)))
+                return self._with_graph(self._add_session(session_id, memories, embedder, dim, now))
             case GetMemory(id=memory_id):
                 record = self.record(memory_id) if isinstance(memory_id, str) else None
                 if record is None:
@@ -407,6 +420,10 @@ class ScopeMemory:
                 return self._with_graph(self._stats(), now=now)
             case GraphReady():
                 return self._graph_ready(command)
+            case StoreSession():
+                return self._store_session(command)
+            case SessionEmbedFailed(session_id=session_id, error=error):
+                raise MnemexError(f"scope {self._name}: embedding session {session_id!r} failed: {error}")
             case _:
                 raise TypeError(f"scope {self._name} cannot handle {command!r}")
 
@@ -651,6 +668,64 @@ class ScopeMemory:
                 last_accessed_at=max(old.last_accessed_at, now))
             touched += 1
         return Touched(count=touched)
+
+    # -- a session sent by an actor -------------------------------------------------------------------
+    def _store_session(self, command: StoreSession) -> Any:
+        """Embed the session's new texts beside the actor (a Job that answers the
+        caller), then store it as an AddSession; nothing changes here."""
+        session, now = command.session, _check_time(command.now, "now")
+        if not isinstance(session, Session):
+            raise InvalidInput(f"session must be a mnemex.Session, got {type(session).__name__}",
+                               field="session")
+        if (session.app_name, session.user_id) != (self.app_name, self.user_id):
+            raise InvalidInput(f"session {session.id!r} belongs to app {session.app_name!r}, user "
+                               f"{session.user_id!r}, not to scope {self._name}", field="session")
+        session_id = _check_id(session.id, "session_id")
+        for index, event in enumerate(session.events):
+            if event.timestamp:
+                _check_time(event.timestamp, f"events[{index}].timestamp")
+        memories = session_memories(session, command.first_id, self.settings.max_content_bytes)
+        limit = self.settings.max_memories_per_command
+        if len(memories) > limit:
+            raise TooLarge(f"session {session_id!r} makes {len(memories):,} memories; one session may make "
+                           f"at most {limit:,} (config.max_memories_per_command)", field="session")
+        todo: list[int] = []  # the memories with content new to the scope: only these are embedded
+        fresh: set[str] = set()
+        for i, memory in enumerate(memories):
+            if memory.content not in self.by_content and memory.content not in fresh:
+                fresh.add(memory.content)
+                todo.append(i)
+        embedder = self.settings.embedder
+        if not todo or embedder is None:
+            return self._with_graph(self._add_session(session_id, memories, None, 0, now))
+        texts = [memories[i].content for i in todo]
+        name, dim = embedder.name, embedder.dim
+
+        def embed() -> npt.NDArray[np.float32]:
+            step = max(1, self.settings.embed_batch_size)
+            parts = [np.asarray(embedder.embed(texts[at:at + step]), dtype=np.float32)
+                     for at in range(0, len(texts), step)]
+            matrix = np.concatenate(parts) if parts else np.zeros((0, dim), dtype=np.float32)
+            if matrix.shape != (len(texts), dim):
+                raise MnemexError(f"embedder {name!r} returned shape {matrix.shape} for {len(texts)} texts "
+                                  f"of dim {dim}")
+            return matrix
+
+        def deliver(result: JobResult) -> AddSession | SessionEmbedFailed:
+            if result.error is not None:
+                return SessionEmbedFailed(session_id, f"{type(result.error).__name__}: {result.error}")
+            with_vectors = list(memories)
+            for row, i in enumerate(todo):
+                vector = encode_vector(result.value[row])
+                with_vectors[i] = msgspec.structs.replace(memories[i], vector=vector)
+            return AddSession(session_id=session_id, memories=with_vectors, embedder=name, dim=dim, now=now)
+
+        return Step(None, (Job(embed, deliver, name=f"scope.embed-session {self.app_name}/{self.user_id}",
+                               answers=True),))
+
+    def _add_session(self, session_id: str, memories: Any, embedder: Any, dim: Any, now: Any) -> SessionAdded:
+        ids, created = self._remember(memories, embedder, dim, now)
+        return SessionAdded(session_id=session_id, ids=ids, added=sum(created))
 
     # -- the HNSW graph, built beside the actor ------------------------------------------------------
     def _with_graph(self, reply: Any, now: float | None = None) -> Any:

@@ -32,6 +32,7 @@ from mnemex.effects import (
     Behaviour,
     Effect,
     Emit,
+    Forward,
     Image,
     Job,
     JobResult,
@@ -725,7 +726,7 @@ class Runtime:
             assert behaviour is not None
             lines: list[tuple[int, int, bytes]] = []
             replies: list[tuple[_Waiter | None, Any]] = []
-            effects: list[Effect] = []
+            effects: list[tuple[Effect, _Waiter | None]] = []
             crashed = False
             ts = max(int(time.time() * 1000), cell.ts)
             index = start
@@ -762,13 +763,27 @@ class Runtime:
                     break
                 if sub is not None:
                     self._add_subscriber(cell, sub)
+                waiter = envelope.waiter
                 if type(out) is Step:
-                    effects.extend(out.effects)
+                    handed = False
+                    for effect in out.effects:
+                        if type(effect) is Forward or (type(effect) is Job and effect.answers):
+                            if handed:
+                                log.error("%s: %s returned two effects that answer it; only the first "
+                                          "does", cell.name, type(command).__name__)
+                                effects.append((effect, None))
+                                continue
+                            handed = True
+                            effects.append((effect, waiter))
+                        else:
+                            effects.append((effect, None))
                     out = out.reply
+                    if handed:
+                        waiter = None  # the answering effect carries the caller on
                 if journaled:
                     cell.seq += 1
                     lines.append((cell.seq, ts, payload))
-                replies.append((envelope.waiter, out))
+                replies.append((waiter, out))
             start = index + 1
             if lines:
                 try:
@@ -784,8 +799,8 @@ class Runtime:
                     cell.ts = ts
                     cell.journal_bytes += sum(len(line[2]) for line in lines)
             self._release(cell, replies, durable_needed=bool(lines))
-            for effect in effects:
-                await self._perform(cell, effect)
+            for effect, waiter in effects:
+                await self._perform(cell, effect, waiter)
             if crashed:
                 try:
                     await self._reload(cell)
@@ -845,17 +860,25 @@ class Runtime:
             return
         release_through(cell, cell.written, await self._sync_error(cell))
 
-    async def _perform(self, cell: _Cell, effect: Effect) -> None:
+    async def _perform(self, cell: _Cell, effect: Effect, waiter: _Waiter | None) -> None:
+        """Carry out one effect; ``waiter`` is the caller an answering effect
+        (Forward, Job with answers) answers in place of the handler."""
         if type(effect) is Emit:
             self._emit(cell, effect)
-        elif type(effect) is Tell:
+        elif type(effect) is Tell or type(effect) is Forward:
+            what = "tell" if type(effect) is Tell else "forward"
             try:
+                self._kind(effect.kind)
                 target = check_key(effect.kind, effect.key, self.config.max_key_bytes)
-                await self._deliver(effect.kind, target, _Envelope(effect.command, None))
+                await self._deliver(effect.kind, target, _Envelope(effect.command, waiter))
             except MnemexError as exc:
-                log.warning("%s: tell to %s %r failed: %s", cell.name, effect.kind, effect.key, exc)
+                if waiter is not None:
+                    waiter.resolve(exc)
+                else:
+                    log.warning("%s: %s to %s %r failed: %s", cell.name, what, effect.kind, effect.key, exc)
         elif type(effect) is Job:
-            self._nursery.start_soon(self._run_job, cell.kind.name, cell.key, effect, name=effect.name)
+            self._nursery.start_soon(self._run_job, cell.kind.name, cell.key, effect, waiter,
+                                     name=effect.name)
         else:
             raise TypeError(f"unknown effect {effect!r}")
 
@@ -902,7 +925,7 @@ class Runtime:
                                                        timeout)
         return subscription
 
-    async def _run_job(self, kind: str, key: Key, job: Job) -> None:
+    async def _run_job(self, kind: str, key: Key, job: Job, waiter: _Waiter | None) -> None:
         try:
             if _is_async(job.work):
                 value = await job.work()
@@ -913,9 +936,18 @@ class Runtime:
             result = JobResult(error=exc)
         try:
             command = job.deliver(result)
-            await self._deliver(kind, key, _Envelope(command, None))
+            await self._deliver(kind, key, _Envelope(command, waiter))
         except MnemexError as exc:
             log.warning("%s %r: result of job %s not delivered: %s", kind, key, job.name, exc)
+            if waiter is not None:
+                waiter.resolve(exc)
+        except Exception as exc:
+            log.exception("%s %r: job %s's deliver failed", kind, key, job.name)
+            if waiter is not None:
+                error = ActorCrashed(f"{kind} {'/'.join(key)!r}: job {job.name} could not deliver its "
+                                     f"result: {exc!r}")
+                error.__cause__ = exc
+                waiter.resolve(error)
 
     # -- snapshots ---------------------------------------------------------------
     def _maybe_snapshot(self, cell: _Cell) -> None:

@@ -374,3 +374,89 @@ def test_format_as_context_puts_each_memory_on_one_line() -> None:
                mnemex.MemoryRecord(id="2", content="a b")]
     assert mnemex.format_as_context(records) == "[User Memory]\n- likes green tea\n- a b"
     assert mnemex.format_as_context([]) == ""
+
+
+class _GatedEmbedder:
+    """A hashing embedder that waits for a gate (a thread event) and can fail."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.inner = mnemex.HashingEmbedder(dim=64)
+        self.name, self.dim = "gated", 64
+        self.gate = threading.Event()
+        self.fail = False
+        self.calls = 0
+
+    def embed(self, texts: Any) -> Any:
+        self.calls += 1
+        if not self.gate.wait(10):
+            raise RuntimeError("gate never opened")
+        if self.fail:
+            raise RuntimeError("model exploded")
+        return self.inner.embed(texts)
+
+
+async def test_archive_embeds_beside_the_scope_while_agent_and_scope_keep_serving(tmp_path: Path) -> None:
+    embedder = _GatedEmbedder()
+    cfg = config(tmp_path)
+    async with mnemex.open_runtime(cfg, kinds=[mnemex.scope_kind(cfg, embedder)]) as rt:
+        agent = rt.agent("assistant")
+        await agent.append("s1", [{"role": "user", "content": "My sister lives in Oslo", "name": "ann"},
+                                  {"role": "assistant", "content": "Nice, Norway!"}])
+        scope = rt.scope(user_id="alice", app_name="chat")
+        results: list[mnemex.SessionAdded] = []
+        async with trio.open_nursery() as nursery:
+            async def archive() -> None:
+                results.append(await rt.archive("assistant", "s1", user_id="alice", app_name="chat"))
+
+            nursery.start_soon(archive)
+            with trio.fail_after(5):
+                while embedder.calls == 0:
+                    await trio.sleep(0.001)
+            # the embedding is pending: both actors still answer at once
+            with trio.fail_after(2):
+                await agent.append("s1", [{"role": "user", "content": "and my brother in Rome"}])
+                assert await scope.count() == 0
+            assert results == []
+            embedder.gate.set()
+        [added] = results
+        assert added.added == 2 and len(added.ids) == 2
+        memories = (await scope.memories(limit=None)).memories
+        assert [(m.author, m.content) for m in memories] == [("ann", "My sister lives in Oslo"),
+                                                              ("assistant", "Nice, Norway!")]
+        assert memories[0].metadata == {"event_id": "assistant/s1/1"}
+        assert memories[0].id < memories[1].id  # ids from one block, in order
+        # the second archive embeds only the message that is new
+        calls = embedder.calls
+        again = await rt.archive("assistant", "s1", user_id="alice", app_name="chat")
+        assert (again.added, again.ids[:2]) == (1, added.ids)
+        assert embedder.calls == calls + 1
+        hits = (await scope.search("Oslo sister", mode="vector", min_score=0.0)).hits
+        assert hits[0].memory.content == "My sister lives in Oslo"
+    # journaled as an AddSession with its vectors: a restart needs no model
+    calls = embedder.calls
+    async with mnemex.open_runtime(cfg, kinds=[mnemex.scope_kind(cfg, embedder)]) as rt:
+        scope = rt.scope(user_id="alice", app_name="chat")
+        assert await scope.count() == 3
+        assert embedder.calls == calls
+        hits = (await scope.search("brother Rome", mode="vector", min_score=0.0)).hits
+        assert hits[0].memory.content == "and my brother in Rome"
+
+
+async def test_a_failed_archive_stores_nothing_and_says_why() -> None:
+    embedder = _GatedEmbedder()
+    embedder.gate.set()
+    embedder.fail = True
+    cfg = config()
+    async with mnemex.open_runtime(cfg, kinds=[mnemex.scope_kind(cfg, embedder)]) as rt:
+        await rt.agent("assistant").append("s1", [{"role": "user", "content": "I like chess"}])
+        with pytest.raises(mnemex.MnemexError, match="model exploded"):
+            await rt.archive("assistant", "s1", user_id="alice", app_name="chat")
+        assert await rt.scope(user_id="alice", app_name="chat").count() == 0
+        await rt.agent("assistant").append("s2", [{"role": "system", "content": "be brief"}])
+        with pytest.raises(mnemex.NotFound, match="no session 's2' with text"):
+            await rt.archive("assistant", "s2", user_id="alice", app_name="chat")
+        for bad in ("", 3):
+            with pytest.raises(mnemex.InvalidInput, match="user_id"):
+                await rt.archive("assistant", "s1", user_id=bad, app_name="chat")  # type: ignore[arg-type]
