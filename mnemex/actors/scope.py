@@ -34,6 +34,7 @@ by the ref before the command is sent.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -176,6 +177,8 @@ class ScopeSettings:
     bm25_k1: float = 1.5
     bm25_b: float = 0.75
     fulltext_stem: bool = False
+    context_window: int = 2
+    context_weight: float = 0.5
     graph_stale: float = 60.0
 
     @classmethod
@@ -331,7 +334,10 @@ class ScopeMemory:
         self.free: list[int] = []
         self.keyword = KeywordIndex()
         self.bm25 = BM25Index(k1=settings.bm25_k1, b=settings.bm25_b,
-                              tokenizer=Tokenizer(stem=settings.fulltext_stem))
+                              tokenizer=Tokenizer(stem=settings.fulltext_stem),
+                              context_weight=settings.context_weight)
+        # per session: its memories as (id, doc), by id; neighbours give each its context
+        self.sessions: dict[str, list[tuple[str, int]]] = {}
         self.entities = EntityIndex()
         self.table = FilterTable()
         self.embedder: str | None = None
@@ -542,19 +548,51 @@ class ScopeMemory:
         doc = self._allocate()
         self.docs[doc] = record
         self.doc_of[record.id] = doc
-        self.by_content[record.content] = doc
-        self.keyword.add(doc, record.content, record.timestamp)
-        self.bm25.add(doc, record.content)
-        if record.entities:
-            self.entities.add(doc, record.entities)
-        self.table.add(doc, record)
-        self.content_bytes += len(record.content)
+        self._reindex(doc, record)
         return doc
+
+    # -- session context: a memory's neighbours rank it in full-text search -----------------------
+    def _context_at(self, members: list[tuple[str, int]], at: int) -> str | None:
+        window = self.settings.context_window
+        around = members[max(0, at - window):at] + members[at + 1:at + 1 + window]
+        return " ".join(self._record_at(doc).content for _, doc in around) or None
+
+    def _join_session(self, record: MemoryRecord, doc: int) -> str | None:
+        """Put ``doc`` among its session's memories; re-rank the neighbours whose
+        context now includes it; return its own context."""
+        window = self.settings.context_window
+        if not window or record.session_id is None:
+            return None
+        members = self.sessions.setdefault(record.session_id, [])
+        at = bisect.bisect(members, (record.id, doc))
+        members.insert(at, (record.id, doc))
+        self._recontext(members, range(max(0, at - window), min(len(members), at + window + 1)), skip=at)
+        return self._context_at(members, at)
+
+    def _leave_session(self, record: MemoryRecord, doc: int) -> None:
+        window = self.settings.context_window
+        members = self.sessions.get(record.session_id) if window and record.session_id is not None else None
+        if members is None:
+            return
+        at = bisect.bisect_left(members, (record.id, doc))
+        if at < len(members) and members[at] == (record.id, doc):
+            del members[at]
+        if not members:
+            del self.sessions[record.session_id]  # type: ignore[arg-type]
+            return
+        self._recontext(members, range(max(0, at - window), min(len(members), at + window)))
+
+    def _recontext(self, members: list[tuple[str, int]], positions: range, skip: int = -1) -> None:
+        for j in positions:
+            if j != skip:
+                doc = members[j][1]
+                self.bm25.update(doc, self._record_at(doc).content, self._context_at(members, j))
 
     def _unindex(self, doc: int) -> MemoryRecord:
         record = self._record_at(doc)
         self.keyword.remove(doc)
         self.bm25.remove(doc)
+        self._leave_session(record, doc)
         if record.entities:
             self.entities.remove(doc)
         self.table.remove(doc, record)
@@ -638,14 +676,34 @@ class ScopeMemory:
             self.vectors.remove(doc)
         return Updated(memory=record)
 
-    def _reindex(self, doc: int, record: MemoryRecord) -> None:
+    def _reindex(self, doc: int, record: MemoryRecord, context: str | bool | None = True) -> None:
+        """Index a record placed at ``doc`` (``context`` True: join its session now)."""
         self.by_content[record.content] = doc
         self.keyword.add(doc, record.content, record.timestamp)
-        self.bm25.add(doc, record.content)
+        self.bm25.add(doc, record.content, self._join_session(record, doc) if context is True
+                      else context or None)
         if record.entities:
             self.entities.add(doc, record.entities)
         self.table.add(doc, record)
         self.content_bytes += len(record.content)
+
+    def _reindex_all(self) -> None:
+        """Index every record (after a restore): sessions first, so that each memory
+        is indexed once with its final context."""
+        window = self.settings.context_window
+        if window:
+            for doc, record in enumerate(self.docs):
+                if record is not None and record.session_id is not None:
+                    self.sessions.setdefault(record.session_id, []).append((record.id, doc))
+            for members in self.sessions.values():
+                members.sort()
+        context: dict[int, str | None] = {}
+        for members in self.sessions.values():
+            for at, (_, doc) in enumerate(members):
+                context[doc] = self._context_at(members, at)
+        for doc, record in enumerate(self.docs):
+            if record is not None:
+                self._reindex(doc, record, context.get(doc) or False)
 
     def _touch(self, cmd: Touch) -> Touched:
         now = _check_time(cmd.now, "now")
@@ -1026,11 +1084,11 @@ class ScopeMemory:
                 memory.docs.extend([None] * (item.d + 1 - len(memory.docs)))
             memory.docs[item.d] = item.m
             memory.doc_of[item.m.id] = item.d
-            memory._reindex(item.d, item.m)
             if item.v is not None:
                 vector_docs.append(item.d)
                 vectors.append(item.v)
         memory.free = [int(doc) for doc in extra.get("free", [])]
+        memory._reindex_all()
         if isinstance(embedder, str) and dim > 0:
             memory.embedder, memory.dim = embedder, dim
             matrix = np.frombuffer(b"".join(vectors), dtype="<f4").reshape(len(vector_docs), dim)

@@ -435,3 +435,35 @@ def test_a_failed_graph_build_leaves_search_exact() -> None:
     assert d.search("memory things", "vector", min_score=0.0).hits
     d.remember("one more")
     assert not d.jobs  # not retried at once
+
+
+# -- session context ----------------------------------------------------------------------------
+def test_a_memorys_session_neighbours_rank_it_in_fulltext_search() -> None:
+    driver = Driver()
+    [q, a, far] = driver.remember(
+        driver.new("Caroline: what did you paint last week?", session_id="s1"),
+        driver.new("Melanie: a lake at sunrise, all orange", session_id="s1"),
+        driver.new("Melanie: unrelated words entirely", session_id="s2"))
+    [other] = driver.remember(driver.new("sunrise lake orange", session_id="s3"))
+
+    def ranked(query: str, memory: Any = None) -> list[str]:
+        searcher = driver if memory is None else Driver(memory)
+        return [hit.memory.id for hit in searcher.search(query, mode="fulltext", min_score=0.0).hits]
+
+    # the answer holds no word of the question, but its neighbour does: found, below exact matches
+    assert ranked("what did Caroline paint") == [q, a]
+    assert ranked("sunrise lake") == [other, a, q]
+    assert far not in ranked("paint")
+    # the same after a restore, with or without the text-index sidecars
+    for sidecars in (True, False):
+        assert ranked("what did Caroline paint", restored(driver.memory, sidecars=sidecars)) == [q, a]
+    # forgetting the neighbour takes its words out of the context
+    driver.send(Forget(ids=[q], now=driver.tick()))
+    assert ranked("what did Caroline paint") == []
+
+
+def test_context_window_zero_ranks_by_content_alone() -> None:
+    driver = Driver(context_window=0)
+    [q, _a] = driver.remember(driver.new("what did you paint?", session_id="s1"),
+                              driver.new("a lake at sunrise", session_id="s1"))
+    assert [hit.memory.id for hit in driver.search("paint", mode="fulltext", min_score=0.0).hits] == [q]
