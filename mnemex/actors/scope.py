@@ -201,7 +201,7 @@ class ScopeSettings:
         return {"hnsw_threshold": self.hnsw_threshold, "m": self.hnsw_m,
                 "ef_construction": self.hnsw_ef_construction, "ef_search": self.hnsw_ef_search,
                 "tombstone_ratio": self.hnsw_tombstone_ratio, "num_threads": self.hnsw_threads,
-                "auto_build": False}
+                "auto_build": False, "defer_inserts": True}
 
 
 # -- validation ------------------------------------------------------------------------------
@@ -375,7 +375,8 @@ class ScopeMemory:
     def handle(self, command: Any) -> Any:
         match command:
             case Search():
-                return self._search(command)
+                # a graph may lag behind deferred vectors (after a replay, say): catch it up
+                return self._with_graph(self._search(command))
             case Remember(memories=memories, embedder=embedder, dim=dim, now=now):
                 ids, created = self._remember(memories, embedder, dim, now)
                 return self._with_graph(Remembered(ids=ids, created=created))
@@ -802,7 +803,12 @@ class ScopeMemory:
             return None
         build = index.plan_graph()
         self.graph_pending_since = now
-        log.info("scope %s: building an HNSW graph over %d vectors beside the actor", self._name, len(index))
+        if build.base is not None:
+            log.debug("scope %s: adding %d vectors to the HNSW graph beside the actor", self._name,
+                      len(build.ids))
+        else:
+            log.info("scope %s: building an HNSW graph over %d vectors beside the actor", self._name,
+                     len(index))
 
         def deliver(result: JobResult) -> GraphReady:
             if result.error is not None:

@@ -73,7 +73,7 @@ I64 = npt.NDArray[np.int64]
 SidecarStatus = Literal["none", "loaded", "absent", "stale", "corrupt"]
 
 _MAGIC = b"MNXHNSW1"
-_SIDECAR_VERSION = 1
+_SIDECAR_VERSION = 2
 _MIN_ROWS = 256
 _VERIFY_CHUNK = 8192
 _GATHER_BLOCK = 1024
@@ -100,11 +100,19 @@ class GraphBuild:
     vectors: F32
     params: _GraphParams
     graph: Any = field(default=None, repr=False)
+    base: Any = field(default=None, repr=False)
+    """For a catch-up: the live graph, cloned by ``run`` before ``ids`` are added."""
+    base_labels: frozenset[int] = frozenset()
+    base_tombstones: frozenset[int] = frozenset()
 
     def run(self) -> GraphBuild:
         """Build the graph (slow: about 0.5 ms per vector per thread); returns self."""
         if self.graph is None:
-            self.graph = _build_graph(self.ids, self.vectors, self.params)
+            if self.base is None:
+                self.graph = _build_graph(self.ids, self.vectors, self.params)
+            else:
+                self.graph = _extend_graph(self.base, self.ids, self.vectors, self.params)
+                self.base = None
         return self
 
 
@@ -124,7 +132,8 @@ class VectorIndex:
     def __init__(self, dim: int, *, hnsw_threshold: int = 20_000, m: int = 16,
                  ef_construction: int = 200, ef_search: int = 320, tombstone_ratio: float = 0.2,
                  exact_filter_max: int = 4096, seed: int = 100, num_threads: int = 1,
-                 auto_build: bool = True) -> None:
+                 auto_build: bool = True, defer_inserts: bool = False, catch_up_min: int = 1024,
+                 catch_up_share: float = 0.05) -> None:
         for name, value, low in (("dim", dim, 1), ("hnsw_threshold", hnsw_threshold, 1), ("m", m, 2),
                                  ("ef_construction", ef_construction, 1), ("ef_search", ef_search, 1),
                                  ("exact_filter_max", exact_filter_max, 0), ("seed", seed, 0),
@@ -140,6 +149,9 @@ class VectorIndex:
         self.tombstone_ratio = float(tombstone_ratio)
         self.exact_filter_max = exact_filter_max
         self.auto_build = auto_build
+        self.defer_inserts = defer_inserts
+        self.catch_up_min = catch_up_min
+        self.catch_up_share = catch_up_share
         self._params = _GraphParams(dim, m, ef_construction, seed, num_threads)
         self._rows = np.zeros((0, dim), dtype=np.float32)
         self._row_ids = np.zeros(0, dtype=np.int64)         # doc id per row, -1 when free
@@ -152,6 +164,7 @@ class VectorIndex:
         self._tombstones: set[int] = set()
         self._plan_token = 0
         self._touched: set[int] | None = None               # ids changed since the live plan
+        self._pending: dict[int, None] = {}                 # live docs not in the graph yet (deferred)
         self.sidecar_status: SidecarStatus = "none"
 
     # -- reading ---------------------------------------------------------------------
@@ -173,12 +186,20 @@ class VectorIndex:
         return len(self._tombstones)
 
     @property
+    def pending(self) -> int:
+        """Vectors searched exactly until the graph takes them in (``defer_inserts``)."""
+        return len(self._pending)
+
+    @property
     def wants_graph(self) -> bool:
-        """Whether a graph should be (re)built: the index passed ``hnsw_threshold``
-        without one, or its tombstones passed ``tombstone_ratio``."""
+        """Whether a graph should be (re)built or caught up: the index passed
+        ``hnsw_threshold`` without one, its tombstones passed ``tombstone_ratio``, or
+        deferred inserts passed ``max(catch_up_min, catch_up_share * size)``."""
         if self._graph is None:
             return self._count >= self.hnsw_threshold
-        return len(self._tombstones) > self.tombstone_ratio * max(1, self._graph_size)
+        if len(self._tombstones) > self.tombstone_ratio * max(1, self._graph_size):
+            return True
+        return len(self._pending) >= max(self.catch_up_min, self.catch_up_share * self._count)
 
     def doc_ids(self) -> list[int]:
         """Every indexed doc id, ascending."""
@@ -221,8 +242,11 @@ class VectorIndex:
         if self._touched is not None:
             self._touched.update(ids)
         if self._graph is not None:
-            # Every live doc is in the graph, so these are new labels or tombstones.
-            self._graph_insert(id_array, matrix, sum(1 for d in ids if d not in self._tombstones))
+            if self.defer_inserts:
+                self._pending.update(dict.fromkeys(ids))
+            else:
+                # Every live doc is in the graph, so these are new labels or tombstones.
+                self._graph_insert(id_array, matrix, sum(1 for d in ids if d not in self._tombstones))
         self._maybe_build()
 
     def remove(self, doc_id: int) -> None:
@@ -237,6 +261,12 @@ class VectorIndex:
         if self._touched is not None:
             self._touched.add(doc_id)
         if self._graph is not None:
+            if doc_id in self._pending:
+                # A pending doc is no live label of the graph (new, or its old label
+                # already a tombstone): nothing to mark.
+                del self._pending[doc_id]
+                self._maybe_build()
+                return
             self._graph.mark_deleted(doc_id)
             self._tombstones.add(doc_id)
         self._maybe_build()
@@ -267,10 +297,26 @@ class VectorIndex:
                 return []
             if self._graph is None or self._filter_is_cheaper_exact(len(rows)):
                 return self._exact_rows(query, rows, top_k)
-            return self._graph_search(query, top_k, len(rows), ids)
+            return self._with_pending(query, top_k, self._graph_search(query, top_k, len(rows), ids), ids)
         if self._graph is None:
             return self._exact_all(query, top_k)
-        return self._graph_search(query, top_k, self._count, None)
+        return self._with_pending(query, top_k, self._graph_search(query, top_k, self._count, None), None)
+
+    def _with_pending(self, query: F32, top_k: int, found: list[tuple[int, float]],
+                      allowed: I64 | None) -> list[tuple[int, float]]:
+        """Graph results merged with an exact pass over the deferred vectors."""
+        if not self._pending:
+            return found
+        ids = np.fromiter(self._pending, dtype=np.int64, count=len(self._pending))
+        if allowed is not None:
+            ids = ids[np.isin(ids, allowed)]
+        if len(ids) == 0:
+            return found
+        extra = self._exact_rows(query, self._row_of[ids], top_k)
+        merged = dict(found)
+        merged.update(extra)
+        return top_k_by_score(np.fromiter(merged, dtype=np.int64, count=len(merged)),
+                              np.fromiter(merged.values(), dtype=np.float64, count=len(merged)), top_k)
 
     def exact_search(self, vector: npt.ArrayLike, top_k: int = 10,
                      allowed: Allowed = None) -> list[tuple[int, float]]:
@@ -288,10 +334,20 @@ class VectorIndex:
 
     # -- graph lifecycle -------------------------------------------------------------
     def plan_graph(self) -> GraphBuild:
-        """A build of a fresh graph over the current vectors, to run anywhere; a
-        later plan makes earlier ones stale."""
+        """A build to run anywhere, then :meth:`adopt`: a fresh graph over the current
+        vectors, or, when the graph only lags behind deferred inserts, a catch-up
+        (a clone of the graph plus those vectors). A later plan makes earlier ones stale."""
         self._plan_token += 1
         self._touched = set()
+        graph = self._graph
+        if graph is not None and self._pending and \
+                len(self._tombstones) <= self.tombstone_ratio * max(1, self._graph_size):
+            ids = np.fromiter(self._pending, dtype=np.int64, count=len(self._pending))
+            vectors = self._rows[self._row_of[ids]].copy()
+            docs = self._row_ids[: self._high]
+            labels = frozenset(docs[docs >= 0].tolist()).difference(self._pending) | self._tombstones
+            return GraphBuild(self._plan_token, ids, vectors, self._params, base=graph,
+                              base_labels=labels, base_tombstones=frozenset(self._tombstones))
         live = self._row_ids[: self._high] >= 0
         ids = self._row_ids[: self._high][live].copy()
         vectors = self._rows[: self._high][live].copy()
@@ -304,19 +360,32 @@ class VectorIndex:
             return False
         graph = build.graph
         planned = set(build.ids.tolist())
-        tombstones: set[int] = set()
-        size = len(planned)
+        labels = planned | build.base_labels
+        tombstones = set(build.base_tombstones - planned)
         changed = sorted(self._touched)
-        readd = [d for d in changed if d in self]
+        # Docs changed since the plan: a removed one is a tombstone of the new graph; one
+        # added (or re-added) since is inserted now, or left pending when inserts defer.
         for doc_id in changed:
-            if doc_id in planned and doc_id not in self:
-                graph.mark_deleted(doc_id)
+            if doc_id in labels and doc_id not in tombstones and (
+                    doc_id not in self or self.defer_inserts or doc_id in self._pending):
+                try:
+                    graph.mark_deleted(doc_id)
+                except RuntimeError:
+                    pass  # the clone was taken after the live graph had marked it
                 tombstones.add(doc_id)
-        self._graph, self._graph_size, self._tombstones = graph, size, tombstones
+        readd = [d for d in changed if d in self]
+        self._graph, self._graph_size, self._tombstones = graph, int(graph.get_current_count()), tombstones
         self._touched = None
-        if readd:
-            ids = np.array(readd, dtype=np.int64)
-            self._graph_insert(ids, self._rows[self._row_of[ids]], sum(1 for d in readd if d not in planned))
+        if self.defer_inserts:
+            since = set(changed)
+            self._pending = {d: None for d in self._pending if d not in planned or d in since}
+            self._pending.update(dict.fromkeys(readd))  # added (or re-added) since the plan
+        else:
+            self._pending = {}
+            if readd:
+                ids = np.array(readd, dtype=np.int64)
+                new = sum(1 for d in readd if d not in labels)
+                self._graph_insert(ids, self._rows[self._row_of[ids]], new)
         return True
 
     def build_graph(self) -> None:
@@ -328,6 +397,7 @@ class VectorIndex:
         """Go back to exact search (frees the graph)."""
         self._graph, self._graph_size, self._tombstones = None, 0, set()
         self._touched = None
+        self._pending = {}
 
     # -- persistence -----------------------------------------------------------------
     @classmethod
@@ -378,7 +448,9 @@ class VectorIndex:
             "dim": self.dim,
             "count": self._count,
             "ids_checksum": self._ids_checksum(),
+            "vectors_checksum": self._vectors_checksum(),
             "tombstones": sorted(self._tombstones),
+            "pending": sorted(self._pending),
             "graph_size": self._graph_size,
             "body_checksum": hashlib.blake2b(body, digest_size=16).hexdigest(),
             "scalars": scalars,
@@ -400,45 +472,54 @@ class VectorIndex:
             if hashlib.blake2b(body, digest_size=16).hexdigest() != header["body_checksum"]:
                 return "corrupt"
             if (header["dim"] != self.dim or header["count"] != self._count
-                    or header["ids_checksum"] != self._ids_checksum()):
+                    or header["ids_checksum"] != self._ids_checksum()
+                    or header["vectors_checksum"] != self._vectors_checksum()):
                 return "stale"
             state: dict[str, Any] = dict(header["scalars"])
             for spec in header["arrays"]:
                 chunk = body[spec["offset"] : spec["offset"] + spec["nbytes"]]
                 state[spec["name"]] = np.frombuffer(chunk, dtype=np.dtype(spec["dtype"])).reshape(
-                    spec["shape"]).copy()
+                    spec["shape"])  # hnswlib copies what it adopts
         except (ValueError, KeyError, TypeError, struct.error, orjson.JSONDecodeError):
             return "corrupt"
         if state.get("space") != "ip" or state.get("dim") != self.dim:
             return "stale"
         tombstones = {int(t) for t in header["tombstones"]}
+        pending = {int(t) for t in header.get("pending", [])}
         labels = state.get("label_lookup_external")
         if not isinstance(labels, np.ndarray):
             return "corrupt"
         live = set(self.doc_ids())
-        if set(labels.tolist()) != live | tombstones or live & tombstones:
+        if not pending <= live or set(labels.tolist()) != (live - pending) | tombstones or (
+                (live - pending) & tombstones):
             return "stale"
         graph = hnswlib.Index.__new__(hnswlib.Index)
         try:
             graph.__setstate__((state,))
         except (RuntimeError, ValueError, TypeError):
             return "corrupt"
-        ids = np.array(sorted(live), dtype=np.int64)
-        for start in range(0, len(ids), _VERIFY_CHUNK):
-            chunk_ids = ids[start : start + _VERIFY_CHUNK]
-            stored = np.asarray(graph.get_items(chunk_ids), dtype=np.float32)
-            if not np.array_equal(stored, self._rows[self._row_of[chunk_ids]]):
-                return "stale"
+        # The graph's own copy of the vectors is the one the checksums above vouch for:
+        # the body checksum covers it, and the header names the vectors it was made from.
         graph.set_num_threads(self._params.num_threads)
         self._graph = graph
         self._graph_size = int(header["graph_size"])
         self._tombstones = tombstones
+        self._pending = dict.fromkeys(sorted(pending))
         self._touched = None
         return "loaded"
 
     def _ids_checksum(self) -> str:
         ids = np.array(self.doc_ids(), dtype=np.int64)
         return hashlib.blake2b(ids.tobytes(), digest_size=16).hexdigest()
+
+    def _vectors_checksum(self) -> str:
+        """blake2b of the stored vectors in doc id order (float32 little-endian)."""
+        digest = hashlib.blake2b(digest_size=16)
+        ids = np.array(self.doc_ids(), dtype=np.int64)
+        for start in range(0, len(ids), _VERIFY_CHUNK):
+            rows = self._rows[self._row_of[ids[start : start + _VERIFY_CHUNK]]]
+            digest.update(np.ascontiguousarray(rows, dtype="<f4").tobytes())
+        return digest.hexdigest()
 
     def _maybe_build(self) -> None:
         if self.auto_build and self.wants_graph:
@@ -551,6 +632,21 @@ class VectorIndex:
             safe = np.where(norms[rescale] > 0, norms[rescale], 1.0)
             result[rescale] = matrix[rescale] / safe[:, None]
         return result
+
+
+def _extend_graph(base: Any, ids: I64, vectors: F32, params: _GraphParams) -> Any:
+    """A clone of ``base`` with ``ids`` added (a catch-up). The clone is taken here,
+    in the builder's thread: the owner only reads ``base`` meanwhile (searches, and
+    tombstones it marks again on the clone when adopting)."""
+    graph = hnswlib.Index.__new__(hnswlib.Index)
+    graph.__setstate__(base.__getstate__())
+    needed = graph.get_current_count() + len(ids)
+    if needed > graph.get_max_elements():
+        graph.resize_index(max(needed, 2 * graph.get_max_elements()))
+    graph.set_num_threads(params.num_threads)
+    if len(ids):
+        graph.add_items(vectors, ids, num_threads=params.num_threads)
+    return graph
 
 
 def _build_graph(ids: I64, vectors: F32, params: _GraphParams) -> Any:

@@ -356,3 +356,89 @@ def test_same_operations_give_the_same_graph_and_results(big: np.ndarray) -> Non
     assert first.to_sidecar() == second.to_sidecar()
     for q in big[2000:2020]:
         assert first.search(q, 10) == second.search(q, 10)
+
+
+# -- deferred inserts: searched exactly until a catch-up build takes them in ----------------------
+class DeferredIndex(RuleBasedStateMachine):
+    """With ``defer_inserts`` a graph-mode index keeps new vectors pending, searched
+    exactly and merged; catch-up builds (clone + add, planned and adopted later, with
+    changes in between) take them in. Checked against brute force: every live doc is
+    found by its own vector, and nothing removed is ever returned."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.index = VectorIndex(DIM, hnsw_threshold=40, m=8, ef_construction=40, ef_search=64,
+                                 auto_build=False, defer_inserts=True, catch_up_min=8, catch_up_share=0.05)
+        self.vectors: dict[int, np.ndarray] = {}
+        self.rng = np.random.default_rng(7)
+        self.plans: list[object] = []
+
+    def _vector(self) -> np.ndarray:
+        v = self.rng.standard_normal(DIM).astype(np.float32)
+        return v / np.linalg.norm(v)
+
+    @rule(count=st.integers(1, 12))
+    def add(self, count: int) -> None:
+        start = max(self.vectors, default=-1) + 1
+        ids = list(range(start, start + count))
+        matrix = np.stack([self._vector() for _ in ids])
+        self.index.add_many(ids, matrix)
+        self.vectors.update(zip(ids, matrix, strict=True))
+
+    @rule(data=st.data())
+    def remove_or_update(self, data: st.DataObject) -> None:
+        if not self.vectors:
+            return
+        doc = data.draw(st.sampled_from(sorted(self.vectors)))
+        if data.draw(st.booleans()):
+            self.index.remove(doc)
+            del self.vectors[doc]
+        else:
+            vector = self._vector()
+            self.index.update(doc, vector)
+            self.vectors[doc] = vector
+
+    @rule()
+    def plan(self) -> None:
+        if self.index.wants_graph:
+            self.plans.append(self.index.plan_graph())
+
+    @rule()
+    def finish(self) -> None:
+        if self.plans:
+            build = self.plans.pop()
+            self.index.adopt(build.run())  # type: ignore[attr-defined]
+            self.plans.clear()  # older plans are stale now
+
+    @invariant()
+    def every_live_doc_is_found_by_its_own_vector_and_no_removed_one_at_all(self) -> None:
+        for doc, vector in list(self.vectors.items())[-10:]:
+            hits = self.index.search(vector, 5)
+            assert hits and hits[0][0] == doc
+            assert all(hit in self.vectors for hit, _ in hits)
+        if self.index.mode == "hnsw":
+            assert self.index.pending < len(self.vectors) + 1
+
+
+TestDeferredIndex = DeferredIndex.TestCase
+TestDeferredIndex.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
+
+
+def test_deferred_inserts_survive_a_sidecar_round_trip() -> None:
+    vectors = unit_vectors(300, seed=3)
+    index = VectorIndex(DIM, hnsw_threshold=200, auto_build=False, defer_inserts=True, catch_up_min=1000)
+    index.add_many(range(200), vectors[:200])
+    index.adopt(index.plan_graph().run())
+    index.add_many(range(200, 300), vectors[200:])
+    assert index.mode == "hnsw" and index.pending == 100 and not index.wants_graph
+    sidecar = index.to_sidecar()
+    restored = VectorIndex.from_sidecar(sidecar, list(range(300)), vectors, DIM, hnsw_threshold=200,
+                                        auto_build=False, defer_inserts=True, catch_up_min=1000)
+    assert restored.sidecar_status == "loaded" and restored.pending == 100
+    for doc in (5, 250, 299):
+        assert restored.search(vectors[doc], 3)[0][0] == doc
+    # a catch-up takes the pending vectors into the graph
+    restored.catch_up_min = 50
+    assert restored.wants_graph
+    restored.adopt(restored.plan_graph().run())
+    assert restored.pending == 0 and restored.search(vectors[250], 1)[0][0] == 250
