@@ -49,7 +49,7 @@ from mnemex.actors.filters import FilterTable, compile_filter
 from mnemex.actors.sessions import session_memories
 from mnemex.config import Config
 from mnemex.effects import Image, Job, JobResult, Key, SnapshotData, Step
-from mnemex.errors import InvalidInput, MnemexError, NotFound, TooLarge
+from mnemex.errors import CorruptData, InvalidInput, MnemexError, NotFound, TooLarge
 from mnemex.index import (
     BM25Index,
     Embedder,
@@ -61,6 +61,7 @@ from mnemex.index import (
     normalize_phrase,
     words,
 )
+from mnemex.index._sidecar import doc_ids_checksum
 from mnemex.messages import (
     SCOPE_WRITES,
     AddSession,
@@ -114,6 +115,7 @@ _MAX_FIELD_BYTES: Final = 1024
 _MAX_LABELS: Final = 256
 _ACCESS_HALF: Final = 10.0
 _SIDECAR: Final = "hnsw"
+_TEXT_SIDECARS: Final = ("keyword", "bm25", "entities")
 
 scope_codec: JsonCodec[ScopeCommandType] = JsonCodec(ScopeCommandType, "scope command")
 _encode = msgspec.json.Encoder()
@@ -688,9 +690,10 @@ class ScopeMemory:
         self.table.add(doc, record)
         self.content_bytes += len(record.content)
 
-    def _reindex_all(self) -> None:
-        """Index every record (after a restore): sessions first, so that each memory
-        is indexed once with its final context."""
+    def _reindex_all(self, sidecars: Mapping[str, bytes]) -> None:
+        """Index every record (after a restore): the text indexes from their sidecars
+        when they match the records, else from the records, sessions first so that
+        each memory is indexed once with its final context."""
         window = self.settings.context_window
         if window:
             for doc, record in enumerate(self.docs):
@@ -698,6 +701,13 @@ class ScopeMemory:
                     self.sessions.setdefault(record.session_id, []).append((record.id, doc))
             for members in self.sessions.values():
                 members.sort()
+        if self._load_text_sidecars(sidecars):
+            for doc, record in enumerate(self.docs):
+                if record is not None:
+                    self.by_content[record.content] = doc
+                    self.table.add(doc, record)
+                    self.content_bytes += len(record.content)
+            return
         context: dict[int, str | None] = {}
         for members in self.sessions.values():
             for at, (_, doc) in enumerate(members):
@@ -705,6 +715,37 @@ class ScopeMemory:
         for doc, record in enumerate(self.docs):
             if record is not None:
                 self._reindex(doc, record, context.get(doc) or False)
+
+    def _load_text_sidecars(self, sidecars: Mapping[str, bytes]) -> bool:
+        """Load the keyword, BM25 and entity indexes from the snapshot's sidecars when
+        all are there, intact, made with these settings and over exactly these docs."""
+        if not any(name in sidecars for name in _TEXT_SIDECARS):
+            return False
+        try:
+            keyword, bm25, entities = self._text_indexes_from(sidecars)
+        except CorruptData as exc:
+            log.info("scope %s: text-index sidecars not used (%s); rebuilding the indexes from the records",
+                     self._name, exc)
+            return False
+        self.keyword, self.bm25, self.entities = keyword, bm25, entities
+        return True
+
+    def _text_indexes_from(self, sidecars: Mapping[str, bytes]) -> tuple[
+            KeywordIndex, BM25Index, EntityIndex]:
+        missing_names = [name for name in _TEXT_SIDECARS if name not in sidecars]
+        if missing_names:
+            raise CorruptData(f"sidecar(s) {', '.join(missing_names)} missing")
+        checksum = doc_ids_checksum(doc for doc, record in enumerate(self.docs) if record is not None)
+        for name, info in (("keyword", KeywordIndex.sidecar_info(sidecars["keyword"])),
+                           ("bm25", BM25Index.sidecar_info(sidecars["bm25"]))):
+            if info["ids_checksum"] != checksum:
+                raise CorruptData(f"the {name} sidecar covers other docs than the snapshot's records")
+        settings = self.settings
+        return (KeywordIndex.from_sidecar(sidecars["keyword"]),
+                BM25Index.from_sidecar(sidecars["bm25"], k1=settings.bm25_k1, b=settings.bm25_b,
+                                       tokenizer=Tokenizer(stem=settings.fulltext_stem),
+                                       context_weight=settings.context_weight),
+                EntityIndex.from_sidecar(sidecars["entities"]))
 
     def _touch(self, cmd: Touch) -> Touched:
         now = _check_time(cmd.now, "now")
@@ -1047,6 +1088,10 @@ class ScopeMemory:
             vector_docs = [doc for doc, _ in pairs if doc in index]
             matrix = _copy_vectors(index, vector_docs)
         sidecar = index.to_sidecar() if index is not None and self.settings.hnsw_sidecar else None
+        sidecars = {"keyword": self.keyword.to_sidecar(), "bm25": self.bm25.to_sidecar(),
+                    "entities": self.entities.to_sidecar()} if pairs else {}
+        if sidecar is not None:
+            sidecars[_SIDECAR] = sidecar
 
         def records() -> Iterator[bytes]:
             encode = _encode.encode
@@ -1066,8 +1111,7 @@ class ScopeMemory:
             "count": len(pairs),
             "clock": self.clock,
         }
-        return SnapshotData(records=records, extra=extra,
-                            sidecars={_SIDECAR: sidecar} if sidecar is not None else None)
+        return SnapshotData(records=records, extra=extra, sidecars=sidecars or None)
 
     @classmethod
     def restore(cls, key: Key, image: Image, settings: ScopeSettings) -> ScopeMemory:
@@ -1094,13 +1138,13 @@ class ScopeMemory:
                 vector_docs.append(item.d)
                 vectors.append(item.v)
         memory.free = [int(doc) for doc in extra.get("free", [])]
-        memory._reindex_all()
+        memory._reindex_all(image.sidecars)
         if isinstance(embedder, str) and dim > 0:
             memory.embedder, memory.dim = embedder, dim
             matrix = np.frombuffer(b"".join(vectors), dtype="<f4").reshape(len(vector_docs), dim)
             sidecar = image.sidecars.get(_SIDECAR)
-            memory.vectors = VectorIndex.from_sidecar(sidecar, vector_docs, matrix, dim,
-                                                      **settings.vector_params())
+            docs = np.array(vector_docs, dtype=np.int64)
+            memory.vectors = VectorIndex.from_sidecar(sidecar, docs, matrix, dim, **settings.vector_params())
             status = memory.vectors.sidecar_status
             if status in ("stale", "corrupt") or (status == "absent" and memory.vectors.wants_graph):
                 log.info("scope %s: HNSW sidecar %s; the graph is rebuilt beside the actor on first use "

@@ -24,18 +24,29 @@ turned into numpy arrays on first use after a change; per document the content
 as a sequence of term ids by position (stop words as -1), for phrase checks and
 removal. About 8 bytes per (term, document) posting plus 4 bytes per content
 word.
+
+Persistence: :meth:`BM25Index.to_sidecar` writes the whole state as one blob
+(the postings, sequences and lengths as raw arrays, see
+:mod:`mnemex.index._sidecar`) and :meth:`BM25Index.from_sidecar` reads it back
+with a few array copies and no tokenizing, refusing a blob built with other
+settings (k1, b, context_weight, tokenizer) so the caller rebuilds instead. A
+restored term's postings stay slices of the sidecar's arrays until the term is
+first touched.
 """
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import math
 from array import array
 from collections import Counter
+from typing import Any, Self
 
 import numpy as np
 import numpy.typing as npt
 
-from mnemex.errors import InvalidInput
+from mnemex.errors import CorruptData, InvalidInput
 from mnemex.index._select import (
     Allowed,
     allowed_mask,
@@ -43,6 +54,15 @@ from mnemex.index._select import (
     check_top_k,
     missing,
     top_k_by_score,
+)
+from mnemex.index._sidecar import (
+    Sidecar,
+    corrupt,
+    doc_ids_checksum,
+    gc_paused,
+    pack_sidecar,
+    sidecar_info,
+    unpack_sidecar,
 )
 from mnemex.index.tokenizer import ParsedQuery, Phrase, Tokenizer
 
@@ -55,6 +75,23 @@ _TF_MAX = 0xFFFF               # term frequencies are packed as content | contex
 _CONTEXT_TF_MAX = 0x7FFF       # (int32, so the context part keeps the sign bit clear)
 _CONTEXT_UNIT = 1 << 16
 _MIN_CAPACITY = 1024
+
+_MAGIC = b"MNXBM25\x00"
+_INT32, _INT64, _FLOAT64 = np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.float64)
+_SIDECAR_ARRAYS: dict[str, np.dtype[Any]] = {
+    "vocab": np.dtype(np.uint8),      # terms in id order, UTF-8, NUL-separated (terms are \w runs)
+    "term_docs": _INT64,              # postings per term
+    "posting_docs": _INT32,           # every term's doc ids, term after term
+    "posting_tfs": _INT32,            # and their packed term frequencies
+    "content_ids": _INT32,            # documents in insertion order
+    "content_sizes": _INT64,          # words (stop words too) per document
+    "content": _INT32,                # every document's term ids by position
+    "context_ids": _INT32,
+    "context_sizes": _INT64,
+    "context": _INT32,                # every context's distinct term ids
+    "len_content": _FLOAT64,          # by doc id slot, up to the largest doc id
+    "len_context": _FLOAT64,
+}
 
 
 class _Postings:
@@ -79,6 +116,45 @@ class _Postings:
         return self.cache
 
 
+class _PostingsTable:
+    """Every term's postings, by term id. The terms read from a sidecar stay
+    slices of its two posting arrays until first touched, so a load makes no
+    per-term objects."""
+
+    __slots__ = ("_base_docs", "_base_tfs", "_bounds", "_items")
+
+    def __init__(self, docs: bytes = b"", tfs: bytes = b"", bounds: list[int] | None = None) -> None:
+        self._base_docs = memoryview(docs).cast("i")
+        self._base_tfs = memoryview(tfs).cast("i")
+        self._bounds = bounds if bounds is not None else [0]     # term i: [bounds[i], bounds[i + 1])
+        self._items: list[_Postings | None] = [None] * (len(self._bounds) - 1)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, term_id: int) -> _Postings:
+        postings = self._items[term_id]
+        if postings is None:
+            lo, hi = self._bounds[term_id], self._bounds[term_id + 1]
+            postings = _Postings()
+            postings.docs.frombytes(self._base_docs[lo:hi].cast("B"))
+            postings.tfs.frombytes(self._base_tfs[lo:hi].cast("B"))
+            self._items[term_id] = postings
+        return postings
+
+    def append(self, postings: _Postings) -> None:
+        self._items.append(postings)
+
+    def columns(self) -> tuple[_I64, bytes, bytes]:
+        """Postings per term, then every term's doc ids and packed term
+        frequencies, term after term (int32 bytes)."""
+        items, bounds, base_docs, base_tfs = self._items, self._bounds, self._base_docs, self._base_tfs
+        docs = [base_docs[bounds[i] : bounds[i + 1]] if p is None else p.docs for i, p in enumerate(items)]
+        tfs = [base_tfs[bounds[i] : bounds[i + 1]] if p is None else p.tfs for i, p in enumerate(items)]
+        counts = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
+        return counts, b"".join(docs), b"".join(tfs)
+
+
 class BM25Index:
     """Okapi BM25 (BM25F over content and an optional context field) with
     positional content postings so quoted phrases are honoured.
@@ -101,7 +177,7 @@ class BM25Index:
         self.context_weight = float(context_weight)
         self.tokenizer = tokenizer if tokenizer is not None else Tokenizer()
         self._vocab: dict[str, int] = {}
-        self._postings: list[_Postings] = []
+        self._postings = _PostingsTable()
         self._content: dict[int, bytes] = {}         # term ids by position, -1 for stop words
         self._context: dict[int, bytes] = {}         # distinct context term ids
         self._capacity = 0
@@ -260,7 +336,120 @@ class BM25Index:
             return []
         return sorted(int(d) for d in self._phrase_holders(phrase))
 
+    # -- persistence -----------------------------------------------------------------
+    def to_sidecar(self) -> bytes:
+        """The whole index as one blob for :meth:`from_sidecar`: the settings it was
+        built with, the doc count and ids checksum, then the raw arrays. Costs a
+        copy of the postings and sequences, no per-posting work; call it where the
+        index is not changing."""
+        postings, content, context = self._postings, self._content, self._context
+        used = max(content) + 1 if content else 0    # removed slots hold zero lengths
+        term_docs, posting_docs, posting_tfs = postings.columns()
+        header = {
+            "kind": "bm25",
+            "docs": len(content),
+            "ids_checksum": doc_ids_checksum(content.keys()),
+            "params": self._settings(),
+            "terms": len(postings),
+            "capacity": self._capacity,
+            "total_content": self._total_content,
+            "total_context": self._total_context,
+        }
+        arrays: dict[str, npt.NDArray[Any]] = {
+            "vocab": np.frombuffer("\x00".join(self._vocab).encode(), dtype=np.uint8),
+            "term_docs": term_docs,
+            "posting_docs": np.frombuffer(posting_docs, dtype=np.int32),
+            "posting_tfs": np.frombuffer(posting_tfs, dtype=np.int32),
+            **_sequences("content", content),
+            **_sequences("context", context),
+            "len_content": self._len_content[:used],
+            "len_context": self._len_context[:used],
+        }
+        return pack_sidecar(_MAGIC, header, arrays)
+
+    @classmethod
+    def from_sidecar(cls, data: bytes, k1: float = 1.5, b: float = 0.75, tokenizer: Tokenizer | None = None,
+                     context_weight: float = 0.5) -> Self:
+        """The index serialised in *data* by :meth:`to_sidecar`, with these settings
+        (as for the constructor). CorruptData, naming what is wrong, when *data*
+        is damaged, truncated, of another format version, or was built with other
+        settings (then it is stale: rebuild the index from the records)."""
+        index = cls(k1=k1, b=b, tokenizer=tokenizer, context_weight=context_weight)
+        sidecar = unpack_sidecar(data, _MAGIC, "BM25", _SIDECAR_ARRAYS)
+        built, wanted = sidecar.header.get("params"), index._settings()
+        if built != wanted:
+            if not isinstance(built, dict):
+                raise corrupt("BM25", "its header has no params")
+            differ = ", ".join(f"{name}={built.get(name)!r} (this index: {value!r})"
+                               for name, value in wanted.items() if built.get(name) != value)
+            raise CorruptData(f"BM25 sidecar is stale: it was built with {differ}; "
+                              "rebuild the index from its records")
+        try:
+            with gc_paused():
+                index._load(sidecar)
+        except (KeyError, TypeError, ValueError, IndexError, UnicodeDecodeError) as exc:
+            raise corrupt("BM25", repr(exc)) from exc
+        return index
+
+    @staticmethod
+    def sidecar_info(data: bytes) -> dict[str, Any]:
+        """What a BM25 sidecar covers, from its header alone: ``docs``,
+        ``ids_checksum`` (compare with :func:`doc_ids_checksum` of the ids the
+        owner restored), ``params`` and ``version``. CorruptData when unreadable."""
+        return sidecar_info(data, _MAGIC, "BM25")
+
     # -- insides ---------------------------------------------------------------------
+    def _settings(self) -> dict[str, Any]:
+        """What the stored state or its scores depend on, as a sidecar records it."""
+        stops = "\n".join(sorted(self.tokenizer.stop_words)).encode()
+        return {
+            "k1": self.k1,
+            "b": self.b,
+            "context_weight": self.context_weight,
+            "tokenizer": self.tokenizer.signature,
+            "stop_words": hashlib.blake2b(stops, digest_size=8).hexdigest(),
+        }
+
+    def _load(self, sidecar: Sidecar) -> None:
+        header, arrays, spans, data = sidecar.header, sidecar.arrays, sidecar.spans, sidecar.data
+        capacity, n_docs = int(header["capacity"]), int(header["docs"])
+        start, stop = spans["vocab"]
+        terms = data[start:stop].decode("utf-8").split("\x00") if stop > start else []
+        term_docs = arrays["term_docs"]
+        posting_docs = arrays["posting_docs"]
+        if len(terms) != int(header["terms"]) or len(term_docs) != len(terms):
+            raise corrupt("BM25", f"{len(terms)} terms in the vocabulary, {len(term_docs)} posting counts")
+        if int(term_docs.sum()) != len(posting_docs) or len(arrays["posting_tfs"]) != len(posting_docs):
+            raise corrupt("BM25", "posting counts do not add up to the postings")
+        for name in ("len_content", "len_context"):
+            if len(arrays[name]) > capacity:
+                raise corrupt("BM25", f"{name} holds {len(arrays[name])} slots for capacity {capacity}")
+        for name in ("posting_docs", "content_ids", "context_ids"):
+            ids = arrays[name]
+            if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= capacity):
+                raise corrupt("BM25", f"{name} holds a doc id outside 0..{capacity - 1}")
+        vocab = dict(zip(terms, range(len(terms)), strict=True))
+        if len(vocab) != len(terms):
+            raise corrupt("BM25", "the vocabulary repeats a term")
+        content = _unpack_sequences(sidecar, "content")
+        context = _unpack_sequences(sidecar, "context")
+        if len(content) != n_docs:
+            raise corrupt("BM25", f"{len(content)} documents, the header says {n_docs}")
+
+        (docs_at, docs_end), (tfs_at, tfs_end) = spans["posting_docs"], spans["posting_tfs"]
+        self._postings = _PostingsTable(data[docs_at:docs_end], data[tfs_at:tfs_end],
+                                        np.concatenate(([0], np.cumsum(term_docs))).tolist())
+        self._vocab = vocab
+        self._content = content
+        self._context = context
+        self._capacity = capacity
+        self._len_content = np.zeros(capacity, dtype=np.float64)
+        self._len_content[: len(arrays["len_content"])] = arrays["len_content"]
+        self._len_context = np.zeros(capacity, dtype=np.float64)
+        self._len_context[: len(arrays["len_context"])] = arrays["len_context"]
+        self._total_content = int(header["total_content"])
+        self._total_context = int(header["total_context"])
+
     def _term_id(self, term: str) -> int:
         term_id = self._vocab.get(term)
         if term_id is None:
@@ -301,6 +490,29 @@ class BM25Index:
             grown[: self._capacity] = getattr(self, name)
             setattr(self, name, grown)
         self._capacity = capacity
+
+
+def _sequences(name: str, by_doc: dict[int, bytes]) -> dict[str, npt.NDArray[Any]]:
+    """A doc id -> int32 run mapping as sidecar arrays: ids, run sizes, runs."""
+    return {
+        f"{name}_ids": np.fromiter(by_doc, dtype=np.int32, count=len(by_doc)),
+        f"{name}_sizes": np.fromiter(map(len, by_doc.values()), dtype=np.int64, count=len(by_doc)) // 4,
+        name: np.frombuffer(b"".join(by_doc.values()), dtype=np.int32),
+    }
+
+
+def _unpack_sequences(sidecar: Sidecar, name: str) -> dict[int, bytes]:
+    """The doc id -> int32 run mapping written by :func:`_sequences`."""
+    ids, sizes = sidecar.arrays[f"{name}_ids"], sidecar.arrays[f"{name}_sizes"]
+    start, stop = sidecar.spans[name]
+    if len(sizes) != len(ids) or int(sizes.sum()) * 4 != stop - start or (len(sizes) and sizes.min() < 0):
+        raise corrupt("BM25", f"{name} sizes do not add up to its {stop - start} bytes")
+    bounds = (start + 4 * np.concatenate(([0], np.cumsum(sizes)))).tolist()
+    data = sidecar.data
+    runs = dict(zip(ids.tolist(), [data[lo:hi] for lo, hi in itertools.pairwise(bounds)], strict=True))
+    if len(runs) != len(ids):
+        raise corrupt("BM25", f"{name} repeats a doc id")
+    return runs
 
 
 def _holds(sequence: bytes, pattern: bytes) -> bool:

@@ -14,17 +14,25 @@ query word first): a level with few members is sorted directly, a crowded one
 is read off a recency-ordered array of all documents until k are found. The
 recency order is kept up to date lazily, merged with the additions and
 removals at the next search.
+
+Persistence: :meth:`KeywordIndex.to_sidecar` writes the whole state as one
+blob (every word's postings, dense or not, and the merged recency order as raw
+arrays, see :mod:`mnemex.index._sidecar`); :meth:`KeywordIndex.from_sidecar`
+reads it back with a few array operations and no tokenizing. A restored
+document's words (needed only to remove it) are not rebuilt: the first such
+removal regroups the postings by document.
 """
 
 from __future__ import annotations
 
+import itertools
 import sys
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import numpy.typing as npt
 
-from mnemex.errors import InvalidInput
+from mnemex.errors import CorruptData, InvalidInput
 from mnemex.index._select import (
     Allowed,
     allowed_mask,
@@ -32,6 +40,17 @@ from mnemex.index._select import (
     check_finite,
     check_top_k,
     missing,
+)
+from mnemex.index._sidecar import (
+    WORDS_SCHEME,
+    Sidecar,
+    TermsByDoc,
+    corrupt,
+    doc_ids_checksum,
+    gc_paused,
+    pack_sidecar,
+    sidecar_info,
+    unpack_sidecar,
 )
 from mnemex.index.tokenizer import words
 
@@ -41,6 +60,18 @@ _U8 = npt.NDArray[np.uint8]
 _I64 = npt.NDArray[np.int64]
 
 _MIN_CAPACITY = 1024
+
+_MAGIC = b"MNXKWRD\x00"
+_SIDECAR_ARRAYS: dict[str, np.dtype[Any]] = {
+    "vocab": np.dtype(np.uint8),           # dense words then sparse ones, UTF-8, NUL-separated
+    "dense_df": np.dtype(np.int64),        # documents per dense word
+    "dense_bits": np.dtype(np.uint8),      # dense columns, bit-packed, one row per word
+    "sparse_df": np.dtype(np.int64),       # postings per sparse word
+    "sparse_postings": np.dtype(np.int32),  # their doc ids, word after word
+    "doc_ids": np.dtype(np.int32),         # ascending
+    "timestamps": np.dtype(np.float64),    # by doc_ids
+    "order": np.dtype(np.int32),           # the recency order, merged
+}
 
 
 class KeywordIndex:
@@ -56,7 +87,10 @@ class KeywordIndex:
     _few = 2048            # a match level this small is sorted directly
 
     def __init__(self) -> None:
-        self._doc_words: dict[int, tuple[str, ...]] = {}
+        # A doc's distinct words; None for a doc restored from a sidecar, whose words
+        # are read off the postings when it is removed (see _words_of_restored).
+        self._doc_words: dict[int, tuple[str, ...] | None] = {}
+        self._restored: TermsByDoc | None = None
         self._capacity = 0
         self._timestamps = np.zeros(0, dtype=np.float64)
         self._sparse: dict[str, list[int]] = {}
@@ -118,9 +152,11 @@ class KeywordIndex:
 
     def remove(self, doc_id: int) -> None:
         """Forget document *doc_id*; NotFound when it is not indexed."""
-        distinct = self._doc_words.pop(doc_id, None)
-        if distinct is None:
+        if doc_id not in self._doc_words:
             raise missing(doc_id, "keyword index")
+        distinct = self._doc_words.pop(doc_id)
+        if distinct is None:
+            distinct = self._words_of_restored(doc_id)
         demote_below = max(self._dense_min, self._capacity // self._dense_share) // 4
         for word in distinct:
             column = self._dense.get(word)
@@ -192,7 +228,125 @@ class KeywordIndex:
                 break
         return hits
 
+    # -- persistence -----------------------------------------------------------------
+    def to_sidecar(self) -> bytes:
+        """The whole index as one blob for :meth:`from_sidecar`: the doc count and
+        ids checksum, then the raw arrays. Merges the pending recency changes
+        first (as a search would); call it where the index is not changing."""
+        self._sync_order()
+        dense, sparse = self._dense, self._sparse
+        bits = [np.packbits(column) for column in dense.values()]
+        sparse_df, sparse_postings = self._sparse_postings()
+        doc_ids = np.fromiter(self._doc_words, dtype=np.int64, count=len(self._doc_words))
+        doc_ids.sort()
+        header = {
+            "kind": "keyword",
+            "docs": len(doc_ids),
+            "ids_checksum": doc_ids_checksum(doc_ids),
+            "params": {"words": WORDS_SCHEME},
+            "dense_words": len(dense),
+            "sparse_words": len(sparse),
+            "capacity": self._capacity,
+        }
+        arrays: dict[str, npt.NDArray[Any]] = {
+            "vocab": np.frombuffer("\x00".join(itertools.chain(dense, sparse)).encode(), dtype=np.uint8),
+            "dense_df": np.fromiter(self._dense_df.values(), dtype=np.int64, count=len(dense)),
+            "dense_bits": np.stack(bits) if bits else np.zeros((0, (self._capacity + 7) // 8), np.uint8),
+            "sparse_df": sparse_df,
+            "sparse_postings": sparse_postings,
+            "doc_ids": doc_ids.astype(np.int32),
+            "timestamps": self._timestamps[doc_ids],
+            "order": self._order.astype(np.int32),
+        }
+        return pack_sidecar(_MAGIC, header, arrays)
+
+    @classmethod
+    def from_sidecar(cls, data: bytes) -> Self:
+        """The index serialised in *data* by :meth:`to_sidecar`. CorruptData, naming
+        what is wrong, when *data* is damaged, truncated, of another format
+        version, or was built with another tokenization (then it is stale:
+        rebuild the index from the records)."""
+        index = cls()
+        sidecar = unpack_sidecar(data, _MAGIC, "keyword", _SIDECAR_ARRAYS)
+        built = sidecar.header.get("params")
+        if not isinstance(built, dict) or built.get("words") != WORDS_SCHEME:
+            raise CorruptData(f"keyword sidecar is stale: it was built with {built!r} (this index: "
+                              f"{ {'words': WORDS_SCHEME}!r}); rebuild the index from its records")
+        try:
+            with gc_paused():
+                index._load(sidecar)
+        except (KeyError, TypeError, ValueError, IndexError, UnicodeDecodeError) as exc:
+            raise corrupt("keyword", repr(exc)) from exc
+        return index
+
+    @staticmethod
+    def sidecar_info(data: bytes) -> dict[str, Any]:
+        """What a keyword sidecar covers, from its header alone: ``docs``,
+        ``ids_checksum`` (compare with :func:`doc_ids_checksum` of the ids the
+        owner restored), ``params`` and ``version``. CorruptData when unreadable."""
+        return sidecar_info(data, _MAGIC, "keyword")
+
     # -- insides ---------------------------------------------------------------------
+    def _load(self, sidecar: Sidecar) -> None:
+        header, arrays, data = sidecar.header, sidecar.arrays, sidecar.data
+        capacity = int(header["capacity"])
+        n_dense, n_sparse = int(header["dense_words"]), int(header["sparse_words"])
+        start, stop = sidecar.spans["vocab"]
+        vocab = list(map(sys.intern, data[start:stop].decode("utf-8").split("\x00"))) if stop > start else []
+        dense_df, bits = arrays["dense_df"], arrays["dense_bits"]
+        sparse_df, postings = arrays["sparse_df"], arrays["sparse_postings"]
+        doc_ids, order = arrays["doc_ids"], arrays["order"]
+        if not len(vocab) == n_dense + n_sparse or len(dense_df) != n_dense or len(sparse_df) != n_sparse:
+            raise corrupt("keyword", f"{len(vocab)} words in the vocabulary for {n_dense} dense and "
+                                     f"{n_sparse} sparse ones")
+        if bits.shape != (n_dense, (capacity + 7) // 8):
+            raise corrupt("keyword", f"dense bits of shape {bits.shape} for {n_dense} words, "
+                                     f"{capacity} slots")
+        if int(sparse_df.sum()) != len(postings) or (n_sparse and int(sparse_df.min()) < 0):
+            raise corrupt("keyword", "posting counts do not add up to the postings")
+        if not len(doc_ids) == len(order) == len(arrays["timestamps"]) == int(header["docs"]):
+            raise corrupt("keyword", "doc ids, timestamps and recency order differ in length")
+        for name in ("sparse_postings", "doc_ids", "order"):
+            ids = arrays[name]
+            if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= capacity):
+                raise corrupt("keyword", f"{name} holds a doc id outside 0..{capacity - 1}")
+        if np.any(np.diff(doc_ids) <= 0):
+            raise corrupt("keyword", "doc ids are not ascending and distinct")
+
+        columns = np.unpackbits(bits, axis=1, count=capacity)    # one block; each column a row view
+        flat = postings.tolist()
+        bounds = np.concatenate(([0], np.cumsum(sparse_df))).tolist()
+        timestamps = np.zeros(capacity, dtype=np.float64)
+        timestamps[doc_ids] = arrays["timestamps"]
+        self._capacity = capacity
+        self._doc_words = dict.fromkeys(doc_ids.tolist())
+        self._timestamps = timestamps
+        self._dense = dict(zip(vocab[:n_dense], columns, strict=True))
+        self._dense_df = dict(zip(vocab[:n_dense], dense_df.tolist(), strict=True))
+        self._sparse = dict(zip(vocab[n_dense:], [flat[lo:hi] for lo, hi in itertools.pairwise(bounds)],
+                                strict=True))
+        self._order = order.astype(np.int64)
+        self._order_ts = timestamps[self._order]
+
+    def _sparse_postings(self) -> tuple[_I64, npt.NDArray[np.int32]]:
+        """Every sparse word's postings count and its postings, word after word."""
+        sparse = self._sparse
+        counts = np.fromiter(map(len, sparse.values()), dtype=np.int64, count=len(sparse))
+        postings = np.fromiter(itertools.chain.from_iterable(sparse.values()), dtype=np.int32,
+                               count=int(counts.sum()))
+        return counts, postings
+
+    def _words_of_restored(self, doc_id: int) -> tuple[str, ...]:
+        """The words of a document restored from a sidecar and not changed since,
+        read off the postings (every word whose postings hold it)."""
+        if self._restored is None:
+            dense_docs = [np.flatnonzero(column) for column in self._dense.values()]
+            sparse_df, sparse_postings = self._sparse_postings()
+            counts = np.concatenate([np.array([len(d) for d in dense_docs], dtype=np.int64), sparse_df])
+            postings = np.concatenate([*dense_docs, sparse_postings])
+            self._restored = TermsByDoc([*self._dense, *self._sparse], counts, postings)
+        return self._restored.terms_of(doc_id)
+
     def _most_recent_where(self, member: npt.NDArray[np.bool_], need: int, size: int) -> _I64:
         # Walk the recency order from its newest end; with `size` members spread over
         # the order, about need * len / size entries are read before `need` are found.

@@ -8,20 +8,44 @@ registered phrase in it, however many are registered.
 
 :class:`PhraseMatcher` is the set of phrases; :class:`EntityIndex` adds which
 documents carry which entity, so a query that names an entity can boost the
-documents about it.
+documents about it; its state round-trips through :meth:`EntityIndex.to_sidecar`
+and :meth:`EntityIndex.from_sidecar` without normalising every name again.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
+from typing import Any, Self
 
 import ahocorasick
+import numpy as np
+import numpy.typing as npt
 
-from mnemex.errors import InvalidInput
+from mnemex.errors import CorruptData, InvalidInput
 from mnemex.index._select import Allowed, allowed_ids, check_doc_id, check_top_k, missing
+from mnemex.index._sidecar import (
+    WORDS_SCHEME,
+    Sidecar,
+    TermsByDoc,
+    corrupt,
+    doc_ids_checksum,
+    gc_paused,
+    pack_sidecar,
+    sidecar_info,
+    unpack_sidecar,
+)
 from mnemex.index.tokenizer import words
 
 __all__ = ["EntityIndex", "PhraseMatcher", "normalize_phrase"]
+
+_MAGIC = b"MNXENTS\x00"
+_SIDECAR_ARRAYS: dict[str, np.dtype[Any]] = {
+    "vocab": np.dtype(np.uint8),       # entity names (normalised), UTF-8, NUL-separated
+    "name_docs": np.dtype(np.int64),   # documents per name
+    "postings": np.dtype(np.int32),    # their doc ids, name after name
+    "doc_ids": np.dtype(np.int32),     # every document, entities or not, in insertion order
+}
 
 
 def normalize_phrase(phrase: str) -> str:
@@ -102,7 +126,10 @@ class EntityIndex:
     def __init__(self) -> None:
         self._matcher = PhraseMatcher()
         self._docs_of: dict[str, set[int]] = {}
-        self._entities_of: dict[int, tuple[str, ...]] = {}
+        # A doc's names; None for a doc restored from a sidecar, whose names are
+        # read off _docs_of when it is removed (see _names_of_restored).
+        self._entities_of: dict[int, tuple[str, ...] | None] = {}
+        self._restored: TermsByDoc | None = None
 
     def __len__(self) -> int:
         return len(self._entities_of)
@@ -124,9 +151,11 @@ class EntityIndex:
         self._entities_of[doc_id] = keys
 
     def remove(self, doc_id: int) -> None:
-        keys = self._entities_of.pop(doc_id, None)
-        if keys is None:
+        if doc_id not in self._entities_of:
             raise missing(doc_id, "entity index")
+        keys = self._entities_of.pop(doc_id)
+        if keys is None:
+            keys = self._names_of_restored(doc_id)
         for key in keys:
             self._matcher.remove(key)
             holders = self._docs_of[key]
@@ -144,6 +173,93 @@ class EntityIndex:
     def find(self, text: str) -> set[str]:
         """Registered entity names (normalised) that occur in *text*."""
         return self._matcher.find(text)
+
+    # -- persistence -----------------------------------------------------------------
+    def to_sidecar(self) -> bytes:
+        """The whole index as one blob for :meth:`from_sidecar`: the doc count and
+        ids checksum, then each name's documents as raw arrays."""
+        docs_of, entities_of = self._docs_of, self._entities_of
+        counts = np.fromiter(map(len, docs_of.values()), dtype=np.int64, count=len(docs_of))
+        header = {
+            "kind": "entities",
+            "docs": len(entities_of),
+            "ids_checksum": doc_ids_checksum(entities_of.keys()),
+            "params": {"words": WORDS_SCHEME},
+            "names": len(docs_of),
+        }
+        arrays: dict[str, npt.NDArray[Any]] = {
+            "vocab": np.frombuffer("\x00".join(docs_of).encode(), dtype=np.uint8),
+            "name_docs": counts,
+            "postings": np.fromiter(itertools.chain.from_iterable(docs_of.values()), dtype=np.int32,
+                                    count=int(counts.sum())),
+            "doc_ids": np.fromiter(entities_of, dtype=np.int32, count=len(entities_of)),
+        }
+        return pack_sidecar(_MAGIC, header, arrays)
+
+    @classmethod
+    def from_sidecar(cls, data: bytes) -> Self:
+        """The index serialised in *data* by :meth:`to_sidecar`. CorruptData, naming
+        what is wrong, when *data* is damaged, truncated, of another format
+        version, or was built with another normalisation (then it is stale:
+        rebuild the index from the records)."""
+        index = cls()
+        sidecar = unpack_sidecar(data, _MAGIC, "entity", _SIDECAR_ARRAYS)
+        built = sidecar.header.get("params")
+        if not isinstance(built, dict) or built.get("words") != WORDS_SCHEME:
+            raise CorruptData(f"entity sidecar is stale: it was built with {built!r} (this index: "
+                              f"{ {'words': WORDS_SCHEME}!r}); rebuild the index from its records")
+        try:
+            with gc_paused():
+                index._load(sidecar)
+        except (KeyError, TypeError, ValueError, IndexError, UnicodeDecodeError) as exc:
+            raise corrupt("entity", repr(exc)) from exc
+        return index
+
+    @staticmethod
+    def sidecar_info(data: bytes) -> dict[str, Any]:
+        """What an entity sidecar covers, from its header alone: ``docs``,
+        ``ids_checksum`` (compare with :func:`doc_ids_checksum` of the ids the
+        owner restored), ``params`` and ``version``. CorruptData when unreadable."""
+        return sidecar_info(data, _MAGIC, "entity")
+
+    def _load(self, sidecar: Sidecar) -> None:
+        header, arrays, data = sidecar.header, sidecar.arrays, sidecar.data
+        start, stop = sidecar.spans["vocab"]
+        names = data[start:stop].decode("utf-8").split("\x00") if stop > start else []
+        counts, postings, doc_ids = arrays["name_docs"], arrays["postings"], arrays["doc_ids"]
+        if not len(names) == len(counts) == int(header["names"]):
+            raise corrupt("entity", f"{len(names)} names in the vocabulary, {len(counts)} posting counts")
+        if int(counts.sum()) != len(postings) or (len(counts) and int(counts.min()) < 1):
+            raise corrupt("entity", "posting counts do not add up to the postings")
+        if len(doc_ids) != int(header["docs"]) or (len(doc_ids) and int(doc_ids.min()) < 0):
+            raise corrupt("entity", f"{len(doc_ids)} doc ids, the header says {header['docs']}")
+        ascending = np.sort(doc_ids)
+        if np.any(np.diff(ascending) == 0):
+            raise corrupt("entity", "a doc id is repeated")
+        if len(postings) and not np.isin(postings, ascending, assume_unique=False).all():
+            raise corrupt("entity", "a posting names a document that is not indexed")
+
+        flat = postings.tolist()
+        bounds = np.concatenate(([0], np.cumsum(counts))).tolist()
+        docs_of = {name: set(flat[lo:hi]) for name, (lo, hi) in
+                   zip(names, itertools.pairwise(bounds), strict=True)}
+        if any(len(holders) != n for holders, n in zip(docs_of.values(), counts.tolist(), strict=True)):
+            raise corrupt("entity", "a name lists a document twice")
+        self._docs_of = docs_of
+        self._entities_of = dict.fromkeys(doc_ids.tolist())
+        self._matcher._counts = {name: len(holders) for name, holders in docs_of.items()}
+        self._matcher._automaton = None
+
+    def _names_of_restored(self, doc_id: int) -> tuple[str, ...]:
+        """The names of a document restored from a sidecar and not changed since,
+        read off the postings (every name whose documents hold it)."""
+        if self._restored is None:
+            docs_of = self._docs_of
+            counts = np.fromiter(map(len, docs_of.values()), dtype=np.int64, count=len(docs_of))
+            postings = np.fromiter(itertools.chain.from_iterable(docs_of.values()), dtype=np.int64,
+                                   count=int(counts.sum()))
+            self._restored = TermsByDoc(list(docs_of), counts, postings)
+        return self._restored.terms_of(doc_id)
 
     def search(self, query: str, top_k: int = 10, allowed: Allowed = None) -> list[tuple[int, int]]:
         top_k = check_top_k(top_k)

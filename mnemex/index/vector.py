@@ -46,6 +46,7 @@ from __future__ import annotations
 import hashlib
 import math
 import struct
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -73,7 +74,7 @@ I64 = npt.NDArray[np.int64]
 SidecarStatus = Literal["none", "loaded", "absent", "stale", "corrupt"]
 
 _MAGIC = b"MNXHNSW1"
-_SIDECAR_VERSION = 2
+_SIDECAR_VERSION = 3
 _MIN_ROWS = 256
 _VERIFY_CHUNK = 8192
 _GATHER_BLOCK = 1024
@@ -203,7 +204,12 @@ class VectorIndex:
 
     def doc_ids(self) -> list[int]:
         """Every indexed doc id, ascending."""
-        return sorted(int(i) for i in self._row_ids[: self._high] if i >= 0)
+        ids: list[int] = self._sorted_ids().tolist()
+        return ids
+
+    def _sorted_ids(self) -> I64:
+        ids = self._row_ids[: self._high]
+        return np.sort(ids[ids >= 0])
 
     def vector(self, doc_id: int) -> F32:
         """A copy of the stored (normalised) vector of *doc_id*."""
@@ -219,22 +225,27 @@ class VectorIndex:
         """Index *vector* (any non-zero scale; stored normalised) as *doc_id*."""
         self.add_many([doc_id], self._as_matrix(vector, 1))
 
-    def add_many(self, doc_ids: Sequence[int], vectors: npt.ArrayLike) -> None:
+    def add_many(self, doc_ids: Sequence[int] | I64, vectors: npt.ArrayLike) -> None:
         """Index several vectors at once (one graph insertion batch in HNSW mode)."""
-        ids = [check_doc_id(d) for d in doc_ids]
-        matrix = self._as_matrix(vectors, len(ids))
-        if len(set(ids)) != len(ids):
-            raise InvalidInput("doc_ids repeat within one add_many", field="doc_ids")
-        for doc_id in ids:
-            if doc_id in self:
-                raise InvalidInput(f"doc {doc_id} is already in the vector index; use update",
-                                   field="doc_id")
-        if not ids:
+        if isinstance(doc_ids, np.ndarray) and doc_ids.dtype.kind in "iu" and doc_ids.ndim == 1:
+            id_array = doc_ids.astype(np.int64)
+            if len(id_array) and int(id_array.min()) < 0:
+                check_doc_id(int(id_array.min()))
+        else:
+            id_array = np.array([check_doc_id(d) for d in doc_ids], dtype=np.int64)
+        matrix = self._as_matrix(vectors, len(id_array))
+        if len(id_array) == 0:
             return
-        self._ensure_id_capacity(max(ids) + 1)
-        rows = [self._take_row() for _ in ids]
-        row_array = np.array(rows, dtype=np.int64)
-        id_array = np.array(ids, dtype=np.int64)
+        if len(np.unique(id_array)) != len(id_array):
+            raise InvalidInput("doc_ids repeat within one add_many", field="doc_ids")
+        known = id_array[id_array < len(self._row_of)]
+        present = known[self._row_of[known] >= 0]
+        if len(present):
+            raise InvalidInput(f"doc {int(present[0])} is already in the vector index; use update",
+                               field="doc_id")
+        self._ensure_id_capacity(int(id_array.max()) + 1)
+        row_array = self._take_rows(len(id_array))
+        ids = id_array.tolist()
         self._rows[row_array] = matrix
         self._row_ids[row_array] = id_array
         self._row_of[id_array] = row_array
@@ -408,7 +419,7 @@ class VectorIndex:
         return cls.from_sidecar(None, doc_ids, vectors, dim, **params)
 
     @classmethod
-    def from_sidecar(cls, data: bytes | None, doc_ids: Sequence[int], vectors: npt.ArrayLike,
+    def from_sidecar(cls, data: bytes | None, doc_ids: Sequence[int] | I64, vectors: npt.ArrayLike,
                      dim: int, **params: Any) -> VectorIndex:
         """An index over *vectors* whose graph is read from *data* (made by
         :meth:`to_sidecar`) when it matches these ids and vectors exactly; otherwise
@@ -452,7 +463,7 @@ class VectorIndex:
             "tombstones": sorted(self._tombstones),
             "pending": sorted(self._pending),
             "graph_size": self._graph_size,
-            "body_checksum": hashlib.blake2b(body, digest_size=16).hexdigest(),
+            "body_checksum": _crc(body),
             "scalars": scalars,
             "arrays": arrays,
         })
@@ -469,7 +480,7 @@ class VectorIndex:
             body = memoryview(data)[start + header_size :]
             if header.get("version") != _SIDECAR_VERSION:
                 return "stale"
-            if hashlib.blake2b(body, digest_size=16).hexdigest() != header["body_checksum"]:
+            if _crc(body) != header["body_checksum"]:
                 return "corrupt"
             if (header["dim"] != self.dim or header["count"] != self._count
                     or header["ids_checksum"] != self._ids_checksum()
@@ -509,17 +520,17 @@ class VectorIndex:
         return "loaded"
 
     def _ids_checksum(self) -> str:
-        ids = np.array(self.doc_ids(), dtype=np.int64)
+        ids = self._sorted_ids()
         return hashlib.blake2b(ids.tobytes(), digest_size=16).hexdigest()
 
     def _vectors_checksum(self) -> str:
-        """blake2b of the stored vectors in doc id order (float32 little-endian)."""
-        digest = hashlib.blake2b(digest_size=16)
-        ids = np.array(self.doc_ids(), dtype=np.int64)
+        """CRC-32 of the stored vectors in doc id order (float32 little-endian)."""
+        crc = 0
+        ids = self._sorted_ids()
         for start in range(0, len(ids), _VERIFY_CHUNK):
             rows = self._rows[self._row_of[ids[start : start + _VERIFY_CHUNK]]]
-            digest.update(np.ascontiguousarray(rows, dtype="<f4").tobytes())
-        return digest.hexdigest()
+            crc = zlib.crc32(np.ascontiguousarray(rows, dtype="<f4").data, crc)
+        return f"{crc:08x}"
 
     def _maybe_build(self) -> None:
         if self.auto_build and self.wants_graph:
@@ -589,6 +600,22 @@ class VectorIndex:
             raise missing(doc_id if isinstance(doc_id, int) else -1, "vector index")
         return int(self._row_of[int(doc_id)])
 
+    def _take_rows(self, count: int) -> I64:
+        """``count`` rows for new vectors: freed ones first, then fresh ones in a block."""
+        reused = [self._free.pop() for _ in range(min(count, len(self._free)))]
+        fresh = count - len(reused)
+        if fresh and self._high + fresh > len(self._rows):
+            size = max(_MIN_ROWS, 2 * len(self._rows), self._high + fresh)
+            grown = np.zeros((size, self.dim), dtype=np.float32)
+            grown[: self._high] = self._rows[: self._high]
+            self._rows = grown
+            row_ids = np.full(size, -1, dtype=np.int64)
+            row_ids[: self._high] = self._row_ids[: self._high]
+            self._row_ids = row_ids
+        block = np.arange(self._high, self._high + fresh, dtype=np.int64)
+        self._high += fresh
+        return np.concatenate([np.array(reused, dtype=np.int64), block]) if reused else block
+
     def _take_row(self) -> int:
         if self._free:
             return self._free.pop()
@@ -632,6 +659,10 @@ class VectorIndex:
             safe = np.where(norms[rescale] > 0, norms[rescale], 1.0)
             result[rescale] = matrix[rescale] / safe[:, None]
         return result
+
+
+def _crc(data: bytes | memoryview) -> str:
+    return f"{zlib.crc32(data):08x}"
 
 
 def _extend_graph(base: Any, ids: I64, vectors: F32, params: _GraphParams) -> Any:

@@ -1,0 +1,230 @@
+"""The binary sidecar format of the text indexes (keyword, BM25, entities).
+
+A sidecar is an index's whole state as one bytes blob, so a scope restores its
+indexes by copying arrays instead of tokenizing every record again::
+
+    magic (8 bytes) | version (u32 LE) | header size (u32 LE) | checksum (16 bytes)
+    | header (JSON, space-padded to 8 bytes) | body (arrays, each 8-byte aligned)
+
+The magic names the index kind, the version the layout. The checksum is blake2b
+(16 bytes) of everything else (magic, version, header size, header, body), so a
+flipped byte anywhere is caught before anything is read. The header holds the
+settings the index was built with, the number of documents, a checksum of their
+sorted ids (see :func:`doc_ids_checksum`) and a spec per array (dtype, shape,
+offset, nbytes); the body is the arrays' raw bytes in native byte order.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import struct
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import orjson
+
+from mnemex.errors import CorruptData
+
+__all__ = ["SIDECAR_VERSION", "WORDS_SCHEME", "Sidecar", "TermsByDoc", "corrupt", "doc_ids_checksum",
+           "gc_paused", "pack_sidecar", "read_header", "sidecar_info", "unpack_sidecar"]
+
+SIDECAR_VERSION = 1
+# Names the tokenization of tokenizer.words (what the keyword and entity indexes
+# store); change it when words() changes, so sidecars written before are refused.
+WORDS_SCHEME = "words1:nfkc:casefold:w+"
+
+_PREAMBLE = struct.Struct("<8sII16s")
+_CHECKED = struct.Struct("<8sII")     # the part of the preamble the checksum covers
+_ALIGN = 8
+
+
+def doc_ids_checksum(doc_ids: Iterable[int] | npt.NDArray[np.integer[Any]]) -> str:
+    """blake2b (16 bytes, hex) of *doc_ids* (each once, in any order) sorted
+    ascending as little-endian int64: what a sidecar's ``ids_checksum`` holds,
+    so an owner can check a sidecar covers exactly the documents it restored."""
+    if isinstance(doc_ids, np.ndarray):
+        ids = np.sort(doc_ids.astype(np.int64, copy=False))
+    else:
+        ids = np.sort(np.fromiter(doc_ids, dtype=np.int64))
+    return hashlib.blake2b(ids.astype("<i8", copy=False).tobytes(), digest_size=16).hexdigest()
+
+
+def pack_sidecar(magic: bytes, header: Mapping[str, Any], arrays: Mapping[str, npt.NDArray[Any]]) -> bytes:
+    """One blob holding *header* (JSON-able) and *arrays*, in the layout above."""
+    specs: list[dict[str, Any]] = []
+    parts: list[memoryview | bytes] = []
+    offset = 0
+    for name, array in arrays.items():
+        contiguous = np.ascontiguousarray(array)
+        nbytes = contiguous.nbytes
+        specs.append({"name": name, "dtype": contiguous.dtype.str, "shape": list(contiguous.shape),
+                      "offset": offset, "nbytes": nbytes})
+        if nbytes:
+            parts.append(contiguous.data.cast("B"))
+        padding = -nbytes % _ALIGN
+        if padding:
+            parts.append(bytes(padding))
+        offset += nbytes + padding
+    encoded = orjson.dumps({**header, "arrays": specs})
+    encoded += b" " * (-(_PREAMBLE.size + len(encoded)) % _ALIGN)
+    digest = hashlib.blake2b(_CHECKED.pack(magic, SIDECAR_VERSION, len(encoded)), digest_size=16)
+    digest.update(encoded)
+    for part in parts:
+        digest.update(part)
+    preamble = _PREAMBLE.pack(magic, SIDECAR_VERSION, len(encoded), digest.digest())
+    return b"".join([preamble, encoded, *parts])
+
+
+def sidecar_info(data: bytes, magic: bytes, what: str) -> dict[str, Any]:
+    """What a sidecar covers, read from its header alone (cheap; the checksum is
+    checked only when the sidecar is loaded): ``docs`` (count), ``ids_checksum``
+    (see :func:`doc_ids_checksum`), ``params`` (the settings it was built with)
+    and ``version``. CorruptData when the header cannot be read."""
+    header, _ = read_header(data, magic, what)
+    docs, ids_checksum, params = header.get("docs"), header.get("ids_checksum"), header.get("params")
+    if not isinstance(docs, int) or not isinstance(ids_checksum, str) or not isinstance(params, dict):
+        raise CorruptData(f"{what} sidecar header lacks docs, ids_checksum or params")
+    return {"version": SIDECAR_VERSION, "docs": docs, "ids_checksum": ids_checksum, "params": params}
+
+
+def read_header(data: bytes, magic: bytes, what: str) -> tuple[dict[str, Any], int]:
+    """The header of a sidecar and where its body starts, after checking the magic,
+    version and sizes (not the checksum). CorruptData names what is wrong."""
+    body_start = _check_preamble(data, magic, what)
+    try:
+        header = orjson.loads(data[_PREAMBLE.size : body_start])
+    except orjson.JSONDecodeError as exc:
+        raise CorruptData(f"{what} sidecar header is not valid JSON: {exc}") from exc
+    if not isinstance(header, dict):
+        raise CorruptData(f"{what} sidecar header is a {type(header).__name__}, not an object")
+    return header, body_start
+
+
+def _check_preamble(data: bytes, magic: bytes, what: str) -> int:
+    """Where the body starts, once the magic, version and header size are right."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise CorruptData(f"{what} sidecar must be bytes, got {type(data).__name__}")
+    if len(data) < _PREAMBLE.size:
+        raise CorruptData(f"{what} sidecar is {len(data)} bytes, shorter than its {_PREAMBLE.size}-byte "
+                          "preamble: truncated")
+    found, version, header_size, _ = _PREAMBLE.unpack_from(data, 0)
+    if found != magic:
+        raise CorruptData(f"{what} sidecar starts with {bytes(found)!r}, not {magic!r}: "
+                          "not a sidecar of this index kind")
+    if version != SIDECAR_VERSION:
+        raise CorruptData(f"{what} sidecar has format version {version}; this build reads version "
+                          f"{SIDECAR_VERSION}: rebuild the index from its records")
+    body_start: int = _PREAMBLE.size + header_size
+    if body_start > len(data):
+        raise CorruptData(f"{what} sidecar is {len(data)} bytes but its header ends at byte "
+                          f"{body_start}: truncated")
+    return body_start
+
+
+@dataclass(frozen=True)
+class Sidecar:
+    """A checked sidecar: its header and its arrays as read-only views of the data.
+    ``spans`` gives each array's byte range in ``data`` (to slice bytes directly)."""
+
+    data: bytes
+    header: dict[str, Any]
+    arrays: dict[str, npt.NDArray[Any]]
+    spans: dict[str, tuple[int, int]]
+
+
+def unpack_sidecar(data: bytes, magic: bytes, what: str, schema: Mapping[str, npt.DTypeLike]) -> Sidecar:
+    """Check a sidecar whole (magic, version, checksum, array layout against
+    *schema*: name -> dtype) and view its arrays. CorruptData names what is wrong."""
+    _check_preamble(data, magic, what)
+    if not isinstance(data, bytes):
+        data = bytes(data)
+    expected = _PREAMBLE.unpack_from(data, 0)[3]
+    digest = hashlib.blake2b(data[: _CHECKED.size], digest_size=16)
+    digest.update(memoryview(data)[_PREAMBLE.size :])
+    if digest.digest() != expected:
+        raise CorruptData(f"{what} sidecar fails its checksum ({len(data)} bytes): "
+                          "damaged or truncated; rebuild the index from its records")
+    header, body_start = read_header(data, magic, what)
+    body_size = len(data) - body_start
+    arrays: dict[str, npt.NDArray[Any]] = {}
+    spans: dict[str, tuple[int, int]] = {}
+    try:
+        for spec in header["arrays"]:
+            name = spec["name"]
+            if name not in schema:
+                raise CorruptData(f"{what} sidecar holds an unknown array {name!r}")
+            dtype = np.dtype(schema[name])
+            if spec["dtype"] != dtype.str:
+                raise CorruptData(f"{what} sidecar array {name!r} has dtype {spec['dtype']}, "
+                                  f"expected {dtype.str} (written on a machine of other byte order?)")
+            shape = tuple(int(n) for n in spec["shape"])
+            offset, nbytes = int(spec["offset"]), int(spec["nbytes"])
+            if (nbytes != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize or offset < 0
+                    or offset % _ALIGN or offset + nbytes > body_size):
+                raise CorruptData(f"{what} sidecar array {name!r} ({nbytes} bytes at {offset}, shape "
+                                  f"{list(shape)}) does not fit its {body_size}-byte body")
+            start = body_start + offset
+            arrays[name] = np.frombuffer(data, dtype=dtype, count=nbytes // dtype.itemsize,
+                                         offset=start).reshape(shape)
+            spans[name] = (start, start + nbytes)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptData(f"{what} sidecar header has a malformed array spec: {exc!r}") from exc
+    absent = sorted(set(schema) - set(arrays))
+    if absent:
+        raise CorruptData(f"{what} sidecar lacks the arrays {absent}")
+    return Sidecar(data, header, arrays, spans)
+
+
+class TermsByDoc:
+    """Every document's terms, regrouped from term-major postings by one sort.
+
+    A restored index keeps no per-document list of terms (building 10^5 tuples
+    would cost more than the rest of the load); it asks this when it first has
+    to remove a restored document. Built from the index's current postings, it
+    stays right for every document not changed since, which is all it is asked
+    about. About 8 bytes per posting."""
+
+    __slots__ = ("_docs", "_term_ids", "_terms")
+
+    def __init__(self, terms: list[str], counts: npt.NDArray[np.int64],
+                 postings: npt.NDArray[np.integer[Any]]) -> None:
+        n_terms = max(len(terms), 1)
+        keys = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+        keys += postings.astype(np.int64) * n_terms
+        keys.sort()
+        self._terms = terms
+        self._term_ids = (keys % n_terms).astype(np.int32)
+        self._docs = (keys // n_terms).astype(np.int32)
+
+    def terms_of(self, doc_id: int) -> tuple[str, ...]:
+        # The needle in the haystack's dtype, or numpy converts all of _docs per call.
+        needle = np.int32(doc_id)
+        lo = int(np.searchsorted(self._docs, needle, side="left"))
+        hi = int(np.searchsorted(self._docs, needle, side="right"))
+        terms = self._terms
+        return tuple(terms[i] for i in self._term_ids[lo:hi].tolist())
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Hold the cyclic garbage collector while a sidecar is loaded. A load creates
+    some 10^5 containers that form no cycles; left on, the collector starts a pass
+    every 700 of them and now and then a full one over the whole heap, which
+    doubled the load time in measurements. Restores the previous state."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def corrupt(what: str, problem: str) -> CorruptData:
+    """CorruptData for a sidecar whose parts disagree with each other."""
+    return CorruptData(f"{what} sidecar is inconsistent: {problem}; rebuild the index from its records")

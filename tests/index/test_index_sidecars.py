@@ -1,0 +1,336 @@
+"""Binary sidecars of the text indexes: an index read back from its sidecar
+answers every search exactly as the original did, keeps doing so as both go on
+changing alike, and a damaged, truncated or stale sidecar is refused."""
+
+from __future__ import annotations
+
+import gc
+import struct
+from collections.abc import Callable, Sequence
+from typing import Any, TypeAlias
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mnemex.errors import CorruptData
+from mnemex.index import BM25Index, EntityIndex, KeywordIndex, Tokenizer
+from mnemex.index._select import Allowed
+from mnemex.index._sidecar import doc_ids_checksum
+
+# Unicode, case and compatibility forms, stop words, apostrophes and possessives.
+WORDS = ["cat", "dog", "state", "art", "new", "york", "the", "of", "a", "and", "café", "CAFÉ", "naïve",
+         "straße", "東京", "état", "don't", "o'neil's", "ﬁne", "x1"]
+NAMES = ["Caroline", "New York", "new-york", "York", "LGBTQ support group", "support group", "café crème"]
+MAX_DOC = 17
+
+Op: TypeAlias = tuple[str, int, tuple[Any, ...]]
+Index: TypeAlias = Any   # KeywordIndex | BM25Index | EntityIndex: they share add/update/remove/in
+
+texts = st.lists(st.sampled_from(WORDS), max_size=7).map(" ".join)
+doc_ids = st.integers(0, MAX_DOC)
+allowed_filters: st.SearchStrategy[Allowed] = st.one_of(
+    st.none(),
+    st.frozensets(st.integers(0, MAX_DOC + 2)),
+    st.lists(st.booleans(), max_size=MAX_DOC + 2).map(lambda flags: np.array(flags, dtype=np.bool_)),
+)
+
+
+def operations(args: st.SearchStrategy[tuple[Any, ...]]) -> st.SearchStrategy[list[Op]]:
+    return st.lists(st.tuples(st.sampled_from(["add", "remove", "update"]), doc_ids, args), max_size=40)
+
+
+def play(index: Index, ops: Sequence[Op]) -> None:
+    """Apply *ops*, turned valid: an add of a present doc updates it, an update of
+    an absent one adds it, a remove of an absent one is skipped."""
+    for name, doc, args in ops:
+        if name == "remove":
+            if doc in index:
+                index.remove(doc)
+        elif doc in index:
+            index.update(doc, *args)
+        else:
+            index.add(doc, *args)
+
+
+class Tiny(KeywordIndex):
+    """Every keyword code path at toy sizes: words go dense at 4 documents and
+    back to sparse at none, every match level is read off the recency order."""
+
+    _dense_min = 4
+    _dense_share = 10**9
+    _few = 0
+
+
+# -- BM25 -----------------------------------------------------------------------------
+
+bm25_args = st.tuples(texts, st.none() | texts)
+bm25_queries = st.one_of(texts, st.tuples(texts, texts).map(lambda pair: f'"{pair[0]}" {pair[1]}'),
+                         st.tuples(texts, texts).map(lambda pair: f'{pair[0]} "{pair[1]}'))
+searches = st.lists(st.tuples(bm25_queries, st.integers(1, 20), allowed_filters), min_size=1, max_size=6)
+
+
+def assert_bm25_alike(original: BM25Index, loaded: BM25Index,
+                      queries: Sequence[tuple[str, int, Allowed]]) -> None:
+    assert loaded.doc_ids() == original.doc_ids()
+    assert loaded.vocabulary_size == original.vocabulary_size
+    for query, top_k, allowed in queries:
+        assert loaded.search(query, top_k, allowed=allowed) == original.search(query, top_k, allowed=allowed)
+        mine, theirs = loaded.score_all(query, allowed), original.score_all(query, allowed)
+        assert (mine is None) == (theirs is None)
+        if mine is not None and theirs is not None:
+            assert np.array_equal(mine, theirs)
+        for phrase in original.tokenizer.parse_query(query).phrases:
+            assert loaded.phrase_docs(phrase) == original.phrase_docs(phrase)
+
+
+@settings(max_examples=50, deadline=None)
+@given(before=operations(bm25_args), after=operations(bm25_args), queries=searches)
+def test_bm25_from_sidecar_searches_and_changes_like_the_original(
+        before: list[Op], after: list[Op], queries: list[tuple[str, int, Allowed]]) -> None:
+    original = BM25Index(k1=1.2, b=0.6, context_weight=0.7)
+    play(original, before)
+    blob = original.to_sidecar()
+    loaded = BM25Index.from_sidecar(blob, k1=1.2, b=0.6, context_weight=0.7)
+    assert_bm25_alike(original, loaded, queries)
+    assert loaded.to_sidecar() == blob
+    play(original, after)
+    play(loaded, after)
+    assert_bm25_alike(original, loaded, queries)
+    assert loaded.to_sidecar() == original.to_sidecar()
+
+
+@pytest.mark.parametrize(("built", "wanted", "named"), [
+    ({"k1": 1.2}, {"k1": 1.5}, "k1"),
+    ({"b": 0.5}, {}, "b"),
+    ({"context_weight": 0.0}, {"context_weight": 0.5}, "context_weight"),
+    ({"tokenizer": Tokenizer(stop_words=False)}, {}, "tokenizer"),
+    ({"tokenizer": Tokenizer(stop_words=["cat", "dog"])}, {"tokenizer": Tokenizer(stop_words=["cat", "art"])},
+     "stop_words"),
+])
+def test_bm25_sidecar_built_with_other_settings_is_refused_naming_them(
+        built: dict[str, Any], wanted: dict[str, Any], named: str) -> None:
+    index = BM25Index(**built)
+    index.add(0, "the cat sat on the mat", "context words")
+    with pytest.raises(CorruptData, match=rf"stale: it was built with .*\b{named}="):
+        BM25Index.from_sidecar(index.to_sidecar(), **wanted)
+
+
+def test_bm25_sidecar_with_equal_custom_settings_loads() -> None:
+    tokenizer = Tokenizer(stop_words=["cat", "dog"])
+    index = BM25Index(k1=0.9, b=0.3, tokenizer=tokenizer, context_weight=0.0)
+    index.add(4, "cat and art", None)
+    loaded = BM25Index.from_sidecar(index.to_sidecar(), k1=0.9, b=0.3,
+                                    tokenizer=Tokenizer(stop_words=["dog", "cat"]), context_weight=0.0)
+    assert loaded.search("art cat") == index.search("art cat") != []
+
+
+# -- keyword --------------------------------------------------------------------------
+
+keyword_args = st.tuples(texts, st.sampled_from([0.0, 1.0, 1.0, 2.5, -3.0]))
+keyword_searches = st.lists(st.tuples(texts, st.integers(1, 20), allowed_filters), min_size=1, max_size=6)
+
+
+def assert_keyword_alike(original: KeywordIndex, loaded: KeywordIndex,
+                         queries: Sequence[tuple[str, int, Allowed]]) -> None:
+    assert loaded.doc_ids() == original.doc_ids()
+    assert [loaded.timestamp(d) for d in loaded.doc_ids()] == [
+        original.timestamp(d) for d in original.doc_ids()]
+    for query, top_k, allowed in queries:
+        assert loaded.search(query, top_k, allowed=allowed) == original.search(query, top_k, allowed=allowed)
+
+
+@pytest.mark.parametrize("cls", [KeywordIndex, Tiny], ids=["default", "tiny-thresholds"])
+@settings(max_examples=50, deadline=None)
+@given(before=operations(keyword_args), after=operations(keyword_args), queries=keyword_searches)
+def test_keyword_from_sidecar_searches_and_changes_like_the_original(
+        cls: type[KeywordIndex], before: list[Op], after: list[Op],
+        queries: list[tuple[str, int, Allowed]]) -> None:
+    original = cls()
+    play(original, before)
+    blob = original.to_sidecar()
+    loaded = cls.from_sidecar(blob)
+    assert type(loaded) is cls
+    assert_keyword_alike(original, loaded, queries)
+    assert loaded.to_sidecar() == blob
+    play(original, after)
+    play(loaded, after)
+    assert_keyword_alike(original, loaded, queries)
+    again = cls.from_sidecar(loaded.to_sidecar())
+    assert_keyword_alike(original, again, queries)
+
+
+def test_removing_a_restored_keyword_doc_forgets_exactly_its_words() -> None:
+    original = Tiny()
+    for doc, text in enumerate(["cat dog", "dog art", "cat", "art state", "cat dog art", "dog"]):
+        original.add(doc, text, float(doc % 2))
+    loaded = Tiny.from_sidecar(original.to_sidecar())
+    for index in (original, loaded):
+        index.remove(4)
+        index.update(1, "state", 9.0)
+    for query in ["cat", "dog", "art", "state", "cat dog art state"]:
+        assert loaded.search(query, 10) == original.search(query, 10)
+    assert loaded.search("dog", 10) == [(5, 1), (0, 1)]
+
+
+# -- entities -------------------------------------------------------------------------
+
+entity_args = st.tuples(st.lists(st.sampled_from(NAMES), max_size=3))
+entity_queries = st.lists(st.sampled_from(NAMES + WORDS), max_size=5).map(" ".join)
+
+
+def assert_entities_alike(original: EntityIndex, loaded: EntityIndex, queries: Sequence[str],
+                          allowed: Allowed) -> None:
+    assert len(loaded) == len(original)
+    assert all((d in loaded) == (d in original) for d in range(MAX_DOC + 1))
+    assert loaded.entities() == original.entities()
+    for query in queries:
+        assert loaded.find(query) == original.find(query)
+        assert loaded.search(query, 20) == original.search(query, 20)
+        assert loaded.search(query, 3, allowed=allowed) == original.search(query, 3, allowed=allowed)
+
+
+@settings(max_examples=50, deadline=None)
+@given(before=operations(entity_args), after=operations(entity_args),
+       queries=st.lists(entity_queries, min_size=1, max_size=5), allowed=allowed_filters)
+def test_entities_from_sidecar_search_and_change_like_the_original(
+        before: list[Op], after: list[Op], queries: list[str], allowed: Allowed) -> None:
+    original = EntityIndex()
+    play(original, before)
+    loaded = EntityIndex.from_sidecar(original.to_sidecar())
+    assert_entities_alike(original, loaded, queries, allowed)
+    play(original, after)
+    play(loaded, after)
+    assert_entities_alike(original, loaded, queries, allowed)
+
+
+def test_a_restored_name_stays_findable_until_its_last_holder_goes() -> None:
+    original = EntityIndex()
+    for doc in range(3):
+        original.add(doc, ["New York", f"person {doc}"])
+    loaded = EntityIndex.from_sidecar(original.to_sidecar())
+    for doc in (0, 1):
+        loaded.remove(doc)
+        assert loaded.find("back in new york") == {"new york"}
+    assert loaded.search("new york") == [(2, 1)]
+    loaded.remove(2)
+    assert loaded.find("back in new york") == set()
+
+
+# -- every kind -----------------------------------------------------------------------
+
+def small_bm25() -> BM25Index:
+    index = BM25Index()
+    index.add(0, "the state of the art", "café")
+    index.add(3, "naïve cat", None)
+    return index
+
+
+def small_keyword() -> KeywordIndex:
+    index = Tiny()
+    for doc in range(6):
+        index.add(doc, "cat dog" if doc % 2 else "cat café", float(doc // 2))
+    index.remove(2)
+    return index
+
+
+def small_entities() -> EntityIndex:
+    index = EntityIndex()
+    index.add(1, ["Caroline", "New York"])
+    index.add(2, [])
+    return index
+
+
+Kind: TypeAlias = tuple[Callable[[], Index], Callable[[bytes], Index], str]
+KINDS: list[Kind] = [
+    (small_bm25, BM25Index.from_sidecar, "cat café"),
+    (small_keyword, Tiny.from_sidecar, "cat café"),
+    (small_entities, EntityIndex.from_sidecar, "caroline in new york"),
+]
+kinds = pytest.mark.parametrize(("make", "load", "query"), KINDS, ids=["bm25", "keyword", "entities"])
+
+
+@kinds
+def test_every_flipped_byte_is_refused(make: Callable[[], Index], load: Callable[[bytes], Index],
+                                       query: str) -> None:
+    blob = make().to_sidecar()
+    for at in range(len(blob)):
+        with pytest.raises(CorruptData):
+            load(blob[:at] + bytes([blob[at] ^ 0x10]) + blob[at + 1 :])
+
+
+@kinds
+def test_every_truncation_is_refused(make: Callable[[], Index], load: Callable[[bytes], Index],
+                                     query: str) -> None:
+    blob = make().to_sidecar()
+    for size in range(len(blob)):
+        with pytest.raises(CorruptData):
+            load(blob[:size])
+    with pytest.raises(CorruptData, match="checksum"):
+        load(blob + b"\0")
+
+
+@kinds
+def test_another_format_version_is_refused(make: Callable[[], Index], load: Callable[[bytes], Index],
+                                           query: str) -> None:
+    blob = make().to_sidecar()
+    with pytest.raises(CorruptData, match="format version 2"):
+        load(blob[:8] + struct.pack("<I", 2) + blob[12:])
+
+
+@kinds
+def test_empty_index_round_trips(make: Callable[[], Index], load: Callable[[bytes], Index],
+                                 query: str) -> None:
+    empty = type(make())()
+    loaded = load(empty.to_sidecar())
+    assert len(loaded) == 0
+    assert loaded.search(query) == []
+    full = make()
+    args = ["cat café", 1.0] if isinstance(full, KeywordIndex) else ["cat café"] if isinstance(
+        full, BM25Index) else [["Caroline"]]
+    for index in (empty, loaded):
+        index.add(7, *args)
+        assert index.search(query) == empty.search(query) != []
+
+
+@kinds
+def test_sidecar_info_names_the_documents(make: Callable[[], Index], load: Callable[[bytes], Index],
+                                          query: str) -> None:
+    index = make()
+    info = type(index).sidecar_info(index.to_sidecar())
+    ids = [d for d in range(MAX_DOC + 1) if d in index]
+    assert info["docs"] == len(ids) == len(index)
+    assert info["ids_checksum"] == doc_ids_checksum(ids) == doc_ids_checksum(np.array(ids[::-1]))
+    assert info["ids_checksum"] != doc_ids_checksum([*ids, 99])
+    assert isinstance(info["params"], dict)
+    assert load(index.to_sidecar()).search(query) == index.search(query)
+
+
+@pytest.mark.parametrize(("blob", "load", "match"), [
+    (small_bm25().to_sidecar(), KeywordIndex.from_sidecar, "not a sidecar of this index kind"),
+    (small_keyword().to_sidecar(), EntityIndex.from_sidecar, "not a sidecar of this index kind"),
+    (small_entities().to_sidecar(), BM25Index.sidecar_info, "not a sidecar of this index kind"),
+    (b"", BM25Index.from_sidecar, "truncated"),
+    ("not bytes", KeywordIndex.from_sidecar, "must be bytes"),
+], ids=["bm25-as-keyword", "keyword-as-entities", "info-of-another-kind", "empty", "str"])
+def test_a_blob_of_another_kind_is_refused(blob: bytes, load: Callable[[bytes], object], match: str) -> None:
+    with pytest.raises(CorruptData, match=match):
+        load(blob)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_loading_leaves_the_garbage_collector_as_it_found_it(enabled: bool) -> None:
+    blob = small_keyword().to_sidecar()
+    was = gc.isenabled()
+    try:
+        if not enabled:
+            gc.disable()
+        Tiny.from_sidecar(blob)
+        assert gc.isenabled() is enabled
+        with pytest.raises(CorruptData):
+            Tiny.from_sidecar(blob[:-1])
+        assert gc.isenabled() is enabled
+    finally:
+        if was:
+            gc.enable()
