@@ -139,8 +139,8 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     on onnxruntime; installed with mnemex, nothing downloaded), ``minilm-torch`` (the
     same model in float32 on PyTorch; the ``mnemex[minilm]`` extra) or
     ``use-multilingual`` (Universal Sentence Encoder multilingual v3, 16 languages;
-    the ``mnemex[multilingual]`` extra). A scope keeps the embedder it started with:
-    changing this for a data directory with vectors makes its scopes refuse writes."""
+    the ``mnemex[multilingual]`` extra). A scope keeps to the embedder it started
+    with and refuses vectors of another."""
     embedder_dim: int = 384
     """Dimensions of the ``hashing`` embedder (the models have their own: 384 for
     ``minilm`` and ``minilm-torch``, 512 for ``use-multilingual``)."""
