@@ -12,6 +12,7 @@ from scope_support import EMBEDDER, KEY, Driver, restored, settings, snapshot_im
 
 import mnemex
 from mnemex.actors.scope import GraphReady, ScopeMemory, encode_vector, is_scope_write, scope_codec
+from mnemex.effects import Image
 from mnemex.index import HashingEmbedder
 from mnemex.messages import (
     AddSession,
@@ -467,3 +468,29 @@ def test_context_window_zero_ranks_by_content_alone() -> None:
     [q, _a] = driver.remember(driver.new("what did you paint?", session_id="s1"),
                               driver.new("a lake at sunrise", session_id="s1"))
     assert [hit.memory.id for hit in driver.search("paint", mode="fulltext", min_score=0.0).hits] == [q]
+
+
+def test_text_index_sidecars_load_and_a_bad_or_stale_one_is_rebuilt(caplog: pytest.LogCaptureFixture) -> None:
+    driver = Driver()
+    driver.remember(*(driver.new(f"note {i} about tea and {w}", session_id=f"s{i % 3}", entities=(w,))
+                      for i, w in enumerate(["Paris", "Oslo", "Rome", "Lima", "Kyiv", "Baku"])))
+    image = snapshot_image(driver.memory)
+    assert {"keyword", "bm25", "entities"} <= set(image.sidecars)
+
+    def results(memory: ScopeMemory) -> list[Any]:
+        searcher = Driver(memory)
+        return [[(h.memory.id, h.score) for h in searcher.search(q, mode=m, min_score=0.0).hits]
+                for q in ("tea Oslo", '"about tea"', "note 3") for m in ("keyword", "fulltext")]
+
+    expected = results(driver.memory)
+    assert results(ScopeMemory.restore(KEY, image, driver.memory.settings)) == expected
+    damaged = dict(image.sidecars)
+    damaged["bm25"] = damaged["bm25"][:-7] + b"garbage"
+    with caplog.at_level("INFO"):
+        assert results(ScopeMemory.restore(KEY, Image(image.records, image.extra, damaged),
+                                           driver.memory.settings)) == expected
+    assert "text-index sidecars not used" in caplog.text
+    # other BM25 settings: the sidecar is stale, the indexes are rebuilt with the new ones
+    changed = settings(context_weight=0.9)
+    fresh = ScopeMemory.restore(KEY, image, changed)
+    assert fresh.bm25.context_weight == 0.9 and results(fresh)[0] == expected[0]
