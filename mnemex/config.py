@@ -131,7 +131,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     to 300. Meanwhile the context is cut to the budget."""
 
     # -- long-term memory
-    embedder: Literal["hashing", "minilm", "minilm-torch", "use-multilingual"] = "hashing"
+    embedder: Literal["hashing", "minilm", "minilm-torch", "use-multilingual"] = "minilm"
     """What embeds memories and queries for vector and hybrid search (see
     mnemex.embedders): ``hashing`` (no model: signed feature hashing of words and
     word pieces; lexical, it finds shared words and spellings, not meaning),
@@ -166,11 +166,15 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     timing (search stays approximate either way; the graph is saved with snapshots)."""
     search_mode: Literal["keyword", "fulltext", "vector", "hybrid"] = "hybrid"
     """Mode of a search that names none."""
-    vector_min_score: float = 0.7
-    """Least cosine similarity a ``vector`` search returns unless it gives min_score."""
-    hybrid_min_score: float = 0.1
+    vector_min_score: float | None = None
+    """Least cosine similarity a ``vector`` search returns unless it gives min_score;
+    None takes the embedder's own (``min_score``: 0.25 for the MiniLM and multilingual
+    models, whose related texts score 0.2 to 0.6; 0.7 for ``hashing``)."""
+    hybrid_min_score: float | None = None
     """Least score a ``hybrid`` search returns unless it gives min_score: hits below it
-    are mostly noise (a stray vector neighbour sharing nothing with the query)."""
+    are mostly noise (a stray vector neighbour sharing nothing with the query). None:
+    the score of a memory found by its vector alone at ``vector_min_score`` (the
+    vector weight's share of it), at most 0.1."""
     fusion: Literal["weighted", "rrf"] = "weighted"
     """How ``hybrid`` fuses full-text and vector: ``weighted`` sums the calibrated scores
     (comparable across scopes) by the weights below; ``rrf`` is reciprocal rank fusion."""
@@ -260,8 +264,10 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
             raise _invalid("hnsw_m", f"config.hnsw_m is {self.hnsw_m}; it must be >= 2")
         for name, low, high, span in (("hnsw_tombstone_ratio", 0.0, 1.0, "in (0, 1)"),
                                       ("bm25_b", 0.0, 1.0, "in 0..1"),
-                                      ("vector_min_score", -1.0, 1.0, "in -1..1"),
-                                      ("hybrid_min_score", 0.0, 1.0, "in 0..1")):
+                                      *([("vector_min_score", -1.0, 1.0, "in -1..1")]
+                                        if self.vector_min_score is not None else []),
+                                      *([("hybrid_min_score", 0.0, 1.0, "in 0..1")]
+                                        if self.hybrid_min_score is not None else [])):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not (
                     math.isfinite(value) and low <= value <= high) or (

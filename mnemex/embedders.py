@@ -98,6 +98,7 @@ class OnnxMiniLMEmbedder:
 
     name = "minilm-l6-v2-int8"
     dim = 384
+    min_score = 0.25  # related texts score 0.2-0.6, unrelated ones mostly below 0.3
     max_tokens: Final = 256
     batch_size: Final = 32
 
@@ -254,6 +255,7 @@ class MiniLMEmbedder:
 
     name = "minilm-l6-v2"
     dim = 384
+    min_score = 0.25  # related texts score 0.2-0.6, unrelated ones mostly below 0.3
 
     def __init__(self) -> None:
         self._model: Any = None
@@ -304,6 +306,7 @@ class UseMultilingualEmbedder:
 
     name = "use-multilingual-v3"
     dim = 512
+    min_score = 0.25  # related texts score 0.2-0.6, unrelated ones mostly below 0.3
 
     def __init__(self, *, threads: int | None = None) -> None:
         self.threads = threads if threads is not None else max(1, min(4, os.cpu_count() or 1))

@@ -189,6 +189,12 @@ class ScopeSettings:
         ``embedder`` is the model object, not config.embedder's name."""
         shared = {f.name: getattr(config, f.name) for f in fields(cls)
                   if f.name != "embedder" and hasattr(config, f.name)}
+        if shared.get("vector_min_score") is None:  # the embedder's own
+            shared["vector_min_score"] = float(getattr(embedder, "min_score", 0.7))
+        if shared.get("hybrid_min_score") is None:
+            weights = config.fusion_vector_weight + config.fusion_fulltext_weight
+            share = config.fusion_vector_weight / weights
+            shared["hybrid_min_score"] = round(min(0.1, share * shared["vector_min_score"]), 6)
         return cls(embedder=embedder, **shared)
 
     @property

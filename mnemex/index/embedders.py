@@ -64,6 +64,9 @@ class HashingEmbedder:
     Features of a word are computed once and cached, so throughput grows as the
     vocabulary repeats. Deterministic: equal inputs give bit-equal outputs."""
 
+    min_score = 0.7
+    """Default least cosine of a vector search: texts sharing a few words score 0.2-0.5."""
+
     _CACHE_LIMIT = 500_000
 
     def __init__(self, dim: int = 384, *, bigram_weight: float = 0.7, char_weight: float = 0.8,

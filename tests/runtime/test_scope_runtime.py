@@ -22,6 +22,9 @@ MODES = ["keyword", "fulltext", "vector", "hybrid"]
 
 
 def config(tmp_path: Path | None = None, **overrides: Any) -> mnemex.Config:
+    """The runtime's behaviour, not the model's: the hashing embedder unless a test
+    names another (the default model has tests of its own)."""
+    overrides.setdefault("embedder", "hashing")
     return mnemex.Config(data_dir=str(tmp_path) if tmp_path is not None else None, **overrides)
 
 
@@ -460,3 +463,15 @@ async def test_a_failed_archive_stores_nothing_and_says_why() -> None:
         for bad in ("", 3):
             with pytest.raises(mnemex.InvalidInput, match="user_id"):
                 await rt.archive("assistant", "s1", user_id=bad, app_name="chat")  # type: ignore[arg-type]
+
+
+async def test_the_default_model_finds_a_paraphrase_that_shares_no_word() -> None:
+    async with mnemex.open_runtime(mnemex.Config(data_dir=None)) as rt:
+        scope = rt.scope(user_id="alice", app_name="chat")
+        [job, _pet, _trip] = await scope.remember_many([
+            "I'm a software developer at a bank", "We adopted a grey cat called Miso",
+            "Next spring we fly to Lisbon"])
+        for mode in ("vector", "hybrid"):
+            hits = (await scope.search("what does the user do for work?", mode=mode)).hits
+            assert hits and hits[0].memory.id == job, mode
+        assert (await scope.stats()).embedder == "minilm-l6-v2-int8"
