@@ -116,6 +116,7 @@ _MAX_LABELS: Final = 256
 _ACCESS_HALF: Final = 10.0
 _SIDECAR: Final = "hnsw"
 _TEXT_SIDECARS: Final = ("keyword", "bm25", "entities")
+_VECTORS: Final = "vectors"
 
 scope_codec: JsonCodec[ScopeCommandType] = JsonCodec(ScopeCommandType, "scope command")
 _encode = msgspec.json.Encoder()
@@ -324,6 +325,41 @@ class _Line(msgspec.Struct, frozen=True):
 
 
 _decode_line = msgspec.json.Decoder(_Line)
+
+
+class _LazyLine(msgspec.Struct, frozen=True):
+    """A snapshot line read with its vector left as raw JSON: decoded only when the
+    vectors sidecar cannot stand in for it."""
+
+    d: int
+    m: MemoryRecord
+    v: msgspec.Raw = msgspec.Raw(b"null")
+
+
+_decode_lazy_line = msgspec.json.Decoder(_LazyLine)
+_decode_vector_bytes = msgspec.json.Decoder(bytes)
+_NULL: Final = b"null"
+
+
+def _vectors_sidecar(docs: Sequence[int], matrix: F32) -> bytes:
+    """Doc ids and their float32 vectors, raw: ``count`` (8 bytes), the ids (int64),
+    then the rows. The snapshot's own CRC of the file guards it."""
+    ids = np.asarray(docs, dtype="<i8")
+    rows = np.ascontiguousarray(matrix, dtype="<f4")
+    return len(ids).to_bytes(8, "little") + ids.tobytes() + rows.tobytes()
+
+
+def _read_vectors_sidecar(data: bytes | None, docs: Sequence[int], dim: int) -> F32 | None:
+    """The matrix of a vectors sidecar when it holds exactly ``docs`` in ``dim``s."""
+    if data is None or len(data) < 8:
+        return None
+    count = int.from_bytes(data[:8], "little")
+    if count != len(docs) or len(data) != 8 + count * 8 + count * dim * 4:
+        return None
+    ids = np.frombuffer(data, dtype="<i8", count=count, offset=8)
+    if not np.array_equal(ids, np.asarray(docs, dtype=np.int64)):
+        return None
+    return np.frombuffer(data, dtype="<f4", offset=8 + count * 8).reshape(count, dim)
 
 
 # -- the behaviour ---------------------------------------------------------------------------------
@@ -1099,6 +1135,11 @@ class ScopeMemory:
         if sidecar is not None:
             sidecars[_SIDECAR] = sidecar
 
+        def all_sidecars() -> dict[str, bytes]:  # in the writer's thread: only copies are read
+            if matrix is None:
+                return sidecars
+            return {**sidecars, _VECTORS: _vectors_sidecar(vector_docs, matrix)}
+
         def records() -> Iterator[bytes]:
             encode = _encode.encode
             row_of = {doc: row for row, doc in enumerate(vector_docs)}
@@ -1117,7 +1158,8 @@ class ScopeMemory:
             "count": len(pairs),
             "clock": self.clock,
         }
-        return SnapshotData(records=records, extra=extra, sidecars=sidecars or None)
+        return SnapshotData(records=records, extra=extra,
+                            sidecars=all_sidecars if sidecars or matrix is not None else None)
 
     @classmethod
     def restore(cls, key: Key, image: Image, settings: ScopeSettings) -> ScopeMemory:
@@ -1130,24 +1172,30 @@ class ScopeMemory:
         memory.docs = [None] * int(extra.get("docs", 0))
         memory.clock = float(extra.get("clock", 0.0))
         vector_docs: list[int] = []
-        vectors: list[bytes] = []
+        raw_vectors: list[msgspec.Raw] = []
         for number, line in enumerate(image.records):
             try:
-                item = _decode_line.decode(line)
+                item = _decode_lazy_line.decode(line)
             except msgspec.DecodeError as exc:
                 raise ValueError(f"scope {memory._name} snapshot record {number}: {exc}") from exc
             if item.d >= len(memory.docs):
                 memory.docs.extend([None] * (item.d + 1 - len(memory.docs)))
             memory.docs[item.d] = item.m
             memory.doc_of[item.m.id] = item.d
-            if item.v is not None:
+            if item.v != _NULL:
                 vector_docs.append(item.d)
-                vectors.append(item.v)
+                raw_vectors.append(item.v)
         memory.free = [int(doc) for doc in extra.get("free", [])]
         memory._reindex_all(image.sidecars)
         if isinstance(embedder, str) and dim > 0:
             memory.embedder, memory.dim = embedder, dim
-            matrix = np.frombuffer(b"".join(vectors), dtype="<f4").reshape(len(vector_docs), dim)
+            matrix = _read_vectors_sidecar(image.sidecars.get(_VECTORS), vector_docs, dim)
+            if matrix is None:  # no (usable) sidecar: the JSONL's own vectors
+                try:
+                    blob = b"".join(_decode_vector_bytes.decode(raw) for raw in raw_vectors)
+                    matrix = np.frombuffer(blob, dtype="<f4").reshape(len(vector_docs), dim)
+                except (msgspec.DecodeError, ValueError) as exc:
+                    raise ValueError(f"scope {memory._name} snapshot vectors: {exc}") from exc
             sidecar = image.sidecars.get(_SIDECAR)
             docs = np.array(vector_docs, dtype=np.int64)
             memory.vectors = VectorIndex.from_sidecar(sidecar, docs, matrix, dim, **settings.vector_params())

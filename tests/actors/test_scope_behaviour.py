@@ -490,6 +490,13 @@ def test_text_index_sidecars_load_and_a_bad_or_stale_one_is_rebuilt(caplog: pyte
         assert results(ScopeMemory.restore(KEY, Image(image.records, image.extra, damaged),
                                            driver.memory.settings)) == expected
     assert "text-index sidecars not used" in caplog.text
+    # a vectors sidecar that does not match is passed over for the JSONL's own vectors
+    assert "vectors" in image.sidecars
+    for bad in (image.sidecars["vectors"][:-4], (3).to_bytes(8, "little") + image.sidecars["vectors"][8:]):
+        other = Image(image.records, image.extra, {**image.sidecars, "vectors": bad})
+        memory = ScopeMemory.restore(KEY, other, driver.memory.settings)
+        assert [h.memory.id for h in Driver(memory).search("tea Oslo", mode="vector", min_score=-1).hits] == \
+            [h.memory.id for h in driver.search("tea Oslo", mode="vector", min_score=-1).hits]
     # other BM25 settings: the sidecar is stale, the indexes are rebuilt with the new ones
     changed = settings(context_weight=0.9)
     fresh = ScopeMemory.restore(KEY, image, changed)
