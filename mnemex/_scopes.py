@@ -215,20 +215,31 @@ class EmbeddingBatcher:
         self.batch_size = batch_size
         self._queue: list[_Request] = []
         self._wake = trio.Event()
-        self._per_char: float | None = None  # measured seconds per character of text
+        # measured seconds per character of text, for bulk calls and for small ones
+        # (queries) apart: a bulk call timed while the actors index beside it reads
+        # several times slower than a lone query is
+        self._per_char: float | None = None
+        self._per_char_small: float | None = None
         self.calls = 0
         self.texts = 0
+
+    _SMALL: Final = 4
 
     def _observe(self, texts: Sequence[str], seconds: float) -> None:
         chars = max(1, sum(len(text) for text in texts))
         rate = seconds / chars
-        self._per_char = rate if self._per_char is None else 0.8 * self._per_char + 0.2 * rate
+        if len(texts) <= self._SMALL:
+            old = self._per_char_small
+            self._per_char_small = rate if old is None else 0.8 * old + 0.2 * rate
+        else:
+            self._per_char = rate if self._per_char is None else 0.8 * self._per_char + 0.2 * rate
 
     async def embed(self, texts: Sequence[str]) -> F32:
         """Vectors of ``texts`` (float32, one unit row each)."""
         if not texts:
             return np.zeros((0, self.embedder.dim), dtype=np.float32)
-        per_char = self._per_char
+        per_char = self._per_char_small if len(texts) <= self._SMALL and self._per_char_small is not None \
+            else self._per_char
         if per_char is not None and not self._queue and \
                 per_char * sum(len(text) for text in texts) <= self.inline_budget:
             started = time.perf_counter()
