@@ -33,7 +33,7 @@ search indexes take as ``allowed``, so filtering happens inside the search.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -88,6 +88,32 @@ class FilterTable:
                     holders.add(doc)
         for key, value in record.metadata.items():
             self.metadata.setdefault(key, {})[doc] = value
+
+    def add_many(self, items: Sequence[tuple[int, MemoryRecord]]) -> None:
+        """``add`` for many (doc, record) pairs at once (a restore): the numeric
+        columns filled in one assignment each."""
+        if not items:
+            return
+        docs = np.fromiter((doc for doc, _ in items), dtype=np.int64, count=len(items))
+        self._ensure(int(docs.max()) + 1)
+        self.live[docs] = True
+        self.importance[docs] = [record.importance for _, record in items]
+        self.timestamp[docs] = [record.timestamp for _, record in items]
+        self.created[docs] = [record.created_at for _, record in items]
+        fields, metadata = self.fields, self.metadata
+        sessions, actors, authors = fields["session_id"], fields["actor_id"], fields["author"]
+        for doc, record in items:
+            if record.session_id is not None:
+                sessions.setdefault(record.session_id, set()).add(doc)
+            if record.actor_id is not None:
+                actors.setdefault(record.actor_id, set()).add(doc)
+            if record.author is not None:
+                authors.setdefault(record.author, set()).add(doc)
+            for name, values in (("categories", record.categories), ("entities", record.entities)):
+                for value in values:
+                    fields[name].setdefault(value, set()).add(doc)
+            for key, value in record.metadata.items():
+                metadata.setdefault(key, {})[doc] = value
 
     def remove(self, doc: int, record: MemoryRecord) -> None:
         self.live[doc] = False

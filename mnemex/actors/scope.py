@@ -744,11 +744,10 @@ class ScopeMemory:
             for members in self.sessions.values():
                 members.sort()
         if self._load_text_sidecars(sidecars):
-            for doc, record in enumerate(self.docs):
-                if record is not None:
-                    self.by_content[record.content] = doc
-                    self.table.add(doc, record)
-                    self.content_bytes += len(record.content)
+            items = [(doc, record) for doc, record in enumerate(self.docs) if record is not None]
+            self.by_content = {record.content: doc for doc, record in items}
+            self.table.add_many(items)
+            self.content_bytes = sum(len(record.content) for _, record in items)
             return
         context: dict[int, str | None] = {}
         for members in self.sessions.values():

@@ -527,9 +527,13 @@ class VectorIndex:
         """CRC-32 of the stored vectors in doc id order (float32 little-endian)."""
         crc = 0
         ids = self._sorted_ids()
+        order = self._row_of[ids]
+        if len(order) and order[0] == 0 and bool(np.all(np.diff(order) == 1)):
+            # rows already in doc id order (a restored index): no gather
+            return f"{zlib.crc32(np.ascontiguousarray(self._rows[: len(order)], dtype='<f4').data):08x}"
         for start in range(0, len(ids), _VERIFY_CHUNK):
-            rows = self._rows[self._row_of[ids[start : start + _VERIFY_CHUNK]]]
-            crc = zlib.crc32(np.ascontiguousarray(rows, dtype="<f4").data, crc)
+            block = self._rows[self._row_of[ids[start : start + _VERIFY_CHUNK]]]
+            crc = zlib.crc32(np.ascontiguousarray(block, dtype="<f4").data, crc)
         return f"{crc:08x}"
 
     def _maybe_build(self) -> None:
@@ -654,6 +658,8 @@ class VectorIndex:
         # idempotent: vectors read back from a snapshot match the graph's copies.
         norms = np.linalg.norm(matrix, axis=1)
         rescale = np.abs(norms - 1.0) > 1e-6
+        if not rescale.any():
+            return np.ascontiguousarray(matrix)  # the caller copies it into its rows
         result: F32 = np.array(matrix, dtype=np.float32, order="C", copy=True)
         if rescale.any():
             safe = np.where(norms[rescale] > 0, norms[rescale], 1.0)
