@@ -376,7 +376,7 @@ class ScopeMemory:
         self.doc_of: dict[str, int] = {}
         self.by_content: dict[str, int] = {}
         self.free: list[int] = []
-        self.keyword = KeywordIndex()
+        self.keyword = KeywordIndex(keep_words=False)  # _unindex passes the content
         self.bm25 = BM25Index(k1=settings.bm25_k1, b=settings.bm25_b,
                               tokenizer=Tokenizer(stem=settings.fulltext_stem),
                               context_weight=settings.context_weight)
@@ -635,7 +635,7 @@ class ScopeMemory:
 
     def _unindex(self, doc: int) -> MemoryRecord:
         record = self._record_at(doc)
-        self.keyword.remove(doc)
+        self.keyword.remove(doc, record.content)
         self.bm25.remove(doc)
         self._leave_session(record, doc)
         if record.entities:
@@ -768,6 +768,7 @@ class ScopeMemory:
             log.info("scope %s: text-index sidecars not used (%s); rebuilding the indexes from the records",
                      self._name, exc)
             return False
+        keyword.keep_words = False
         self.keyword, self.bm25, self.entities = keyword, bm25, entities
         return True
 

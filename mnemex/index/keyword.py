@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import sys
+from collections.abc import Iterable
 from typing import Any, Self
 
 import numpy as np
@@ -86,9 +87,11 @@ class KeywordIndex:
     _dense_share = 32      # and is dense once in more than 1/32 of the id space
     _few = 2048            # a match level this small is sorted directly
 
-    def __init__(self) -> None:
-        # A doc's distinct words; None for a doc restored from a sidecar, whose words
-        # are read off the postings when it is removed (see _words_of_restored).
+    def __init__(self, *, keep_words: bool = True) -> None:
+        # A doc's distinct words; None for a doc restored from a sidecar (or added with
+        # keep_words off), whose words are read off the postings when it is removed
+        # without its text (see _words_of_restored).
+        self.keep_words = keep_words
         self._doc_words: dict[int, tuple[str, ...] | None] = {}
         self._restored: TermsByDoc | None = None
         self._capacity = 0
@@ -131,7 +134,7 @@ class KeywordIndex:
             raise InvalidInput(f"doc {doc_id} is already in the keyword index; use update", field="doc_id")
         distinct = tuple(sys.intern(w) for w in dict.fromkeys(words(text)))
         self._ensure_capacity(doc_id + 1)
-        self._doc_words[doc_id] = distinct
+        self._doc_words[doc_id] = distinct if self.keep_words else None
         self._timestamps[doc_id] = ts
         dense_at = max(self._dense_min, self._capacity // self._dense_share)
         for word in distinct:
@@ -150,13 +153,23 @@ class KeywordIndex:
                 self._promote(word)
         self._pending_add[doc_id] = None
 
-    def remove(self, doc_id: int) -> None:
-        """Forget document *doc_id*; NotFound when it is not indexed."""
+    def remove(self, doc_id: int, text: str | None = None) -> None:
+        """Forget document *doc_id*; NotFound when it is not indexed. *text*, the
+        text it was added with, saves reading its words off the postings when they
+        were not kept (``keep_words=False``, or a doc restored from a sidecar)."""
         if doc_id not in self._doc_words:
             raise missing(doc_id, "keyword index")
-        distinct = self._doc_words.pop(doc_id)
-        if distinct is None:
+        kept = self._doc_words.pop(doc_id)
+        if kept is not None:
+            distinct: Iterable[str] = kept
+        elif text is not None:
+            distinct = dict.fromkeys(words(text))
+        elif self.keep_words:
             distinct = self._words_of_restored(doc_id)
+        else:
+            self._doc_words[doc_id] = None
+            raise InvalidInput(f"doc {doc_id}'s words are not kept (keep_words=False): remove it "
+                               f"with the text it was added with", field="text")
         demote_below = max(self._dense_min, self._capacity // self._dense_share) // 4
         for word in distinct:
             column = self._dense.get(word)

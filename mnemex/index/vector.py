@@ -43,6 +43,7 @@ from exactly these ids and vectors, rebuilding otherwise.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import struct
@@ -387,6 +388,8 @@ class VectorIndex:
         readd = [d for d in changed if d in self]
         self._graph, self._graph_size, self._tombstones = graph, int(graph.get_current_count()), tombstones
         self._touched = None
+        build.graph = None
+        _release_freed_memory()  # the replaced graph's many small blocks
         if self.defer_inserts:
             since = set(changed)
             self._pending = {d: None for d in self._pending if d not in planned or d in since}
@@ -665,6 +668,25 @@ class VectorIndex:
             safe = np.where(norms[rescale] > 0, norms[rescale], 1.0)
             result[rescale] = matrix[rescale] / safe[:, None]
         return result
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def _release_freed_memory() -> None:
+    """Hand the heap's free pages back to the system (glibc's ``malloc_trim``; a
+    no-op elsewhere): a swapped-out graph frees thousands of small blocks that
+    would otherwise stay resident."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def _crc(data: bytes | memoryview) -> str:

@@ -200,3 +200,18 @@ class KeywordMachine(RuleBasedStateMachine):
 
 KeywordMachine.TestCase.settings = settings(max_examples=30, stateful_step_count=30, deadline=None)
 test_keyword_index_matches_brute_force = KeywordMachine.TestCase
+
+
+def test_an_index_that_keeps_no_words_removes_by_the_text_given() -> None:
+    texts = {0: "Tea in Paris", 1: "tea and coffee", 2: "Paris in spring", 3: "coffee coffee"}
+    kept, lean = KeywordIndex(), KeywordIndex(keep_words=False)
+    for doc, text in texts.items():
+        kept.add(doc, text, float(doc))
+        lean.add(doc, text, float(doc))
+    kept.remove(1)
+    lean.remove(1, texts[1])
+    for query in ("tea", "coffee Paris", "spring tea coffee"):
+        assert lean.search(query) == kept.search(query)
+    with pytest.raises(InvalidInput, match="not kept"):
+        lean.remove(2)
+    assert 2 in lean and lean.search("spring") == [(2, 1)]  # the refused removal changed nothing
