@@ -19,7 +19,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import struct
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +31,7 @@ import orjson
 from mnemex.errors import CorruptData
 
 __all__ = ["SIDECAR_VERSION", "WORDS_SCHEME", "Sidecar", "TermsByDoc", "corrupt", "doc_ids_checksum",
+           "load_sidecar", "require_words_scheme",
            "gc_paused", "pack_sidecar", "read_header", "sidecar_info", "unpack_sidecar"]
 
 SIDECAR_VERSION = 1
@@ -223,6 +224,31 @@ def gc_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def load_sidecar(index: Any, data: bytes, magic: bytes, what: str, schema: Mapping[str, npt.DTypeLike], *,
+                 check: Callable[[Any], None]) -> None:
+    """Unpack *data* and fill *index* from it with its ``_load``: ``check`` sees the
+    header's ``params`` first (it raises CorruptData when they are stale); the
+    collector is paused meanwhile, and a load that trips on bad contents is
+    CorruptData naming ``what``."""
+    sidecar = unpack_sidecar(data, magic, what, schema)
+    check(sidecar.header.get("params"))
+    try:
+        with gc_paused():
+            index._load(sidecar)
+    except (KeyError, TypeError, ValueError, IndexError, UnicodeDecodeError) as exc:
+        raise corrupt(what, repr(exc)) from exc
+
+
+def require_words_scheme(what: str) -> Callable[[Any], None]:
+    """A ``check`` for :func:`load_sidecar`: the sidecar was built with this
+    version's ``words()`` tokenization."""
+    def check(built: Any) -> None:
+        if not isinstance(built, dict) or built.get("words") != WORDS_SCHEME:
+            raise CorruptData(f"{what} sidecar is stale: it was built with {built!r} (this index: "
+                              f"{ {'words': WORDS_SCHEME}!r}); rebuild the index from its records")
+    return check
 
 
 def corrupt(what: str, problem: str) -> CorruptData:

@@ -59,10 +59,9 @@ from mnemex.index._sidecar import (
     Sidecar,
     corrupt,
     doc_ids_checksum,
-    gc_paused,
+    load_sidecar,
     pack_sidecar,
     sidecar_info,
-    unpack_sidecar,
 )
 from mnemex.index.tokenizer import ParsedQuery, Phrase, Tokenizer
 
@@ -375,20 +374,19 @@ class BM25Index:
         is damaged, truncated, of another format version, or was built with other
         settings (then it is stale: rebuild the index from the records)."""
         index = cls(k1=k1, b=b, tokenizer=tokenizer, context_weight=context_weight)
-        sidecar = unpack_sidecar(data, _MAGIC, "BM25", _SIDECAR_ARRAYS)
-        built, wanted = sidecar.header.get("params"), index._settings()
-        if built != wanted:
+        wanted = index._settings()
+
+        def check(built: Any) -> None:
+            if built == wanted:
+                return
             if not isinstance(built, dict):
                 raise corrupt("BM25", "its header has no params")
             differ = ", ".join(f"{name}={built.get(name)!r} (this index: {value!r})"
                                for name, value in wanted.items() if built.get(name) != value)
             raise CorruptData(f"BM25 sidecar is stale: it was built with {differ}; "
                               "rebuild the index from its records")
-        try:
-            with gc_paused():
-                index._load(sidecar)
-        except (KeyError, TypeError, ValueError, IndexError, UnicodeDecodeError) as exc:
-            raise corrupt("BM25", repr(exc)) from exc
+
+        load_sidecar(index, data, _MAGIC, "BM25", _SIDECAR_ARRAYS, check=check)
         return index
 
     @staticmethod

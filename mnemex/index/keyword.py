@@ -33,7 +33,7 @@ from typing import Any, Self
 import numpy as np
 import numpy.typing as npt
 
-from mnemex.errors import CorruptData, InvalidInput
+from mnemex.errors import InvalidInput
 from mnemex.index._select import (
     Allowed,
     allowed_mask,
@@ -48,10 +48,10 @@ from mnemex.index._sidecar import (
     TermsByDoc,
     corrupt,
     doc_ids_checksum,
-    gc_paused,
+    load_sidecar,
     pack_sidecar,
+    require_words_scheme,
     sidecar_info,
-    unpack_sidecar,
 )
 from mnemex.index.tokenizer import words
 
@@ -280,16 +280,7 @@ class KeywordIndex:
         version, or was built with another tokenization (then it is stale:
         rebuild the index from the records)."""
         index = cls()
-        sidecar = unpack_sidecar(data, _MAGIC, "keyword", _SIDECAR_ARRAYS)
-        built = sidecar.header.get("params")
-        if not isinstance(built, dict) or built.get("words") != WORDS_SCHEME:
-            raise CorruptData(f"keyword sidecar is stale: it was built with {built!r} (this index: "
-                              f"{ {'words': WORDS_SCHEME}!r}); rebuild the index from its records")
-        try:
-            with gc_paused():
-                index._load(sidecar)
-        except (KeyError, TypeError, ValueError, IndexError, UnicodeDecodeError) as exc:
-            raise corrupt("keyword", repr(exc)) from exc
+        load_sidecar(index, data, _MAGIC, "keyword", _SIDECAR_ARRAYS, check=require_words_scheme("keyword"))
         return index
 
     @staticmethod

@@ -22,7 +22,7 @@ import ahocorasick
 import numpy as np
 import numpy.typing as npt
 
-from mnemex.errors import CorruptData, InvalidInput
+from mnemex.errors import InvalidInput
 from mnemex.index._select import Allowed, allowed_ids, check_doc_id, check_top_k, missing
 from mnemex.index._sidecar import (
     WORDS_SCHEME,
@@ -30,10 +30,10 @@ from mnemex.index._sidecar import (
     TermsByDoc,
     corrupt,
     doc_ids_checksum,
-    gc_paused,
+    load_sidecar,
     pack_sidecar,
+    require_words_scheme,
     sidecar_info,
-    unpack_sidecar,
 )
 from mnemex.index.tokenizer import words
 
@@ -203,16 +203,7 @@ class EntityIndex:
         version, or was built with another normalisation (then it is stale:
         rebuild the index from the records)."""
         index = cls()
-        sidecar = unpack_sidecar(data, _MAGIC, "entity", _SIDECAR_ARRAYS)
-        built = sidecar.header.get("params")
-        if not isinstance(built, dict) or built.get("words") != WORDS_SCHEME:
-            raise CorruptData(f"entity sidecar is stale: it was built with {built!r} (this index: "
-                              f"{ {'words': WORDS_SCHEME}!r}); rebuild the index from its records")
-        try:
-            with gc_paused():
-                index._load(sidecar)
-        except (KeyError, TypeError, ValueError, IndexError, UnicodeDecodeError) as exc:
-            raise corrupt("entity", repr(exc)) from exc
+        load_sidecar(index, data, _MAGIC, "entity", _SIDECAR_ARRAYS, check=require_words_scheme("entity"))
         return index
 
     @staticmethod
