@@ -678,14 +678,13 @@ def main() -> None:
         results["recovery"] = {"records": records, "journal_lines": journal_lines, **recovery}
         for case, runs in (("with", recovery["with"]), ("without", recovery["without"])):
             total = median(run["total_s"] for run in runs)
-            what = (f"recovery WITH sidecar, {records:,} records + {journal_lines:,} journal lines"
-                    if case == "with" else
-                    f"recovery WITHOUT sidecar (graph rebuilt), same data, {len(runs)} run"
+            # the bench-local kind inserts every replayed vector into its graph, as a
+            # naive owner would; the bar's figure is the real scope actor's (section 4)
+            what = (f"vecnote kind: recovery WITH sidecar, {records:,} records + {journal_lines:,} "
+                    f"journal lines" if case == "with" else
+                    f"vecnote kind: recovery WITHOUT sidecar (graph rebuilt), same data, {len(runs)} run"
                     f"{'s' if len(runs) > 1 else ''}")
-            if case == "with":
-                row(what, total, "s", "<= 3", judged(total <= 3, size_bound=True))
-            else:
-                row(what, total, "s")
+            row(what, total, "s")
             row("  FileStore.recover() (read + check snapshot, sidecar, journal)",
                 median(run["recover_s"] for run in runs), "s")
             row("  decode records", median(run["decode_s"] for run in runs), "s")
