@@ -22,6 +22,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from mnemex._agents import AgentRef
 from mnemex._assembly import MnemexRuntime
@@ -49,6 +50,7 @@ from mnemex.server._schemas import (
 __all__ = ["build_app"]
 
 access_log = logging.getLogger("mnemex.access")
+_log_encoder = msgspec.json.Encoder()
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -326,6 +328,44 @@ class _Api:
         return json_response(openapi_document())
 
 
+class _Endpoint:
+    """One route as a plain ASGI app: bearer token, the handler, errors as JSON,
+    metrics and the access log. Being an ASGI app rather than a function, Starlette
+    calls it directly, without wrapping every request in handlers of its own."""
+
+    __slots__ = ("handler", "logs", "metrics", "route", "token")
+
+    def __init__(self, route: str, handler: Handler, token: str | None, metrics: Metrics,
+                 logs: bool) -> None:
+        self.route = route
+        self.handler = handler
+        self.token = token
+        self.metrics = metrics
+        self.logs = logs
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive, send)
+        started = time.perf_counter()
+        try:
+            if self.token is not None:
+                check_token(request, self.token)
+            response = await self.handler(request)
+        except (HttpError, MnemexError) as exc:
+            response = error_response(exc)
+        except (ValueError, TypeError) as exc:  # a value our own checks missed: still a 400
+            response = error_response(InvalidInput(str(exc)))
+        elapsed = time.perf_counter() - started
+        status = response.status_code
+        method: str = scope["method"]
+        self.metrics.observe(method, self.route, status, elapsed)
+        if self.logs and access_log.isEnabledFor(logging.INFO):
+            client = scope.get("client")
+            access_log.info(_log_encoder.encode({
+                "method": method, "path": scope["path"], "route": self.route, "status": status,
+                "ms": round(elapsed * 1000, 3), "client": client[0] if client else None}).decode())
+        await response(scope, receive, send)
+
+
 def build_app(runtime: MnemexRuntime, settings: ServerSettings | None = None) -> Starlette:
     """The ASGI app serving ``runtime``; it must run in the runtime's trio run."""
     settings = settings if settings is not None else ServerSettings()
@@ -333,28 +373,10 @@ def build_app(runtime: MnemexRuntime, settings: ServerSettings | None = None) ->
     api = _Api(runtime, settings, metrics)
     open_paths = {"/health"} if settings.open_health else set()
 
-    def wrap(route: str, handler: Handler) -> Handler:
-        async def endpoint(request: Request) -> Response:
-            started = time.perf_counter()
-            status = 500
-            try:
-                if request.url.path not in open_paths:
-                    check_token(request, settings.token)
-                response = await handler(request)
-            except (HttpError, MnemexError) as exc:
-                response = error_response(exc)
-            except (ValueError, TypeError) as exc:  # a value our own checks missed: still a 400
-                response = error_response(InvalidInput(str(exc)))
-            finally:
-                elapsed = time.perf_counter() - started
-            status = response.status_code
-            metrics.observe(request.method, route, status, elapsed)
-            access_log.info(json.dumps({"method": request.method, "path": request.url.path, "route": route,
-                                        "status": status, "ms": round(elapsed * 1000, 3),
-                                        "client": request.client.host if request.client else None}))
-            return response
-
-        return endpoint
+    def wrap(route: str, handler: Handler) -> _Endpoint:
+        # /health is the one open path and has no parameters: its route is its path
+        token = settings.token if route not in open_paths else None
+        return _Endpoint(route, handler, token, metrics, settings.access_log)
 
     routes: list[Route] = []
 

@@ -3,7 +3,7 @@ process, as in tests, do not collide)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -34,10 +34,18 @@ class Metrics:
                              registry=r)
         self.pending = Gauge("mnemex_journal_pending_acks", "Replies waiting for their fsync", registry=r)
         self.fsync = Gauge("mnemex_fsync_seconds", "Recent fsync latency", ["quantile"], registry=r)
+        # the labelled children of requests and latency, by (method, route, status); the routes
+        # are the app's own templates, so this stays small
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
-        self.requests.labels(method, route, str(status)).inc()
-        self.latency.labels(method, route).observe(seconds)
+        key = (method, route, status)
+        children = self._children.get(key)
+        if children is None:  # once per (method, route, status): label lookups take a lock
+            children = self._children[key] = (self.requests.labels(method, route, str(status)),
+                                               self.latency.labels(method, route))
+        children[0].inc()
+        children[1].observe(seconds)
 
     def render(self, runtime: MnemexRuntime) -> bytes:
         stats = runtime.stats()

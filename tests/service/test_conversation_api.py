@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import logging
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any
@@ -117,6 +119,38 @@ async def test_token_is_required_but_health_stays_open(tmp_path: Path, server: A
         ok = await http.get("/sessions", headers={"Authorization": "Bearer s3cret"})
         assert ok.status_code == 200
         assert (await http.get("/health")).status_code == 200
+
+
+async def test_metrics_count_every_request_per_route_and_status(tmp_path: Path, server: Any) -> None:
+    async with server(cfg(tmp_path)) as http:
+        stored = {"session_id": "s", "messages": [{"role": "user", "content": "x"}]}
+        for _ in range(3):
+            await http.post("/messages", json=stored)
+        await http.post("/messages", json={"session_id": "s", "messages": [{}]})
+        await http.post("/agents/other/messages", json=stored)
+        metrics = (await http.get("/metrics")).text
+        assert 'mnemex_http_requests_total{method="POST",route="/messages",status="201"} 3.0' in metrics
+        assert 'mnemex_http_requests_total{method="POST",route="/messages",status="400"} 1.0' in metrics
+        assert ('mnemex_http_requests_total{method="POST",route="/agents/{agent}/messages",status="201"} 1.0'
+                in metrics)
+        assert 'mnemex_http_request_seconds_count{method="POST",route="/messages"} 4.0' in metrics
+
+
+async def test_access_log_is_one_json_line_per_request_only_when_enabled(
+        tmp_path: Path, server: Any, caplog: pytest.LogCaptureFixture) -> None:
+    body = {"session_id": "s", "messages": [{"role": "user", "content": "x"}]}
+    with caplog.at_level(logging.INFO, logger="mnemex.access"):
+        async with server(cfg(tmp_path)) as http:
+            await http.post("/messages", json=body)
+        assert not [r for r in caplog.records if r.name == "mnemex.access"]
+        async with server(cfg(tmp_path), access_log=True) as http:
+            await http.post("/agents/a1/messages", json=body)
+            await http.get("/memory/m1")
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "mnemex.access"]
+    assert [(line["method"], line["path"], line["route"], line["status"]) for line in lines] == [
+        ("POST", "/agents/a1/messages", "/agents/{agent}/messages", 201),
+        ("GET", "/memory/m1", "/memory/{memory_id}", 400)]
+    assert all(line["client"] == "127.0.0.1" and line["ms"] >= 0 for line in lines)
 
 
 async def test_health_metrics_and_openapi(tmp_path: Path, server: Any) -> None:
