@@ -24,6 +24,7 @@ import os
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -218,8 +219,8 @@ class EmbeddingBatcher:
         # measured seconds per character of text, for bulk calls and for small ones
         # (queries) apart: a bulk call timed while the actors index beside it reads
         # several times slower than a lone query is
-        self._per_char: float | None = None
-        self._per_char_small: float | None = None
+        self._per_char = _Rate()
+        self._per_char_small = _Rate()
         self.calls = 0
         self.texts = 0
 
@@ -229,17 +230,17 @@ class EmbeddingBatcher:
         chars = max(1, sum(len(text) for text in texts))
         rate = seconds / chars
         if len(texts) <= self._SMALL:
-            old = self._per_char_small
-            self._per_char_small = rate if old is None else 0.8 * old + 0.2 * rate
+            self._per_char_small.observe(rate)
         else:
-            self._per_char = rate if self._per_char is None else 0.8 * self._per_char + 0.2 * rate
+            self._per_char.observe(rate)
 
     async def embed(self, texts: Sequence[str]) -> F32:
         """Vectors of ``texts`` (float32, one unit row each)."""
         if not texts:
             return np.zeros((0, self.embedder.dim), dtype=np.float32)
-        per_char = self._per_char_small if len(texts) <= self._SMALL and self._per_char_small is not None \
-            else self._per_char
+        per_char = self._per_char_small.value if len(texts) <= self._SMALL else None
+        if per_char is None:
+            per_char = self._per_char.value
         if per_char is not None and not self._queue and \
                 per_char * sum(len(text) for text in texts) <= self.inline_budget:
             started = time.perf_counter()
@@ -303,6 +304,28 @@ class EmbeddingBatcher:
     def _finish(self, request: _Request) -> None:
         self._queue.remove(request)
         request.done.set()
+
+
+class _Rate:
+    """Seconds per character, as the median of the last few calls measured. Not a
+    mean: on a busy machine one call in a few dozen is preempted and reads ten or a
+    hundred times slower, and a mean would send the next queries through the thread
+    hop (measured: 16% of them with one core kept busy beside); the first call of a
+    cold embedder is slow the same way. A real change shows after three calls."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: deque[float] = deque(maxlen=5)
+
+    def observe(self, rate: float) -> None:
+        self._last.append(rate)
+
+    @property
+    def value(self) -> float | None:
+        if not self._last:
+            return None
+        return sorted(self._last)[(len(self._last) - 1) // 2]
 
 
 def _embed_timed(embedder: Embedder, texts: list[str]) -> tuple[F32, float]:

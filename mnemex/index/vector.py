@@ -123,7 +123,8 @@ class VectorIndex:
     dimensions, keyed by int doc ids. See the module docstring for the modes.
 
     Memory: 4 * dim bytes per vector for the matrix, plus, in HNSW mode, the
-    graph's copy of the vector and about 8 * m + 16 bytes of links per element.
+    graph's copy of the vector and about 8 * m + 16 bytes of links per element,
+    and a second copy of the deferred vectors (``defer_inserts``).
     """
 
     # Filtered HNSW costs about 0.8 ms / (share of documents allowed) at 100,000 x 384,
@@ -167,6 +168,7 @@ class VectorIndex:
         self._plan_token = 0
         self._touched: set[int] | None = None               # ids changed since the live plan
         self._pending: dict[int, None] = {}                 # live docs not in the graph yet (deferred)
+        self._pending_block: _PendingBlock | None = None    # their vectors, contiguous; None: to rebuild
         self.sidecar_status: SidecarStatus = "none"
 
     # -- reading ---------------------------------------------------------------------
@@ -256,6 +258,8 @@ class VectorIndex:
         if self._graph is not None:
             if self.defer_inserts:
                 self._pending.update(dict.fromkeys(ids))
+                if self._pending_block is not None:
+                    self._pending_block.append(id_array, matrix)
             else:
                 # Every live doc is in the graph, so these are new labels or tombstones.
                 self._graph_insert(id_array, matrix, sum(1 for d in ids if d not in self._tombstones))
@@ -277,6 +281,7 @@ class VectorIndex:
                 # A pending doc is no live label of the graph (new, or its old label
                 # already a tombstone): nothing to mark.
                 del self._pending[doc_id]
+                self._pending_block = None
                 self._maybe_build()
                 return
             self._graph.mark_deleted(doc_id)
@@ -309,26 +314,50 @@ class VectorIndex:
                 return []
             if self._graph is None or self._filter_is_cheaper_exact(len(rows)):
                 return self._exact_rows(query, rows, top_k)
-            return self._with_pending(query, top_k, self._graph_search(query, top_k, len(rows), ids), ids)
+            mask = np.zeros(len(self._row_of), dtype=np.bool_)
+            mask[ids] = True
+            return self._with_pending(query, top_k, self._graph_search(query, top_k, len(rows), mask), mask)
         if self._graph is None:
             return self._exact_all(query, top_k)
         return self._with_pending(query, top_k, self._graph_search(query, top_k, self._count, None), None)
 
     def _with_pending(self, query: F32, top_k: int, found: list[tuple[int, float]],
-                      allowed: I64 | None) -> list[tuple[int, float]]:
+                      allowed: npt.NDArray[np.bool_] | None) -> list[tuple[int, float]]:
         """Graph results merged with an exact pass over the deferred vectors."""
         if not self._pending:
             return found
-        ids = np.fromiter(self._pending, dtype=np.int64, count=len(self._pending))
+        ids, matrix = self._pending_vectors()
         if allowed is not None:
-            ids = ids[np.isin(ids, allowed)]
-        if len(ids) == 0:
-            return found
-        extra = self._exact_rows(query, self._row_of[ids], top_k)
+            keep = allowed[ids]
+            ids, matrix = ids[keep], matrix[keep]
+            if len(ids) == 0:
+                return found
+        # In blocks: a product over more rows lets OpenBLAS start its threads, which
+        # on a busy machine costs milliseconds waiting for a core.
+        scores = np.empty(len(ids), dtype=np.float64)
+        for start in range(0, len(ids), _GATHER_BLOCK):
+            scores[start : start + _GATHER_BLOCK] = matrix[start : start + _GATHER_BLOCK] @ query
+        if len(found) >= top_k:
+            # only a deferred vector at least as close as the graph's k-th can enter
+            reach = np.flatnonzero(scores >= found[top_k - 1][1])
+            if len(reach) == 0:
+                return found
+            ids, scores = ids[reach], scores[reach]
+        # by id: the exact fallback of _graph_search has found the deferred docs already
         merged = dict(found)
-        merged.update(extra)
+        merged.update(top_k_by_score(ids, scores, top_k))
         return top_k_by_score(np.fromiter(merged, dtype=np.int64, count=len(merged)),
                               np.fromiter(merged.values(), dtype=np.float64, count=len(merged)), top_k)
+
+    def _pending_vectors(self) -> tuple[I64, F32]:
+        """The deferred docs and their vectors, as one contiguous block (kept between
+        searches, grown as inserts defer, rebuilt after any other change)."""
+        block = self._pending_block
+        if block is None:
+            ids = np.fromiter(self._pending, dtype=np.int64, count=len(self._pending))
+            block = self._pending_block = _PendingBlock(self.dim)
+            block.append(ids, self._rows[self._row_of[ids]])
+        return block.ids[: block.size], block.vectors[: block.size]
 
     def exact_search(self, vector: npt.ArrayLike, top_k: int = 10,
                      allowed: Allowed = None) -> list[tuple[int, float]]:
@@ -390,6 +419,7 @@ class VectorIndex:
         self._touched = None
         build.graph = None
         _release_freed_memory()  # the replaced graph's many small blocks
+        self._pending_block = None
         if self.defer_inserts:
             since = set(changed)
             self._pending = {d: None for d in self._pending if d not in planned or d in since}
@@ -412,6 +442,7 @@ class VectorIndex:
         self._graph, self._graph_size, self._tombstones = None, 0, set()
         self._touched = None
         self._pending = {}
+        self._pending_block = None
 
     # -- persistence -----------------------------------------------------------------
     @classmethod
@@ -519,6 +550,7 @@ class VectorIndex:
         self._graph_size = int(header["graph_size"])
         self._tombstones = tombstones
         self._pending = dict.fromkeys(sorted(pending))
+        self._pending_block = None
         self._touched = None
         return "loaded"
 
@@ -558,22 +590,18 @@ class VectorIndex:
         self._graph_size = needed
 
     def _graph_search(self, query: F32, top_k: int, allowed_count: int,
-                      allowed: I64 | None) -> list[tuple[int, float]]:
+                      allowed: npt.NDArray[np.bool_] | None) -> list[tuple[int, float]]:
         k = min(top_k, allowed_count)
         ef = max(k, min(max(self.ef_search, math.ceil(self.ef_search * k / 10)), _MAX_EF))
         self._graph.set_ef(ef)
-        allowed_filter = None
-        if allowed is not None:
-            mask = np.zeros(len(self._row_of), dtype=np.bool_)
-            mask[allowed] = True
-            allowed_filter = mask.tobytes().__getitem__
+        allowed_filter = None if allowed is None else allowed.tobytes().__getitem__
         try:
             labels, _ = self._graph.knn_query(query, k=k, num_threads=1, filter=allowed_filter)
         except RuntimeError:
             # hnswlib found fewer than k reachable elements: answer exactly instead.
             if allowed is None:
                 return self._exact_all(query, top_k)
-            rows = self._row_of[allowed]
+            rows = self._row_of[np.flatnonzero(allowed)]
             return self._exact_rows(query, rows[rows >= 0], top_k)
         ids = labels[0].astype(np.int64)
         rows = self._row_of[ids]
@@ -668,6 +696,34 @@ class VectorIndex:
             safe = np.where(norms[rescale] > 0, norms[rescale], 1.0)
             result[rescale] = matrix[rescale] / safe[:, None]
         return result
+
+
+class _PendingBlock:
+    """A contiguous copy of the deferred vectors, which every graph search scans
+    exactly: one product over contiguous rows instead of a gather from the scattered
+    rows of the main matrix and an id array rebuilt from a dict (measured at 100,000
+    x 384 with 4,900 deferred, on top of the graph search: 0.2 ms against 0.55 ms). Costs 4 * dim
+    bytes per deferred vector (up to twice that with the room to grow)."""
+
+    __slots__ = ("ids", "size", "vectors")
+
+    def __init__(self, dim: int) -> None:
+        self.ids: I64 = np.zeros(0, dtype=np.int64)
+        self.vectors: F32 = np.zeros((0, dim), dtype=np.float32)
+        self.size = 0
+
+    def append(self, ids: I64, vectors: F32) -> None:
+        end = self.size + len(ids)
+        if end > len(self.ids):
+            capacity = max(_MIN_ROWS, end, 2 * len(self.ids))
+            grown_ids = np.zeros(capacity, dtype=np.int64)
+            grown_ids[: self.size] = self.ids[: self.size]
+            grown = np.zeros((capacity, self.vectors.shape[1]), dtype=np.float32)
+            grown[: self.size] = self.vectors[: self.size]
+            self.ids, self.vectors = grown_ids, grown
+        self.ids[self.size : end] = ids
+        self.vectors[self.size : end] = vectors
+        self.size = end
 
 
 @functools.cache

@@ -424,6 +424,40 @@ TestDeferredIndex = DeferredIndex.TestCase
 TestDeferredIndex.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
 
 
+def test_deferred_vectors_are_searched_exactly_beside_the_graph_with_and_without_filters() -> None:
+    """A graph over few vectors with a wide beam is exact, so graph + deferred pass
+    must equal an exact search, through adds (the contiguous copy grows), removals
+    and updates of deferred docs (it is rebuilt), filters and top_k past the pending."""
+    vectors = unit_vectors(700, seed=11)
+    index = VectorIndex(DIM, hnsw_threshold=300, ef_search=400, auto_build=False, defer_inserts=True,
+                        catch_up_min=10_000)
+    index.add_many(range(300), vectors[:300])
+    index.adopt(index.plan_graph().run())
+    live = {d: vectors[d] for d in range(300)}
+    queries = unit_vectors(30, seed=12)
+    rng = np.random.default_rng(13)
+
+    def check() -> None:
+        allowed = {int(d) for d in rng.choice(sorted(live), size=len(live) // 2, replace=False)}
+        for q in (*queries, *(live[d] for d in sorted(live)[-5:])):
+            for top_k in (1, 10, 400):
+                assert_same_results(index.search(q, top_k), brute_force(live, q, top_k))
+                assert_same_results(index.search(q, top_k, allowed), brute_force(live, q, top_k, allowed))
+
+    for start in range(300, 700, 100):
+        index.add_many(range(start, start + 100), vectors[start : start + 100])
+        live.update((d, vectors[d]) for d in range(start, start + 100))
+        assert index.mode == "hnsw" and index.pending == len(live) - 300
+        check()
+    for doc in (350, 699, 120):  # deferred, deferred, in the graph
+        index.remove(doc)
+        del live[doc]
+    index.update(400, vectors[5])
+    live[400] = vectors[5]
+    check()
+    assert index.search(vectors[5], 2)[0][1] == pytest.approx(1.0, abs=1e-5)
+
+
 def test_deferred_inserts_survive_a_sidecar_round_trip() -> None:
     vectors = unit_vectors(300, seed=3)
     index = VectorIndex(DIM, hnsw_threshold=200, auto_build=False, defer_inserts=True, catch_up_min=1000)

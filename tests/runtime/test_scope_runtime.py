@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mnemex
-from mnemex._scopes import _services_for, flush_touches, new_memory_id
+from mnemex._scopes import EmbeddingBatcher, _services_for, flush_touches, new_memory_id
+from mnemex.index import HashingEmbedder
 
 WORDS = ["tea", "coffee", "Java", "hiking", "Paris", "dog", "guitar", "bank", "painting", "camping"]
 SCOPES = [("chat", "alice"), ("chat", "bob"), ("mail", "alice")]
@@ -269,6 +270,40 @@ async def test_the_batcher_gathers_concurrent_texts_into_few_calls() -> None:
         assert batcher.texts == 40 and batcher.calls < 40
         many = await scope.remember_many([f"bulk {i}" for i in range(150)])  # cut into calls of 64
         assert len(many) == 150 and batcher.calls >= 3
+
+
+async def test_one_preempted_query_embed_does_not_send_the_next_queries_through_the_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    hops = 0
+    run_sync = trio.to_thread.run_sync
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal hops
+        hops += 1
+        return await run_sync(*args, **kwargs)
+
+    monkeypatch.setattr(trio.to_thread, "run_sync", counted)
+    batcher = EmbeddingBatcher(HashingEmbedder(dim=64), batch_size=64)
+    query = "what is the dog called?"
+    async with trio.open_nursery() as nursery:
+        await nursery.start(batcher.run)
+        for _ in range(50):  # measured beside until it is known to be fast, then inline
+            before = hops
+            await batcher.embed([query])
+            if hops == before:
+                break
+        else:
+            pytest.fail("a short query to the hashing embedder never ran inline")
+        before = hops
+        batcher._observe([query], 0.05)  # one call the scheduler held up for 50 ms
+        for _ in range(20):
+            await batcher.embed([query])
+        assert hops == before
+        for _ in range(3):  # an embedder that really became slow goes beside again
+            batcher._observe([query], 0.05)
+        await batcher.embed([query])
+        assert hops == before + 1
+        nursery.cancel_scope.cancel()
 
 
 async def test_ids_sort_by_creation_time() -> None:
