@@ -1198,7 +1198,9 @@ class ScopeMemory:
                     raise ValueError(f"scope {memory._name} snapshot vectors: {exc}") from exc
             sidecar = image.sidecars.get(_SIDECAR)
             docs = np.array(vector_docs, dtype=np.int64)
-            memory.vectors = VectorIndex.from_sidecar(sidecar, docs, matrix, dim, **settings.vector_params())
+            # the rows as the index held them when the snapshot was taken (checksummed)
+            memory.vectors = VectorIndex.from_sidecar(sidecar, docs, matrix, dim, unit_rows=True,
+                                                      **settings.vector_params())
             status = memory.vectors.sidecar_status
             if status in ("stale", "corrupt") or (status == "absent" and memory.vectors.wants_graph):
                 log.info("scope %s: HNSW sidecar %s; the graph is rebuilt beside the actor on first use "

@@ -476,3 +476,35 @@ def test_deferred_inserts_survive_a_sidecar_round_trip() -> None:
     assert restored.wants_graph
     restored.adopt(restored.plan_graph().run())
     assert restored.pending == 0 and restored.search(vectors[250], 1)[0][0] == 250
+
+
+def test_unit_rows_adopted_from_a_snapshot_give_the_state_add_many_gives() -> None:
+    vectors = unit_vectors(400, seed=21)
+    docs = np.arange(0, 800, 2, dtype=np.int64)  # sparse doc ids, as after deletions
+    checked = VectorIndex.from_sidecar(None, docs, vectors, DIM, hnsw_threshold=10_000)
+    adopted = VectorIndex.from_sidecar(None, docs, vectors, DIM, hnsw_threshold=10_000, unit_rows=True)
+    assert len(adopted) == len(checked) == 400
+    assert adopted._vectors_checksum() == checked._vectors_checksum()
+    assert adopted._ids_checksum() == checked._ids_checksum()
+    for doc in (0, 398, 798):
+        assert np.array_equal(adopted.vector(doc), checked.vector(doc))
+    query = unit_vectors(1, seed=22)[0]
+    assert adopted.search(query, 10) == checked.search(query, 10)
+    # it grows, removes and updates like any index
+    extra = unit_vectors(150, seed=23)
+    for index in (adopted, checked):
+        index.add_many(range(1000, 1150), extra)
+        index.remove(2)
+        index.update(4, extra[0])
+    assert adopted.search(extra[0], 5) == checked.search(extra[0], 5)
+    assert adopted._vectors_checksum() == checked._vectors_checksum()
+
+
+def test_unit_rows_refuse_a_mismatched_shape_or_repeated_ids() -> None:
+    vectors = unit_vectors(4, seed=24)
+    with pytest.raises(InvalidInput):
+        VectorIndex.from_sidecar(None, [1, 2, 3], vectors, DIM, unit_rows=True)
+    with pytest.raises(InvalidInput):
+        VectorIndex.from_sidecar(None, [1, 2, 2, 3], vectors, DIM, unit_rows=True)
+    with pytest.raises(InvalidInput):
+        VectorIndex.from_sidecar(None, [1, 2, 3, -4], vectors, DIM, unit_rows=True)
