@@ -1,7 +1,7 @@
 """HTTP benchmark: POST /messages and POST /memory/search throughput and latency
 at 1, 16 and 64 connections, client and server on this machine (loopback).
 
-Run: python bench/http.py [--quick] [--duration SECONDS] [--memories N]
+Run: python bench/http.py [--quick] [--duration SECONDS] [--memories N] [--embedder NAME]
 
 The server is a real ``mnemex serve`` subprocess on a temporary data directory;
 the load generator is wrk (Debian package ``wrk``), bounded by --duration per
@@ -132,6 +132,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short runs, 10,000 memories")
     parser.add_argument("--duration", type=float, default=None, help="seconds per wrk run (default 8)")
     parser.add_argument("--memories", type=int, default=None, help="memories stored before search runs")
+    parser.add_argument("--embedder", default=None,
+                        help="config.embedder of the server (default: mnemex's default, MiniLM, which "
+                             "embeds the memories stored for search at ~150/s on 2 cores; 'hashing' "
+                             "stores them in seconds)")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("bench/http.py needs wrk: apt-get install wrk")
@@ -142,9 +146,14 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        server = subprocess.Popen([sys.executable, "-m", "mnemex.cli", "serve", "--port", str(port),
-                                   "--data-dir", tmp], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                  env=env)
+        command = [sys.executable, "-m", "mnemex.cli", "serve", "--port", str(port), "--data-dir",
+                   os.path.join(tmp, "data")]
+        if args.embedder is not None:
+            config_file = os.path.join(tmp, "mnemex.toml")
+            with open(config_file, "w", encoding="utf-8") as out:
+                out.write(f"embedder = {json.dumps(args.embedder)}\n")
+            command += ["--config", config_file]
+        server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         try:
             with httpx.Client(base_url=base, timeout=60) as http:
                 deadline = time.monotonic() + 30
@@ -206,7 +215,8 @@ def main() -> None:
     (RESULTS / "http.json").write_text(json.dumps({
         "benchmark": "http", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {"python": sys.version.split()[0], "cpus": os.cpu_count(), "platform": platform.platform()},
-        "duration_s": duration, "memories": n_memories, "rows": rows}, indent=2))
+        "duration_s": duration, "memories": n_memories, "embedder": args.embedder or "default",
+        "rows": rows}, indent=2))
     print(f"\nwrote {RESULTS / 'http.json'}")
 
 
