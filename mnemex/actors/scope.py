@@ -344,9 +344,10 @@ _NULL: Final = b"null"
 def _vectors_sidecar(docs: Sequence[int], matrix: F32) -> bytes:
     """Doc ids and their float32 vectors, raw: ``count`` (8 bytes), the ids (int64),
     then the rows. The snapshot's own CRC of the file guards it."""
-    ids = np.asarray(docs, dtype="<i8")
+    ids = np.ascontiguousarray(docs, dtype="<i8")
     rows = np.ascontiguousarray(matrix, dtype="<f4")
-    return len(ids).to_bytes(8, "little") + ids.tobytes() + rows.tobytes()
+    # one copy of the rows (the matrix is a copy already, taken for the snapshot)
+    return b"".join([len(ids).to_bytes(8, "little"), ids.data.cast("B"), rows.data.cast("B")])
 
 
 def _read_vectors_sidecar(data: bytes | None, docs: Sequence[int], dim: int) -> F32 | None:
@@ -1260,7 +1261,7 @@ def _copy_vectors(index: VectorIndex, docs: Sequence[int]) -> F32:
     row_of: Any = getattr(index, "_row_of", None)
     if rows is None or row_of is None:
         return np.array([index.vector(doc) for doc in docs], dtype=np.float32).reshape(len(docs), index.dim)
-    return np.array(rows[row_of[np.asarray(docs, dtype=np.int64)]], dtype=np.float32)
+    return np.asarray(rows[row_of[np.asarray(docs, dtype=np.int64)]], dtype=np.float32)  # the gather copies
 
 
 def memory_text(record: MemoryRecord) -> str:

@@ -482,21 +482,24 @@ class VectorIndex:
         copy of the graph; call it where the index is not changing."""
         if self._graph is None:
             return None
-        state = self._graph.__getstate__()[0]
+        state = self._graph.__getstate__()[0]  # hnswlib's own copy of the graph
         scalars: dict[str, Any] = {}
         arrays: list[dict[str, Any]] = []
-        blobs: list[bytes] = []
+        # Views of those arrays, joined once below: the graph is copied one more
+        # time only (at 100,000 x 384 each copy is about 160 MB of peak memory).
+        parts: list[memoryview] = []
         offset = 0
+        crc = 0
         for key, value in state.items():
             if isinstance(value, np.ndarray):
-                blob = np.ascontiguousarray(value).tobytes()
+                part = np.ascontiguousarray(value).data.cast("B")
                 arrays.append({"name": key, "dtype": value.dtype.str, "shape": list(value.shape),
-                               "offset": offset, "nbytes": len(blob)})
-                blobs.append(blob)
-                offset += len(blob)
+                               "offset": offset, "nbytes": part.nbytes})
+                parts.append(part)
+                crc = zlib.crc32(part, crc)
+                offset += part.nbytes
             else:
                 scalars[key] = value
-        body = b"".join(blobs)
         header = orjson.dumps({
             "version": _SIDECAR_VERSION,
             "dim": self.dim,
@@ -506,11 +509,11 @@ class VectorIndex:
             "tombstones": sorted(self._tombstones),
             "pending": sorted(self._pending),
             "graph_size": self._graph_size,
-            "body_checksum": _crc(body),
+            "body_checksum": f"{crc:08x}",  # _crc of the joined body
             "scalars": scalars,
             "arrays": arrays,
         })
-        return _MAGIC + struct.pack("<Q", len(header)) + header + body
+        return b"".join([_MAGIC, struct.pack("<Q", len(header)), header, *parts])
 
     # -- insides ---------------------------------------------------------------------
     def _load_sidecar(self, data: bytes) -> SidecarStatus:

@@ -22,10 +22,11 @@ a missing or damaged sidecar is simply left out.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,10 +117,13 @@ def _check_int(value: object, what: str) -> int:
     return value
 
 
-def encode_snapshot(kind: str, key: tuple[str, ...], seq: int, ts: int, records: Sequence[bytes], *,
+def encode_snapshot(kind: str, key: tuple[str, ...], seq: int, ts: int, records: Iterable[bytes], *,
                     created: int, extra: Mapping[str, object] | None = None,
                     sidecars: Mapping[str, bytes] | None = None) -> tuple[bytes, list[bytes]]:
     """The header line (with its newline) and the body chunks of a snapshot.
+
+    ``records`` may be a generator: it is read a chunk at a time, so only the
+    joined chunks are held, not every record line beside them as well.
 
     Raises InvalidInput if a record holds a newline or is not bytes, ``extra``
     does not serialise to a JSON object, or a sidecar name is not ``[a-z0-9_-]+``.
@@ -127,19 +131,21 @@ def encode_snapshot(kind: str, key: tuple[str, ...], seq: int, ts: int, records:
     for what, value in (("seq", seq), ("ts", ts), ("created", created)):
         _check_int(value, what)
     body: list[bytes] = []
+    count = 0
+    lines = iter(records)
     # Chunks of records, so that no single C call holds the GIL for long (the
     # runtime's event loop thread keeps running while a worker writes this).
-    for start in range(0, len(records), _CHUNK_RECORDS):
-        part = records[start:start + _CHUNK_RECORDS]
+    while part := list(itertools.islice(lines, _CHUNK_RECORDS)):
         try:
             chunk = b"\n".join(part) + b"\n"
         except TypeError as exc:
             raise InvalidInput(f"snapshot records must be bytes: {exc}", field="records") from exc
         if chunk.count(b"\n") != len(part):
-            index = start + next(i for i, record in enumerate(part) if b"\n" in record)
-            raise InvalidInput(f"snapshot record {index} holds a newline; each record must be one "
-                               f"line (starts {bytes(records[index][:60])!r})", field="records")
+            at = next(i for i, record in enumerate(part) if b"\n" in record)
+            raise InvalidInput(f"snapshot record {count + at} holds a newline; each record must be one "
+                               f"line (starts {bytes(part[at][:60])!r})", field="records")
         body.append(chunk)
+        count += len(part)
     crc = 0
     size = 0
     for chunk in body:
@@ -147,7 +153,7 @@ def encode_snapshot(kind: str, key: tuple[str, ...], seq: int, ts: int, records:
         size += len(chunk)
     header: dict[str, object] = {
         "format": FORMAT, "kind": kind, "key": list(key), "seq": seq, "ts": ts, "created": created,
-        "count": len(records), "bytes": size, "crc": crc, "extra": dict(extra or {}),
+        "count": count, "bytes": size, "crc": crc, "extra": dict(extra or {}),
     }
     if sidecars:
         described: dict[str, dict[str, int]] = {}

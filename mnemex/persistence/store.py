@@ -134,13 +134,14 @@ class ActorStore(abc.ABC):
         """Make every appended line durable (fsync)."""
 
     @abc.abstractmethod
-    def write_snapshot(self, seq: int, ts: int, records: Sequence[bytes], *, created: int,
+    def write_snapshot(self, seq: int, ts: int, records: Iterable[bytes], *, created: int,
                        extra: Mapping[str, object] | None = None,
-                       sidecars: Mapping[str, bytes] | None = None) -> None:
+                       sidecars: Mapping[str, bytes] | None = None) -> int:
         """Persist the state at ``seq`` (``ts`` = time of that command, ``created`` =
         now, both epoch ms), then move journal lines up to ``seq`` to an archive
         and drop what is older than the newest ``keep`` snapshots. Safe while
-        another thread appends lines after ``seq``."""
+        another thread appends lines after ``seq``. ``records`` may be a generator
+        (read once). Returns the size of the snapshot's body in bytes."""
 
     @abc.abstractmethod
     def disk_bytes(self) -> int:
@@ -366,9 +367,9 @@ class FileStore(ActorStore):
 
     # -- snapshots -------------------------------------------------------------
 
-    def write_snapshot(self, seq: int, ts: int, records: Sequence[bytes], *, created: int,
+    def write_snapshot(self, seq: int, ts: int, records: Iterable[bytes], *, created: int,
                        extra: Mapping[str, object] | None = None,
-                       sidecars: Mapping[str, bytes] | None = None) -> None:
+                       sidecars: Mapping[str, bytes] | None = None) -> int:
         header_line, body = encode_snapshot(self.kind, self.key, seq, ts, records, created=created,
                                             extra=extra, sidecars=sidecars)
         with self._snapshot_lock:
@@ -395,6 +396,7 @@ class FileStore(ActorStore):
                                    f"lines it covers to an archive failed: {describe_os_error(exc)}; "
                                    f"the journal is intact") from exc
             self._prune()
+        return sum(len(chunk) for chunk in body)
 
     def _remove_stale_sidecars(self, seq: int, keep: Mapping[str, bytes]) -> None:
         """Sidecars of an earlier, interrupted write of snapshot ``seq`` that this one does not replace."""
@@ -538,9 +540,9 @@ class MemoryStore(ActorStore):
     def sync(self) -> None:
         return None
 
-    def write_snapshot(self, seq: int, ts: int, records: Sequence[bytes], *, created: int,
+    def write_snapshot(self, seq: int, ts: int, records: Iterable[bytes], *, created: int,
                        extra: Mapping[str, object] | None = None,
-                       sidecars: Mapping[str, bytes] | None = None) -> None:
+                       sidecars: Mapping[str, bytes] | None = None) -> int:
         header_line, body = encode_snapshot(self.kind, self.key, seq, ts, records, created=created,
                                             extra=extra, sidecars=sidecars)
         data = b"".join([header_line, *body])
@@ -554,6 +556,7 @@ class MemoryStore(ActorStore):
             del self._journal[:offset]
             if self._last_seq is not None and seq > self._last_seq:
                 self._last_seq = seq
+        return len(data) - len(header_line)
 
     def disk_bytes(self) -> int:
         with self._lock:

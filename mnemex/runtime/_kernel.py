@@ -19,7 +19,7 @@ import logging
 import math
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Final, NoReturn, TypeVar
@@ -1111,10 +1111,9 @@ def _write_snapshot(store: ActorStore, data: SnapshotData, seq: int, ts: int) ->
     """Encode (in this worker thread) and write a snapshot; returns its body bytes."""
     records: Iterable[bytes] = data.records() if callable(data.records) else data.records
     sidecars = data.sidecars() if callable(data.sidecars) else data.sidecars
-    lines: Sequence[bytes] = records if isinstance(records, list | tuple) else list(records)
-    store.write_snapshot(seq, ts, lines, created=int(time.time() * 1000), extra=dict(data.extra),
-                         sidecars=sidecars)
-    return sum(len(line) for line in lines) + len(lines)
+    # the records go to the store as they are made: it joins them a chunk at a time
+    return store.write_snapshot(seq, ts, records, created=int(time.time() * 1000), extra=dict(data.extra),
+                                sidecars=sidecars)
 
 
 def _freeze_startup_heap(config: Config) -> None:

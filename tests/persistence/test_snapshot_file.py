@@ -139,3 +139,15 @@ def test_a_snapshot_with_no_records_round_trips(tmp_path: Path) -> None:
     write(tmp_path, 0, [])
     loaded = load_newest_snapshot(tmp_path, "scope", KEY)
     assert loaded is not None and loaded[1] == [] and loaded[0].bytes == 0
+
+
+def test_records_from_a_generator_read_a_chunk_at_a_time_give_the_same_file() -> None:
+    from mnemex.persistence import snapshot as module
+
+    records = [b'{"n":%d}' % n for n in range(3 * module._CHUNK_RECORDS + 7)]  # several chunks and a tail
+    assert snapshot_bytes(4, records) == snapshot_bytes(4, (line for line in records))  # type: ignore[arg-type]
+    header, body = encode_snapshot("scope", KEY, 4, 1_004, iter(records), created=5_000)
+    assert orjson.loads(header)["count"] == len(records) and len(body) == 4
+    bad = [*records[:-1], b"torn\nline"]
+    with pytest.raises(InvalidInput, match=f"snapshot record {len(records) - 1} holds a newline"):
+        encode_snapshot("scope", KEY, 4, 1_004, iter(bad), created=5_000)
