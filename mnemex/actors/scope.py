@@ -61,7 +61,7 @@ from mnemex.index import (
     normalize_phrase,
     words,
 )
-from mnemex.index._sidecar import doc_ids_checksum
+from mnemex.index._sidecar import byte_view, doc_ids_checksum
 from mnemex.messages import (
     SCOPE_WRITES,
     AddSession,
@@ -344,10 +344,10 @@ _NULL: Final = b"null"
 def _vectors_sidecar(docs: Sequence[int], matrix: F32) -> bytes:
     """Doc ids and their float32 vectors, raw: ``count`` (8 bytes), the ids (int64),
     then the rows. The snapshot's own CRC of the file guards it."""
-    ids = np.ascontiguousarray(docs, dtype="<i8")
-    rows = np.ascontiguousarray(matrix, dtype="<f4")
+    ids = np.asarray(docs, dtype="<i8")
+    rows = matrix.astype("<f4", copy=False)
     # one copy of the rows (the matrix is a copy already, taken for the snapshot)
-    return b"".join([len(ids).to_bytes(8, "little"), ids.data.cast("B"), rows.data.cast("B")])
+    return b"".join([len(ids).to_bytes(8, "little"), byte_view(ids), byte_view(rows)])
 
 
 def _read_vectors_sidecar(data: bytes | None, docs: Sequence[int], dim: int) -> F32 | None:

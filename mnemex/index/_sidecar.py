@@ -30,8 +30,8 @@ import orjson
 
 from mnemex.errors import CorruptData
 
-__all__ = ["SIDECAR_VERSION", "WORDS_SCHEME", "Sidecar", "TermsByDoc", "corrupt", "doc_ids_checksum",
-           "load_sidecar", "require_words_scheme",
+__all__ = ["SIDECAR_VERSION", "WORDS_SCHEME", "Sidecar", "TermsByDoc", "byte_view", "corrupt",
+           "doc_ids_checksum", "load_sidecar", "require_words_scheme",
            "gc_paused", "pack_sidecar", "read_header", "sidecar_info", "unpack_sidecar"]
 
 SIDECAR_VERSION = 1
@@ -55,6 +55,13 @@ def doc_ids_checksum(doc_ids: Iterable[int] | npt.NDArray[np.integer[Any]]) -> s
     return hashlib.blake2b(ids.astype("<i8", copy=False).tobytes(), digest_size=16).hexdigest()
 
 
+def byte_view(array: npt.NDArray[Any]) -> memoryview | bytes:
+    """The bytes of ``array`` in C order, without a copy when it is contiguous
+    already (a view: keep the array unchanged while the view is in use)."""
+    contiguous = np.ascontiguousarray(array)
+    return contiguous.data.cast("B") if contiguous.nbytes else b""  # a view of no bytes cannot be cast
+
+
 def pack_sidecar(magic: bytes, header: Mapping[str, Any], arrays: Mapping[str, npt.NDArray[Any]]) -> bytes:
     """One blob holding *header* (JSON-able) and *arrays*, in the layout above."""
     specs: list[dict[str, Any]] = []
@@ -66,7 +73,7 @@ def pack_sidecar(magic: bytes, header: Mapping[str, Any], arrays: Mapping[str, n
         specs.append({"name": name, "dtype": contiguous.dtype.str, "shape": list(contiguous.shape),
                       "offset": offset, "nbytes": nbytes})
         if nbytes:
-            parts.append(contiguous.data.cast("B"))
+            parts.append(byte_view(contiguous))
         padding = -nbytes % _ALIGN
         if padding:
             parts.append(bytes(padding))

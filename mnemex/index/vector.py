@@ -66,6 +66,7 @@ from mnemex.index._select import (
     missing,
     top_k_by_score,
 )
+from mnemex.index._sidecar import byte_view
 
 __all__ = ["GraphBuild", "SidecarStatus", "VectorIndex"]
 
@@ -487,17 +488,17 @@ class VectorIndex:
         arrays: list[dict[str, Any]] = []
         # Views of those arrays, joined once below: the graph is copied one more
         # time only (at 100,000 x 384 each copy is about 160 MB of peak memory).
-        parts: list[memoryview] = []
+        parts: list[memoryview | bytes] = []
         offset = 0
         crc = 0
         for key, value in state.items():
             if isinstance(value, np.ndarray):
-                part = np.ascontiguousarray(value).data.cast("B")
+                part = byte_view(value)
                 arrays.append({"name": key, "dtype": value.dtype.str, "shape": list(value.shape),
-                               "offset": offset, "nbytes": part.nbytes})
+                               "offset": offset, "nbytes": len(part)})
                 parts.append(part)
                 crc = zlib.crc32(part, crc)
-                offset += part.nbytes
+                offset += len(part)
             else:
                 scalars[key] = value
         header = orjson.dumps({

@@ -508,3 +508,18 @@ def test_unit_rows_refuse_a_mismatched_shape_or_repeated_ids() -> None:
         VectorIndex.from_sidecar(None, [1, 2, 2, 3], vectors, DIM, unit_rows=True)
     with pytest.raises(InvalidInput):
         VectorIndex.from_sidecar(None, [1, 2, 3, -4], vectors, DIM, unit_rows=True)
+
+
+@pytest.mark.parametrize("count", [3, 40])
+def test_a_tiny_graph_round_trips_through_its_sidecar(count: int) -> None:
+    """Three elements leave hnswlib's link_lists array empty: the sidecar must still
+    be written and read back (an empty array has no bytes to view)."""
+    vectors = unit_vectors(count, seed=31)
+    index = VectorIndex(DIM, hnsw_threshold=2)
+    index.add_many(range(count), vectors)
+    index.build_graph()
+    blob = index.to_sidecar()
+    assert blob is not None
+    loaded = VectorIndex.from_sidecar(blob, np.arange(count), vectors, DIM, hnsw_threshold=2)
+    assert loaded.sidecar_status == "loaded"
+    assert loaded.search(vectors[1], 1)[0][0] == 1
