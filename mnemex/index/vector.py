@@ -582,10 +582,8 @@ class VectorIndex:
         if int(id_array.min()) < 0 or len(np.unique(id_array)) != count:
             raise InvalidInput("doc ids of stored vectors must be distinct and >= 0", field="doc_ids")
         capacity = max(_MIN_ROWS, count + count // 4)
-        self._rows = np.zeros((capacity, self.dim), dtype=np.float32)
-        self._rows[:count] = matrix
-        self._row_ids = np.full(capacity, -1, dtype=np.int64)
-        self._row_ids[:count] = id_array
+        self._rows = _grown(matrix, count, capacity)
+        self._row_ids = _grown(id_array, count, capacity, fill=-1)
         self._ensure_id_capacity(int(id_array.max()) + 1)
         self._row_of[id_array] = np.arange(count, dtype=np.int64)
         self._high = self._count = count
@@ -677,35 +675,17 @@ class VectorIndex:
         fresh = count - len(reused)
         if fresh and self._high + fresh > len(self._rows):
             size = max(_MIN_ROWS, 2 * len(self._rows), self._high + fresh)
-            grown = np.zeros((size, self.dim), dtype=np.float32)
-            grown[: self._high] = self._rows[: self._high]
-            self._rows = grown
-            row_ids = np.full(size, -1, dtype=np.int64)
-            row_ids[: self._high] = self._row_ids[: self._high]
-            self._row_ids = row_ids
+            self._rows = _grown(self._rows, self._high, size)
+            self._row_ids = _grown(self._row_ids, self._high, size, fill=-1)
         block = np.arange(self._high, self._high + fresh, dtype=np.int64)
         self._high += fresh
         return np.concatenate([np.array(reused, dtype=np.int64), block]) if reused else block
 
-    def _take_row(self) -> int:
-        if self._free:
-            return self._free.pop()
-        if self._high == len(self._rows):
-            grown = np.zeros((max(_MIN_ROWS, 2 * len(self._rows)), self.dim), dtype=np.float32)
-            grown[: self._high] = self._rows[: self._high]
-            self._rows = grown
-            row_ids = np.full(len(grown), -1, dtype=np.int64)
-            row_ids[: self._high] = self._row_ids[: self._high]
-            self._row_ids = row_ids
-        self._high += 1
-        return self._high - 1
-
     def _ensure_id_capacity(self, needed: int) -> None:
         if needed <= len(self._row_of):
             return
-        grown = np.full(max(_MIN_ROWS, needed, 2 * len(self._row_of)), -1, dtype=np.int64)
-        grown[: len(self._row_of)] = self._row_of
-        self._row_of = grown
+        size = max(_MIN_ROWS, needed, 2 * len(self._row_of))
+        self._row_of = _grown(self._row_of, len(self._row_of), size, fill=-1)
 
     def _as_matrix(self, vectors: npt.ArrayLike, rows: int) -> F32:
         try:
@@ -752,14 +732,21 @@ class _PendingBlock:
         end = self.size + len(ids)
         if end > len(self.ids):
             capacity = max(_MIN_ROWS, end, 2 * len(self.ids))
-            grown_ids = np.zeros(capacity, dtype=np.int64)
-            grown_ids[: self.size] = self.ids[: self.size]
-            grown = np.zeros((capacity, self.vectors.shape[1]), dtype=np.float32)
-            grown[: self.size] = self.vectors[: self.size]
-            self.ids, self.vectors = grown_ids, grown
+            self.ids = _grown(self.ids, self.size, capacity)
+            self.vectors = _grown(self.vectors, self.size, capacity)
         self.ids[self.size : end] = ids
         self.vectors[self.size : end] = vectors
         self.size = end
+
+
+def _grown(array: npt.NDArray[Any], used: int, capacity: int, fill: int = 0) -> npt.NDArray[Any]:
+    """A new array of ``capacity`` rows shaped and typed like ``array``, holding its
+    first ``used`` rows, the rest ``fill`` (zeros come from calloc: rows not yet
+    written cost no memory)."""
+    shape = (capacity, *array.shape[1:])
+    grown = np.zeros(shape, dtype=array.dtype) if fill == 0 else np.full(shape, fill, dtype=array.dtype)
+    grown[:used] = array[:used]
+    return grown
 
 
 @functools.cache
