@@ -78,7 +78,7 @@ from mnemex.messages import (
     Updated,
     UpdateMemory,
 )
-from mnemex.runtime import ActorKind, ActorRef, Image, Key, Runtime
+from mnemex.runtime import ActorKind, ActorRef, Behaviour, Image, Key, Runtime
 
 __all__ = [
     "SCOPE_KIND",
@@ -139,9 +139,14 @@ def scope_kind(config: Config | None = None, embedder: Embedder | None = None, *
     def restore(key: Key, image: Image) -> ScopeMemory:
         return ScopeMemory.restore(key, image, settings)
 
+    def replay(behaviour: Behaviour, commands: Iterable[Any]) -> None:
+        if not isinstance(behaviour, ScopeMemory):
+            raise TypeError(f"the scope kind replays into a ScopeMemory, not {type(behaviour).__name__}")
+        behaviour.replay(commands)
+
     return ScopeKind(name=name, create=create, restore=restore, encode=scope_codec.encode,
-                     decode=scope_codec.decode, is_journaled=is_scope_write, embedder=embedder,
-                     settings=settings)
+                     decode=scope_codec.decode, is_journaled=is_scope_write, replay=replay,
+                     embedder=embedder, settings=settings)
 
 
 # -- ids ----------------------------------------------------------------------------------

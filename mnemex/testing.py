@@ -302,8 +302,7 @@ class Simulation:
 
     def _rebuild(self, kind: ActorKind, key: Key, actor: _SimActor) -> Behaviour:
         behaviour = kind.create(key) if actor.image is None else kind.restore(key, actor.image)
-        for payload in actor.journal:
-            behaviour.handle(kind.decode(payload))
+        kind.replay(behaviour, (kind.decode(payload) for payload in actor.journal))
         return behaviour
 
     def snapshot(self, kind: str, key: Key) -> None:

@@ -291,6 +291,16 @@ def _check_content(value: Any, limit: int) -> str:
     return value
 
 
+def _check_session_memories(session_id: Any, memories: Any) -> None:
+    _check_id(session_id, "session_id")
+    if not isinstance(memories, list | tuple):
+        raise InvalidInput("memories must be a list", field="memories")
+    for memory in memories:
+        if isinstance(memory, NewMemory) and memory.session_id != session_id:
+            raise InvalidInput(f"memory {memory.id!r} of session {session_id!r} carries "
+                               f"session_id {memory.session_id!r}", field="session_id")
+
+
 def _check_int(value: Any, what: str, low: int, high: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low or (
             high is not None and value > high):
@@ -426,13 +436,7 @@ class ScopeMemory:
                 ids, created = self._remember(memories, embedder, dim, now)
                 return self._with_graph(Remembered(ids=ids, created=created))
             case AddSession(session_id=session_id, memories=memories, embedder=embedder, dim=dim, now=now):
-                _check_id(session_id, "session_id")
-                if not isinstance(memories, list | tuple):
-                    raise InvalidInput("memories must be a list", field="memories")
-                for memory in memories:
-                    if isinstance(memory, NewMemory) and memory.session_id != session_id:
-                        raise InvalidInput(f"memory {memory.id!r} of session {session_id!r} carries "
-                                           f"session_id {memory.session_id!r}", field="session_id")
+                _check_session_memories(session_id, memories)
                 return self._with_graph(self._add_session(session_id, memories, embedder, dim, now))
             case GetMemory(id=memory_id):
                 record = self.record(memory_id) if isinstance(memory_id, str) else None
@@ -527,6 +531,16 @@ class ScopeMemory:
 
     def _remember(self, memories: Any, embedder: Any, dim: Any,
                   now: Any) -> tuple[list[str], list[bool]]:
+        ids, created, placed, vectors = self._accept(memories, embedder, dim, now)
+        self._index_many(placed)
+        self._add_vectors(vectors)
+        return ids, created
+
+    def _accept(self, memories: Any, embedder: Any, dim: Any, now: Any) -> tuple[
+            list[str], list[bool], list[tuple[int, MemoryRecord]], list[tuple[int, bytes]]]:
+        """Check a command's memories, then give each new one a doc (known by id and
+        content from here on): the ids answered, which were created, the placed
+        records for _index_many and their (doc, vector) for _add_vectors."""
         now = _check_time(now, "now")
         if not isinstance(memories, list | tuple):
             raise InvalidInput("memories must be a list", field="memories")
@@ -566,18 +580,46 @@ class ScopeMemory:
         self.clock = max(self.clock, now)
         if has_vectors and self.embedder is None and any(v is not None for _, v in fresh):
             self._adopt_embedder(embedder, dim)
-        docs: list[int] = []
-        vectors: list[bytes] = []
+        placed: list[tuple[int, MemoryRecord]] = []
+        vectors: list[tuple[int, bytes]] = []
         for record, vector in fresh:
-            doc = self._index(record)
+            doc = self._allocate()
+            self.docs[doc] = record
+            self.doc_of[record.id] = doc
+            self.by_content[record.content] = doc
+            placed.append((doc, record))
             if vector is not None:
-                docs.append(doc)
-                vectors.append(vector)
-        if docs:
+                vectors.append((doc, vector))
+        return ids, created, placed, vectors
+
+    def _add_vectors(self, vectors: Sequence[tuple[int, bytes]]) -> None:
+        if vectors:
             assert self.vectors is not None
-            matrix = np.frombuffer(b"".join(vectors), dtype="<f4").reshape(len(docs), self.dim)
-            self.vectors.add_many(docs, matrix)
-        return ids, created
+            matrix = np.frombuffer(b"".join(blob for _, blob in vectors), dtype="<f4").reshape(
+                len(vectors), self.dim)
+            self.vectors.add_many([doc for doc, _ in vectors], matrix)
+
+    def replay(self, commands: Iterable[Any]) -> None:
+        """Apply journaled commands in order, as ``handle`` would one by one, to the
+        same state; the memories of a run of Remember and AddSession commands are
+        indexed together at the run's end (one pass per index, one vector insert),
+        which is what makes recovering a long journal fast."""
+        placed: list[tuple[int, MemoryRecord]] = []
+        vectors: list[tuple[int, bytes]] = []
+        for command in commands:
+            if isinstance(command, AddSession):
+                _check_session_memories(command.session_id, command.memories)
+            elif not isinstance(command, Remember):
+                self._index_many(placed)
+                self._add_vectors(vectors)
+                placed, vectors = [], []
+                self.handle(command)
+                continue
+            accepted = self._accept(command.memories, command.embedder, command.dim, command.now)
+            placed += accepted[2]
+            vectors += accepted[3]
+        self._index_many(placed)
+        self._add_vectors(vectors)
 
     def _adopt_embedder(self, embedder: str, dim: int) -> None:
         self.embedder, self.dim = embedder, dim
@@ -589,13 +631,29 @@ class ScopeMemory:
         self.docs.append(None)
         return len(self.docs) - 1
 
-    def _index(self, record: MemoryRecord) -> int:
-        """Put a validated record into every index (not the vector index); returns its doc."""
-        doc = self._allocate()
-        self.docs[doc] = record
-        self.doc_of[record.id] = doc
-        self._reindex(doc, record)
-        return doc
+    def _index_many(self, placed: Sequence[tuple[int, MemoryRecord]],
+                    contexts: Mapping[int, str | None] | None = None) -> None:
+        """Put records placed at their docs into every index but the vector index.
+        Their sessions are joined first (unless ``contexts``, each doc's context, is
+        given: a restore), so each is indexed once with its final context and each
+        older neighbour whose context changed is re-ranked once."""
+        if not placed:
+            return
+        changed: list[tuple[int, str | None]] = []
+        if contexts is None:
+            contexts, changed = self._join_sessions(placed)
+        for doc, record in placed:
+            self.by_content[record.content] = doc
+            if record.entities:
+                self.entities.add(doc, record.entities)
+        docs = [doc for doc, _ in placed]
+        self.keyword.add_many(docs, [record.content for _, record in placed],
+                              [record.timestamp for _, record in placed])
+        self.bm25.add_many([(doc, record.content, contexts.get(doc) or None) for doc, record in placed])
+        for doc, context in changed:
+            self.bm25.update(doc, self._record_at(doc).content, context)
+        self.table.add_many(placed)
+        self.content_bytes += sum(len(record.content) for _, record in placed)
 
     # -- session context: a memory's neighbours rank it in full-text search -----------------------
     def _context_at(self, members: list[tuple[str, int]], at: int) -> str | None:
@@ -603,17 +661,26 @@ class ScopeMemory:
         around = members[max(0, at - window):at] + members[at + 1:at + 1 + window]
         return " ".join(self._record_at(doc).content for _, doc in around) or None
 
-    def _join_session(self, record: MemoryRecord, doc: int) -> str | None:
-        """Put ``doc`` among its session's memories; re-rank the neighbours whose
-        context now includes it; return its own context."""
+    def _join_sessions(self, placed: Sequence[tuple[int, MemoryRecord]]) -> tuple[
+            dict[int, str | None], list[tuple[int, str | None]]]:
+        """Put each placed doc among its session's memories; return the context of
+        each, and the older neighbours whose context now includes one of them."""
         window = self.settings.context_window
-        if not window or record.session_id is None:
-            return None
-        members = self.sessions.setdefault(record.session_id, [])
-        at = bisect.bisect(members, (record.id, doc))
-        members.insert(at, (record.id, doc))
-        self._recontext(members, range(max(0, at - window), min(len(members), at + window + 1)), skip=at)
-        return self._context_at(members, at)
+        joined = [(doc, record) for doc, record in placed if record.session_id is not None] if window else []
+        contexts: dict[int, str | None] = {}
+        changed: dict[int, str | None] = {}
+        for doc, record in joined:
+            bisect.insort(self.sessions.setdefault(record.session_id, []), (record.id, doc))  # type: ignore[arg-type]
+        new = {doc for doc, _ in joined}
+        for doc, record in joined:
+            members = self.sessions[record.session_id]  # type: ignore[index]
+            at = bisect.bisect_left(members, (record.id, doc))
+            for j in range(max(0, at - window), min(len(members), at + window + 1)):
+                other = members[j][1]
+                into = contexts if other in new else changed
+                if other not in into:
+                    into[other] = self._context_at(members, j)
+        return contexts, list(changed.items())
 
     def _leave_session(self, record: MemoryRecord, doc: int) -> None:
         window = self.settings.context_window
@@ -708,7 +775,7 @@ class ScopeMemory:
         record = msgspec.structs.replace(old, **changes)
         self._unindex(doc)
         self.docs[doc] = record
-        self._reindex(doc, record)
+        self._index_many([(doc, record)])
         if vector is not None:
             if self.embedder is None:
                 self._adopt_embedder(str(cmd.embedder), int(cmd.dim))
@@ -722,17 +789,6 @@ class ScopeMemory:
             self.vectors.remove(doc)
         return Updated(memory=record)
 
-    def _reindex(self, doc: int, record: MemoryRecord, context: str | bool | None = True) -> None:
-        """Index a record placed at ``doc`` (``context`` True: join its session now)."""
-        self.by_content[record.content] = doc
-        self.keyword.add(doc, record.content, record.timestamp)
-        self.bm25.add(doc, record.content, self._join_session(record, doc) if context is True
-                      else context or None)
-        if record.entities:
-            self.entities.add(doc, record.entities)
-        self.table.add(doc, record)
-        self.content_bytes += len(record.content)
-
     def _reindex_all(self, sidecars: Mapping[str, bytes]) -> None:
         """Index every record (after a restore): the text indexes from their sidecars
         when they match the records, else from the records, sessions first so that
@@ -744,8 +800,8 @@ class ScopeMemory:
                     self.sessions.setdefault(record.session_id, []).append((record.id, doc))
             for members in self.sessions.values():
                 members.sort()
+        items = [(doc, record) for doc, record in enumerate(self.docs) if record is not None]
         if self._load_text_sidecars(sidecars):
-            items = [(doc, record) for doc, record in enumerate(self.docs) if record is not None]
             self.by_content = {record.content: doc for doc, record in items}
             self.table.add_many(items)
             self.content_bytes = sum(len(record.content) for _, record in items)
@@ -754,9 +810,7 @@ class ScopeMemory:
         for members in self.sessions.values():
             for at, (_, doc) in enumerate(members):
                 context[doc] = self._context_at(members, at)
-        for doc, record in enumerate(self.docs):
-            if record is not None:
-                self._reindex(doc, record, context.get(doc) or False)
+        self._index_many(items, context)
 
     def _load_text_sidecars(self, sidecars: Mapping[str, bytes]) -> bool:
         """Load the keyword, BM25 and entity indexes from the snapshot's sidecars when

@@ -40,7 +40,7 @@ import hashlib
 import itertools
 import math
 from array import array
-from collections import Counter
+from collections.abc import Sequence
 from typing import Any, Self
 
 import numpy as np
@@ -204,47 +204,81 @@ class BM25Index:
     def add(self, doc_id: int, text: str, context_text: str | None = None) -> None:
         """Index *text* (the content) and optional *context_text* (extra ranking
         text, weighted by ``context_weight``) as document *doc_id*."""
-        doc_id = check_doc_id(doc_id)
-        if not isinstance(text, str):
-            raise InvalidInput(f"text must be a str, got {type(text).__name__}", field="text")
-        if context_text is not None and not isinstance(context_text, str):
-            raise InvalidInput(f"context_text must be a str or None, got {type(context_text).__name__}",
-                               field="context_text")
-        if doc_id in self._content:
-            raise InvalidInput(f"doc {doc_id} is already in the BM25 index; use update", field="doc_id")
-        terms, positions = self.tokenizer.positioned(text)
-        content_ids = [self._term_id(t) for t in terms]
-        sequence = array("i", [-1]) * (positions[-1] + 1 if positions else 0)
-        for term_id, position in zip(content_ids, positions, strict=True):
-            sequence[position] = term_id
-        context_terms = self.tokenizer.tokens(context_text) if context_text else []
-        context_ids = [self._term_id(t) for t in context_terms]
-        # Term frequencies packed in one int32: content in the low 16 bits, context above.
-        packed: dict[int, int] = {}
-        if len(content_ids) <= _TF_MAX and len(context_ids) <= _CONTEXT_TF_MAX:
-            for term_id in content_ids:
-                packed[term_id] = packed.get(term_id, 0) + 1
-            for term_id in context_ids:
-                packed[term_id] = packed.get(term_id, 0) + _CONTEXT_UNIT
-        else:
-            tf_content, tf_context = Counter(content_ids), Counter(context_ids)
-            for term_id in tf_content.keys() | tf_context.keys():
-                packed[term_id] = (min(tf_content[term_id], _TF_MAX)
-                                   + min(tf_context[term_id], _CONTEXT_TF_MAX) * _CONTEXT_UNIT)
+        self.add_many([(doc_id, text, context_text)])
 
-        self._ensure_capacity(doc_id + 1)
-        self._content[doc_id] = sequence.tobytes()
-        if context_terms:
-            self._context[doc_id] = array("i", sorted(set(context_ids))).tobytes()
-        self._len_content[doc_id] = len(terms)
-        self._len_context[doc_id] = len(context_terms)
-        self._total_content += len(terms)
-        self._total_context += len(context_terms)
+    def add_many(self, items: Sequence[tuple[int, str, str | None]]) -> None:
+        """Index many ``(doc_id, text, context_text)`` documents, as :meth:`add` does
+        each, in one pass: the batch's postings are counted and grouped by term with
+        array operations, so each term is touched once per batch. New terms are
+        numbered in order of first use in the contents, document after document, and
+        then in the contexts. Nothing changes when any of them is invalid."""
+        docs: list[int] = []
+        for doc_id, text, context_text in items:
+            doc = check_doc_id(doc_id)
+            if not isinstance(text, str):
+                raise InvalidInput(f"text must be a str, got {type(text).__name__}", field="text")
+            if context_text is not None and not isinstance(context_text, str):
+                raise InvalidInput(f"context_text must be a str or None, got {type(context_text).__name__}",
+                                   field="context_text")
+            if doc in self._content:
+                raise InvalidInput(f"doc {doc} is already in the BM25 index; use update", field="doc_id")
+            docs.append(doc)
+        if len(set(docs)) != len(docs):
+            raise InvalidInput("a doc id repeats in one batch", field="doc_ids")
+        if not docs:
+            return
+        tokenizer = self.tokenizer
+        contents = [tokenizer.positioned(text) for _, text, _ in items]
+        content_ids = [self._term_ids(terms) for terms, _ in contents]
+        context_ids = [self._term_ids(tokenizer.tokens(context_text)) if context_text else []
+                       for _, _, context_text in items]
+
+        self._ensure_capacity(max(docs) + 1)
+        for doc, (_, positions), ids, context in zip(docs, contents, content_ids, context_ids, strict=True):
+            size = positions[-1] + 1 if positions else 0
+            if size == len(ids):  # no stop word before the last term
+                self._content[doc] = array("i", ids).tobytes()
+            else:
+                sequence = array("i", [-1]) * size
+                for term_id, position in zip(ids, positions, strict=True):
+                    sequence[position] = term_id
+                self._content[doc] = sequence.tobytes()
+            if context:
+                self._context[doc] = array("i", sorted(set(context))).tobytes()
+        content_sizes = [len(ids) for ids in content_ids]
+        context_sizes = [len(ids) for ids in context_ids]
+        self._len_content[docs] = content_sizes
+        self._len_context[docs] = context_sizes
+        self._total_content += sum(content_sizes)
+        self._total_context += sum(context_sizes)
+
+        # Term frequencies packed in one int32: content in the low 16 bits, context above.
+        doc_column = np.array(docs, dtype=np.int64)
+        keys: list[_I64] = []
+        packed: list[_I64] = []
+        fields: tuple[tuple[list[list[int]], list[int], int, int], ...] = (
+            (content_ids, content_sizes, _TF_MAX, 1),
+            (context_ids, context_sizes, _CONTEXT_TF_MAX, _CONTEXT_UNIT))
+        for field_ids, sizes, limit, unit in fields:
+            terms = np.fromiter(itertools.chain.from_iterable(field_ids), dtype=np.int64, count=sum(sizes))
+            pairs, counts = np.unique((terms << 32) | np.repeat(doc_column, sizes), return_counts=True)
+            keys.append(pairs)
+            packed.append(np.minimum(counts, limit) * unit)
+        pairs, where = np.unique(np.concatenate(keys), return_inverse=True)
+        if not len(pairs):
+            return
+        tfs = np.bincount(where, weights=np.concatenate(packed), minlength=len(pairs)).astype(np.int32)
+        term_of = pairs >> 32
+        posting_docs = memoryview((pairs & 0xFFFFFFFF).astype(np.int32).tobytes())
+        posting_tfs = memoryview(tfs.tobytes())
+        bounds = np.flatnonzero(np.diff(term_of)) + 1
+        starts = [0, *bounds.tolist()]
+        ends = [*bounds.tolist(), len(pairs)]
         all_postings = self._postings
-        for term_id, tfs in packed.items():
+        for term_id, lo, hi in zip(term_of[starts].tolist(), starts, ends, strict=True):
             postings = all_postings[term_id]
-            postings.docs.append(doc_id)
-            postings.tfs.append(tfs)
+            postings.docs.frombytes(posting_docs[4 * lo : 4 * hi])
+            postings.tfs.frombytes(posting_tfs[4 * lo : 4 * hi])
             postings.cache = None
 
     def remove(self, doc_id: int) -> None:
@@ -447,6 +481,15 @@ class BM25Index:
         self._len_context[: len(arrays["len_context"])] = arrays["len_context"]
         self._total_content = int(header["total_content"])
         self._total_context = int(header["total_context"])
+
+    def _term_ids(self, terms: list[str]) -> list[int]:
+        get = self._vocab.get
+        ids = [get(term, -1) for term in terms]
+        if -1 in ids:
+            for at, term_id in enumerate(ids):
+                if term_id < 0:
+                    ids[at] = self._term_id(terms[at])
+        return ids
 
     def _term_id(self, term: str) -> int:
         term_id = self._vocab.get(term)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import itertools
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Self
 
 import numpy as np
@@ -126,32 +126,58 @@ class KeywordIndex:
     def add(self, doc_id: int, text: str, timestamp: float) -> None:
         """Index *text* as document *doc_id*; *timestamp* (any finite float, larger
         is more recent) breaks ties between documents matching as many words."""
-        doc_id = check_doc_id(doc_id)
-        ts = check_finite(timestamp, "timestamp")
-        if not isinstance(text, str):
-            raise InvalidInput(f"text must be a str, got {type(text).__name__}", field="text")
-        if doc_id in self._doc_words:
-            raise InvalidInput(f"doc {doc_id} is already in the keyword index; use update", field="doc_id")
-        distinct = tuple(sys.intern(w) for w in dict.fromkeys(words(text)))
-        self._ensure_capacity(doc_id + 1)
-        self._doc_words[doc_id] = distinct if self.keep_words else None
-        self._timestamps[doc_id] = ts
+        self.add_many([doc_id], [text], [timestamp])
+
+    def add_many(self, doc_ids: Sequence[int], texts: Sequence[str], timestamps: Sequence[float]) -> None:
+        """Index many documents, as :meth:`add` does each, in one pass: the batch's
+        postings are grouped by word first, so each word is touched once per batch.
+        Nothing changes when any of them is invalid."""
+        if not len(doc_ids) == len(texts) == len(timestamps):
+            raise InvalidInput(f"{len(doc_ids)} doc ids, {len(texts)} texts and {len(timestamps)} "
+                               f"timestamps; they must pair up", field="doc_ids")
+        docs = [check_doc_id(doc_id) for doc_id in doc_ids]
+        stamps = [check_finite(ts, "timestamp") for ts in timestamps]
+        for text in texts:
+            if not isinstance(text, str):
+                raise InvalidInput(f"text must be a str, got {type(text).__name__}", field="text")
+        if len(set(docs)) != len(docs):
+            raise InvalidInput("a doc id repeats in one batch", field="doc_ids")
+        for doc_id in docs:
+            if doc_id in self._doc_words:
+                raise InvalidInput(f"doc {doc_id} is already in the keyword index; use update",
+                                   field="doc_id")
+        if not docs:
+            return
+        distinct_words = [dict.fromkeys(words(text)) for text in texts]
+        self._ensure_capacity(max(docs) + 1)
+        self._timestamps[docs] = stamps
+        keep, doc_words = self.keep_words, self._doc_words
+        by_word: dict[str, list[int]] = {}
+        for doc_id, distinct in zip(docs, distinct_words, strict=True):
+            doc_words[doc_id] = tuple(map(sys.intern, distinct)) if keep else None
+            for word in distinct:
+                postings = by_word.get(word)
+                if postings is None:
+                    by_word[word] = [doc_id]
+                else:
+                    postings.append(doc_id)
         dense_at = max(self._dense_min, self._capacity // self._dense_share)
-        for word in distinct:
-            column = self._dense.get(word)
+        dense, sparse, cache = self._dense, self._sparse, self._sparse_cache
+        for word, new in by_word.items():
+            column = dense.get(word)
             if column is not None:
-                column[doc_id] = 1
-                self._dense_df[word] += 1
+                column[new] = 1
+                self._dense_df[word] += len(new)
                 continue
-            postings = self._sparse.get(word)
+            postings = sparse.get(word)
             if postings is None:
-                self._sparse[word] = [doc_id]
-                continue
-            postings.append(doc_id)
-            self._sparse_cache.pop(word, None)
+                sparse[word] = postings = new
+            else:
+                postings += new
+                cache.pop(word, None)
             if len(postings) >= dense_at:
                 self._promote(word)
-        self._pending_add[doc_id] = None
+        self._pending_add.update(dict.fromkeys(docs))
 
     def remove(self, doc_id: int, text: str | None = None) -> None:
         """Forget document *doc_id*; NotFound when it is not indexed. *text*, the

@@ -46,6 +46,7 @@ __all__ = [
     "list_snapshots",
     "load_newest_snapshot",
     "read_sidecars",
+    "start_newest_sidecar_reads",
     "sidecar_name",
     "snapshot_name",
     "write_snapshot_files",
@@ -58,6 +59,7 @@ _SNAPSHOT = re.compile(r"snapshot-(0|[1-9][0-9]*)\.jsonl")
 _SIDECAR_NAME = re.compile(r"[a-z0-9_-]{1,64}")
 _MAX_INT = 2**63 - 1
 _CHUNK_RECORDS = 2_048
+_MAX_HEADER_BYTES = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,13 +249,51 @@ def read_sidecars(folder: Path, header: SnapshotHeader) -> dict[str, bytes]:
     """The sidecars of the snapshot ``header`` that exist and pass their check, read
     and checked in parallel threads (file reads and CRC-32 of large buffers run
     without the GIL)."""
-    items = list(header.sidecars.items())
-    if len(items) <= 1:
-        read = [_read_sidecar(folder, header.seq, item) for item in items]
-    else:
-        with ThreadPoolExecutor(max_workers=min(4, len(items)), thread_name_prefix="mnemex-sidecar") as pool:
-            read = list(pool.map(lambda item: _read_sidecar(folder, header.seq, item), items))
-    return {name: blob for name, blob in read if blob is not None}
+    with SidecarReads(folder, header) as reads:
+        return reads.result()
+
+
+class SidecarReads:
+    """The reads of one snapshot's sidecars, started in threads at once, so that a
+    caller can read and check the snapshot itself meanwhile (see
+    :func:`start_newest_sidecar_reads`). Use as a context manager."""
+
+    def __init__(self, folder: Path, header: SnapshotHeader) -> None:
+        self.header = header
+        items = list(header.sidecars.items())
+        self._pool = ThreadPoolExecutor(max_workers=max(1, min(4, len(items))),
+                                        thread_name_prefix="mnemex-sidecar")
+        self._reads = [self._pool.submit(_read_sidecar, folder, header.seq, item) for item in items]
+
+    def __enter__(self) -> SidecarReads:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def result(self) -> dict[str, bytes]:
+        """Every sidecar that exists and passes its check, by name (waits for them)."""
+        read = [future.result() for future in self._reads]
+        return {name: blob for name, blob in read if blob is not None}
+
+
+def start_newest_sidecar_reads(folder: Path) -> SidecarReads | None:
+    """Start reading the sidecars that the newest snapshot's header line names,
+    before the snapshot is read and checked; None when there is no such header.
+    The caller uses them only if that snapshot is the one it loads."""
+    snapshots = list_snapshots(folder)
+    if not snapshots:
+        return None
+    seq, path = snapshots[0]
+    try:
+        with open(path, "rb") as handle:
+            line = handle.readline(_MAX_HEADER_BYTES)
+        header = decode_header(line.rstrip(b"\n"), str(path))
+    except (OSError, CorruptData):
+        return None  # the full load says what is wrong with it
+    if header.seq != seq or not header.sidecars:
+        return None
+    return SidecarReads(folder, header)
 
 
 def _read_sidecar(folder: Path, seq: int, item: tuple[str, tuple[int, int]]) -> tuple[str, bytes | None]:

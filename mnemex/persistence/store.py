@@ -41,6 +41,7 @@ from mnemex.persistence.journal import (
 )
 from mnemex.persistence.layout import KEY_MANIFEST, actor_dir, check_key, check_kind
 from mnemex.persistence.snapshot import (
+    SidecarReads,
     SnapshotHeader,
     decode_snapshot,
     encode_snapshot,
@@ -48,6 +49,7 @@ from mnemex.persistence.snapshot import (
     load_newest_snapshot,
     read_sidecars,
     snapshot_storage_error,
+    start_newest_sidecar_reads,
     write_snapshot_files,
 )
 
@@ -191,32 +193,46 @@ class FileStore(ActorStore):
 
     def recover(self) -> Recovered:
         with self._snapshot_lock:
-            loaded = load_newest_snapshot(self.path, self.kind, self.key)
-            header, records = loaded if loaded is not None else (None, [])
-            after = header.seq if header is not None else 0
-            with self._lock:
-                scan = read_journal(self._journal, repair=False)
-                if scan.is_torn:
-                    cut_tail(self._journal, scan)
-                    if self._fd is not None:
-                        self._size = scan.good_bytes
-                # The file is consistent again and the caller rebuilds from it.
-                self._broken = None
-            sources: list[Sequence[JournalEntry]] = []
-            for _first, last, path in list_archives(self.path):
-                if last > after:
-                    sources.append(read_journal(path, repair=False).entries)
-            sources.append(scan.entries)
-            where = f"{self.path} (snapshot {after})" if header is not None else f"{self.path} (no snapshot)"
-            if header is None and list_snapshots(self.path):
-                where += ", every snapshot failed its checks"
-            journal = stitch_entries(after, sources, where)
-            sidecars = read_sidecars(self.path, header) if header is not None else {}
-            recovered = Recovered(header, records, sidecars, journal)
-            self._check_reaches_known_seqs(recovered)
-            with self._lock:
-                self._last_seq = recovered.last_seq
-            return recovered
+            # the sidecars (most of the bytes) are read in threads while the snapshot is
+            early = start_newest_sidecar_reads(self.path)
+            try:
+                return self._recover(early)
+            finally:
+                if early is not None:
+                    early.__exit__(None, None, None)
+
+    def _recover(self, early: SidecarReads | None) -> Recovered:
+        loaded = load_newest_snapshot(self.path, self.kind, self.key)
+        header, records = loaded if loaded is not None else (None, [])
+        after = header.seq if header is not None else 0
+        with self._lock:
+            scan = read_journal(self._journal, repair=False)
+            if scan.is_torn:
+                cut_tail(self._journal, scan)
+                if self._fd is not None:
+                    self._size = scan.good_bytes
+            # The file is consistent again and the caller rebuilds from it.
+            self._broken = None
+        sources: list[Sequence[JournalEntry]] = []
+        for _first, last, path in list_archives(self.path):
+            if last > after:
+                sources.append(read_journal(path, repair=False).entries)
+        sources.append(scan.entries)
+        where = f"{self.path} (snapshot {after})" if header is not None else f"{self.path} (no snapshot)"
+        if header is None and list_snapshots(self.path):
+            where += ", every snapshot failed its checks"
+        journal = stitch_entries(after, sources, where)
+        if header is None:
+            sidecars: dict[str, bytes] = {}
+        elif early is not None and early.header == header:
+            sidecars = early.result()
+        else:
+            sidecars = read_sidecars(self.path, header)
+        recovered = Recovered(header, records, sidecars, journal)
+        self._check_reaches_known_seqs(recovered)
+        with self._lock:
+            self._last_seq = recovered.last_seq
+        return recovered
 
     def _check_reaches_known_seqs(self, recovered: Recovered) -> None:
         """File names prove the actor reached some seqs; recovering less than that
