@@ -212,8 +212,14 @@ class BM25Index:
         array operations, so each term is touched once per batch. New terms are
         numbered in order of first use in the contents, document after document, and
         then in the contexts. Nothing changes when any of them is invalid."""
+        items = list(items)
         docs: list[int] = []
-        for doc_id, text, context_text in items:
+        for item in items:
+            try:
+                doc_id, text, context_text = item
+            except (TypeError, ValueError):
+                raise InvalidInput(f"each item is (doc_id, text, context_text), got {item!r:.80}",
+                                   field="items") from None
             doc = check_doc_id(doc_id)
             if not isinstance(text, str):
                 raise InvalidInput(f"text must be a str, got {type(text).__name__}", field="text")

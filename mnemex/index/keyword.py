@@ -132,6 +132,7 @@ class KeywordIndex:
         """Index many documents, as :meth:`add` does each, in one pass: the batch's
         postings are grouped by word first, so each word is touched once per batch.
         Nothing changes when any of them is invalid."""
+        doc_ids, texts, timestamps = list(doc_ids), list(texts), list(timestamps)
         if not len(doc_ids) == len(texts) == len(timestamps):
             raise InvalidInput(f"{len(doc_ids)} doc ids, {len(texts)} texts and {len(timestamps)} "
                                f"timestamps; they must pair up", field="doc_ids")
