@@ -32,6 +32,11 @@ _WORD = re.compile(r"\w+")
 _TOKEN = re.compile(r"(\w+(?:'(?!s\b)\w+)*)(?:'s\b)?")
 _QUOTED = re.compile(r'"([^"]*)"')
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\uff07": "'"})
+# Every ASCII character that is not a word character (``\w`` there is [A-Za-z0-9_]) as
+# a space: for ASCII text, ``split()`` after this table gives the word runs the
+# regular expressions above find, about three times faster.
+_ASCII_BREAKS: Final = str.maketrans({chr(c): " " for c in range(128)
+                                      if not (chr(c).isalnum() or chr(c) == "_")})
 
 # Written for this project: function words that carry no topic in English text,
 # in their case-folded form, contractions with a straight apostrophe.
@@ -68,9 +73,16 @@ def _normalise(text: str) -> str:
 def words(text: str) -> list[str]:
     """Case-folded word tokens of *text* (runs of unicode word characters), in order,
     repeats kept. The classic keyword matching compares these."""
-    if not text.isascii():
-        text = unicodedata.normalize("NFKC", text)
-    return _WORD.findall(text.casefold())
+    if text.isascii():
+        return text.lower().translate(_ASCII_BREAKS).split()
+    return _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
+
+
+def _raw_tokens(text: str) -> list[str]:
+    """The full-text tokens of *text* before stop words and stemming."""
+    if text.isascii() and "'" not in text:  # then a token is a plain word run
+        return text.lower().translate(_ASCII_BREAKS).split()
+    return _TOKEN.findall(_normalise(text))
 
 
 class Phrase(NamedTuple):
@@ -141,7 +153,7 @@ class Tokenizer:
     def tokens(self, text: str) -> list[str]:
         """Index terms of *text*, in order, repeats kept."""
         stops = self.stop_words
-        kept = [w for w in _TOKEN.findall(_normalise(text)) if w not in stops]
+        kept = [w for w in _raw_tokens(text) if w not in stops]
         if self._stem_word is not None:
             stem = self._stem
             kept = [stem(w) for w in kept]
@@ -151,7 +163,7 @@ class Tokenizer:
         """Index terms of *text* and the position of each in the word stream
         (stop words occupy positions too, so positions may skip)."""
         stops = self.stop_words
-        raw = _TOKEN.findall(_normalise(text))
+        raw = _raw_tokens(text)
         positions = [i for i, w in enumerate(raw) if w not in stops]
         if self._stem_word is not None:
             stem = self._stem

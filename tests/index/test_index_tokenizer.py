@@ -5,9 +5,12 @@ from __future__ import annotations
 import importlib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mnemex.errors import InvalidInput
 from mnemex.index import ENGLISH_STOP_WORDS, ParsedQuery, Phrase, Tokenizer, words
+from mnemex.index.tokenizer import _TOKEN, _WORD, _raw_tokens
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -90,3 +93,12 @@ def test_stemming_without_the_package_says_how_to_get_it(monkeypatch: pytest.Mon
     monkeypatch.setattr(importlib, "import_module", fake)
     with pytest.raises(InvalidInput, match="pip install snowballstemmer"):
         Tokenizer(stem=True)
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=st.text(alphabet=st.characters(max_codepoint=127), max_size=60)
+       | st.lists(st.sampled_from(["it's", "don't", "O'Neil", "a_b", "x1", "\x1f", "\t", "--", "'s", "'"]))
+       .map(" ".join))
+def test_the_ascii_fast_path_finds_what_the_regular_expressions_find(text: str) -> None:
+    assert words(text) == _WORD.findall(text.casefold())
+    assert _raw_tokens(text) == _TOKEN.findall(text.casefold())
