@@ -358,7 +358,6 @@ class _LazyLine(msgspec.Struct, frozen=True):
 
 
 _decode_lazy_line = msgspec.json.Decoder(_LazyLine)
-_decode_vector_bytes = msgspec.json.Decoder(bytes)
 _NULL: Final = b"null"
 
 
@@ -1236,7 +1235,6 @@ class ScopeMemory:
         memory.docs = [None] * int(extra.get("docs", 0))
         memory.clock = float(extra.get("clock", 0.0))
         vector_docs: list[int] = []
-        raw_vectors: list[msgspec.Raw] = []
         for number, line in enumerate(image.records):
             try:
                 item = _decode_lazy_line.decode(line)
@@ -1246,17 +1244,17 @@ class ScopeMemory:
                 memory.docs.extend([None] * (item.d + 1 - len(memory.docs)))
             memory.docs[item.d] = item.m
             memory.doc_of[item.m.id] = item.d
-            if item.v != _NULL:
+            if item.v != _NULL:  # (a Raw holds on to its line: not kept)
                 vector_docs.append(item.d)
-                raw_vectors.append(item.v)
         memory.free = [int(doc) for doc in extra.get("free", [])]
         memory._reindex_all(image.sidecars)
         if isinstance(embedder, str) and dim > 0:
             memory.embedder, memory.dim = embedder, dim
             matrix = _read_vectors_sidecar(image.sidecars.get(_VECTORS), vector_docs, dim)
-            if matrix is None:  # no (usable) sidecar: the JSONL's own vectors
+            if matrix is None:  # no (usable) sidecar: the JSONL's own vectors, in a second pass
                 try:
-                    blob = b"".join(_decode_vector_bytes.decode(raw) for raw in raw_vectors)
+                    lines = (_decode_line.decode(line) for line in image.records)
+                    blob = b"".join(line.v for line in lines if line.v is not None)
                     matrix = np.frombuffer(blob, dtype="<f4").reshape(len(vector_docs), dim)
                 except (msgspec.DecodeError, ValueError) as exc:
                     raise ValueError(f"scope {memory._name} snapshot vectors: {exc}") from exc

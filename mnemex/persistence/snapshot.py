@@ -30,8 +30,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
+import numpy as np
 import orjson
 
 from mnemex.errors import CorruptData, InvalidInput, StorageError
@@ -40,6 +41,7 @@ from mnemex.persistence._files import describe_os_error, fsync_dir, log, write_a
 __all__ = [
     "FORMAT",
     "SnapshotHeader",
+    "SnapshotLines",
     "decode_header",
     "decode_snapshot",
     "encode_snapshot",
@@ -59,6 +61,7 @@ _SNAPSHOT = re.compile(r"snapshot-(0|[1-9][0-9]*)\.jsonl")
 _SIDECAR_NAME = re.compile(r"[a-z0-9_-]{1,64}")
 _MAX_INT = 2**63 - 1
 _CHUNK_RECORDS = 2_048
+_NEWLINE = 10
 _MAX_HEADER_BYTES = 1 << 20
 
 
@@ -213,7 +216,45 @@ def decode_header(line: bytes, source: str) -> SnapshotHeader:
     )
 
 
-def decode_snapshot(data: bytes, source: str) -> tuple[SnapshotHeader, list[bytes]]:
+class SnapshotLines(Sequence[bytes]):
+    """The record lines of a snapshot body, each cut out of the file's bytes when it
+    is read: a restore that decodes line after line holds one line at a time beside
+    the file, not a second copy of every line (which for a large snapshot is
+    hundreds of MB of fresh memory, and most of the time of reading it)."""
+
+    __slots__ = ("_data", "_edges")
+
+    def __init__(self, data: bytes, start: int) -> None:
+        """``data[start:]`` is the body: lines, each ending with a newline."""
+        newlines = np.flatnonzero(np.frombuffer(data, dtype=np.uint8, offset=start) == _NEWLINE)
+        self._data = data
+        self._edges: list[int] = [start - 1, *(newlines + start).tolist()]  # line i: between edges i, i+1
+
+    def __len__(self) -> int:
+        return len(self._edges) - 1
+
+    @overload
+    def __getitem__(self, index: int) -> bytes: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[bytes]: ...
+
+    def __getitem__(self, index: int | slice) -> bytes | list[bytes]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("snapshot line index out of range")
+        return self._data[self._edges[index] + 1 : self._edges[index + 1]]
+
+    def __iter__(self) -> Iterator[bytes]:
+        data, edges = self._data, self._edges
+        for at in range(len(edges) - 1):
+            yield data[edges[at] + 1 : edges[at + 1]]
+
+
+def decode_snapshot(data: bytes, source: str) -> tuple[SnapshotHeader, Sequence[bytes]]:
     """Header and records of a whole snapshot file; CorruptData if the header,
     the byte count, the record count or the checksum disagree with the body."""
     end = data.find(b"\n")
@@ -228,8 +269,7 @@ def decode_snapshot(data: bytes, source: str) -> tuple[SnapshotHeader, list[byte
         raise CorruptData(f"{source}: body checksum {crc} does not match the header's {header.crc}")
     if body and not data.endswith(b"\n"):
         raise CorruptData(f"{source}: body does not end with a newline")
-    records = data.split(b"\n")
-    del records[0], records[-1]
+    records = SnapshotLines(data, end + 1)
     if len(records) != header.count:
         raise CorruptData(f"{source}: body has {len(records):,} records; the header says {header.count:,}")
     return header, records
@@ -314,7 +354,7 @@ def _read_sidecar(folder: Path, seq: int, item: tuple[str, tuple[int, int]]) -> 
 
 
 def _decode_own_snapshot(data: bytes, path: Path, seq: int, kind: str, key: tuple[str, ...],
-                         ) -> tuple[SnapshotHeader, list[bytes]]:
+                         ) -> tuple[SnapshotHeader, Sequence[bytes]]:
     header, records = decode_snapshot(data, str(path))
     if header.seq != seq:
         raise CorruptData(f"{path}: header seq {header.seq} does not match the file name")
@@ -325,7 +365,7 @@ def _decode_own_snapshot(data: bytes, path: Path, seq: int, kind: str, key: tupl
 
 
 def load_newest_snapshot(folder: Path, kind: str, key: tuple[str, ...], *, max_ts: int | None = None,
-                         ) -> tuple[SnapshotHeader, list[bytes]] | None:
+                         ) -> tuple[SnapshotHeader, Sequence[bytes]] | None:
     """The newest snapshot in ``folder`` that passes its checks and belongs to
     ``kind``/``key`` (and, with ``max_ts``, includes nothing later than it), or
     None. Each snapshot skipped is logged as a warning."""

@@ -64,7 +64,7 @@ class Recovered:
 
     header: SnapshotHeader | None
     """The snapshot used, or None if there is none (start from an empty actor)."""
-    records: list[bytes]
+    records: Sequence[bytes]
     """Its record lines (empty without a snapshot)."""
     sidecars: dict[str, bytes]
     """Its sidecars that exist and pass their check."""
@@ -530,7 +530,7 @@ class MemoryStore(ActorStore):
             journal = bytes(self._journal)
             snapshot = self._snapshot
         header: SnapshotHeader | None = None
-        records: list[bytes] = []
+        records: Sequence[bytes] = []
         sidecars: dict[str, bytes] = {}
         if snapshot is not None:
             header, records = decode_snapshot(snapshot[1], self._where)
