@@ -119,6 +119,7 @@ _ACCESS_HALF: Final = 10.0
 _SIDECAR: Final = "hnsw"
 _TEXT_SIDECARS: Final = ("keyword", "bm25", "entities")
 _VECTORS: Final = "vectors"
+_RECORDS: Final = "records"
 
 scope_codec: JsonCodec[ScopeCommandType] = JsonCodec(ScopeCommandType, "scope command")
 _encode = msgspec.json.Encoder()
@@ -361,6 +362,19 @@ _decode_lazy_line = msgspec.json.Decoder(_LazyLine)
 _NULL: Final = b"null"
 
 
+class _RecordsSidecar(msgspec.Struct, array_like=True, frozen=True):
+    """The snapshot's records again, as one MessagePack blob: what its JSONL lines
+    say but the vectors, decoded in one call (a few times faster than 100,000 lines)."""
+
+    docs: list[int]
+    records: list[MemoryRecord]
+    vector_docs: list[int]
+
+
+_encode_records = msgspec.msgpack.Encoder()
+_decode_records = msgspec.msgpack.Decoder(_RecordsSidecar)
+
+
 def _vectors_sidecar(docs: Sequence[int], matrix: F32) -> bytes:
     """Doc ids and their float32 vectors, raw: ``count`` (8 bytes), the ids (int64),
     then the rows. The snapshot's own CRC of the file guards it."""
@@ -368,6 +382,22 @@ def _vectors_sidecar(docs: Sequence[int], matrix: F32) -> bytes:
     rows = matrix.astype("<f4", copy=False)
     # one copy of the rows (the matrix is a copy already, taken for the snapshot)
     return b"".join([len(ids).to_bytes(8, "little"), byte_view(ids), byte_view(rows)])
+
+
+def _read_records_sidecar(data: bytes | None, count: int, name: str) -> _RecordsSidecar | None:
+    """The records sidecar when it is there, decodes and holds ``count`` records."""
+    if data is None:
+        return None
+    try:
+        loaded = _decode_records.decode(data)
+    except msgspec.DecodeError as exc:
+        log.info("scope %s: records sidecar not used (%s); reading the snapshot's lines", name, exc)
+        return None
+    if len(loaded.docs) != count or len(loaded.records) != count or len(set(loaded.docs)) != count:
+        log.info("scope %s: records sidecar holds %d records, the snapshot %d; reading the snapshot's lines",
+                 name, len(loaded.records), count)
+        return None
+    return loaded
 
 
 def _read_vectors_sidecar(data: bytes | None, docs: Sequence[int], dim: int) -> F32 | None:
@@ -1199,9 +1229,11 @@ class ScopeMemory:
             sidecars[_SIDECAR] = sidecar
 
         def all_sidecars() -> dict[str, bytes]:  # in the writer's thread: only copies are read
+            records = _encode_records.encode(_RecordsSidecar([doc for doc, _ in pairs],
+                                                             [record for _, record in pairs], vector_docs))
             if matrix is None:
-                return sidecars
-            return {**sidecars, _VECTORS: _vectors_sidecar(vector_docs, matrix)}
+                return {**sidecars, _RECORDS: records}
+            return {**sidecars, _RECORDS: records, _VECTORS: _vectors_sidecar(vector_docs, matrix)}
 
         def records() -> Iterator[bytes]:
             encode = _encode.encode
@@ -1221,8 +1253,7 @@ class ScopeMemory:
             "count": len(pairs),
             "clock": self.clock,
         }
-        return SnapshotData(records=records, extra=extra,
-                            sidecars=all_sidecars if sidecars or matrix is not None else None)
+        return SnapshotData(records=records, extra=extra, sidecars=all_sidecars if pairs else None)
 
     @classmethod
     def restore(cls, key: Key, image: Image, settings: ScopeSettings) -> ScopeMemory:
@@ -1234,18 +1265,26 @@ class ScopeMemory:
         embedder, dim = extra.get("embedder"), int(extra.get("dim") or 0)
         memory.docs = [None] * int(extra.get("docs", 0))
         memory.clock = float(extra.get("clock", 0.0))
-        vector_docs: list[int] = []
-        for number, line in enumerate(image.records):
-            try:
-                item = _decode_lazy_line.decode(line)
-            except msgspec.DecodeError as exc:
-                raise ValueError(f"scope {memory._name} snapshot record {number}: {exc}") from exc
-            if item.d >= len(memory.docs):
-                memory.docs.extend([None] * (item.d + 1 - len(memory.docs)))
-            memory.docs[item.d] = item.m
-            memory.doc_of[item.m.id] = item.d
-            if item.v != _NULL:  # (a Raw holds on to its line: not kept)
-                vector_docs.append(item.d)
+        from_sidecar = _read_records_sidecar(image.sidecars.get(_RECORDS), int(extra.get("count", -1)),
+                                             memory._name)
+        if from_sidecar is not None:
+            docs, records, vector_docs = from_sidecar.docs, from_sidecar.records, from_sidecar.vector_docs
+        else:
+            docs, records, vector_docs = [], [], []
+            for number, line in enumerate(image.records):
+                try:
+                    item = _decode_lazy_line.decode(line)
+                except msgspec.DecodeError as exc:
+                    raise ValueError(f"scope {memory._name} snapshot record {number}: {exc}") from exc
+                docs.append(item.d)
+                records.append(item.m)
+                if item.v != _NULL:  # (a Raw holds on to its line: not kept)
+                    vector_docs.append(item.d)
+        if docs and max(docs) >= len(memory.docs):
+            memory.docs.extend([None] * (max(docs) + 1 - len(memory.docs)))
+        for doc, record in zip(docs, records, strict=True):
+            memory.docs[doc] = record
+        memory.doc_of = {record.id: doc for doc, record in zip(docs, records, strict=True)}
         memory.free = [int(doc) for doc in extra.get("free", [])]
         memory._reindex_all(image.sidecars)
         if isinstance(embedder, str) and dim > 0:
@@ -1254,14 +1293,15 @@ class ScopeMemory:
             if matrix is None:  # no (usable) sidecar: the JSONL's own vectors, in a second pass
                 try:
                     lines = (_decode_line.decode(line) for line in image.records)
-                    blob = b"".join(line.v for line in lines if line.v is not None)
+                    by_doc = {line.d: line.v for line in lines if line.v is not None}
+                    blob = b"".join(by_doc[doc] for doc in vector_docs)
                     matrix = np.frombuffer(blob, dtype="<f4").reshape(len(vector_docs), dim)
-                except (msgspec.DecodeError, ValueError) as exc:
+                except (msgspec.DecodeError, ValueError, KeyError) as exc:
                     raise ValueError(f"scope {memory._name} snapshot vectors: {exc}") from exc
             sidecar = image.sidecars.get(_SIDECAR)
-            docs = np.array(vector_docs, dtype=np.int64)
+            vector_ids = np.array(vector_docs, dtype=np.int64)
             # the rows as the index held them when the snapshot was taken (checksummed)
-            memory.vectors = VectorIndex.from_sidecar(sidecar, docs, matrix, dim, unit_rows=True,
+            memory.vectors = VectorIndex.from_sidecar(sidecar, vector_ids, matrix, dim, unit_rows=True,
                                                       **settings.vector_params())
             status = memory.vectors.sidecar_status
             if status in ("stale", "corrupt") or (status == "absent" and memory.vectors.wants_graph):

@@ -220,18 +220,26 @@ class SnapshotLines(Sequence[bytes]):
     """The record lines of a snapshot body, each cut out of the file's bytes when it
     is read: a restore that decodes line after line holds one line at a time beside
     the file, not a second copy of every line (which for a large snapshot is
-    hundreds of MB of fresh memory, and most of the time of reading it)."""
+    hundreds of MB of fresh memory, and most of the time of reading it). Where the
+    lines are is found on first use; a restore served by sidecars never pays it."""
 
-    __slots__ = ("_data", "_edges")
+    __slots__ = ("_count", "_data", "_edges", "_start")
 
     def __init__(self, data: bytes, start: int) -> None:
         """``data[start:]`` is the body: lines, each ending with a newline."""
-        newlines = np.flatnonzero(np.frombuffer(data, dtype=np.uint8, offset=start) == _NEWLINE)
-        self._data = data
-        self._edges: list[int] = [start - 1, *(newlines + start).tolist()]  # line i: between edges i, i+1
+        self._data, self._start = data, start
+        self._count = data.count(b"\n", start)
+        self._edges: list[int] | None = None  # line i lies between edges i and i + 1
+
+    def _where(self) -> list[int]:
+        if self._edges is None:
+            body = np.frombuffer(self._data, dtype=np.uint8, offset=self._start)
+            newlines = np.flatnonzero(body == _NEWLINE)
+            self._edges = [self._start - 1, *(newlines + self._start).tolist()]
+        return self._edges
 
     def __len__(self) -> int:
-        return len(self._edges) - 1
+        return self._count
 
     @overload
     def __getitem__(self, index: int) -> bytes: ...
@@ -246,10 +254,11 @@ class SnapshotLines(Sequence[bytes]):
             index += len(self)
         if not 0 <= index < len(self):
             raise IndexError("snapshot line index out of range")
-        return self._data[self._edges[index] + 1 : self._edges[index + 1]]
+        edges = self._where()
+        return self._data[edges[index] + 1 : edges[index + 1]]
 
     def __iter__(self) -> Iterator[bytes]:
-        data, edges = self._data, self._edges
+        data, edges = self._data, self._where()
         for at in range(len(edges) - 1):
             yield data[edges[at] + 1 : edges[at + 1]]
 

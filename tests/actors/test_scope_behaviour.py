@@ -392,6 +392,32 @@ def test_snapshot_lines_are_json_and_carry_the_vectors() -> None:
     assert set(first) == {"d", "m", "v"} and first["m"]["id"] == "c0"
 
 
+def test_the_records_sidecar_stands_in_for_the_lines_and_a_bad_one_is_passed_over(
+        caplog: pytest.LogCaptureFixture) -> None:
+    d = corpus_driver()
+    d.send(Forget(ids=["c1"], now=d.tick()))
+    image = snapshot_image(d.memory)
+    assert "records" in image.sidecars
+    expected = state(d.memory)
+    # the sidecar alone: the lines are not read (here: not even there) ...
+    assert state(ScopeMemory.restore(KEY, Image([], image.extra, image.sidecars), d.memory.settings)) == expected
+    # ... unless the vectors sidecar is unusable too: then the lines' vectors, by doc
+    no_vectors = {name: blob for name, blob in image.sidecars.items() if name != "vectors"}
+    restored_memory = ScopeMemory.restore(KEY, Image(list(reversed(image.records)), image.extra, no_vectors),
+                                          d.memory.settings)
+    assert state(restored_memory) == expected
+    assert [h.memory.id for h in Driver(restored_memory).search("camping", "vector", min_score=-1).hits] == \
+        [h.memory.id for h in d.search("camping", "vector", min_score=-1).hits]
+    # a records sidecar that does not decode, or holds other counts, is passed over for the lines
+    short = msgspec.msgpack.encode([[0], [], []])
+    for bad in (image.sidecars["records"][:-3], short):
+        with caplog.at_level("INFO"):
+            other = ScopeMemory.restore(KEY, Image(image.records, image.extra, {**image.sidecars, "records": bad}),
+                                        d.memory.settings)
+        assert state(other) == expected
+    assert caplog.text.count("records sidecar") == 2
+
+
 # -- the HNSW graph -----------------------------------------------------------------------------
 def test_the_graph_is_built_beside_the_actor_and_keeps_recall() -> None:
     d = Driver(hnsw_threshold=300, hnsw_ef_search=64)
