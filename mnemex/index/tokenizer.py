@@ -37,6 +37,8 @@ _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\uff
 # regular expressions above find, about three times faster.
 _ASCII_BREAKS: Final = str.maketrans({chr(c): " " for c in range(128)
                                       if not (chr(c).isalnum() or chr(c) == "_")})
+_ASCII_TOKEN_BREAKS: Final = str.maketrans({chr(c): " " for c in range(128)
+                                            if not (chr(c).isalnum() or chr(c) in "_'")})
 
 # Written for this project: function words that carry no topic in English text,
 # in their case-folded form, contractions with a straight apostrophe.
@@ -80,9 +82,20 @@ def words(text: str) -> list[str]:
 
 def _raw_tokens(text: str) -> list[str]:
     """The full-text tokens of *text* before stop words and stemming."""
-    if text.isascii() and "'" not in text:  # then a token is a plain word run
-        return text.lower().translate(_ASCII_BREAKS).split()
-    return _TOKEN.findall(_normalise(text))
+    if not text.isascii():
+        return _TOKEN.findall(_normalise(text))
+    lowered = text.lower()
+    if "'" not in lowered:  # a token is a plain word run
+        return lowered.translate(_ASCII_BREAKS).split()
+    # A token never spans a character that is neither a word character nor an
+    # apostrophe: only the runs holding an apostrophe need the regular expression.
+    tokens: list[str] = []
+    for run in lowered.translate(_ASCII_TOKEN_BREAKS).split():
+        if "'" in run:
+            tokens += _TOKEN.findall(run)
+        else:
+            tokens.append(run)
+    return tokens
 
 
 class Phrase(NamedTuple):
