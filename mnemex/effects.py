@@ -42,11 +42,12 @@ class SnapshotData:
 @dataclass(frozen=True, slots=True)
 class Image:
     """What a behaviour is restored from: the record lines of its newest snapshot,
-    the snapshot's ``extra`` header field and any sidecars that read back fine."""
+    the snapshot's ``extra`` header field and any sidecars that read back fine
+    (bytes, or a read-only view of the file mapped in memory: copy what you keep)."""
 
     records: Sequence[bytes]
     extra: Mapping[str, Any]
-    sidecars: Mapping[str, bytes]
+    sidecars: Mapping[str, bytes | memoryview]
 
 
 class Behaviour(Protocol):

@@ -384,7 +384,7 @@ def _vectors_sidecar(docs: Sequence[int], matrix: F32) -> bytes:
     return b"".join([len(ids).to_bytes(8, "little"), byte_view(ids), byte_view(rows)])
 
 
-def _read_records_sidecar(data: bytes | None, count: int, name: str) -> _RecordsSidecar | None:
+def _read_records_sidecar(data: bytes | memoryview | None, count: int, name: str) -> _RecordsSidecar | None:
     """The records sidecar when it is there, decodes and holds ``count`` records."""
     if data is None:
         return None
@@ -400,7 +400,7 @@ def _read_records_sidecar(data: bytes | None, count: int, name: str) -> _Records
     return loaded
 
 
-def _read_vectors_sidecar(data: bytes | None, docs: Sequence[int], dim: int) -> F32 | None:
+def _read_vectors_sidecar(data: bytes | memoryview | None, docs: Sequence[int], dim: int) -> F32 | None:
     """The matrix of a vectors sidecar when it holds exactly ``docs`` in ``dim``s."""
     if data is None or len(data) < 8:
         return None
@@ -827,7 +827,7 @@ class ScopeMemory:
             self.vectors.remove(doc)
         return Updated(memory=record)
 
-    def _reindex_all(self, sidecars: Mapping[str, bytes]) -> None:
+    def _reindex_all(self, sidecars: Mapping[str, bytes | memoryview]) -> None:
         """Index every record (after a restore): the text indexes from their sidecars
         when they match the records, else from the records, sessions first so that
         each memory is indexed once with its final context."""
@@ -850,7 +850,7 @@ class ScopeMemory:
                 context[doc] = self._context_at(members, at)
         self._index_many(items, context)
 
-    def _load_text_sidecars(self, sidecars: Mapping[str, bytes]) -> bool:
+    def _load_text_sidecars(self, sidecars: Mapping[str, bytes | memoryview]) -> bool:
         """Load the keyword, BM25 and entity indexes from the snapshot's sidecars when
         all are there, intact, made with these settings and over exactly these docs."""
         if not any(name in sidecars for name in _TEXT_SIDECARS):
@@ -865,7 +865,7 @@ class ScopeMemory:
         self.keyword, self.bm25, self.entities = keyword, bm25, entities
         return True
 
-    def _text_indexes_from(self, sidecars: Mapping[str, bytes]) -> tuple[
+    def _text_indexes_from(self, sidecars: Mapping[str, bytes | memoryview]) -> tuple[
             KeywordIndex, BM25Index, EntityIndex]:
         missing_names = [name for name in _TEXT_SIDECARS if name not in sidecars]
         if missing_names:

@@ -88,7 +88,7 @@ def pack_sidecar(magic: bytes, header: Mapping[str, Any], arrays: Mapping[str, n
     return b"".join([preamble, encoded, *parts])
 
 
-def sidecar_info(data: bytes, magic: bytes, what: str) -> dict[str, Any]:
+def sidecar_info(data: bytes | memoryview, magic: bytes, what: str) -> dict[str, Any]:
     """What a sidecar covers, read from its header alone (cheap; the checksum is
     checked only when the sidecar is loaded): ``docs`` (count), ``ids_checksum``
     (see :func:`doc_ids_checksum`), ``params`` (the settings it was built with)
@@ -100,7 +100,7 @@ def sidecar_info(data: bytes, magic: bytes, what: str) -> dict[str, Any]:
     return {"version": SIDECAR_VERSION, "docs": docs, "ids_checksum": ids_checksum, "params": params}
 
 
-def read_header(data: bytes, magic: bytes, what: str) -> tuple[dict[str, Any], int]:
+def read_header(data: bytes | memoryview, magic: bytes, what: str) -> tuple[dict[str, Any], int]:
     """The header of a sidecar and where its body starts, after checking the magic,
     version and sizes (not the checksum). CorruptData names what is wrong."""
     body_start = _check_preamble(data, magic, what)
@@ -113,7 +113,7 @@ def read_header(data: bytes, magic: bytes, what: str) -> tuple[dict[str, Any], i
     return header, body_start
 
 
-def _check_preamble(data: bytes, magic: bytes, what: str) -> int:
+def _check_preamble(data: bytes | memoryview, magic: bytes, what: str) -> int:
     """Where the body starts, once the magic, version and header size are right."""
     if not isinstance(data, bytes | bytearray | memoryview):
         raise CorruptData(f"{what} sidecar must be bytes, got {type(data).__name__}")
@@ -145,7 +145,8 @@ class Sidecar:
     spans: dict[str, tuple[int, int]]
 
 
-def unpack_sidecar(data: bytes, magic: bytes, what: str, schema: Mapping[str, npt.DTypeLike]) -> Sidecar:
+def unpack_sidecar(data: bytes | memoryview, magic: bytes, what: str,
+                   schema: Mapping[str, npt.DTypeLike]) -> Sidecar:
     """Check a sidecar whole (magic, version, checksum, array layout against
     *schema*: name -> dtype) and view its arrays. CorruptData names what is wrong."""
     _check_preamble(data, magic, what)
@@ -233,8 +234,8 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def load_sidecar(index: Any, data: bytes, magic: bytes, what: str, schema: Mapping[str, npt.DTypeLike], *,
-                 check: Callable[[Any], None]) -> None:
+def load_sidecar(index: Any, data: bytes | memoryview, magic: bytes, what: str,
+                 schema: Mapping[str, npt.DTypeLike], *, check: Callable[[Any], None]) -> None:
     """Unpack *data* and fill *index* from it with its ``_load``: ``check`` sees the
     header's ``params`` first (it raises CorruptData when they are stale); the
     collector is paused meanwhile, and a load that trips on bad contents is

@@ -407,8 +407,8 @@ class BM25Index:
         return pack_sidecar(_MAGIC, header, arrays)
 
     @classmethod
-    def from_sidecar(cls, data: bytes, k1: float = 1.5, b: float = 0.75, tokenizer: Tokenizer | None = None,
-                     context_weight: float = 0.5) -> Self:
+    def from_sidecar(cls, data: bytes | memoryview, k1: float = 1.5, b: float = 0.75,
+                     tokenizer: Tokenizer | None = None, context_weight: float = 0.5) -> Self:
         """The index serialised in *data* by :meth:`to_sidecar`, with these settings
         (as for the constructor). CorruptData, naming what is wrong, when *data*
         is damaged, truncated, of another format version, or was built with other
@@ -430,7 +430,7 @@ class BM25Index:
         return index
 
     @staticmethod
-    def sidecar_info(data: bytes) -> dict[str, Any]:
+    def sidecar_info(data: bytes | memoryview) -> dict[str, Any]:
         """What a BM25 sidecar covers, from its header alone: ``docs``,
         ``ids_checksum`` (compare with :func:`doc_ids_checksum` of the ids the
         owner restored), ``params`` and ``version``. CorruptData when unreadable."""

@@ -197,7 +197,7 @@ class EntityIndex:
         return pack_sidecar(_MAGIC, header, arrays)
 
     @classmethod
-    def from_sidecar(cls, data: bytes) -> Self:
+    def from_sidecar(cls, data: bytes | memoryview) -> Self:
         """The index serialised in *data* by :meth:`to_sidecar`. CorruptData, naming
         what is wrong, when *data* is damaged, truncated, of another format
         version, or was built with another normalisation (then it is stale:
@@ -207,7 +207,7 @@ class EntityIndex:
         return index
 
     @staticmethod
-    def sidecar_info(data: bytes) -> dict[str, Any]:
+    def sidecar_info(data: bytes | memoryview) -> dict[str, Any]:
         """What an entity sidecar covers, from its header alone: ``docs``,
         ``ids_checksum`` (compare with :func:`doc_ids_checksum` of the ids the
         owner restored), ``params`` and ``version``. CorruptData when unreadable."""

@@ -454,8 +454,9 @@ class VectorIndex:
         return cls.from_sidecar(None, doc_ids, vectors, dim, **params)
 
     @classmethod
-    def from_sidecar(cls, data: bytes | None, doc_ids: Sequence[int] | I64, vectors: npt.ArrayLike,
-                     dim: int, *, unit_rows: bool = False, **params: Any) -> VectorIndex:
+    def from_sidecar(cls, data: bytes | memoryview | None, doc_ids: Sequence[int] | I64,
+                     vectors: npt.ArrayLike, dim: int, *, unit_rows: bool = False,
+                     **params: Any) -> VectorIndex:
         """An index over *vectors* whose graph is read from *data* (made by
         :meth:`to_sidecar`) when it matches these ids and vectors exactly; otherwise
         the graph is rebuilt (if wanted). ``sidecar_status`` says what happened.
@@ -517,7 +518,7 @@ class VectorIndex:
         return b"".join([_MAGIC, struct.pack("<Q", len(header)), header, *parts])
 
     # -- insides ---------------------------------------------------------------------
-    def _load_sidecar(self, data: bytes) -> SidecarStatus:
+    def _load_sidecar(self, data: bytes | memoryview) -> SidecarStatus:
         try:
             if data[: len(_MAGIC)] != _MAGIC:
                 return "corrupt"

@@ -23,6 +23,7 @@ a missing or damaged sidecar is simply left out.
 from __future__ import annotations
 
 import itertools
+import mmap
 import os
 import re
 import zlib
@@ -62,6 +63,7 @@ _SIDECAR_NAME = re.compile(r"[a-z0-9_-]{1,64}")
 _MAX_INT = 2**63 - 1
 _CHUNK_RECORDS = 2_048
 _NEWLINE = 10
+_SCAN = 1 << 23  # bytes looked at per step when counting lines
 _MAX_HEADER_BYTES = 1 << 20
 
 
@@ -225,10 +227,12 @@ class SnapshotLines(Sequence[bytes]):
 
     __slots__ = ("_count", "_data", "_edges", "_start")
 
-    def __init__(self, data: bytes, start: int) -> None:
+    def __init__(self, data: bytes | mmap.mmap, start: int) -> None:
         """``data[start:]`` is the body: lines, each ending with a newline."""
         self._data, self._start = data, start
-        self._count = data.count(b"\n", start)
+        body = np.frombuffer(data, dtype=np.uint8, offset=start)
+        self._count = sum(int(np.count_nonzero(body[at : at + _SCAN] == _NEWLINE))
+                          for at in range(0, len(body), _SCAN))
         self._edges: list[int] | None = None  # line i lies between edges i and i + 1
 
     def _where(self) -> list[int]:
@@ -263,7 +267,7 @@ class SnapshotLines(Sequence[bytes]):
             yield data[edges[at] + 1 : edges[at + 1]]
 
 
-def decode_snapshot(data: bytes, source: str) -> tuple[SnapshotHeader, Sequence[bytes]]:
+def decode_snapshot(data: bytes | mmap.mmap, source: str) -> tuple[SnapshotHeader, Sequence[bytes]]:
     """Header and records of a whole snapshot file; CorruptData if the header,
     the byte count, the record count or the checksum disagree with the body."""
     end = data.find(b"\n")
@@ -276,7 +280,7 @@ def decode_snapshot(data: bytes, source: str) -> tuple[SnapshotHeader, Sequence[
     crc = zlib.crc32(body)
     if crc != header.crc:
         raise CorruptData(f"{source}: body checksum {crc} does not match the header's {header.crc}")
-    if body and not data.endswith(b"\n"):
+    if body and data[-1:] != b"\n":
         raise CorruptData(f"{source}: body does not end with a newline")
     records = SnapshotLines(data, end + 1)
     if len(records) != header.count:
@@ -294,7 +298,7 @@ def write_snapshot_files(folder: Path, seq: int, header_line: bytes, body: Seque
     write_atomic(folder / snapshot_name(seq), [header_line, *body])
 
 
-def read_sidecars(folder: Path, header: SnapshotHeader) -> dict[str, bytes]:
+def read_sidecars(folder: Path, header: SnapshotHeader) -> dict[str, bytes | memoryview]:
     """The sidecars of the snapshot ``header`` that exist and pass their check, read
     and checked in parallel threads (file reads and CRC-32 of large buffers run
     without the GIL)."""
@@ -320,7 +324,7 @@ class SidecarReads:
     def __exit__(self, *exc_info: object) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
-    def result(self) -> dict[str, bytes]:
+    def result(self) -> dict[str, bytes | memoryview]:
         """Every sidecar that exists and passes its check, by name (waits for them)."""
         read = [future.result() for future in self._reads]
         return {name: blob for name, blob in read if blob is not None}
@@ -345,12 +349,23 @@ def start_newest_sidecar_reads(folder: Path) -> SidecarReads | None:
     return SidecarReads(folder, header)
 
 
-def _read_sidecar(folder: Path, seq: int, item: tuple[str, tuple[int, int]]) -> tuple[str, bytes | None]:
+def map_file(path: Path) -> bytes | mmap.mmap:
+    """The content of ``path``, mapped read-only into memory (snapshot files and
+    sidecars never change once written): reading a large one costs page mappings
+    instead of a copy, about three times less. An empty file is ``b""``."""
+    with open(path, "rb") as handle:
+        if os.fstat(handle.fileno()).st_size == 0:
+            return b""
+        return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def _read_sidecar(folder: Path, seq: int, item: tuple[str, tuple[int, int]],
+                  ) -> tuple[str, bytes | memoryview | None]:
     name, (size, crc) = item
     path = folder / sidecar_name(seq, name)
     try:
-        with open(path, "rb") as handle:
-            blob = handle.read()
+        mapped = map_file(path)
+        blob = mapped if isinstance(mapped, bytes) else memoryview(mapped)
     except OSError as exc:
         log.warning("%s: sidecar unreadable, loading without it: %s", path, describe_os_error(exc))
         return name, None
@@ -362,7 +377,7 @@ def _read_sidecar(folder: Path, seq: int, item: tuple[str, tuple[int, int]]) -> 
     return name, blob
 
 
-def _decode_own_snapshot(data: bytes, path: Path, seq: int, kind: str, key: tuple[str, ...],
+def _decode_own_snapshot(data: bytes | mmap.mmap, path: Path, seq: int, kind: str, key: tuple[str, ...],
                          ) -> tuple[SnapshotHeader, Sequence[bytes]]:
     header, records = decode_snapshot(data, str(path))
     if header.seq != seq:
@@ -380,8 +395,7 @@ def load_newest_snapshot(folder: Path, kind: str, key: tuple[str, ...], *, max_t
     None. Each snapshot skipped is logged as a warning."""
     for seq, path in list_snapshots(folder):
         try:
-            with open(path, "rb") as handle:
-                data = handle.read()
+            data = map_file(path)
         except OSError as exc:
             log.warning("%s: snapshot unreadable, trying an older one: %s", path, describe_os_error(exc))
             continue

@@ -66,8 +66,8 @@ class Recovered:
     """The snapshot used, or None if there is none (start from an empty actor)."""
     records: Sequence[bytes]
     """Its record lines (empty without a snapshot)."""
-    sidecars: dict[str, bytes]
-    """Its sidecars that exist and pass their check."""
+    sidecars: dict[str, bytes | memoryview]
+    """Its sidecars that exist and pass their check (views of the files mapped in memory)."""
     journal: list[JournalEntry]
     """The commands after the snapshot (seq > header.seq), in order, seq by seq."""
 
@@ -223,7 +223,7 @@ class FileStore(ActorStore):
             where += ", every snapshot failed its checks"
         journal = stitch_entries(after, sources, where)
         if header is None:
-            sidecars: dict[str, bytes] = {}
+            sidecars: dict[str, bytes | memoryview] = {}
         elif early is not None and early.header == header:
             sidecars = early.result()
         else:
@@ -531,7 +531,7 @@ class MemoryStore(ActorStore):
             snapshot = self._snapshot
         header: SnapshotHeader | None = None
         records: Sequence[bytes] = []
-        sidecars: dict[str, bytes] = {}
+        sidecars: dict[str, bytes | memoryview] = {}
         if snapshot is not None:
             header, records = decode_snapshot(snapshot[1], self._where)
             sidecars = dict(snapshot[2])
