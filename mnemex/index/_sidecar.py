@@ -16,11 +16,9 @@ offset, nbytes); the body is the arrays' raw bytes in native byte order.
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import struct
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,11 +26,12 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
+from mnemex._gcpause import collector_paused
 from mnemex.errors import CorruptData
 
 __all__ = ["SIDECAR_VERSION", "WORDS_SCHEME", "Sidecar", "TermsByDoc", "byte_view", "corrupt",
            "doc_ids_checksum", "load_sidecar", "require_words_scheme",
-           "gc_paused", "pack_sidecar", "read_header", "sidecar_info", "unpack_sidecar"]
+           "pack_sidecar", "read_header", "sidecar_info", "unpack_sidecar"]
 
 SIDECAR_VERSION = 1
 # Names the tokenization of tokenizer.words (what the keyword and entity indexes
@@ -219,21 +218,6 @@ class TermsByDoc:
         return tuple(terms[i] for i in self._term_ids[lo:hi].tolist())
 
 
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Hold the cyclic garbage collector while a sidecar is loaded. A load creates
-    some 10^5 containers that form no cycles; left on, the collector starts a pass
-    every 700 of them and now and then a full one over the whole heap, which
-    doubled the load time in measurements. Restores the previous state."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def load_sidecar(index: Any, data: bytes | memoryview, magic: bytes, what: str,
                  schema: Mapping[str, npt.DTypeLike], *, check: Callable[[Any], None]) -> None:
     """Unpack *data* and fill *index* from it with its ``_load``: ``check`` sees the
@@ -243,7 +227,7 @@ def load_sidecar(index: Any, data: bytes | memoryview, magic: bytes, what: str,
     sidecar = unpack_sidecar(data, magic, what, schema)
     check(sidecar.header.get("params"))
     try:
-        with gc_paused():
+        with collector_paused():
             index._load(sidecar)
     except (KeyError, TypeError, ValueError, IndexError, UnicodeDecodeError) as exc:
         raise corrupt(what, repr(exc)) from exc

@@ -17,17 +17,17 @@ import gc
 import inspect
 import logging
 import math
-import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Final, NoReturn, TypeVar
 
 import outcome
 import trio
 
+from mnemex._gcpause import collector_paused
 from mnemex.config import Config
 from mnemex.effects import (
     Behaviour,
@@ -1094,7 +1094,7 @@ def rebuild_behaviour(kind: ActorKind, key: Key, recovered: Recovered) -> Behavi
     """The behaviour a snapshot and the journal after it describe: restored from
     the snapshot (or created fresh), then every journaled command replayed."""
     header = recovered.header
-    with _collector_paused():
+    with collector_paused():
         if header is None:
             behaviour = kind.create(key)
         else:
@@ -1103,36 +1103,6 @@ def rebuild_behaviour(kind: ActorKind, key: Key, recovered: Recovered) -> Behavi
     return behaviour
 
 
-class _CollectorPause:
-    """Pauses the cyclic garbage collector while behaviours are rebuilt. A restore
-    allocates millions of objects that all live on, and the collections their
-    allocation triggers would walk the growing heap again and again: about half
-    of a large scope's restore. Cycles made meanwhile are found once it resumes.
-    Rebuilds in several threads share one pause; a collector the host disabled
-    itself stays disabled."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._holders = 0
-        self._resume = False
-
-    @contextmanager
-    def __call__(self) -> Iterator[None]:
-        with self._lock:
-            if self._holders == 0:
-                self._resume = gc.isenabled()
-                gc.disable()
-            self._holders += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._holders -= 1
-                if self._holders == 0 and self._resume:
-                    gc.enable()
-
-
-_collector_paused = _CollectorPause()
 
 
 def _rebuild(kind: ActorKind, key: Key, store: ActorStore) -> tuple[Behaviour, Recovered]:
