@@ -40,6 +40,7 @@ import hashlib
 import itertools
 import math
 from array import array
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Self
 
@@ -74,6 +75,7 @@ _TF_MAX = 0xFFFF               # term frequencies are packed as content | contex
 _CONTEXT_TF_MAX = 0x7FFF       # (int32, so the context part keeps the sign bit clear)
 _CONTEXT_UNIT = 1 << 16
 _MIN_CAPACITY = 1024
+_FEW_DOCS = 8                  # add_many below this: no array operations
 
 _MAGIC = b"MNXBM25\x00"
 _INT32, _INT64, _FLOAT64 = np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.float64)
@@ -253,12 +255,45 @@ class BM25Index:
                 self._context[doc] = array("i", sorted(set(context))).tobytes()
         content_sizes = [len(ids) for ids in content_ids]
         context_sizes = [len(ids) for ids in context_ids]
-        self._len_content[docs] = content_sizes
-        self._len_context[docs] = context_sizes
+        len_content, len_context = self._len_content, self._len_context
+        for doc, content_size, context_size in zip(docs, content_sizes, context_sizes, strict=True):
+            len_content[doc] = content_size  # (scalar stores: most batches are one document)
+            len_context[doc] = context_size
         self._total_content += sum(content_sizes)
         self._total_context += sum(context_sizes)
 
         # Term frequencies packed in one int32: content in the low 16 bits, context above.
+        if len(docs) <= _FEW_DOCS:
+            self._append_postings(docs, content_ids, context_ids)
+        else:
+            self._append_grouped_postings(docs, content_ids, content_sizes, context_ids, context_sizes)
+
+    def _append_postings(self, docs: list[int], content_ids: list[list[int]],
+                         context_ids: list[list[int]]) -> None:
+        """The postings of a few documents, one after the other (array calls cost
+        more than they save below a handful of documents)."""
+        all_postings = self._postings
+        for doc, content, context in zip(docs, content_ids, context_ids, strict=True):
+            packed: dict[int, int] = {}
+            for term_id in content:
+                packed[term_id] = packed.get(term_id, 0) + 1
+            for term_id in context:
+                packed[term_id] = packed.get(term_id, 0) + _CONTEXT_UNIT
+            if len(content) > _TF_MAX or len(context) > _CONTEXT_TF_MAX:  # clamp each part
+                tf_content, tf_context = Counter(content), Counter(context)
+                packed = {term_id: min(tf_content[term_id], _TF_MAX)
+                          + min(tf_context[term_id], _CONTEXT_TF_MAX) * _CONTEXT_UNIT for term_id in packed}
+            for term_id, tfs in packed.items():
+                postings = all_postings[term_id]
+                postings.docs.append(doc)
+                postings.tfs.append(tfs)
+                postings.cache = None
+
+    def _append_grouped_postings(self, docs: list[int], content_ids: list[list[int]],
+                                 content_sizes: list[int], context_ids: list[list[int]],
+                                 context_sizes: list[int]) -> None:
+        """The postings of many documents: counted and grouped by term with array
+        operations, then appended term by term."""
         doc_column = np.array(docs, dtype=np.int64)
         keys: list[_I64] = []
         packed: list[_I64] = []

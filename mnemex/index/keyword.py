@@ -151,7 +151,8 @@ class KeywordIndex:
             return
         distinct_words = [dict.fromkeys(words(text)) for text in texts]
         self._ensure_capacity(max(docs) + 1)
-        self._timestamps[docs] = stamps
+        for doc_id, ts in zip(docs, stamps, strict=True):
+            self._timestamps[doc_id] = ts
         keep, doc_words = self.keep_words, self._doc_words
         by_word: dict[str, list[int]] = {}
         for doc_id, distinct in zip(docs, distinct_words, strict=True):
@@ -167,7 +168,10 @@ class KeywordIndex:
         for word, new in by_word.items():
             column = dense.get(word)
             if column is not None:
-                column[new] = 1
+                if len(new) == 1:  # (a scalar store is ten times cheaper than a fancy one)
+                    column[new[0]] = 1
+                else:
+                    column[new] = 1
                 self._dense_df[word] += len(new)
                 continue
             postings = sparse.get(word)
