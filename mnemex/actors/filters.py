@@ -73,25 +73,11 @@ class FilterTable:
         self.metadata: dict[str, dict[int, Any]] = {}
 
     def add(self, doc: int, record: MemoryRecord) -> None:
-        self._ensure(doc + 1)
-        self.live[doc] = True
-        self.importance[doc] = record.importance
-        self.timestamp[doc] = record.timestamp
-        self.created[doc] = record.created_at
-        for name, values in self._values(record):
-            table = self.fields[name]
-            for value in values:
-                holders = table.get(value)
-                if holders is None:
-                    table[value] = {doc}
-                else:
-                    holders.add(doc)
-        for key, value in record.metadata.items():
-            self.metadata.setdefault(key, {})[doc] = value
+        self.add_many([(doc, record)])
 
     def add_many(self, items: Sequence[tuple[int, MemoryRecord]]) -> None:
-        """``add`` for many (doc, record) pairs at once (a restore): the numeric
-        columns filled in one assignment each."""
+        """Record many (doc, record) pairs at once: the numeric columns filled in
+        one assignment each."""
         if not items:
             return
         docs = np.fromiter((doc for doc, _ in items), dtype=np.int64, count=len(items))

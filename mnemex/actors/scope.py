@@ -733,11 +733,10 @@ class ScopeMemory:
             return
         self._recontext(members, range(max(0, at - window), min(len(members), at + window)))
 
-    def _recontext(self, members: list[tuple[str, int]], positions: range, skip: int = -1) -> None:
+    def _recontext(self, members: list[tuple[str, int]], positions: range) -> None:
         for j in positions:
-            if j != skip:
-                doc = members[j][1]
-                self.bm25.update(doc, self._record_at(doc).content, self._context_at(members, j))
+            doc = members[j][1]
+            self.bm25.update(doc, self._record_at(doc).content, self._context_at(members, j))
 
     def _unindex(self, doc: int) -> MemoryRecord:
         record = self._record_at(doc)

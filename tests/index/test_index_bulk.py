@@ -57,7 +57,7 @@ class LeanTiny(Tiny):
 
 def draw_docs(data: st.DataObject, live: dict[int, Any], extra: st.SearchStrategy[Any]) -> list[Doc]:
     free = [d for d in POOL if d not in live]
-    ids = data.draw(st.lists(st.sampled_from(free), unique=True, max_size=10)) if free else []
+    ids = data.draw(st.lists(st.sampled_from(free), unique=True, max_size=24)) if free else []
     return [(d, *data.draw(texts), data.draw(extra)) for d in ids]
 
 
