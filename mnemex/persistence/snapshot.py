@@ -322,6 +322,10 @@ class SidecarReads:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Wait for the reads under way; drop those not started."""
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def result(self) -> dict[str, bytes | memoryview]:

@@ -199,7 +199,7 @@ class FileStore(ActorStore):
                 return self._recover(early)
             finally:
                 if early is not None:
-                    early.__exit__(None, None, None)
+                    early.close()
 
     def _recover(self, early: SidecarReads | None) -> Recovered:
         loaded = load_newest_snapshot(self.path, self.kind, self.key)
