@@ -36,7 +36,7 @@ from typing import Any
 import trio
 
 import mnemex
-from mnemex.messages import Policy
+from mnemex.conversations.protocol import Policy
 
 RESULTS = Path(__file__).parent / "results"
 WORDS = ["memory", "agent", "context", "java", "lisbon", "budget", "flat", "office", "weather", "tool",

@@ -105,7 +105,7 @@ from _common import (  # noqa: E402
 )
 
 import mnemex  # noqa: E402
-from mnemex.embedders import embedder_from_config  # noqa: E402
+from mnemex.models.embedders import embedder_from_config  # noqa: E402
 
 SYSTEMS = ("mnemex", "adk", "langgraph", "fts5", "numpy", "hnswlib")
 MNEMEX_MODES = ("keyword", "fulltext", "vector", "hybrid")

@@ -37,7 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(ROOT))
 
-from mnemex.index import BM25Index, HashingEmbedder, KeywordIndex, VectorIndex  # noqa: E402
+from mnemex.index import BM25Index, KeywordIndex, VectorIndex
+from mnemex.models.hashing import HashingEmbedder
 
 RESULTS = Path(__file__).parent / "results"
 DATA = ROOT.parent / "shared" / "data" / "locomo-dev.json"

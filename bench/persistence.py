@@ -71,11 +71,11 @@ import orjson
 import trio
 
 import mnemex
+from mnemex._protocol import Command, JsonCodec
 from mnemex.config import FsyncPolicy
-from mnemex.messages import Command, JsonCodec
+from mnemex.kernel import ActorKind, Image, Key, SnapshotData
 from mnemex.persistence import FileStore
 from mnemex.persistence.snapshot import sidecar_name, snapshot_name
-from mnemex.runtime import ActorKind, Image, Key, SnapshotData
 from mnemex.testing import Add, Get, counter_kind
 
 RESULTS = Path(__file__).parent / "results"

@@ -74,7 +74,7 @@ from _common import (  # noqa: E402
 )
 
 import mnemex  # noqa: E402
-from mnemex.embedders import embedder_from_config  # noqa: E402
+from mnemex.models.embedders import embedder_from_config  # noqa: E402
 
 MODES = ("keyword", "fulltext", "vector", "hybrid")
 PARAPHRASES = _BENCH / "data" / "paraphrases.json"

@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import mnemex  # noqa: E402
-from mnemex.embedders import embedder_from_config  # noqa: E402
+from mnemex.models.embedders import embedder_from_config  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "locomo-dev.json"
 RESULTS = Path(__file__).parent / "results"

@@ -20,11 +20,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mnemex._assembly import _builtin_kinds
 from mnemex.config import Config, load_config
 from mnemex.errors import MnemexError
+from mnemex.kernel import ActorKind
 from mnemex.persistence import find_actors, inspect_actor
-from mnemex.runtime import ActorKind
+from mnemex.runtime import _builtin_kinds
 
 __all__ = ["main"]
 
@@ -89,7 +89,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from mnemex._replay import ProgressBar, parse_moment, replay_data_dir
+    from mnemex.kernel._replay import ProgressBar, parse_moment, replay_data_dir
 
     config = load_config(Path(args.config).read_bytes()) if args.config else Config()
     kinds = _load_kinds(args.kinds, config)

@@ -1,7 +1,7 @@
 """What behaviours return to the runtime: replies with effects, snapshots, and
 what they are restored from.
 
-Plain data, no trio: behaviours (``mnemex.actors``) build these without
+Plain data, no trio: behaviours (``mnemex.conversations``, ``mnemex.memories``) build these without
 depending on the runtime; the kernel (``mnemex.runtime``) performs them.
 """
 

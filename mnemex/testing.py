@@ -28,9 +28,9 @@ from typing import Any
 import msgspec
 import trio
 
+from mnemex._protocol import Command, JsonCodec
 from mnemex.errors import ActorCrashed, InvalidInput, MnemexError
-from mnemex.messages import Command, JsonCodec
-from mnemex.runtime import (
+from mnemex.kernel import (
     ActorKind,
     Behaviour,
     Effect,

@@ -10,8 +10,8 @@ import pytest
 import trio
 
 import mnemex
-from mnemex._replay import parse_moment, replay_actor
 from mnemex.cli import main
+from mnemex.kernel._replay import parse_moment, replay_actor
 from mnemex.testing import Add, counter_kind
 
 KINDS = ["--kinds", "mnemex.testing:counter_kind"]

@@ -6,7 +6,9 @@ import msgspec
 import pytest
 
 import mnemex
-from mnemex.messages import ChatMessage, JsonCodec, MemoryRecord
+from mnemex._protocol import JsonCodec
+from mnemex.conversations.protocol import ChatMessage
+from mnemex.memories.protocol import MemoryRecord
 from mnemex.testing import Add, CounterCommand, Get
 
 _chat = JsonCodec(ChatMessage, "chat message")

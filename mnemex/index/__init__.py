@@ -11,15 +11,11 @@ top_k.
 * :class:`PhraseMatcher`, :class:`EntityIndex`: registered phrases and entity
   names found in a text with Aho-Corasick.
 * :class:`VectorIndex`: cosine similarity, exact while small, HNSW when large.
-* :class:`HashingEmbedder`: an offline, lexical :class:`Embedder`.
 * fusion helpers: :func:`reciprocal_rank_fusion`, :func:`weighted_score_fusion`.
 """
 
 from mnemex.index._select import Allowed as Allowed
 from mnemex.index.bm25 import BM25Index as BM25Index
-from mnemex.index.embedders import Embedder as Embedder
-from mnemex.index.embedders import HashingEmbedder as HashingEmbedder
-from mnemex.index.embedders import l2_normalize as l2_normalize
 from mnemex.index.fusion import normalize_scores as normalize_scores
 from mnemex.index.fusion import reciprocal_rank_fusion as reciprocal_rank_fusion
 from mnemex.index.fusion import weighted_score_fusion as weighted_score_fusion
@@ -40,10 +36,8 @@ __all__ = [
     "ENGLISH_STOP_WORDS",
     "Allowed",
     "BM25Index",
-    "Embedder",
     "EntityIndex",
     "GraphBuild",
-    "HashingEmbedder",
     "KeywordIndex",
     "ParsedQuery",
     "Phrase",
@@ -51,7 +45,6 @@ __all__ = [
     "SidecarStatus",
     "Tokenizer",
     "VectorIndex",
-    "l2_normalize",
     "normalize_phrase",
     "normalize_scores",
     "reciprocal_rank_fusion",

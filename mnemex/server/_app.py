@@ -24,10 +24,10 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from mnemex._agents import AgentRef
-from mnemex._assembly import MnemexRuntime
+from mnemex.conversations.protocol import StoredMessage, StreamEvent
+from mnemex.conversations.ref import AgentRef
 from mnemex.errors import InvalidInput, MnemexError, NotFound
-from mnemex.messages import StoredMessage, StreamEvent
+from mnemex.runtime import MnemexRuntime
 from mnemex.server._http import (
     HttpError,
     check_token,

@@ -1,0 +1,1138 @@
+"""AgentMemory: the behaviour of an AgentActor (key: the agent's name).
+
+An agent owns its sessions: each session's messages, stored verbatim with a
+sequence, a timestamp and a query id; its turn records; its summary; its
+pruning policy (the agent's, or one set for the session). Everything that
+changes state arrives as a journaled command carrying its own time, so replay
+gives the same state; reads carry ``now`` too, for TTLs.
+
+Summaries never run here: a context read that finds the session over its
+trigger returns a Job (run in a worker thread by the runtime) whose result
+comes back as ApplySummary, journaled like any write. A summary pending at a
+crash is simply asked for again by a later read.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import math
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+import msgspec
+
+from mnemex._protocol import JsonCodec
+from mnemex.config import Config
+from mnemex.conversations.conversation import (
+    SUMMARY_CLOSE,
+    SUMMARY_OPEN,
+    SYSTEM_ROLES,
+    TOOL_ROLES,
+    Conversation,
+    Summary,
+)
+from mnemex.conversations.protocol import (
+    AGENT_WRITES,
+    AgentCommand,
+    AgentCommandType,
+    AgentStats,
+    Appended,
+    AppendMessages,
+    ApplySummary,
+    ArchiveSession,
+    ChunkRelayed,
+    CompleteSession,
+    ContextWindow,
+    DeleteAllSessions,
+    DeleteSession,
+    EntriesAppended,
+    EntryPage,
+    ExpireSessions,
+    FindExpired,
+    GetContext,
+    GetHistory,
+    GetStats,
+    ListMessages,
+    ListSessions,
+    ListTurns,
+    MaxMessages,
+    MessageEntry,
+    NoPruning,
+    Policy,
+    PolicySet,
+    RelayChunk,
+    SearchTurns,
+    SessionCompleted,
+    SessionCounts,
+    SessionEnded,
+    SessionInfo,
+    SessionsDeleted,
+    SetPolicy,
+    SetTtl,
+    SummaryApplied,
+    SummaryFailed,
+    TokenBudget,
+    TtlSet,
+    Turn,
+    TurnHit,
+    TurnRecord,
+    WatchSession,
+    WatchStart,
+    session_topic,
+)
+from mnemex.conversations.pruning import compression_cut, context_window, max_messages_start, summary_target
+from mnemex.conversations.summaries import (
+    ExtractiveSummarizer,
+    Summarizer,
+    SummaryRequest,
+    truncate_to_tokens,
+)
+from mnemex.conversations.tokens import (
+    MESSAGE_OVERHEAD,
+    EstimatedTokens,
+    TokenCounter,
+    content_text,
+    message_tokens,
+)
+from mnemex.effects import Effect, Emit, Forward, Image, Job, JobResult, SnapshotData, Step
+from mnemex.errors import CorruptData, InvalidInput, NotFound, TooLarge
+from mnemex.index.tokenizer import Tokenizer
+from mnemex.memories.protocol import Event, Session, StoreSession
+from mnemex.memories.sessions import event_text
+
+__all__ = [
+    "ALLOWED_ROLES",
+    "AgentMemory",
+    "AgentSettings",
+    "agent_codec",
+    "encode_agent_command",
+    "is_agent_write",
+    "messages_to_raw",
+    "summarizer_from_config",
+]
+
+log = logging.getLogger("mnemex.agent")
+
+ALLOWED_ROLES: Final = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+_PLAIN_ROLES: Final = frozenset({"system", "developer", "user", "assistant"})  # no tool_call_id to check
+_CONTROL: Final = re.compile(r"[\x00-\x1f]")
+_MAX_ID_CHARS: Final = 1024
+_TURN_TEXT_CHARS: Final = 8000
+_SNAPSHOT_FORMAT: Final = 1
+
+agent_codec: JsonCodec[AgentCommandType] = JsonCodec(AgentCommandType, "agent command")
+
+
+def encode_agent_command(command: Any) -> bytes:
+    """A command's journal payload: compact JSON on one line. Raw messages are embedded
+    verbatim, so one holding a line break (pretty-printed JSON) is refused here,
+    before the actor sees it; ``messages_to_raw`` compacts such messages."""
+    payload = agent_codec.encode(command)
+    if b"\n" in payload:
+        raise InvalidInput("a message holds a raw line break (pretty-printed JSON); send compact JSON "
+                           "or pass it through messages_to_raw, which compacts it", field="messages")
+    return payload
+
+
+def is_agent_write(command: Any) -> bool:
+    """Whether a command changes an agent's state (and so is journaled)."""
+    return isinstance(command, AGENT_WRITES)
+
+
+# -- settings ------------------------------------------------------------------------
+def summarizer_from_config(config: Config) -> Summarizer:
+    """The summarizer ``config.agent_summarizer`` names."""
+    if config.agent_summarizer == "llm":
+        from mnemex.conversations.summaries import LLMSummarizer
+
+        return LLMSummarizer(base_url=config.agent_llm_base_url, model=config.agent_llm_model,
+                             api_key_env=config.agent_llm_api_key_env, timeout=config.agent_llm_timeout)
+    return ExtractiveSummarizer()
+
+
+def _policy_from_config(config: Config) -> Policy:
+    if config.agent_policy == "token_budget":
+        return TokenBudget(config.agent_max_context_tokens, config.agent_trigger_ratio,
+                           config.agent_keep_recent_turns)
+    if config.agent_policy == "none":
+        return NoPruning()
+    return MaxMessages(config.agent_max_messages)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSettings:
+    """What every agent of a runtime shares: defaults and the pluggable parts.
+
+    ``summary_retry`` is the back-off in seconds after a failed summary (doubling
+    per failure, at most 300 s); ``summary_stale`` is how long a summary may stay
+    pending before it is asked for again.
+    """
+
+    default_policy: Policy = field(default_factory=MaxMessages)
+    ttl: float | None = None
+    retain: Literal["all", "pruned"] = "all"
+    max_message_bytes: int = 1_048_576
+    max_session_id_bytes: int = 1024
+    summarizer: Summarizer = field(default_factory=ExtractiveSummarizer)
+    counter: TokenCounter = field(default_factory=EstimatedTokens)
+    summary_retry: float = 5.0
+    summary_stale: float = 300.0
+
+    @classmethod
+    def from_config(cls, config: Config, *, summarizer: Summarizer | None = None,
+                    token_counter: TokenCounter | None = None) -> AgentSettings:
+        return cls(
+            default_policy=_policy_from_config(config),
+            ttl=config.agent_session_ttl,
+            retain=config.agent_retain,
+            max_message_bytes=config.max_message_bytes,
+            max_session_id_bytes=config.max_key_bytes,
+            summarizer=summarizer if summarizer is not None else summarizer_from_config(config),
+            counter=token_counter if token_counter is not None else EstimatedTokens(),
+            summary_retry=config.agent_summary_retry,
+        )
+
+
+# -- message validation ---------------------------------------------------------------
+class _Function(msgspec.Struct):
+    name: str = ""
+    arguments: Any = None
+
+
+class _ToolCall(msgspec.Struct):
+    id: str
+    type: str = "function"
+    function: _Function | None = None
+
+
+class _Part(msgspec.Struct):
+    type: str
+    text: str | None = None
+
+
+class _Shape(msgspec.Struct):
+    """The fields of a chat message the actor reads; any others are kept, unread."""
+
+    role: str
+    content: str | list[_Part] | None = None
+    name: str | None = None
+    tool_calls: list[_ToolCall] | None = None
+    tool_call_id: str | None = None
+    function_call: Any = None
+
+
+_decode_shape = msgspec.json.Decoder(_Shape)
+_encode = msgspec.json.Encoder()
+
+
+@dataclass(slots=True)
+class _Checked:
+    raw: msgspec.Raw
+    role: str
+    tokens: int
+    text: str
+    call_ids: tuple[str, ...]
+    call_names: tuple[str, ...]
+    tool_call_id: str | None
+
+
+def _arguments_text(arguments: Any) -> str:
+    if arguments is None:
+        return ""
+    if isinstance(arguments, str):
+        return arguments
+    return _encode.encode(arguments).decode()
+
+
+def _check_message(raw: Any, index: int, counter: TokenCounter, limit: int, *,
+                   known_calls: set[str], batch_calls: set[str]) -> _Checked:
+    if type(raw) is msgspec.Raw and len(raw) <= limit:
+        try:
+            shape = _decode_shape.decode(raw)
+        except msgspec.MsgspecError:
+            pass
+        else:
+            content = shape.content
+            if (type(content) is str and shape.tool_calls is None and shape.name is None
+                    and shape.role in _PLAIN_ROLES):
+                # the common case: a plain text message
+                return _Checked(raw, shape.role, MESSAGE_OVERHEAD + counter.count(content), content,
+                                (), (), shape.tool_call_id)
+            return _check_shape(shape, raw, index, counter, known_calls=known_calls,
+                                batch_calls=batch_calls)
+    where = f"$.messages[{index}]"
+    if not isinstance(raw, msgspec.Raw):
+        raise InvalidInput(f"message {index} must be raw JSON (msgspec.Raw), got {type(raw).__name__}",
+                           field=where)
+    if len(raw) > limit:
+        raise TooLarge(f"message {index} is {len(raw):,} bytes; the limit is {limit:,} "
+                       f"(config.max_message_bytes)", field=where)
+    try:
+        shape = _decode_shape.decode(raw)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        path = where
+        if "- at `$" in text:
+            tail = text.rsplit("- at `$", 1)[1].rstrip("`")
+            path = where + tail
+            text = text.rsplit(" - at ", 1)[0]
+        raise InvalidInput(f"message {index} is not a chat message: {text} (at {path})", field=path) from exc
+    except msgspec.DecodeError as exc:
+        raise InvalidInput(f"message {index} is not valid JSON: {exc}", field=where) from exc
+    return _check_shape(shape, raw, index, counter, known_calls=known_calls, batch_calls=batch_calls)
+
+
+def _check_shape(shape: _Shape, raw: msgspec.Raw, index: int, counter: TokenCounter, *,
+                 known_calls: set[str], batch_calls: set[str]) -> _Checked:
+    where = f"$.messages[{index}]"
+    role = shape.role
+    if role not in ALLOWED_ROLES:
+        shown = repr(role) if role else "empty"
+        raise InvalidInput(f"message {index} has role {shown}; a role must be one of "
+                           f"{', '.join(sorted(ALLOWED_ROLES))}", field=where + ".role")
+    content = shape.content
+    calls = shape.tool_calls or []
+    if content is None and not (role == "assistant" and (calls or shape.function_call is not None)):
+        raise InvalidInput(f"message {index} ({role}) has no content; only an assistant message that "
+                           f"calls tools may leave content null", field=where + ".content")
+    if calls and role != "assistant":
+        raise InvalidInput(f"message {index} ({role}) has tool_calls; only assistant messages call tools",
+                           field=where + ".tool_calls")
+    call_ids: list[str] = []
+    call_names: list[str] = []
+    extras: list[str] = []
+    for number, call in enumerate(calls):
+        if not call.id:
+            raise InvalidInput(f"tool call {number} of message {index} has an empty id",
+                               field=f"{where}.tool_calls[{number}].id")
+        call_ids.append(call.id)
+        if call.function is not None:
+            call_names.append(call.function.name)
+            extras.append(call.function.name)
+            extras.append(_arguments_text(call.function.arguments))
+    tool_call_id = shape.tool_call_id
+    if role == "tool":
+        if not tool_call_id:
+            raise InvalidInput(f"message {index} is a tool result without tool_call_id",
+                               field=where + ".tool_call_id")
+        if tool_call_id not in known_calls and tool_call_id not in batch_calls:
+            raise InvalidInput(f"message {index} answers tool call {tool_call_id!r}, which no earlier "
+                               f"assistant message of this session made", field=where + ".tool_call_id")
+    if shape.name:
+        extras.append(shape.name)
+    text, other = content_text(content)
+    tokens = message_tokens(counter, text, other, extras)
+    return _Checked(raw, role, tokens, text, tuple(call_ids), tuple(call_names), tool_call_id)
+
+
+def _check_id(value: Any, what: str, limit: int, *, optional: bool = False) -> str | None:
+    if type(value) is str and 0 < len(value) <= limit // 4 and value.isprintable():
+        return value  # the common case: at most 4 UTF-8 bytes a character, no control character
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value:
+        raise InvalidInput(f"{what} must be a non-empty string, got {value!r}", field=what)
+    if len(value) > limit or len(value.encode("utf-8", "surrogatepass")) > limit:
+        raise TooLarge(f"{what} is {len(value.encode('utf-8', 'surrogatepass')):,} bytes; "
+                       f"the limit is {limit:,}", field=what)
+    if _CONTROL.search(value):
+        raise InvalidInput(f"{what} {value!r} contains a control character", field=what)
+    return value
+
+
+def _check_time(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise InvalidInput(f"{what} must be seconds since the epoch (a finite number >= 0), got {value!r}",
+                           field=what)
+    return float(value)
+
+
+_MAX_COUNT = 2**62
+
+
+def _check_count(value: Any, what: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidInput(f"{what} must be an integer >= {minimum}, got {value!r}", field=what)
+    if value > _MAX_COUNT:
+        raise InvalidInput(f"{what} is {value:,}; the limit is 2**62", field=what)
+    return value
+
+
+# -- snapshot lines -------------------------------------------------------------------
+class _SessionLine(msgspec.Struct, tag="session", tag_field="type"):
+    session_id: str
+    generation: int
+    created_at: float
+    updated_at: float
+    activity: int
+    last_append: int
+    completed: bool = False
+    summary: Summary | None = None
+
+
+class _TurnLine(msgspec.Struct, tag="turn", tag_field="type"):
+    t: TurnRecord
+
+
+_decode_line = msgspec.json.Decoder(_SessionLine | _TurnLine)
+_decode_entry = msgspec.json.Decoder(MessageEntry)
+# entry lines are MessageEntry objects, whose first field is always "sequence"
+_ENTRY_PREFIX: Final = b'{"sequence":'
+_decode_policy = msgspec.json.Decoder(Policy | None)
+
+
+# -- turn search ----------------------------------------------------------------------
+class _TurnIndex:
+    """BM25 over an agent's turn texts, built on demand and extended on append."""
+
+    K1: Final = 1.2
+    B: Final = 0.75
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.docs: list[tuple[str, int, TurnRecord]] = []
+        self.lengths: list[int] = []
+        self.postings: dict[str, dict[int, int]] = {}
+        self.total_length = 0
+
+    def add(self, turn: TurnRecord, position: int) -> None:
+        doc = len(self.docs)
+        terms = self.tokenizer.tokens(turn.text + " " + " ".join(turn.tool_calls))
+        self.docs.append((turn.session_id, position, turn))
+        self.lengths.append(len(terms))
+        self.total_length += len(terms)
+        for term in terms:
+            bucket = self.postings.setdefault(term, {})
+            bucket[doc] = bucket.get(doc, 0) + 1
+
+    def search(self, query: str, top_k: int, accept: Callable[[str], bool]) -> list[TurnHit]:
+        terms = list(dict.fromkeys(self.tokenizer.tokens(query)))
+        n_docs = len(self.docs)
+        if not terms or not n_docs:
+            return []
+        average = self.total_length / n_docs or 1.0
+        scores: dict[int, float] = {}
+        for term in terms:
+            bucket = self.postings.get(term)
+            if not bucket:
+                continue
+            idf = math.log(1.0 + (n_docs - len(bucket) + 0.5) / (len(bucket) + 0.5))
+            for doc, tf in bucket.items():
+                norm = tf + self.K1 * (1.0 - self.B + self.B * self.lengths[doc] / average)
+                scores[doc] = scores.get(doc, 0.0) + idf * tf * (self.K1 + 1.0) / norm
+        ranked = sorted(((score, doc) for doc, score in scores.items() if accept(self.docs[doc][0])),
+                        key=lambda pair: (-pair[0], -pair[1]))
+        return [TurnHit(round(score, 6), self.docs[doc][2]) for score, doc in ranked[:top_k]]
+
+
+# -- the behaviour ----------------------------------------------------------------------
+class AgentMemory:
+    """The short-term memory of one agent. Synchronous and deterministic; see module doc."""
+
+    def __init__(self, name: str, settings: AgentSettings) -> None:
+        self.name = name
+        self.settings = settings
+        self.policy: Policy | None = None
+        self.session_policies: dict[str, Policy] = {}
+        self.ttl: float | None = settings.ttl
+        self.ttl_set = False
+        self.sessions: dict[str, Conversation] = {}
+        self.activity: OrderedDict[str, None] = OrderedDict()
+        self.sequence = 0
+        self.summaries_applied = 0
+        self.summaries_failed = 0
+        self.clock = 0.0  # the latest time any command carried (transient)
+        self._turn_index: _TurnIndex | None = None
+        self._tokenizer: Tokenizer | None = None
+
+    def __repr__(self) -> str:
+        return f"AgentMemory({self.name!r}, sessions={len(self.sessions)}, sequence={self.sequence})"
+
+    # -- helpers ---------------------------------------------------------------------
+    def policy_for(self, session_id: str) -> Policy:
+        """The policy in force for a session: its own, else the agent's, else the default."""
+        own = self.session_policies.get(session_id)
+        if own is not None:
+            return own
+        return self.policy if self.policy is not None else self.settings.default_policy
+
+    def _is_expired(self, conv: Conversation, now: float) -> bool:
+        return self.ttl is not None and conv.updated_at + self.ttl <= now
+
+    def _live(self, session_id: str | None, now: float) -> Conversation | None:
+        """The session if it exists and has not expired at ``now`` (reads hide expired
+        sessions; journaled commands remove them)."""
+        if session_id is None:
+            return None
+        conv = self.sessions.get(session_id)
+        if conv is None or self._is_expired(conv, now):
+            return None
+        return conv
+
+    def _live_sessions(self, now: float) -> Iterator[Conversation]:
+        if self.ttl is None:
+            yield from self.sessions.values()
+            return
+        for conv in self.sessions.values():
+            if not self._is_expired(conv, now):
+                yield conv
+
+    def _tick(self, now: float) -> None:
+        self.clock = max(self.clock, now)
+
+    def _remove(self, session_id: str, reason: Literal["deleted", "expired"]) -> tuple[int, Emit]:
+        conv = self.sessions.pop(session_id)
+        self.activity.pop(session_id, None)
+        self.session_policies.pop(session_id, None)
+        if conv.turns:
+            self._turn_index = None
+        return len(conv), Emit(session_topic(session_id), SessionEnded(reason), last=True)
+
+    def _sweep(self, now: float) -> tuple[list[str], int, list[Effect]]:
+        """Remove the sessions whose TTL passed at ``now`` (oldest activity first)."""
+        if self.ttl is None or not self.activity:
+            return [], 0, []
+        removed: list[str] = []
+        effects: list[Effect] = []
+        count = 0
+        while self.activity:
+            oldest = next(iter(self.activity))
+            if not self._is_expired(self.sessions[oldest], now):
+                break
+            n, emit = self._remove(oldest, "expired")
+            removed.append(oldest)
+            effects.append(emit)
+            count += n
+        if removed:
+            log.info("agent %r: %d session(s) expired (ttl %g s)", self.name, len(removed), self.ttl)
+        return removed, count, effects
+
+    # -- into long-term memory --------------------------------------------------------
+    def _archive(self, command: ArchiveSession) -> Step:
+        """Forward the session's user and assistant messages with text to the scope
+        actor: it embeds and stores them and answers the caller."""
+        session_id = _check_id(command.session_id, "session_id", self.settings.max_session_id_bytes)
+        assert session_id is not None
+        for value, what in ((command.app_name, "app_name"), (command.user_id, "user_id"),
+                            (command.scope_kind, "scope_kind")):
+            if not isinstance(value, str) or not value:
+                raise InvalidInput(f"{what} must be a non-empty string, got {value!r}", field=what)
+        conv = self._live(session_id, _check_time(command.now, "now"))
+        events: list[Event] = []
+        for entry in conv.entries if conv is not None else ():
+            if entry.role not in ("user", "assistant"):
+                continue
+            message = msgspec.json.decode(entry.message)
+            text = event_text(message.get("content"))
+            if text is None:
+                continue
+            name = message.get("name")
+            events.append(Event(author=name if isinstance(name, str) and name else entry.role, content=text,
+                                timestamp=entry.timestamp, id=f"{self.name}/{session_id}/{entry.sequence}"))
+        if not events:
+            raise NotFound(f"agent {self.name!r} has no session {session_id!r} with text to archive")
+        session = Session(id=session_id, app_name=command.app_name, user_id=command.user_id, events=events)
+        store = StoreSession(session=session, first_id=command.first_id, now=command.now)
+        return Step(None, (Forward(command.scope_kind, (command.app_name, command.user_id), store),))
+
+    # -- dispatch --------------------------------------------------------------------
+    def handle(self, command: Any) -> Any:
+        match command:
+            case AppendMessages():
+                return self._append(command)
+            case GetContext():
+                return self._context(command)
+            case GetHistory(session_id=session_id, now=now):
+                conv = self._live(session_id, now)
+                return [] if conv is None else conv.entries[:]
+            case ListMessages():
+                return self._messages(command)
+            case CompleteSession(session_id=session_id, timestamp=timestamp):
+                return self._complete(session_id, timestamp)
+            case DeleteSession(session_id=session_id, timestamp=timestamp):
+                return self._delete(session_id, timestamp)
+            case DeleteAllSessions(timestamp=timestamp):
+                return self._delete_all(timestamp)
+            case ListSessions(now=now):
+                return [self._info(conv) for conv in self._live_sessions(now)]
+            case GetStats(now=now):
+                return self._stats(now)
+            case ListTurns(session_id=session_id, now=now):
+                conv = self._live(session_id, now)
+                return [] if conv is None else conv.turns[:]
+            case SearchTurns():
+                return self._search_turns(command)
+            case RelayChunk(session_id=session_id, chunk=chunk):
+                _check_id(session_id, "session_id", self.settings.max_session_id_bytes)
+                return Step(None, (Emit(session_topic(session_id), ChunkRelayed(chunk)),))
+            case WatchSession(session_id=session_id, from_beginning=from_beginning, now=now):
+                conv = self._live(session_id, now)
+                if conv is None:
+                    return WatchStart(exists=False, completed=False)
+                return WatchStart(exists=True, completed=conv.completed,
+                                  entries=conv.entries[:] if from_beginning else [])
+            case SetPolicy(policy=policy, session_id=session_id):
+                return self._set_policy(policy, session_id)
+            case SetTtl(seconds=seconds):
+                return self._set_ttl(seconds)
+            case ExpireSessions(now=now):
+                now = _check_time(now, "now")
+                self._tick(now)
+                removed, count, effects = self._sweep(now)
+                return Step(SessionsDeleted(session_ids=removed, messages_removed=count), tuple(effects))
+            case FindExpired(now=now):
+                if self.ttl is None:
+                    return []
+                return [sid for sid in self.activity if self._is_expired(self.sessions[sid], now)]
+            case ArchiveSession():
+                return self._archive(command)
+            case ApplySummary():
+                return self._apply_summary(command)
+            case SummaryFailed():
+                return self._summary_failed(command)
+            case _:
+                raise TypeError(f"agent {self.name!r} cannot handle {command!r}")
+
+    # -- writes ----------------------------------------------------------------------
+    def _append(self, cmd: AppendMessages) -> Any:
+        settings = self.settings
+        session_id = _check_id(cmd.session_id, "session_id", settings.max_session_id_bytes)
+        assert session_id is not None
+        query_id = _check_id(cmd.query_id, "query_id", _MAX_ID_CHARS, optional=True)
+        timestamp = _check_time(cmd.timestamp, "timestamp")
+        if type(cmd.messages) is not list and not isinstance(cmd.messages, list | tuple):
+            raise InvalidInput("messages must be a list of chat messages", field="messages")
+        if cmd.turn is not None:
+            _check_turn(cmd.turn)
+        conv = self.sessions.get(session_id)
+        if conv is not None and self._is_expired(conv, timestamp):
+            conv = None  # removed by the sweep below; the session starts afresh
+        known = conv.calls if conv is not None else set()
+        batch_calls: set[str] = set()
+        checked: list[_Checked] = []
+        counter, limit = settings.counter, settings.max_message_bytes
+        for index, raw in enumerate(cmd.messages):
+            item = _check_message(raw, index, counter, limit, known_calls=known, batch_calls=batch_calls)
+            batch_calls.update(item.call_ids)
+            checked.append(item)
+        if not checked:
+            return Appended(session_id=session_id, first_sequence=self.sequence + 1, count=0,
+                            message_count=len(conv) if conv is not None else 0)
+        # valid: from here on the state changes
+        self._tick(timestamp)
+        effects: list[Effect] = self._sweep(timestamp)[2] if self.ttl is not None else []
+        conv = self.sessions.get(session_id)
+        if conv is not None and self._is_expired(conv, timestamp):  # behind a newer one in the sweep order
+            effects.append(self._remove(session_id, "expired")[1])
+            conv = None
+        if conv is None:
+            conv = self.sessions[session_id] = Conversation(session_id, self.sequence + 1, timestamp)
+        conv.completed = False
+        conv.updated_at = max(conv.updated_at, timestamp)
+        self.activity[session_id] = None
+        self.activity.move_to_end(session_id)
+        first = self.sequence + 1
+        conv.last_append = len(conv)
+        new: list[MessageEntry] = []
+        for offset, item in enumerate(checked):
+            entry = MessageEntry(first + offset, timestamp, session_id, item.raw, query_id, item.role,
+                                 item.tokens, item.call_ids, item.tool_call_id)
+            conv.add(entry)
+            new.append(entry)
+        self.sequence = first + len(checked) - 1
+        conv.cache = None
+        turn_record = None
+        if cmd.turn is not None:
+            turn_record = self._record_turn(conv, cmd.turn, checked, new, query_id=query_id,
+                                            timestamp=timestamp)
+        if settings.retain == "pruned":
+            self._drop_pruned(conv)
+        effects.append(Emit(session_topic(session_id), EntriesAppended(new)))
+        reply = Appended(session_id=session_id, first_sequence=first, count=len(new),
+                         message_count=len(conv), turn=turn_record)
+        return Step(reply, tuple(effects))
+
+    def _record_turn(self, conv: Conversation, turn: Turn, checked: list[_Checked], new: list[MessageEntry],
+                     *, query_id: str | None, timestamp: float) -> TurnRecord:
+        names = turn.tool_calls
+        if names is None:
+            names = [name for item in checked for name in item.call_names]
+        lines: list[str] = []
+        for item in checked:
+            if item.text:
+                lines.append(item.text)
+            lines.extend(f"called {name.replace('_', ' ')}" for name in item.call_names)
+        text = "\n".join(lines)
+        if len(text) > _TURN_TEXT_CHARS:
+            text = text[:_TURN_TEXT_CHARS]
+        record = TurnRecord(
+            session_id=conv.session_id,
+            iteration=turn.iteration if turn.iteration is not None else len(conv.turns) + 1,
+            message_count=len(conv),
+            timestamp=timestamp,
+            first_sequence=new[0].sequence,
+            last_sequence=new[-1].sequence,
+            query_id=query_id,
+            input_tokens=turn.input_tokens,
+            output_tokens=turn.output_tokens,
+            tool_calls=list(names),
+            metadata=dict(turn.metadata),
+            text=text,
+        )
+        conv.turns.append(record)
+        if self._turn_index is not None:
+            self._turn_index.add(record, len(conv.turns) - 1)
+        return record
+
+    def _drop_pruned(self, conv: Conversation) -> None:
+        """retain="pruned": forget the stored messages no context view can show again."""
+        policy = self.policy_for(conv.session_id)
+        if isinstance(policy, TokenBudget):
+            keep_from = conv.summary_index()
+        elif isinstance(policy, MaxMessages):
+            keep_from = max_messages_start(conv, policy.n)
+            while keep_from < len(conv) and conv.entries[keep_from].role in TOOL_ROLES:
+                keep_from += 1
+        else:
+            keep_from = conv.last_append
+        droppable = keep_from - len(conv.systems_before(0, keep_from))
+        if droppable <= 0 or (droppable < max(64, len(conv) // 4) and not isinstance(policy, TokenBudget)):
+            return  # amortized: rebuild only when enough can go
+        last_append_seq = conv.entries[conv.last_append].sequence if conv.last_append < len(conv) else None
+        kept = [e for i, e in enumerate(conv.entries) if i >= keep_from or e.role in SYSTEM_ROLES]
+        conv.reindex(kept)
+        conv.last_append = len(conv) if last_append_seq is None else conv.index_of(last_append_seq)
+
+    def _complete(self, session_id: Any, timestamp: Any) -> Any:
+        checked = _check_id(session_id, "session_id", self.settings.max_session_id_bytes)
+        assert checked is not None
+        timestamp = _check_time(timestamp, "timestamp")
+        self._tick(timestamp)
+        _, _, effects = self._sweep(timestamp)
+        conv = self.sessions.get(checked)
+        if conv is not None:
+            conv.completed = True
+        effects.append(Emit(session_topic(checked), SessionEnded("completed"), last=True))
+        reply = SessionCompleted(session_id=checked, existed=conv is not None,
+                                 message_count=len(conv) if conv is not None else 0)
+        return Step(reply, tuple(effects))
+
+    def _delete(self, session_id: Any, timestamp: Any) -> Any:
+        checked = _check_id(session_id, "session_id", self.settings.max_session_id_bytes)
+        assert checked is not None
+        timestamp = _check_time(timestamp, "timestamp")
+        self._tick(timestamp)
+        _, _, effects = self._sweep(timestamp)
+        removed: list[str] = []
+        count = 0
+        if checked in self.sessions:
+            count, emit = self._remove(checked, "deleted")
+            removed.append(checked)
+            effects.append(emit)
+        self.session_policies.pop(checked, None)
+        return Step(SessionsDeleted(session_ids=removed, messages_removed=count), tuple(effects))
+
+    def _delete_all(self, timestamp: Any) -> Any:
+        timestamp = _check_time(timestamp, "timestamp")
+        self._tick(timestamp)
+        removed = list(self.sessions)
+        effects: list[Effect] = []
+        count = 0
+        for session_id in removed:
+            n, emit = self._remove(session_id, "deleted")
+            count += n
+            effects.append(emit)
+        self.session_policies.clear()
+        return Step(SessionsDeleted(session_ids=removed, messages_removed=count), tuple(effects))
+
+    def _set_policy(self, policy: Any, session_id: Any) -> PolicySet:
+        if policy is not None and not isinstance(policy, MaxMessages | TokenBudget | NoPruning):
+            raise InvalidInput(f"policy must be MaxMessages, TokenBudget, NoPruning or None, got {policy!r}",
+                               field="policy")
+        if session_id is None:
+            self.policy = policy
+        else:
+            checked = _check_id(session_id, "session_id", self.settings.max_session_id_bytes)
+            assert checked is not None
+            if policy is None:
+                self.session_policies.pop(checked, None)
+            else:
+                self.session_policies[checked] = policy
+            conv = self.sessions.get(checked)
+            if conv is not None:
+                conv.cache = None
+        return PolicySet(policy=policy, session_id=session_id)
+
+    def _set_ttl(self, seconds: Any) -> TtlSet:
+        if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int | float)
+                                    or not math.isfinite(seconds) or seconds <= 0):
+            raise InvalidInput(f"a session TTL must be a number of seconds > 0 or None, got {seconds!r}",
+                               field="seconds")
+        self.ttl = None if seconds is None else float(seconds)
+        self.ttl_set = True
+        return TtlSet(seconds=self.ttl)
+
+    # -- summaries --------------------------------------------------------------------
+    def _apply_summary(self, cmd: ApplySummary) -> SummaryApplied:
+        if not isinstance(cmd.text, str):
+            raise InvalidInput("summary text must be a string", field="text")
+        conv = self.sessions.get(cmd.session_id)
+        current = conv.summary.version if conv is not None and conv.summary is not None else 0
+        through_now = conv.summary.through if conv is not None and conv.summary is not None else 0
+        if (conv is None or conv.generation != cmd.generation or current != cmd.base_version
+                or cmd.through <= through_now or not conv.entries or cmd.through > conv.entries[-1].sequence):
+            return SummaryApplied(session_id=cmd.session_id, applied=False)
+        summary = Summary(version=current + 1, through=cmd.through, text=cmd.text, covered=cmd.covered)
+        conv.set_summary(summary, self._pair_tokens(summary))
+        conv.pending_since = None
+        conv.failures = 0
+        self.summaries_applied += 1
+        log.info("agent %r session %r: summary %d applied (%d messages, %d tokens)", self.name,
+                 cmd.session_id, summary.version, summary.covered, conv.pair_tokens)
+        if self.settings.retain == "pruned":
+            self._drop_pruned(conv)
+        return SummaryApplied(session_id=cmd.session_id, applied=True, version=summary.version)
+
+    def _pair_tokens(self, summary: Summary) -> int:
+        counter = self.settings.counter
+        framed = f"{SUMMARY_OPEN}\n{summary.text}\n{SUMMARY_CLOSE}"
+        call = counter.count("memory_compress") + counter.count("{}")
+        return 2 * MESSAGE_OVERHEAD + call + counter.count(framed)
+
+    def _summary_failed(self, cmd: SummaryFailed) -> None:
+        conv = self.sessions.get(cmd.session_id)
+        self.summaries_failed += 1
+        if conv is None or conv.generation != cmd.generation:
+            return
+        conv.pending_since = None
+        conv.failures += 1
+        delay = min(300.0, self.settings.summary_retry * 2 ** (conv.failures - 1))
+        conv.retry_after = self.clock + delay
+        log.warning("agent %r session %r: summary failed (%s); the context is cut to the budget; "
+                    "retrying in %g s", self.name, cmd.session_id, cmd.error, delay)
+
+    def _summary_job(self, conv: Conversation, policy: TokenBudget, cut: int) -> Job:
+        start = conv.summary_index()
+        raws = [e.message for e in conv.entries[start:cut] if e.role not in SYSTEM_ROLES]
+        previous = conv.summary.text if conv.summary is not None else None
+        covered = (conv.summary.covered if conv.summary is not None else 0) + len(raws)
+        base = conv.summary.version if conv.summary is not None else 0
+        through = conv.entries[cut].sequence
+        session_id, generation = conv.session_id, conv.generation
+        summarizer, counter = self.settings.summarizer, self.settings.counter
+        target = summary_target(policy)
+
+        def work() -> str:
+            messages = [msgspec.json.decode(raw) for raw in raws]
+            text = summarizer.summarize(SummaryRequest(previous, messages, target, counter))
+            if not isinstance(text, str):
+                raise TypeError(f"{summarizer!r} returned {type(text).__name__}, not str")
+            return truncate_to_tokens(text.strip(), target, counter)
+
+        def deliver(result: JobResult) -> AgentCommand:
+            if result.error is not None:
+                return SummaryFailed(session_id=session_id, generation=generation, base_version=base,
+                                     error=f"{type(result.error).__name__}: {result.error}")
+            return ApplySummary(session_id=session_id, generation=generation, base_version=base,
+                                through=through, text=str(result.value), covered=covered)
+
+        return Job(work, deliver, name=f"agent.summarize {self.name}/{session_id}")
+
+    # -- reads ------------------------------------------------------------------------
+    def _context(self, cmd: GetContext) -> Any:
+        now = _check_time(cmd.now, "now")
+        max_tokens = cmd.max_tokens
+        if max_tokens is not None:
+            _check_count(max_tokens, "max_tokens", 1)
+        self._tick(now)
+        conv = self._live(cmd.session_id, now)
+        policy = self.policy_for(cmd.session_id) if isinstance(cmd.session_id, str) else \
+            self.settings.default_policy
+        if conv is None or not conv.entries:
+            return ContextWindow(messages=[], tokens=0, stored=0, kept=0, policy=policy,
+                                 budget=max_tokens if max_tokens is not None else
+                                 (policy.max_context_tokens if isinstance(policy, TokenBudget) else None))
+        effects: tuple[Effect, ...] = ()
+        if conv.pending_since is not None and now - conv.pending_since > self.settings.summary_stale:
+            conv.pending_since = None  # its result was lost (a crash, a restart): ask again
+        if isinstance(policy, TokenBudget) and conv.pending_since is None and now >= conv.retry_after:
+            cut = compression_cut(conv, policy)
+            if cut is not None:
+                conv.pending_since = now
+                effects = (self._summary_job(conv, policy, cut),)
+        pending = conv.pending_since is not None
+        key = (policy, max_tokens, len(conv), conv.last_append,
+               conv.summary.version if conv.summary is not None else 0, pending)
+        cached = conv.cache
+        if cached is not None and cached[0] == key:
+            window = cached[1]
+            assert isinstance(window, ContextWindow)
+        else:
+            window = context_window(conv, policy, max_tokens, pending)
+            conv.cache = (key, window)
+            self._log_pruning(conv, window)
+        return Step(window, effects) if effects else window
+
+    def _log_pruning(self, conv: Conversation, window: ContextWindow) -> None:
+        dropped = window.stored - window.kept - window.summarized
+        if dropped <= 0:
+            return
+        level = logging.DEBUG if conv.prune_logged else logging.INFO
+        conv.prune_logged = True
+        if log.isEnabledFor(level):
+            log.log(level, "agent %r session %r: context keeps %d of %d messages under %r%s", self.name,
+                    conv.session_id, window.kept, window.stored, window.policy,
+                    " (over budget)" if window.over_budget else "")
+
+    def _messages(self, cmd: ListMessages) -> EntryPage:
+        limit = cmd.limit
+        if limit is not None:
+            _check_count(limit, "limit", 0)
+        offset = _check_count(cmd.offset, "offset", 0)
+        now = cmd.now
+        if cmd.session_id is not None:
+            conv = self._live(cmd.session_id, now)
+            convs = [] if conv is None else [conv]
+        else:
+            convs = list(self._live_sessions(now))
+        query_id = cmd.query_id
+        sources: list[Sequence[MessageEntry]] = []
+        total = 0
+        for conv in convs:
+            if query_id is None:
+                sources.append(conv.entries)
+                total += len(conv.entries)
+            else:
+                positions = conv.by_query.get(query_id)
+                if positions:
+                    sources.append(_Picked(conv.entries, positions))
+                    total += len(positions)
+        stop = None if limit is None else offset + limit
+        if len(sources) == 1:
+            page = list(sources[0][offset:stop])
+        else:
+            merged: Iterable[MessageEntry] = heapq.merge(*sources, key=_sequence_of)
+            page = list(itertools.islice(merged, offset, stop))
+        return EntryPage(entries=page, total=total, limit=limit, offset=offset)
+
+    def _info(self, conv: Conversation) -> SessionInfo:
+        return SessionInfo(
+            session_id=conv.session_id,
+            message_count=len(conv),
+            query_count=conv.query_count,
+            tokens=conv.tokens,
+            created_at=conv.created_at,
+            updated_at=conv.updated_at,
+            completed=conv.completed,
+            turns=len(conv.turns),
+            summary_version=conv.summary.version if conv.summary is not None else 0,
+            summarized=conv.summary.covered if conv.summary is not None else 0,
+            policy=self.session_policies.get(conv.session_id),
+        )
+
+    def _stats(self, now: float) -> AgentStats:
+        live = list(self._live_sessions(now))
+        return AgentStats(
+            agent=self.name,
+            total_sessions=len(live),
+            total_messages=sum(len(conv) for conv in live),
+            completed_sessions=sum(1 for conv in live if conv.completed),
+            turns=sum(len(conv.turns) for conv in live),
+            tokens=sum(conv.tokens for conv in live),
+            last_sequence=self.sequence,
+            policy=self.policy if self.policy is not None else self.settings.default_policy,
+            ttl=self.ttl,
+            summaries_applied=self.summaries_applied,
+            summaries_pending=sum(1 for conv in live if conv.pending_since is not None),
+            summaries_failed=self.summaries_failed,
+            sessions={conv.session_id: SessionCounts(len(conv), conv.query_count) for conv in live},
+        )
+
+    def _search_turns(self, cmd: SearchTurns) -> list[TurnHit]:
+        if not isinstance(cmd.query, str):
+            raise InvalidInput("query must be a string", field="query")
+        top_k = _check_count(cmd.top_k, "top_k", 1)
+        if self._turn_index is None:
+            if self._tokenizer is None:
+                self._tokenizer = Tokenizer()
+            index = _TurnIndex(self._tokenizer)
+            for conv in self.sessions.values():
+                for position, turn in enumerate(conv.turns):
+                    index.add(turn, position)
+            self._turn_index = index
+        now, wanted = cmd.now, cmd.session_id
+
+        def accept(session_id: str) -> bool:
+            if wanted is not None and session_id != wanted:
+                return False
+            return self._live(session_id, now) is not None
+
+        return self._turn_index.search(cmd.query, top_k, accept)
+
+    # -- snapshots -------------------------------------------------------------------------
+    def snapshot(self) -> SnapshotData:
+        """The state as record lines: per session a session line, its entries (one
+        MessageEntry each, encoded once and kept, so a snapshot re-encodes only what
+        was appended since the last one), then its turns."""
+        ranks = {session_id: rank for rank, session_id in enumerate(self.activity)}
+        encode, decode = _encode.encode, _decode_entry.decode
+        records: list[bytes] = []
+        for conv in self.sessions.values():
+            entries, lines = conv.entries, conv.lines
+            for index in range(len(lines), len(entries)):
+                line = encode(entries[index])
+                entries[index] = decode(line)  # its message now shares the line's memory
+                lines.append(line)
+            last_append = entries[conv.last_append].sequence if conv.last_append < len(conv) \
+                else self.sequence + 1
+            records.append(encode(_SessionLine(conv.session_id, conv.generation, conv.created_at,
+                                               conv.updated_at, ranks.get(conv.session_id, 0), last_append,
+                                               conv.completed, conv.summary)))
+            records += lines
+            records += [encode(_TurnLine(turn)) for turn in conv.turns]
+        extra = {
+            "format": _SNAPSHOT_FORMAT,
+            "sequence": self.sequence,
+            "policy": msgspec.to_builtins(self.policy),
+            "session_policies": {k: msgspec.to_builtins(v) for k, v in self.session_policies.items()},
+            "ttl": self.ttl,
+            "ttl_set": self.ttl_set,
+            "counter": self.settings.counter.name,
+            "summaries_applied": self.summaries_applied,
+            "sessions": len(self.sessions),
+        }
+        return SnapshotData(records=records, extra=extra)
+
+    @classmethod
+    def restore(cls, name: str, image: Image, settings: AgentSettings) -> AgentMemory:
+        memory = cls(name, settings)
+        extra = image.extra
+        if int(extra.get("format", _SNAPSHOT_FORMAT)) > _SNAPSHOT_FORMAT:
+            raise CorruptData(f"agent {name!r} snapshot has format {extra.get('format')}; this mnemex "
+                              f"reads format {_SNAPSHOT_FORMAT} (upgrade mnemex)")
+        memory.sequence = int(extra.get("sequence", 0))
+        memory.policy = _decode_policy.decode(_encode.encode(extra.get("policy")))
+        for session_id, policy in dict(extra.get("session_policies") or {}).items():
+            decoded = _decode_policy.decode(_encode.encode(policy))
+            if decoded is not None:
+                memory.session_policies[session_id] = decoded
+        if extra.get("ttl_set"):
+            memory.ttl, memory.ttl_set = extra.get("ttl"), True
+        memory.summaries_applied = int(extra.get("summaries_applied", 0))
+        recount = extra.get("counter") != settings.counter.name
+        ranked: list[tuple[int, str]] = []
+        conv: Conversation | None = None
+        last_append: dict[str, int] = {}
+        decode_entry = _decode_entry.decode
+        for number, line in enumerate(image.records):
+            try:
+                if line.startswith(_ENTRY_PREFIX):
+                    if conv is None:
+                        raise CorruptData(f"agent {name!r} snapshot record {number} comes before any session")
+                    entry = decode_entry(line)
+                    if recount:
+                        entry = _recounted(entry, settings.counter)
+                    else:
+                        conv.lines.append(line)
+                    conv.add(entry)
+                    continue
+                item = _decode_line.decode(line)
+            except msgspec.MsgspecError as exc:
+                raise CorruptData(f"agent {name!r} snapshot record {number}: {exc}") from exc
+            if isinstance(item, _SessionLine):
+                conv = Conversation(item.session_id, item.generation, item.created_at)
+                conv.updated_at, conv.completed = item.updated_at, item.completed
+                memory.sessions[item.session_id] = conv
+                ranked.append((item.activity, item.session_id))
+                last_append[item.session_id] = item.last_append
+                if item.summary is not None:
+                    conv.set_summary(item.summary, memory._pair_tokens(item.summary))
+            elif conv is None:
+                raise CorruptData(f"agent {name!r} snapshot record {number} comes before any session")
+            else:
+                conv.turns.append(item.t)
+        for _, session_id in sorted(ranked):
+            memory.activity[session_id] = None
+        for session_id, conv in memory.sessions.items():
+            conv.last_append = conv.index_of(last_append[session_id])
+        return memory
+
+
+class _Picked(Sequence[MessageEntry]):
+    """Some entries of a list, by position, as a sequence (for paging one query id)."""
+
+    __slots__ = ("entries", "positions")
+
+    def __init__(self, entries: list[MessageEntry], positions: list[int]) -> None:
+        self.entries = entries
+        self.positions = positions
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self.entries[p] for p in self.positions[index]]
+        return self.entries[self.positions[index]]
+
+    def __iter__(self) -> Iterator[MessageEntry]:
+        entries = self.entries
+        return (entries[p] for p in self.positions)
+
+
+def _sequence_of(entry: MessageEntry) -> int:
+    return entry.sequence
+
+
+def _check_turn(turn: Any) -> None:
+    if not isinstance(turn, Turn):
+        raise InvalidInput(f"turn must be a mnemex.Turn, got {type(turn).__name__}", field="turn")
+    for name in ("iteration", "input_tokens", "output_tokens"):
+        value = getattr(turn, name)
+        if value is not None:
+            _check_count(value, f"turn.{name}", 0)
+    if turn.tool_calls is not None and not all(isinstance(n, str) for n in turn.tool_calls):
+        raise InvalidInput("turn.tool_calls must be a list of tool names", field="turn.tool_calls")
+
+
+def _recounted(entry: MessageEntry, counter: TokenCounter) -> MessageEntry:
+    shape = _decode_shape.decode(entry.message)
+    extras: list[str] = []
+    for call in shape.tool_calls or ():
+        if call.function is not None:
+            extras += [call.function.name, _arguments_text(call.function.arguments)]
+    if shape.name:
+        extras.append(shape.name)
+    text, other = content_text(shape.content)
+    return msgspec.structs.replace(entry, tokens=message_tokens(counter, text, other, extras))
+
+
+def messages_to_raw(messages: Iterable[Any]) -> list[msgspec.Raw]:
+    """Chat messages (dicts, ChatMessage structs, JSON bytes or Raw) as raw JSON objects."""
+    out: list[msgspec.Raw] = []
+    for index, message in enumerate(messages):
+        if isinstance(message, msgspec.Raw | bytes | bytearray | memoryview):
+            data = bytes(message)
+            if b"\n" in data or b"\r" in data:  # a journal line holds no line break: compact it
+                try:
+                    data = _encode.encode(msgspec.json.decode(data))
+                except msgspec.MsgspecError as exc:
+                    raise InvalidInput(f"message {index} is not valid JSON: {exc}",
+                                       field=f"$.messages[{index}]") from exc
+            out.append(msgspec.Raw(data))
+        elif isinstance(message, Mapping | msgspec.Struct):
+            try:
+                value = message if isinstance(message, dict | msgspec.Struct) else dict(message)
+                out.append(msgspec.Raw(_encode.encode(value)))
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise InvalidInput(f"message {index} cannot be encoded as JSON: {exc}",
+                                   field=f"$.messages[{index}]") from exc
+        else:
+            raise InvalidInput(f"message {index} must be a dict or a mnemex.ChatMessage, "
+                               f"got {type(message).__name__}", field=f"$.messages[{index}]")
+    return out

@@ -1,0 +1,499 @@
+"""Short-term memory on the runtime: the ``agent`` actor kind, the async AgentRef
+that ``rt.agent(name)`` hands out, live session streams, the TTL sweeper and
+the two helpers an agent loop calls around each model call.
+
+This side may read the wall clock: appends are stamped here (``time.time()``),
+and the timestamp travels inside the command, so the actor stays deterministic.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import weakref
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+import msgspec
+import trio
+
+from mnemex.config import Config
+from mnemex.conversations.behaviour import (
+    AgentMemory,
+    AgentSettings,
+    agent_codec,
+    encode_agent_command,
+    is_agent_write,
+    messages_to_raw,
+)
+from mnemex.conversations.protocol import (
+    AgentStats,
+    Appended,
+    AppendMessages,
+    ChunkRelayed,
+    CompleteSession,
+    ContextView,
+    ContextWindow,
+    DeleteAllSessions,
+    DeleteSession,
+    EntriesAppended,
+    EntryPage,
+    ExpireSessions,
+    FindExpired,
+    GetContext,
+    GetHistory,
+    GetStats,
+    ListMessages,
+    ListSessions,
+    ListTurns,
+    MaxMessages,
+    MessageEntry,
+    MessagePage,
+    NoPruning,
+    Policy,
+    PolicySet,
+    RelayChunk,
+    SearchTurns,
+    SessionCompleted,
+    SessionEnded,
+    SessionInfo,
+    SessionsDeleted,
+    SetPolicy,
+    SetTtl,
+    StoredMessage,
+    StreamEvent,
+    TokenBudget,
+    TtlSet,
+    Turn,
+    TurnHit,
+    TurnRecord,
+    WatchSession,
+    WatchStart,
+    session_topic,
+)
+from mnemex.conversations.summaries import Summarizer
+from mnemex.conversations.tokens import TokenCounter
+from mnemex.errors import Busy, InvalidInput, MnemexError, NotFound, Timeout
+from mnemex.kernel import ActorKind, ActorRef, Key, Runtime, Subscription
+
+__all__ = [
+    "AGENT_KIND",
+    "AgentRef",
+    "SessionStream",
+    "agent_kind",
+    "context_for_model_call",
+    "record_turn",
+    "run_ttl_sweeper",
+    "sweep_expired_sessions",
+]
+
+log = logging.getLogger("mnemex.agent")
+
+AGENT_KIND: Final = "agent"
+
+_encode = msgspec.json.Encoder()
+_decode_stored = msgspec.json.Decoder(list[StoredMessage])
+_decode_page = msgspec.json.Decoder(MessagePage)
+_decode_dicts = msgspec.json.Decoder(list[dict[str, Any]])
+_decode_view = msgspec.json.Decoder(ContextView)
+
+# what each runtime was last told about an agent's configuration, so that
+# rt.agent("bot", policy=...) called per request journals the policy once
+_applied: weakref.WeakKeyDictionary[Runtime, dict[tuple[str, str, str], Any]] = weakref.WeakKeyDictionary()
+
+
+def agent_kind(config: Config | None = None, *, summarizer: Summarizer | None = None,
+               token_counter: TokenCounter | None = None, name: str = AGENT_KIND) -> ActorKind:
+    """The ``agent`` actor kind: AgentMemory behaviours set up from ``config``.
+
+    ``summarizer`` and ``token_counter`` replace the configured ones (pass the kind
+    to ``open_runtime(config, kinds=[agent_kind(config, summarizer=...)])``; it takes
+    the place of the built-in one).
+    """
+    settings = AgentSettings.from_config(config if config is not None else Config(),
+                                         summarizer=summarizer, token_counter=token_counter)
+
+    def create(key: Key) -> AgentMemory:
+        return AgentMemory(key[0], settings)
+
+    def restore(key: Key, image: Any) -> AgentMemory:
+        return AgentMemory.restore(key[0], image, settings)
+
+    return ActorKind(name=name, create=create, restore=restore, encode=encode_agent_command,
+                     decode=agent_codec.decode, is_journaled=is_agent_write)
+
+
+def _entries_to_stored(entries: Sequence[MessageEntry]) -> list[StoredMessage]:
+    # one encode + one typed decode: fresh objects the caller may change freely
+    return _decode_stored.decode(_encode.encode(entries))
+
+
+def _check_timeout(timeout: float) -> float:
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not (
+            math.isfinite(timeout) and timeout > 0):
+        raise InvalidInput(f"timeout must be a number of seconds > 0, got {timeout!r}", field="timeout")
+    return float(timeout)
+
+
+class AgentRef:
+    """One agent's short-term memory, as the runtime serves it. Cheap to make; any
+    number of refs to one name reach the same actor.
+
+    Messages are dicts in the OpenAI chat shape or ``mnemex.ChatMessage``; they are
+    stored verbatim (extra fields kept) and returned as dicts.
+    """
+
+    __slots__ = ("_configured", "_policy", "_ref", "_runtime", "_ttl", "name")
+
+    def __init__(self, runtime: Runtime, name: str, *, policy: Policy | None = None,
+                 ttl: float | None = None, kind: str = AGENT_KIND) -> None:
+        if policy is not None and not isinstance(policy, MaxMessages | TokenBudget | NoPruning):
+            raise InvalidInput(f"policy must be MaxMessages, TokenBudget or NoPruning, got {policy!r}",
+                               field="policy")
+        if ttl is not None:
+            _check_timeout(ttl)
+        self._runtime = runtime
+        self._ref: ActorRef = runtime.ref(kind, name)
+        self.name = name
+        self._policy = policy
+        self._ttl = ttl
+        self._configured = policy is None and ttl is None
+
+    def __repr__(self) -> str:
+        return f"AgentRef({self.name!r})"
+
+    @property
+    def ref(self) -> ActorRef:
+        """The underlying actor ref (raw commands of ``mnemex.conversations.protocol``)."""
+        return self._ref
+
+    async def _configure(self) -> None:
+        applied = _applied.setdefault(self._runtime, {})
+        if self._policy is not None and applied.get((self._ref.kind, self.name, "policy")) != self._policy:
+            await self._ref.ask(SetPolicy(policy=self._policy))
+            applied[(self._ref.kind, self.name, "policy")] = self._policy
+        if self._ttl is not None and applied.get((self._ref.kind, self.name, "ttl")) != self._ttl:
+            await self._ref.ask(SetTtl(seconds=self._ttl))
+            applied[(self._ref.kind, self.name, "ttl")] = self._ttl
+        self._configured = True
+
+    async def _ask(self, command: Any, timeout: float | None = None) -> Any:
+        if not self._configured:
+            await self._configure()
+        return await self._ref.ask(command, timeout=timeout)
+
+    # -- writing --------------------------------------------------------------------
+    async def append(self, session_id: str, messages: Iterable[Any], query_id: str | None = None,
+                     turn: Turn | None = None) -> Appended:
+        """Store ``messages`` in order at the end of the session (created on first use),
+        all or none. Raises InvalidInput (unknown role, a tool result without its
+        call, content that is not text...) or TooLarge, storing nothing.
+        ``messages=[]`` stores nothing. ``turn`` records the turn's metadata."""
+        if isinstance(messages, Mapping | str | bytes):
+            raise InvalidInput("messages must be a list of chat messages, not a single one", field="messages")
+        command = AppendMessages(session_id=session_id, messages=messages_to_raw(messages),
+                                 timestamp=time.time(), query_id=query_id, turn=turn)
+        reply: Appended = await self._ask(command)
+        return reply
+
+    async def complete(self, session_id: str) -> SessionCompleted:
+        """Mark the session completed: live subscribers get the end of the stream. A
+        later append reopens it. Completing an unknown session is not an error."""
+        reply: SessionCompleted = await self._ask(CompleteSession(session_id=session_id,
+                                                                  timestamp=time.time()))
+        return reply
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete a session and everything in it; False when there was none."""
+        reply: SessionsDeleted = await self._ask(DeleteSession(session_id=session_id, timestamp=time.time()))
+        return bool(reply.session_ids)
+
+    async def delete_all(self) -> SessionsDeleted:
+        """Delete every session of this agent (its policy and TTL stay)."""
+        reply: SessionsDeleted = await self._ask(DeleteAllSessions(timestamp=time.time()))
+        return reply
+
+    async def set_policy(self, policy: Policy | None, session_id: str | None = None) -> PolicySet:
+        """Set the agent's pruning policy, or one session's; None returns to the default."""
+        reply: PolicySet = await self._ask(SetPolicy(policy=policy, session_id=session_id))
+        if session_id is None:
+            _applied.setdefault(self._runtime, {})[(self._ref.kind, self.name, "policy")] = policy
+        return reply
+
+    async def set_ttl(self, seconds: float | None) -> TtlSet:
+        """Expire sessions idle longer than ``seconds``; None keeps them forever."""
+        reply: TtlSet = await self._ask(SetTtl(seconds=seconds))
+        _applied.setdefault(self._runtime, {})[(self._ref.kind, self.name, "ttl")] = seconds
+        return reply
+
+    async def cleanup_expired(self) -> list[str]:
+        """Delete the sessions whose TTL has passed now; returns their ids."""
+        reply: SessionsDeleted = await self._ask(ExpireSessions(now=time.time()))
+        return reply.session_ids
+
+    # -- reading --------------------------------------------------------------------
+    async def history(self, session_id: str) -> list[StoredMessage]:
+        """Every stored message of the session, oldest first ([] for an unknown one)."""
+        entries: list[MessageEntry] = await self._ask(GetHistory(session_id=session_id, now=time.time()))
+        return _entries_to_stored(entries)
+
+    async def context(self, session_id: str, max_tokens: int | None = None) -> list[dict[str, Any]]:
+        """The messages to send to the model next: the history after pruning and
+        compression by the session's policy, cut further to ``max_tokens`` if given."""
+        window: ContextWindow = await self._ask(GetContext(session_id=session_id, now=time.time(),
+                                                           max_tokens=max_tokens))
+        if not window.messages:
+            return []
+        return _decode_dicts.decode(_encode.encode(window.messages))
+
+    async def context_view(self, session_id: str, max_tokens: int | None = None) -> ContextView:
+        """Like ``context``, with what the view kept, summarized and spent."""
+        window: ContextWindow = await self._ask(GetContext(session_id=session_id, now=time.time(),
+                                                           max_tokens=max_tokens))
+        return _decode_view.decode(_encode.encode(window))
+
+    async def messages(self, session_id: str | None = None, query_id: str | None = None,
+                       limit: int | None = 50, offset: int = 0) -> MessagePage:
+        """A page of stored messages, oldest first; ``offset`` counts from the oldest
+        so pages are stable while messages are appended. ``session_id`` None pages
+        over every session (in sequence order); ``limit`` None returns everything
+        from ``offset`` on. Unknown sessions give an empty page."""
+        page: EntryPage = await self._ask(ListMessages(session_id=session_id, query_id=query_id,
+                                                       limit=limit, offset=offset, now=time.time()))
+        return _decode_page.decode(
+            _encode.encode({"messages": page.entries, "total": page.total, "limit": page.limit,
+                            "offset": page.offset}))
+
+    async def sessions(self) -> list[SessionInfo]:
+        """Every live session of the agent, oldest first."""
+        reply: list[SessionInfo] = await self._ask(ListSessions(now=time.time()))
+        return reply
+
+    async def stats(self) -> AgentStats:
+        reply: AgentStats = await self._ask(GetStats(now=time.time()))
+        return reply
+
+    async def turns(self, session_id: str) -> list[TurnRecord]:
+        """The turn records of a session, oldest first."""
+        reply: list[TurnRecord] = await self._ask(ListTurns(session_id=session_id, now=time.time()))
+        return reply
+
+    async def search_turns(self, query: str, top_k: int = 10, session_id: str | None = None) -> list[TurnHit]:
+        """Keyword (BM25) search over the agent's turns, best first."""
+        reply: list[TurnHit] = await self._ask(SearchTurns(query=query, top_k=top_k, session_id=session_id,
+                                                           now=time.time()))
+        return reply
+
+    # -- streaming ------------------------------------------------------------------
+    async def relay(self, session_id: str, chunk: Any) -> None:
+        """Hand a streaming chunk (a dict, or its JSON bytes) to the session's live
+        readers as it is; nothing is stored. Raises InvalidInput for a chunk that is
+        not a JSON object."""
+        if isinstance(chunk, bytes | bytearray | str):
+            raw = bytes(chunk, "utf-8") if isinstance(chunk, str) else bytes(chunk)
+            try:
+                value = msgspec.json.decode(raw)
+            except msgspec.DecodeError as exc:
+                raise InvalidInput(f"stream chunk is not valid JSON: {exc}", field="chunk") from exc
+        else:
+            value = chunk
+        if not isinstance(value, dict):
+            raise InvalidInput(f"stream chunk must be a JSON object, got {type(value).__name__}",
+                               field="chunk")
+        await self._ask(RelayChunk(session_id=session_id, chunk=msgspec.Raw(msgspec.json.encode(value))))
+
+    def subscribe(self, session_id: str, *, from_beginning: bool = False, wait_for_session: bool = False,
+                  timeout: float = 30.0, buffer: int = 256) -> SessionStream:
+        """A live stream of the session's messages (see SessionStream)::
+
+            async with agent.subscribe("s1", from_beginning=True) as stream:
+                async for event in stream:
+                    ...
+        """
+        return SessionStream(self, session_id, from_beginning=from_beginning,
+                             wait_for_session=wait_for_session, timeout=timeout, buffer=buffer)
+
+
+class SessionStream:
+    """An async iterator of StreamEvent for one session.
+
+    With ``from_beginning`` the history comes first (``live=False``); then one
+    ``"live"`` marker; then each message as it is appended (``live=True``), until
+    the session is completed, deleted or expires (the last event says which). An
+    unknown session raises NotFound at ``open()`` (or the first iteration) unless
+    ``wait_for_session``; then the stream waits up to ``timeout`` seconds for the
+    session to appear and raises Timeout if it does not. A subscriber more than
+    ``buffer`` appends behind is dropped: it gets an ``"error"`` event and ends;
+    appends never wait for it. Leaving ``async with`` (or ``aclose()``) frees
+    the subscription at once.
+    """
+
+    def __init__(self, agent: AgentRef, session_id: str, *, from_beginning: bool, wait_for_session: bool,
+                 timeout: float, buffer: int) -> None:
+        if not isinstance(session_id, str) or not session_id:
+            raise InvalidInput(f"session_id must be a non-empty string, got {session_id!r}",
+                               field="session_id")
+        self.agent = agent
+        self.session_id = session_id
+        self.from_beginning = from_beginning
+        self.wait_for_session = wait_for_session
+        self.timeout = _check_timeout(timeout)
+        self.buffer = buffer
+        self.start: WatchStart | None = None
+        self._subscription: Subscription | None = None
+        self._queue: deque[StreamEvent] = deque()
+        self._waiting = False
+        self._done = False
+
+    async def open(self) -> WatchStart:
+        """Register the subscription (once); returns what the session looked like."""
+        if self.start is not None:
+            return self.start
+        agent = self.agent
+        if not agent._configured:
+            await agent._configure()
+        runtime, ref = agent._runtime, agent.ref
+        command = WatchSession(session_id=self.session_id, from_beginning=self.from_beginning,
+                               now=time.time())
+        subscription = await runtime.subscribe(ref.kind, ref.key, session_topic(self.session_id), command,
+                                               buffer=self.buffer)
+        start = subscription.initial
+        assert isinstance(start, WatchStart)
+        if not start.exists and not self.wait_for_session:
+            await subscription.aclose()
+            raise NotFound(f"agent {agent.name!r} has no session {self.session_id!r}")
+        self._subscription = subscription
+        self.start = start
+        for message in _entries_to_stored(start.entries):
+            self._queue.append(StreamEvent(kind="message", message=message, live=False))
+        if start.completed:
+            self._queue.append(StreamEvent(kind="completed"))
+            self._done = True
+            await subscription.aclose()
+        else:
+            self._queue.append(StreamEvent(kind="live"))
+            self._waiting = not start.exists
+        return start
+
+    def __aiter__(self) -> SessionStream:
+        return self
+
+    async def __anext__(self) -> StreamEvent:
+        if self.start is None:
+            await self.open()
+        while not self._queue:
+            if self._done or self._subscription is None:
+                raise StopAsyncIteration
+            await self._receive()
+        return self._queue.popleft()
+
+    async def _receive(self) -> None:
+        subscription = self._subscription
+        assert subscription is not None
+        try:
+            if self._waiting:
+                with trio.move_on_after(self.timeout) as scope:
+                    event = await subscription.__anext__()
+                if scope.cancelled_caught:
+                    await self.aclose()
+                    raise Timeout(f"session {self.session_id!r} of agent {self.agent.name!r} did not "
+                                  f"appear within {self.timeout:g} s")
+                self._waiting = False
+            else:
+                event = await subscription.__anext__()
+        except StopAsyncIteration:
+            self._done = True
+            return
+        except Busy as exc:
+            self._queue.append(StreamEvent(kind="error", detail=str(exc)))
+            self._done = True
+            return
+        if isinstance(event, ChunkRelayed):
+            self._queue.append(StreamEvent(kind="chunk", chunk=event.chunk, live=True))
+        elif isinstance(event, EntriesAppended):
+            for message in _entries_to_stored(event.entries):
+                self._queue.append(StreamEvent(kind="message", message=message, live=True))
+        elif isinstance(event, SessionEnded):
+            self._queue.append(StreamEvent(kind=event.reason))
+            self._done = True
+            await subscription.aclose()
+
+    async def aclose(self) -> None:
+        self._done = True
+        if self._subscription is not None:
+            await self._subscription.aclose()
+
+    async def __aenter__(self) -> SessionStream:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __del__(self) -> None:
+        # an abandoned stream stops receiving at once (no await possible here)
+        subscription = getattr(self, "_subscription", None)  # None if __init__ raised
+        if subscription is not None:
+            subscription.closed = True
+
+
+# -- TTL sweeps -------------------------------------------------------------------------
+async def sweep_expired_sessions(runtime: Runtime, kind: str = AGENT_KIND, *,
+                                 now: float | None = None) -> int:
+    """Expire the sessions whose TTL passed (at ``now``, default the wall clock) in
+    every live agent; returns how many agents had some. Agents with nothing to
+    expire journal nothing."""
+    now = time.time() if now is None else now
+    swept = 0
+    for _, key in runtime.live_keys(kind):
+        try:
+            expired = await runtime.ask(kind, key, FindExpired(now=now))
+            if expired:
+                await runtime.tell(kind, key, ExpireSessions(now=now))
+                swept += 1
+        except MnemexError as exc:
+            log.debug("TTL sweep of agent %r skipped: %s", key, exc)
+    return swept
+
+
+async def run_ttl_sweeper(runtime: Runtime, interval: float, *, kind: str = AGENT_KIND,
+                          task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """Sweep expired sessions of live agents every ``interval`` seconds, forever."""
+    task_status.started()
+    while True:
+        await trio.sleep(interval)
+        await sweep_expired_sessions(runtime, kind)
+
+
+# -- host integration ------------------------------------------------------------------
+async def context_for_model_call(agent: AgentRef, session_id: str, new_messages: Iterable[Any] = (), *,
+                                 query_id: str | None = None,
+                                 max_tokens: int | None = None) -> list[dict[str, Any]]:
+    """Call before each model call: store the turn's new input (a user message, tool
+    results) and return the context to send, pruned and compressed by policy."""
+    new = list(new_messages)
+    if new:
+        await agent.append(session_id, new, query_id=query_id)
+    return await agent.context(session_id, max_tokens=max_tokens)
+
+
+async def record_turn(agent: AgentRef, session_id: str, messages: Iterable[Any], *,
+                      usage: Mapping[str, Any] | None = None, iteration: int | None = None,
+                      query_id: str | None = None, metadata: Mapping[str, Any] | None = None) -> TurnRecord:
+    """Call after each model call: store what the model said (its assistant message,
+    and any tool results already produced) with the turn's metadata. ``usage`` is the
+    response's usage object (``prompt_tokens``/``completion_tokens``, or
+    ``input_tokens``/``output_tokens``)."""
+    used = usage or {}
+    input_tokens = used.get("prompt_tokens", used.get("input_tokens"))
+    output_tokens = used.get("completion_tokens", used.get("output_tokens"))
+    turn = Turn(iteration=iteration, input_tokens=input_tokens, output_tokens=output_tokens,
+                metadata=dict(metadata or {}))
+    batch = list(messages)
+    if not batch:
+        raise InvalidInput("record_turn needs at least one message (the model's reply)", field="messages")
+    reply = await agent.append(session_id, batch, query_id=query_id, turn=turn)
+    assert reply.turn is not None
+    return reply.turn

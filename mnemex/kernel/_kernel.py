@@ -1,0 +1,1164 @@
+"""The actor kernel: spawn on demand, bounded mailboxes, ask/tell, journaling,
+supervision, passivation and snapshots, all inside one trio nursery.
+
+Each live actor is one trio task reading a bounded memory channel. It takes
+every message waiting in its mailbox as one batch, runs the behaviour's
+``handle`` on each, writes the journal lines of the accepted commands in one
+write, and hands the replies to the durability policy: released at once
+(``never``), after an fsync of its own (``always``) or after the next group
+commit (``batch``). Replies of one actor are released in the order the commands
+arrived, so per-sender FIFO holds for replies as for commands.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import inspect
+import logging
+import math
+import time
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Final, NoReturn, TypeVar
+
+import outcome
+import trio
+
+from mnemex._gcpause import collector_paused
+from mnemex.config import Config
+from mnemex.effects import (
+    Behaviour,
+    Effect,
+    Emit,
+    Forward,
+    Image,
+    Job,
+    JobResult,
+    Key,
+    SnapshotData,
+    Step,
+    Tell,
+)
+from mnemex.errors import (
+    ActorClosed,
+    ActorCrashed,
+    Busy,
+    InvalidInput,
+    MnemexError,
+    StorageError,
+    Timeout,
+    UnknownActorKind,
+)
+from mnemex.kernel._commit import GroupCommitter, release_through
+from mnemex.kernel._keys import check_key
+from mnemex.kernel._kind import ActorKind
+from mnemex.kernel._mailbox import Mailbox, MailboxClosed
+from mnemex.persistence import ActorStore, DataDir, FileStore, MemoryStore, Recovered
+
+__all__ = ["ActorRef", "Runtime", "RuntimeStats", "Subscription", "open_actor_runtime", "rebuild_behaviour"]
+
+log = logging.getLogger("mnemex.runtime")
+
+_MAX_BATCH: Final = 512
+_LINGER: Final = 3
+
+
+class _Quarantined(Exception):
+    """Raised inside a cell's task when it could not be (re)loaded."""
+
+
+class _Control:
+    """Kernel-internal mailbox messages; never reach a behaviour."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<{self.name}>"
+
+
+_STOP: Final = _Control("stop")
+_PASSIVATE: Final = _Control("passivate")
+
+
+class Subscription:
+    """A live feed of one actor's events on one topic (see Runtime.subscribe).
+
+    ``initial`` is the reply to the command handled when the subscription was
+    registered (e.g. the history so far): no event is lost or repeated between it
+    and the feed. Iterate to receive events; the feed ends when the topic ends
+    (an Emit with ``last=True``), and raises Busy if this subscriber fell more
+    than ``buffer`` events behind (it was dropped; others are unaffected), or
+    ActorClosed when the runtime shuts down. ``aclose()`` unsubscribes at once.
+    """
+
+    def __init__(self, topic: str, buffer: int) -> None:
+        self.topic = topic
+        self.initial: Any = None
+        self._send, self._recv = trio.open_memory_channel[Any](buffer)
+        self._buffer = buffer
+        self.error: BaseException | None = None
+        self.closed = False
+
+    def _push(self, event: Any) -> bool:
+        """Called by the actor; returns False when this subscriber must be dropped."""
+        try:
+            self._send.send_nowait(event)
+        except trio.WouldBlock:
+            self._end(Busy(f"subscriber of {self.topic!r} fell {self._buffer:,} events behind "
+                           f"and was dropped"))
+            return False
+        except MailboxClosed:
+            return False
+        return True
+
+    def _end(self, error: BaseException | None = None) -> None:
+        if error is not None and self.error is None:
+            self.error = error
+        self._send.close()
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self._recv.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            if self.error is not None:
+                raise self.error from None
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        self.closed = True
+        self._recv.close()
+
+    async def __aenter__(self) -> Subscription:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class _Subscribe:
+    """Mailbox message: register a subscription and answer ``command`` in one turn."""
+
+    __slots__ = ("command", "subscription")
+
+    def __init__(self, subscription: Subscription, command: Any) -> None:
+        self.subscription = subscription
+        self.command = command
+
+
+_UNSET: Final = object()
+
+
+class _Waiter:
+    """The caller's side of one ask: a parked task, rescheduled with the outcome.
+
+    A reply can arrive before the caller has parked (a blocking send returns
+    through a checkpoint after the actor already took and answered the
+    message); it is then kept in ``early`` and picked up without parking.
+    """
+
+    __slots__ = ("done", "early", "parked", "task")
+
+    def __init__(self, task: trio.lowlevel.Task) -> None:
+        self.task = task
+        self.done = False
+        self.parked = False
+        self.early: Any = _UNSET
+
+    def abort(self, _: Any) -> trio.lowlevel.Abort:
+        self.done = True  # cancelled: the actor will drop the answer
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    def resolve(self, value: Any) -> None:
+        if self.done:
+            return
+        self.done = True
+        if not self.parked:
+            self.early = value
+        elif isinstance(value, BaseException):
+            trio.lowlevel.reschedule(self.task, outcome.Error(value))
+        else:
+            trio.lowlevel.reschedule(self.task, outcome.Value(value))
+
+
+def _unwrap(value: Any) -> Any:
+    if isinstance(value, BaseException):
+        raise value
+    return value
+
+
+def _timeout_error(kind: str, key: Key, command: Any, limit: float) -> Timeout:
+    return Timeout(f"no answer from {kind} {'/'.join(key)!r} to {type(command).__name__} "
+                   f"within {limit:g} s; the command may still be applied")
+
+
+class _Envelope:
+    __slots__ = ("command", "waiter")
+
+    def __init__(self, command: Any, waiter: _Waiter | None) -> None:
+        self.command = command
+        self.waiter = waiter
+
+
+# cell states
+_LOADING, _RUNNING, _CRASHED, _CLOSED = "loading", "running", "crashed", "closed"
+
+
+class _Cell:
+    """A live actor: its mailbox, behaviour, store and bookkeeping."""
+
+    __slots__ = (
+        "acks",
+        "active",
+        "behaviour",
+        "closed",
+        "closed_event",
+        "crash",
+        "crash_until",
+        "in_memory",
+        "journal_bytes",
+        "key",
+        "kind",
+        "last_active",
+        "mailbox",
+        "previous",
+        "seq",
+        "snap_bytes",
+        "snap_seq",
+        "snap_time",
+        "snapshotting",
+        "state",
+        "store",
+        "subscribers",
+        "synced",
+        "ts",
+        "written",
+    )
+
+    def __init__(self, kind: ActorKind, key: Key, store: ActorStore, mailbox: int, now: float) -> None:
+        self.kind = kind
+        self.key = key
+        self.store = store
+        self.in_memory = type(store) is MemoryStore
+        self.mailbox: Mailbox[_Envelope] = Mailbox(mailbox)
+        self.behaviour: Behaviour | None = None
+        self.state = _LOADING
+        self.seq = 0
+        self.ts = 0
+        self.snap_seq = 0
+        self.snap_bytes = 0
+        self.journal_bytes = 0
+        self.snap_time = now
+        self.snapshotting = False
+        self.last_active = now
+        self.previous: _Cell | None = None
+        self.active = False
+        self.closed = False
+        self.closed_event: trio.Event | None = None
+        self.crash: BaseException | None = None
+        self.crash_until = 0.0
+        self.written = 0
+        self.synced = 0
+        self.acks: deque[tuple[int, Callable[[BaseException | None], None]]] = deque()
+        self.subscribers: dict[str, list[Subscription]] | None = None
+
+    def sync(self) -> None:
+        self.store.sync()
+
+    def covered(self) -> None:
+        store = self.store
+        if type(store) is FileStore:
+            store.synced_by_fs()
+
+    async def wait_closed(self) -> None:
+        if not self.closed:
+            if self.closed_event is None:
+                self.closed_event = trio.Event()
+            await self.closed_event.wait()
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind.name} {'/'.join(self.key)!r}"
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeStats:
+    """Counts for health checks and metrics; a plain snapshot, cheap to take."""
+
+    live: int = 0
+    """Actors loaded (or loading) now."""
+    mailbox_depth: int = 0
+    """Messages waiting in every mailbox."""
+    asks: int = 0
+    tells: int = 0
+    spawns: int = 0
+    passivations: int = 0
+    crashes: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+class ActorRef:
+    """A lightweight handle on one actor. Two refs to one key reach the same actor;
+    holding a ref keeps nothing alive."""
+
+    __slots__ = ("key", "kind", "runtime")
+
+    def __init__(self, runtime: Runtime, kind: str, key: Key) -> None:
+        self.runtime = runtime
+        self.kind = kind
+        self.key = key
+
+    async def ask(self, command: Any, *, timeout: float | None = None) -> Any:
+        """Send ``command`` and wait for the reply (see Runtime.ask)."""
+        return await self.runtime._ask_checked(self.kind, self.key, command, timeout)
+
+    async def tell(self, command: Any) -> None:
+        """Send ``command`` without waiting for its reply (see Runtime.tell)."""
+        await self.runtime._deliver(self.kind, self.key, _Envelope(command, None))
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, ActorRef) and other.runtime is self.runtime
+                and other.kind == self.kind and other.key == self.key)
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.key))
+
+    def __repr__(self) -> str:
+        return f"ActorRef({self.kind!r}, {self.key!r})"
+
+
+class Runtime:
+    """The kernel. Made by ``open_actor_runtime``; every task it starts lives in
+    the nursery that context manager owns."""
+
+    def __init__(self, config: Config, nursery: trio.Nursery, data_dir: DataDir | None) -> None:
+        self.config = config
+        self._nursery = nursery
+        self._data_dir = data_dir
+        self._kinds: dict[str, ActorKind] = {}
+        self._cells: OrderedDict[tuple[str, Key], _Cell] = OrderedDict()
+        self._closing_cells: dict[tuple[str, Key], _Cell] = {}
+        self._memory: dict[tuple[str, Key], MemoryStore] = {}
+        sync_fs = (data_dir.syncfs if data_dir is not None and config.fsync_method in ("auto", "syncfs")
+                   else None)
+        self._committer = GroupCommitter(config.fsync_window, threads=config.fsync_threads,
+                                         sync_filesystem=sync_fs)
+        self._accepting = True
+        self._running_cells = 0
+        self._all_closed = trio.Event()
+        self._all_closed.set()
+        self._timeouts: deque[tuple[float, _Waiter, float, str, Key, Any]] = deque()
+        self._timeouts_compact_at = 4096
+        self._watchdog_idle: trio.Event | None = None
+        self._stats = {"asks": 0, "tells": 0, "spawns": 0, "passivations": 0, "crashes": 0}
+        self.started = time.time()
+
+    # -- registration -----------------------------------------------------------
+    def register(self, kind: ActorKind) -> None:
+        """Register an actor kind; its name must be new, short, lowercase ascii."""
+        if not kind.name.isascii() or not kind.name.isidentifier() or kind.name != kind.name.lower():
+            raise UnknownActorKind(f"actor kind name {kind.name!r} must be a lowercase identifier")
+        if kind.name in self._kinds:
+            raise UnknownActorKind(f"actor kind {kind.name!r} is registered already")
+        self._kinds[kind.name] = kind
+
+    @property
+    def kinds(self) -> Mapping[str, ActorKind]:
+        return self._kinds
+
+    def _kind(self, name: str) -> ActorKind:
+        try:
+            return self._kinds[name]
+        except KeyError:
+            known = ", ".join(sorted(self._kinds)) or "none"
+            raise UnknownActorKind(f"no actor kind {name!r} is registered (known: {known})",
+                                   field="kind") from None
+
+    def ref(self, kind: str, key: str | Key) -> ActorRef:
+        """A ref to the actor ``key`` of ``kind``; checks both, spawns nothing yet."""
+        self._kind(kind)
+        return ActorRef(self, kind, check_key(kind, key, self.config.max_key_bytes))
+
+    # -- asking ----------------------------------------------------------------
+    async def ask(self, kind: str, key: str | Key, command: Any, *, timeout: float | None = None) -> Any:
+        """Send ``command`` to the actor and return its reply.
+
+        Raises what the handler raised (a MnemexError), ActorCrashed (cause chained)
+        when the handler or the actor's load broke, Busy when the mailbox is full
+        under ``overload="fail"``, Timeout after ``timeout`` seconds (default
+        ``config.ask_timeout``), ActorClosed when the runtime is shutting down.
+        """
+        self._kind(kind)
+        return await self._ask_checked(kind, check_key(kind, key, self.config.max_key_bytes),
+                                       command, timeout)
+
+    async def tell(self, kind: str, key: str | Key, command: Any) -> None:
+        """Send ``command`` without waiting for a reply. Waits only for mailbox room
+        (or raises Busy under ``overload="fail"``). A handler error is logged."""
+        self._kind(kind)
+        await self._deliver(kind, check_key(kind, key, self.config.max_key_bytes), _Envelope(command, None))
+
+    async def _ask_checked(self, kind: str, key: Key, command: Any, timeout: float | None) -> Any:
+        limit = self.config.ask_timeout if timeout is None else timeout
+        if not (isinstance(limit, int | float) and limit > 0 and not math.isnan(limit)):
+            raise Timeout(f"ask timeout must be a number of seconds > 0, got {limit!r}")
+        waiter = _Waiter(trio.lowlevel.current_task())
+        envelope = _Envelope(command, waiter)
+        self._stats["asks"] += 1
+        if timeout is None and self._try_deliver(kind, key, envelope):
+            # Fast path: the mailbox had room. The default timeout is enforced by the
+            # watchdog (deadlines of equal timeouts arrive in order: one deque, no
+            # cancel scope per ask).
+            if waiter.early is not _UNSET:
+                return _unwrap(waiter.early)
+            self._watch(waiter, limit, kind, key, command)
+            waiter.parked = True
+            return await trio.lowlevel.wait_task_rescheduled(waiter.abort)
+        with trio.move_on_after(limit) as scope:
+            await self._deliver(kind, key, envelope)
+            if waiter.early is not _UNSET:
+                return _unwrap(waiter.early)
+            waiter.parked = True
+            return await trio.lowlevel.wait_task_rescheduled(waiter.abort)
+        if scope.cancelled_caught:
+            waiter.done = True
+            raise _timeout_error(kind, key, command, limit)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _watch(self, waiter: _Waiter, limit: float, kind: str, key: Key, command: Any) -> None:
+        timeouts = self._timeouts
+        while timeouts and timeouts[0][1].done:
+            timeouts.popleft()
+        if len(timeouts) >= self._timeouts_compact_at:
+            # a slow ask at the front holds back cleanup: drop answered ones in one pass
+            self._timeouts = timeouts = deque(entry for entry in timeouts if not entry[1].done)
+            self._timeouts_compact_at = max(4096, 2 * len(timeouts))
+        timeouts.append((trio.current_time() + limit, waiter, limit, kind, key, command))
+        if self._watchdog_idle is not None:
+            self._watchdog_idle.set()
+            self._watchdog_idle = None
+
+    async def _watchdog(self) -> None:
+        """Fails asks that outlived config.ask_timeout with Timeout."""
+        while True:
+            timeouts = self._timeouts
+            while timeouts and timeouts[0][1].done:
+                timeouts.popleft()
+            if not timeouts:
+                self._watchdog_idle = idle = trio.Event()
+                await idle.wait()
+                continue
+            deadline, waiter, limit, kind, key, command = timeouts[0]
+            if trio.current_time() < deadline:
+                await trio.sleep_until(deadline)
+                continue
+            timeouts.popleft()
+            waiter.resolve(_timeout_error(kind, key, command, limit))
+
+    def _try_deliver(self, kind_name: str, key: Key, envelope: _Envelope) -> bool:
+        """Put ``envelope`` in the mailbox if there is room now; never waits."""
+        cell = self._cell_for(kind_name, key)
+        try:
+            cell.mailbox.put_nowait(envelope)
+        except trio.WouldBlock:
+            return False
+        except MailboxClosed:
+            return False  # it passivated between lookup and send; the slow path respawns
+        if not cell.active:
+            self._activate(cell)
+        return True
+
+    async def _deliver(self, kind_name: str, key: Key, envelope: _Envelope) -> None:
+        if envelope.waiter is None:
+            self._stats["tells"] += 1
+        while True:
+            cell = self._cell_for(kind_name, key)
+            try:
+                cell.mailbox.put_nowait(envelope)
+                if not cell.active:
+                    self._activate(cell)
+                return
+            except trio.WouldBlock:
+                if self.config.overload == "fail":
+                    raise Busy(f"mailbox of {cell.name} is full ({self.config.mailbox_size:,} messages, "
+                               f"config.mailbox_size); retry later") from None
+            except MailboxClosed:
+                continue  # it passivated between lookup and send; the next lookup respawns
+            try:
+                await self._put(cell, envelope)
+            except MailboxClosed:
+                continue
+            return
+
+    def _cell_for(self, kind_name: str, key: Key) -> _Cell:
+        if not self._accepting:
+            raise ActorClosed(f"the runtime is shutting down; {kind_name} {'/'.join(key)!r} "
+                              f"takes no messages")
+        ident = (kind_name, key)
+        cell = self._cells.get(ident)
+        if cell is not None:
+            if cell.state is _CRASHED:
+                if trio.current_time() < cell.crash_until:
+                    raise ActorCrashed(f"{cell.name} could not be loaded: {cell.crash}; "
+                                       f"not retried before {cell.crash_until - trio.current_time():.1f} s "
+                                       f"(config.restore_quarantine)") from cell.crash
+                del self._cells[ident]
+            else:
+                self._cells.move_to_end(ident)
+                return cell
+        return self._spawn(self._kind(kind_name), key)
+
+    # -- lifecycle ---------------------------------------------------------------
+    def _store(self, kind: ActorKind, key: Key) -> ActorStore:
+        if self._data_dir is not None:
+            return self._data_dir.store(kind.name, key, keep=self.config.snapshots_kept)
+        ident = (kind.name, key)
+        store = self._memory.get(ident)
+        if store is None:
+            store = self._memory[ident] = MemoryStore(kind.name, key, keep=self.config.snapshots_kept)
+        return store
+
+    def _spawn(self, kind: ActorKind, key: Key) -> _Cell:
+        ident = (kind.name, key)
+        now = trio.current_time()
+        cell = _Cell(kind, key, self._store(kind, key), self.config.mailbox_size, now)
+        cell.previous = self._closing_cells.get(ident)
+        self._cells[ident] = cell
+        self._stats["spawns"] += 1
+        self._running_cells += 1
+        self._all_closed = trio.Event() if self._all_closed.is_set() else self._all_closed
+        if len(self._cells) > self.config.max_live_actors:
+            self._evict_lru()
+        return cell
+
+    def _post(self, cell: _Cell, control: _Control) -> bool:
+        """Queue a control message without waiting; False if the mailbox is full."""
+        try:
+            cell.mailbox.put_nowait(_Envelope(control, None))
+        except (trio.WouldBlock, MailboxClosed):
+            return False
+        if not cell.active:
+            self._activate(cell)
+        return True
+
+    async def _put(self, cell: _Cell, envelope: _Envelope) -> None:
+        """Queue ``envelope``, waiting for room; raises MailboxClosed."""
+        if not cell.active:
+            self._activate(cell)
+        await cell.mailbox.put(envelope)
+        # the actor's task may have drained and gone idle while we waited for room
+        if not cell.active:
+            self._activate(cell)
+
+    def _activate(self, cell: _Cell) -> None:
+        """Start the task that drains ``cell``'s mailbox. An idle actor has no task
+        (it is only its state and mailbox); one starts with its next message."""
+        cell.active = True
+        self._nursery.start_soon(self._run_cell, cell, name=f"actor {cell.kind.name}")
+
+    def _evict_lru(self) -> None:
+        excess = len(self._cells) - self.config.max_live_actors
+        for cell in self._cells.values():
+            if excess <= 0:
+                break
+            if (cell.state is _RUNNING and not cell.subscribers
+                    and len(cell.mailbox) == 0 and self._post(cell, _PASSIVATE)):
+                excess -= 1
+
+    async def _run_cell(self, cell: _Cell) -> None:
+        """Drain the mailbox (loading the actor first if needed) until it is empty
+        for a moment, or the actor is stopped."""
+        try:
+            if cell.state is _LOADING:
+                await self._load(cell)
+            await self._serve(cell)
+        except _Quarantined:
+            pass  # stays registered as crashed until config.restore_quarantine passes
+        except Exception as exc:  # a kernel bug must not take the whole runtime down
+            log.exception("%s: kernel error", cell.name)
+            self._fail_mailbox(cell, ActorCrashed(f"{cell.name} stopped on an internal error: {exc!r}"))
+            self._unregister(cell)
+            cell.state = _CLOSED
+        finally:
+            cell.active = False
+            if cell.state is _CLOSED or cell.state is _CRASHED:
+                with trio.CancelScope(shield=True):
+                    self._finish(cell)
+
+    def _finish(self, cell: _Cell) -> None:
+        try:
+            cell.store.close()
+        finally:
+            ident = (cell.kind.name, cell.key)
+            if self._closing_cells.get(ident) is cell:
+                del self._closing_cells[ident]
+            cell.closed = True
+            if cell.closed_event is not None:
+                cell.closed_event.set()
+            self._running_cells -= 1
+            if self._running_cells == 0:
+                self._all_closed.set()
+
+    async def _load(self, cell: _Cell) -> None:
+        """Load the behaviour: fresh, or newest snapshot + journal. Retries with
+        backoff; after the last failure the actor is quarantined (raises _Quarantined)
+        and every queued ask is answered ActorCrashed."""
+        if cell.previous is not None:
+            await cell.previous.wait_closed()
+            cell.previous = None
+        cfg = self.config
+        error: BaseException | None = None
+        for attempt in range(cfg.restore_attempts):
+            try:
+                await self._restore(cell)
+            except Exception as exc:
+                error = exc
+                log.warning("%s: load attempt %d/%d failed: %r", cell.name, attempt + 1,
+                            cfg.restore_attempts, exc)
+                if attempt + 1 < cfg.restore_attempts:
+                    await trio.sleep(cfg.restore_backoff * 2**attempt)
+            else:
+                cell.state = _RUNNING
+                return
+        assert error is not None
+        self._quarantine(cell, error, f"could not be loaded after {cfg.restore_attempts} attempts")
+
+    def _quarantine(self, cell: _Cell, error: BaseException, what: str) -> NoReturn:
+        self._stats["crashes"] += 1
+        cell.state = _CRASHED
+        cell.crash = error
+        cell.crash_until = trio.current_time() + self.config.restore_quarantine
+        crashed = ActorCrashed(f"{cell.name} {what}: {error!r}")
+        crashed.__cause__ = error
+        self._fail_mailbox(cell, crashed)
+        cell.mailbox.close()
+        raise _Quarantined
+
+    async def _restore(self, cell: _Cell) -> None:
+        kind, store = cell.kind, cell.store
+        if not store.exists():
+            cell.behaviour = kind.create(cell.key)
+            cell.seq = cell.snap_seq = 0
+            return
+        # Reading, restoring and replaying a large actor takes a while: all of it runs
+        # in a worker thread so the other actors keep being served meanwhile.
+        behaviour, recovered = (_rebuild(kind, cell.key, store) if cell.in_memory
+                                else await trio.to_thread.run_sync(_rebuild, kind, cell.key, store))
+        header = recovered.header
+        cell.behaviour = behaviour
+        cell.seq = recovered.last_seq
+        cell.snap_seq = header.seq if header is not None else 0
+        cell.snap_bytes = header.bytes if header is not None else 0
+        cell.journal_bytes = sum(len(entry.payload) for entry in recovered.journal)
+        cell.ts = recovered.journal[-1].ts if recovered.journal else (header.ts if header else 0)
+
+    def _fail_mailbox(self, cell: _Cell, error: BaseException) -> None:
+        while True:
+            try:
+                envelope = cell.mailbox.get_nowait()
+            except trio.WouldBlock:
+                return
+            if envelope.waiter is not None:
+                envelope.waiter.resolve(error)
+
+    def _unregister(self, cell: _Cell) -> None:
+        ident = (cell.kind.name, cell.key)
+        if self._cells.get(ident) is cell:
+            del self._cells[ident]
+            self._closing_cells[ident] = cell
+        cell.mailbox.close()
+
+    async def _serve(self, cell: _Cell) -> None:
+        mailbox = cell.mailbox
+        asked = False
+        while True:
+            try:
+                envelope = mailbox.get_nowait()
+            except trio.WouldBlock:
+                if not asked:
+                    return
+                # Linger a few scheduling rounds after answering an ask: a caller in a
+                # tight loop sends its next message right after our reply.
+                asked = False
+                for _ in range(_LINGER):
+                    await trio.lowlevel.checkpoint()
+                    if len(mailbox):
+                        break
+                else:
+                    return
+                continue
+            asked = envelope.waiter is not None
+            batch = [envelope]
+            while len(batch) < _MAX_BATCH:
+                try:
+                    batch.append(mailbox.get_nowait())
+                except trio.WouldBlock:
+                    break
+            cell.last_active = trio.current_time()
+            stop = await self._process(cell, batch)
+            del batch, envelope
+            if cell.acks:
+                # the replies wait for a group commit: no caller can send its next
+                # message within a few scheduling rounds, so lingering is wasted
+                asked = False
+            if stop is _STOP or (stop is _PASSIVATE and len(mailbox) == 0):
+                await self._close_cell(cell, passivated=stop is _PASSIVATE)
+                cell.state = _CLOSED
+                return
+            self._maybe_snapshot(cell)
+
+    async def _process(self, cell: _Cell, batch: list[_Envelope]) -> _Control | None:
+        """Handle a batch; returns a control message that ended it, if any."""
+        kind = cell.kind
+        start = 0
+        control: _Control | None = None
+        while start < len(batch):
+            behaviour = cell.behaviour
+            assert behaviour is not None
+            lines: list[tuple[int, int, bytes]] = []
+            replies: list[tuple[_Waiter | None, Any]] = []
+            effects: list[tuple[Effect, _Waiter | None]] = []
+            crashed = False
+            ts = max(int(time.time() * 1000), cell.ts)
+            index = start
+            for index in range(start, len(batch)):
+                envelope = batch[index]
+                command = envelope.command
+                if isinstance(command, _Control):
+                    control = command
+                    continue
+                sub: Subscription | None = None
+                if type(command) is _Subscribe:
+                    sub, command = command.subscription, command.command
+                    if command is None:
+                        self._add_subscriber(cell, sub)
+                        replies.append((envelope.waiter, None))
+                        continue
+                try:
+                    journaled = kind.is_journaled(command)
+                    payload = kind.encode(command) if journaled else b""
+                    out = behaviour.handle(command)
+                except MnemexError as exc:
+                    replies.append((envelope.waiter, exc))
+                    if envelope.waiter is None:
+                        log.info("%s: told %s failed: %s", cell.name, type(command).__name__, exc)
+                    continue
+                except Exception as exc:
+                    self._stats["crashes"] += 1
+                    log.exception("%s: handler crashed on %s", cell.name, type(command).__name__)
+                    error = ActorCrashed(f"{cell.name} crashed handling {type(command).__name__}: {exc!r}; "
+                                         f"it was reloaded from its last accepted state")
+                    error.__cause__ = exc
+                    replies.append((envelope.waiter, error))
+                    crashed = True
+                    break
+                if sub is not None:
+                    self._add_subscriber(cell, sub)
+                waiter = envelope.waiter
+                if type(out) is Step:
+                    handed = False
+                    for effect in out.effects:
+                        if type(effect) is Forward or (type(effect) is Job and effect.answers):
+                            if handed:
+                                log.error("%s: %s returned two effects that answer it; only the first "
+                                          "does", cell.name, type(command).__name__)
+                                effects.append((effect, None))
+                                continue
+                            handed = True
+                            effects.append((effect, waiter))
+                        else:
+                            effects.append((effect, None))
+                    out = out.reply
+                    if handed:
+                        waiter = None  # the answering effect carries the caller on
+                if journaled:
+                    cell.seq += 1
+                    lines.append((cell.seq, ts, payload))
+                replies.append((waiter, out))
+            start = index + 1
+            if lines:
+                try:
+                    cell.store.append(lines)
+                except MnemexError as exc:
+                    log.error("%s: journal write failed: %s", cell.name, exc)
+                    cell.seq -= len(lines)
+                    replies = [(waiter, exc) for waiter, _ in replies]
+                    effects = []
+                    crashed = True
+                else:
+                    cell.written += 1
+                    cell.ts = ts
+                    cell.journal_bytes += sum(len(line[2]) for line in lines)
+            self._release(cell, replies, durable_needed=bool(lines))
+            for effect, waiter in effects:
+                await self._perform(cell, effect, waiter)
+            if crashed:
+                try:
+                    await self._reload(cell)
+                except _Quarantined:
+                    error = ActorCrashed(f"{cell.name} is down: {cell.crash!r}")
+                    _resolve_all([(envelope.waiter, error) for envelope in batch[start:]], None)
+                    raise
+        return control
+
+    def _release(self, cell: _Cell, replies: list[tuple[_Waiter | None, Any]], durable_needed: bool) -> None:
+        if not replies:
+            return
+        policy = "never" if cell.in_memory else self.config.fsync
+        if policy == "never" or (not durable_needed and cell.written <= cell.synced):
+            _resolve_all(replies, None)
+            if policy == "never":
+                cell.synced = cell.written
+            return
+
+        def release(error: BaseException | None) -> None:
+            _resolve_all(replies, error)
+
+        if policy == "batch":
+            self._committer.submit(cell, release)
+        else:  # "always": this actor's own fsync, before its next batch
+            cell.acks.append((cell.written, release))
+            self._nursery.start_soon(self._sync_now, cell, cell.written)
+
+    async def _sync_now(self, cell: _Cell, mark: int) -> None:
+        release_through(cell, mark, await self._sync_error(cell))
+
+    async def _sync_error(self, cell: _Cell) -> BaseException | None:
+        """fsync the cell's journal; the error (a mnemex one) if it failed."""
+        try:
+            await self._in_thread(cell, cell.store.sync)
+        except MnemexError as exc:
+            return exc
+        except OSError as exc:
+            return StorageError(f"fsync of {cell.name}'s journal failed: {exc}")
+        return None
+
+    async def _reload(self, cell: _Cell) -> None:
+        """After a crash or a failed write: rebuild the behaviour from the store, so
+        the actor keeps exactly its last accepted state."""
+        await self._flush(cell)
+        cell.behaviour = None
+        try:
+            await self._restore(cell)
+        except Exception as exc:
+            log.exception("%s: reload after a crash failed", cell.name)
+            self._quarantine(cell, exc, "could not be reloaded after a crash")
+
+    async def _flush(self, cell: _Cell) -> None:
+        """Make everything written durable and release every pending reply (our own
+        fsync covers every write made so far, whichever group commit is in flight)."""
+        if cell.written <= cell.synced:
+            return
+        release_through(cell, cell.written, await self._sync_error(cell))
+
+    async def _perform(self, cell: _Cell, effect: Effect, waiter: _Waiter | None) -> None:
+        """Carry out one effect; ``waiter`` is the caller an answering effect
+        (Forward, Job with answers) answers in place of the handler."""
+        if type(effect) is Emit:
+            self._emit(cell, effect)
+        elif type(effect) is Tell or type(effect) is Forward:
+            what = "tell" if type(effect) is Tell else "forward"
+            try:
+                self._kind(effect.kind)
+                target = check_key(effect.kind, effect.key, self.config.max_key_bytes)
+                await self._deliver(effect.kind, target, _Envelope(effect.command, waiter))
+            except MnemexError as exc:
+                if waiter is not None:
+                    waiter.resolve(exc)
+                else:
+                    log.warning("%s: %s to %s %r failed: %s", cell.name, what, effect.kind, effect.key, exc)
+        elif type(effect) is Job:
+            self._nursery.start_soon(self._run_job, cell.kind.name, cell.key, effect, waiter,
+                                     name=effect.name)
+        else:
+            raise TypeError(f"unknown effect {effect!r}")
+
+    def _add_subscriber(self, cell: _Cell, sub: Subscription) -> None:
+        if cell.subscribers is None:
+            cell.subscribers = {}
+        cell.subscribers.setdefault(sub.topic, []).append(sub)
+
+    def _emit(self, cell: _Cell, emit: Emit) -> None:
+        subs = cell.subscribers.get(emit.topic) if cell.subscribers else None
+        if not subs:
+            return
+        keep = [sub for sub in subs if not sub.closed and sub._push(emit.event)]
+        if emit.last:
+            for sub in keep:
+                sub._end()
+            keep = []
+        assert cell.subscribers is not None
+        if keep:
+            cell.subscribers[emit.topic] = keep
+        else:
+            del cell.subscribers[emit.topic]
+
+    def _end_subscriptions(self, cell: _Cell, error: BaseException | None) -> None:
+        for subs in (cell.subscribers or {}).values():
+            for sub in subs:
+                sub._end(error)
+        cell.subscribers = None
+
+    async def subscribe(self, kind: str, key: str | Key, topic: str, command: Any = None, *,
+                        buffer: int = 1024, timeout: float | None = None) -> Subscription:
+        """Register a live feed of the actor's ``Emit(topic, ...)`` events.
+
+        ``command`` (a read, say the history so far) is handled in the same turn as
+        the registration; its reply is ``subscription.initial``. An actor with live
+        subscribers is not passivated for idleness.
+        """
+        if not isinstance(buffer, int) or buffer < 1:
+            raise InvalidInput(f"subscription buffer must be an int >= 1, got {buffer!r}", field="buffer")
+        subscription = Subscription(topic, buffer)
+        self._kind(kind)
+        checked = check_key(kind, key, self.config.max_key_bytes)
+        subscription.initial = await self._ask_checked(kind, checked, _Subscribe(subscription, command),
+                                                       timeout)
+        return subscription
+
+    async def _run_job(self, kind: str, key: Key, job: Job, waiter: _Waiter | None) -> None:
+        try:
+            if _is_async(job.work):
+                value = await job.work()
+            else:
+                value = await trio.to_thread.run_sync(job.work, abandon_on_cancel=True)
+            result = JobResult(value=value)
+        except Exception as exc:
+            result = JobResult(error=exc)
+        try:
+            command = job.deliver(result)
+            await self._deliver(kind, key, _Envelope(command, waiter))
+        except MnemexError as exc:
+            log.warning("%s %r: result of job %s not delivered: %s", kind, key, job.name, exc)
+            if waiter is not None:
+                waiter.resolve(exc)
+        except Exception as exc:
+            log.exception("%s %r: job %s's deliver failed", kind, key, job.name)
+            if waiter is not None:
+                error = ActorCrashed(f"{kind} {'/'.join(key)!r}: job {job.name} could not deliver its "
+                                     f"result: {exc!r}")
+                error.__cause__ = exc
+                waiter.resolve(error)
+
+    # -- snapshots ---------------------------------------------------------------
+    def _maybe_snapshot(self, cell: _Cell) -> None:
+        if cell.snapshotting or cell.seq == cell.snap_seq:
+            return
+        cfg = self.config
+        # Enough commands, and a journal grown to a share of the last snapshot: a
+        # snapshot then costs O(1) per command however large the state is.
+        if ((cell.seq - cell.snap_seq >= cfg.snapshot_every
+             and cell.journal_bytes >= cfg.snapshot_growth * cell.snap_bytes)
+                or trio.current_time() - cell.snap_time >= cfg.snapshot_interval):
+            assert cell.behaviour is not None
+            data = cell.behaviour.snapshot()
+            cell.snapshotting = True
+            self._nursery.start_soon(self._snapshot_beside, cell, data, cell.seq, cell.ts,
+                                     cell.journal_bytes)
+
+    async def _snapshot_beside(self, cell: _Cell, data: SnapshotData, seq: int, ts: int,
+                               journal_bytes: int) -> None:
+        try:
+            size = await self._in_thread(cell, _write_snapshot, cell.store, data, seq, ts)
+        except Exception as exc:
+            log.error("%s: snapshot at seq %d failed: %r", cell.name, seq, exc)
+        else:
+            cell.snap_seq = max(cell.snap_seq, seq)
+            cell.snap_bytes = size
+            cell.journal_bytes = max(0, cell.journal_bytes - journal_bytes)
+        finally:
+            cell.snap_time = trio.current_time()
+            cell.snapshotting = False
+
+    async def _in_thread(self, cell: _Cell, fn: Callable[..., Any], *args: Any) -> Any:
+        """Blocking store work: a worker thread on disk, inline for memory stores
+        (no thread, so tests under a mock clock never see time jump during it)."""
+        if cell.in_memory:
+            return fn(*args)
+        return await trio.to_thread.run_sync(fn, *args)
+
+    async def _close_cell(self, cell: _Cell, *, passivated: bool) -> None:
+        """Stop taking messages, make everything durable, write the final snapshot."""
+        self._unregister(cell)
+        self._fail_mailbox(cell, ActorClosed(f"{cell.name} stopped"))
+        self._end_subscriptions(cell, ActorClosed(f"{cell.name} stopped"))
+        await self._flush(cell)
+        while cell.snapshotting:
+            await trio.sleep(0.001)
+        if cell.seq != cell.snap_seq and cell.behaviour is not None:
+            try:
+                cell.snap_bytes = await self._in_thread(cell, _write_snapshot, cell.store,
+                                                        cell.behaviour.snapshot(), cell.seq, cell.ts)
+                cell.snap_seq = cell.seq
+                cell.journal_bytes = 0
+            except Exception as exc:
+                # the journal still holds every command: nothing is lost, recovery is slower
+                log.error("%s: final snapshot failed: %r", cell.name, exc)
+        if passivated:
+            self._stats["passivations"] += 1
+        cell.behaviour = None
+
+    async def passivate(self, kind: str, key: str | Key) -> None:
+        """Snapshot and unload the actor now if it is live (tests, admin). It comes
+        back on its next message."""
+        ident = (kind, check_key(kind, key, self.config.max_key_bytes))
+        cell = self._cells.get(ident)
+        if cell is None or cell.state is _CRASHED:
+            return
+        if not self._post(cell, _PASSIVATE):
+            try:
+                await self._put(cell, _Envelope(_PASSIVATE, None))
+            except MailboxClosed:
+                pass
+        await cell.wait_closed()
+
+    async def _janitor(self) -> None:
+        """Passivate actors idle longer than config.idle_timeout."""
+        idle = self.config.idle_timeout
+        period = min(max(idle / 4, 0.01), 30.0)
+        while True:
+            await trio.sleep(period)
+            now = trio.current_time()
+            expired: list[tuple[str, Key]] = []
+            for ident, cell in self._cells.items():
+                if cell.last_active > now - idle:
+                    break  # LRU order: the rest were active more recently
+                if cell.subscribers:
+                    continue  # live subscribers keep an actor loaded
+                if cell.state is _RUNNING and len(cell.mailbox) == 0:
+                    self._post(cell, _PASSIVATE)
+                elif cell.state is _CRASHED and now >= cell.crash_until:
+                    expired.append(ident)
+            for ident in expired:
+                del self._cells[ident]
+
+    # -- introspection -------------------------------------------------------------
+    def stats(self) -> RuntimeStats:
+        depth = sum(len(cell.mailbox)
+                    for cell in self._cells.values() if cell.state is _RUNNING)
+        return RuntimeStats(live=len(self._cells), mailbox_depth=depth, **self._stats)
+
+    def journal_health(self) -> dict[str, Any]:
+        """Journal lag for health checks: replies waiting for their fsync, fsync
+        rounds so far and recent fsync latency (ms)."""
+        pending = sum(len(cell.acks) for cell in self._cells.values())
+        recent = sorted(self._committer.fsync_seconds)
+
+        def quantile(q: float) -> float:
+            return round(recent[min(len(recent) - 1, int(q * len(recent)))] * 1000, 3) if recent else 0.0
+
+        return {"fsync": self.config.fsync, "pending_acks": pending,
+                "fsync_rounds": self._committer.rounds, "fsyncs": self._committer.fsyncs,
+                "fsync_p50_ms": quantile(0.5), "fsync_p99_ms": quantile(0.99)}
+
+    def live_keys(self, kind: str | None = None) -> list[tuple[str, Key]]:
+        return [ident for ident in self._cells if kind is None or ident[0] == kind]
+
+    # -- shutdown -----------------------------------------------------------------
+    async def aclose(self) -> None:
+        """Stop accepting, drain every mailbox, snapshot every actor, wait for all."""
+        self._accepting = False
+        for cell in list(self._cells.values()):
+            if cell.state in (_LOADING, _RUNNING) and not self._post(cell, _STOP):
+                try:
+                    await self._put(cell, _Envelope(_STOP, None))
+                except MailboxClosed:
+                    pass
+        await self._all_closed.wait()
+
+
+RuntimeT = TypeVar("RuntimeT", bound=Runtime)
+
+
+def _resolve_all(replies: list[tuple[_Waiter | None, Any]], error: BaseException | None) -> None:
+    for waiter, value in replies:
+        if waiter is not None:
+            waiter.resolve(value if error is None else error)
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(fn)
+
+
+def rebuild_behaviour(kind: ActorKind, key: Key, recovered: Recovered) -> Behaviour:
+    """The behaviour a snapshot and the journal after it describe: restored from
+    the snapshot (or created fresh), then every journaled command replayed."""
+    header = recovered.header
+    with collector_paused():
+        if header is None:
+            behaviour = kind.create(key)
+        else:
+            behaviour = kind.restore(key, Image(recovered.records, header.extra, recovered.sidecars))
+        kind.replay(behaviour, (kind.decode(entry.payload) for entry in recovered.journal))
+    return behaviour
+
+
+
+
+def _rebuild(kind: ActorKind, key: Key, store: ActorStore) -> tuple[Behaviour, Recovered]:
+    recovered = store.recover()
+    return rebuild_behaviour(kind, key, recovered), recovered
+
+
+def _write_snapshot(store: ActorStore, data: SnapshotData, seq: int, ts: int) -> int:
+    """Encode (in this worker thread) and write a snapshot; returns its body bytes."""
+    records: Iterable[bytes] = data.records() if callable(data.records) else data.records
+    sidecars = data.sidecars() if callable(data.sidecars) else data.sidecars
+    # the records go to the store as they are made: it joins them a chunk at a time
+    return store.write_snapshot(seq, ts, records, created=int(time.time() * 1000), extra=dict(data.extra),
+                                sidecars=sidecars)
+
+
+def _freeze_startup_heap(config: Config) -> None:
+    if config.gc_freeze:
+        _freeze_once()
+
+
+@functools.cache
+def _freeze_once() -> None:
+    """Once per process, when the first runtime opens: move every object alive now
+    (imported modules, the host's start-up state) out of the cyclic collector's
+    sight. Full collections then scan only what the actors allocate, not tens of
+    thousands of module objects, which keeps spawning and passivating cheap."""
+    gc.freeze()
+
+
+@asynccontextmanager
+async def open_actor_runtime(config: Config, kinds: Iterable[ActorKind] = (), *,
+                             runtime_class: type[RuntimeT]) -> AsyncIterator[RuntimeT]:
+    """Open the kernel: lock and check the data directory, register ``kinds``,
+    run until the block exits, then shut down cleanly (bounded by
+    ``config.shutdown_timeout``) even when the block was cancelled or raised."""
+    _freeze_startup_heap(config)
+    data_dir = DataDir(config.data_dir) if config.data_dir is not None else None
+    try:
+        async with trio.open_nursery() as nursery:
+            runtime = runtime_class(config, nursery, data_dir)
+            for kind in kinds:
+                runtime.register(kind)
+            nursery.start_soon(runtime._janitor, name="mnemex janitor")
+            nursery.start_soon(runtime._watchdog, name="mnemex ask timeouts")
+            nursery.start_soon(runtime._committer.run, name="mnemex group commit")
+            try:
+                yield runtime
+            finally:
+                with trio.CancelScope(shield=True) as shield:
+                    shield.deadline = trio.current_time() + config.shutdown_timeout
+                    await runtime.aclose()
+                if shield.cancelled_caught:
+                    log.error("shutdown did not finish within %s s (config.shutdown_timeout); "
+                              "the journals hold every accepted command", config.shutdown_timeout)
+                nursery.cancel_scope.cancel()
+    finally:
+        if data_dir is not None:
+            data_dir.close()

@@ -1,0 +1,1370 @@
+"""ScopeMemory: the behaviour of a ScopeActor (key: (app_name, user_id)).
+
+A scope owns one user's long-term memories in one app: the records, and the
+indexes that find them again:
+
+* a keyword index (the classic matching: shared words, then recency),
+* BM25 full-text with quoted phrases, plus the registered entity names of the
+  memories, found in a query with an Aho-Corasick automaton,
+* a vector index (exact while small, an HNSW graph once past
+  ``hnsw_threshold``, built beside the actor),
+* the filter columns (:mod:`mnemex.memories.filters`), turned into an ``allowed``
+  mask that every index applies inside its search, before the cut to top_k.
+
+Every write arrives as a journaled command carrying its ids, times and
+vectors, so replay rebuilds the same state without the embedding model. Each
+memory has a dense int doc id in the indexes; doc ids are part of the state
+(snapshotted with the records, freed ids reused last-in first-out), so ties
+break the same way after a restart.
+
+Scores are in 0..1 in every mode, so hits of different scopes compare:
+
+* keyword: distinct query words matched / distinct query words;
+* fulltext: BM25 (plus ``entity_boost`` per named entity, in units of the
+  query's average term weight) over the query's "ideal" score, the BM25 of an
+  average-length memory holding each query term once, capped at 1;
+* vector: cosine similarity;
+* hybrid: the relevance (weighted sum of fulltext and vector, or reciprocal
+  rank fusion scaled to 0..1), then ``(1 - s) * relevance + w_i * importance +
+  w_r * recency + w_a * access`` with s the sum of the three weights.
+
+Slow work never runs here: the graph is built by a Job, vectors are computed
+by the ref before the command is sent.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Final, Literal
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from mnemex._protocol import JsonCodec
+from mnemex.config import Config
+from mnemex.effects import Image, Job, JobResult, Key, SnapshotData, Step
+from mnemex.errors import CorruptData, InvalidInput, MnemexError, NotFound, TooLarge
+from mnemex.index import (
+    BM25Index,
+    EntityIndex,
+    GraphBuild,
+    KeywordIndex,
+    Tokenizer,
+    VectorIndex,
+    normalize_phrase,
+    words,
+)
+from mnemex.index._sidecar import byte_view, doc_ids_checksum
+from mnemex.memories.filters import FilterTable, compile_filter
+from mnemex.memories.protocol import (
+    SCOPE_WRITES,
+    AddSession,
+    CountMemories,
+    Forget,
+    ForgetWhere,
+    Forgotten,
+    GetMemory,
+    GetScopeStats,
+    Hit,
+    ListMemories,
+    MemoryPage,
+    MemoryRecord,
+    NewMemory,
+    Remember,
+    Remembered,
+    ScopeCommandType,
+    ScopeStats,
+    Search,
+    SearchResult,
+    Session,
+    SessionAdded,
+    StoreSession,
+    Touch,
+    Touched,
+    Updated,
+    UpdateMemory,
+)
+from mnemex.memories.sessions import session_memories
+from mnemex.models.hashing import Embedder
+
+__all__ = [
+    "GraphReady",
+    "ScopeMemory",
+    "ScopeSettings",
+    "decode_vector",
+    "encode_vector",
+    "is_scope_write",
+    "memory_text",
+    "scope_codec",
+]
+
+log = logging.getLogger("mnemex.memories")
+
+F32 = npt.NDArray[np.float32]
+Mask = npt.NDArray[np.bool_]
+Ranked = tuple[int, float, dict[str, float]]   # (doc, score, signals)
+
+_SNAPSHOT_FORMAT: Final = 1
+_MAX_ID_BYTES: Final = 256
+_CONTROL: Final = re.compile(r"[\x00-\x1f]")
+_MAX_FIELD_BYTES: Final = 1024
+_MAX_LABELS: Final = 256
+_ACCESS_HALF: Final = 10.0
+_SIDECAR: Final = "hnsw"
+_TEXT_SIDECARS: Final = ("keyword", "bm25", "entities")
+_VECTORS: Final = "vectors"
+_RECORDS: Final = "records"
+
+scope_codec: JsonCodec[ScopeCommandType] = JsonCodec(ScopeCommandType, "scope command")
+_encode = msgspec.json.Encoder()
+
+
+def is_scope_write(command: Any) -> bool:
+    """Whether a command changes a scope (and so is journaled)."""
+    return isinstance(command, SCOPE_WRITES)
+
+
+def encode_vector(vector: npt.ArrayLike) -> bytes:
+    """A vector as the bytes commands carry: float32, little-endian."""
+    return np.ascontiguousarray(vector, dtype="<f4").tobytes()
+
+
+def decode_vector(data: bytes, dim: int) -> F32:
+    """The float32 vector in ``data`` (``dim`` values), or InvalidInput."""
+    if not isinstance(data, bytes | bytearray | memoryview) or len(data) != 4 * dim:
+        size = len(data) if isinstance(data, bytes | bytearray | memoryview) else type(data).__name__
+        raise InvalidInput(f"a vector must be {dim} float32 values ({4 * dim} bytes), got {size}",
+                           field="vector")
+    vector = np.frombuffer(data, dtype="<f4").astype(np.float32)
+    if not np.isfinite(vector).all():
+        raise InvalidInput("a vector holds NaN or infinity", field="vector")
+    return vector
+
+
+def _check_vectors(vectors: Sequence[bytes], dim: int) -> None:
+    """What decode_vector checks, for many vectors in one pass."""
+    for data in vectors:
+        if not isinstance(data, bytes | bytearray | memoryview) or len(data) != 4 * dim:
+            decode_vector(data, dim)  # raises, naming what is wrong
+    if not np.isfinite(np.frombuffer(b"".join(vectors), dtype="<f4")).all():
+        raise InvalidInput("a vector holds NaN or infinity", field="vector")
+
+
+# -- settings ------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ScopeSettings:
+    """What every scope of a runtime shares (see Config for each knob). ``embedder``
+    is the configured model: the scope never calls it in a handler, only in Jobs
+    beside itself (a session an actor sends it)."""
+
+    embedder: Embedder | None = None
+    embed_batch_size: int = 256
+    max_content_bytes: int = 10_240
+    max_metadata_bytes: int = 16_384
+    max_memories_per_command: int = 10_000
+    max_top_k: int = 1000
+    hnsw_threshold: int = 20_000
+    hnsw_m: int = 16
+    hnsw_ef_construction: int = 100
+    hnsw_ef_search: int = 256
+    hnsw_tombstone_ratio: float = 0.2
+    hnsw_sidecar: bool = True
+    hnsw_threads: int = 1
+    search_mode: Literal["keyword", "fulltext", "vector", "hybrid"] = "hybrid"
+    vector_min_score: float = 0.7
+    hybrid_min_score: float = 0.1
+    fusion: Literal["weighted", "rrf"] = "weighted"
+    fusion_fulltext_weight: float = 0.7
+    fusion_vector_weight: float = 0.3
+    fusion_rrf_k: float = 60.0
+    fusion_candidates: int = 30
+    rank_importance_weight: float = 0.0
+    rank_recency_weight: float = 0.0
+    rank_access_weight: float = 0.0
+    recency_half_life: float = 2_592_000.0
+    entity_boost: float = 1.0
+    bm25_k1: float = 1.5
+    bm25_b: float = 0.75
+    fulltext_stem: bool = False
+    context_window: int = 2
+    context_weight: float = 0.5
+    graph_stale: float = 60.0
+
+    @classmethod
+    def from_config(cls, config: Config, embedder: Embedder | None = None) -> ScopeSettings:
+        """Every setting Config also has, taken from it (the names are the same);
+        ``embedder`` is the model object, not config.embedder's name."""
+        shared = {f.name: getattr(config, f.name) for f in fields(cls)
+                  if f.name != "embedder" and hasattr(config, f.name)}
+        if shared.get("vector_min_score") is None:  # the embedder's own
+            shared["vector_min_score"] = float(getattr(embedder, "min_score", 0.7))
+        if shared.get("hybrid_min_score") is None:
+            weights = config.fusion_vector_weight + config.fusion_fulltext_weight
+            share = config.fusion_vector_weight / weights
+            shared["hybrid_min_score"] = round(min(0.1, share * shared["vector_min_score"]), 6)
+        return cls(embedder=embedder, **shared)
+
+    @property
+    def embedder_name(self) -> str | None:
+        return self.embedder.name if self.embedder is not None else None
+
+    @property
+    def embedder_dim(self) -> int:
+        return int(self.embedder.dim) if self.embedder is not None else 0
+
+    def vector_params(self) -> dict[str, Any]:
+        return {"hnsw_threshold": self.hnsw_threshold, "m": self.hnsw_m,
+                "ef_construction": self.hnsw_ef_construction, "ef_search": self.hnsw_ef_search,
+                "tombstone_ratio": self.hnsw_tombstone_ratio, "num_threads": self.hnsw_threads,
+                "auto_build": False, "defer_inserts": True}
+
+
+# -- validation ------------------------------------------------------------------------------
+def _check_text(value: Any, what: str, limit: int, *, optional: bool = True) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value:
+        raise InvalidInput(f"{what} must be a non-empty string{' or null' if optional else ''}, "
+                           f"got {value!r}", field=what)
+    if len(value) > limit // 4 and len(value.encode("utf-8", "surrogatepass")) > limit:
+        raise TooLarge(f"{what} is {len(value.encode('utf-8', 'surrogatepass')):,} bytes; "
+                       f"the limit is {limit:,}", field=what)
+    return value
+
+
+def _check_id(value: Any, what: str = "id") -> str:
+    text = _check_text(value, what, _MAX_ID_BYTES, optional=False)
+    assert text is not None
+    if _CONTROL.search(text):
+        raise InvalidInput(f"{what} {text!r} contains a control character", field=what)
+    return text
+
+
+def _check_time(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise InvalidInput(f"{what} must be seconds since the epoch (a finite number >= 0), got {value!r}",
+                           field=what)
+    return float(value)
+
+
+def _check_importance(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (
+            math.isfinite(value) and 0.0 <= value <= 1.0):
+        raise InvalidInput(f"importance must be a number in 0..1, got {value!r}", field="importance")
+    return float(value)
+
+
+def _check_labels(value: Any, what: str, *, phrases: bool = False) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise InvalidInput(f"{what} must be a list of strings, got {value!r}", field=what)
+    if len(value) > _MAX_LABELS:
+        raise TooLarge(f"{what} has {len(value):,} values; the limit is {_MAX_LABELS}", field=what)
+    out: list[str] = []
+    for item in value:
+        label = _check_text(item, what, _MAX_FIELD_BYTES, optional=False)
+        assert label is not None
+        if phrases and not normalize_phrase(label):
+            raise InvalidInput(f"entity {label!r} has no word characters to match", field=what)
+        out.append(label)
+    return tuple(dict.fromkeys(out))
+
+
+def _check_metadata(value: Any, limit: int) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidInput(f"metadata must be a JSON object, got {type(value).__name__}", field="metadata")
+    try:
+        size = len(_encode.encode(value))
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidInput(f"metadata is not JSON: {exc}", field="metadata") from exc
+    if size > limit:
+        raise TooLarge(f"metadata is {size:,} bytes as JSON; the limit is {limit:,} "
+                       f"(config.max_metadata_bytes)", field="metadata")
+    if not all(isinstance(key, str) for key in value):
+        raise InvalidInput("metadata keys must be strings", field="metadata")
+    return value
+
+
+def _check_content(value: Any, limit: int) -> str:
+    if not isinstance(value, str):
+        raise InvalidInput(f"memory content must be a string, got {type(value).__name__}", field="content")
+    if not value.strip():
+        raise InvalidInput("memory content is empty", field="content")
+    if len(value) > limit // 4:
+        size = len(value.encode("utf-8", "surrogatepass"))
+        if size > limit:
+            raise TooLarge(f"memory content is {size:,} bytes; the limit is {limit:,} "
+                           f"(config.max_content_bytes)", field="content")
+    return value
+
+
+def _check_session_memories(session_id: Any, memories: Any) -> None:
+    _check_id(session_id, "session_id")
+    if not isinstance(memories, list | tuple):
+        raise InvalidInput("memories must be a list", field="memories")
+    for memory in memories:
+        if isinstance(memory, NewMemory) and memory.session_id != session_id:
+            raise InvalidInput(f"memory {memory.id!r} of session {session_id!r} carries "
+                               f"session_id {memory.session_id!r}", field="session_id")
+
+
+def _check_int(value: Any, what: str, low: int, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (
+            high is not None and value > high):
+        span = f">= {low}" if high is None else f"in {low}..{high:,}"
+        raise InvalidInput(f"{what} must be an integer {span}, got {value!r}", field=what)
+    return value
+
+
+# -- internal commands (never journaled) ------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class GraphReady:
+    """A graph built beside the actor came back (or failed)."""
+
+    build: GraphBuild | None
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEmbedFailed:
+    """Embedding a session sent by an actor failed beside the actor: its caller
+    gets the error and nothing is stored."""
+
+    session_id: str
+    error: str
+
+
+# -- snapshot lines ------------------------------------------------------------------------------
+class _Line(msgspec.Struct, frozen=True):
+    d: int
+    m: MemoryRecord
+    v: bytes | None = None
+
+
+_decode_line = msgspec.json.Decoder(_Line)
+
+
+class _LazyLine(msgspec.Struct, frozen=True):
+    """A snapshot line read with its vector left as raw JSON: decoded only when the
+    vectors sidecar cannot stand in for it."""
+
+    d: int
+    m: MemoryRecord
+    v: msgspec.Raw = msgspec.Raw(b"null")
+
+
+_decode_lazy_line = msgspec.json.Decoder(_LazyLine)
+_NULL: Final = b"null"
+
+
+class _RecordsSidecar(msgspec.Struct, array_like=True, frozen=True):
+    """The snapshot's records again, as one MessagePack blob: what its JSONL lines
+    say but the vectors, decoded in one call (a few times faster than 100,000 lines)."""
+
+    docs: list[int]
+    records: list[MemoryRecord]
+    vector_docs: list[int]
+
+
+_encode_records = msgspec.msgpack.Encoder()
+_decode_records = msgspec.msgpack.Decoder(_RecordsSidecar)
+
+
+def _vectors_sidecar(docs: Sequence[int], matrix: F32) -> bytes:
+    """Doc ids and their float32 vectors, raw: ``count`` (8 bytes), the ids (int64),
+    then the rows. The snapshot's own CRC of the file guards it."""
+    ids = np.asarray(docs, dtype="<i8")
+    rows = matrix.astype("<f4", copy=False)
+    # one copy of the rows (the matrix is a copy already, taken for the snapshot)
+    return b"".join([len(ids).to_bytes(8, "little"), byte_view(ids), byte_view(rows)])
+
+
+def _read_records_sidecar(data: bytes | memoryview | None, count: int, name: str) -> _RecordsSidecar | None:
+    """The records sidecar when it is there, decodes and holds ``count`` records."""
+    if data is None:
+        return None
+    try:
+        loaded = _decode_records.decode(data)
+    except msgspec.DecodeError as exc:
+        log.info("scope %s: records sidecar not used (%s); reading the snapshot's lines", name, exc)
+        return None
+    if len(loaded.docs) != count or len(loaded.records) != count or len(set(loaded.docs)) != count:
+        log.info("scope %s: records sidecar holds %d records, the snapshot %d; reading the snapshot's lines",
+                 name, len(loaded.records), count)
+        return None
+    return loaded
+
+
+def _read_vectors_sidecar(data: bytes | memoryview | None, docs: Sequence[int], dim: int) -> F32 | None:
+    """The matrix of a vectors sidecar when it holds exactly ``docs`` in ``dim``s."""
+    if data is None or len(data) < 8:
+        return None
+    count = int.from_bytes(data[:8], "little")
+    if count != len(docs) or len(data) != 8 + count * 8 + count * dim * 4:
+        return None
+    ids = np.frombuffer(data, dtype="<i8", count=count, offset=8)
+    if not np.array_equal(ids, np.asarray(docs, dtype=np.int64)):
+        return None
+    return np.frombuffer(data, dtype="<f4", offset=8 + count * 8).reshape(count, dim)
+
+
+# -- the behaviour ---------------------------------------------------------------------------------
+class ScopeMemory:
+    """The long-term memory of one (app_name, user_id). Synchronous, deterministic;
+    see the module doc."""
+
+    def __init__(self, key: Key, settings: ScopeSettings) -> None:
+        if len(key) != 2:
+            raise InvalidInput(f"a scope key is (app_name, user_id), got {key!r}", field="key")
+        self.app_name, self.user_id = key[0], key[1]
+        self.settings = settings
+        self.docs: list[MemoryRecord | None] = []
+        self.doc_of: dict[str, int] = {}
+        self.by_content: dict[str, int] = {}
+        self.free: list[int] = []
+        self.keyword = KeywordIndex(keep_words=False)  # _unindex passes the content
+        self.bm25 = BM25Index(k1=settings.bm25_k1, b=settings.bm25_b,
+                              tokenizer=Tokenizer(stem=settings.fulltext_stem),
+                              context_weight=settings.context_weight)
+        # per session: its memories as (id, doc), by id; neighbours give each its context
+        self.sessions: dict[str, list[tuple[str, int]]] = {}
+        self.entities = EntityIndex()
+        self.table = FilterTable()
+        self.embedder: str | None = None
+        self.dim = 0
+        self.vectors: VectorIndex | None = None
+        self.content_bytes = 0
+        # transient: the graph build in flight (the clock of the command that planned it)
+        self.graph_pending_since: float | None = None
+        self.graph_failed_at: int | None = None
+        self.clock = 0.0
+
+    def __repr__(self) -> str:
+        return f"ScopeMemory(({self.app_name!r}, {self.user_id!r}), memories={len(self.doc_of)})"
+
+    def __len__(self) -> int:
+        return len(self.doc_of)
+
+    # -- lookups ------------------------------------------------------------------------------
+    def record(self, memory_id: str) -> MemoryRecord | None:
+        doc = self.doc_of.get(memory_id)
+        return None if doc is None else self.docs[doc]
+
+    def records(self) -> Iterator[MemoryRecord]:
+        """Every memory, by doc id."""
+        for record in self.docs:
+            if record is not None:
+                yield record
+
+    def _record_at(self, doc: int) -> MemoryRecord:
+        record = self.docs[doc]
+        assert record is not None
+        return record
+
+    # -- dispatch -----------------------------------------------------------------------------
+    def handle(self, command: Any) -> Any:
+        match command:
+            case Search():
+                # a graph may lag behind deferred vectors (after a replay, say): catch it up
+                return self._with_graph(self._search(command))
+            case Remember(memories=memories, embedder=embedder, dim=dim, now=now):
+                ids, created = self._remember(memories, embedder, dim, now)
+                return self._with_graph(Remembered(ids=ids, created=created))
+            case AddSession(session_id=session_id, memories=memories, embedder=embedder, dim=dim, now=now):
+                _check_session_memories(session_id, memories)
+                return self._with_graph(self._add_session(session_id, memories, embedder, dim, now))
+            case GetMemory(id=memory_id):
+                record = self.record(memory_id) if isinstance(memory_id, str) else None
+                if record is None:
+                    raise NotFound(f"no memory {memory_id!r} in scope {self._name}")
+                return record
+            case Touch():
+                return self._touch(command)
+            case UpdateMemory():
+                return self._with_graph(self._update(command))
+            case Forget(ids=ids, now=now):
+                _check_time(now, "now")
+                if not isinstance(ids, list | tuple):
+                    raise InvalidInput("ids must be a list of memory ids", field="ids")
+                gone = [memory_id for memory_id in dict.fromkeys(ids)
+                        if isinstance(memory_id, str) and memory_id in self.doc_of]
+                self._forget(gone)
+                return self._with_graph(Forgotten(ids=gone))
+            case ForgetWhere(filter=spec, now=now):
+                _check_time(now, "now")
+                compiled = compile_filter(spec)
+                if compiled.is_empty:
+                    raise InvalidInput("forget_where needs a filter that names something; an empty "
+                                       "filter would delete every memory", field="filter")
+                docs = np.flatnonzero(compiled.mask(self.table)).tolist()
+                gone = [self._record_at(doc).id for doc in docs]
+                self._forget(gone)
+                return self._with_graph(Forgotten(ids=gone))
+            case CountMemories(filter=spec):
+                compiled = compile_filter(spec)
+                if compiled.is_empty:
+                    return len(self.doc_of)
+                return int(np.count_nonzero(compiled.mask(self.table)))
+            case ListMemories():
+                return self._list(command)
+            case GetScopeStats(now=now):
+                return self._with_graph(self._stats(), now=now)
+            case GraphReady():
+                return self._graph_ready(command)
+            case StoreSession():
+                return self._store_session(command)
+            case SessionEmbedFailed(session_id=session_id, error=error):
+                raise MnemexError(f"scope {self._name}: embedding session {session_id!r} failed: {error}")
+            case _:
+                raise TypeError(f"scope {self._name} cannot handle {command!r}")
+
+    @property
+    def _name(self) -> str:
+        return f"({self.app_name!r}, {self.user_id!r})"
+
+    # -- writes --------------------------------------------------------------------------------
+    def _check_embedder(self, embedder: Any, dim: Any, what: str) -> None:
+        """The command's vectors must come from the scope's embedder."""
+        if not isinstance(embedder, str) or not embedder:
+            raise InvalidInput(f"{what} carries vectors but no embedder name", field="embedder")
+        _check_int(dim, "dim", 1, 65_536)
+        if self.embedder is None:
+            return
+        if embedder != self.embedder or dim != self.dim:
+            configured = self.settings.embedder_name
+            hint = ""
+            if configured is not None and configured != self.embedder:
+                hint = (f"; this runtime is configured with {configured!r}: set config.embedder back to "
+                        f"the scope's model (its {len(self.doc_of):,} memories keep their vectors; "
+                        f"re-embedding a scope in place is not supported yet)")
+            raise InvalidInput(f"scope {self._name} holds vectors of embedder {self.embedder!r} "
+                               f"(dim {self.dim}); {what} carries vectors of {embedder!r} (dim {dim}), "
+                               f"and vectors of two models are never mixed{hint}", field="embedder")
+
+    def _new_record(self, memory: Any, now: float) -> tuple[MemoryRecord, bytes | None]:
+        settings = self.settings
+        if not isinstance(memory, NewMemory):
+            raise InvalidInput(f"memories must be NewMemory, got {type(memory).__name__}", field="memories")
+        memory_id = _check_id(memory.id)
+        content = _check_content(memory.content, settings.max_content_bytes)
+        timestamp = now if memory.timestamp is None else _check_time(memory.timestamp, "timestamp")
+        record = MemoryRecord(
+            id=memory_id,
+            content=content,
+            author=_check_text(memory.author, "author", _MAX_FIELD_BYTES),
+            timestamp=timestamp,
+            created_at=now,
+            importance=_check_importance(memory.importance),
+            session_id=_check_text(memory.session_id, "session_id", _MAX_FIELD_BYTES),
+            actor_id=_check_text(memory.actor_id, "actor_id", _MAX_FIELD_BYTES),
+            categories=_check_labels(memory.categories, "categories"),
+            entities=_check_labels(memory.entities, "entities", phrases=True),
+            metadata=_check_metadata(memory.metadata, settings.max_metadata_bytes),
+            source=_check_text(memory.source, "source", _MAX_FIELD_BYTES),
+        )
+        return record, memory.vector
+
+    def _remember(self, memories: Any, embedder: Any, dim: Any,
+                  now: Any) -> tuple[list[str], list[bool]]:
+        ids, created, placed, vectors = self._accept(memories, embedder, dim, now)
+        self._index_many(placed)
+        self._add_vectors(vectors)
+        return ids, created
+
+    def _accept(self, memories: Any, embedder: Any, dim: Any, now: Any) -> tuple[
+            list[str], list[bool], list[tuple[int, MemoryRecord]], list[tuple[int, bytes]]]:
+        """Check a command's memories, then give each new one a doc (known by id and
+        content from here on): the ids answered, which were created, the placed
+        records for _index_many and their (doc, vector) for _add_vectors."""
+        now = _check_time(now, "now")
+        if not isinstance(memories, list | tuple):
+            raise InvalidInput("memories must be a list", field="memories")
+        limit = self.settings.max_memories_per_command
+        if len(memories) > limit:
+            raise TooLarge(f"{len(memories):,} memories in one command; the limit is {limit:,} "
+                           f"(config.max_memories_per_command)", field="memories")
+        checked = [self._new_record(memory, now) for memory in memories]
+        has_vectors = any(vector is not None for _, vector in checked)
+        if has_vectors:
+            self._check_embedder(embedder, dim, "the command")
+            _check_vectors([vector for _, vector in checked if vector is not None], dim)
+        # dedupe against the scope and within the command; an id may not be reused
+        ids: list[str] = []
+        created: list[bool] = []
+        fresh: list[tuple[MemoryRecord, bytes | None]] = []
+        fresh_content: dict[str, str] = {}
+        fresh_ids: dict[str, str] = {}
+        for record, vector in checked:
+            existing = self.by_content.get(record.content)
+            same = self._record_at(existing).id if existing is not None else fresh_content.get(record.content)
+            if same is not None:
+                ids.append(same)
+                created.append(False)
+                continue
+            if record.id in self.doc_of or record.id in fresh_ids:
+                raise InvalidInput(f"memory id {record.id!r} is taken by other content in scope {self._name}",
+                                   field="id")
+            fresh_content[record.content] = record.id
+            fresh_ids[record.id] = record.content
+            fresh.append((record, vector))
+            ids.append(record.id)
+            created.append(True)
+        # valid: from here on the state changes
+        self.clock = max(self.clock, now)
+        if has_vectors and self.embedder is None and any(v is not None for _, v in fresh):
+            self._adopt_embedder(embedder, dim)
+        placed: list[tuple[int, MemoryRecord]] = []
+        vectors: list[tuple[int, bytes]] = []
+        for record, vector in fresh:
+            doc = self._allocate()
+            self.docs[doc] = record
+            self.doc_of[record.id] = doc
+            self.by_content[record.content] = doc
+            placed.append((doc, record))
+            if vector is not None:
+                vectors.append((doc, vector))
+        return ids, created, placed, vectors
+
+    def _add_vectors(self, vectors: Sequence[tuple[int, bytes]]) -> None:
+        if vectors:
+            assert self.vectors is not None
+            matrix = np.frombuffer(b"".join(blob for _, blob in vectors), dtype="<f4").reshape(
+                len(vectors), self.dim)
+            self.vectors.add_many([doc for doc, _ in vectors], matrix)
+
+    def replay(self, commands: Iterable[Any]) -> None:
+        """Apply journaled commands in order, as ``handle`` would one by one, to the
+        same state; the memories of a run of Remember and AddSession commands are
+        indexed together at the run's end (one pass per index, one vector insert),
+        which is what makes recovering a long journal fast."""
+        placed: list[tuple[int, MemoryRecord]] = []
+        vectors: list[tuple[int, bytes]] = []
+        for command in commands:
+            if isinstance(command, AddSession):
+                _check_session_memories(command.session_id, command.memories)
+            elif not isinstance(command, Remember):
+                self._index_many(placed)
+                self._add_vectors(vectors)
+                placed, vectors = [], []
+                self.handle(command)
+                continue
+            accepted = self._accept(command.memories, command.embedder, command.dim, command.now)
+            placed += accepted[2]
+            vectors += accepted[3]
+        self._index_many(placed)
+        self._add_vectors(vectors)
+
+    def _adopt_embedder(self, embedder: str, dim: int) -> None:
+        self.embedder, self.dim = embedder, dim
+        self.vectors = VectorIndex(dim, **self.settings.vector_params())
+
+    def _allocate(self) -> int:
+        if self.free:
+            return self.free.pop()
+        self.docs.append(None)
+        return len(self.docs) - 1
+
+    def _index_many(self, placed: Sequence[tuple[int, MemoryRecord]],
+                    contexts: Mapping[int, str | None] | None = None) -> None:
+        """Put records placed at their docs into every index but the vector index.
+        Their sessions are joined first (unless ``contexts``, each doc's context, is
+        given: a restore), so each is indexed once with its final context and each
+        older neighbour whose context changed is re-ranked once."""
+        if not placed:
+            return
+        changed: list[tuple[int, str | None]] = []
+        if contexts is None:
+            contexts, changed = self._join_sessions(placed)
+        for doc, record in placed:
+            self.by_content[record.content] = doc
+            if record.entities:
+                self.entities.add(doc, record.entities)
+        docs = [doc for doc, _ in placed]
+        self.keyword.add_many(docs, [record.content for _, record in placed],
+                              [record.timestamp for _, record in placed])
+        self.bm25.add_many([(doc, record.content, contexts.get(doc) or None) for doc, record in placed])
+        for doc, context in changed:
+            self.bm25.update(doc, self._record_at(doc).content, context)
+        self.table.add_many(placed)
+        self.content_bytes += sum(len(record.content) for _, record in placed)
+
+    # -- session context: a memory's neighbours rank it in full-text search -----------------------
+    def _context_at(self, members: list[tuple[str, int]], at: int) -> str | None:
+        window = self.settings.context_window
+        around = members[max(0, at - window):at] + members[at + 1:at + 1 + window]
+        return " ".join(self._record_at(doc).content for _, doc in around) or None
+
+    def _join_sessions(self, placed: Sequence[tuple[int, MemoryRecord]]) -> tuple[
+            dict[int, str | None], list[tuple[int, str | None]]]:
+        """Put each placed doc among its session's memories; return the context of
+        each, and the older neighbours whose context now includes one of them."""
+        window = self.settings.context_window
+        joined = [(doc, record) for doc, record in placed if record.session_id is not None] if window else []
+        contexts: dict[int, str | None] = {}
+        changed: dict[int, str | None] = {}
+        for doc, record in joined:
+            bisect.insort(self.sessions.setdefault(record.session_id, []), (record.id, doc))  # type: ignore[arg-type]
+        new = {doc for doc, _ in joined}
+        for doc, record in joined:
+            members = self.sessions[record.session_id]  # type: ignore[index]
+            at = bisect.bisect_left(members, (record.id, doc))
+            for j in range(max(0, at - window), min(len(members), at + window + 1)):
+                other = members[j][1]
+                into = contexts if other in new else changed
+                if other not in into:
+                    into[other] = self._context_at(members, j)
+        return contexts, list(changed.items())
+
+    def _leave_session(self, record: MemoryRecord, doc: int) -> None:
+        window = self.settings.context_window
+        members = self.sessions.get(record.session_id) if window and record.session_id is not None else None
+        if members is None:
+            return
+        at = bisect.bisect_left(members, (record.id, doc))
+        if at < len(members) and members[at] == (record.id, doc):
+            del members[at]
+        if not members:
+            del self.sessions[record.session_id]  # type: ignore[arg-type]
+            return
+        self._recontext(members, range(max(0, at - window), min(len(members), at + window)))
+
+    def _recontext(self, members: list[tuple[str, int]], positions: range) -> None:
+        for j in positions:
+            doc = members[j][1]
+            self.bm25.update(doc, self._record_at(doc).content, self._context_at(members, j))
+
+    def _unindex(self, doc: int) -> MemoryRecord:
+        record = self._record_at(doc)
+        self.keyword.remove(doc, record.content)
+        self.bm25.remove(doc)
+        self._leave_session(record, doc)
+        if record.entities:
+            self.entities.remove(doc)
+        self.table.remove(doc, record)
+        del self.by_content[record.content]
+        self.content_bytes -= len(record.content)
+        return record
+
+    def _forget(self, ids: Sequence[str]) -> None:
+        for memory_id in ids:
+            doc = self.doc_of.pop(memory_id)
+            self._unindex(doc)
+            if self.vectors is not None and doc in self.vectors:
+                self.vectors.remove(doc)
+            self.docs[doc] = None
+            self.free.append(doc)
+
+    def _update(self, cmd: UpdateMemory) -> Updated:
+        now = _check_time(cmd.now, "now")
+        memory_id = _check_id(cmd.id)
+        doc = self.doc_of.get(memory_id)
+        if doc is None:
+            raise NotFound(f"no memory {memory_id!r} in scope {self._name}")
+        old = self._record_at(doc)
+        settings = self.settings
+        changes: dict[str, Any] = {}
+        unset = msgspec.UNSET
+        if cmd.content is not unset:
+            content = _check_content(cmd.content, settings.max_content_bytes)
+            other = self.by_content.get(content)
+            if other is not None and other != doc:
+                raise InvalidInput(f"memory {self._record_at(other).id!r} of scope {self._name} already "
+                                   f"holds this content", field="content")
+            changes["content"] = content
+        if cmd.author is not unset:
+            changes["author"] = _check_text(cmd.author, "author", _MAX_FIELD_BYTES)
+        if cmd.timestamp is not unset:
+            changes["timestamp"] = _check_time(cmd.timestamp, "timestamp")
+        if cmd.importance is not unset:
+            changes["importance"] = _check_importance(cmd.importance)
+        if cmd.session_id is not unset:
+            changes["session_id"] = _check_text(cmd.session_id, "session_id", _MAX_FIELD_BYTES)
+        if cmd.actor_id is not unset:
+            changes["actor_id"] = _check_text(cmd.actor_id, "actor_id", _MAX_FIELD_BYTES)
+        if cmd.categories is not unset:
+            changes["categories"] = _check_labels(cmd.categories, "categories")
+        if cmd.entities is not unset:
+            changes["entities"] = _check_labels(cmd.entities, "entities", phrases=True)
+        if cmd.metadata is not unset:
+            changes["metadata"] = _check_metadata(cmd.metadata, settings.max_metadata_bytes)
+        if cmd.source is not unset:
+            changes["source"] = _check_text(cmd.source, "source", _MAX_FIELD_BYTES)
+        vector: bytes | None = None
+        drop_vector = False
+        if cmd.vector is not unset:
+            if cmd.vector is None:
+                drop_vector = True
+            else:
+                self._check_embedder(cmd.embedder, cmd.dim, "the update")
+                decode_vector(cmd.vector, cmd.dim)
+                vector = cmd.vector
+        elif "content" in changes and changes["content"] != old.content and self.embedder is not None \
+                and self.vectors is not None and doc in self.vectors:
+            raise InvalidInput("a new content needs its new vector (the ref embeds it); the old vector "
+                               "would no longer match", field="vector")
+        # valid: from here on the state changes
+        self.clock = max(self.clock, now)
+        record = msgspec.structs.replace(old, **changes)
+        self._unindex(doc)
+        self.docs[doc] = record
+        self._index_many([(doc, record)])
+        if vector is not None:
+            if self.embedder is None:
+                self._adopt_embedder(str(cmd.embedder), int(cmd.dim))
+            assert self.vectors is not None
+            matrix = np.frombuffer(vector, dtype="<f4").reshape(1, self.dim)
+            if doc in self.vectors:
+                self.vectors.update(doc, matrix)
+            else:
+                self.vectors.add_many([doc], matrix)
+        elif drop_vector and self.vectors is not None and doc in self.vectors:
+            self.vectors.remove(doc)
+        return Updated(memory=record)
+
+    def _reindex_all(self, sidecars: Mapping[str, bytes | memoryview]) -> None:
+        """Index every record (after a restore): the text indexes from their sidecars
+        when they match the records, else from the records, sessions first so that
+        each memory is indexed once with its final context."""
+        window = self.settings.context_window
+        if window:
+            for doc, record in enumerate(self.docs):
+                if record is not None and record.session_id is not None:
+                    self.sessions.setdefault(record.session_id, []).append((record.id, doc))
+            for members in self.sessions.values():
+                members.sort()
+        items = [(doc, record) for doc, record in enumerate(self.docs) if record is not None]
+        if self._load_text_sidecars(sidecars):
+            self.by_content = {record.content: doc for doc, record in items}
+            self.table.add_many(items)
+            self.content_bytes = sum(len(record.content) for _, record in items)
+            return
+        context: dict[int, str | None] = {}
+        for members in self.sessions.values():
+            for at, (_, doc) in enumerate(members):
+                context[doc] = self._context_at(members, at)
+        self._index_many(items, context)
+
+    def _load_text_sidecars(self, sidecars: Mapping[str, bytes | memoryview]) -> bool:
+        """Load the keyword, BM25 and entity indexes from the snapshot's sidecars when
+        all are there, intact, made with these settings and over exactly these docs."""
+        if not any(name in sidecars for name in _TEXT_SIDECARS):
+            return False
+        try:
+            keyword, bm25, entities = self._text_indexes_from(sidecars)
+        except CorruptData as exc:
+            log.info("scope %s: text-index sidecars not used (%s); rebuilding the indexes from the records",
+                     self._name, exc)
+            return False
+        keyword.keep_words = False
+        self.keyword, self.bm25, self.entities = keyword, bm25, entities
+        return True
+
+    def _text_indexes_from(self, sidecars: Mapping[str, bytes | memoryview]) -> tuple[
+            KeywordIndex, BM25Index, EntityIndex]:
+        missing_names = [name for name in _TEXT_SIDECARS if name not in sidecars]
+        if missing_names:
+            raise CorruptData(f"sidecar(s) {', '.join(missing_names)} missing")
+        checksum = doc_ids_checksum(doc for doc, record in enumerate(self.docs) if record is not None)
+        for name, info in (("keyword", KeywordIndex.sidecar_info(sidecars["keyword"])),
+                           ("bm25", BM25Index.sidecar_info(sidecars["bm25"]))):
+            if info["ids_checksum"] != checksum:
+                raise CorruptData(f"the {name} sidecar covers other docs than the snapshot's records")
+        settings = self.settings
+        return (KeywordIndex.from_sidecar(sidecars["keyword"]),
+                BM25Index.from_sidecar(sidecars["bm25"], k1=settings.bm25_k1, b=settings.bm25_b,
+                                       tokenizer=Tokenizer(stem=settings.fulltext_stem),
+                                       context_weight=settings.context_weight),
+                EntityIndex.from_sidecar(sidecars["entities"]))
+
+    def _touch(self, cmd: Touch) -> Touched:
+        now = _check_time(cmd.now, "now")
+        ids, counts = cmd.ids, cmd.counts
+        if not isinstance(ids, list | tuple) or not isinstance(counts, list | tuple):
+            raise InvalidInput("ids and counts must be lists", field="ids")
+        if counts and len(counts) != len(ids):
+            raise InvalidInput(f"{len(counts)} counts for {len(ids)} ids", field="counts")
+        for count in counts:
+            _check_int(count, "counts", 1)
+        self.clock = max(self.clock, now)
+        touched = 0
+        for position, memory_id in enumerate(ids):
+            doc = self.doc_of.get(memory_id) if isinstance(memory_id, str) else None
+            if doc is None:
+                continue
+            old = self._record_at(doc)
+            self.docs[doc] = msgspec.structs.replace(
+                old, access_count=old.access_count + (counts[position] if counts else 1),
+                last_accessed_at=max(old.last_accessed_at, now))
+            touched += 1
+        return Touched(count=touched)
+
+    # -- a session sent by an actor -------------------------------------------------------------------
+    def _store_session(self, command: StoreSession) -> Any:
+        """Embed the session's new texts beside the actor (a Job that answers the
+        caller), then store it as an AddSession; nothing changes here."""
+        session, now = command.session, _check_time(command.now, "now")
+        if not isinstance(session, Session):
+            raise InvalidInput(f"session must be a mnemex.Session, got {type(session).__name__}",
+                               field="session")
+        if (session.app_name, session.user_id) != (self.app_name, self.user_id):
+            raise InvalidInput(f"session {session.id!r} belongs to app {session.app_name!r}, user "
+                               f"{session.user_id!r}, not to scope {self._name}", field="session")
+        session_id = _check_id(session.id, "session_id")
+        for index, event in enumerate(session.events):
+            if event.timestamp:
+                _check_time(event.timestamp, f"events[{index}].timestamp")
+        memories = session_memories(session, command.first_id, self.settings.max_content_bytes)
+        limit = self.settings.max_memories_per_command
+        if len(memories) > limit:
+            raise TooLarge(f"session {session_id!r} makes {len(memories):,} memories; one session may make "
+                           f"at most {limit:,} (config.max_memories_per_command)", field="session")
+        todo: list[int] = []  # the memories with content new to the scope: only these are embedded
+        fresh: set[str] = set()
+        for i, memory in enumerate(memories):
+            if memory.content not in self.by_content and memory.content not in fresh:
+                fresh.add(memory.content)
+                todo.append(i)
+        embedder = self.settings.embedder
+        if not todo or embedder is None:
+            return self._with_graph(self._add_session(session_id, memories, None, 0, now))
+        texts = [memories[i].content for i in todo]
+        name, dim = embedder.name, embedder.dim
+
+        def embed() -> npt.NDArray[np.float32]:
+            step = max(1, self.settings.embed_batch_size)
+            parts = [np.asarray(embedder.embed(texts[at:at + step]), dtype=np.float32)
+                     for at in range(0, len(texts), step)]
+            matrix = np.concatenate(parts) if parts else np.zeros((0, dim), dtype=np.float32)
+            if matrix.shape != (len(texts), dim):
+                raise MnemexError(f"embedder {name!r} returned shape {matrix.shape} for {len(texts)} texts "
+                                  f"of dim {dim}")
+            return matrix
+
+        def deliver(result: JobResult) -> AddSession | SessionEmbedFailed:
+            if result.error is not None:
+                return SessionEmbedFailed(session_id, f"{type(result.error).__name__}: {result.error}")
+            with_vectors = list(memories)
+            for row, i in enumerate(todo):
+                vector = encode_vector(result.value[row])
+                with_vectors[i] = msgspec.structs.replace(memories[i], vector=vector)
+            return AddSession(session_id=session_id, memories=with_vectors, embedder=name, dim=dim, now=now)
+
+        return Step(None, (Job(embed, deliver, name=f"scope.embed-session {self.app_name}/{self.user_id}",
+                               answers=True),))
+
+    def _add_session(self, session_id: str, memories: Any, embedder: Any, dim: Any, now: Any) -> SessionAdded:
+        ids, created = self._remember(memories, embedder, dim, now)
+        return SessionAdded(session_id=session_id, ids=ids, added=sum(created))
+
+    # -- the HNSW graph, built beside the actor ------------------------------------------------------
+    def _with_graph(self, reply: Any, now: float | None = None) -> Any:
+        """Answer ``reply``, with a Job building the HNSW graph if one is wanted now."""
+        job = self._graph_job(self.clock if now is None else now)
+        return reply if job is None else Step(reply, (job,))
+
+    def _graph_job(self, now: float) -> Job | None:
+        index = self.vectors
+        if index is None or not index.wants_graph:
+            return None
+        pending = self.graph_pending_since
+        if pending is not None and now - pending < self.settings.graph_stale + 0.001 * len(index):
+            return None  # one is being built (a pending plan older than that was lost in a restart)
+        if self.graph_failed_at is not None and abs(len(index) - self.graph_failed_at) < 1000:
+            return None
+        build = index.plan_graph()
+        self.graph_pending_since = now
+        if build.base is not None:
+            log.debug("scope %s: adding %d vectors to the HNSW graph beside the actor", self._name,
+                      len(build.ids))
+        else:
+            log.info("scope %s: building an HNSW graph over %d vectors beside the actor", self._name,
+                     len(index))
+
+        def deliver(result: JobResult) -> GraphReady:
+            if result.error is not None:
+                return GraphReady(None, f"{type(result.error).__name__}: {result.error}")
+            return GraphReady(result.value)
+
+        return Job(build.run, deliver, name=f"scope.hnsw {self.app_name}/{self.user_id}")
+
+    def _graph_ready(self, ready: GraphReady) -> Any:
+        self.graph_pending_since = None
+        index = self.vectors
+        if ready.build is None or index is None:
+            self.graph_failed_at = len(index) if index is not None else 0
+            log.warning("scope %s: building the HNSW graph failed (%s); vector search stays exact",
+                        self._name, ready.error or "no index")
+            return None
+        if index.adopt(ready.build):
+            self.graph_failed_at = None
+            log.info("scope %s: HNSW graph ready (%d vectors)", self._name, len(index))
+        return self._with_graph(None)
+
+    # -- reads ----------------------------------------------------------------------------------
+    def _list(self, cmd: ListMemories) -> MemoryPage:
+        limit = cmd.limit
+        if limit is not None:
+            _check_int(limit, "limit", 0)
+        offset = _check_int(cmd.offset, "offset", 0)
+        compiled = compile_filter(cmd.filter)
+        if compiled.is_empty:
+            ids = sorted(self.doc_of)
+        else:
+            docs = np.flatnonzero(compiled.mask(self.table)).tolist()
+            ids = sorted(self._record_at(doc).id for doc in docs)
+        stop = None if limit is None else offset + limit
+        page = [self._record_at(self.doc_of[memory_id]) for memory_id in ids[offset:stop]]
+        return MemoryPage(memories=page, total=len(ids), limit=limit, offset=offset)
+
+    def _stats(self) -> ScopeStats:
+        created = self.table.created[self.table.live] if self.doc_of else None
+        index = self.vectors
+        return ScopeStats(
+            app_name=self.app_name,
+            user_id=self.user_id,
+            count=len(self.doc_of),
+            embedder=self.embedder,
+            dim=self.dim,
+            vector_mode=index.mode if index is not None else "exact",
+            graph_pending=self.graph_pending_since is not None,
+            tombstones=index.tombstones if index is not None else 0,
+            vocabulary=self.bm25.vocabulary_size,
+            entities=len(self.entities.entities()),
+            sessions=self.table.distinct("session_id"),
+            categories=self.table.distinct("categories"),
+            content_bytes=self.content_bytes,
+            oldest_created_at=float(created.min()) if created is not None and len(created) else None,
+            newest_created_at=float(created.max()) if created is not None and len(created) else None,
+        )
+
+    # -- search ---------------------------------------------------------------------------------
+    def _search(self, cmd: Search) -> Any:
+        settings = self.settings
+        query = cmd.query
+        if not isinstance(query, str):
+            raise InvalidInput(f"query must be a string, got {type(query).__name__}", field="query")
+        if len(query) > settings.max_content_bytes // 4 and \
+                len(query.encode("utf-8", "surrogatepass")) > settings.max_content_bytes:
+            raise TooLarge(f"query is {len(query.encode('utf-8', 'surrogatepass')):,} bytes; the limit is "
+                           f"{settings.max_content_bytes:,} (config.max_content_bytes)", field="query")
+        top_k = _check_int(cmd.top_k, "top_k", 1, settings.max_top_k)
+        mode = cmd.mode
+        if mode not in ("keyword", "fulltext", "vector", "hybrid"):
+            raise InvalidInput(f"mode is {mode!r}; use keyword, fulltext, vector or hybrid", field="mode")
+        now = _check_time(cmd.now, "now")
+        min_score = cmd.min_score
+        if min_score is not None and (isinstance(min_score, bool) or not isinstance(min_score, int | float)
+                                      or not math.isfinite(min_score)):
+            raise InvalidInput(f"min_score must be a finite number or null, got {min_score!r}",
+                               field="min_score")
+        query_vector: F32 | None = None
+        if mode in ("vector", "hybrid"):
+            if cmd.vector is None:
+                raise InvalidInput(f"a {mode} search needs the query's vector (the ref embeds the query)",
+                                   field="vector")
+            self._check_embedder(cmd.embedder, cmd.dim, "the query")
+            query_vector = decode_vector(cmd.vector, cmd.dim)
+        compiled = compile_filter(cmd.filter)
+        allowed = None if compiled.is_empty else compiled.mask(self.table)
+        if allowed is not None and not allowed.any():
+            return SearchResult(hits=[], mode=mode)
+        if mode == "keyword":
+            ranked = self._keyword(query, top_k, allowed)
+        elif mode == "fulltext":
+            ranked = self._fulltext_top(query, top_k, allowed)
+        elif mode == "vector":
+            assert query_vector is not None
+            ranked = self._vector(query_vector, top_k, allowed)
+            if min_score is None:
+                min_score = settings.vector_min_score
+        else:
+            assert query_vector is not None
+            ranked = self._hybrid(query, query_vector, top_k, allowed, now)
+            if min_score is None:
+                min_score = settings.hybrid_min_score
+        hits = [Hit(self._record_at(doc), round(score, 6), scores, self.app_name, self.user_id)
+                for doc, score, scores in ranked if min_score is None or score >= min_score]
+        return self._with_graph(SearchResult(hits=hits[:top_k], mode=mode), now=now)
+
+    def _keyword(self, query: str, top_k: int, allowed: Mask | None) -> list[Ranked]:
+        distinct = len(set(words(query)))
+        if distinct == 0:
+            return []
+        return [(doc, matched / distinct, {"keyword": matched / distinct, "matched": float(matched)})
+                for doc, matched in self.keyword.search(query, top_k, allowed)]
+
+    def _fulltext(self, query: str, allowed: Mask | None) -> tuple[dict[int, float], dict[int, int],
+                                                                   npt.NDArray[np.float64] | None, float]:
+        """The entity part of the full-text score of each doc naming a query entity,
+        those entity matches, the BM25 score array (None: no term matches), and the
+        query's ideal score (what a normalised score of 1 stands for)."""
+        bm25 = self.bm25
+        parsed = bm25.tokenizer.parse_query(query)
+        array = bm25.score_all(parsed, allowed) if len(bm25) else None
+        ideal, terms = _ideal_score(bm25, parsed.all_terms)
+        boosts: dict[int, float] = {}
+        entity_hits: dict[int, int] = {}
+        named = self.entities.find(query) if len(self.entities) else set()
+        if named:
+            unit = self.settings.entity_boost * (ideal / terms if terms else 1.0)
+            for doc, matched in self.entities.search(query, len(self.entities)):
+                if allowed is not None and not (doc < len(allowed) and allowed[doc]):
+                    continue
+                if parsed.phrases and (array is None or not array[doc] > 0):
+                    continue  # quoted phrases are required in full-text search
+                entity_hits[doc] = matched
+                boosts[doc] = unit * matched
+            if not terms:
+                ideal = unit * len(named)
+        return boosts, entity_hits, array, ideal
+
+    def _fulltext_candidates(self, query: str, count: int, allowed: Mask | None) -> tuple[
+            list[tuple[int, float]], Callable[[int], tuple[float, float, int]]]:
+        """The ``count`` best docs by full-text score (BM25 plus entity boosts, best
+        first, ties by lower doc), and a scorer giving any doc's (normalised score,
+        BM25, entity matches)."""
+        boosts, entity_hits, array, ideal = self._fulltext(query, allowed)
+        pool = np.array(sorted(boosts), dtype=np.int64)
+        if array is not None:
+            positive = np.flatnonzero(array > 0)
+            pool = np.union1d(_best(positive, array[positive], count), pool)
+        totals = np.array([(float(array[doc]) if array is not None else 0.0) + boosts.get(doc, 0.0)
+                           for doc in pool.tolist()], dtype=np.float64)
+        best = _best(pool, totals, count)
+        order = np.lexsort((best, -totals[np.searchsorted(pool, best)]))
+        ranked = [(int(doc), float(totals[np.searchsorted(pool, doc)])) for doc in best[order]]
+
+        def score_of(doc: int) -> tuple[float, float, int]:
+            bm25 = float(array[doc]) if array is not None and doc < len(array) else 0.0
+            total = bm25 + boosts.get(doc, 0.0)
+            return (min(1.0, total / ideal) if ideal > 0 else 0.0), bm25, entity_hits.get(doc, 0)
+
+        return ranked, score_of
+
+    def _fulltext_top(self, query: str, top_k: int,
+                      allowed: Mask | None) -> list[Ranked]:
+        ranked, score_of = self._fulltext_candidates(query, top_k, allowed)
+        out = []
+        for doc, _ in ranked:
+            normalised, bm25, matched = score_of(doc)
+            out.append((doc, normalised, {"fulltext": normalised, "bm25": round(bm25, 6),
+                                          "entities": float(matched)}))
+        return out
+
+    def _vector(self, query: F32, top_k: int, allowed: Mask | None) -> list[Ranked]:
+        if self.vectors is None or not len(self.vectors):
+            return []
+        return [(doc, cosine, {"vector": cosine})
+                for doc, cosine in self.vectors.search(query, top_k, allowed)]
+
+    def _hybrid(self, query: str, vector: F32, top_k: int, allowed: Mask | None,
+                now: float) -> list[Ranked]:
+        settings = self.settings
+        count = max(top_k, settings.fusion_candidates)
+        text_ranked, score_of = self._fulltext_candidates(query, count, allowed)
+        index = self.vectors
+        vector_ranked: list[tuple[int, float]] = []
+        if index is not None and len(index):
+            vector_ranked = index.search(vector, count, allowed)
+        cosines = dict(vector_ranked)
+        norm = float(np.linalg.norm(vector))
+        unit_query = vector / norm if norm > 0 else vector
+        candidates = list(dict.fromkeys([doc for doc, _ in text_ranked] + [doc for doc, _ in vector_ranked]))
+        if not candidates:
+            return []
+        w_text, w_vector = settings.fusion_fulltext_weight, settings.fusion_vector_weight
+        text_rank = {doc: rank for rank, (doc, _) in enumerate(text_ranked, start=1)}
+        vector_rank = {doc: rank for rank, (doc, _) in enumerate(vector_ranked, start=1)}
+        k = settings.fusion_rrf_k
+        rrf_best = (w_text + w_vector) / (k + 1.0)
+        shares = settings.rank_importance_weight + settings.rank_recency_weight + settings.rank_access_weight
+        half_life = settings.recency_half_life
+        out: list[Ranked] = []
+        for doc in candidates:
+            text, bm25, matched = score_of(doc)
+            cosine = cosines.get(doc)
+            if cosine is None:
+                cosine = float(index.vector(doc) @ unit_query) if index is not None and doc in index else 0.0
+            if settings.fusion == "rrf":
+                fused = 0.0
+                if doc in text_rank:
+                    fused += w_text / (k + text_rank[doc])
+                if doc in vector_rank:
+                    fused += w_vector / (k + vector_rank[doc])
+                relevance = fused / rrf_best
+            else:
+                relevance = (w_text * text + w_vector * max(cosine, 0.0)) / (w_text + w_vector)
+            record = self._record_at(doc)
+            recency = 0.5 ** (max(0.0, now - record.timestamp) / half_life)
+            access = record.access_count / (record.access_count + _ACCESS_HALF)
+            score = ((1.0 - shares) * relevance + settings.rank_importance_weight * record.importance
+                     + settings.rank_recency_weight * recency + settings.rank_access_weight * access)
+            out.append((doc, score, {
+                "fulltext": round(text, 6), "bm25": round(bm25, 6), "entities": float(matched),
+                "vector": round(cosine, 6), "relevance": round(relevance, 6),
+                "importance": record.importance, "recency": round(recency, 6), "access": round(access, 6),
+            }))
+        out.sort(key=lambda item: (-item[1], item[0]))
+        return out[:top_k]
+
+    # -- snapshots -------------------------------------------------------------------------------
+    def snapshot(self) -> SnapshotData:
+        pairs = [(doc, record) for doc, record in enumerate(self.docs) if record is not None]
+        index = self.vectors
+        vector_docs: list[int] = []
+        matrix: F32 | None = None
+        if index is not None and len(index):
+            vector_docs = [doc for doc, _ in pairs if doc in index]
+            matrix = _copy_vectors(index, vector_docs)
+        sidecar = index.to_sidecar() if index is not None and self.settings.hnsw_sidecar else None
+        sidecars = {"keyword": self.keyword.to_sidecar(), "bm25": self.bm25.to_sidecar(),
+                    "entities": self.entities.to_sidecar()} if pairs else {}
+        if sidecar is not None:
+            sidecars[_SIDECAR] = sidecar
+
+        def all_sidecars() -> dict[str, bytes]:  # in the writer's thread: only copies are read
+            records = _encode_records.encode(_RecordsSidecar([doc for doc, _ in pairs],
+                                                             [record for _, record in pairs], vector_docs))
+            if matrix is None:
+                return {**sidecars, _RECORDS: records}
+            return {**sidecars, _RECORDS: records, _VECTORS: _vectors_sidecar(vector_docs, matrix)}
+
+        def records() -> Iterator[bytes]:
+            encode = _encode.encode
+            row_of = {doc: row for row, doc in enumerate(vector_docs)}
+            for doc, record in pairs:
+                row = row_of.get(doc)
+                vector = None if row is None or matrix is None else matrix[row].astype("<f4").tobytes()
+                yield encode(_Line(doc, record, vector))
+
+        extra = {
+            "format": _SNAPSHOT_FORMAT,
+            "scope": [self.app_name, self.user_id],
+            "embedder": self.embedder,
+            "dim": self.dim,
+            "docs": len(self.docs),
+            "free": list(self.free),
+            "count": len(pairs),
+            "clock": self.clock,
+        }
+        return SnapshotData(records=records, extra=extra, sidecars=all_sidecars if pairs else None)
+
+    @classmethod
+    def restore(cls, key: Key, image: Image, settings: ScopeSettings) -> ScopeMemory:
+        memory = cls(key, settings)
+        extra = image.extra
+        version = extra.get("format", _SNAPSHOT_FORMAT)
+        if version != _SNAPSHOT_FORMAT:
+            raise ValueError(f"scope {memory._name}: snapshot format {version!r} is not {_SNAPSHOT_FORMAT}")
+        embedder, dim = extra.get("embedder"), int(extra.get("dim") or 0)
+        memory.docs = [None] * int(extra.get("docs", 0))
+        memory.clock = float(extra.get("clock", 0.0))
+        from_sidecar = _read_records_sidecar(image.sidecars.get(_RECORDS), int(extra.get("count", -1)),
+                                             memory._name)
+        if from_sidecar is not None:
+            docs, records, vector_docs = from_sidecar.docs, from_sidecar.records, from_sidecar.vector_docs
+        else:
+            docs, records, vector_docs = [], [], []
+            for number, line in enumerate(image.records):
+                try:
+                    item = _decode_lazy_line.decode(line)
+                except msgspec.DecodeError as exc:
+                    raise ValueError(f"scope {memory._name} snapshot record {number}: {exc}") from exc
+                docs.append(item.d)
+                records.append(item.m)
+                if item.v != _NULL:  # (a Raw holds on to its line: not kept)
+                    vector_docs.append(item.d)
+        if docs and max(docs) >= len(memory.docs):
+            memory.docs.extend([None] * (max(docs) + 1 - len(memory.docs)))
+        for doc, record in zip(docs, records, strict=True):
+            memory.docs[doc] = record
+        memory.doc_of = {record.id: doc for doc, record in zip(docs, records, strict=True)}
+        memory.free = [int(doc) for doc in extra.get("free", [])]
+        memory._reindex_all(image.sidecars)
+        if isinstance(embedder, str) and dim > 0:
+            memory.embedder, memory.dim = embedder, dim
+            matrix = _read_vectors_sidecar(image.sidecars.get(_VECTORS), vector_docs, dim)
+            if matrix is None:  # no (usable) sidecar: the JSONL's own vectors, in a second pass
+                try:
+                    lines = (_decode_line.decode(line) for line in image.records)
+                    by_doc = {line.d: line.v for line in lines if line.v is not None}
+                    blob = b"".join(by_doc[doc] for doc in vector_docs)
+                    matrix = np.frombuffer(blob, dtype="<f4").reshape(len(vector_docs), dim)
+                except (msgspec.DecodeError, ValueError, KeyError) as exc:
+                    raise ValueError(f"scope {memory._name} snapshot vectors: {exc}") from exc
+            sidecar = image.sidecars.get(_SIDECAR)
+            vector_ids = np.array(vector_docs, dtype=np.int64)
+            # the rows as the index held them when the snapshot was taken (checksummed)
+            memory.vectors = VectorIndex.from_sidecar(sidecar, vector_ids, matrix, dim, unit_rows=True,
+                                                      **settings.vector_params())
+            status = memory.vectors.sidecar_status
+            if status in ("stale", "corrupt") or (status == "absent" and memory.vectors.wants_graph):
+                log.info("scope %s: HNSW sidecar %s; the graph is rebuilt beside the actor on first use "
+                         "(searches stay exact until then)", memory._name, status)
+            configured = settings.embedder_name
+            if configured is not None and (configured != embedder or settings.embedder_dim != dim):
+                log.warning("scope %s holds %d vectors of embedder %r (dim %d) but this runtime embeds with "
+                            "%r (dim %d): vector writes and searches are refused until config.embedder "
+                            "names the scope's model again", memory._name, len(vector_docs), embedder, dim,
+                            configured, settings.embedder_dim)
+        return memory
+
+
+def _best(ids: npt.NDArray[np.int64], scores: npt.NDArray[np.float64], count: int) -> npt.NDArray[np.int64]:
+    """The ``count`` ids of highest score, equal scores by lower id (exact at the cut),
+    in no particular order. O(n) to find the cut, then a sort of the few above it."""
+    if len(ids) <= count:
+        return ids
+    kth = np.partition(scores, len(scores) - count)[len(scores) - count]
+    keep = scores >= kth
+    ids, scores = ids[keep], scores[keep]
+    if len(ids) > count:
+        ids = ids[np.lexsort((ids, -scores))[:count]]
+    return ids
+
+
+def _ideal_score(bm25: BM25Index, terms: Iterable[str]) -> tuple[float, int]:
+    """The BM25 score of an average-length document holding each query term once:
+    the sum of the terms' idf. A term no memory holds counts with the idf of df 0,
+    so a partial match scores below 1 in every scope alike. Returns (score, terms)."""
+    n_docs = len(bm25)
+    total = 0.0
+    count = 0
+    for term in terms:
+        df = _document_frequency(bm25, term)
+        total += math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+        count += 1
+    return total, count
+
+
+def _document_frequency(bm25: BM25Index, term: str) -> int:
+    # BM25Index keeps a term's postings internally and offers no df accessor yet;
+    # reading them is O(1), where phrase_docs would list every holder.
+    vocab: Mapping[str, int] | None = getattr(bm25, "_vocab", None)
+    postings: Sequence[Any] | None = getattr(bm25, "_postings", None)
+    if vocab is None or postings is None:
+        from mnemex.index import Phrase
+
+        return len(bm25.phrase_docs(Phrase(term, (term,), (0,))))
+    term_id = vocab.get(term)
+    return 0 if term_id is None else len(postings[term_id].docs)
+
+
+def _copy_vectors(index: VectorIndex, docs: Sequence[int]) -> F32:
+    """The stored vectors of ``docs``, copied (one gather instead of a call per doc)."""
+    rows: Any = getattr(index, "_rows", None)
+    row_of: Any = getattr(index, "_row_of", None)
+    if rows is None or row_of is None:
+        return np.array([index.vector(doc) for doc in docs], dtype=np.float32).reshape(len(docs), index.dim)
+    return np.asarray(rows[row_of[np.asarray(docs, dtype=np.int64)]], dtype=np.float32)  # the gather copies
+
+
+def memory_text(record: MemoryRecord) -> str:
+    """What a memory contributes to a model's context: its content on one line."""
+    return " ".join(record.content.split())
+

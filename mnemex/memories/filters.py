@@ -1,0 +1,459 @@
+"""The filter language of long-term memory search, and the columns it reads.
+
+A filter is a JSON object; every key narrows the memories a search, count,
+page or ``forget_where`` sees (keys combine with AND)::
+
+    {
+      "min_importance": 0.5,              # importance >= 0.5   (also max_importance: <=)
+      "created_after": 1714000000,        # created_at >= t     (created_before: created_at < t)
+      "timestamp_after": "2024-05-01",    # timestamp >= t      (timestamp_before: timestamp < t)
+      "session_id": "s1",                 # one of: a string, or a list of strings (any of them)
+      "actor_id": ["a1", "a2"],
+      "author": "user",
+      "categories": ["food", "travel"],   # has any of these; {"$all": [...]} has all of them
+      "entities": {"$all": ["Paris"]},
+      "metadata": {"lang": "en", "score": {"$gte": 3, "$lt": 9}, "tag": {"$in": ["a", "b"]}}
+    }
+
+Times are seconds since the epoch or ISO 8601 strings (UTC when no offset is
+given); ``*_after`` bounds are inclusive, ``*_before`` bounds exclusive.
+Metadata keys are top-level keys of a memory's metadata; a bare value means
+``$eq``; the operators are ``$eq $ne $gt $gte $lt $lte $in $nin $exists``.
+Comparisons never mix types: numbers compare with numbers, strings with
+strings, and booleans are not numbers (``true`` does not equal ``1``). As in
+MongoDB, ``$ne`` and ``$nin`` also match memories without the key.
+
+``compile_filter`` validates a filter once (a malformed one raises
+InvalidInput naming the key) into a :class:`Filter`, which is evaluated
+against a :class:`FilterTable` as a boolean mask by doc id, the form the
+search indexes take as ``allowed``, so filtering happens inside the search.
+``Filter.matches`` tests one record and is the brute-force reference.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from mnemex.errors import InvalidInput
+from mnemex.memories.protocol import MemoryRecord
+
+__all__ = ["FILTER_KEYS", "Filter", "FilterTable", "compile_filter"]
+
+Mask = npt.NDArray[np.bool_]
+
+FILTER_KEYS: Final = frozenset({
+    "min_importance", "max_importance", "created_after", "created_before", "timestamp_after",
+    "timestamp_before", "session_id", "actor_id", "author", "categories", "entities", "metadata",
+})
+_OPERATORS: Final = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists"})
+_MAX_LIST: Final = 10_000
+_MIN_CAPACITY: Final = 1024
+
+
+class FilterTable:
+    """What filters read about each memory, by doc id: numeric columns as numpy
+    arrays (one vectorised comparison per bound) and, for the string fields and
+    metadata, the docs of each value. Kept in step by the owner's add/remove."""
+
+    def __init__(self) -> None:
+        self.capacity = 0
+        self.live = np.zeros(0, dtype=np.bool_)
+        self.importance = np.zeros(0, dtype=np.float64)
+        self.timestamp = np.zeros(0, dtype=np.float64)
+        self.created = np.zeros(0, dtype=np.float64)
+        self.fields: dict[str, dict[str, set[int]]] = {
+            "session_id": {}, "actor_id": {}, "author": {}, "categories": {}, "entities": {}}
+        self.metadata: dict[str, dict[int, Any]] = {}
+
+    def add(self, doc: int, record: MemoryRecord) -> None:
+        self.add_many([(doc, record)])
+
+    def add_many(self, items: Sequence[tuple[int, MemoryRecord]]) -> None:
+        """Record many (doc, record) pairs at once: the numeric columns filled in
+        one assignment each."""
+        if not items:
+            return
+        docs = np.fromiter((doc for doc, _ in items), dtype=np.int64, count=len(items))
+        self._ensure(int(docs.max()) + 1)
+        self.live[docs] = True
+        self.importance[docs] = [record.importance for _, record in items]
+        self.timestamp[docs] = [record.timestamp for _, record in items]
+        self.created[docs] = [record.created_at for _, record in items]
+        fields, metadata = self.fields, self.metadata
+        sessions, actors, authors = fields["session_id"], fields["actor_id"], fields["author"]
+        for doc, record in items:
+            if record.session_id is not None:
+                sessions.setdefault(record.session_id, set()).add(doc)
+            if record.actor_id is not None:
+                actors.setdefault(record.actor_id, set()).add(doc)
+            if record.author is not None:
+                authors.setdefault(record.author, set()).add(doc)
+            for name, values in (("categories", record.categories), ("entities", record.entities)):
+                for value in values:
+                    fields[name].setdefault(value, set()).add(doc)
+            for key, value in record.metadata.items():
+                metadata.setdefault(key, {})[doc] = value
+
+    def remove(self, doc: int, record: MemoryRecord) -> None:
+        self.live[doc] = False
+        for name, values in self._values(record):
+            table = self.fields[name]
+            for value in values:
+                holders = table.get(value)
+                if holders is not None:
+                    holders.discard(doc)
+                    if not holders:
+                        del table[value]
+        for key in record.metadata:
+            docs = self.metadata.get(key)
+            if docs is not None:
+                docs.pop(doc, None)
+                if not docs:
+                    del self.metadata[key]
+
+    def distinct(self, name: str) -> int:
+        return len(self.fields[name])
+
+    @staticmethod
+    def _values(record: MemoryRecord) -> Iterable[tuple[str, Iterable[str]]]:
+        if record.session_id is not None:
+            yield "session_id", (record.session_id,)
+        if record.actor_id is not None:
+            yield "actor_id", (record.actor_id,)
+        if record.author is not None:
+            yield "author", (record.author,)
+        if record.categories:
+            yield "categories", set(record.categories)
+        if record.entities:
+            yield "entities", set(record.entities)
+
+    def _ensure(self, needed: int) -> None:
+        if needed <= self.capacity:
+            return
+        capacity = max(_MIN_CAPACITY, needed, 2 * self.capacity)
+        for name in ("live", "importance", "timestamp", "created"):
+            old = getattr(self, name)
+            grown = np.zeros(capacity, dtype=old.dtype)
+            grown[: len(old)] = old
+            setattr(self, name, grown)
+        self.capacity = capacity
+
+    def docs_mask(self, docs: Iterable[int]) -> Mask:
+        mask = np.zeros(self.capacity, dtype=np.bool_)
+        ids = np.fromiter(docs, dtype=np.int64)
+        if len(ids):
+            mask[ids] = True
+        return mask
+
+
+# -- compiled predicates ------------------------------------------------------------------
+class _Predicate:
+    def mask(self, table: FilterTable) -> Mask:
+        raise NotImplementedError
+
+    def test(self, record: MemoryRecord) -> bool:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class _Range(_Predicate):
+    column: str            # importance | timestamp | created
+    low: float | None      # inclusive
+    high: float | None     # inclusive when high_inclusive
+    high_inclusive: bool
+
+    def mask(self, table: FilterTable) -> Mask:
+        values = getattr(table, self.column)
+        mask = np.ones(table.capacity, dtype=np.bool_)
+        if self.low is not None:
+            mask &= values >= self.low
+        if self.high is not None:
+            mask &= (values <= self.high) if self.high_inclusive else (values < self.high)
+        return mask
+
+    def test(self, record: MemoryRecord) -> bool:
+        value = {"importance": record.importance, "timestamp": record.timestamp,
+                 "created": record.created_at}[self.column]
+        if self.low is not None and not value >= self.low:
+            return False
+        if self.high is not None:
+            return value <= self.high if self.high_inclusive else value < self.high
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class _AnyOf(_Predicate):
+    field: str
+    values: tuple[str, ...]
+    every: bool = False     # all of the values (categories, entities) instead of any
+
+    def mask(self, table: FilterTable) -> Mask:
+        index = table.fields[self.field]
+        if self.every:
+            holders: set[int] | None = None
+            for value in self.values:
+                docs = index.get(value, set())
+                holders = set(docs) if holders is None else holders & docs
+            return table.docs_mask(holders or ())
+        mask = np.zeros(table.capacity, dtype=np.bool_)
+        for value in self.values:
+            found = index.get(value)
+            if found:
+                mask[np.fromiter(found, dtype=np.int64, count=len(found))] = True
+        return mask
+
+    def test(self, record: MemoryRecord) -> bool:
+        value = getattr(record, self.field)
+        have = set(value) if isinstance(value, tuple) else ({value} if value is not None else set())
+        if self.every:
+            return all(v in have for v in self.values)
+        return any(v in have for v in self.values)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "str"
+    if value is None:
+        return "null"
+    return "json"
+
+
+def _equal(a: Any, b: Any) -> bool:
+    kind = _kind(a)
+    if kind != _kind(b):
+        return False
+    if kind == "json":
+        return bool(_normalised(a) == _normalised(b))
+    return bool(a == b)
+
+
+def _normalised(value: Any) -> Any:
+    """JSON values compared structurally, booleans kept apart from numbers."""
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, int | float):
+        return ("number", float(value))
+    if isinstance(value, Mapping):
+        return ("object", tuple(sorted((str(k), _normalised(v)) for k, v in value.items())))
+    if isinstance(value, list | tuple):
+        return ("array", tuple(_normalised(v) for v in value))
+    return (_kind(value), value)
+
+
+def _ordered(op: str, have: Any, bound: Any) -> bool:
+    kind = _kind(bound)
+    if _kind(have) != kind:
+        return False
+    if op == "$gt":
+        return bool(have > bound)
+    if op == "$gte":
+        return bool(have >= bound)
+    if op == "$lt":
+        return bool(have < bound)
+    return bool(have <= bound)
+
+
+@dataclass(frozen=True, slots=True)
+class _Meta(_Predicate):
+    key: str
+    op: str
+    operand: Any
+
+    def _holds(self, present: bool, value: Any) -> bool:
+        op, operand = self.op, self.operand
+        if op == "$exists":
+            return present is operand
+        if op == "$ne":
+            return not present or not _equal(value, operand)
+        if op == "$nin":
+            return not present or not any(_equal(value, o) for o in operand)
+        if not present:
+            return False
+        if op == "$eq":
+            return _equal(value, operand)
+        if op == "$in":
+            return any(_equal(value, o) for o in operand)
+        return _ordered(op, value, operand)
+
+    def mask(self, table: FilterTable) -> Mask:
+        docs = table.metadata.get(self.key, {})
+        hits = [doc for doc, value in docs.items() if self._holds(True, value)]
+        mask = table.docs_mask(hits)
+        if self._holds(False, None):  # memories without the key match too
+            absent = table.live.copy()
+            if docs:
+                absent[np.fromiter(docs, dtype=np.int64, count=len(docs))] = False
+            mask |= absent
+        return mask
+
+    def test(self, record: MemoryRecord) -> bool:
+        present = self.key in record.metadata
+        return self._holds(present, record.metadata.get(self.key))
+
+
+@dataclass(frozen=True, slots=True)
+class Filter:
+    """A validated filter. ``mask(table)`` is a bool array over the table's doc ids
+    (True = the memory passes; removed docs never do); ``matches(record)`` tests one
+    record. An empty filter matches every memory."""
+
+    predicates: tuple[_Predicate, ...]
+    source: Mapping[str, Any]
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.predicates
+
+    def mask(self, table: FilterTable) -> Mask:
+        mask = table.live.copy()
+        for predicate in self.predicates:
+            mask &= predicate.mask(table)
+            if not mask.any():
+                break
+        return mask
+
+    def matches(self, record: MemoryRecord) -> bool:
+        return all(predicate.test(record) for predicate in self.predicates)
+
+
+# -- validation ---------------------------------------------------------------------------
+def _fail(key: str, message: str) -> InvalidInput:
+    return InvalidInput(f"filter {key}: {message}", field=f"filter.{key}")
+
+
+def _number(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise _fail(key, f"{value!r} is not a finite number")
+    return float(value)
+
+
+def _time(key: str, value: Any) -> float:
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise _fail(key, f"{value!r} is neither seconds since the epoch nor an ISO 8601 time") from exc
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=UTC)
+        return parsed.timestamp()
+    return _number(key, value)
+
+
+def _strings(key: str, value: Any) -> tuple[str, ...]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not items:
+        raise _fail(key, f"{value!r} must be a string or a non-empty list of strings")
+    if len(items) > _MAX_LIST:
+        raise _fail(key, f"a list of {len(items):,} values; the limit is {_MAX_LIST:,}")
+    for item in items:
+        if not isinstance(item, str):
+            raise _fail(key, f"{item!r} is not a string")
+    return tuple(dict.fromkeys(items))
+
+
+def _set_predicate(key: str, value: Any, *, allow_all: bool) -> _AnyOf:
+    if isinstance(value, Mapping):
+        if len(value) != 1:
+            raise _fail(key, f"{dict(value)!r} must have exactly one of $in, $all" if allow_all
+                        else f"{dict(value)!r} must have exactly one operator, $in")
+        ((op, operand),) = value.items()
+        if op == "$in" or (op == "$any" and allow_all):
+            return _AnyOf(key, _strings(key, operand))
+        if op == "$all" and allow_all:
+            return _AnyOf(key, _strings(key, operand), every=True)
+        raise _fail(key, f"unknown operator {op!r}")
+    return _AnyOf(key, _strings(key, value))
+
+
+def _meta_predicates(value: Any) -> list[_Predicate]:
+    if not isinstance(value, Mapping):
+        raise _fail("metadata", f"{value!r} must be an object of key: value or key: {{operator: value}}")
+    out: list[_Predicate] = []
+    for key, condition in value.items():
+        where = f"metadata.{key}"
+        if not isinstance(key, str) or not key:
+            raise _fail("metadata", f"key {key!r} must be a non-empty string")
+        if isinstance(condition, Mapping) and condition and all(
+                isinstance(k, str) and k.startswith("$") for k in condition):
+            for op, operand in condition.items():
+                if op not in _OPERATORS:
+                    raise _fail(where, f"unknown operator {op!r}; use one of {', '.join(sorted(_OPERATORS))}")
+                out.append(_Meta(key, op, _operand(where, op, operand)))
+        else:
+            out.append(_Meta(key, "$eq", _operand(where, "$eq", condition)))
+    return out
+
+
+def _operand(where: str, op: str, operand: Any) -> Any:
+    if op == "$exists":
+        if not isinstance(operand, bool):
+            raise _fail(where, f"$exists takes true or false, not {operand!r}")
+        return operand
+    if op in ("$in", "$nin"):
+        if not isinstance(operand, list | tuple):
+            raise _fail(where, f"{op} takes a list, not {operand!r}")
+        if len(operand) > _MAX_LIST:
+            raise _fail(where, f"{op} has {len(operand):,} values; the limit is {_MAX_LIST:,}")
+        return tuple(operand)
+    if op in ("$gt", "$gte", "$lt", "$lte"):
+        kind = _kind(operand)
+        if kind not in ("number", "str"):
+            raise _fail(where, f"{op} compares numbers or strings, not {operand!r}")
+        if kind == "number" and not math.isfinite(operand):
+            raise _fail(where, f"{op} bound {operand!r} is not finite")
+        return operand
+    return operand
+
+
+_RANGES: Final[dict[str, tuple[str, bool, bool]]] = {
+    # key: (column, is lower bound, upper bound inclusive)
+    "min_importance": ("importance", True, True),
+    "max_importance": ("importance", False, True),
+    "created_after": ("created", True, False),
+    "created_before": ("created", False, False),
+    "timestamp_after": ("timestamp", True, False),
+    "timestamp_before": ("timestamp", False, False),
+}
+
+
+def compile_filter(spec: Mapping[str, Any] | None) -> Filter:
+    """Validate ``spec`` (see the module doc) into a Filter; None or {} match everything.
+    Raises InvalidInput naming the offending key."""
+    if spec is None:
+        return Filter((), {})
+    if not isinstance(spec, Mapping):
+        raise InvalidInput(f"a filter must be an object, got {type(spec).__name__}", field="filter")
+    predicates: list[_Predicate] = []
+    bounds: dict[str, list[float | None]] = {}
+    for key, value in spec.items():
+        if key not in FILTER_KEYS:
+            raise InvalidInput(f"unknown filter key {key!r}; the keys are {', '.join(sorted(FILTER_KEYS))}",
+                               field=f"filter.{key}")
+        if value is None:
+            continue
+        if key in _RANGES:
+            column, is_low, _ = _RANGES[key]
+            parse: Callable[[str, Any], float] = _number if column == "importance" else _time
+            bound = parse(key, value)
+            low_high = bounds.setdefault(column, [None, None])
+            low_high[0 if is_low else 1] = bound
+        elif key in ("categories", "entities"):
+            predicates.append(_set_predicate(key, value, allow_all=True))
+        elif key == "metadata":
+            predicates.extend(_meta_predicates(value))
+        else:
+            predicates.append(_set_predicate(key, value, allow_all=False))
+    for column, (low, high) in bounds.items():
+        predicates.insert(0, _Range(column, low, high, high_inclusive=column == "importance"))
+    return Filter(tuple(predicates), dict(spec))

@@ -1,0 +1,339 @@
+"""Long-term memory's messages: the commands a scope actor (key: (app_name, user_id))
+accepts, its replies, and the records users touch."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from mnemex._protocol import Command, Reply
+
+__all__ = [
+    "AddSession",
+    "CountMemories",
+    "Event",
+    "Forget",
+    "ForgetWhere",
+    "Forgotten",
+    "GetMemory",
+    "GetScopeStats",
+    "Hit",
+    "ListMemories",
+    "MemoryEntry",
+    "MemoryPage",
+    "MemoryRecord",
+    "NewMemory",
+    "Remember",
+    "Remembered",
+    "SCOPE_WRITES",
+    "ScopeCommand",
+    "ScopeCommandType",
+    "ScopeRead",
+    "ScopeStats",
+    "ScopeWrite",
+    "Search",
+    "SearchMode",
+    "SearchRequest",
+    "SearchResponse",
+    "SearchResult",
+    "Session",
+    "SessionAdded",
+    "StoreSession",
+    "Touch",
+    "Touched",
+    "UpdateMemory",
+    "Updated",
+]
+
+class MemoryRecord(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One long-term memory of a (app_name, user_id) scope.
+
+    Times are seconds since the epoch (UTC). ``timestamp`` is when the original
+    content happened, ``created_at`` when mnemex stored it. ``id`` is assigned by
+    the runtime and sorts by creation time.
+    """
+
+    id: str
+    content: str
+    author: str | None = None
+    timestamp: float = 0.0
+    created_at: float = 0.0
+    last_accessed_at: float = 0.0
+    access_count: int = 0
+    importance: float = 0.5
+    session_id: str | None = None
+    actor_id: str | None = None
+    categories: tuple[str, ...] = ()
+    entities: tuple[str, ...] = ()
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    source: str | None = None
+
+
+# Ids, times and
+# embeddings arrive inside the commands (the ref assigns and computes them), so the
+# actor stays deterministic: a vector is journaled with the command that carries it
+# (float32 little-endian bytes, base64 in JSON) and replay never needs the model.
+
+SearchMode = Literal["keyword", "fulltext", "vector", "hybrid"]
+
+
+class Event(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One event of a finished session: who said it, what, and when (seconds since
+    the epoch). ``content`` is text, or a message content in the chat shapes (a list
+    of parts, or an object with ``parts``/``text``); events without text are skipped
+    when the session goes into memory."""
+
+    author: str
+    content: Any = None
+    timestamp: float = 0.0
+    id: str | None = None
+
+
+class Session(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A finished conversation of one user in one app, as ``add_session`` takes it."""
+
+    id: str
+    app_name: str
+    user_id: str
+    events: list[Event] = msgspec.field(default_factory=list)
+    last_update_time: float = 0.0
+
+
+class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """The classic search of ``MemoryService``: memories of (app_name, user_id) sharing
+    a word with ``query``, most words matched first, then the most recent."""
+
+    query: str
+    user_id: str
+    app_name: str
+    top_k: int = 100
+
+
+class MemoryEntry(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One memory as the classic service returns it; ``timestamp`` is when the
+    original content happened, ISO 8601 in UTC."""
+
+    content: str
+    author: str | None = None
+    timestamp: str | None = None
+    id: str | None = None
+
+
+class SearchResponse(msgspec.Struct, frozen=True):
+    memories: list[MemoryEntry] = msgspec.field(default_factory=list)
+
+
+class NewMemory(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A memory to store, as the ref sends it: ``id`` assigned by the runtime (sortable
+    by time), ``vector`` the embedding of ``content`` (float32 bytes, of the command's
+    embedder). ``timestamp`` None means the command's ``now``."""
+
+    id: str
+    content: str
+    vector: bytes | None = None
+    author: str | None = None
+    timestamp: float | None = None
+    importance: float = 0.5
+    session_id: str | None = None
+    actor_id: str | None = None
+    categories: tuple[str, ...] = ()
+    entities: tuple[str, ...] = ()
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    source: str | None = None
+
+
+class ScopeCommand(Command, frozen=True, kw_only=True):
+    """Base of the ScopeActor's commands. ``now`` is seconds since the epoch, read by
+    the caller; ``embedder``/``dim`` name the model that made the command's vectors."""
+
+
+class Remember(ScopeCommand, frozen=True, tag="scope.remember"):
+    """Store ``memories``, all or none. Content already stored in the scope is not
+    stored again: its existing id comes back."""
+
+    memories: list[NewMemory] = msgspec.field(default_factory=list)
+    embedder: str | None = None
+    dim: int = 0
+    now: float = 0.0
+
+
+class AddSession(ScopeCommand, frozen=True, tag="scope.add_session"):
+    """Store the text events of a finished session (``memories``, one per event)."""
+
+    session_id: str
+    memories: list[NewMemory] = msgspec.field(default_factory=list)
+    embedder: str | None = None
+    dim: int = 0
+    now: float = 0.0
+
+
+class UpdateMemory(ScopeCommand, frozen=True, tag="scope.update"):
+    """Change some fields of a memory (unset fields stay); a new ``content`` comes with
+    its ``vector`` and is re-indexed."""
+
+    id: str
+    now: float = 0.0
+    content: str | msgspec.UnsetType = msgspec.UNSET
+    vector: bytes | msgspec.UnsetType | None = msgspec.UNSET
+    embedder: str | None = None
+    dim: int = 0
+    author: str | msgspec.UnsetType | None = msgspec.UNSET
+    timestamp: float | msgspec.UnsetType = msgspec.UNSET
+    importance: float | msgspec.UnsetType = msgspec.UNSET
+    session_id: str | msgspec.UnsetType | None = msgspec.UNSET
+    actor_id: str | msgspec.UnsetType | None = msgspec.UNSET
+    categories: tuple[str, ...] | msgspec.UnsetType = msgspec.UNSET
+    entities: tuple[str, ...] | msgspec.UnsetType = msgspec.UNSET
+    metadata: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
+    source: str | msgspec.UnsetType | None = msgspec.UNSET
+
+
+class Forget(ScopeCommand, frozen=True, tag="scope.forget"):
+    """Delete memories by id; unknown ids are ignored (the reply lists what went)."""
+
+    ids: list[str] = msgspec.field(default_factory=list)
+    now: float = 0.0
+
+
+class ForgetWhere(ScopeCommand, frozen=True, tag="scope.forget_where"):
+    """Delete every memory the filter matches (an empty filter is refused)."""
+
+    filter: dict[str, Any] = msgspec.field(default_factory=dict)
+    now: float = 0.0
+
+
+class Touch(ScopeCommand, frozen=True, tag="scope.touch"):
+    """Searches returned these memories: add ``counts[i]`` (1 when counts is empty) to
+    each one's access_count and set last_accessed_at to ``now``. Sent batched, one
+    command for many searches; ids no longer stored are ignored."""
+
+    ids: list[str] = msgspec.field(default_factory=list)
+    counts: list[int] = msgspec.field(default_factory=list)
+    now: float = 0.0
+
+
+class GetMemory(ScopeCommand, frozen=True, tag="scope.get"):
+    id: str
+
+
+class CountMemories(ScopeCommand, frozen=True, tag="scope.count"):
+    filter: dict[str, Any] | None = None
+
+
+class ListMemories(ScopeCommand, frozen=True, tag="scope.list"):
+    """A page of memories in id order (creation order), optionally filtered."""
+
+    filter: dict[str, Any] | None = None
+    limit: int | None = 100
+    offset: int = 0
+
+
+class GetScopeStats(ScopeCommand, frozen=True, tag="scope.get_stats"):
+    now: float = 0.0
+
+
+class Search(ScopeCommand, frozen=True, tag="scope.search"):
+    """Search the scope. ``vector`` is the query's embedding (needed by the vector and
+    hybrid modes). ``min_score`` None means the mode's default."""
+
+    query: str
+    vector: bytes | None = None
+    embedder: str | None = None
+    dim: int = 0
+    top_k: int = 10
+    mode: SearchMode = "hybrid"
+    min_score: float | None = None
+    filter: dict[str, Any] | None = None
+    now: float = 0.0
+
+
+class Remembered(Reply, frozen=True, kw_only=True, tag="scope.remembered"):
+    """Ids in the order given; ``created[i]`` is False where the content was stored
+    already (the id is the existing memory's)."""
+
+    ids: list[str]
+    created: list[bool]
+
+
+class SessionAdded(Reply, frozen=True, kw_only=True, tag="scope.session_added"):
+    """``ids``: the memory of each text event; ``added``: how many were new."""
+
+    session_id: str
+    ids: list[str]
+    added: int
+
+
+class Updated(Reply, frozen=True, kw_only=True, tag="scope.updated"):
+    memory: MemoryRecord
+
+
+class Forgotten(Reply, frozen=True, kw_only=True, tag="scope.forgotten"):
+    ids: list[str]
+
+
+class Touched(Reply, frozen=True, kw_only=True, tag="scope.touched"):
+    count: int
+
+
+class Hit(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One search result: the memory, its final ``score`` (higher is better; in 0..1
+    for every mode, so hits of different scopes compare) and every signal that made
+    it (``scores``: keyword, bm25, fulltext, entities, vector, relevance, importance,
+    recency, access, ...). ``app_name``/``user_id`` name the scope it came from."""
+
+    memory: MemoryRecord
+    score: float
+    scores: dict[str, float] = msgspec.field(default_factory=dict)
+    app_name: str = ""
+    user_id: str = ""
+
+
+class SearchResult(Reply, frozen=True, kw_only=True, tag="scope.search_result"):
+    hits: list[Hit]
+    mode: SearchMode = "hybrid"
+
+
+class MemoryPage(Reply, frozen=True, kw_only=True, tag="scope.page"):
+    memories: list[MemoryRecord]
+    total: int
+    limit: int | None
+    offset: int
+
+
+class ScopeStats(Reply, frozen=True, kw_only=True, tag="scope.stats"):
+    """Counts of one scope. ``vector_mode`` is ``exact`` or ``hnsw``; ``graph_pending``
+    says an HNSW graph is being built beside the actor (searches stay exact)."""
+
+    app_name: str
+    user_id: str
+    count: int
+    embedder: str | None
+    dim: int
+    vector_mode: str
+    graph_pending: bool
+    tombstones: int
+    vocabulary: int
+    entities: int
+    sessions: int
+    categories: int
+    content_bytes: int
+    oldest_created_at: float | None = None
+    newest_created_at: float | None = None
+
+
+class StoreSession(ScopeCommand, frozen=True, tag="scope.store_session"):
+    """A finished session sent by an actor (an agent archiving one): the scope
+    embeds its new texts beside itself, then stores them as an AddSession, whose
+    reply answers this command. Ids from ``first_id`` on."""
+
+    session: Session
+    first_id: str
+    now: float = 0.0
+
+
+ScopeWrite = Remember | AddSession | UpdateMemory | Forget | ForgetWhere | Touch
+ScopeRead = GetMemory | CountMemories | ListMemories | GetScopeStats | Search | StoreSession
+ScopeCommandType = ScopeWrite | ScopeRead
+SCOPE_WRITES: tuple[type[ScopeCommand], ...] = (Remember, AddSession, UpdateMemory, Forget, ForgetWhere,
+                                                Touch)

@@ -1,0 +1,1 @@
+"""Whatever runs a model beside the actors: embedders, the embedding batcher, LLM clients."""
