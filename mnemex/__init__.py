@@ -7,6 +7,7 @@ from mnemex._protocol import Command as Command
 from mnemex._protocol import Reply as Reply
 from mnemex.config import Config as Config
 from mnemex.config import load_config as load_config
+from mnemex.conversations.kind import agent_kind as agent_kind
 from mnemex.conversations.protocol import AgentStats as AgentStats
 from mnemex.conversations.protocol import Appended as Appended
 from mnemex.conversations.protocol import ChatMessage as ChatMessage
@@ -23,7 +24,6 @@ from mnemex.conversations.protocol import TurnHit as TurnHit
 from mnemex.conversations.protocol import TurnRecord as TurnRecord
 from mnemex.conversations.ref import AgentRef as AgentRef
 from mnemex.conversations.ref import SessionStream as SessionStream
-from mnemex.conversations.ref import agent_kind as agent_kind
 from mnemex.conversations.ref import context_for_model_call as context_for_model_call
 from mnemex.conversations.ref import record_turn as record_turn
 from mnemex.conversations.summaries import ExtractiveSummarizer as ExtractiveSummarizer
@@ -55,6 +55,7 @@ from mnemex.kernel import RuntimeStats as RuntimeStats
 from mnemex.kernel import SnapshotData as SnapshotData
 from mnemex.kernel import Step as Step
 from mnemex.kernel import Tell as Tell
+from mnemex.memories.kind import scope_kind as scope_kind
 from mnemex.memories.protocol import Event as Event
 from mnemex.memories.protocol import Hit as Hit
 from mnemex.memories.protocol import MemoryEntry as MemoryEntry
@@ -66,14 +67,13 @@ from mnemex.memories.protocol import SearchResponse as SearchResponse
 from mnemex.memories.protocol import SearchResult as SearchResult
 from mnemex.memories.protocol import Session as Session
 from mnemex.memories.protocol import SessionAdded as SessionAdded
+from mnemex.memories.ref import ScopeRef as ScopeRef
+from mnemex.memories.service import MemoryService as MemoryService
 
 # -- long-term memory
-from mnemex.memories.ref import SEARCH_MEMORY_TOOL as SEARCH_MEMORY_TOOL
-from mnemex.memories.ref import MemoryService as MemoryService
-from mnemex.memories.ref import ScopeRef as ScopeRef
-from mnemex.memories.ref import execute_memory_tool as execute_memory_tool
-from mnemex.memories.ref import format_as_context as format_as_context
-from mnemex.memories.ref import scope_kind as scope_kind
+from mnemex.memories.tools import SEARCH_MEMORY_TOOL as SEARCH_MEMORY_TOOL
+from mnemex.memories.tools import execute_memory_tool as execute_memory_tool
+from mnemex.memories.tools import format_as_context as format_as_context
 from mnemex.models.hashing import Embedder as Embedder
 from mnemex.models.hashing import HashingEmbedder as HashingEmbedder
 from mnemex.runtime import Client as Client

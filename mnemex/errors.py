@@ -11,6 +11,8 @@
     ├── Timeout                  an ask got no answer in time (also a TimeoutError)
     ├── ActorClosed              the actor (or the whole runtime) was stopped; it did not break
     ├── ActorCrashed             the actor broke: a handler or restore raised; cause chained
+    ├── ModelError               a model beside the actors failed (its cause chained)
+    │   └── EmbedderError        the embedder failed or answered vectors of the wrong shape
     ├── CorruptData              bytes on disk fail their checksum or do not parse
     └── StorageError             the disk refused: full, read-only, locked by another process
         └── DataDirLocked        another process holds the data directory's lock
@@ -28,8 +30,10 @@ __all__ = [
     "Busy",
     "CorruptData",
     "DataDirLocked",
+    "EmbedderError",
     "InvalidInput",
     "MnemexError",
+    "ModelError",
     "NotFound",
     "StorageError",
     "Timeout",
@@ -81,6 +85,16 @@ class ActorClosed(MnemexError):
 class ActorCrashed(MnemexError):
     """Raised when an actor broke: its handler raised something that is not a
     MnemexError, or its state could not be restored. The cause is chained."""
+
+
+class ModelError(MnemexError):
+    """Raised when a model run beside the actors (an embedder, an LLM) failed: not
+    the caller's fault, and the command that needed it changed nothing."""
+
+
+class EmbedderError(ModelError):
+    """Raised when the embedder raised, or returned vectors of the wrong shape; the
+    message names the embedder and how many texts it was given."""
 
 
 class CorruptData(MnemexError):

@@ -1,8 +1,10 @@
-"""Assembly: the kernel with mnemex's own actor kinds registered.
+"""The runtime users open: the kernel with mnemex's own actor kinds, and the services
+the refs share (the embedding batcher, the id clock, access counts, TTL sweeps).
 
-This is where ``open_runtime`` and ``Client`` come from. The kernel
-(``mnemex.runtime``) stays generic; this module is the one place that knows
-which kinds make up mnemex.
+``open_runtime`` builds the kernel and owns everything around it: no module-level
+state, no task started by a ref. ``MnemexRuntime`` holds the kernel (it does not
+extend it) and hands out the refs; ``Client`` runs one on a background thread for
+hosts that are not trio.
 """
 
 from __future__ import annotations
@@ -11,31 +13,59 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
+import trio
+
+from mnemex._ids import IdClock
 from mnemex.config import Config
+from mnemex.conversations.kind import AGENT_KIND, agent_kind, sweep_expired_sessions
 from mnemex.conversations.protocol import Policy
-from mnemex.conversations.ref import AgentRef, agent_kind, run_ttl_sweeper
+from mnemex.conversations.ref import AgentRef, AgentServices
+from mnemex.effects import Key
+from mnemex.errors import InvalidInput
 from mnemex.kernel import (
     ActorKind,
+    ActorRef,
     BlockingBridge,
     BlockingProxy,
     BlockingRef,
-    Key,
     Runtime,
     RuntimeStats,
+    Subscription,
     open_actor_runtime,
 )
+from mnemex.memories.kind import SCOPE_KIND, ScopeKind, scope_kind
 from mnemex.memories.protocol import SearchMode, SearchResult, SessionAdded
-from mnemex.memories.ref import ScopeRef, archive_session, flush_touches, scope_kind, search_scopes
+from mnemex.memories.ref import ScopeRef, ScopeServices, archive_session, search_scopes
+from mnemex.models.batcher import EmbeddingBatcher
 
 __all__ = ["Client", "MnemexRuntime", "open_runtime"]
 
 
-class MnemexRuntime(Runtime):
-    """The runtime handed out by ``open_runtime``: the kernel's ask/tell/ref and,
-    as mnemex's actor kinds arrive, their refs."""
+class MnemexRuntime:
+    """The runtime handed out by ``open_runtime``: refs to agents and scopes, search
+    across scopes, archiving, and the kernel's ask/tell/ref underneath."""
 
-    _agent_sweeper_started: bool = False
+    def __init__(self, kernel: Runtime, scopes: Mapping[str, ScopeServices],
+                 agents: Mapping[str, AgentServices]) -> None:
+        self._kernel = kernel
+        self._scopes = dict(scopes)
+        self._agents = dict(agents)
 
+    @property
+    def kernel(self) -> Runtime:
+        """The actor kernel underneath (``mnemex.lowlevel``: for actor-kind authors)."""
+        return self._kernel
+
+    @property
+    def config(self) -> Config:
+        return self._kernel.config
+
+    @property
+    def kinds(self) -> Mapping[str, ActorKind]:
+        """Every registered actor kind, by name."""
+        return self._kernel.kinds
+
+    # -- short-term memory
     def agent(self, name: str, *, policy: Policy | None = None, ttl: float | None = None) -> AgentRef:
         """The short-term memory of the agent ``name`` (spawned on first use).
 
@@ -43,16 +73,12 @@ class MnemexRuntime(Runtime):
         may stay idle) are journaled with the agent on first use, so they survive
         restarts; None leaves what the agent has (or the configured default).
         """
-        if not self._agent_sweeper_started:
-            self._agent_sweeper_started = True
-            self._nursery.start_soon(run_ttl_sweeper, self, self.config.agent_sweep_interval,
-                                     name="mnemex agent TTL sweeper")
-        return AgentRef(self, name, policy=policy, ttl=ttl)
+        return AgentRef(self._agent_services(AGENT_KIND), name, policy=policy, ttl=ttl)
 
     # -- long-term memory
     def scope(self, *, user_id: str, app_name: str) -> ScopeRef:
         """The long-term memory of ``user_id`` in ``app_name`` (spawned on first use)."""
-        return ScopeRef(self, user_id=user_id, app_name=app_name)
+        return ScopeRef(self.scope_services(), user_id=user_id, app_name=app_name)
 
     async def search(self, query: str, scopes: Iterable[tuple[str, str]], top_k: int = 10, *,
                      mode: SearchMode | None = None, min_score: float | None = None,
@@ -60,42 +86,147 @@ class MnemexRuntime(Runtime):
         """Search several scopes, ``[(app_name, user_id), ...]``, at once and merge the
         hits into one ranking (scores are comparable across scopes; each hit names
         its scope)."""
-        return await search_scopes(self, query, scopes, top_k, mode=mode, min_score=min_score, filter=filter)
+        return await search_scopes(self.scope_services(), query, scopes, top_k, mode=mode,
+                                   min_score=min_score, filter=filter)
 
     async def archive(self, agent_name: str, session_id: str, *, user_id: str, app_name: str) -> SessionAdded:
         """Move one session of agent ``agent_name`` into the long-term memory of
         (app_name, user_id); adding it again adds nothing twice."""
-        return await archive_session(self, agent_name, session_id, user_id=user_id, app_name=app_name)
+        return await archive_session(self.scope_services(), AGENT_KIND, agent_name, session_id,
+                                     user_id=user_id, app_name=app_name)
 
-    async def aclose(self) -> None:
-        await flush_touches(self)  # the access counts of the last interval
-        await super().aclose()
+    async def flush_touches(self) -> int:
+        """Send the access counts searches gathered so far now (the runtime does it every
+        ``config.touch_interval`` and at shutdown); returns how many scopes got one."""
+        sent = 0
+        for services in self._scopes.values():
+            sent += await services.flush()
+        return sent
+
+    def scope_services(self, kind: str = SCOPE_KIND) -> ScopeServices:
+        """What the refs of scope kind ``kind`` share (its batcher, id clock, access counts)."""
+        services = self._scopes.get(kind)
+        if services is None:
+            raise InvalidInput(f"actor kind {kind!r} is not a scope kind (make it with scope_kind())",
+                               field="kind")
+        return services
+
+    def _agent_services(self, kind: str) -> AgentServices:
+        services = self._agents.get(kind)
+        if services is None:
+            raise InvalidInput(f"actor kind {kind!r} is not an agent kind (make it with agent_kind())",
+                               field="kind")
+        return services
+
+    # -- the kernel's calls
+    def ref(self, kind: str, key: str | Key) -> ActorRef:
+        """A lightweight ref to one actor of any registered kind (spawned on first message)."""
+        return self._kernel.ref(kind, key)
+
+    async def ask(self, kind: str, key: str | Key, command: Any, *, timeout: float | None = None) -> Any:
+        """Send ``command`` to an actor and wait for its reply (``config.ask_timeout`` by default)."""
+        return await self._kernel.ask(kind, key, command, timeout=timeout)
+
+    async def tell(self, kind: str, key: str | Key, command: Any) -> None:
+        """Send ``command`` to an actor without waiting for its reply."""
+        await self._kernel.tell(kind, key, command)
+
+    async def subscribe(self, kind: str, key: str | Key, topic: str, command: Any = None, *,
+                        buffer: int = 1024, timeout: float | None = None) -> Subscription:
+        """A live feed of an actor's events on ``topic`` (see the kernel's ``subscribe``)."""
+        return await self._kernel.subscribe(kind, key, topic, command, buffer=buffer, timeout=timeout)
+
+    async def passivate(self, kind: str, key: str | Key) -> None:
+        """Snapshot an actor and unload it now (it comes back on its next message)."""
+        await self._kernel.passivate(kind, key)
+
+    def live_keys(self, kind: str | None = None) -> list[tuple[str, Key]]:
+        """The actors loaded now, as (kind, key)."""
+        return self._kernel.live_keys(kind)
+
+    def stats(self) -> RuntimeStats:
+        """Counts for health checks and metrics."""
+        return self._kernel.stats()
+
+    def journal_health(self) -> dict[str, Any]:
+        """Group-commit figures: rounds, lines per round, sync latency quantiles."""
+        return self._kernel.journal_health()
 
 
 def _builtin_kinds(config: Config, replaced: Iterable[str] = ()) -> list[ActorKind]:
     """mnemex's own kinds, but for those ``replaced`` by a caller's kind of that name."""
     skip = set(replaced)
     kinds: list[ActorKind] = []
-    if "agent" not in skip:
+    if AGENT_KIND not in skip:
         kinds.append(agent_kind(config))
-    if "scope" not in skip:
+    if SCOPE_KIND not in skip:
         kinds.append(scope_kind(config))
     return kinds
+
+
+async def _every(interval: float, chore: Any, *args: Any) -> None:
+    while True:
+        await trio.sleep(interval)
+        await chore(*args)
 
 
 @asynccontextmanager
 async def open_runtime(config: Config | None = None, *,
                        kinds: Iterable[ActorKind] = ()) -> AsyncIterator[MnemexRuntime]:
     """Open a runtime: lock the data directory, recover nothing eagerly (actors load
-    on first use), and on exit drain every mailbox and snapshot every actor.
+    on first use), and on exit send the last access counts, drain every mailbox and
+    snapshot every actor.
 
-    ``kinds`` registers extra actor kinds beside mnemex's own (tests, plugins).
+    ``kinds`` registers extra actor kinds beside mnemex's own (tests, plugins); a kind
+    named like a built-in one (``"agent"``, ``"scope"``) takes its place.
     """
     cfg = config if config is not None else Config()
     extra = list(kinds)
-    builtin = _builtin_kinds(cfg, [kind.name for kind in extra])
-    async with open_actor_runtime(cfg, [*builtin, *extra], runtime_class=MnemexRuntime) as rt:
-        yield rt
+    given = [*_builtin_kinds(cfg, [kind.name for kind in extra]), *extra]
+    ids = IdClock()
+    served: list[ActorKind] = []
+    batchers: dict[str, tuple[ScopeKind, EmbeddingBatcher]] = {}
+    for kind in given:
+        if isinstance(kind, ScopeKind) and kind.embedder is not None:
+            batcher = EmbeddingBatcher(kind.embedder, cfg.embed_batch_size)
+            batchers[kind.name] = (kind.served_by(batcher.embed), batcher)
+            served.append(batchers[kind.name][0])
+        else:
+            served.append(kind)
+    async with open_actor_runtime(cfg, served, runtime_class=Runtime) as kernel, \
+            trio.open_nursery() as services:
+        for name, (_, batcher) in batchers.items():
+            await services.start(batcher.run, name=f"mnemex {name} embedding")
+        scopes = {name: ScopeServices(kernel, scope, batcher, ids)
+                  for name, (scope, batcher) in batchers.items()}
+        agents = {kind.name: AgentServices(kernel, kind.name) for kind in served
+                  if kind.name == AGENT_KIND}
+        rt = MnemexRuntime(kernel, scopes, agents)
+        chores = trio.CancelScope()
+        services.start_soon(_chores, chores, rt, name="mnemex chores")
+        try:
+            yield rt
+        finally:
+            chores.cancel()
+            with trio.CancelScope(shield=True) as shield:
+                shield.deadline = trio.current_time() + cfg.shutdown_timeout
+                await rt.flush_touches()  # the access counts of the last interval
+                # drain and snapshot while the batchers still run: a draining scope may embed
+                await kernel.aclose()
+            services.cancel_scope.cancel()
+
+
+async def _chores(scope: trio.CancelScope, rt: MnemexRuntime) -> None:
+    """What the runtime does every so often, until shutdown: send access counts,
+    expire idle sessions."""
+    config = rt.config
+    with scope:
+        async with trio.open_nursery() as chores:
+            if rt._scopes:
+                chores.start_soon(_every, config.touch_interval, rt.flush_touches)
+            for name in rt._agents:
+                chores.start_soon(_every, config.agent_sweep_interval, sweep_expired_sessions,
+                                  rt.kernel, name)
 
 
 class Client(BlockingBridge[MnemexRuntime]):
@@ -127,18 +258,12 @@ class Client(BlockingBridge[MnemexRuntime]):
     def agent(self, name: str, *, policy: Policy | None = None, ttl: float | None = None) -> BlockingProxy:
         """A blocking AgentRef: the same calls as ``MnemexRuntime.agent``, waiting in the
         calling thread (``subscribe`` is async-only)."""
-        async def make() -> AgentRef:
-            return self.runtime.agent(name, policy=policy, ttl=ttl)
-
-        return self.blocking(self.call(make))
+        return self.blocking(self.runtime.agent(name, policy=policy, ttl=ttl))
 
     def scope(self, *, user_id: str, app_name: str) -> BlockingProxy:
         """A blocking ScopeRef: the same calls as ``MnemexRuntime.scope``, waiting in the
         calling thread."""
-        async def make() -> ScopeRef:
-            return self.runtime.scope(user_id=user_id, app_name=app_name)
-
-        return self.blocking(self.call(make))
+        return self.blocking(self.runtime.scope(user_id=user_id, app_name=app_name))
 
     def search(self, query: str, scopes: Iterable[tuple[str, str]], top_k: int = 10, *,
                mode: SearchMode | None = None, min_score: float | None = None,
@@ -151,7 +276,4 @@ class Client(BlockingBridge[MnemexRuntime]):
         return self.call(run)
 
     def stats(self) -> RuntimeStats:
-        async def take() -> RuntimeStats:
-            return self.runtime.stats()
-
-        return self.call(take)
+        return self.runtime.stats()

@@ -1,6 +1,6 @@
-"""Short-term memory on the runtime: the ``agent`` actor kind, the async AgentRef
-that ``rt.agent(name)`` hands out, live session streams, the TTL sweeper and
-the two helpers an agent loop calls around each model call.
+"""Short-term memory on the runtime: the async AgentRef that ``rt.agent(name)``
+hands out, live session streams, and the two helpers an agent loop calls around
+each model call.
 
 This side may read the wall clock: appends are stamped here (``time.time()``),
 and the timestamp travels inside the command, so the actor stays deterministic.
@@ -11,21 +11,15 @@ from __future__ import annotations
 import logging
 import math
 import time
-import weakref
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any
 
 import msgspec
 import trio
 
-from mnemex.config import Config
+from mnemex._host import Host
 from mnemex.conversations.behaviour import (
-    AgentMemory,
-    AgentSettings,
-    agent_codec,
-    encode_agent_command,
-    is_agent_write,
     messages_to_raw,
 )
 from mnemex.conversations.protocol import (
@@ -41,7 +35,6 @@ from mnemex.conversations.protocol import (
     EntriesAppended,
     EntryPage,
     ExpireSessions,
-    FindExpired,
     GetContext,
     GetHistory,
     GetStats,
@@ -73,25 +66,12 @@ from mnemex.conversations.protocol import (
     WatchStart,
     session_topic,
 )
-from mnemex.conversations.summaries import Summarizer
-from mnemex.conversations.tokens import TokenCounter
-from mnemex.errors import Busy, InvalidInput, MnemexError, NotFound, Timeout
-from mnemex.kernel import ActorKind, ActorRef, Key, Runtime, Subscription
+from mnemex.errors import Busy, InvalidInput, NotFound, Timeout
+from mnemex.kernel import ActorRef, Subscription
 
-__all__ = [
-    "AGENT_KIND",
-    "AgentRef",
-    "SessionStream",
-    "agent_kind",
-    "context_for_model_call",
-    "record_turn",
-    "run_ttl_sweeper",
-    "sweep_expired_sessions",
-]
+__all__ = ["AgentRef", "AgentServices", "SessionStream", "context_for_model_call", "record_turn"]
 
 log = logging.getLogger("mnemex.agent")
-
-AGENT_KIND: Final = "agent"
 
 _encode = msgspec.json.Encoder()
 _decode_stored = msgspec.json.Decoder(list[StoredMessage])
@@ -99,30 +79,19 @@ _decode_page = msgspec.json.Decoder(MessagePage)
 _decode_dicts = msgspec.json.Decoder(list[dict[str, Any]])
 _decode_view = msgspec.json.Decoder(ContextView)
 
-# what each runtime was last told about an agent's configuration, so that
-# rt.agent("bot", policy=...) called per request journals the policy once
-_applied: weakref.WeakKeyDictionary[Runtime, dict[tuple[str, str, str], Any]] = weakref.WeakKeyDictionary()
 
+class AgentServices:
+    """What a runtime keeps for the agents of one agent kind: the host that carries
+    their commands and what each agent was last given by a ref (its policy, its
+    TTL), so that ``rt.agent("bot", policy=...)`` called per request journals the
+    policy once. Made by the runtime; refs only use it."""
 
-def agent_kind(config: Config | None = None, *, summarizer: Summarizer | None = None,
-               token_counter: TokenCounter | None = None, name: str = AGENT_KIND) -> ActorKind:
-    """The ``agent`` actor kind: AgentMemory behaviours set up from ``config``.
+    __slots__ = ("applied", "host", "kind")
 
-    ``summarizer`` and ``token_counter`` replace the configured ones (pass the kind
-    to ``open_runtime(config, kinds=[agent_kind(config, summarizer=...)])``; it takes
-    the place of the built-in one).
-    """
-    settings = AgentSettings.from_config(config if config is not None else Config(),
-                                         summarizer=summarizer, token_counter=token_counter)
-
-    def create(key: Key) -> AgentMemory:
-        return AgentMemory(key[0], settings)
-
-    def restore(key: Key, image: Any) -> AgentMemory:
-        return AgentMemory.restore(key[0], image, settings)
-
-    return ActorKind(name=name, create=create, restore=restore, encode=encode_agent_command,
-                     decode=agent_codec.decode, is_journaled=is_agent_write)
+    def __init__(self, host: Host, kind: str) -> None:
+        self.host = host
+        self.kind = kind
+        self.applied: dict[tuple[str, str], Any] = {}
 
 
 def _entries_to_stored(entries: Sequence[MessageEntry]) -> list[StoredMessage]:
@@ -145,17 +114,17 @@ class AgentRef:
     stored verbatim (extra fields kept) and returned as dicts.
     """
 
-    __slots__ = ("_configured", "_policy", "_ref", "_runtime", "_ttl", "name")
+    __slots__ = ("_configured", "_policy", "_ref", "_services", "_ttl", "name")
 
-    def __init__(self, runtime: Runtime, name: str, *, policy: Policy | None = None,
-                 ttl: float | None = None, kind: str = AGENT_KIND) -> None:
+    def __init__(self, services: AgentServices, name: str, *, policy: Policy | None = None,
+                 ttl: float | None = None) -> None:
         if policy is not None and not isinstance(policy, MaxMessages | TokenBudget | NoPruning):
             raise InvalidInput(f"policy must be MaxMessages, TokenBudget or NoPruning, got {policy!r}",
                                field="policy")
         if ttl is not None:
             _check_timeout(ttl)
-        self._runtime = runtime
-        self._ref: ActorRef = runtime.ref(kind, name)
+        self._services = services
+        self._ref: ActorRef = services.host.ref(services.kind, name)
         self.name = name
         self._policy = policy
         self._ttl = ttl
@@ -170,13 +139,13 @@ class AgentRef:
         return self._ref
 
     async def _configure(self) -> None:
-        applied = _applied.setdefault(self._runtime, {})
-        if self._policy is not None and applied.get((self._ref.kind, self.name, "policy")) != self._policy:
+        applied = self._services.applied
+        if self._policy is not None and applied.get((self.name, "policy")) != self._policy:
             await self._ref.ask(SetPolicy(policy=self._policy))
-            applied[(self._ref.kind, self.name, "policy")] = self._policy
-        if self._ttl is not None and applied.get((self._ref.kind, self.name, "ttl")) != self._ttl:
+            applied[(self.name, "policy")] = self._policy
+        if self._ttl is not None and applied.get((self.name, "ttl")) != self._ttl:
             await self._ref.ask(SetTtl(seconds=self._ttl))
-            applied[(self._ref.kind, self.name, "ttl")] = self._ttl
+            applied[(self.name, "ttl")] = self._ttl
         self._configured = True
 
     async def _ask(self, command: Any, timeout: float | None = None) -> Any:
@@ -219,13 +188,13 @@ class AgentRef:
         """Set the agent's pruning policy, or one session's; None returns to the default."""
         reply: PolicySet = await self._ask(SetPolicy(policy=policy, session_id=session_id))
         if session_id is None:
-            _applied.setdefault(self._runtime, {})[(self._ref.kind, self.name, "policy")] = policy
+            self._services.applied[(self.name, "policy")] = policy
         return reply
 
     async def set_ttl(self, seconds: float | None) -> TtlSet:
         """Expire sessions idle longer than ``seconds``; None keeps them forever."""
         reply: TtlSet = await self._ask(SetTtl(seconds=seconds))
-        _applied.setdefault(self._runtime, {})[(self._ref.kind, self.name, "ttl")] = seconds
+        self._services.applied[(self.name, "ttl")] = seconds
         return reply
 
     async def cleanup_expired(self) -> list[str]:
@@ -354,10 +323,10 @@ class SessionStream:
         agent = self.agent
         if not agent._configured:
             await agent._configure()
-        runtime, ref = agent._runtime, agent.ref
+        host, ref = agent._services.host, agent.ref
         command = WatchSession(session_id=self.session_id, from_beginning=self.from_beginning,
                                now=time.time())
-        subscription = await runtime.subscribe(ref.kind, ref.key, session_topic(self.session_id), command,
+        subscription = await host.subscribe(ref.kind, ref.key, session_topic(self.session_id), command,
                                                buffer=self.buffer)
         start = subscription.initial
         assert isinstance(start, WatchStart)
@@ -437,34 +406,6 @@ class SessionStream:
         subscription = getattr(self, "_subscription", None)  # None if __init__ raised
         if subscription is not None:
             subscription.closed = True
-
-
-# -- TTL sweeps -------------------------------------------------------------------------
-async def sweep_expired_sessions(runtime: Runtime, kind: str = AGENT_KIND, *,
-                                 now: float | None = None) -> int:
-    """Expire the sessions whose TTL passed (at ``now``, default the wall clock) in
-    every live agent; returns how many agents had some. Agents with nothing to
-    expire journal nothing."""
-    now = time.time() if now is None else now
-    swept = 0
-    for _, key in runtime.live_keys(kind):
-        try:
-            expired = await runtime.ask(kind, key, FindExpired(now=now))
-            if expired:
-                await runtime.tell(kind, key, ExpireSessions(now=now))
-                swept += 1
-        except MnemexError as exc:
-            log.debug("TTL sweep of agent %r skipped: %s", key, exc)
-    return swept
-
-
-async def run_ttl_sweeper(runtime: Runtime, interval: float, *, kind: str = AGENT_KIND,
-                          task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """Sweep expired sessions of live agents every ``interval`` seconds, forever."""
-    task_status.started()
-    while True:
-        await trio.sleep(interval)
-        await sweep_expired_sessions(runtime, kind)
 
 
 # -- host integration ------------------------------------------------------------------

@@ -38,7 +38,7 @@ import bisect
 import logging
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Final, Literal
 
@@ -91,7 +91,6 @@ from mnemex.memories.protocol import (
     UpdateMemory,
 )
 from mnemex.memories.sessions import session_memories
-from mnemex.models.hashing import Embedder
 
 __all__ = [
     "GraphReady",
@@ -157,13 +156,21 @@ def _check_vectors(vectors: Sequence[bytes], dim: int) -> None:
 
 
 # -- settings ------------------------------------------------------------------------------
+# what a scope's jobs embed with: texts in, one float32 unit row per text out; the
+# runtime gives its embedding batcher's ``embed`` (the one embedding path)
+EmbedTexts = Callable[[Sequence[str]], Awaitable[npt.NDArray[np.float32]]]
+
+
 @dataclass(frozen=True, slots=True)
 class ScopeSettings:
-    """What every scope of a runtime shares (see Config for each knob). ``embedder``
-    is the configured model: the scope never calls it in a handler, only in Jobs
-    beside itself (a session an actor sends it)."""
+    """What every scope of a runtime shares (see Config for each knob).
+    ``embedder_name`` / ``embedder_dim`` name the configured model; ``embed`` runs
+    it, never in a handler: only in Jobs beside the actor (a session an actor sends
+    it). None of the three is needed to replay or to search with given vectors."""
 
-    embedder: Embedder | None = None
+    embedder_name: str | None = None
+    embedder_dim: int = 0
+    embed: EmbedTexts | None = None
     embed_batch_size: int = 256
     max_content_bytes: int = 10_240
     max_metadata_bytes: int = 16_384
@@ -197,26 +204,19 @@ class ScopeSettings:
     graph_stale: float = 60.0
 
     @classmethod
-    def from_config(cls, config: Config, embedder: Embedder | None = None) -> ScopeSettings:
-        """Every setting Config also has, taken from it (the names are the same);
-        ``embedder`` is the model object, not config.embedder's name."""
+    def from_config(cls, config: Config, *, embedder_name: str | None = None, embedder_dim: int = 0,
+                    embedder_min_score: float = 0.7, embed: EmbedTexts | None = None) -> ScopeSettings:
+        """Every setting Config also has, taken from it (the names are the same), with
+        the configured model's name, dimension, default vector cut and ``embed``."""
         shared = {f.name: getattr(config, f.name) for f in fields(cls)
-                  if f.name != "embedder" and hasattr(config, f.name)}
+                  if f.name not in ("embedder_name", "embedder_dim", "embed") and hasattr(config, f.name)}
         if shared.get("vector_min_score") is None:  # the embedder's own
-            shared["vector_min_score"] = float(getattr(embedder, "min_score", 0.7))
+            shared["vector_min_score"] = float(embedder_min_score)
         if shared.get("hybrid_min_score") is None:
             weights = config.fusion_vector_weight + config.fusion_fulltext_weight
             share = config.fusion_vector_weight / weights
             shared["hybrid_min_score"] = round(min(0.1, share * shared["vector_min_score"]), 6)
-        return cls(embedder=embedder, **shared)
-
-    @property
-    def embedder_name(self) -> str | None:
-        return self.embedder.name if self.embedder is not None else None
-
-    @property
-    def embedder_dim(self) -> int:
-        return int(self.embedder.dim) if self.embedder is not None else 0
+        return cls(embedder_name=embedder_name, embedder_dim=embedder_dim, embed=embed, **shared)
 
     def vector_params(self) -> dict[str, Any]:
         return {"hnsw_threshold": self.hnsw_threshold, "m": self.hnsw_m,
@@ -929,21 +929,14 @@ class ScopeMemory:
             if memory.content not in self.by_content and memory.content not in fresh:
                 fresh.add(memory.content)
                 todo.append(i)
-        embedder = self.settings.embedder
-        if not todo or embedder is None:
+        embed = self.settings.embed
+        name, dim = self.settings.embedder_name, self.settings.embedder_dim
+        if not todo or embed is None or name is None:
             return self._with_graph(self._add_session(session_id, memories, None, 0, now))
         texts = [memories[i].content for i in todo]
-        name, dim = embedder.name, embedder.dim
 
-        def embed() -> npt.NDArray[np.float32]:
-            step = max(1, self.settings.embed_batch_size)
-            parts = [np.asarray(embedder.embed(texts[at:at + step]), dtype=np.float32)
-                     for at in range(0, len(texts), step)]
-            matrix = np.concatenate(parts) if parts else np.zeros((0, dim), dtype=np.float32)
-            if matrix.shape != (len(texts), dim):
-                raise MnemexError(f"embedder {name!r} returned shape {matrix.shape} for {len(texts)} texts "
-                                  f"of dim {dim}")
-            return matrix
+        async def work() -> npt.NDArray[np.float32]:
+            return await embed(texts)
 
         def deliver(result: JobResult) -> AddSession | SessionEmbedFailed:
             if result.error is not None:
@@ -954,7 +947,7 @@ class ScopeMemory:
                 with_vectors[i] = msgspec.structs.replace(memories[i], vector=vector)
             return AddSession(session_id=session_id, memories=with_vectors, embedder=name, dim=dim, now=now)
 
-        return Step(None, (Job(embed, deliver, name=f"scope.embed-session {self.app_name}/{self.user_id}",
+        return Step(None, (Job(work, deliver, name=f"scope.embed-session {self.app_name}/{self.user_id}",
                                answers=True),))
 
     def _add_session(self, session_id: str, memories: Any, embedder: Any, dim: Any, now: Any) -> SessionAdded:

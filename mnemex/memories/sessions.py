@@ -8,41 +8,12 @@ agent archives, actor to actor), so both store a session the same way.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
 
-from mnemex.errors import InvalidInput
+from mnemex._ids import id_at
 from mnemex.memories.protocol import NewMemory, Session
 
-__all__ = ["CROCKFORD", "chunk_text", "encode_id", "event_text", "id_at", "session_memories"]
-
-CROCKFORD: Final = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-_DIGITS: Final = {char: value for value, char in enumerate(CROCKFORD)}
-_ID_CHARS: Final = 26
-_ID_LIMIT: Final = 1 << 128
-
-
-def encode_id(value: int) -> str:
-    """A 128-bit value as 26 Crockford base-32 characters (sorting as the value does)."""
-    chars = []
-    for _ in range(_ID_CHARS):
-        chars.append(CROCKFORD[value & 31])
-        value >>= 5
-    return "".join(reversed(chars))
-
-
-def id_at(first: str, offset: int) -> str:
-    """The id ``offset`` places after ``first`` in a reserved block of ids."""
-    if not isinstance(first, str) or len(first) != _ID_CHARS or any(char not in _DIGITS for char in first):
-        raise InvalidInput(f"first_id {first!r} is not a memory id (26 Crockford base-32 characters)",
-                           field="first_id")
-    value = 0
-    for char in first:
-        value = value * 32 + _DIGITS[char]
-    value += offset
-    if value >= _ID_LIMIT:
-        raise InvalidInput(f"first_id {first!r} leaves no room for {offset + 1:,} ids", field="first_id")
-    return encode_id(value)
-
+__all__ = ["chunk_text", "event_text", "session_memories"]
 
 def event_text(content: Any) -> str | None:
     """The text of an event's content: a string, a list of parts (``{"text": ...}``

@@ -20,7 +20,8 @@ from mnemex.conversations.protocol import (
     StreamEvent,
     TokenBudget,
 )
-from mnemex.conversations.ref import context_for_model_call, record_turn, sweep_expired_sessions
+from mnemex.conversations.kind import sweep_expired_sessions
+from mnemex.conversations.ref import context_for_model_call, record_turn
 
 
 def memory() -> mnemex.Config:
@@ -226,9 +227,9 @@ async def test_expired_sessions_go_on_access_on_cleanup_and_in_the_sweep(tmp_pat
         assert await agent.cleanup_expired() == []
         later = time.time() + 61
         assert sorted(await rt.ask("agent", "bot", FindExpired(now=later))) == ["a", "b"]
-        assert await sweep_expired_sessions(rt, now=later) == 1
+        assert await sweep_expired_sessions(rt.kernel, now=later) == 1
         assert await agent.sessions() == [] and await agent.history("a") == []
-        assert await sweep_expired_sessions(rt, now=later) == 0  # nothing left: nothing journaled
+        assert await sweep_expired_sessions(rt.kernel, now=later) == 0  # nothing left: nothing journaled
         await agent.append("c", [user("z")])
         deleted = await rt.ask("agent", "bot", ExpireSessions(now=time.time() + 61))
         assert deleted.session_ids == ["c"]

@@ -17,7 +17,7 @@ from agent_support import Driver, assistant, make, user
 
 import mnemex
 from mnemex.conversations.protocol import TokenBudget
-from mnemex.conversations.ref import agent_kind
+from mnemex.conversations.kind import agent_kind
 from mnemex.conversations.summaries import LLMSummarizer, SummaryError, SummaryRequest
 
 

@@ -300,9 +300,9 @@ async def test_shutdown_drains_every_mailbox_and_snapshots(tmp_path: Any) -> Non
         for i in range(10):
             assert await rt.ask("counter", f"c{i}", Get()) == (50, 50)
         with pytest.raises(mnemex.ActorClosed):
-            rt._accepting = False
+            rt.kernel._accepting = False
             await rt.ask("counter", "c0", Get())
-        rt._accepting = True
+        rt.kernel._accepting = True
 
 
 async def test_restart_from_disk_keeps_every_acknowledged_command(tmp_path: Any) -> None:
@@ -325,7 +325,7 @@ async def test_shutdown_answers_waiting_asks_with_actor_closed_or_a_reply() -> N
                 results.append("closed")
 
         for _ in range(20):
-            rt._nursery.start_soon(ask)
+            rt.kernel._nursery.start_soon(ask)
     assert len(results) == 20
 
 

@@ -3,6 +3,7 @@ brute-force references for every search mode."""
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -10,6 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from mnemex.effects import Image, Job, Step
 from mnemex.index import Tokenizer, normalize_phrase, words
@@ -22,8 +24,27 @@ EMBEDDER = HashingEmbedder(dim=32)
 KEY = ("app", "user")
 
 
+async def embed(texts: Sequence[str]) -> npt.NDArray[np.float32]:
+    return EMBEDDER.embed(list(texts))
+
+
+def run_work(work: Any) -> Any:
+    """A job's work, run here: a coroutine function is driven to its end (the test
+    embedder never waits), anything else is called."""
+    if not inspect.iscoroutinefunction(work):
+        return work()
+    coroutine = work()
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    coroutine.close()
+    raise AssertionError("a job's coroutine waited for something; drive it with trio instead")
+
+
 def settings(**overrides: Any) -> ScopeSettings:
-    base = ScopeSettings(embedder=EMBEDDER, hnsw_threshold=10_000, fusion_candidates=1000)
+    base = ScopeSettings(embedder_name=EMBEDDER.name, embedder_dim=EMBEDDER.dim, embed=embed,
+                         hnsw_threshold=10_000, fusion_candidates=1000)
     return replace(base, **overrides)
 
 
@@ -71,7 +92,7 @@ class Driver:
             from mnemex.effects import JobResult
 
             try:
-                result = JobResult(value=job.work())
+                result = JobResult(value=run_work(job.work))
             except Exception as exc:  # pragma: no cover - reported by the deliver
                 result = JobResult(error=exc)
             self.send(job.deliver(result))

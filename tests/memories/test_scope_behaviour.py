@@ -130,7 +130,7 @@ def test_vectors_of_another_embedder_are_never_mixed() -> None:
         d.send(Search(query="x", vector=encode_vector(other.embed(["x"])[0]), embedder=other.name, dim=16,
                       mode="vector", now=d.now))
     # a runtime configured with another model: the error says what to do
-    moved = ScopeMemory.restore(KEY, snapshot_image(d.memory), settings(embedder=other))
+    moved = ScopeMemory.restore(KEY, snapshot_image(d.memory), settings(embedder_name=other.name, embedder_dim=other.dim))
     with pytest.raises(mnemex.InvalidInput, match=r"set config\.embedder back"):
         moved.handle(Remember(memories=[memory], embedder=other.name, dim=16, now=d.tick()))
     # keyword and full-text search still work on that scope

@@ -14,7 +14,7 @@ from scope_support import EMBEDDER, KEY, Driver, restored
 import mnemex
 from mnemex.memories.behaviour import ScopeMemory, encode_vector, scope_codec
 from mnemex.memories.protocol import AddSession, Forget, Remember, Touch, UpdateMemory
-from mnemex.memories.ref import scope_kind
+from mnemex.memories.kind import scope_kind
 
 WORDS = ["tea", "coffee", "hiking", "paint", "lake", "sunrise", "dog", "cat", "Paris", "guitar", "the",
          "and", "charity", "race", "kids", "camping", "don't", "Anna's", "café"]

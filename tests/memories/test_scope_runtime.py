@@ -14,7 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mnemex
-from mnemex.memories.ref import EmbeddingBatcher, _services_for, flush_touches, new_memory_id
+from mnemex._ids import IdClock
+from mnemex.memories.service import MemoryService
+from mnemex.models.batcher import EmbeddingBatcher
 from mnemex.models.hashing import HashingEmbedder
 
 WORDS = ["tea", "coffee", "Java", "hiking", "Paris", "dog", "guitar", "bank", "painting", "camping"]
@@ -51,7 +53,7 @@ def test_search_never_returns_another_scopes_memory(workers: list[list[Any]]) ->
 
     async def main() -> None:
         async with mnemex.open_runtime(config(touch_interval=0.01)) as rt:
-            service = mnemex.MemoryService(rt)
+            service = MemoryService(rt.scope_services())
 
             async def worker(number: int, operations: list[Any]) -> None:
                 for step, (what, which, words, mode, pause) in enumerate(operations):
@@ -188,7 +190,7 @@ async def test_multi_scope_search_merges_one_comparable_ranking() -> None:
 # -- sessions -------------------------------------------------------------------------------------
 async def test_add_session_is_idempotent_and_skips_events_without_text() -> None:
     async with mnemex.open_runtime(config(max_content_bytes=64)) as rt:
-        service = mnemex.MemoryService(rt)
+        service = MemoryService(rt.scope_services())
         session = mnemex.Session("s1", "chat", "alice", events=[
             mnemex.Event("user", "I moved to Lisbon in May", 1_714_000_000.0),
             mnemex.Event("model", {"parts": [{"text": "Lisbon is lovely"}]}, 1_714_000_001.0),
@@ -250,7 +252,7 @@ async def test_searches_touch_their_hits_with_one_journal_line_per_interval(tmp_
             assert (await scope.search("tea", mode="keyword")).hits
         assert len(journal.read_bytes().splitlines()) == lines  # no write per search
         assert (await scope.get(mid)).access_count == 0
-        assert await flush_touches(rt) == 1
+        assert await rt.flush_touches() == 1
         record = await scope.get(mid)
         assert record.access_count == 25 and record.last_accessed_at > 0
         assert len(journal.read_bytes().splitlines()) == lines + 1
@@ -262,7 +264,7 @@ async def test_searches_touch_their_hits_with_one_journal_line_per_interval(tmp_
 async def test_the_batcher_gathers_concurrent_texts_into_few_calls() -> None:
     async with mnemex.open_runtime(config(embed_batch_size=64)) as rt:
         scope = rt.scope(user_id="u", app_name="a")
-        batcher = _services_for(rt, "scope").batcher
+        batcher = rt.scope_services().batcher
         async with trio.open_nursery() as nursery:
             for i in range(40):
                 nursery.start_soon(scope.remember, f"memory number {i}")
@@ -309,8 +311,9 @@ async def test_one_preempted_query_embed_does_not_send_the_next_queries_through_
 
 
 async def test_ids_sort_by_creation_time() -> None:
-    ids = [new_memory_id(1_700_000_000.0 + i * 0.0001) for i in range(50)]
-    ids += [new_memory_id(1_600_000_000.0)]  # a clock that went back still gives a later id
+    clock = IdClock()
+    ids = [clock.next(1_700_000_000.0 + i * 0.0001) for i in range(50)]
+    ids += [clock.next(1_600_000_000.0)]  # a clock that went back still gives a later id
     assert ids == sorted(ids) and len(set(ids)) == len(ids) and all(len(i) == 26 for i in ids)
 
 
@@ -386,7 +389,7 @@ async def test_remember_refuses_oversized_content_before_embedding() -> None:
             await scope.remember("é" * 6000)
         with pytest.raises(mnemex.InvalidInput, match="unknown memory field"):
             await scope.remember("x", colour="red")
-        assert _services_for(rt, "scope").batcher.texts == 0
+        assert rt.scope_services().batcher.texts == 0
 
 
 async def test_fields_accept_datetimes_and_iso_strings_and_update_reembeds() -> None:

@@ -1,0 +1,77 @@
+"""The ``scope`` actor kind: ScopeMemory behaviours, their codec, and the model they
+embed with.
+
+A kind made by ``scope_kind`` can rebuild scopes from disk on its own (replay needs no
+model: the vectors are in the journal). A runtime serving it gives it the runtime's
+embedding batcher (``served_by``), so the sessions a scope embeds in its jobs and the
+texts refs embed go through one batcher.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from mnemex.config import Config
+from mnemex.effects import Behaviour, Image, Key
+from mnemex.errors import InvalidInput
+from mnemex.kernel import ActorKind
+from mnemex.memories.behaviour import EmbedTexts, ScopeMemory, ScopeSettings, is_scope_write, scope_codec
+from mnemex.models.hashing import Embedder
+
+__all__ = ["SCOPE_KIND", "ScopeKind", "scope_kind"]
+
+SCOPE_KIND: Final = "scope"
+
+
+def _replay(behaviour: Behaviour, commands: Iterable[Any]) -> None:
+    if not isinstance(behaviour, ScopeMemory):
+        raise TypeError(f"the scope kind replays into a ScopeMemory, not {type(behaviour).__name__}")
+    behaviour.replay(commands)
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeKind(ActorKind):
+    """The ``scope`` actor kind, with the embedder its scopes and refs embed with."""
+
+    embedder: Embedder | None = None
+    settings: ScopeSettings = dataclasses.field(default_factory=ScopeSettings)
+
+    def served_by(self, embed: EmbedTexts) -> ScopeKind:
+        """This kind with ``embed`` as what its scopes' jobs embed with (the runtime's
+        batcher)."""
+        return _build(self.name, self.embedder, dataclasses.replace(self.settings, embed=embed))
+
+
+def _build(name: str, embedder: Embedder | None, settings: ScopeSettings) -> ScopeKind:
+    def create(key: Key) -> ScopeMemory:
+        return ScopeMemory(key, settings)
+
+    def restore(key: Key, image: Image) -> ScopeMemory:
+        return ScopeMemory.restore(key, image, settings)
+
+    return ScopeKind(name=name, create=create, restore=restore, encode=scope_codec.encode,
+                     decode=scope_codec.decode, is_journaled=is_scope_write, replay=_replay,
+                     embedder=embedder, settings=settings)
+
+
+def scope_kind(config: Config | None = None, embedder: Embedder | None = None, *,
+               name: str = SCOPE_KIND) -> ScopeKind:
+    """The ``scope`` actor kind: ScopeMemory behaviours set up from ``config``, embedding
+    with ``embedder`` (default: the one ``config.embedder`` names). Pass
+    ``open_runtime(config, kinds=[scope_kind(config, my_embedder)])`` to use your own;
+    it takes the place of the built-in one."""
+    cfg = config if config is not None else Config()
+    if embedder is None:
+        from mnemex.models.embedders import embedder_from_config
+
+        embedder = embedder_from_config(cfg)
+    if not isinstance(getattr(embedder, "name", None), str) or not isinstance(
+            getattr(embedder, "dim", None), int):
+        raise InvalidInput(f"{embedder!r} is not an Embedder (name: str, dim: int, embed(texts))",
+                           field="embedder")
+    settings = ScopeSettings.from_config(cfg, embedder_name=embedder.name, embedder_dim=embedder.dim,
+                                         embedder_min_score=float(getattr(embedder, "min_score", 0.7)))
+    return _build(name, embedder, settings)
