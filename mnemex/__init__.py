@@ -1,13 +1,13 @@
 """mnemex: memory for AI agents, embedded in the agent's own process.
 
-Every public name is re-exported here; everything else is private.
+This module is the whole user-facing API: open a runtime, talk to agents
+(short-term memory) and scopes (long-term memory), and catch mnemex's errors.
+What actor-kind authors need is in ``mnemex.lowlevel``; everything else is
+private and may change.
 """
 
-from mnemex._protocol import Command as Command
-from mnemex._protocol import Reply as Reply
 from mnemex.config import Config as Config
 from mnemex.config import load_config as load_config
-from mnemex.conversations.kind import agent_kind as agent_kind
 from mnemex.conversations.protocol import AgentStats as AgentStats
 from mnemex.conversations.protocol import Appended as Appended
 from mnemex.conversations.protocol import ChatMessage as ChatMessage
@@ -30,47 +30,30 @@ from mnemex.conversations.summaries import ExtractiveSummarizer as ExtractiveSum
 from mnemex.conversations.summaries import LLMSummarizer as LLMSummarizer
 from mnemex.conversations.summaries import Summarizer as Summarizer
 from mnemex.conversations.summaries import SummaryError as SummaryError
-from mnemex.conversations.summaries import SummaryRequest as SummaryRequest
-from mnemex.conversations.tokens import EstimatedTokens as EstimatedTokens
 from mnemex.conversations.tokens import TokenCounter as TokenCounter
 from mnemex.errors import ActorClosed as ActorClosed
 from mnemex.errors import ActorCrashed as ActorCrashed
 from mnemex.errors import Busy as Busy
 from mnemex.errors import CorruptData as CorruptData
 from mnemex.errors import DataDirLocked as DataDirLocked
+from mnemex.errors import EmbedderError as EmbedderError
 from mnemex.errors import InvalidInput as InvalidInput
 from mnemex.errors import MnemexError as MnemexError
+from mnemex.errors import ModelError as ModelError
 from mnemex.errors import NotFound as NotFound
 from mnemex.errors import StorageError as StorageError
 from mnemex.errors import Timeout as Timeout
 from mnemex.errors import TooLarge as TooLarge
 from mnemex.errors import UnknownActorKind as UnknownActorKind
-from mnemex.kernel import ActorKind as ActorKind
-from mnemex.kernel import ActorRef as ActorRef
-from mnemex.kernel import Forward as Forward
-from mnemex.kernel import Image as Image
-from mnemex.kernel import Job as Job
-from mnemex.kernel import JobResult as JobResult
-from mnemex.kernel import RuntimeStats as RuntimeStats
-from mnemex.kernel import SnapshotData as SnapshotData
-from mnemex.kernel import Step as Step
-from mnemex.kernel import Tell as Tell
-from mnemex.memories.kind import scope_kind as scope_kind
 from mnemex.memories.protocol import Event as Event
 from mnemex.memories.protocol import Hit as Hit
-from mnemex.memories.protocol import MemoryEntry as MemoryEntry
 from mnemex.memories.protocol import MemoryPage as MemoryPage
 from mnemex.memories.protocol import MemoryRecord as MemoryRecord
 from mnemex.memories.protocol import ScopeStats as ScopeStats
-from mnemex.memories.protocol import SearchRequest as SearchRequest
-from mnemex.memories.protocol import SearchResponse as SearchResponse
 from mnemex.memories.protocol import SearchResult as SearchResult
 from mnemex.memories.protocol import Session as Session
 from mnemex.memories.protocol import SessionAdded as SessionAdded
 from mnemex.memories.ref import ScopeRef as ScopeRef
-from mnemex.memories.service import MemoryService as MemoryService
-
-# -- long-term memory
 from mnemex.memories.tools import SEARCH_MEMORY_TOOL as SEARCH_MEMORY_TOOL
 from mnemex.memories.tools import execute_memory_tool as execute_memory_tool
 from mnemex.memories.tools import format_as_context as format_as_context
@@ -85,46 +68,46 @@ __version__ = "0.1.0"
 __all__ = [
     "ActorClosed",
     "ActorCrashed",
-    "ActorKind",
-    "ActorRef",
     "AgentRef",
     "AgentStats",
     "Appended",
     "Busy",
     "ChatMessage",
     "Client",
-    "Command",
     "Config",
     "ContextView",
     "CorruptData",
     "DataDirLocked",
-    "EstimatedTokens",
+    "Embedder",
+    "EmbedderError",
+    "Event",
     "ExtractiveSummarizer",
-    "Image",
+    "HashingEmbedder",
+    "Hit",
     "InvalidInput",
-    "Job",
-    "JobResult",
     "LLMSummarizer",
     "MaxMessages",
+    "MemoryPage",
     "MemoryRecord",
     "MessagePage",
     "MnemexError",
     "MnemexRuntime",
+    "ModelError",
     "NoPruning",
     "NotFound",
-    "Reply",
-    "RuntimeStats",
+    "SEARCH_MEMORY_TOOL",
+    "ScopeRef",
+    "ScopeStats",
+    "SearchResult",
+    "Session",
+    "SessionAdded",
     "SessionInfo",
     "SessionStream",
-    "SnapshotData",
-    "Step",
     "StorageError",
     "StoredMessage",
     "StreamEvent",
     "Summarizer",
     "SummaryError",
-    "SummaryRequest",
-    "Tell",
     "Timeout",
     "TokenBudget",
     "TokenCounter",
@@ -133,30 +116,10 @@ __all__ = [
     "TurnHit",
     "TurnRecord",
     "UnknownActorKind",
-    "agent_kind",
     "context_for_model_call",
+    "execute_memory_tool",
+    "format_as_context",
     "load_config",
     "open_runtime",
     "record_turn",
-]
-
-__all__ += [  # long-term memory
-    "SEARCH_MEMORY_TOOL",
-    "Embedder",
-    "Event",
-    "HashingEmbedder",
-    "Hit",
-    "MemoryEntry",
-    "MemoryPage",
-    "MemoryService",
-    "ScopeRef",
-    "ScopeStats",
-    "SearchRequest",
-    "SearchResponse",
-    "SearchResult",
-    "Session",
-    "SessionAdded",
-    "execute_memory_tool",
-    "format_as_context",
-    "scope_kind",
 ]

@@ -1,4 +1,5 @@
-"""The import rules of DESIGN.md, checked on the source, and the public face."""
+"""The import rules of DESIGN.md ("Who may import whom"), checked on the sources,
+and the two public faces (``mnemex`` and ``mnemex.lowlevel``) pinned."""
 
 from __future__ import annotations
 
@@ -8,18 +9,41 @@ from pathlib import Path
 import pytest
 
 import mnemex
+import mnemex.lowlevel
 
 ROOT = Path(mnemex.__file__).parent
 
-# package -> modules it must never import
-FORBIDDEN = {
-    "actors": ("trio", "mnemex.runtime", "mnemex.server", "mnemex.persistence"),
-    "index": ("trio", "mnemex.runtime", "mnemex.actors", "mnemex.persistence", "mnemex.server"),
-    "persistence": ("trio", "mnemex.actors", "mnemex.server", "mnemex.runtime"),
-    "runtime": ("mnemex.actors", "mnemex.index", "mnemex.server", "mnemex._assembly"),
+# what each package's modules may import of mnemex (besides the package itself)
+PACKAGES: dict[str, tuple[str, ...]] = {
+    "index": ("mnemex.errors", "mnemex._gcpause"),
+    "persistence": ("mnemex.errors",),
+    "kernel": ("mnemex.effects", "mnemex.errors", "mnemex.persistence", "mnemex.config", "mnemex._gcpause"),
+    "models": ("mnemex.index", "mnemex.errors", "mnemex.config"),
+    "server": ("mnemex", "mnemex.lowlevel"),
 }
-BASE = ("messages.py", "config.py", "errors.py", "effects.py")
-BASE_MAY_IMPORT = ("mnemex.errors",)
+# behaviours, codecs and ranking: no trio, no kernel, no models, no server, no runtime
+BEHAVIOUR_PACKAGES = ("conversations", "memories")
+BEHAVIOUR_BANNED = ("trio", "mnemex.kernel", "mnemex.models", "mnemex.server", "mnemex.runtime",
+                    "mnemex.lowlevel", "mnemex._host")
+# only these modules of a behaviour package join it to the runtime
+JOINING = ("ref.py", "kind.py")
+NO_TRIO = ("index", "persistence")
+# top-level modules: what of mnemex each may import (None: anything; it assembles the rest)
+TOP: dict[str, tuple[str, ...] | None] = {
+    "errors.py": (),
+    "_gcpause.py": (),
+    "effects.py": ("mnemex.errors",),
+    "config.py": ("mnemex.errors",),
+    "_protocol.py": ("mnemex.errors",),
+    "_ids.py": ("mnemex.errors",),
+    "_time.py": ("mnemex.errors",),
+    "_host.py": ("mnemex.config", "mnemex.effects", "mnemex.kernel"),
+    "runtime.py": None,
+    "lowlevel.py": None,
+    "__init__.py": None,
+    "testing.py": None,
+    "cli.py": None,
+}
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -33,48 +57,94 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
-def violations(path: Path, banned: tuple[str, ...]) -> list[str]:
-    return sorted(name for name in imported_modules(path)
-                  if any(name == b or name.startswith(b + ".") for b in banned))
+def mnemex_imports(path: Path) -> set[str]:
+    return {name for name in imported_modules(path) if name == "mnemex" or name.startswith("mnemex.")}
 
 
-@pytest.mark.parametrize("package", sorted(FORBIDDEN))
-def test_package_respects_the_import_rules(package: str) -> None:
+def inside(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def test_every_package_and_top_level_module_has_a_rule() -> None:
+    packages = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert packages == set(PACKAGES) | set(BEHAVIOUR_PACKAGES), "a new package needs its import rule here"
+    modules = {p.name for p in ROOT.glob("*.py")}
+    assert modules == set(TOP), "a new top-level module needs its import rule here"
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_package_imports_only_what_lies_below_it(package: str) -> None:
+    allowed = (*PACKAGES[package], f"mnemex.{package}")
     for path in sorted((ROOT / package).rglob("*.py")):
-        assert violations(path, FORBIDDEN[package]) == [], path
+        wrong = sorted(name for name in mnemex_imports(path)
+                       if not inside(name, allowed) and not (name == "mnemex" and "mnemex" in allowed))
+        if package == "server":  # the public API only: `mnemex` and `mnemex.lowlevel`, nothing private
+            wrong = sorted(name for name in mnemex_imports(path)
+                           if name not in ("mnemex", "mnemex.lowlevel") and not inside(name, ("mnemex.server",)))
+        assert wrong == [], f"{path.relative_to(ROOT)} imports {wrong}"
+        if package in NO_TRIO:
+            assert "trio" not in imported_modules(path), path
 
 
-@pytest.mark.parametrize("module", BASE)
-def test_base_modules_import_nothing_of_mnemex_but_errors(module: str) -> None:
-    names = imported_modules(ROOT / module)
-    mine = {name for name in names if name == "mnemex" or name.startswith("mnemex.")}
-    assert mine <= set(BASE_MAY_IMPORT), (module, mine)
+@pytest.mark.parametrize("package", BEHAVIOUR_PACKAGES)
+def test_behaviours_never_import_trio_the_kernel_or_models(package: str) -> None:
+    for path in sorted((ROOT / package).rglob("*.py")):
+        if path.name in JOINING:
+            continue
+        wrong = sorted(name for name in imported_modules(path) if inside(name, BEHAVIOUR_BANNED))
+        assert wrong == [], f"{path.relative_to(ROOT)} imports {wrong}"
 
 
-def test_public_names_are_pinned() -> None:
+@pytest.mark.parametrize("module", sorted(name for name, rule in TOP.items() if rule is not None))
+def test_top_level_module_imports_only_what_it_may(module: str) -> None:
+    allowed = TOP[module]
+    assert allowed is not None
+    wrong = sorted(name for name in mnemex_imports(ROOT / module) if not inside(name, allowed))
+    assert wrong == [], f"{module} imports {wrong}"
+
+
+def test_a_broken_rule_is_caught(tmp_path: Path) -> None:
+    bad = tmp_path / "behaviour.py"
+    bad.write_text("import trio\nfrom mnemex.kernel import Runtime\n")
+    assert sorted(n for n in imported_modules(bad) if inside(n, BEHAVIOUR_BANNED)) == ["mnemex.kernel", "trio"]
+
+
+def test_the_public_face_is_pinned() -> None:
     assert sorted(mnemex.__all__) == sorted([
-        "ActorClosed", "ActorCrashed", "ActorKind", "ActorRef", "Busy", "ChatMessage", "Client", "Command",
-        "Config", "CorruptData", "DataDirLocked", "Image", "InvalidInput", "Job", "JobResult",
-        "MemoryRecord", "MnemexError", "MnemexRuntime", "NotFound", "Reply", "RuntimeStats",
-        "SnapshotData", "Step", "StorageError", "Tell", "Timeout", "TooLarge", "UnknownActorKind",
-        "load_config", "open_runtime",
+        # the runtime
+        "open_runtime", "Client", "MnemexRuntime", "Config", "load_config",
         # short-term memory
-        "AgentRef", "AgentStats", "Appended", "ContextView", "EstimatedTokens", "ExtractiveSummarizer",
-        "LLMSummarizer", "MaxMessages", "MessagePage", "NoPruning", "SessionInfo", "SessionStream",
-        "StoredMessage", "StreamEvent", "Summarizer", "SummaryError", "SummaryRequest", "TokenBudget",
-        "TokenCounter", "Turn", "TurnHit", "TurnRecord", "agent_kind", "context_for_model_call",
-        "record_turn",
+        "AgentRef", "SessionStream", "context_for_model_call", "record_turn", "ChatMessage", "StoredMessage",
+        "MessagePage", "ContextView", "SessionInfo", "AgentStats", "Appended", "StreamEvent", "Turn",
+        "TurnRecord", "TurnHit", "MaxMessages", "TokenBudget", "NoPruning", "Summarizer",
+        "ExtractiveSummarizer", "LLMSummarizer", "SummaryError", "TokenCounter",
         # long-term memory
-        "SEARCH_MEMORY_TOOL", "Embedder", "Event", "HashingEmbedder", "Hit", "MemoryEntry", "MemoryPage",
-        "MemoryService", "ScopeRef", "ScopeStats", "SearchRequest", "SearchResponse", "SearchResult",
-        "Session", "SessionAdded", "execute_memory_tool", "format_as_context", "scope_kind",
+        "ScopeRef", "MemoryRecord", "Hit", "SearchResult", "MemoryPage", "ScopeStats", "Session", "Event",
+        "SessionAdded", "format_as_context", "SEARCH_MEMORY_TOOL", "execute_memory_tool", "Embedder",
+        "HashingEmbedder",
+        # errors
+        "MnemexError", "InvalidInput", "UnknownActorKind", "TooLarge", "NotFound", "Busy", "Timeout",
+        "ActorClosed", "ActorCrashed", "ModelError", "EmbedderError", "CorruptData", "StorageError",
+        "DataDirLocked",
     ])
     for name in mnemex.__all__:
         assert getattr(mnemex, name) is not None
 
 
-def test_every_error_is_a_mnemex_error() -> None:
+def test_the_extension_face_is_pinned() -> None:
+    assert sorted(mnemex.lowlevel.__all__) == sorted([
+        "ActorKind", "ActorRef", "Behaviour", "Command", "Effect", "Emit", "Forward", "Host", "Image", "Job",
+        "JobResult", "JsonCodec", "Key", "Reply", "Runtime", "RuntimeStats", "ScopeKind", "SnapshotData",
+        "Step", "Subscription", "Tell", "agent_kind", "encode_snapshot", "open_actor_runtime",
+        "rebuild_behaviour", "replay_actor", "replay_data_dir", "scope_kind",
+    ])
+    for name in mnemex.lowlevel.__all__:
+        assert getattr(mnemex.lowlevel, name) is not None
+
+
+def test_every_error_is_a_mnemex_error_and_drawn_in_the_tree() -> None:
     from mnemex import errors
 
     for name in errors.__all__:
         assert issubclass(getattr(errors, name), mnemex.MnemexError)
+        assert name in (errors.__doc__ or ""), f"{name} is missing from the tree in errors.py's docstring"

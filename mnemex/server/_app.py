@@ -24,10 +24,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from mnemex.conversations.protocol import StoredMessage, StreamEvent
-from mnemex.conversations.ref import AgentRef
-from mnemex.errors import InvalidInput, MnemexError, NotFound
-from mnemex.runtime import MnemexRuntime
+from mnemex import AgentRef, InvalidInput, MnemexError, MnemexRuntime, NotFound, StoredMessage, StreamEvent
 from mnemex.server._http import (
     HttpError,
     check_token,

@@ -14,7 +14,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mnemex.errors import (
+from mnemex import (
     ActorClosed,
     ActorCrashed,
     Busy,

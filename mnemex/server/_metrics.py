@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 if TYPE_CHECKING:
-    from mnemex.runtime import MnemexRuntime
+    from mnemex import MnemexRuntime
 
 __all__ = ["Metrics"]
 

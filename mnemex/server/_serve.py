@@ -15,8 +15,7 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
-from mnemex.config import Config
-from mnemex.runtime import open_runtime
+from mnemex import Config, open_runtime
 from mnemex.server._app import build_app
 from mnemex.server._schemas import ServerSettings
 

@@ -18,6 +18,7 @@ from agent_support import (
 )
 
 import mnemex
+import mnemex.lowlevel
 from mnemex.conversations.behaviour import AgentMemory, AgentSettings, messages_to_raw
 from mnemex.conversations.protocol import (
     AppendMessages,
@@ -349,10 +350,10 @@ def test_a_corrupt_snapshot_record_is_corrupt_data() -> None:
     driver.append("s", user("one"))
     driver.snapshot()
     assert driver.image is not None
-    broken = mnemex.Image([driver.image.records[0], b'{"sequence":"x"}'], driver.image.extra, {})
+    broken = mnemex.lowlevel.Image([driver.image.records[0], b'{"sequence":"x"}'], driver.image.extra, {})
     with pytest.raises(mnemex.CorruptData, match="snapshot record 1"):
         AgentMemory.restore("agent", broken, driver.settings)
-    orphan = mnemex.Image([driver.image.records[1]], driver.image.extra, {})
+    orphan = mnemex.lowlevel.Image([driver.image.records[1]], driver.image.extra, {})
     with pytest.raises(mnemex.CorruptData, match="comes before any session"):
         AgentMemory.restore("agent", orphan, driver.settings)
 

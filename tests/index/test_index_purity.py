@@ -12,8 +12,9 @@ import mnemex.index
 
 SOURCES = sorted(Path(mnemex.index.__file__).parent.glob("*.py"))
 BANNED_MODULES = {"time", "random", "uuid", "datetime", "secrets", "os", "threading", "asyncio", "trio",
-                  "socket", "subprocess", "pickle", "mnemex.runtime", "mnemex.actors",
-                  "mnemex.persistence", "mnemex.server"}
+                  "socket", "subprocess", "pickle", "mnemex.kernel", "mnemex.runtime",
+                  "mnemex.conversations", "mnemex.memories", "mnemex.models", "mnemex.persistence",
+                  "mnemex.server"}
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)

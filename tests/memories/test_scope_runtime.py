@@ -14,7 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mnemex
+import mnemex.lowlevel
 from mnemex._ids import IdClock
+from mnemex.memories.protocol import SearchRequest
 from mnemex.memories.service import MemoryService
 from mnemex.models.batcher import EmbeddingBatcher
 from mnemex.models.hashing import HashingEmbedder
@@ -82,7 +84,7 @@ def test_search_never_returns_another_scopes_memory(workers: list[list[Any]]) ->
                         for hit in result.hits:
                             assert (hit.app_name, hit.user_id) == (app, user)
                             assert hit.memory.content.endswith(tag)
-                        response = await service.search(mnemex.SearchRequest(query=text, user_id=user,
+                        response = await service.search(SearchRequest(query=text, user_id=user,
                                                                              app_name=app))
                         assert all(m.content.endswith(tag) for m in response.memories)
 
@@ -143,7 +145,7 @@ def test_journal_replay_through_the_kinds_codec_gives_the_same_state() -> None:
     from mnemex.memories.protocol import Forget, NewMemory, Remember, Touch
     from mnemex.testing import Simulation
 
-    kind = mnemex.scope_kind(config())
+    kind = mnemex.lowlevel.scope_kind(config())
     embedder = kind.embedder
     assert embedder is not None
     sim = Simulation([kind])
@@ -204,12 +206,12 @@ async def test_add_session_is_idempotent_and_skips_events_without_text() -> None
         assert again.added == 0 and again.ids == first.ids
         scope = rt.scope(user_id="alice", app_name="chat")
         assert await scope.count() == first.added
-        request = mnemex.SearchRequest(query="where did I move? Lisbon", user_id="alice", app_name="chat")
+        request = SearchRequest(query="where did I move? Lisbon", user_id="alice", app_name="chat")
         response = await service.search(request)
         assert [m.content for m in response.memories][:2] == ["I moved to Lisbon in May", "Lisbon is lovely"]
         assert response.memories[0].author == "user"
         assert response.memories[0].timestamp == "2024-04-24T23:06:40Z"
-        other = await service.search(mnemex.SearchRequest(query="Lisbon", user_id="bob", app_name="chat"))
+        other = await service.search(SearchRequest(query="Lisbon", user_id="bob", app_name="chat"))
         assert other.memories == []
         with pytest.raises(mnemex.InvalidInput, match="not to this scope"):
             await rt.scope(user_id="bob", app_name="chat").add_session(session)
@@ -443,7 +445,7 @@ class _GatedEmbedder:
 async def test_archive_embeds_beside_the_scope_while_agent_and_scope_keep_serving(tmp_path: Path) -> None:
     embedder = _GatedEmbedder()
     cfg = config(tmp_path)
-    async with mnemex.open_runtime(cfg, kinds=[mnemex.scope_kind(cfg, embedder)]) as rt:
+    async with mnemex.open_runtime(cfg, kinds=[mnemex.lowlevel.scope_kind(cfg, embedder)]) as rt:
         agent = rt.agent("assistant")
         await agent.append("s1", [{"role": "user", "content": "My sister lives in Oslo", "name": "ann"},
                                   {"role": "assistant", "content": "Nice, Norway!"}])
@@ -479,7 +481,7 @@ async def test_archive_embeds_beside_the_scope_while_agent_and_scope_keep_servin
         assert hits[0].memory.content == "My sister lives in Oslo"
     # journaled as an AddSession with its vectors: a restart needs no model
     calls = embedder.calls
-    async with mnemex.open_runtime(cfg, kinds=[mnemex.scope_kind(cfg, embedder)]) as rt:
+    async with mnemex.open_runtime(cfg, kinds=[mnemex.lowlevel.scope_kind(cfg, embedder)]) as rt:
         scope = rt.scope(user_id="alice", app_name="chat")
         assert await scope.count() == 3
         assert embedder.calls == calls
@@ -492,7 +494,7 @@ async def test_a_failed_archive_stores_nothing_and_says_why() -> None:
     embedder.gate.set()
     embedder.fail = True
     cfg = config()
-    async with mnemex.open_runtime(cfg, kinds=[mnemex.scope_kind(cfg, embedder)]) as rt:
+    async with mnemex.open_runtime(cfg, kinds=[mnemex.lowlevel.scope_kind(cfg, embedder)]) as rt:
         await rt.agent("assistant").append("s1", [{"role": "user", "content": "I like chess"}])
         with pytest.raises(mnemex.MnemexError, match="model exploded"):
             await rt.archive("assistant", "s1", user_id="alice", app_name="chat")

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import mnemex.persistence
 
-FORBIDDEN = ("trio", "mnemex.runtime", "mnemex.actors", "mnemex.server", "mnemex.index")
+FORBIDDEN = ("trio", "mnemex.kernel", "mnemex.runtime", "mnemex.conversations", "mnemex.memories",
+             "mnemex.models", "mnemex.server", "mnemex.index")
 
 
 def test_public_names_are_pinned() -> None:

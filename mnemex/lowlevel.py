@@ -1,0 +1,69 @@
+"""The extension API: what people writing actor kinds (or hosting mnemex's
+behaviours elsewhere) need, kept out of ``mnemex`` so that stays the small face
+users learn from one file (as ``trio.lowlevel`` beside ``trio``).
+
+An actor kind is a sans-io behaviour (``handle(command)`` returning a reply or a
+``Step(reply, effects)``, ``snapshot()``, ``restore()``) plus a codec for its
+commands; register it with ``open_runtime(config, kinds=[...])`` and reach its
+actors with ``rt.ref(kind, key)``.
+"""
+
+from mnemex._host import Host
+from mnemex._protocol import Command, JsonCodec, Reply
+from mnemex.conversations.kind import agent_kind
+from mnemex.effects import (
+    Behaviour,
+    Effect,
+    Emit,
+    Forward,
+    Image,
+    Job,
+    JobResult,
+    Key,
+    SnapshotData,
+    Step,
+    Tell,
+)
+from mnemex.kernel import (
+    ActorKind,
+    ActorRef,
+    Runtime,
+    RuntimeStats,
+    Subscription,
+    open_actor_runtime,
+    rebuild_behaviour,
+)
+from mnemex.kernel._replay import replay_actor, replay_data_dir
+from mnemex.memories.kind import ScopeKind, scope_kind
+from mnemex.persistence.snapshot import encode_snapshot
+
+__all__ = [
+    "ActorKind",
+    "ActorRef",
+    "Behaviour",
+    "Command",
+    "Effect",
+    "Emit",
+    "Forward",
+    "Host",
+    "Image",
+    "Job",
+    "JobResult",
+    "JsonCodec",
+    "Key",
+    "Reply",
+    "Runtime",
+    "RuntimeStats",
+    "ScopeKind",
+    "SnapshotData",
+    "Step",
+    "Subscription",
+    "Tell",
+    "agent_kind",
+    "encode_snapshot",
+    "open_actor_runtime",
+    "rebuild_behaviour",
+    "replay_actor",
+    "replay_data_dir",
+    "scope_kind",
+]
