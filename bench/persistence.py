@@ -323,7 +323,7 @@ async def journaled_rate(cfg: mnemex.Config, actors: int, callers: int, per_call
         refs = [rt.ref("counter", f"c{i}") for i in range(actors)]
         for ref in refs:
             await ref.ask(Get())  # every actor loaded before the clock starts
-        committer = getattr(rt, "_committer", None)  # diagnostics only: fsyncs per round
+        committer = getattr(rt.kernel, "_committer", None)  # diagnostics only: fsyncs per round
         fsyncs0 = committer.fsyncs if committer else 0
         rounds0 = committer.rounds if committer else 0
 

@@ -193,7 +193,7 @@ async def open_runtime(config: Config | None = None, *,
             served.append(batchers[kind.name][0])
         else:
             served.append(kind)
-    async with open_actor_runtime(cfg, served, runtime_class=Runtime) as kernel, \
+    async with open_actor_runtime(cfg, served) as kernel, \
             trio.open_nursery() as services:
         for name, (_, batcher) in batchers.items():
             await services.start(batcher.run, name=f"mnemex {name} embedding")

@@ -29,7 +29,7 @@ import msgspec
 import trio
 
 from mnemex._protocol import Command, JsonCodec
-from mnemex.errors import ActorCrashed, InvalidInput, MnemexError
+from mnemex.errors import ActorCrashed, InvalidInput
 from mnemex.kernel import (
     ActorKind,
     Behaviour,
@@ -44,6 +44,7 @@ from mnemex.kernel import (
     Step,
     Tell,
 )
+from mnemex.kernel._turn import take_turn
 
 __all__ = [
     "Add",
@@ -252,25 +253,19 @@ class Simulation:
         ticket, kind_name, key, command = self._queues[sender].popleft()
         kind = self.kinds[kind_name]
         actor = self._actor(kind_name, key)
-        journaled = kind.is_journaled(command)
-        payload = kind.encode(command) if journaled else b""
-        try:
-            out = actor.behaviour.handle(command)
-        except MnemexError as exc:
-            result = Delivered(ticket, sender, kind_name, key, command, error=exc)
-        except Exception as exc:
-            crashed = ActorCrashed(f"{kind_name} {key!r} crashed: {exc!r}")
-            crashed.__cause__ = exc
+        turn = take_turn(kind, actor.behaviour, command)
+        if turn.refused:
+            result = Delivered(ticket, sender, kind_name, key, command, error=turn.reply)
+        elif turn.crash is not None:
+            crashed = ActorCrashed(f"{kind_name} {key!r} crashed: {turn.crash!r}")
+            crashed.__cause__ = turn.crash
             actor.behaviour = self._rebuild(kind, key, actor)
             result = Delivered(ticket, sender, kind_name, key, command, error=crashed)
         else:
-            effects: tuple[Effect, ...] = ()
-            if isinstance(out, Step):
-                out, effects = out.reply, out.effects
-            if journaled:
-                actor.journal.append(payload)
-            result = Delivered(ticket, sender, kind_name, key, command, reply=out)
-            self._perform(kind_name, key, effects)
+            if turn.payload is not None:
+                actor.journal.append(turn.payload)
+            result = Delivered(ticket, sender, kind_name, key, command, reply=turn.reply)
+            self._perform(kind_name, key, turn.effects)
         self.delivered.append(result)
         return result
 

@@ -22,26 +22,14 @@ from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Final, NoReturn, TypeVar
+from typing import Any, Final, NoReturn
 
 import outcome
 import trio
 
 from mnemex._gcpause import collector_paused
 from mnemex.config import Config
-from mnemex.effects import (
-    Behaviour,
-    Effect,
-    Emit,
-    Forward,
-    Image,
-    Job,
-    JobResult,
-    Key,
-    SnapshotData,
-    Step,
-    Tell,
-)
+from mnemex.effects import Behaviour, Effect, Emit, Forward, Image, Job, JobResult, Key, SnapshotData, Tell
 from mnemex.errors import (
     ActorClosed,
     ActorCrashed,
@@ -53,10 +41,13 @@ from mnemex.errors import (
     UnknownActorKind,
 )
 from mnemex.kernel._commit import GroupCommitter, release_through
+from mnemex.kernel._deadlines import AskDeadlines
 from mnemex.kernel._keys import check_key
 from mnemex.kernel._kind import ActorKind
+from mnemex.kernel._lifecycle import DOWN, FINAL, CellState, Lifecycle
 from mnemex.kernel._mailbox import Mailbox, MailboxClosed
-from mnemex.persistence import ActorStore, DataDir, FileStore, MemoryStore, Recovered
+from mnemex.kernel._turn import take_turn
+from mnemex.persistence import ActorStore, FileStore, MemoryStore, Recovered, Storage, open_storage
 
 __all__ = ["ActorRef", "Runtime", "RuntimeStats", "Subscription", "open_actor_runtime", "rebuild_behaviour"]
 
@@ -195,6 +186,10 @@ def _unwrap(value: Any) -> Any:
     return value
 
 
+def _overdue(limit: float, kind: str, key: Key, command: Any) -> Timeout:
+    return _timeout_error(kind, key, command, limit)
+
+
 def _timeout_error(kind: str, key: Key, command: Any, limit: float) -> Timeout:
     return Timeout(f"no answer from {kind} {'/'.join(key)!r} to {type(command).__name__} "
                    f"within {limit:g} s; the command may still be applied")
@@ -208,8 +203,7 @@ class _Envelope:
         self.waiter = waiter
 
 
-# cell states
-_LOADING, _RUNNING, _CRASHED, _CLOSED = "loading", "running", "crashed", "closed"
+_LOADING, _RUNNING, _STOPPING = CellState.LOADING, CellState.RUNNING, CellState.STOPPING
 
 
 class _Cell:
@@ -219,7 +213,6 @@ class _Cell:
         "acks",
         "active",
         "behaviour",
-        "closed",
         "closed_event",
         "crash",
         "crash_until",
@@ -228,14 +221,14 @@ class _Cell:
         "key",
         "kind",
         "last_active",
+        "life",
         "mailbox",
         "previous",
         "seq",
         "snap_bytes",
         "snap_seq",
         "snap_time",
-        "snapshotting",
-        "state",
+        "snapshot_done",
         "store",
         "subscribers",
         "synced",
@@ -250,18 +243,18 @@ class _Cell:
         self.in_memory = type(store) is MemoryStore
         self.mailbox: Mailbox[_Envelope] = Mailbox(mailbox)
         self.behaviour: Behaviour | None = None
-        self.state = _LOADING
+        self.life = Lifecycle(f"{kind.name} {'/'.join(key)!r}")
         self.seq = 0
         self.ts = 0
         self.snap_seq = 0
         self.snap_bytes = 0
         self.journal_bytes = 0
         self.snap_time = now
-        self.snapshotting = False
+        # set while a snapshot is written beside the actor; done when it is
+        self.snapshot_done: trio.Event | None = None
         self.last_active = now
         self.previous: _Cell | None = None
         self.active = False
-        self.closed = False
         self.closed_event: trio.Event | None = None
         self.crash: BaseException | None = None
         self.crash_until = 0.0
@@ -277,6 +270,15 @@ class _Cell:
         store = self.store
         if type(store) is FileStore:
             store.synced_by_fs()
+
+    @property
+    def state(self) -> CellState:
+        return self.life.state
+
+    @property
+    def closed(self) -> bool:
+        """Its store is closed: a successor may load."""
+        return self.life.state in FINAL
 
     async def wait_closed(self) -> None:
         if not self.closed:
@@ -341,25 +343,21 @@ class Runtime:
     """The kernel. Made by ``open_actor_runtime``; every task it starts lives in
     the nursery that context manager owns."""
 
-    def __init__(self, config: Config, nursery: trio.Nursery, data_dir: DataDir | None) -> None:
+    def __init__(self, config: Config, nursery: trio.Nursery, storage: Storage) -> None:
         self.config = config
         self._nursery = nursery
-        self._data_dir = data_dir
+        self._storage = storage
         self._kinds: dict[str, ActorKind] = {}
         self._cells: OrderedDict[tuple[str, Key], _Cell] = OrderedDict()
         self._closing_cells: dict[tuple[str, Key], _Cell] = {}
-        self._memory: dict[tuple[str, Key], MemoryStore] = {}
-        sync_fs = (data_dir.syncfs if data_dir is not None and config.fsync_method in ("auto", "syncfs")
-                   else None)
+        sync_fs = storage.syncfs if config.fsync_method in ("auto", "syncfs") else None
         self._committer = GroupCommitter(config.fsync_window, threads=config.fsync_threads,
                                          sync_filesystem=sync_fs)
         self._accepting = True
         self._running_cells = 0
         self._all_closed = trio.Event()
         self._all_closed.set()
-        self._timeouts: deque[tuple[float, _Waiter, float, str, Key, Any]] = deque()
-        self._timeouts_compact_at = 4096
-        self._watchdog_idle: trio.Event | None = None
+        self._deadlines = AskDeadlines(_overdue)
         self._stats = {"asks": 0, "tells": 0, "spawns": 0, "passivations": 0, "crashes": 0}
         self.started = time.time()
 
@@ -421,7 +419,7 @@ class Runtime:
             # cancel scope per ask).
             if waiter.early is not _UNSET:
                 return _unwrap(waiter.early)
-            self._watch(waiter, limit, kind, key, command)
+            self._deadlines.add(waiter, limit, kind, key, command)
             waiter.parked = True
             return await trio.lowlevel.wait_task_rescheduled(waiter.abort)
         with trio.move_on_after(limit) as scope:
@@ -434,36 +432,6 @@ class Runtime:
             waiter.done = True
             raise _timeout_error(kind, key, command, limit)
         raise AssertionError("unreachable")  # pragma: no cover
-
-    def _watch(self, waiter: _Waiter, limit: float, kind: str, key: Key, command: Any) -> None:
-        timeouts = self._timeouts
-        while timeouts and timeouts[0][1].done:
-            timeouts.popleft()
-        if len(timeouts) >= self._timeouts_compact_at:
-            # a slow ask at the front holds back cleanup: drop answered ones in one pass
-            self._timeouts = timeouts = deque(entry for entry in timeouts if not entry[1].done)
-            self._timeouts_compact_at = max(4096, 2 * len(timeouts))
-        timeouts.append((trio.current_time() + limit, waiter, limit, kind, key, command))
-        if self._watchdog_idle is not None:
-            self._watchdog_idle.set()
-            self._watchdog_idle = None
-
-    async def _watchdog(self) -> None:
-        """Fails asks that outlived config.ask_timeout with Timeout."""
-        while True:
-            timeouts = self._timeouts
-            while timeouts and timeouts[0][1].done:
-                timeouts.popleft()
-            if not timeouts:
-                self._watchdog_idle = idle = trio.Event()
-                await idle.wait()
-                continue
-            deadline, waiter, limit, kind, key, command = timeouts[0]
-            if trio.current_time() < deadline:
-                await trio.sleep_until(deadline)
-                continue
-            timeouts.popleft()
-            waiter.resolve(_timeout_error(kind, key, command, limit))
 
     def _try_deliver(self, kind_name: str, key: Key, envelope: _Envelope) -> bool:
         """Put ``envelope`` in the mailbox if there is room now; never waits."""
@@ -507,7 +475,7 @@ class Runtime:
         ident = (kind_name, key)
         cell = self._cells.get(ident)
         if cell is not None:
-            if cell.state is _CRASHED:
+            if cell.state in DOWN:
                 if trio.current_time() < cell.crash_until:
                     raise ActorCrashed(f"{cell.name} could not be loaded: {cell.crash}; "
                                        f"not retried before {cell.crash_until - trio.current_time():.1f} s "
@@ -520,13 +488,7 @@ class Runtime:
 
     # -- lifecycle ---------------------------------------------------------------
     def _store(self, kind: ActorKind, key: Key) -> ActorStore:
-        if self._data_dir is not None:
-            return self._data_dir.store(kind.name, key, keep=self.config.snapshots_kept)
-        ident = (kind.name, key)
-        store = self._memory.get(ident)
-        if store is None:
-            store = self._memory[ident] = MemoryStore(kind.name, key, keep=self.config.snapshots_kept)
-        return store
+        return self._storage.store(kind.name, key, keep=self.config.snapshots_kept)
 
     def _spawn(self, kind: ActorKind, key: Key) -> _Cell:
         ident = (kind.name, key)
@@ -588,10 +550,11 @@ class Runtime:
             log.exception("%s: kernel error", cell.name)
             self._fail_mailbox(cell, ActorCrashed(f"{cell.name} stopped on an internal error: {exc!r}"))
             self._unregister(cell)
-            cell.state = _CLOSED
+            if cell.state is not _STOPPING and cell.state not in DOWN:
+                cell.life.move(_STOPPING)
         finally:
             cell.active = False
-            if cell.state is _CLOSED or cell.state is _CRASHED:
+            if cell.state is _STOPPING or cell.state is CellState.CRASHED:
                 with trio.CancelScope(shield=True):
                     self._finish(cell)
 
@@ -602,7 +565,7 @@ class Runtime:
             ident = (cell.kind.name, cell.key)
             if self._closing_cells.get(ident) is cell:
                 del self._closing_cells[ident]
-            cell.closed = True
+            cell.life.move(CellState.STOPPED if cell.state is _STOPPING else CellState.QUARANTINED)
             if cell.closed_event is not None:
                 cell.closed_event.set()
             self._running_cells -= 1
@@ -628,14 +591,14 @@ class Runtime:
                 if attempt + 1 < cfg.restore_attempts:
                     await trio.sleep(cfg.restore_backoff * 2**attempt)
             else:
-                cell.state = _RUNNING
+                cell.life.move(_RUNNING)
                 return
         assert error is not None
         self._quarantine(cell, error, f"could not be loaded after {cfg.restore_attempts} attempts")
 
     def _quarantine(self, cell: _Cell, error: BaseException, what: str) -> NoReturn:
         self._stats["crashes"] += 1
-        cell.state = _CRASHED
+        cell.life.move(CellState.CRASHED)
         cell.crash = error
         cell.crash_until = trio.current_time() + self.config.restore_quarantine
         crashed = ActorCrashed(f"{cell.name} {what}: {error!r}")
@@ -672,6 +635,8 @@ class Runtime:
                 envelope.waiter.resolve(error)
 
     def _unregister(self, cell: _Cell) -> None:
+        """Take the cell out of the live table: the next message spawns a successor,
+        which waits for this one's store to close."""
         ident = (cell.kind.name, cell.key)
         if self._cells.get(ident) is cell:
             del self._cells[ident]
@@ -713,7 +678,6 @@ class Runtime:
                 asked = False
             if stop is _STOP or (stop is _PASSIVATE and len(mailbox) == 0):
                 await self._close_cell(cell, passivated=stop is _PASSIVATE)
-                cell.state = _CLOSED
                 return
             self._maybe_snapshot(cell)
 
@@ -744,18 +708,16 @@ class Runtime:
                         self._add_subscriber(cell, sub)
                         replies.append((envelope.waiter, None))
                         continue
-                try:
-                    journaled = kind.is_journaled(command)
-                    payload = kind.encode(command) if journaled else b""
-                    out = behaviour.handle(command)
-                except MnemexError as exc:
-                    replies.append((envelope.waiter, exc))
+                turn = take_turn(kind, behaviour, command)
+                if turn.refused:
+                    replies.append((envelope.waiter, turn.reply))
                     if envelope.waiter is None:
-                        log.info("%s: told %s failed: %s", cell.name, type(command).__name__, exc)
+                        log.info("%s: told %s failed: %s", cell.name, type(command).__name__, turn.reply)
                     continue
-                except Exception as exc:
+                if turn.crash is not None:
+                    exc = turn.crash
                     self._stats["crashes"] += 1
-                    log.exception("%s: handler crashed on %s", cell.name, type(command).__name__)
+                    log.error("%s: handler crashed on %s", cell.name, type(command).__name__, exc_info=exc)
                     error = ActorCrashed(f"{cell.name} crashed handling {type(command).__name__}: {exc!r}; "
                                          f"it was reloaded from its last accepted state")
                     error.__cause__ = exc
@@ -765,23 +727,18 @@ class Runtime:
                 if sub is not None:
                     self._add_subscriber(cell, sub)
                 waiter = envelope.waiter
-                if type(out) is Step:
-                    handed = False
-                    for effect in out.effects:
-                        if type(effect) is Forward or (type(effect) is Job and effect.answers):
-                            if handed:
-                                log.error("%s: %s returned two effects that answer it; only the first "
-                                          "does", cell.name, type(command).__name__)
-                                effects.append((effect, None))
-                                continue
-                            handed = True
-                            effects.append((effect, waiter))
-                        else:
-                            effects.append((effect, None))
-                    out = out.reply
-                    if handed:
+                out = turn.reply
+                if turn.effects:
+                    answering = turn.answering
+                    if turn.ignored_answers:
+                        log.error("%s: %s returned %d effects that answer it; only the first does",
+                                  cell.name, type(command).__name__, turn.ignored_answers + 1)
+                    for effect in turn.effects:
+                        effects.append((effect, waiter if effect is answering else None))
+                    if answering is not None:
                         waiter = None  # the answering effect carries the caller on
-                if journaled:
+                payload = turn.payload
+                if payload is not None:
                     cell.seq += 1
                     lines.append((cell.seq, ts, payload))
                 replies.append((waiter, out))
@@ -952,7 +909,7 @@ class Runtime:
 
     # -- snapshots ---------------------------------------------------------------
     def _maybe_snapshot(self, cell: _Cell) -> None:
-        if cell.snapshotting or cell.seq == cell.snap_seq:
+        if cell.snapshot_done is not None or cell.seq == cell.snap_seq:
             return
         cfg = self.config
         # Enough commands, and a journal grown to a share of the last snapshot: a
@@ -962,7 +919,7 @@ class Runtime:
                 or trio.current_time() - cell.snap_time >= cfg.snapshot_interval):
             assert cell.behaviour is not None
             data = cell.behaviour.snapshot()
-            cell.snapshotting = True
+            cell.snapshot_done = trio.Event()
             self._nursery.start_soon(self._snapshot_beside, cell, data, cell.seq, cell.ts,
                                      cell.journal_bytes)
 
@@ -978,7 +935,9 @@ class Runtime:
             cell.journal_bytes = max(0, cell.journal_bytes - journal_bytes)
         finally:
             cell.snap_time = trio.current_time()
-            cell.snapshotting = False
+            done, cell.snapshot_done = cell.snapshot_done, None
+            assert done is not None
+            done.set()
 
     async def _in_thread(self, cell: _Cell, fn: Callable[..., Any], *args: Any) -> Any:
         """Blocking store work: a worker thread on disk, inline for memory stores
@@ -990,11 +949,12 @@ class Runtime:
     async def _close_cell(self, cell: _Cell, *, passivated: bool) -> None:
         """Stop taking messages, make everything durable, write the final snapshot."""
         self._unregister(cell)
+        cell.life.move(_STOPPING)
         self._fail_mailbox(cell, ActorClosed(f"{cell.name} stopped"))
         self._end_subscriptions(cell, ActorClosed(f"{cell.name} stopped"))
         await self._flush(cell)
-        while cell.snapshotting:
-            await trio.sleep(0.001)
+        if cell.snapshot_done is not None:  # the one beside the actor finishes first
+            await cell.snapshot_done.wait()
         if cell.seq != cell.snap_seq and cell.behaviour is not None:
             try:
                 cell.snap_bytes = await self._in_thread(cell, _write_snapshot, cell.store,
@@ -1013,7 +973,7 @@ class Runtime:
         back on its next message."""
         ident = (kind, check_key(kind, key, self.config.max_key_bytes))
         cell = self._cells.get(ident)
-        if cell is None or cell.state is _CRASHED:
+        if cell is None or cell.state in DOWN:
             return
         if not self._post(cell, _PASSIVATE):
             try:
@@ -1037,7 +997,7 @@ class Runtime:
                     continue  # live subscribers keep an actor loaded
                 if cell.state is _RUNNING and len(cell.mailbox) == 0:
                     self._post(cell, _PASSIVATE)
-                elif cell.state is _CRASHED and now >= cell.crash_until:
+                elif cell.state in DOWN and now >= cell.crash_until:
                     expired.append(ident)
             for ident in expired:
                 del self._cells[ident]
@@ -1075,9 +1035,6 @@ class Runtime:
                 except MailboxClosed:
                     pass
         await self._all_closed.wait()
-
-
-RuntimeT = TypeVar("RuntimeT", bound=Runtime)
 
 
 def _resolve_all(replies: list[tuple[_Waiter | None, Any]], error: BaseException | None) -> None:
@@ -1135,19 +1092,21 @@ def _freeze_once() -> None:
 
 @asynccontextmanager
 async def open_actor_runtime(config: Config, kinds: Iterable[ActorKind] = (), *,
-                             runtime_class: type[RuntimeT]) -> AsyncIterator[RuntimeT]:
-    """Open the kernel: lock and check the data directory, register ``kinds``,
-    run until the block exits, then shut down cleanly (bounded by
-    ``config.shutdown_timeout``) even when the block was cancelled or raised."""
+                             storage: Storage | None = None) -> AsyncIterator[Runtime]:
+    """Open the kernel on ``storage`` (default: the data directory ``config.data_dir``
+    names, locked while open, or memory when it is None), register ``kinds``, run
+    until the block exits, then shut down cleanly (bounded by
+    ``config.shutdown_timeout``) even when the block was cancelled or raised. A
+    storage passed in is closed on exit too."""
     _freeze_startup_heap(config)
-    data_dir = DataDir(config.data_dir) if config.data_dir is not None else None
+    store = storage if storage is not None else open_storage(config.data_dir)
     try:
         async with trio.open_nursery() as nursery:
-            runtime = runtime_class(config, nursery, data_dir)
+            runtime = Runtime(config, nursery, store)
             for kind in kinds:
                 runtime.register(kind)
             nursery.start_soon(runtime._janitor, name="mnemex janitor")
-            nursery.start_soon(runtime._watchdog, name="mnemex ask timeouts")
+            nursery.start_soon(runtime._deadlines.run, name="mnemex ask timeouts")
             nursery.start_soon(runtime._committer.run, name="mnemex group commit")
             try:
                 yield runtime
@@ -1160,5 +1119,4 @@ async def open_actor_runtime(config: Config, kinds: Iterable[ActorKind] = (), *,
                               "the journals hold every accepted command", config.shutdown_timeout)
                 nursery.cancel_scope.cancel()
     finally:
-        if data_dir is not None:
-            data_dir.close()
+        store.close()

@@ -26,6 +26,9 @@ from mnemex.persistence.layout import actor_dir as actor_dir
 from mnemex.persistence.layout import decode_key as decode_key
 from mnemex.persistence.layout import encode_key as encode_key
 from mnemex.persistence.snapshot import SnapshotHeader as SnapshotHeader
+from mnemex.persistence.storage import MemoryStorage as MemoryStorage
+from mnemex.persistence.storage import Storage as Storage
+from mnemex.persistence.storage import open_storage as open_storage
 from mnemex.persistence.store import ActorStore as ActorStore
 from mnemex.persistence.store import FileStore as FileStore
 from mnemex.persistence.store import MemoryStore as MemoryStore
@@ -38,14 +41,17 @@ __all__ = [
     "DataDir",
     "FileStore",
     "JournalEntry",
+    "MemoryStorage",
     "MemoryStore",
     "Recovered",
     "SnapshotHeader",
+    "Storage",
     "actor_dir",
     "decode_key",
     "encode_key",
     "find_actors",
     "inspect_actor",
+    "open_storage",
     "read_history",
     "verify_actor",
 ]

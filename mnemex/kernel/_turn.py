@@ -1,0 +1,77 @@
+"""One turn of an actor: one command through its behaviour (sans-io).
+
+Shared by the kernel and by ``mnemex.testing.Simulation``, so the simulation the
+property tests trust runs exactly the kernel's turn. A turn decides; the caller
+acts: it journals ``payload``, answers the caller, performs ``effects``, and on a
+``crash`` rebuilds the behaviour from its store.
+
+Order matters and is fixed here: a journaled command is encoded *before* the
+handler runs (a command that cannot be journaled is refused without touching the
+state), and a handler that raises a MnemexError has changed nothing (behaviours
+validate before they mutate), so nothing is journaled and no effect is done.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from mnemex.effects import Behaviour, Effect, Forward, Job, Step
+from mnemex.errors import MnemexError
+from mnemex.kernel._kind import ActorKind
+
+__all__ = ["TurnResult", "take_turn"]
+
+_NO_EFFECTS: Final[tuple[Effect, ...]] = ()
+
+
+class TurnResult:
+    """What one command did.
+
+    * ``reply``: the handler's reply, or the MnemexError it raised (``refused``).
+    * ``payload``: the journal line's payload when the command was accepted and
+      changes state, else None.
+    * ``effects``: what to perform, in order. ``answering`` is the one that answers
+      the caller in place of ``reply`` (a Forward, or a Job with ``answers``), if any;
+      ``ignored_answers`` counts further answering effects, performed but answering
+      nobody (a behaviour bug worth a log line).
+    * ``crash``: the exception of a handler bug (not a MnemexError): the state may be
+      half changed, so the actor must be rebuilt from its store.
+    """
+
+    __slots__ = ("answering", "crash", "effects", "ignored_answers", "payload", "refused", "reply")
+
+    def __init__(self, reply: Any, *, payload: bytes | None = None, effects: tuple[Effect, ...] = _NO_EFFECTS,
+                 answering: Effect | None = None, ignored_answers: int = 0, refused: bool = False,
+                 crash: Exception | None = None) -> None:
+        self.reply = reply
+        self.payload = payload
+        self.effects = effects
+        self.answering = answering
+        self.ignored_answers = ignored_answers
+        self.refused = refused
+        self.crash = crash
+
+
+def take_turn(kind: ActorKind, behaviour: Behaviour, command: Any) -> TurnResult:
+    """Handle ``command`` with ``behaviour`` of ``kind``; never raises for what the
+    handler does (a MnemexError is the reply, anything else a ``crash``)."""
+    try:
+        journaled = kind.is_journaled(command)
+        payload = kind.encode(command) if journaled else None
+        out = behaviour.handle(command)
+    except MnemexError as exc:
+        return TurnResult(exc, refused=True)
+    except Exception as exc:
+        return TurnResult(None, crash=exc)
+    if type(out) is not Step:
+        return TurnResult(out, payload=payload)
+    answering: Effect | None = None
+    ignored = 0
+    for effect in out.effects:
+        if type(effect) is Forward or (type(effect) is Job and effect.answers):
+            if answering is None:
+                answering = effect
+            else:
+                ignored += 1
+    return TurnResult(out.reply, payload=payload, effects=out.effects, answering=answering,
+                      ignored_answers=ignored)
