@@ -14,7 +14,7 @@ Run: python bench/agent.py [--quick]
   the messages included) for a 10,000-message session under each policy:
   MaxMessages(100), TokenBudget(8192) with its summary in place (the view is
   cached until the next append), the same right after an append (the view is
-  recomputed), and NoPruning.
+  recomputed), and Stateless.
 
 Prints a table and writes bench/results/agent.json.
 """
@@ -152,7 +152,7 @@ def main() -> None:
             ("MaxMessages(100)", mnemex.MaxMessages(100), False, ""),
             ("TokenBudget(8192), summary cached", mnemex.TokenBudget(8192), False, "p50 <= 1,000"),
             ("TokenBudget(8192), after each append", mnemex.TokenBudget(8192), True, ""),
-            ("NoPruning", mnemex.NoPruning(), False, ""),
+            ("Stateless", mnemex.Stateless(), False, ""),
         ]
         for number, (name, policy, between, bar) in enumerate(policies):
             times, size, tokens = trio.run(context_latency, os.path.join(tmp, f"c{number}"), policy,

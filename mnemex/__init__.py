@@ -12,10 +12,11 @@ from mnemex.conversations.protocol import AgentStats as AgentStats
 from mnemex.conversations.protocol import Appended as Appended
 from mnemex.conversations.protocol import ChatMessage as ChatMessage
 from mnemex.conversations.protocol import ContextView as ContextView
+from mnemex.conversations.protocol import KeepAll as KeepAll
 from mnemex.conversations.protocol import MaxMessages as MaxMessages
 from mnemex.conversations.protocol import MessagePage as MessagePage
-from mnemex.conversations.protocol import NoPruning as NoPruning
 from mnemex.conversations.protocol import SessionInfo as SessionInfo
+from mnemex.conversations.protocol import Stateless as Stateless
 from mnemex.conversations.protocol import StoredMessage as StoredMessage
 from mnemex.conversations.protocol import StreamEvent as StreamEvent
 from mnemex.conversations.protocol import TokenBudget as TokenBudget
@@ -29,7 +30,6 @@ from mnemex.conversations.ref import record_turn as record_turn
 from mnemex.conversations.summaries import ExtractiveSummarizer as ExtractiveSummarizer
 from mnemex.conversations.summaries import LLMSummarizer as LLMSummarizer
 from mnemex.conversations.summaries import Summarizer as Summarizer
-from mnemex.conversations.summaries import SummaryError as SummaryError
 from mnemex.conversations.tokens import TokenCounter as TokenCounter
 from mnemex.errors import ActorClosed as ActorClosed
 from mnemex.errors import ActorCrashed as ActorCrashed
@@ -42,6 +42,7 @@ from mnemex.errors import MnemexError as MnemexError
 from mnemex.errors import ModelError as ModelError
 from mnemex.errors import NotFound as NotFound
 from mnemex.errors import StorageError as StorageError
+from mnemex.errors import SummaryError as SummaryError
 from mnemex.errors import Timeout as Timeout
 from mnemex.errors import TooLarge as TooLarge
 from mnemex.errors import UnknownActorKind as UnknownActorKind
@@ -85,6 +86,7 @@ __all__ = [
     "HashingEmbedder",
     "Hit",
     "InvalidInput",
+    "KeepAll",
     "LLMSummarizer",
     "MaxMessages",
     "MemoryPage",
@@ -93,7 +95,6 @@ __all__ = [
     "MnemexError",
     "MnemexRuntime",
     "ModelError",
-    "NoPruning",
     "NotFound",
     "SEARCH_MEMORY_TOOL",
     "ScopeRef",
@@ -103,6 +104,7 @@ __all__ = [
     "SessionAdded",
     "SessionInfo",
     "SessionStream",
+    "Stateless",
     "StorageError",
     "StoredMessage",
     "StreamEvent",

@@ -96,11 +96,13 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Longest chat message (encoded) in bytes."""
 
     # -- short-term memory
-    agent_policy: Literal["max_messages", "token_budget", "none"] = "max_messages"
+    agent_policy: Literal["max_messages", "token_budget", "keep_all", "stateless", "none"] = "max_messages"
     """Default pruning policy of every agent (an agent or a session may set its own):
     ``max_messages`` (MaxMessages(agent_max_messages)), ``token_budget``
     (TokenBudget(agent_max_context_tokens, agent_trigger_ratio,
-    agent_keep_recent_turns)) or ``none`` (NoPruning: only the newest messages)."""
+    agent_keep_recent_turns)), ``keep_all`` (KeepAll: every message) or ``stateless``
+    (Stateless: only the messages of the latest append; ``none`` is the same, its
+    older name)."""
     agent_max_messages: int = 100
     """Messages a MaxMessages context keeps (system messages included)."""
     agent_max_context_tokens: int = 8192

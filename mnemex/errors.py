@@ -12,7 +12,8 @@
     ├── ActorClosed              the actor (or the whole runtime) was stopped; it did not break
     ├── ActorCrashed             the actor broke: a handler or restore raised; cause chained
     ├── ModelError               a model beside the actors failed (its cause chained)
-    │   └── EmbedderError        the embedder failed or answered vectors of the wrong shape
+    │   ├── EmbedderError        the embedder failed or answered vectors of the wrong shape
+    │   └── SummaryError         a summarizer could not summarize (endpoint down, timeout, bad answer)
     ├── CorruptData              bytes on disk fail their checksum or do not parse
     └── StorageError             the disk refused: full, read-only, locked by another process
         └── DataDirLocked        another process holds the data directory's lock
@@ -36,6 +37,7 @@ __all__ = [
     "ModelError",
     "NotFound",
     "StorageError",
+    "SummaryError",
     "Timeout",
     "TooLarge",
     "UnknownActorKind",
@@ -95,6 +97,12 @@ class ModelError(MnemexError):
 class EmbedderError(ModelError):
     """Raised when the embedder raised, or returned vectors of the wrong shape; the
     message names the embedder and how many texts it was given."""
+
+
+class SummaryError(ModelError):
+    """Raised by a summarizer that could not produce a summary (endpoint down,
+    timeout, an answer without text). The conversation stays usable: its context
+    is cut to the budget until a later attempt succeeds."""
 
 
 class CorruptData(MnemexError):

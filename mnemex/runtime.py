@@ -69,7 +69,7 @@ class MnemexRuntime:
     def agent(self, name: str, *, policy: Policy | None = None, ttl: float | None = None) -> AgentRef:
         """The short-term memory of the agent ``name`` (spawned on first use).
 
-        ``policy`` (MaxMessages, TokenBudget, NoPruning) and ``ttl`` (seconds a session
+        ``policy`` (MaxMessages, TokenBudget, KeepAll, Stateless) and ``ttl`` (seconds a session
         may stay idle) are journaled with the agent on first use, so they survive
         restarts; None leaves what the agent has (or the configured default).
         """

@@ -116,7 +116,7 @@ def test_the_public_face_is_pinned() -> None:
         # short-term memory
         "AgentRef", "SessionStream", "context_for_model_call", "record_turn", "ChatMessage", "StoredMessage",
         "MessagePage", "ContextView", "SessionInfo", "AgentStats", "Appended", "StreamEvent", "Turn",
-        "TurnRecord", "TurnHit", "MaxMessages", "TokenBudget", "NoPruning", "Summarizer",
+        "TurnRecord", "TurnHit", "MaxMessages", "TokenBudget", "KeepAll", "Stateless", "Summarizer",
         "ExtractiveSummarizer", "LLMSummarizer", "SummaryError", "TokenCounter",
         # long-term memory
         "ScopeRef", "MemoryRecord", "Hit", "SearchResult", "MemoryPage", "ScopeStats", "Session", "Event",

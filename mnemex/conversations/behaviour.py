@@ -57,12 +57,12 @@ from mnemex.conversations.protocol import (
     GetContext,
     GetHistory,
     GetStats,
+    KeepAll,
     ListMessages,
     ListSessions,
     ListTurns,
     MaxMessages,
     MessageEntry,
-    NoPruning,
     Policy,
     PolicySet,
     RelayChunk,
@@ -74,6 +74,7 @@ from mnemex.conversations.protocol import (
     SessionsDeleted,
     SetPolicy,
     SetTtl,
+    Stateless,
     SummaryApplied,
     SummaryFailed,
     TokenBudget,
@@ -101,7 +102,7 @@ from mnemex.conversations.tokens import (
 )
 from mnemex.effects import Effect, Emit, Forward, Image, Job, JobResult, SnapshotData, Step
 from mnemex.errors import CorruptData, InvalidInput, NotFound, TooLarge
-from mnemex.index.tokenizer import Tokenizer
+from mnemex.index import BM25Index, Tokenizer
 from mnemex.memories.protocol import Event, Session, StoreSession
 from mnemex.memories.sessions import event_text
 
@@ -159,8 +160,10 @@ def _policy_from_config(config: Config) -> Policy:
     if config.agent_policy == "token_budget":
         return TokenBudget(config.agent_max_context_tokens, config.agent_trigger_ratio,
                            config.agent_keep_recent_turns)
-    if config.agent_policy == "none":
-        return NoPruning()
+    if config.agent_policy in ("stateless", "none"):
+        return Stateless()
+    if config.agent_policy == "keep_all":
+        return KeepAll()
     return MaxMessages(config.agent_max_messages)
 
 
@@ -388,46 +391,24 @@ _decode_policy = msgspec.json.Decoder(Policy | None)
 
 # -- turn search ----------------------------------------------------------------------
 class _TurnIndex:
-    """BM25 over an agent's turn texts, built on demand and extended on append."""
-
-    K1: Final = 1.2
-    B: Final = 0.75
+    """The agent's turns, searchable with the index package's BM25 (k1 1.2, b 0.75);
+    built on demand and extended on append. Equal scores rank the newer turn first."""
 
     def __init__(self, tokenizer: Tokenizer) -> None:
-        self.tokenizer = tokenizer
         self.docs: list[tuple[str, int, TurnRecord]] = []
-        self.lengths: list[int] = []
-        self.postings: dict[str, dict[int, int]] = {}
-        self.total_length = 0
+        self.bm25 = BM25Index(k1=1.2, b=0.75, tokenizer=tokenizer, context_weight=0.0)
 
     def add(self, turn: TurnRecord, position: int) -> None:
-        doc = len(self.docs)
-        terms = self.tokenizer.tokens(turn.text + " " + " ".join(turn.tool_calls))
+        self.bm25.add(len(self.docs), turn.text + " " + " ".join(turn.tool_calls))
         self.docs.append((turn.session_id, position, turn))
-        self.lengths.append(len(terms))
-        self.total_length += len(terms)
-        for term in terms:
-            bucket = self.postings.setdefault(term, {})
-            bucket[doc] = bucket.get(doc, 0) + 1
 
     def search(self, query: str, top_k: int, accept: Callable[[str], bool]) -> list[TurnHit]:
-        terms = list(dict.fromkeys(self.tokenizer.tokens(query)))
-        n_docs = len(self.docs)
-        if not terms or not n_docs:
+        allowed = [doc for doc, (session_id, _, _) in enumerate(self.docs) if accept(session_id)]
+        if not allowed:
             return []
-        average = self.total_length / n_docs or 1.0
-        scores: dict[int, float] = {}
-        for term in terms:
-            bucket = self.postings.get(term)
-            if not bucket:
-                continue
-            idf = math.log(1.0 + (n_docs - len(bucket) + 0.5) / (len(bucket) + 0.5))
-            for doc, tf in bucket.items():
-                norm = tf + self.K1 * (1.0 - self.B + self.B * self.lengths[doc] / average)
-                scores[doc] = scores.get(doc, 0.0) + idf * tf * (self.K1 + 1.0) / norm
-        ranked = sorted(((score, doc) for doc, score in scores.items() if accept(self.docs[doc][0])),
-                        key=lambda pair: (-pair[0], -pair[1]))
-        return [TurnHit(round(score, 6), self.docs[doc][2]) for score, doc in ranked[:top_k]]
+        found = self.bm25.search(query, len(allowed), allowed=allowed)
+        ranked = sorted(found, key=lambda pair: (-pair[1], -pair[0]))
+        return [TurnHit(round(score, 6), self.docs[doc][2]) for doc, score in ranked[:top_k] if score > 0]
 
 
 # -- the behaviour ----------------------------------------------------------------------
@@ -751,8 +732,9 @@ class AgentMemory:
         return Step(SessionsDeleted(session_ids=removed, messages_removed=count), tuple(effects))
 
     def _set_policy(self, policy: Any, session_id: Any) -> PolicySet:
-        if policy is not None and not isinstance(policy, MaxMessages | TokenBudget | NoPruning):
-            raise InvalidInput(f"policy must be MaxMessages, TokenBudget, NoPruning or None, got {policy!r}",
+        if policy is not None and not isinstance(policy, MaxMessages | TokenBudget | KeepAll | Stateless):
+            raise InvalidInput(f"policy must be MaxMessages, TokenBudget, KeepAll, Stateless or None, "
+                               f"got {policy!r}",
                                field="policy")
         if session_id is None:
             self.policy = policy

@@ -37,11 +37,11 @@ __all__ = [
     "GetStats",
     "ListMessages",
     "ListSessions",
+    "KeepAll",
     "ListTurns",
     "MaxMessages",
     "MessageEntry",
     "MessagePage",
-    "NoPruning",
     "Policy",
     "PolicySet",
     "PruningPolicy",
@@ -54,6 +54,7 @@ __all__ = [
     "SessionsDeleted",
     "SetPolicy",
     "SetTtl",
+    "Stateless",
     "StoredMessage",
     "StreamEvent",
     "SummaryApplied",
@@ -98,9 +99,13 @@ class PruningPolicy(msgspec.Struct, frozen=True, tag_field="type"):
 
 
 class MaxMessages(PruningPolicy, frozen=True, tag="max_messages"):
-    """Keep every system message, wherever it stands, plus the ``n`` most recent
-    other messages. A tool result is never kept without the assistant message that
-    called it (so the view may hold a few less)."""
+    """At most ``n`` messages, system messages included: every system message is
+    kept wherever it stands (it defines the agent) and the newest other messages
+    fill the rest. A tool result never goes without the assistant message that
+    called it, nor that message without its results: a chain that does not fit
+    whole is left out whole, so the view may hold fewer than ``n``. When the
+    system messages alone take ``n`` places, the newest message (or chain) is still
+    kept: a non-empty session never gives a context without its latest turn."""
 
     n: int = 100
 
@@ -140,12 +145,18 @@ class TokenBudget(PruningPolicy, frozen=True, tag="token_budget"):
         return min(4000, max(500, self.max_context_tokens // 10))
 
 
-class NoPruning(PruningPolicy, frozen=True, tag="none"):
-    """Short-term memory off: nothing is carried across calls, the context is only
-    the messages of the latest append. History is still stored."""
+class KeepAll(PruningPolicy, frozen=True, tag="keep_all"):
+    """Every stored message, oldest first (cut only by a ``max_tokens`` the caller
+    gives for one context)."""
 
 
-Policy = MaxMessages | TokenBudget | NoPruning
+class Stateless(PruningPolicy, frozen=True, tag="none"):
+    """No short-term memory: the context is only the messages of the latest append
+    (system messages among them included); nothing earlier is carried into the
+    next call. History is still stored. (Persisted as ``"none"``.)"""
+
+
+Policy = MaxMessages | TokenBudget | KeepAll | Stateless
 
 
 class Turn(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -21,19 +21,21 @@ import msgspec
 from mnemex.conversations.conversation import Conversation
 from mnemex.conversations.protocol import (
     ContextWindow,
+    KeepAll,
     MaxMessages,
-    NoPruning,
     Policy,
     PruningPolicy,
+    Stateless,
     TokenBudget,
 )
 from mnemex.conversations.tokens import MESSAGE_OVERHEAD
 
 __all__ = [
+    "KeepAll",
     "MaxMessages",
-    "NoPruning",
     "Policy",
     "PruningPolicy",
+    "Stateless",
     "TokenBudget",
     "View",
     "compression_cut",
@@ -73,8 +75,8 @@ def summary_pair_budget(policy: TokenBudget) -> int:
 
 
 def max_messages_start(conv: Conversation, n_max: int) -> int:
-    """Where a MaxMessages(n_max) view starts: every system entry is kept wherever it
-    stands, plus the newest n_max other entries."""
+    """Where a view of every system entry (wherever it stands) plus the newest
+    ``n_max`` other entries starts."""
     n = len(conv)
     systems = conv.sys_idx
     drop = (n - len(systems)) - n_max  # non-system entries to leave out
@@ -127,10 +129,14 @@ def view_of(conv: Conversation, policy: Policy, max_tokens: int | None) -> View:
             start, tokens, over = _fit(conv, 0, t, budget, conv.pair_tokens)
             return View(0, start, conv.summary is not None, tokens, over)
         case MaxMessages(n=n_max):
-            start = _advance_to_chain_start(conv, max_messages_start(conv, n_max))
+            room = max(0, n_max - len(conv.sys_idx))  # the system messages take their places first
+            start = _advance_to_chain_start(conv, max_messages_start(conv, room))
             start, tokens, over = _fit(conv, 0, start, max_tokens, 0)
             return View(0, start, False, tokens, over)
-        case NoPruning():
+        case KeepAll():
+            start, tokens, over = _fit(conv, 0, 0, max_tokens, 0)
+            return View(0, start, False, tokens, over)
+        case Stateless():
             lo = conv.last_append
             start, tokens, over = _fit(conv, lo, lo, max_tokens, 0)
             return View(lo, start, False, tokens, over)

@@ -38,13 +38,13 @@ from mnemex.conversations.protocol import (
     GetContext,
     GetHistory,
     GetStats,
+    KeepAll,
     ListMessages,
     ListSessions,
     ListTurns,
     MaxMessages,
     MessageEntry,
     MessagePage,
-    NoPruning,
     Policy,
     PolicySet,
     RelayChunk,
@@ -55,6 +55,7 @@ from mnemex.conversations.protocol import (
     SessionsDeleted,
     SetPolicy,
     SetTtl,
+    Stateless,
     StoredMessage,
     StreamEvent,
     TokenBudget,
@@ -118,8 +119,9 @@ class AgentRef:
 
     def __init__(self, services: AgentServices, name: str, *, policy: Policy | None = None,
                  ttl: float | None = None) -> None:
-        if policy is not None and not isinstance(policy, MaxMessages | TokenBudget | NoPruning):
-            raise InvalidInput(f"policy must be MaxMessages, TokenBudget or NoPruning, got {policy!r}",
+        if policy is not None and not isinstance(policy, MaxMessages | TokenBudget | KeepAll | Stateless):
+            raise InvalidInput(f"policy must be MaxMessages, TokenBudget, KeepAll or Stateless, "
+                               f"got {policy!r}",
                                field="policy")
         if ttl is not None:
             _check_timeout(ttl)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 from mnemex.conversations.tokens import EstimatedTokens, TokenCounter, content_text
-from mnemex.errors import MnemexError
+from mnemex.errors import SummaryError
 
 if TYPE_CHECKING:
     import httpx
@@ -33,16 +33,11 @@ if TYPE_CHECKING:
 __all__ = [
     "ExtractiveSummarizer",
     "LLMSummarizer",
-    "SummaryError",
     "SummaryRequest",
     "Summarizer",
     "transcript",
     "truncate_to_tokens",
 ]
-
-
-class SummaryError(MnemexError):
-    """A summarizer could not produce a summary (endpoint down, timeout, bad answer)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -370,7 +370,7 @@ def test_config_sets_the_default_policy_ttl_retention_and_summarizer() -> None:
     assert (settings.ttl, settings.retain) == (60, "pruned")
     assert isinstance(settings.summarizer, LLMSummarizer)
     assert settings.summarizer.url == "http://127.0.0.1:1/v1/chat/completions"
-    assert AgentSettings.from_config(mnemex.Config(agent_policy="none")).default_policy == mnemex.NoPruning()
+    assert AgentSettings.from_config(mnemex.Config(agent_policy="none")).default_policy == mnemex.Stateless()
     default = AgentSettings.from_config(mnemex.Config())
     assert default.default_policy == MaxMessages(100) and isinstance(default.summarizer, ExtractiveSummarizer)
     for bad, match in [({"agent_trigger_ratio": 1.5}, "agent_trigger_ratio"),

@@ -19,7 +19,7 @@ from agent_support import (
 )
 
 from mnemex.conversations.conversation import SUMMARY_CLOSE, SUMMARY_OPEN
-from mnemex.conversations.protocol import MaxMessages, NoPruning, SetPolicy, TokenBudget
+from mnemex.conversations.protocol import KeepAll, MaxMessages, SetPolicy, Stateless, TokenBudget
 from mnemex.conversations.pruning import summary_target
 
 
@@ -40,15 +40,19 @@ def assert_valid_chat(messages: list[dict[str, Any]]) -> None:
         (5, [], []),
         (5, ["u1", "a1"], ["u1", "a1"]),
         (3, ["u1", "a1", "u2", "a2", "u3"], ["u2", "a2", "u3"]),
-        (2, ["S0", "u1", "a1", "u2", "a2"], ["S0", "u2", "a2"]),
-        # system messages everywhere: all kept, in place, beside the n newest others
+        (2, ["S0", "u1", "a1", "u2", "a2"], ["S0", "a2"]),
+        (3, ["S0", "u1", "a1", "u2", "a2"], ["S0", "u2", "a2"]),
+        # system messages everywhere: all kept, in place, and counted; the newest others fill the rest
+        (5, ["S0", "u1", "S1", "a1", "u2", "S2", "a2"], ["S0", "S1", "u2", "S2", "a2"]),
+        (6, ["S0", "u1", "S1", "a1", "S2"], ["S0", "u1", "S1", "a1", "S2"]),
+        (4, ["S0", "u1", "S1", "a1", "S2"], ["S0", "S1", "a1", "S2"]),
+        # the system messages alone fill n: the newest message is still kept (a context has its latest turn)
         (1, ["S0", "u1", "S1", "a1", "u2", "S2", "a2"], ["S0", "S1", "S2", "a2"]),
-        (2, ["S0", "u1", "S1", "a1", "S2"], ["S0", "u1", "S1", "a1", "S2"]),
         (1, ["S0", "u1", "S1", "a1", "S2", "S3"], ["S0", "S1", "a1", "S2", "S3"]),
         (1, ["u1", "a1", "u2"], ["u2"]),
     ],
 )
-def test_max_messages_keeps_every_system_message_and_the_newest_n_others(
+def test_max_messages_keeps_at_most_n_messages_system_messages_included(
         n: int, history: list[str], expected: list[str]) -> None:
     driver = Driver(make(MaxMessages(n)))
     for label in history:
@@ -80,9 +84,32 @@ def test_max_messages_view_is_cut_further_by_max_tokens() -> None:
     assert contents(tight) == ["sys", "c" * 20] and tight.over_budget
 
 
-# -- NoPruning ------------------------------------------------------------------------
-def test_no_pruning_context_is_only_the_latest_append_but_history_keeps_all() -> None:
-    driver = Driver(make(NoPruning()))
+def test_max_messages_keeps_a_tool_chain_whole_or_leaves_it_out_whole() -> None:
+    driver = Driver(make(MaxMessages(5)))
+    driver.append("s", system("sys"), user("weather?"), assistant(None, "c1", "c2"), tool("c1", "rain"),
+                  tool("c2", "cold"), assistant("rainy and cold"))
+    window = driver.context("s")
+    # 5 places: the system message, then the call with both results and the answer (4)
+    assert contents(window)[0] == "sys" and len(contents(window)) == 5 and window.kept == 5
+    assert_valid_chat(dicts(window))
+    driver.send(SetPolicy(policy=MaxMessages(4)))
+    # 3 places left: [result c1, result c2, answer] would cut the results from their call
+    assert contents(driver.context("s")) == ["sys", "rainy and cold"]
+
+
+# -- KeepAll ------------------------------------------------------------------------
+def test_keep_all_sends_every_message_cut_only_by_max_tokens() -> None:
+    driver = Driver(make(KeepAll()))
+    driver.append("s", system("sys"), user("a" * 20), assistant("b" * 20))
+    chat(driver, 40, size=1)
+    window = driver.context("s")
+    assert window.kept == window.stored == 83 and contents(window)[:3] == ["sys", "a" * 20, "b" * 20]
+    assert contents(driver.context("s", max_tokens=7 + 2 * 9)) == ["sys", "q39 x", "a39 y"]
+
+
+# -- Stateless ------------------------------------------------------------------------
+def test_stateless_context_is_only_the_latest_append_but_history_keeps_all() -> None:
+    driver = Driver(make(Stateless()))
     driver.append("s", system("sys"), user("first"))
     driver.append("s", assistant("reply"), user("second"))
     assert contents(driver.context("s")) == ["reply", "second"]
@@ -210,7 +237,7 @@ def test_empty_and_unknown_sessions_give_an_empty_context() -> None:
 def test_unicode_is_stored_and_returned_verbatim_in_every_view() -> None:
     texts = ["héllo wörld", "日本語のテキスト", "emoji 🧠🚀 and ZWJ 👩‍💻", "مرحبا بالعالم",
              "\u0000 nul \\ \"quotes\""]
-    for policy in (MaxMessages(3), TokenBudget(10_000), NoPruning()):
+    for policy in (MaxMessages(3), TokenBudget(10_000), Stateless()):
         driver = Driver(make(policy))
         driver.append("s", *[user(t) for t in texts])
         assert contents(driver.context("s"))[-1] == texts[-1]
@@ -269,7 +296,7 @@ def test_a_session_policy_overrides_the_agent_policy() -> None:
     chat(driver, 3, session="b")
     driver.send(SetPolicy(policy=MaxMessages(4), session_id="b"))
     assert driver.context("a").kept == 2 and driver.context("b").kept == 4
-    driver.send(SetPolicy(policy=NoPruning()))
+    driver.send(SetPolicy(policy=Stateless()))
     assert driver.context("a").kept == 2 and driver.context("b").kept == 4  # the last append: one turn
 
 
@@ -279,7 +306,7 @@ def test_retain_pruned_forgets_what_no_view_can_show_again() -> None:
     chat(driver, 60, size=1)
     conv = driver.memory.sessions["s"]
     assert len(conv) < 100 and conv.entries[0].role == "system"
-    assert contents(driver.context("s"))[1:] == ["a58 y", "q59 x", "a59 y"]
+    assert contents(driver.context("s"))[1:] == ["q59 x", "a59 y"]  # 3 messages, the system one counted
     budget = Driver(make(TokenBudget(600, keep_recent_turns=2), summarizer=RecordingSummarizer(),
                          retain="pruned"))
     chat(budget, 10)

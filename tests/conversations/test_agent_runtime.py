@@ -16,7 +16,7 @@ from mnemex.conversations.protocol import (
     ExpireSessions,
     FindExpired,
     MaxMessages,
-    NoPruning,
+    Stateless,
     StreamEvent,
     TokenBudget,
 )
@@ -103,7 +103,7 @@ async def test_a_restart_keeps_history_policy_ttl_summary_and_sequences(tmp_path
 
 async def test_a_passivated_agent_comes_back_with_everything(tmp_path: Path) -> None:
     async with mnemex.open_runtime(on_disk(tmp_path)) as rt:
-        agent = rt.agent("bot", policy=NoPruning())
+        agent = rt.agent("bot", policy=Stateless())
         await agent.append("s", [user("one")])
         await agent.append("s", [user("two")])
         await rt.passivate("agent", "bot")

@@ -23,7 +23,7 @@ from mnemex.conversations.protocol import (
     GetHistory,
     ListMessages,
     MaxMessages,
-    NoPruning,
+    Stateless,
     Policy,
     SetPolicy,
     TokenBudget,
@@ -32,7 +32,7 @@ from mnemex.conversations.protocol import (
 
 SESSIONS = ("s1", "s2")
 POLICIES: list[Policy] = [MaxMessages(3), MaxMessages(12), TokenBudget(240, keep_recent_turns=1),
-                          TokenBudget(420, 0.5, 2), TokenBudget(300, 0.9, 3), NoPruning()]
+                          TokenBudget(420, 0.5, 2), TokenBudget(300, 0.9, 3), Stateless()]
 # mostly repeated words (so budgets fill up), sometimes any short unicode text
 TEXT = st.builds(lambda word, n: word * n, st.sampled_from(["lorem ", "ипсум ", "数据 ", "🧠"]),
                  st.integers(3, 30)) | st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)),
@@ -124,7 +124,7 @@ class AgentMachine(RuleBasedStateMachine):
         stored = [m for m in view if not is_summary(m)]
         position = iter(history)
         assert all(any(m == h for h in position) for m in stored)
-        if not isinstance(self.policy, NoPruning):
+        if not isinstance(self.policy, Stateless):
             systems = [m for m in history if m["role"] == "system"]
             assert [m for m in stored if m["role"] == "system"] == systems
         else:
