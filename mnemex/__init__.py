@@ -6,6 +6,7 @@ What actor-kind authors need is in ``mnemex.lowlevel``; everything else is
 private and may change.
 """
 
+from mnemex.client import Client as Client
 from mnemex.config import Config as Config
 from mnemex.config import load_config as load_config
 from mnemex.conversations.protocol import AgentStats as AgentStats
@@ -60,7 +61,6 @@ from mnemex.memories.tools import execute_memory_tool as execute_memory_tool
 from mnemex.memories.tools import format_as_context as format_as_context
 from mnemex.models.hashing import Embedder as Embedder
 from mnemex.models.hashing import HashingEmbedder as HashingEmbedder
-from mnemex.runtime import Client as Client
 from mnemex.runtime import MnemexRuntime as MnemexRuntime
 from mnemex.runtime import open_runtime as open_runtime
 

@@ -3,14 +3,14 @@ the refs share (the embedding batcher, the id clock, access counts, TTL sweeps).
 
 ``open_runtime`` builds the kernel and owns everything around it: no module-level
 state, no task started by a ref. ``MnemexRuntime`` holds the kernel (it does not
-extend it) and hands out the refs; ``Client`` runs one on a background thread for
-hosts that are not trio.
+extend it) and hands out the refs; ``mnemex.Client`` (client.py) runs one on a
+background thread for hosts that are not trio.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
@@ -25,9 +25,6 @@ from mnemex.errors import InvalidInput
 from mnemex.kernel import (
     ActorKind,
     ActorRef,
-    BlockingBridge,
-    BlockingProxy,
-    BlockingRef,
     Runtime,
     RuntimeStats,
     Subscription,
@@ -38,7 +35,7 @@ from mnemex.memories.protocol import SearchMode, SearchResult, SessionAdded
 from mnemex.memories.ref import ScopeRef, ScopeServices, archive_session, search_scopes
 from mnemex.models.batcher import EmbeddingBatcher
 
-__all__ = ["Client", "MnemexRuntime", "open_runtime"]
+__all__ = ["MnemexRuntime", "open_runtime"]
 
 
 class MnemexRuntime:
@@ -227,53 +224,3 @@ async def _chores(scope: trio.CancelScope, rt: MnemexRuntime) -> None:
             for name in rt._agents:
                 chores.start_soon(_every, config.agent_sweep_interval, sweep_expired_sessions,
                                   rt.kernel, name)
-
-
-class Client(BlockingBridge[MnemexRuntime]):
-    """A runtime on a background thread, for hosts that are not trio.
-
-    The same refs and calls as the async runtime, blocking; safe from many threads
-    and from asyncio via ``asyncio.to_thread``. ``close()`` (or leaving a ``with``
-    block) shuts the runtime down cleanly.
-    """
-
-    def __init__(self, config: Config | None = None, *, kinds: Iterable[ActorKind] = (),
-                 start_timeout: float = 60.0) -> None:
-        extra = list(kinds)
-
-        def opener() -> AbstractAsyncContextManager[MnemexRuntime]:
-            return open_runtime(config, kinds=extra)
-
-        super().__init__(opener, start_timeout=start_timeout)
-
-    def ref(self, kind: str, key: str | Key) -> BlockingRef:
-        return BlockingRef(self, self.runtime.ref(kind, key))
-
-    def ask(self, kind: str, key: str | Key, command: Any, *, timeout: float | None = None) -> Any:
-        return self.ref(kind, key).ask(command, timeout=timeout)
-
-    def tell(self, kind: str, key: str | Key, command: Any) -> None:
-        self.ref(kind, key).tell(command)
-
-    def agent(self, name: str, *, policy: Policy | None = None, ttl: float | None = None) -> BlockingProxy:
-        """A blocking AgentRef: the same calls as ``MnemexRuntime.agent``, waiting in the
-        calling thread (``subscribe`` is async-only)."""
-        return self.blocking(self.runtime.agent(name, policy=policy, ttl=ttl))
-
-    def scope(self, *, user_id: str, app_name: str) -> BlockingProxy:
-        """A blocking ScopeRef: the same calls as ``MnemexRuntime.scope``, waiting in the
-        calling thread."""
-        return self.blocking(self.runtime.scope(user_id=user_id, app_name=app_name))
-
-    def search(self, query: str, scopes: Iterable[tuple[str, str]], top_k: int = 10, *,
-               mode: SearchMode | None = None, min_score: float | None = None,
-               filter: Mapping[str, Any] | None = None) -> SearchResult:
-        """Blocking ``MnemexRuntime.search``."""
-        async def run() -> SearchResult:
-            return await self.runtime.search(query, list(scopes), top_k, mode=mode, min_score=min_score,
-                                             filter=filter)
-
-        return self.call(run)
-
-    def stats(self) -> RuntimeStats:
-        return self.runtime.stats()

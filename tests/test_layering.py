@@ -39,6 +39,7 @@ TOP: dict[str, tuple[str, ...] | None] = {
     "_time.py": ("mnemex.errors",),
     "_host.py": ("mnemex.config", "mnemex.effects", "mnemex.kernel"),
     "runtime.py": None,
+    "client.py": None,
     "lowlevel.py": None,
     "__init__.py": None,
     "testing.py": None,

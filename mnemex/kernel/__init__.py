@@ -14,7 +14,7 @@ from mnemex.effects import (
     Step,
     Tell,
 )
-from mnemex.kernel._bridge import BlockingBridge, BlockingProxy, BlockingRef
+from mnemex.kernel._bridge import BlockingBridge, BlockingRef
 from mnemex.kernel._kernel import (
     ActorRef,
     Runtime,
@@ -30,7 +30,6 @@ __all__ = [
     "ActorRef",
     "Behaviour",
     "BlockingBridge",
-    "BlockingProxy",
     "BlockingRef",
     "Effect",
     "Emit",

@@ -9,7 +9,6 @@ runtime down cleanly (drain, snapshot) and joins the thread.
 from __future__ import annotations
 
 import functools
-import inspect
 import threading
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
@@ -20,7 +19,7 @@ import trio
 
 from mnemex.errors import ActorClosed, Timeout
 
-__all__ = ["BlockingBridge", "BlockingProxy", "BlockingRef"]
+__all__ = ["BlockingBridge", "BlockingRef"]
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -39,6 +38,7 @@ class BlockingBridge(Generic[R]):
         self._token: trio.lowlevel.TrioToken | None = None
         self._stop: trio.Event | None = None
         self._runtime: R | None = None
+        self._failure: BaseException | None = None  # raised after start-up, not yet reported
         self._closed = False
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
@@ -52,11 +52,19 @@ class BlockingBridge(Generic[R]):
     def _main(self) -> None:
         try:
             trio.run(self._serve)
-        except BaseException as exc:  # handed to the opening thread, never lost
+        except BaseException as exc:  # never lost: to the opening thread, or the next call
             if not self._ready.is_set():
                 self._error = exc
+            else:
+                self._failure = exc
         finally:
             self._ready.set()
+
+    def _raise_failure(self) -> None:
+        """Raise what ended the runtime after start-up, once; later calls get ActorClosed."""
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
 
     async def _serve(self) -> None:
         self._stop = trio.Event()
@@ -75,6 +83,7 @@ class BlockingBridge(Generic[R]):
 
     def call(self, fn: Callable[..., Awaitable[T]], *args: Any, timeout: float | None = None) -> T:
         """Run ``await fn(*args)`` in the runtime's thread and return its result."""
+        self._raise_failure()
         if self._closed or self._token is None:
             raise ActorClosed("the client is closed")
 
@@ -88,6 +97,8 @@ class BlockingBridge(Generic[R]):
         try:
             return trio.from_thread.run(run, trio_token=self._token)
         except trio.RunFinishedError as exc:
+            self._thread.join()
+            self._raise_failure()
             raise ActorClosed("the client's runtime has stopped") from exc
 
     def close(self) -> None:
@@ -103,6 +114,7 @@ class BlockingBridge(Generic[R]):
             except trio.RunFinishedError:
                 pass
         self._thread.join()
+        self._raise_failure()
 
     def __enter__(self: BlockingBridgeT) -> BlockingBridgeT:
         return self
@@ -111,38 +123,8 @@ class BlockingBridge(Generic[R]):
                  tb: TracebackType | None) -> None:
         self.close()
 
-    def blocking(self, target: Any) -> BlockingProxy:
-        """Wrap an object with async methods (a ref) into one with blocking methods."""
-        return BlockingProxy(self, target)
-
 
 BlockingBridgeT = TypeVar("BlockingBridgeT", bound=BlockingBridge[Any])
-
-
-class BlockingProxy:
-    """Every coroutine method of ``target`` becomes a blocking call through the
-    bridge; other attributes pass through unchanged."""
-
-    __slots__ = ("_bridge", "_target")
-
-    def __init__(self, bridge: BlockingBridge[Any], target: Any) -> None:
-        self._bridge = bridge
-        self._target = target
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._target, name)
-        if not inspect.iscoroutinefunction(attr):
-            return attr
-        bridge = self._bridge
-
-        @functools.wraps(attr)
-        def call(*args: Any, **kwargs: Any) -> Any:
-            return bridge.call(functools.partial(attr, *args, **kwargs))
-
-        return call
-
-    def __repr__(self) -> str:
-        return f"Blocking({self._target!r})"
 
 
 class BlockingRef:

@@ -1,0 +1,372 @@
+"""The blocking Client: a runtime on a background thread, for hosts that are not trio.
+
+Every call the async API has is written out here as a real, typed method (as httpx's
+``Client`` mirrors ``AsyncClient``), so an editor completes it and mypy catches a
+misspelled one. Each call hops into the runtime's thread, waits there, and returns
+or raises in the calling thread; calls are safe from many threads and from asyncio
+through ``asyncio.to_thread``. ``timeout=`` bounds one call where it may wait long.
+
+    with mnemex.Client(mnemex.Config(data_dir="mnemex-data")) as client:
+        agent = client.agent("assistant")
+        agent.append("s1", [{"role": "user", "content": "I'm John"}])
+        client.scope(user_id="alice", app_name="chat").search("java")
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar
+
+from mnemex.config import Config
+from mnemex.conversations.protocol import (
+    AgentStats,
+    Appended,
+    ContextView,
+    MessagePage,
+    Policy,
+    PolicySet,
+    SessionCompleted,
+    SessionInfo,
+    SessionsDeleted,
+    StoredMessage,
+    StreamEvent,
+    TtlSet,
+    Turn,
+    TurnHit,
+    TurnRecord,
+)
+from mnemex.conversations.ref import AgentRef, SessionStream, context_for_model_call, record_turn
+from mnemex.effects import Key
+from mnemex.errors import ActorClosed
+from mnemex.kernel import ActorKind, BlockingBridge, BlockingRef, RuntimeStats
+from mnemex.memories.protocol import (
+    MemoryPage,
+    MemoryRecord,
+    ScopeStats,
+    SearchMode,
+    SearchResult,
+    Session,
+    SessionAdded,
+)
+from mnemex.memories.ref import ScopeRef
+from mnemex.runtime import MnemexRuntime, open_runtime
+
+__all__ = ["BlockingAgent", "BlockingScope", "BlockingStream", "Client"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class Client:
+    """A runtime on its own thread, opened when the Client is made (an error while
+    opening, such as a locked data directory, is raised by the constructor) and
+    closed by ``close()`` or leaving a ``with`` block: mailboxes drained, every actor
+    snapshotted. An error the runtime raises after start-up is never dropped: the
+    next call and ``close()`` raise it. A call after close raises ActorClosed."""
+
+    def __init__(self, config: Config | None = None, *, kinds: Iterable[ActorKind] = (),
+                 start_timeout: float = 60.0) -> None:
+        extra = list(kinds)
+
+        def opener() -> AbstractAsyncContextManager[MnemexRuntime]:
+            return open_runtime(config, kinds=extra)
+
+        self._bridge = BlockingBridge(opener, start_timeout=start_timeout)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Shut the runtime down cleanly and join its thread (idempotent). Raises an
+        error the runtime met after start-up, if no call has raised it yet."""
+        self._bridge.close()
+
+    @property
+    def runtime(self) -> MnemexRuntime:
+        """The async runtime underneath (use it only inside the runtime's thread)."""
+        return self._bridge.runtime
+
+    @property
+    def config(self) -> Config:
+        return self._bridge.runtime.config
+
+    def _call(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._bridge.call(functools.partial(fn, *args, **kwargs))
+
+    # -- refs
+    def agent(self, name: str, *, policy: Policy | None = None, ttl: float | None = None) -> BlockingAgent:
+        """The short-term memory of agent ``name``, blocking (see ``MnemexRuntime.agent``)."""
+        return BlockingAgent(self, self._bridge.runtime.agent(name, policy=policy, ttl=ttl))
+
+    def scope(self, *, user_id: str, app_name: str) -> BlockingScope:
+        """The long-term memory of ``user_id`` in ``app_name``, blocking."""
+        return BlockingScope(self, self._bridge.runtime.scope(user_id=user_id, app_name=app_name))
+
+    def ref(self, kind: str, key: str | Key) -> BlockingRef:
+        """A blocking ref to an actor of any registered kind (``ask``/``tell`` raw commands)."""
+        return BlockingRef(self._bridge, self._bridge.runtime.ref(kind, key))
+
+    # -- the runtime's calls
+    def search(self, query: str, scopes: Iterable[tuple[str, str]], top_k: int = 10, *,
+               mode: SearchMode | None = None, min_score: float | None = None,
+               filter: Mapping[str, Any] | None = None, timeout: float | None = None) -> SearchResult:
+        """Search several scopes, ``[(app_name, user_id), ...]``, into one ranking."""
+        runtime = self._bridge.runtime
+        return self._bridge.call(functools.partial(runtime.search, query, list(scopes), top_k, mode=mode,
+                                                   min_score=min_score, filter=filter), timeout=timeout)
+
+    def archive(self, agent_name: str, session_id: str, *, user_id: str, app_name: str,
+                timeout: float | None = None) -> SessionAdded:
+        """Move one session of an agent into the long-term memory of (app_name, user_id)."""
+        runtime = self._bridge.runtime
+        return self._bridge.call(functools.partial(runtime.archive, agent_name, session_id, user_id=user_id,
+                                                   app_name=app_name), timeout=timeout)
+
+    def ask(self, kind: str, key: str | Key, command: Any, *, timeout: float | None = None) -> Any:
+        """Send a raw command to an actor and wait for its reply."""
+        return self.ref(kind, key).ask(command, timeout=timeout)
+
+    def tell(self, kind: str, key: str | Key, command: Any) -> None:
+        """Send a raw command to an actor without waiting for its reply."""
+        self.ref(kind, key).tell(command)
+
+    def flush_touches(self) -> int:
+        """Send the access counts searches gathered so far now."""
+        return self._call(self._bridge.runtime.flush_touches)
+
+    def stats(self) -> RuntimeStats:
+        """Counts for health checks and metrics."""
+        return self._bridge.runtime.stats()
+
+
+class BlockingAgent:
+    """One agent's short-term memory, blocking: every call of ``AgentRef``."""
+
+    __slots__ = ("_agent", "_client")
+
+    def __init__(self, client: Client, agent: AgentRef) -> None:
+        self._client = client
+        self._agent = agent
+
+    def __repr__(self) -> str:
+        return f"BlockingAgent({self._agent.name!r})"
+
+    @property
+    def name(self) -> str:
+        return self._agent.name
+
+    # -- writing
+    def append(self, session_id: str, messages: Iterable[Any], query_id: str | None = None,
+               turn: Turn | None = None) -> Appended:
+        """Store messages at the end of the session, all or none (see ``AgentRef.append``)."""
+        return self._client._call(self._agent.append, session_id, list(messages), query_id, turn)
+
+    def complete(self, session_id: str) -> SessionCompleted:
+        """Mark the session completed: live readers get the end of the stream."""
+        return self._client._call(self._agent.complete, session_id)
+
+    def delete_session(self, session_id: str) -> bool:
+        """Delete a session; False when there was none."""
+        return self._client._call(self._agent.delete_session, session_id)
+
+    def delete_all(self) -> SessionsDeleted:
+        """Delete every session of this agent (its policy and TTL stay)."""
+        return self._client._call(self._agent.delete_all)
+
+    def set_policy(self, policy: Policy | None, session_id: str | None = None) -> PolicySet:
+        """Set the agent's pruning policy, or one session's; None returns to the default."""
+        return self._client._call(self._agent.set_policy, policy, session_id)
+
+    def set_ttl(self, seconds: float | None) -> TtlSet:
+        """Expire sessions idle longer than ``seconds``; None keeps them forever."""
+        return self._client._call(self._agent.set_ttl, seconds)
+
+    def cleanup_expired(self) -> list[str]:
+        """Delete the sessions whose TTL has passed; returns their ids."""
+        return self._client._call(self._agent.cleanup_expired)
+
+    # -- reading
+    def history(self, session_id: str) -> list[StoredMessage]:
+        """Every stored message of the session, oldest first."""
+        return self._client._call(self._agent.history, session_id)
+
+    def context(self, session_id: str, max_tokens: int | None = None) -> list[dict[str, Any]]:
+        """The messages to send to the model next, pruned and compressed by policy."""
+        return self._client._call(self._agent.context, session_id, max_tokens)
+
+    def context_view(self, session_id: str, max_tokens: int | None = None) -> ContextView:
+        """Like ``context``, with what the view kept, summarized and spent."""
+        return self._client._call(self._agent.context_view, session_id, max_tokens)
+
+    def messages(self, session_id: str | None = None, query_id: str | None = None,
+                 limit: int | None = 50, offset: int = 0) -> MessagePage:
+        """A page of stored messages, oldest first (see ``AgentRef.messages``)."""
+        return self._client._call(self._agent.messages, session_id, query_id, limit, offset)
+
+    def sessions(self) -> list[SessionInfo]:
+        """Every live session of the agent, oldest first."""
+        return self._client._call(self._agent.sessions)
+
+    def stats(self) -> AgentStats:
+        return self._client._call(self._agent.stats)
+
+    def turns(self, session_id: str) -> list[TurnRecord]:
+        """The turn records of a session, oldest first."""
+        return self._client._call(self._agent.turns, session_id)
+
+    def search_turns(self, query: str, top_k: int = 10, session_id: str | None = None) -> list[TurnHit]:
+        """Keyword (BM25) search over the agent's turns, best first."""
+        return self._client._call(self._agent.search_turns, query, top_k, session_id)
+
+    # -- around a model call
+    def context_for_model_call(self, session_id: str, new_messages: Iterable[Any] = (), *,
+                               query_id: str | None = None,
+                               max_tokens: int | None = None) -> list[dict[str, Any]]:
+        """Before a model call: store the turn's new input, return the context to send."""
+        return self._client._call(context_for_model_call, self._agent, session_id, list(new_messages),
+                                  query_id=query_id, max_tokens=max_tokens)
+
+    def record_turn(self, session_id: str, messages: Iterable[Any], *, usage: Mapping[str, Any] | None = None,
+                    iteration: int | None = None, query_id: str | None = None,
+                    metadata: Mapping[str, Any] | None = None) -> TurnRecord:
+        """After a model call: store what the model said with the turn's metadata."""
+        return self._client._call(record_turn, self._agent, session_id, list(messages), usage=usage,
+                                  iteration=iteration, query_id=query_id, metadata=metadata)
+
+    # -- streaming
+    def relay(self, session_id: str, chunk: Any) -> None:
+        """Hand a streaming chunk to the session's live readers as it is; nothing is stored."""
+        self._client._call(self._agent.relay, session_id, chunk)
+
+    def subscribe(self, session_id: str, *, from_beginning: bool = False, wait_for_session: bool = False,
+                  timeout: float = 30.0, buffer: int = 256) -> BlockingStream:
+        """A live stream of the session, blocking::
+
+            with agent.subscribe("s1", from_beginning=True) as stream:
+                for event in stream:
+                    ...
+        """
+        stream = self._agent.subscribe(session_id, from_beginning=from_beginning,
+                                       wait_for_session=wait_for_session, timeout=timeout, buffer=buffer)
+        return BlockingStream(self._client, stream)
+
+
+class BlockingStream:
+    """A session's live events as a blocking iterator (see ``SessionStream``). Opened
+    when entered (or on the first ``next``); leaving the ``with`` block, or
+    ``close()``, frees the subscription. ``next_timeout`` bounds each wait."""
+
+    __slots__ = ("_client", "_stream", "next_timeout")
+
+    def __init__(self, client: Client, stream: SessionStream, next_timeout: float | None = None) -> None:
+        self._client = client
+        self._stream = stream
+        self.next_timeout = next_timeout
+
+    def __enter__(self) -> BlockingStream:
+        self._client._call(self._stream.open)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[StreamEvent]:
+        return self
+
+    def __next__(self) -> StreamEvent:
+        try:
+            return self._client._bridge.call(self._stream.__anext__, timeout=self.next_timeout)
+        except StopAsyncIteration:
+            raise StopIteration from None
+
+    def close(self) -> None:
+        try:
+            self._client._call(self._stream.aclose)
+        except ActorClosed:
+            pass  # the runtime is gone: so is the subscription
+
+
+class BlockingScope:
+    """One user's long-term memory in one app, blocking: every call of ``ScopeRef``."""
+
+    __slots__ = ("_client", "_scope")
+
+    def __init__(self, client: Client, scope: ScopeRef) -> None:
+        self._client = client
+        self._scope = scope
+
+    def __repr__(self) -> str:
+        return f"BlockingScope(app_name={self.app_name!r}, user_id={self.user_id!r})"
+
+    @property
+    def app_name(self) -> str:
+        return self._scope.app_name
+
+    @property
+    def user_id(self) -> str:
+        return self._scope.user_id
+
+    # -- writing
+    def remember(self, content: str, **fields: Any) -> str:
+        """Store a memory; returns its id (see ``ScopeRef.remember`` for the fields)."""
+        return self._client._call(self._scope.remember, content, **fields)
+
+    def remember_many(self, memories: Iterable[str | Mapping[str, Any]]) -> list[str]:
+        """Store several memories, all or none; returns their ids in order."""
+        return self._client._call(self._scope.remember_many, list(memories))
+
+    def update(self, memory_id: str, **fields: Any) -> MemoryRecord:
+        """Change some fields of a memory; returns the updated memory."""
+        return self._client._call(self._scope.update, memory_id, **fields)
+
+    def forget(self, memory_id: str) -> bool:
+        """Delete a memory; False when there was none."""
+        return self._client._call(self._scope.forget, memory_id)
+
+    def forget_many(self, memory_ids: Iterable[str]) -> list[str]:
+        """Delete memories by id; returns the ids that existed."""
+        return self._client._call(self._scope.forget_many, list(memory_ids))
+
+    def forget_where(self, filter: Mapping[str, Any]) -> list[str]:
+        """Delete every memory the filter matches; returns their ids."""
+        return self._client._call(self._scope.forget_where, filter)
+
+    def add_session(self, session: Session) -> SessionAdded:
+        """Store every event of a finished session that has text as a memory."""
+        return self._client._call(self._scope.add_session, session)
+
+    # -- reading
+    def get(self, memory_id: str) -> MemoryRecord:
+        """The memory with this id; NotFound when this scope has none."""
+        return self._client._call(self._scope.get, memory_id)
+
+    def count(self, filter: Mapping[str, Any] | None = None) -> int:
+        """How many memories the scope holds (that the filter matches)."""
+        return self._client._call(self._scope.count, filter)
+
+    def memories(self, filter: Mapping[str, Any] | None = None, limit: int | None = 100,
+                 offset: int = 0) -> MemoryPage:
+        """A page of memories in creation order, optionally filtered."""
+        return self._client._call(self._scope.memories, filter, limit, offset)
+
+    def stats(self) -> ScopeStats:
+        return self._client._call(self._scope.stats)
+
+    def search(self, query: str, top_k: int = 10, mode: SearchMode | None = None,
+               min_score: float | None = None, filter: Mapping[str, Any] | None = None) -> SearchResult:
+        """Search this scope (see ``ScopeRef.search``)."""
+        return self._client._call(self._scope.search, query, top_k, mode, min_score, filter)
+
+    def recall(self, query: str, top_k: int = 5, *, mode: SearchMode | None = None,
+               min_score: float | None = None, filter: Mapping[str, Any] | None = None) -> str:
+        """The memories relevant to ``query``, formatted for a model's context."""
+        return self._client._call(self._scope.recall, query, top_k, mode=mode, min_score=min_score,
+                                  filter=filter)
