@@ -1,8 +1,8 @@
 """What behaviours return to the runtime: replies with effects, snapshots, and
 what they are restored from.
 
-Plain data, no trio: behaviours (``mnemex.conversations``, ``mnemex.memories``) build these without
-depending on the runtime; the kernel (``mnemex.runtime``) performs them.
+Plain data, no trio: behaviours (``mnemex.conversations``, ``mnemex.memories``) build
+these without depending on the runtime; the kernel (``mnemex.kernel``) performs them.
 """
 
 from __future__ import annotations

