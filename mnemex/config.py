@@ -7,8 +7,11 @@ names the field, never on the first write an hour later.
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Any, Literal
+import types
+import typing
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -18,6 +21,11 @@ __all__ = ["Config", "load_config"]
 
 FsyncPolicy = Literal["always", "batch", "never"]
 OverloadPolicy = Literal["wait", "fail"]
+# constraints declared on the fields: checked the same way when a Config is built in Python
+# (``_check_declared``) as when msgspec decodes one from TOML or JSON
+PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
+NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
 
 
 class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -28,14 +36,14 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     nothing survives the process."""
 
     # -- mailboxes and asks ------------------------------------------------------
-    mailbox_size: int = 1024
+    mailbox_size: PositiveInt = 1024
     """Messages an actor's mailbox holds before senders wait (or fail, below)."""
     overload: OverloadPolicy = "wait"
     """``"wait"``: a full mailbox makes senders wait (backpressure).
     ``"fail"``: a full mailbox raises Busy at once."""
-    ask_timeout: float = 30.0
+    ask_timeout: PositiveFloat = 30.0
     """Default seconds an ask waits for its answer before raising Timeout."""
-    max_key_bytes: int = 1024
+    max_key_bytes: PositiveInt = 1024
     """Longest actor key (agent name, user id, app name) in UTF-8 bytes."""
 
     gc_freeze: bool = True
@@ -45,17 +53,17 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     by the cycle collector (reference counting still frees them)."""
 
     # -- lifecycle ---------------------------------------------------------------
-    idle_timeout: float = 300.0
+    idle_timeout: PositiveFloat = 300.0
     """Seconds without a message after which a live actor is snapshotted and unloaded."""
-    max_live_actors: int = 100_000
+    max_live_actors: PositiveInt = 100_000
     """Live actors kept at once; past it the least recently used is passivated."""
-    shutdown_timeout: float = 30.0
+    shutdown_timeout: PositiveFloat = 30.0
     """Seconds a clean shutdown may take to drain mailboxes and write snapshots."""
-    restore_attempts: int = 3
+    restore_attempts: PositiveInt = 3
     """Tries at loading an actor before its asks fail with ActorCrashed."""
-    restore_backoff: float = 0.05
+    restore_backoff: NonNegativeFloat = 0.05
     """Seconds before the first retry of a failed load; doubles each try."""
-    restore_quarantine: float = 30.0
+    restore_quarantine: NonNegativeFloat = 30.0
     """Seconds an actor that failed every load attempt answers ActorCrashed
     at once before another load is tried (so a broken actor never loops hot)."""
 
@@ -66,7 +74,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     since the previous round; callers are answered after it. ``never``: the OS
     flushes when it likes; a power loss loses the tail the OS had buffered (a
     process crash loses nothing)."""
-    fsync_window: float = 0.0
+    fsync_window: NonNegativeFloat = 0.0
     """Extra seconds each group-commit round waits to gather more lines. 0 commits
     at once when idle; under load lines gather while the previous round syncs."""
     fsync_method: Literal["auto", "syncfs", "fdatasync"] = "auto"
@@ -75,24 +83,24 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     one fsync per journal, but it also flushes other files' writes on that
     filesystem: give mnemex its own volume). ``fdatasync``: one per journal, in
     ``fsync_threads`` threads. Elsewhere than Linux ``auto`` is ``fdatasync``."""
-    fsync_threads: int = 16
+    fsync_threads: PositiveInt = 16
     """Worker threads a group-commit round fsyncs journals with (each actor has its
     own journal file; their fsyncs run in parallel)."""
-    snapshot_every: int = 10_000
+    snapshot_every: PositiveInt = 10_000
     """Journaled commands after which an actor is snapshotted (at the earliest)..."""
-    snapshot_growth: float = 0.5
+    snapshot_growth: NonNegativeFloat = 0.5
     """...and only once the journal since the last snapshot has grown to this share
     of that snapshot's size, so large states are not rewritten every few commands
     (snapshot cost stays O(1) per command; replay stays under this share)."""
-    snapshot_interval: float = 600.0
+    snapshot_interval: PositiveFloat = 600.0
     """Seconds after which an actor with unsnapshotted commands is snapshotted."""
-    snapshots_kept: int = 2
+    snapshots_kept: PositiveInt = 2
     """Snapshots kept per actor (the newest ones)."""
 
     # -- content limits ----------------------------------------------------------
-    max_content_bytes: int = 10_240
+    max_content_bytes: PositiveInt = 10_240
     """Longest memory content in UTF-8 bytes."""
-    max_message_bytes: int = 1_048_576
+    max_message_bytes: PositiveInt = 1_048_576
     """Longest chat message (encoded) in bytes."""
 
     # -- short-term memory
@@ -103,20 +111,20 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     agent_keep_recent_turns)), ``keep_all`` (KeepAll: every message) or ``stateless``
     (Stateless: only the messages of the latest append; ``none`` is the same, its
     older name)."""
-    agent_max_messages: int = 100
+    agent_max_messages: PositiveInt = 100
     """Messages a MaxMessages context keeps (system messages included)."""
-    agent_max_context_tokens: int = 8192
+    agent_max_context_tokens: PositiveInt = 8192
     """The model's context window for TokenBudget, in tokens."""
     agent_trigger_ratio: float = 0.8
     """Fraction of the window at which TokenBudget compresses, in (0, 1]."""
-    agent_keep_recent_turns: int = 5
+    agent_keep_recent_turns: PositiveInt = 5
     """User turns TokenBudget keeps verbatim when it compresses."""
     agent_retain: Literal["all", "pruned"] = "all"
     """``all``: history keeps every appended message; ``pruned``: messages that no
     context can show again (pruned or summarized) are forgotten."""
-    agent_session_ttl: float | None = None
+    agent_session_ttl: PositiveFloat | None = None
     """Seconds without an append after which a session expires; None: never."""
-    agent_sweep_interval: float = 60.0
+    agent_sweep_interval: PositiveFloat = 60.0
     """Seconds between sweeps that delete expired sessions of live agents."""
     agent_summarizer: Literal["extractive", "llm"] = "extractive"
     """What makes TokenBudget summaries: ``extractive`` (no model) or ``llm``."""
@@ -126,9 +134,9 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Model the ``llm`` summarizer asks."""
     agent_llm_api_key_env: str = "OPENAI_API_KEY"
     """Environment variable holding the ``llm`` summarizer's API key (read at each call)."""
-    agent_llm_timeout: float = 30.0
+    agent_llm_timeout: PositiveFloat = 30.0
     """Seconds one summary request may take."""
-    agent_summary_retry: float = 5.0
+    agent_summary_retry: PositiveFloat = 5.0
     """Seconds before a failed summary is asked for again; doubles per failure, up
     to 300. Meanwhile the context is cut to the budget."""
 
@@ -143,26 +151,26 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     ``use-multilingual`` (Universal Sentence Encoder multilingual v3, 16 languages;
     the ``mnemex[multilingual]`` extra). A scope keeps to the embedder it started
     with and refuses vectors of another."""
-    embedder_dim: int = 384
+    embedder_dim: PositiveInt = 384
     """Dimensions of the ``hashing`` embedder (the models have their own: 384 for
     ``minilm`` and ``minilm-torch``, 512 for ``use-multilingual``)."""
-    embed_batch_size: int = 256
+    embed_batch_size: PositiveInt = 256
     """Most texts one embedding call takes; texts of concurrent callers are gathered
     into one call up to this many."""
-    hnsw_threshold: int = 20_000
+    hnsw_threshold: PositiveInt = 20_000
     """Memories in a scope from which vector search uses an HNSW graph (built beside
     the actor) instead of an exact scan."""
-    hnsw_m: int = 16
+    hnsw_m: PositiveInt = 16
     """HNSW links per node (memory grows by about 8 bytes per link)."""
-    hnsw_ef_construction: int = 100
+    hnsw_ef_construction: PositiveInt = 100
     """HNSW build breadth: higher is better recall and slower ingest."""
-    hnsw_ef_search: int = 256
+    hnsw_ef_search: PositiveInt = 256
     """HNSW search breadth per 10 results: higher is better recall and slower search."""
     hnsw_tombstone_ratio: float = 0.2
     """Share of deleted nodes at which the HNSW graph is rebuilt, in (0, 1)."""
     hnsw_sidecar: bool = True
     """Write the HNSW graph beside each snapshot so a restart need not rebuild it."""
-    hnsw_threads: int = 2
+    hnsw_threads: PositiveInt = 2
     """Threads that build the HNSW graph and insert batches into it. More than 1 makes
     ingest faster on several cores, and the graph's exact shape depend on thread
     timing (search stays approximate either way; the graph is saved with snapshots)."""
@@ -180,26 +188,26 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     fusion: Literal["weighted", "rrf"] = "weighted"
     """How ``hybrid`` fuses full-text and vector: ``weighted`` sums the calibrated scores
     (comparable across scopes) by the weights below; ``rrf`` is reciprocal rank fusion."""
-    fusion_fulltext_weight: float = 0.7
+    fusion_fulltext_weight: NonNegativeFloat = 0.7
     """Weight of the full-text signal in hybrid fusion."""
-    fusion_vector_weight: float = 0.3
+    fusion_vector_weight: NonNegativeFloat = 0.3
     """Weight of the vector signal in hybrid fusion."""
-    fusion_rrf_k: float = 60.0
+    fusion_rrf_k: NonNegativeFloat = 60.0
     """The k of reciprocal rank fusion (``fusion = "rrf"``)."""
-    fusion_candidates: int = 30
+    fusion_candidates: PositiveInt = 30
     """Candidates each signal gives hybrid search (at least top_k)."""
-    rank_importance_weight: float = 0.0
+    rank_importance_weight: NonNegativeFloat = 0.0
     """Share of a hybrid score given to a memory's importance (0..1)."""
-    rank_recency_weight: float = 0.0
+    rank_recency_weight: NonNegativeFloat = 0.0
     """Share of a hybrid score given to recency (0.5 ** (age / recency_half_life))."""
-    rank_access_weight: float = 0.0
+    rank_access_weight: NonNegativeFloat = 0.0
     """Share of a hybrid score given to use: access_count / (access_count + 10)."""
-    recency_half_life: float = 2_592_000.0
+    recency_half_life: PositiveFloat = 2_592_000.0
     """Seconds after which a memory's recency signal halves (default 30 days)."""
-    entity_boost: float = 1.0
+    entity_boost: NonNegativeFloat = 1.0
     """Full-text score added per entity of a memory that the query names (in units
     of the query's average term weight)."""
-    bm25_k1: float = 1.5
+    bm25_k1: NonNegativeFloat = 1.5
     """BM25 term-frequency saturation."""
     bm25_b: float = 0.75
     """BM25 length normalisation, in 0..1."""
@@ -209,33 +217,22 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Memories of one session before and after a memory (by id, that is by time) whose
     text ranks it in full-text search as its *context*, kept apart from its content
     (an answer is often spread over neighbouring turns). 0 turns context off."""
-    context_weight: float = 0.5
+    context_weight: NonNegativeFloat = 0.5
     """Weight of a memory's context against its own content in BM25 (BM25F)."""
-    touch_interval: float = 1.0
+    touch_interval: PositiveFloat = 1.0
     """Seconds between the batched writes of what searches returned (access counts)."""
-    max_top_k: int = 1000
+    max_top_k: PositiveInt = 1000
     """Most results one search may ask for."""
-    max_memories_per_command: int = 10_000
+    max_memories_per_command: PositiveInt = 10_000
     """Most memories one remember_many or add_session call stores."""
-    max_metadata_bytes: int = 16_384
+    max_metadata_bytes: PositiveInt = 16_384
     """Largest metadata object of one memory, JSON-encoded."""
 
     def __post_init__(self) -> None:
-        _check_positive_int(self, "mailbox_size", "max_key_bytes", "max_live_actors",
-                            "restore_attempts", "snapshot_every", "snapshots_kept", "fsync_threads",
-                            "max_content_bytes", "max_message_bytes")
-        _check_positive_float(self, "ask_timeout", "idle_timeout", "snapshot_interval",
-                              "shutdown_timeout")
-        _check_non_negative_float(self, "snapshot_growth", "restore_backoff", "restore_quarantine",
-                                  "fsync_window")
+        _check_declared(self)
         if self.data_dir is not None and not self.data_dir.strip():
             raise _invalid("data_dir", "config.data_dir is empty; give a path or None for in-memory")
         # -- short-term memory
-        _check_positive_int(self, "agent_max_messages", "agent_max_context_tokens",
-                            "agent_keep_recent_turns")
-        _check_positive_float(self, "agent_sweep_interval", "agent_llm_timeout", "agent_summary_retry")
-        if self.agent_session_ttl is not None:
-            _check_positive_float(self, "agent_session_ttl")
         ratio = self.agent_trigger_ratio
         if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio <= 1:
             raise _invalid("agent_trigger_ratio",
@@ -249,13 +246,6 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
                            f"config.agent_llm_base_url is {self.agent_llm_base_url!r}; it must be an "
                            f"http(s) URL such as https://api.openai.com/v1")
         # -- long-term memory
-        _check_positive_int(self, "embedder_dim", "embed_batch_size", "hnsw_threshold", "hnsw_m",
-                            "hnsw_ef_construction", "hnsw_ef_search", "hnsw_threads", "fusion_candidates",
-                            "max_top_k", "max_memories_per_command", "max_metadata_bytes")
-        _check_positive_float(self, "recency_half_life", "touch_interval")
-        _check_non_negative_float(self, "fusion_fulltext_weight", "fusion_vector_weight", "fusion_rrf_k",
-                                  "rank_importance_weight", "rank_recency_weight", "rank_access_weight",
-                                  "entity_boost", "bm25_k1", "context_weight")
         if isinstance(self.context_window, bool) or not isinstance(self.context_window, int) or not (
                 0 <= self.context_window <= 16):
             raise _invalid("context_window", f"config.context_window is {self.context_window!r}; it must be "
@@ -289,31 +279,6 @@ def _invalid(name: str, message: str) -> InvalidInput:
     return InvalidInput(message, field=name)
 
 
-def _check_positive_int(cfg: Config, *names: str) -> None:
-    for name in names:
-        value = getattr(cfg, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise _invalid(name, f"config.{name} is {value!r}; it must be an integer >= 1")
-
-
-def _check_positive_float(cfg: Config, *names: str) -> None:
-    for name in names:
-        value = getattr(cfg, name)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not (
-            math.isfinite(value) and value > 0
-        ):
-            raise _invalid(name, f"config.{name} is {value!r}; it must be a number of seconds > 0")
-
-
-def _check_non_negative_float(cfg: Config, *names: str) -> None:
-    for name in names:
-        value = getattr(cfg, name)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not (
-            math.isfinite(value) and value >= 0
-        ):
-            raise _invalid(name, f"config.{name} is {value!r}; it must be a number of seconds >= 0")
-
-
 def load_config(data: bytes | str | dict[str, Any], *, fmt: Literal["toml", "json"] = "toml") -> Config:
     """Build a Config from TOML or JSON text, or from a dict; unknown keys and wrong
     types raise InvalidInput naming the key."""
@@ -327,3 +292,63 @@ def load_config(data: bytes | str | dict[str, Any], *, fmt: Literal["toml", "jso
         raise InvalidInput(f"config: {exc}") from exc
     except msgspec.DecodeError as exc:
         raise InvalidInput(f"config is not valid {fmt}: {exc}") from exc
+
+
+@functools.cache
+def _declared(cls: type[msgspec.Struct]) -> tuple[tuple[str, Any], ...]:
+    hints = typing.get_type_hints(cls, include_extras=True)
+    return tuple((name, hints[name]) for name in cls.__struct_fields__)
+
+
+def _describe(kind: Any) -> str:
+    origin = typing.get_origin(kind)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(v) for v in typing.get_args(kind))
+    if origin is Annotated:
+        base, *metas = typing.get_args(kind)
+        bounds = [f"{op} {getattr(meta, attr)}" for meta in metas
+                  for attr, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
+                  if getattr(meta, attr, None) is not None]
+        return f"{_describe(base)} {' and '.join(bounds)}".strip()
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(arg) for arg in typing.get_args(kind))
+    if kind is type(None):
+        return "None"
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(kind, str(kind))
+
+
+def _fits(value: Any, kind: Any) -> bool:
+    origin = typing.get_origin(kind)
+    if origin is Literal:
+        return any(value == option and type(value) is type(option) for option in typing.get_args(kind))
+    if origin is Annotated:
+        base, *metas = typing.get_args(kind)
+        if not _fits(value, base):
+            return False
+        for meta in metas:
+            for attr, ok in (("ge", value.__ge__), ("gt", value.__gt__), ("le", value.__le__),
+                             ("lt", value.__lt__)):
+                bound = getattr(meta, attr, None)
+                if bound is not None and ok(bound) is not True:
+                    return False
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, arg) for arg in typing.get_args(kind))
+    if kind is type(None):
+        return value is None
+    if kind is float:
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind) if isinstance(kind, type) else True
+
+
+def _check_declared(config: msgspec.Struct) -> None:
+    """Every field against its declared type: Literal choices, number types and the
+    bounds on ``Annotated`` fields. msgspec checks these when it decodes; a Struct
+    built in Python is not checked by msgspec, so it is checked here, from the same
+    declarations."""
+    for name, kind in _declared(type(config)):
+        value = getattr(config, name)
+        if not _fits(value, kind):
+            raise _invalid(name, f"config.{name} is {value!r}; it must be {_describe(kind)}")
