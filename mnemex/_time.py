@@ -13,7 +13,7 @@ from typing import Any
 
 from mnemex.errors import InvalidInput
 
-__all__ = ["iso", "seconds"]
+__all__ = ["check_seconds", "iso", "seconds"]
 
 
 def seconds(value: Any, what: str) -> float | None:
@@ -38,3 +38,11 @@ def seconds(value: Any, what: str) -> float | None:
 def iso(value: float) -> str:
     """Seconds since the epoch as ISO 8601 in UTC, with a ``Z``."""
     return datetime.fromtimestamp(value, UTC).isoformat().replace("+00:00", "Z")
+
+
+def check_seconds(value: Any, what: str) -> float:
+    """A time inside a command: seconds since the epoch, a finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise InvalidInput(f"{what} must be seconds since the epoch (a finite number >= 0), got {value!r}",
+                           field=what)
+    return float(value)

@@ -37,6 +37,7 @@ TOP: dict[str, tuple[str, ...] | None] = {
     "_protocol.py": ("mnemex.errors",),
     "_ids.py": ("mnemex.errors",),
     "_time.py": ("mnemex.errors",),
+    "_checks.py": ("mnemex.errors",),
     "_host.py": ("mnemex.config", "mnemex.effects", "mnemex.kernel"),
     "runtime.py": None,
     "client.py": None,

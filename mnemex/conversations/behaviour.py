@@ -18,7 +18,6 @@ import heapq
 import itertools
 import logging
 import math
-import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +25,9 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from mnemex._checks import check_id
 from mnemex._protocol import JsonCodec
+from mnemex._time import check_seconds
 from mnemex.config import Config
 from mnemex.conversations.conversation import (
     SUMMARY_CLOSE,
@@ -121,7 +122,6 @@ log = logging.getLogger("mnemex.agent")
 
 ALLOWED_ROLES: Final = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 _PLAIN_ROLES: Final = frozenset({"system", "developer", "user", "assistant"})  # no tool_call_id to check
-_CONTROL: Final = re.compile(r"[\x00-\x1f]")
 _MAX_ID_CHARS: Final = 1024
 _TURN_TEXT_CHARS: Final = 8000
 _SNAPSHOT_FORMAT: Final = 1
@@ -333,28 +333,6 @@ def _check_shape(shape: _Shape, raw: msgspec.Raw, index: int, counter: TokenCoun
     return _Checked(raw, role, tokens, text, tuple(call_ids), tuple(call_names), tool_call_id)
 
 
-def _check_id(value: Any, what: str, limit: int, *, optional: bool = False) -> str | None:
-    if type(value) is str and 0 < len(value) <= limit // 4 and value.isprintable():
-        return value  # the common case: at most 4 UTF-8 bytes a character, no control character
-    if value is None and optional:
-        return None
-    if not isinstance(value, str) or not value:
-        raise InvalidInput(f"{what} must be a non-empty string, got {value!r}", field=what)
-    if len(value) > limit or len(value.encode("utf-8", "surrogatepass")) > limit:
-        raise TooLarge(f"{what} is {len(value.encode('utf-8', 'surrogatepass')):,} bytes; "
-                       f"the limit is {limit:,}", field=what)
-    if _CONTROL.search(value):
-        raise InvalidInput(f"{what} {value!r} contains a control character", field=what)
-    return value
-
-
-def _check_time(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise InvalidInput(f"{what} must be seconds since the epoch (a finite number >= 0), got {value!r}",
-                           field=what)
-    return float(value)
-
-
 _MAX_COUNT = 2**62
 
 
@@ -497,13 +475,13 @@ class AgentMemory:
     def _archive(self, command: ArchiveSession) -> Step:
         """Forward the session's user and assistant messages with text to the scope
         actor: it embeds and stores them and answers the caller."""
-        session_id = _check_id(command.session_id, "session_id", self.settings.max_session_id_bytes)
+        session_id = check_id(command.session_id, "session_id", self.settings.max_session_id_bytes)
         assert session_id is not None
         for value, what in ((command.app_name, "app_name"), (command.user_id, "user_id"),
                             (command.scope_kind, "scope_kind")):
             if not isinstance(value, str) or not value:
                 raise InvalidInput(f"{what} must be a non-empty string, got {value!r}", field=what)
-        conv = self._live(session_id, _check_time(command.now, "now"))
+        conv = self._live(session_id, check_seconds(command.now, "now"))
         events: list[Event] = []
         for entry in conv.entries if conv is not None else ():
             if entry.role not in ("user", "assistant"):
@@ -549,7 +527,7 @@ class AgentMemory:
             case SearchTurns():
                 return self._search_turns(command)
             case RelayChunk(session_id=session_id, chunk=chunk):
-                _check_id(session_id, "session_id", self.settings.max_session_id_bytes)
+                check_id(session_id, "session_id", self.settings.max_session_id_bytes)
                 return Step(None, (Emit(session_topic(session_id), ChunkRelayed(chunk)),))
             case WatchSession(session_id=session_id, from_beginning=from_beginning, now=now):
                 conv = self._live(session_id, now)
@@ -562,7 +540,7 @@ class AgentMemory:
             case SetTtl(seconds=seconds):
                 return self._set_ttl(seconds)
             case ExpireSessions(now=now):
-                now = _check_time(now, "now")
+                now = check_seconds(now, "now")
                 self._tick(now)
                 removed, count, effects = self._sweep(now)
                 return Step(SessionsDeleted(session_ids=removed, messages_removed=count), tuple(effects))
@@ -582,10 +560,10 @@ class AgentMemory:
     # -- writes ----------------------------------------------------------------------
     def _append(self, cmd: AppendMessages) -> Any:
         settings = self.settings
-        session_id = _check_id(cmd.session_id, "session_id", settings.max_session_id_bytes)
+        session_id = check_id(cmd.session_id, "session_id", settings.max_session_id_bytes)
         assert session_id is not None
-        query_id = _check_id(cmd.query_id, "query_id", _MAX_ID_CHARS, optional=True)
-        timestamp = _check_time(cmd.timestamp, "timestamp")
+        query_id = check_id(cmd.query_id, "query_id", _MAX_ID_CHARS, optional=True)
+        timestamp = check_seconds(cmd.timestamp, "timestamp")
         if type(cmd.messages) is not list and not isinstance(cmd.messages, list | tuple):
             raise InvalidInput("messages must be a list of chat messages", field="messages")
         if cmd.turn is not None:
@@ -690,9 +668,9 @@ class AgentMemory:
         conv.last_append = len(conv) if last_append_seq is None else conv.index_of(last_append_seq)
 
     def _complete(self, session_id: Any, timestamp: Any) -> Any:
-        checked = _check_id(session_id, "session_id", self.settings.max_session_id_bytes)
+        checked = check_id(session_id, "session_id", self.settings.max_session_id_bytes)
         assert checked is not None
-        timestamp = _check_time(timestamp, "timestamp")
+        timestamp = check_seconds(timestamp, "timestamp")
         self._tick(timestamp)
         _, _, effects = self._sweep(timestamp)
         conv = self.sessions.get(checked)
@@ -704,9 +682,9 @@ class AgentMemory:
         return Step(reply, tuple(effects))
 
     def _delete(self, session_id: Any, timestamp: Any) -> Any:
-        checked = _check_id(session_id, "session_id", self.settings.max_session_id_bytes)
+        checked = check_id(session_id, "session_id", self.settings.max_session_id_bytes)
         assert checked is not None
-        timestamp = _check_time(timestamp, "timestamp")
+        timestamp = check_seconds(timestamp, "timestamp")
         self._tick(timestamp)
         _, _, effects = self._sweep(timestamp)
         removed: list[str] = []
@@ -719,7 +697,7 @@ class AgentMemory:
         return Step(SessionsDeleted(session_ids=removed, messages_removed=count), tuple(effects))
 
     def _delete_all(self, timestamp: Any) -> Any:
-        timestamp = _check_time(timestamp, "timestamp")
+        timestamp = check_seconds(timestamp, "timestamp")
         self._tick(timestamp)
         removed = list(self.sessions)
         effects: list[Effect] = []
@@ -739,7 +717,7 @@ class AgentMemory:
         if session_id is None:
             self.policy = policy
         else:
-            checked = _check_id(session_id, "session_id", self.settings.max_session_id_bytes)
+            checked = check_id(session_id, "session_id", self.settings.max_session_id_bytes)
             assert checked is not None
             if policy is None:
                 self.session_policies.pop(checked, None)
@@ -827,7 +805,7 @@ class AgentMemory:
 
     # -- reads ------------------------------------------------------------------------
     def _context(self, cmd: GetContext) -> Any:
-        now = _check_time(cmd.now, "now")
+        now = check_seconds(cmd.now, "now")
         max_tokens = cmd.max_tokens
         if max_tokens is not None:
             _check_count(max_tokens, "max_tokens", 1)

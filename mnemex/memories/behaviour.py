@@ -37,7 +37,6 @@ from __future__ import annotations
 import bisect
 import logging
 import math
-import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Final, Literal
@@ -46,7 +45,9 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from mnemex._checks import check_id, check_text
 from mnemex._protocol import JsonCodec
+from mnemex._time import check_seconds
 from mnemex.config import Config
 from mnemex.effects import Image, Job, JobResult, Key, SnapshotData, Step
 from mnemex.errors import CorruptData, InvalidInput, MnemexError, NotFound, TooLarge
@@ -111,7 +112,6 @@ Ranked = tuple[int, float, dict[str, float]]   # (doc, score, signals)
 
 _SNAPSHOT_FORMAT: Final = 1
 _MAX_ID_BYTES: Final = 256
-_CONTROL: Final = re.compile(r"[\x00-\x1f]")
 _MAX_FIELD_BYTES: Final = 1024
 _MAX_LABELS: Final = 256
 _ACCESS_HALF: Final = 10.0
@@ -226,31 +226,10 @@ class ScopeSettings:
 
 
 # -- validation ------------------------------------------------------------------------------
-def _check_text(value: Any, what: str, limit: int, *, optional: bool = True) -> str | None:
-    if value is None and optional:
-        return None
-    if not isinstance(value, str) or not value:
-        raise InvalidInput(f"{what} must be a non-empty string{' or null' if optional else ''}, "
-                           f"got {value!r}", field=what)
-    if len(value) > limit // 4 and len(value.encode("utf-8", "surrogatepass")) > limit:
-        raise TooLarge(f"{what} is {len(value.encode('utf-8', 'surrogatepass')):,} bytes; "
-                       f"the limit is {limit:,}", field=what)
-    return value
-
-
 def _check_id(value: Any, what: str = "id") -> str:
-    text = _check_text(value, what, _MAX_ID_BYTES, optional=False)
+    text = check_id(value, what, _MAX_ID_BYTES)
     assert text is not None
-    if _CONTROL.search(text):
-        raise InvalidInput(f"{what} {text!r} contains a control character", field=what)
     return text
-
-
-def _check_time(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise InvalidInput(f"{what} must be seconds since the epoch (a finite number >= 0), got {value!r}",
-                           field=what)
-    return float(value)
 
 
 def _check_importance(value: Any) -> float:
@@ -267,7 +246,7 @@ def _check_labels(value: Any, what: str, *, phrases: bool = False) -> tuple[str,
         raise TooLarge(f"{what} has {len(value):,} values; the limit is {_MAX_LABELS}", field=what)
     out: list[str] = []
     for item in value:
-        label = _check_text(item, what, _MAX_FIELD_BYTES, optional=False)
+        label = check_text(item, what, _MAX_FIELD_BYTES, optional=False)
         assert label is not None
         if phrases and not normalize_phrase(label):
             raise InvalidInput(f"entity {label!r} has no word characters to match", field=what)
@@ -488,7 +467,7 @@ class ScopeMemory:
             case UpdateMemory():
                 return self._with_graph(self._update(command))
             case Forget(ids=ids, now=now):
-                _check_time(now, "now")
+                check_seconds(now, "now")
                 if not isinstance(ids, list | tuple):
                     raise InvalidInput("ids must be a list of memory ids", field="ids")
                 gone = [memory_id for memory_id in dict.fromkeys(ids)
@@ -496,7 +475,7 @@ class ScopeMemory:
                 self._forget(gone)
                 return self._with_graph(Forgotten(ids=gone))
             case ForgetWhere(filter=spec, now=now):
-                _check_time(now, "now")
+                check_seconds(now, "now")
                 compiled = compile_filter(spec)
                 if compiled.is_empty:
                     raise InvalidInput("forget_where needs a filter that names something; an empty "
@@ -552,20 +531,20 @@ class ScopeMemory:
             raise InvalidInput(f"memories must be NewMemory, got {type(memory).__name__}", field="memories")
         memory_id = _check_id(memory.id)
         content = _check_content(memory.content, settings.max_content_bytes)
-        timestamp = now if memory.timestamp is None else _check_time(memory.timestamp, "timestamp")
+        timestamp = now if memory.timestamp is None else check_seconds(memory.timestamp, "timestamp")
         record = MemoryRecord(
             id=memory_id,
             content=content,
-            author=_check_text(memory.author, "author", _MAX_FIELD_BYTES),
+            author=check_text(memory.author, "author", _MAX_FIELD_BYTES),
             timestamp=timestamp,
             created_at=now,
             importance=_check_importance(memory.importance),
-            session_id=_check_text(memory.session_id, "session_id", _MAX_FIELD_BYTES),
-            actor_id=_check_text(memory.actor_id, "actor_id", _MAX_FIELD_BYTES),
+            session_id=check_text(memory.session_id, "session_id", _MAX_FIELD_BYTES),
+            actor_id=check_text(memory.actor_id, "actor_id", _MAX_FIELD_BYTES),
             categories=_check_labels(memory.categories, "categories"),
             entities=_check_labels(memory.entities, "entities", phrases=True),
             metadata=_check_metadata(memory.metadata, settings.max_metadata_bytes),
-            source=_check_text(memory.source, "source", _MAX_FIELD_BYTES),
+            source=check_text(memory.source, "source", _MAX_FIELD_BYTES),
         )
         return record, memory.vector
 
@@ -581,7 +560,7 @@ class ScopeMemory:
         """Check a command's memories, then give each new one a doc (known by id and
         content from here on): the ids answered, which were created, the placed
         records for _index_many and their (doc, vector) for _add_vectors."""
-        now = _check_time(now, "now")
+        now = check_seconds(now, "now")
         if not isinstance(memories, list | tuple):
             raise InvalidInput("memories must be a list", field="memories")
         limit = self.settings.max_memories_per_command
@@ -760,7 +739,7 @@ class ScopeMemory:
             self.free.append(doc)
 
     def _update(self, cmd: UpdateMemory) -> Updated:
-        now = _check_time(cmd.now, "now")
+        now = check_seconds(cmd.now, "now")
         memory_id = _check_id(cmd.id)
         doc = self.doc_of.get(memory_id)
         if doc is None:
@@ -777,15 +756,15 @@ class ScopeMemory:
                                    f"holds this content", field="content")
             changes["content"] = content
         if cmd.author is not unset:
-            changes["author"] = _check_text(cmd.author, "author", _MAX_FIELD_BYTES)
+            changes["author"] = check_text(cmd.author, "author", _MAX_FIELD_BYTES)
         if cmd.timestamp is not unset:
-            changes["timestamp"] = _check_time(cmd.timestamp, "timestamp")
+            changes["timestamp"] = check_seconds(cmd.timestamp, "timestamp")
         if cmd.importance is not unset:
             changes["importance"] = _check_importance(cmd.importance)
         if cmd.session_id is not unset:
-            changes["session_id"] = _check_text(cmd.session_id, "session_id", _MAX_FIELD_BYTES)
+            changes["session_id"] = check_text(cmd.session_id, "session_id", _MAX_FIELD_BYTES)
         if cmd.actor_id is not unset:
-            changes["actor_id"] = _check_text(cmd.actor_id, "actor_id", _MAX_FIELD_BYTES)
+            changes["actor_id"] = check_text(cmd.actor_id, "actor_id", _MAX_FIELD_BYTES)
         if cmd.categories is not unset:
             changes["categories"] = _check_labels(cmd.categories, "categories")
         if cmd.entities is not unset:
@@ -793,7 +772,7 @@ class ScopeMemory:
         if cmd.metadata is not unset:
             changes["metadata"] = _check_metadata(cmd.metadata, settings.max_metadata_bytes)
         if cmd.source is not unset:
-            changes["source"] = _check_text(cmd.source, "source", _MAX_FIELD_BYTES)
+            changes["source"] = check_text(cmd.source, "source", _MAX_FIELD_BYTES)
         vector: bytes | None = None
         drop_vector = False
         if cmd.vector is not unset:
@@ -882,7 +861,7 @@ class ScopeMemory:
                 EntityIndex.from_sidecar(sidecars["entities"]))
 
     def _touch(self, cmd: Touch) -> Touched:
-        now = _check_time(cmd.now, "now")
+        now = check_seconds(cmd.now, "now")
         ids, counts = cmd.ids, cmd.counts
         if not isinstance(ids, list | tuple) or not isinstance(counts, list | tuple):
             raise InvalidInput("ids and counts must be lists", field="ids")
@@ -907,7 +886,7 @@ class ScopeMemory:
     def _store_session(self, command: StoreSession) -> Any:
         """Embed the session's new texts beside the actor (a Job that answers the
         caller), then store it as an AddSession; nothing changes here."""
-        session, now = command.session, _check_time(command.now, "now")
+        session, now = command.session, check_seconds(command.now, "now")
         if not isinstance(session, Session):
             raise InvalidInput(f"session must be a mnemex.Session, got {type(session).__name__}",
                                field="session")
@@ -917,7 +896,7 @@ class ScopeMemory:
         session_id = _check_id(session.id, "session_id")
         for index, event in enumerate(session.events):
             if event.timestamp:
-                _check_time(event.timestamp, f"events[{index}].timestamp")
+                check_seconds(event.timestamp, f"events[{index}].timestamp")
         memories = session_memories(session, command.first_id, self.settings.max_content_bytes)
         limit = self.settings.max_memories_per_command
         if len(memories) > limit:
@@ -1049,7 +1028,7 @@ class ScopeMemory:
         mode = cmd.mode
         if mode not in ("keyword", "fulltext", "vector", "hybrid"):
             raise InvalidInput(f"mode is {mode!r}; use keyword, fulltext, vector or hybrid", field="mode")
-        now = _check_time(cmd.now, "now")
+        now = check_seconds(cmd.now, "now")
         min_score = cmd.min_score
         if min_score is not None and (isinstance(min_score, bool) or not isinstance(min_score, int | float)
                                       or not math.isfinite(min_score)):
