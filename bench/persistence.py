@@ -73,7 +73,8 @@ import trio
 import mnemex
 from mnemex._protocol import Command, JsonCodec
 from mnemex.config import FsyncPolicy
-from mnemex.kernel import ActorKind, Image, Key, SnapshotData
+from mnemex.effects import Image, Key, SnapshotData
+from mnemex.kernel import ActorKind
 from mnemex.persistence import FileStore
 from mnemex.persistence.snapshot import sidecar_name, snapshot_name
 from mnemex.testing import Add, Get, counter_kind

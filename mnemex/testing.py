@@ -29,9 +29,7 @@ import msgspec
 import trio
 
 from mnemex._protocol import Command, JsonCodec
-from mnemex.errors import ActorCrashed, InvalidInput
-from mnemex.kernel import (
-    ActorKind,
+from mnemex.effects import (
     Behaviour,
     Effect,
     Emit,
@@ -44,6 +42,8 @@ from mnemex.kernel import (
     Step,
     Tell,
 )
+from mnemex.errors import ActorCrashed, InvalidInput
+from mnemex.kernel import ActorKind
 from mnemex.kernel._turn import take_turn
 
 __all__ = [

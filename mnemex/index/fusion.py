@@ -23,7 +23,7 @@ __all__ = ["normalize_scores", "reciprocal_rank_fusion", "weighted_score_fusion"
 
 K = TypeVar("K", int, str)
 Ranking = Sequence[tuple[K, float]]
-Calibration = Literal["minmax", "zscore"]
+Calibration = Literal["minmax", "zscore", "none"]
 
 
 def reciprocal_rank_fusion(rankings: Sequence[Ranking[K]], weights: Sequence[float] | None = None,
@@ -42,12 +42,16 @@ def reciprocal_rank_fusion(rankings: Sequence[Ranking[K]], weights: Sequence[flo
 
 def normalize_scores(ranking: Ranking[K], method: Calibration = "minmax") -> list[tuple[K, float]]:
     """Scores of one ranking calibrated: ``minmax`` maps them to 0..1 (all equal ->
-    all 1.0); ``zscore`` to (score - mean) / standard deviation (all equal -> 0.0).
+    all 1.0); ``zscore`` to (score - mean) / standard deviation (all equal -> 0.0);
+    ``none`` keeps scores that are calibrated already (a scope's BM25 and cosine are).
     Order and ids are kept."""
-    if method not in ("minmax", "zscore"):
-        raise InvalidInput(f"calibration method is {method!r}; use 'minmax' or 'zscore'", field="method")
+    if method not in ("minmax", "zscore", "none"):
+        raise InvalidInput(f"calibration method is {method!r}; use 'minmax', 'zscore' or 'none'",
+                           field="method")
     if not ranking:
         return []
+    if method == "none":
+        return [(d, float(s)) for d, s in ranking]
     scores = [float(s) for _, s in ranking]
     if not all(math.isfinite(s) for s in scores):
         raise InvalidInput("scores must be finite", field="scores")

@@ -16,8 +16,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from mnemex.effects import Behaviour
 from mnemex.errors import InvalidInput, MnemexError, NotFound
-from mnemex.kernel import ActorKind, Behaviour, rebuild_behaviour
+from mnemex.kernel import ActorKind, rebuild_behaviour
 from mnemex.persistence import ActorLocation, find_actors, inspect_actor, read_history, verify_actor
 
 __all__ = ["ActorReport", "parse_moment", "replay_actor", "replay_data_dir"]

@@ -59,6 +59,8 @@ from mnemex.index import (
     Tokenizer,
     VectorIndex,
     normalize_phrase,
+    reciprocal_rank_fusion,
+    weighted_score_fusion,
     words,
 )
 from mnemex.index._sidecar import byte_view, doc_ids_checksum
@@ -1150,27 +1152,29 @@ class ScopeMemory:
         if not candidates:
             return []
         w_text, w_vector = settings.fusion_fulltext_weight, settings.fusion_vector_weight
-        text_rank = {doc: rank for rank, (doc, _) in enumerate(text_ranked, start=1)}
-        vector_rank = {doc: rank for rank, (doc, _) in enumerate(vector_ranked, start=1)}
-        k = settings.fusion_rrf_k
-        rrf_best = (w_text + w_vector) / (k + 1.0)
         shares = settings.rank_importance_weight + settings.rank_recency_weight + settings.rank_access_weight
         half_life = settings.recency_half_life
+        texts = {doc: score_of(doc) for doc in candidates}
+        for doc in candidates:
+            if doc not in cosines:
+                cosines[doc] = (float(index.vector(doc) @ unit_query)
+                                if index is not None and doc in index else 0.0)
+        if settings.fusion == "rrf":  # ranks only, scaled so a first place in both lists is 1.0
+            k = settings.fusion_rrf_k
+            fused = dict(reciprocal_rank_fusion([text_ranked, vector_ranked], [w_text, w_vector], k=k))
+            best = (w_text + w_vector) / (k + 1.0)
+            relevance_of = {doc: fused.get(doc, 0.0) / best for doc in candidates}
+        else:  # calibrated scores (BM25 to 0..1, cosine clipped at 0), weighted to a mean
+            total = w_text + w_vector
+            relevance_of = dict(weighted_score_fusion(
+                [[(doc, texts[doc][0]) for doc in candidates],
+                 [(doc, max(cosines[doc], 0.0)) for doc in candidates]],
+                [w_text / total, w_vector / total], method="none"))
         out: list[Ranked] = []
         for doc in candidates:
-            text, bm25, matched = score_of(doc)
-            cosine = cosines.get(doc)
-            if cosine is None:
-                cosine = float(index.vector(doc) @ unit_query) if index is not None and doc in index else 0.0
-            if settings.fusion == "rrf":
-                fused = 0.0
-                if doc in text_rank:
-                    fused += w_text / (k + text_rank[doc])
-                if doc in vector_rank:
-                    fused += w_vector / (k + vector_rank[doc])
-                relevance = fused / rrf_best
-            else:
-                relevance = (w_text * text + w_vector * max(cosine, 0.0)) / (w_text + w_vector)
+            text, bm25, matched = texts[doc]
+            cosine = cosines[doc]
+            relevance = relevance_of[doc]
             record = self._record_at(doc)
             recency = 0.5 ** (max(0.0, now - record.timestamp) / half_life)
             access = record.access_count / (record.access_count + _ACCESS_HALF)

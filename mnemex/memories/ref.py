@@ -29,8 +29,9 @@ from mnemex._ids import IdClock
 from mnemex._time import seconds
 from mnemex.config import Config
 from mnemex.conversations.protocol import ArchiveSession
+from mnemex.effects import Key
 from mnemex.errors import InvalidInput, MnemexError, TooLarge
-from mnemex.kernel import ActorRef, Key
+from mnemex.kernel import ActorRef
 from mnemex.memories.behaviour import encode_vector
 from mnemex.memories.kind import ScopeKind
 from mnemex.memories.protocol import (

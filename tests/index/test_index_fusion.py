@@ -66,3 +66,11 @@ def test_weighted_fusion_gives_missing_documents_the_list_floor() -> None:
 def test_bad_arguments_are_refused(call: object) -> None:
     with pytest.raises(InvalidInput):
         call()  # type: ignore[operator]
+
+
+def test_calibration_none_keeps_calibrated_scores_and_weights_them_to_a_mean() -> None:
+    from mnemex.index import normalize_scores, weighted_score_fusion
+
+    assert normalize_scores([(1, 0.9), (2, 0.2)], "none") == [(1, 0.9), (2, 0.2)]
+    fused = dict(weighted_score_fusion([[(1, 0.9), (2, 0.2)], [(1, 0.1), (2, 0.8)]], [0.7, 0.3], method="none"))
+    assert fused == {1: 0.7 * 0.9 + 0.3 * 0.1, 2: 0.7 * 0.2 + 0.3 * 0.8}

@@ -11,8 +11,8 @@ import pytest
 import trio
 
 import mnemex
-from mnemex.effects import Forward, Job, JobResult, Key, Step
-from mnemex.kernel import ActorKind, Image
+from mnemex.effects import Forward, Image, Job, JobResult, Key, Step
+from mnemex.kernel import ActorKind
 from mnemex.testing import Add, Get, counter_kind
 
 

@@ -10,7 +10,8 @@ import trio
 import trio.testing
 
 import mnemex
-from mnemex.kernel import ActorKind, Image, Key
+from mnemex.effects import Image, Key
+from mnemex.kernel import ActorKind
 from mnemex.testing import SLOW_GATES, Add, Counter, Crash, Done, Fail, Get, Slow, counter_kind
 
 
