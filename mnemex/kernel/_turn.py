@@ -6,9 +6,10 @@ acts: it journals ``payload``, answers the caller, performs ``effects``, and on 
 ``crash`` rebuilds the behaviour from its store.
 
 Order matters and is fixed here: a journaled command is encoded *before* the
-handler runs (a command that cannot be journaled is refused without touching the
-state), and a handler that raises a MnemexError has changed nothing (behaviours
-validate before they mutate), so nothing is journaled and no effect is done.
+handler runs, so a command that cannot be journaled (one carrying a value JSON has
+no form for, say) is refused with InvalidInput without touching the state; and a
+handler that raises a MnemexError has changed nothing (behaviours validate before
+they mutate), so nothing is journaled and no effect is done.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from mnemex.effects import Behaviour, Effect, Forward, Job, Step
-from mnemex.errors import MnemexError
+from mnemex.errors import InvalidInput, MnemexError
 from mnemex.kernel._kind import ActorKind
 
 __all__ = ["TurnResult", "take_turn"]
@@ -58,6 +59,11 @@ def take_turn(kind: ActorKind, behaviour: Behaviour, command: Any) -> TurnResult
     try:
         journaled = kind.is_journaled(command)
         payload = kind.encode(command) if journaled else None
+    except MnemexError as exc:
+        return TurnResult(exc, refused=True)
+    except (TypeError, ValueError, OverflowError) as exc:  # the command's fault, not the behaviour's
+        return TurnResult(InvalidInput(f"{type(command).__name__} cannot be journaled: {exc}"), refused=True)
+    try:
         out = behaviour.handle(command)
     except MnemexError as exc:
         return TurnResult(exc, refused=True)

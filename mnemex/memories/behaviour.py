@@ -45,7 +45,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from mnemex._checks import check_id, check_text
+from mnemex._checks import check_id, check_json_object, check_text
 from mnemex._protocol import JsonCodec
 from mnemex._time import check_seconds
 from mnemex.config import Config
@@ -257,18 +257,7 @@ def _check_labels(value: Any, what: str, *, phrases: bool = False) -> tuple[str,
 
 
 def _check_metadata(value: Any, limit: int) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise InvalidInput(f"metadata must be a JSON object, got {type(value).__name__}", field="metadata")
-    try:
-        size = len(_encode.encode(value))
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise InvalidInput(f"metadata is not JSON: {exc}", field="metadata") from exc
-    if size > limit:
-        raise TooLarge(f"metadata is {size:,} bytes as JSON; the limit is {limit:,} "
-                       f"(config.max_metadata_bytes)", field="metadata")
-    if not all(isinstance(key, str) for key in value):
-        raise InvalidInput("metadata keys must be strings", field="metadata")
-    return value
+    return check_json_object(value, "metadata", limit, "config.max_metadata_bytes")
 
 
 def _check_content(value: Any, limit: int) -> str:

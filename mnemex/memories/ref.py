@@ -24,6 +24,7 @@ from typing import Any, Final
 import msgspec
 import trio
 
+from mnemex._checks import check_json_object
 from mnemex._host import Host
 from mnemex._ids import IdClock
 from mnemex._time import seconds
@@ -173,6 +174,9 @@ class ScopeRef:
             raise TooLarge(f"memory content is {len(content.encode('utf-8', 'surrogatepass')):,} bytes; "
                            f"the limit is {limit:,} (config.max_content_bytes)", field="content")
         values = {name: value for name, value in fields.items() if value is not None}
+        if "metadata" in values:  # refused here, before embedding and before any actor sees it
+            check_json_object(values["metadata"], "metadata", self._config.max_metadata_bytes,
+                              "config.max_metadata_bytes")
         if "timestamp" in values:
             values["timestamp"] = seconds(values["timestamp"], "timestamp")
         for name in ("categories", "entities"):
@@ -238,6 +242,9 @@ class ScopeRef:
             raise InvalidInput(f"unknown memory field(s) {', '.join(sorted(unknown))}",
                                field=sorted(unknown)[0])
         values = dict(fields)
+        if values.get("metadata") is not None:
+            check_json_object(values["metadata"], "metadata", self._config.max_metadata_bytes,
+                              "config.max_metadata_bytes")
         if "timestamp" in values:
             values["timestamp"] = seconds(values["timestamp"], "timestamp")
         for name in ("categories", "entities"):

@@ -24,7 +24,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from mnemex import AgentRef, InvalidInput, MnemexError, MnemexRuntime, NotFound, StoredMessage, StreamEvent
+from mnemex import AgentRef, MnemexError, MnemexRuntime, NotFound, StoredMessage, StreamEvent
 from mnemex.server._http import (
     HttpError,
     check_token,
@@ -46,6 +46,7 @@ from mnemex.server._schemas import (
 
 __all__ = ["build_app"]
 
+log = logging.getLogger("mnemex.server")
 access_log = logging.getLogger("mnemex.access")
 _log_encoder = msgspec.json.Encoder()
 
@@ -349,8 +350,9 @@ class _Endpoint:
             response = await self.handler(request)
         except (HttpError, MnemexError) as exc:
             response = error_response(exc)
-        except (ValueError, TypeError) as exc:  # a value our own checks missed: still a 400
-            response = error_response(InvalidInput(str(exc)))
+        except Exception:  # a bug of ours, not the client's: 500, with the traceback in the log
+            log.exception("%s %s failed", scope["method"], self.route)
+            response = json_response({"error": "internal error; the server's log has the details"}, 500)
         elapsed = time.perf_counter() - started
         status = response.status_code
         method: str = scope["method"]

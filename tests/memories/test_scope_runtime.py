@@ -517,3 +517,28 @@ async def test_the_default_model_finds_a_paraphrase_that_shares_no_word() -> Non
             hits = (await scope.search("what does the user do for work?", mode=mode)).hits
             assert hits and hits[0].memory.id == job, mode
         assert (await scope.stats()).embedder == "minilm-l6-v2-int8"
+
+
+@pytest.mark.parametrize("metadata", [{"a": {1, 2}}, {"a": object()}, {"a": float("nan")}, {"a": (1, 2)},
+                                      {1: "x"}, {"deep": [[[]]] * 1 + [{"x": float("inf")}]}])
+async def test_metadata_that_is_not_json_is_refused_before_embedding_and_before_the_actor(
+        metadata: dict[Any, Any]) -> None:
+    async with mnemex.open_runtime(config()) as rt:
+        scope = rt.scope(user_id="u", app_name="a")
+        with pytest.raises(mnemex.InvalidInput, match="metadata"):
+            await scope.remember("hello", metadata=metadata)
+        [mid] = await scope.remember_many(["hello"])
+        with pytest.raises(mnemex.InvalidInput, match="metadata"):
+            await scope.update(mid, metadata=metadata)
+        assert rt.scope_services().batcher.texts == 1 and rt.stats().crashes == 0
+        assert (await scope.get(mid)).metadata == {}
+
+
+async def test_a_raw_command_that_cannot_be_journaled_is_refused_and_crashes_nothing() -> None:
+    from mnemex.memories.protocol import NewMemory, Remember
+
+    async with mnemex.open_runtime(config()) as rt:
+        bad = Remember(memories=[NewMemory(id="m1", content="x", metadata={"a": object()})], now=1.0)
+        with pytest.raises(mnemex.InvalidInput, match="cannot be journaled"):
+            await rt.ask("scope", ("a", "u"), bad)
+        assert rt.stats().crashes == 0 and await rt.scope(user_id="u", app_name="a").count() == 0
