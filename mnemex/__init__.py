@@ -47,6 +47,7 @@ from mnemex.errors import SummaryError as SummaryError
 from mnemex.errors import Timeout as Timeout
 from mnemex.errors import TooLarge as TooLarge
 from mnemex.errors import UnknownActorKind as UnknownActorKind
+from mnemex.memories.fields import MemoryFields as MemoryFields
 from mnemex.memories.protocol import Event as Event
 from mnemex.memories.protocol import Hit as Hit
 from mnemex.memories.protocol import MemoryPage as MemoryPage
@@ -90,6 +91,7 @@ __all__ = [
     "LLMSummarizer",
     "MaxMessages",
     "MemoryPage",
+    "MemoryFields",
     "MemoryRecord",
     "MessagePage",
     "MnemexError",

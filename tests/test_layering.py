@@ -121,7 +121,7 @@ def test_the_public_face_is_pinned() -> None:
         "TurnRecord", "TurnHit", "MaxMessages", "TokenBudget", "KeepAll", "Stateless", "Summarizer",
         "ExtractiveSummarizer", "LLMSummarizer", "SummaryError", "TokenCounter",
         # long-term memory
-        "ScopeRef", "MemoryRecord", "Hit", "SearchResult", "MemoryPage", "ScopeStats", "Session", "Event",
+        "ScopeRef", "MemoryFields", "MemoryRecord", "Hit", "SearchResult", "MemoryPage", "ScopeStats", "Session", "Event",
         "SessionAdded", "format_as_context", "SEARCH_MEMORY_TOOL", "execute_memory_tool", "Embedder",
         "HashingEmbedder",
         # errors

@@ -45,7 +45,6 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from mnemex._checks import check_id, check_json_object, check_text
 from mnemex._protocol import JsonCodec
 from mnemex._time import check_seconds
 from mnemex.config import Config
@@ -58,12 +57,17 @@ from mnemex.index import (
     KeywordIndex,
     Tokenizer,
     VectorIndex,
-    normalize_phrase,
     reciprocal_rank_fusion,
     weighted_score_fusion,
     words,
 )
 from mnemex.index._sidecar import byte_view, doc_ids_checksum
+from mnemex.memories.fields import (
+    CHANGEABLE,
+    check_memory_id,
+    checked_changes,
+    record_of,
+)
 from mnemex.memories.filters import FilterTable, compile_filter
 from mnemex.memories.protocol import (
     SCOPE_WRITES,
@@ -113,9 +117,6 @@ Mask = npt.NDArray[np.bool_]
 Ranked = tuple[int, float, dict[str, float]]   # (doc, score, signals)
 
 _SNAPSHOT_FORMAT: Final = 1
-_MAX_ID_BYTES: Final = 256
-_MAX_FIELD_BYTES: Final = 1024
-_MAX_LABELS: Final = 256
 _ACCESS_HALF: Final = 10.0
 _SIDECAR: Final = "hnsw"
 _TEXT_SIDECARS: Final = ("keyword", "bm25", "entities")
@@ -228,53 +229,8 @@ class ScopeSettings:
 
 
 # -- validation ------------------------------------------------------------------------------
-def _check_id(value: Any, what: str = "id") -> str:
-    text = check_id(value, what, _MAX_ID_BYTES)
-    assert text is not None
-    return text
-
-
-def _check_importance(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not (
-            math.isfinite(value) and 0.0 <= value <= 1.0):
-        raise InvalidInput(f"importance must be a number in 0..1, got {value!r}", field="importance")
-    return float(value)
-
-
-def _check_labels(value: Any, what: str, *, phrases: bool = False) -> tuple[str, ...]:
-    if isinstance(value, str) or not isinstance(value, list | tuple):
-        raise InvalidInput(f"{what} must be a list of strings, got {value!r}", field=what)
-    if len(value) > _MAX_LABELS:
-        raise TooLarge(f"{what} has {len(value):,} values; the limit is {_MAX_LABELS}", field=what)
-    out: list[str] = []
-    for item in value:
-        label = check_text(item, what, _MAX_FIELD_BYTES, optional=False)
-        assert label is not None
-        if phrases and not normalize_phrase(label):
-            raise InvalidInput(f"entity {label!r} has no word characters to match", field=what)
-        out.append(label)
-    return tuple(dict.fromkeys(out))
-
-
-def _check_metadata(value: Any, limit: int) -> dict[str, Any]:
-    return check_json_object(value, "metadata", limit, "config.max_metadata_bytes")
-
-
-def _check_content(value: Any, limit: int) -> str:
-    if not isinstance(value, str):
-        raise InvalidInput(f"memory content must be a string, got {type(value).__name__}", field="content")
-    if not value.strip():
-        raise InvalidInput("memory content is empty", field="content")
-    if len(value) > limit // 4:
-        size = len(value.encode("utf-8", "surrogatepass"))
-        if size > limit:
-            raise TooLarge(f"memory content is {size:,} bytes; the limit is {limit:,} "
-                           f"(config.max_content_bytes)", field="content")
-    return value
-
-
 def _check_session_memories(session_id: Any, memories: Any) -> None:
-    _check_id(session_id, "session_id")
+    check_memory_id(session_id, "session_id")
     if not isinstance(memories, list | tuple):
         raise InvalidInput("memories must be a list", field="memories")
     for memory in memories:
@@ -520,24 +476,7 @@ class ScopeMemory:
         settings = self.settings
         if not isinstance(memory, NewMemory):
             raise InvalidInput(f"memories must be NewMemory, got {type(memory).__name__}", field="memories")
-        memory_id = _check_id(memory.id)
-        content = _check_content(memory.content, settings.max_content_bytes)
-        timestamp = now if memory.timestamp is None else check_seconds(memory.timestamp, "timestamp")
-        record = MemoryRecord(
-            id=memory_id,
-            content=content,
-            author=check_text(memory.author, "author", _MAX_FIELD_BYTES),
-            timestamp=timestamp,
-            created_at=now,
-            importance=_check_importance(memory.importance),
-            session_id=check_text(memory.session_id, "session_id", _MAX_FIELD_BYTES),
-            actor_id=check_text(memory.actor_id, "actor_id", _MAX_FIELD_BYTES),
-            categories=_check_labels(memory.categories, "categories"),
-            entities=_check_labels(memory.entities, "entities", phrases=True),
-            metadata=_check_metadata(memory.metadata, settings.max_metadata_bytes),
-            source=check_text(memory.source, "source", _MAX_FIELD_BYTES),
-        )
-        return record, memory.vector
+        return record_of(memory, now, settings.max_content_bytes, settings.max_metadata_bytes), memory.vector
 
     def _remember(self, memories: Any, embedder: Any, dim: Any,
                   now: Any) -> tuple[list[str], list[bool]]:
@@ -731,39 +670,20 @@ class ScopeMemory:
 
     def _update(self, cmd: UpdateMemory) -> Updated:
         now = check_seconds(cmd.now, "now")
-        memory_id = _check_id(cmd.id)
+        memory_id = check_memory_id(cmd.id)
         doc = self.doc_of.get(memory_id)
         if doc is None:
             raise NotFound(f"no memory {memory_id!r} in scope {self._name}")
         old = self._record_at(doc)
         settings = self.settings
-        changes: dict[str, Any] = {}
         unset = msgspec.UNSET
-        if cmd.content is not unset:
-            content = _check_content(cmd.content, settings.max_content_bytes)
-            other = self.by_content.get(content)
+        given = {name: value for name in CHANGEABLE if (value := getattr(cmd, name)) is not unset}
+        changes = checked_changes(given, settings.max_content_bytes, settings.max_metadata_bytes)
+        if "content" in changes:
+            other = self.by_content.get(changes["content"])
             if other is not None and other != doc:
                 raise InvalidInput(f"memory {self._record_at(other).id!r} of scope {self._name} already "
                                    f"holds this content", field="content")
-            changes["content"] = content
-        if cmd.author is not unset:
-            changes["author"] = check_text(cmd.author, "author", _MAX_FIELD_BYTES)
-        if cmd.timestamp is not unset:
-            changes["timestamp"] = check_seconds(cmd.timestamp, "timestamp")
-        if cmd.importance is not unset:
-            changes["importance"] = _check_importance(cmd.importance)
-        if cmd.session_id is not unset:
-            changes["session_id"] = check_text(cmd.session_id, "session_id", _MAX_FIELD_BYTES)
-        if cmd.actor_id is not unset:
-            changes["actor_id"] = check_text(cmd.actor_id, "actor_id", _MAX_FIELD_BYTES)
-        if cmd.categories is not unset:
-            changes["categories"] = _check_labels(cmd.categories, "categories")
-        if cmd.entities is not unset:
-            changes["entities"] = _check_labels(cmd.entities, "entities", phrases=True)
-        if cmd.metadata is not unset:
-            changes["metadata"] = _check_metadata(cmd.metadata, settings.max_metadata_bytes)
-        if cmd.source is not unset:
-            changes["source"] = check_text(cmd.source, "source", _MAX_FIELD_BYTES)
         vector: bytes | None = None
         drop_vector = False
         if cmd.vector is not unset:
@@ -884,7 +804,7 @@ class ScopeMemory:
         if (session.app_name, session.user_id) != (self.app_name, self.user_id):
             raise InvalidInput(f"session {session.id!r} belongs to app {session.app_name!r}, user "
                                f"{session.user_id!r}, not to scope {self._name}", field="session")
-        session_id = _check_id(session.id, "session_id")
+        session_id = check_memory_id(session.id, "session_id")
         for index, event in enumerate(session.events):
             if event.timestamp:
                 check_seconds(event.timestamp, f"events[{index}].timestamp")

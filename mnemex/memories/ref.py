@@ -24,16 +24,16 @@ from typing import Any, Final
 import msgspec
 import trio
 
-from mnemex._checks import check_json_object
 from mnemex._host import Host
 from mnemex._ids import IdClock
 from mnemex._time import seconds
 from mnemex.config import Config
 from mnemex.conversations.protocol import ArchiveSession
 from mnemex.effects import Key
-from mnemex.errors import InvalidInput, MnemexError, TooLarge
+from mnemex.errors import InvalidInput, MnemexError
 from mnemex.kernel import ActorRef
 from mnemex.memories.behaviour import encode_vector
+from mnemex.memories.fields import checked_changes, new_memory, record_of
 from mnemex.memories.kind import ScopeKind
 from mnemex.memories.protocol import (
     AddSession,
@@ -71,8 +71,6 @@ __all__ = ["ScopeRef", "ScopeServices", "archive_session", "search_scopes"]
 log = logging.getLogger("mnemex.scope")
 
 _MODES: Final = ("keyword", "fulltext", "vector", "hybrid")
-_FIELDS: Final = frozenset({"author", "timestamp", "importance", "session_id", "actor_id", "categories",
-                            "entities", "metadata", "source"})
 
 
 class ScopeServices:
@@ -162,31 +160,12 @@ class ScopeRef:
         return [encode_vector(row) for row in matrix]
 
     def _new_memory(self, content: Any, fields: Mapping[str, Any], now: float) -> NewMemory:
-        unknown = set(fields) - _FIELDS - {"id"}
-        if unknown:
-            raise InvalidInput(f"unknown memory field(s) {', '.join(sorted(unknown))}; the fields are "
-                               f"{', '.join(sorted(_FIELDS))}", field=sorted(unknown)[0])
-        if not isinstance(content, str):
-            raise InvalidInput(f"memory content must be a string, got {type(content).__name__}",
-                               field="content")
-        limit = self._config.max_content_bytes
-        if len(content) > limit // 4 and len(content.encode("utf-8", "surrogatepass")) > limit:
-            raise TooLarge(f"memory content is {len(content.encode('utf-8', 'surrogatepass')):,} bytes; "
-                           f"the limit is {limit:,} (config.max_content_bytes)", field="content")
-        values = {name: value for name, value in fields.items() if value is not None}
-        if "metadata" in values:  # refused here, before embedding and before any actor sees it
-            check_json_object(values["metadata"], "metadata", self._config.max_metadata_bytes,
-                              "config.max_metadata_bytes")
-        if "timestamp" in values:
-            values["timestamp"] = seconds(values["timestamp"], "timestamp")
-        for name in ("categories", "entities"):
-            if name in values and isinstance(values[name], list):
-                values[name] = tuple(values[name])
-        memory_id = values.pop("id", None) or self._services.ids.next(now)
-        try:
-            return NewMemory(id=memory_id, content=content, **values)
-        except TypeError as exc:
-            raise InvalidInput(f"bad memory fields: {exc}") from exc
+        given = dict(fields)
+        memory_id = given.pop("id", None) or self._services.ids.next(now)
+        memory = new_memory(memory_id, content, given)
+        config = self._config  # refused here, before embedding and before any actor sees it
+        record_of(memory, now, config.max_content_bytes, config.max_metadata_bytes)
+        return memory
 
     async def _store(self, memories: list[NewMemory]) -> list[str]:
         now = time.time()
@@ -237,31 +216,13 @@ class ScopeRef:
     async def update(self, memory_id: str, **fields: Any) -> MemoryRecord:
         """Change some fields of a memory (``content`` too: it is re-embedded and
         re-indexed); returns the updated memory. NotFound for an unknown id."""
-        unknown = set(fields) - _FIELDS - {"content"}
-        if unknown:
-            raise InvalidInput(f"unknown memory field(s) {', '.join(sorted(unknown))}",
-                               field=sorted(unknown)[0])
-        values = dict(fields)
-        if values.get("metadata") is not None:
-            check_json_object(values["metadata"], "metadata", self._config.max_metadata_bytes,
-                              "config.max_metadata_bytes")
-        if "timestamp" in values:
-            values["timestamp"] = seconds(values["timestamp"], "timestamp")
-        for name in ("categories", "entities"):
-            if isinstance(values.get(name), list):
-                values[name] = tuple(values[name])
-        embedder = self.embedder
+        config = self._config
+        values: dict[str, Any] = checked_changes(fields, config.max_content_bytes, config.max_metadata_bytes)
         if "content" in values:
-            content = values["content"]
-            if not isinstance(content, str):
-                raise InvalidInput("memory content must be a string", field="content")
-            values["vector"] = (await self._embed([content]))[0]
+            embedder = self.embedder
+            values["vector"] = (await self._embed([values["content"]]))[0]
             values["embedder"], values["dim"] = embedder.name, embedder.dim
-        try:
-            command = UpdateMemory(id=memory_id, now=time.time(), **values)
-        except TypeError as exc:
-            raise InvalidInput(f"bad memory fields: {exc}") from exc
-        reply: Updated = await self._ref.ask(command)
+        reply: Updated = await self._ref.ask(UpdateMemory(id=memory_id, now=time.time(), **values))
         return reply.memory
 
     async def forget(self, memory_id: str) -> bool:

@@ -240,16 +240,10 @@ class _Api:
                             field="user_id" if not user_id else "app_name")
         return user_id, app_name
 
-    @staticmethod
-    def _fields(memory: PostMemory) -> dict[str, Any]:
-        return {name: getattr(memory, name) for name in
-                ("importance", "session_id", "actor_id", "author", "categories", "entities", "metadata",
-                 "timestamp", "source") if getattr(memory, name) is not None}
-
     async def post_memory(self, request: Request) -> Response:
         body = await read_json(request, PostMemory, self.settings.max_body_bytes)
         scope = self.rt.scope(user_id=body.user_id, app_name=body.app_name)
-        memory_id = await scope.remember(body.content, **self._fields(body))
+        memory_id = await scope.remember(body.content, **body.given())
         return json_response({"id": memory_id}, 201)
 
     async def post_memory_batch(self, request: Request) -> Response:
@@ -260,7 +254,7 @@ class _Api:
         ids: list[str] = [""] * len(body.memories)
         for (user_id, app_name), indexes in groups.items():
             stored = await self.rt.scope(user_id=user_id, app_name=app_name).remember_many(
-                [{"content": body.memories[i].content, **self._fields(body.memories[i])} for i in indexes])
+                [{"content": body.memories[i].content, **body.memories[i].given()} for i in indexes])
             for i, memory_id in zip(indexes, stored, strict=True):
                 ids[i] = memory_id
         return json_response({"ids": ids}, 201)

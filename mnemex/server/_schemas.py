@@ -7,6 +7,8 @@ from typing import Any
 
 import msgspec
 
+from mnemex import MemoryFields
+
 __all__ = ["PostMessages", "ServerSettings"]
 
 
@@ -38,21 +40,13 @@ class ServerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     request; the per-route counts and latencies are always on ``/metrics``."""
 
 
-class PostMemory(msgspec.Struct, forbid_unknown_fields=True):
-    """``POST /memory``: one memory into the (app_name, user_id) scope."""
+class PostMemory(MemoryFields, kw_only=True, forbid_unknown_fields=True):
+    """``POST /memory``: one memory into the (app_name, user_id) scope, with any of
+    the memory's fields (``mnemex.MemoryFields``)."""
 
     content: str
     user_id: str
     app_name: str
-    importance: float | None = None
-    session_id: str | None = None
-    actor_id: str | None = None
-    author: str | None = None
-    categories: list[str] | None = None
-    entities: list[str] | None = None
-    metadata: dict[str, Any] | None = None
-    timestamp: float | str | None = None
-    source: str | None = None
 
 
 class PostMemoryBatch(msgspec.Struct, forbid_unknown_fields=True):

@@ -111,10 +111,11 @@ def test_replay_in_runs_rebuilds_what_handling_each_command_built(plan: list[tup
     tail = restored(head)
     tail.replay(scope_codec.decode(payload) for payload in journal[half:])
     assert list(tail.records()) == list(live.records())
-    # a restore re-reads the vectors as stored (float32): scores agree to float32 precision
+    # a restore re-reads the vectors as stored (float32): scores agree to float32 precision,
+    # and as scores are rounded to 6 places, two that close may round one step apart
     for got, want in zip(searches(tail), searches(live), strict=True):
         assert [hit[0] for hit in got] == [hit[0] for hit in want]
-        assert [hit[1] for hit in got] == pytest.approx([hit[1] for hit in want], abs=1e-6)
+        assert [hit[1] for hit in got] == pytest.approx([hit[1] for hit in want], abs=2e-6)
 
 
 def test_a_run_of_session_memories_gives_each_its_final_context() -> None:
