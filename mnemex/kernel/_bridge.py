@@ -39,6 +39,7 @@ class BlockingBridge(Generic[R]):
         self._stop: trio.Event | None = None
         self._runtime: R | None = None
         self._failure: BaseException | None = None  # raised after start-up, not yet reported
+        self._ending = False  # the run is ending without close(): a failure is on its way
         self._closed = False
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
@@ -72,7 +73,13 @@ class BlockingBridge(Generic[R]):
             self._runtime = runtime
             self._token = trio.lowlevel.current_trio_token()
             self._ready.set()
-            await self._stop.wait()
+            try:
+                await self._stop.wait()
+            except trio.Cancelled:
+                # a task of the run failed: calls that reach the closing runtime now must
+                # report that failure, not the ActorClosed the shutdown gives them
+                self._ending = True
+                raise
 
     @property
     def runtime(self) -> R:
@@ -100,6 +107,11 @@ class BlockingBridge(Generic[R]):
             self._thread.join()
             self._raise_failure()
             raise ActorClosed("the client's runtime has stopped") from exc
+        except ActorClosed:
+            if self._ending:
+                self._thread.join()
+                self._raise_failure()
+            raise
 
     def close(self) -> None:
         """Shut the runtime down cleanly and join its thread. Idempotent."""
