@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mnemex.config import Config, load_config
-from mnemex.errors import MnemexError
+from mnemex.errors import InvalidInput, MnemexError
 from mnemex.kernel import ActorKind
 from mnemex.persistence import find_actors, inspect_actor
 from mnemex.runtime import _builtin_kinds
@@ -114,16 +114,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def load_settings(args: argparse.Namespace) -> tuple[Config, Any]:
-    """Config and server settings from, in rising priority: defaults, the TOML file
-    (top-level keys are Config fields, the ``[server]`` table is the server's),
+def load_settings(args: argparse.Namespace) -> Config:
+    """The Config of ``mnemex serve`` from, in rising priority: defaults, the TOML file
+    (sections as tables, flat top-level keys as shortcuts; ``[server]`` is the server's),
     environment variables (MNEMEX_DATA_DIR, MNEMEX_HOST, MNEMEX_PORT, MNEMEX_TOKEN)
     and flags."""
     import os
 
     import msgspec
-
-    from mnemex.server import ServerSettings
 
     table: dict[str, Any] = {}
     if args.config:
@@ -132,16 +130,15 @@ def load_settings(args: argparse.Namespace) -> tuple[Config, Any]:
         except (OSError, msgspec.DecodeError) as exc:
             raise SystemExit(f"mnemex: cannot read config {args.config}: {exc}") from exc
     server = dict(table.pop("server", {}) or {})
+    storage = dict(table.pop("storage", {}) or {})
     env = os.environ
-    if "MNEMEX_DATA_DIR" in env:
-        table["data_dir"] = env["MNEMEX_DATA_DIR"]
-    for name, key in (("MNEMEX_HOST", "host"), ("MNEMEX_TOKEN", "token")):
+    data_dir = args.data_dir or env.get("MNEMEX_DATA_DIR")
+    if data_dir:
+        table.pop("data_dir", None)
+        storage["data_dir"] = data_dir
+    for name, key in (("MNEMEX_HOST", "host"), ("MNEMEX_TOKEN", "token"), ("MNEMEX_PORT", "port")):
         if name in env:
             server[key] = env[name]
-    if "MNEMEX_PORT" in env:
-        server["port"] = env["MNEMEX_PORT"]
-    if args.data_dir:
-        table["data_dir"] = args.data_dir
     for key in ("host", "port", "token"):
         if getattr(args, key) is not None:
             server[key] = getattr(args, key)
@@ -150,12 +147,10 @@ def load_settings(args: argparse.Namespace) -> tuple[Config, Any]:
             server["port"] = int(server["port"])
         except ValueError:
             raise SystemExit(f"mnemex: port {server['port']!r} is not a number") from None
-    config = load_config(table)
     try:
-        settings = msgspec.convert(server, ServerSettings)
-    except msgspec.ValidationError as exc:
-        raise SystemExit(f"mnemex: [server] settings: {exc}") from exc
-    return config, settings
+        return load_config({**table, "storage": storage, "server": server})
+    except InvalidInput as exc:
+        raise SystemExit(f"mnemex: {exc}") from exc
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -166,11 +161,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from mnemex.server import serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    config, settings = load_settings(args)
-    if config.data_dir is None:
-        config = load_config({**{f: getattr(config, f) for f in config.__struct_fields__},
-                              "data_dir": "mnemex-data"})
-    trio.run(serve, config, settings)
+    trio.run(serve, load_settings(args))
     return 0
 
 

@@ -1,41 +1,65 @@
 """Config: every knob mnemex has, with defaults that work with no file.
 
-A Config is a frozen msgspec Struct. It is checked when it is built (in code,
-from TOML or from JSON), so a bad value fails at start-up with a message that
-names the field, never on the first write an hour later.
+A Config is six frozen sections, one per part of mnemex: ``kernel``, ``storage``,
+``conversations``, ``memories``, ``models`` and ``server``. Each section is a msgspec
+Struct whose constraints are declared on its fields (``Annotated`` bounds, ``Literal``
+choices, patterns); they are checked when the section is built, in Python exactly as
+when msgspec decodes TOML or JSON, so a bad value fails at start-up with a message
+that names the field and what is allowed, never on the first write an hour later.
+
+The flat names of earlier versions stay as documented shortcuts, in code and in
+files: ``Config(data_dir=None, embedder="hashing", fsync="always")`` sets
+``storage.data_dir``, ``models.embedder`` and ``storage.fsync``; a TOML file may mix
+top-level keys with ``[memories]``-style tables; ``config.data_dir`` reads through.
+A short-term memory setting's flat name is ``agent_`` + its name
+(``agent_policy`` is ``conversations.policy``); every other flat name is the field's.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import re
 import types
 import typing
-from typing import Annotated, Any, Literal
+from collections.abc import Iterator, Mapping
+from typing import Annotated, Any, ClassVar, Final, Literal
 
 import msgspec
 
 from mnemex.errors import InvalidInput
 
-__all__ = ["Config", "load_config"]
+__all__ = ["Config", "ConversationsConfig", "KernelConfig", "MemoriesConfig", "ModelsConfig",
+           "ServerConfig", "StorageConfig", "load_config"]
 
 FsyncPolicy = Literal["always", "batch", "never"]
 OverloadPolicy = Literal["wait", "fail"]
-# constraints declared on the fields: checked the same way when a Config is built in Python
-# (``_check_declared``) as when msgspec decodes one from TOML or JSON
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
 PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
 NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
 
 
-class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Runtime settings. Times are seconds, sizes are bytes unless named otherwise."""
+class _Section(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A config section: checked against its declarations when built, then by ``_check``
+    for rules between fields. (msgspec runs ``__post_init__`` after decoding too.)"""
 
-    data_dir: str | None = "mnemex-data"
-    """Where actors persist. ``None`` keeps everything in memory (tests, caches):
-    nothing survives the process."""
+    section: ClassVar[str]
 
-    # -- mailboxes and asks ------------------------------------------------------
+    def __post_init__(self) -> None:
+        _check_declared(self)
+        self._check()
+
+    def _check(self) -> None:
+        """Rules that join several fields; a section with none keeps this."""
+
+    def _invalid(self, name: str, message: str) -> InvalidInput:
+        return InvalidInput(f"config.{self.section}.{name} {message}", field=f"{self.section}.{name}")
+
+
+class KernelConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The actor kernel: mailboxes, asks, the actor lifecycle."""
+
+    section: ClassVar[str] = "kernel"
     mailbox_size: PositiveInt = 1024
     """Messages an actor's mailbox holds before senders wait (or fail, below)."""
     overload: OverloadPolicy = "wait"
@@ -45,14 +69,11 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Default seconds an ask waits for its answer before raising Timeout."""
     max_key_bytes: PositiveInt = 1024
     """Longest actor key (agent name, user id, app name) in UTF-8 bytes."""
-
     gc_freeze: bool = True
     """When the first runtime of a process opens, ``gc.freeze()`` the objects alive
     then (modules, start-up state), so Python's cyclic collector stops rescanning
     them; actors spawn and passivate faster. Objects frozen are never collected
     by the cycle collector (reference counting still frees them)."""
-
-    # -- lifecycle ---------------------------------------------------------------
     idle_timeout: PositiveFloat = 300.0
     """Seconds without a message after which a live actor is snapshotted and unloaded."""
     max_live_actors: PositiveInt = 100_000
@@ -67,7 +88,14 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Seconds an actor that failed every load attempt answers ActorCrashed
     at once before another load is tried (so a broken actor never loops hot)."""
 
-    # -- persistence -------------------------------------------------------------
+
+class StorageConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Where and how actors persist: the data directory, journal durability, snapshots."""
+
+    section: ClassVar[str] = "storage"
+    data_dir: str | None = "mnemex-data"
+    """Where actors persist. ``None`` keeps everything in memory (tests, caches):
+    nothing survives the process."""
     fsync: FsyncPolicy = "batch"
     """``always``: each actor fsyncs its journal before answering. ``batch`` (group
     commit, the default): one fsync round covers every line written by every actor
@@ -97,50 +125,59 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     snapshots_kept: PositiveInt = 2
     """Snapshots kept per actor (the newest ones)."""
 
-    # -- content limits ----------------------------------------------------------
-    max_content_bytes: PositiveInt = 10_240
-    """Longest memory content in UTF-8 bytes."""
+    def _check(self) -> None:
+        if self.data_dir is not None and not self.data_dir.strip():
+            raise self._invalid("data_dir", "is empty; give a path, or None to keep everything in memory")
+
+
+class ConversationsConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Short-term memory: every agent's defaults. Flat shortcuts: ``agent_<name>``
+    (``Config(agent_policy=...)``), and ``max_message_bytes`` as it is."""
+
+    section: ClassVar[str] = "conversations"
     max_message_bytes: PositiveInt = 1_048_576
     """Longest chat message (encoded) in bytes."""
-
-    # -- short-term memory
-    agent_policy: Literal["max_messages", "token_budget", "keep_all", "stateless", "none"] = "max_messages"
+    policy: Literal["max_messages", "token_budget", "keep_all", "stateless", "none"] = "max_messages"
     """Default pruning policy of every agent (an agent or a session may set its own):
-    ``max_messages`` (MaxMessages(agent_max_messages)), ``token_budget``
-    (TokenBudget(agent_max_context_tokens, agent_trigger_ratio,
-    agent_keep_recent_turns)), ``keep_all`` (KeepAll: every message) or ``stateless``
+    ``max_messages`` (MaxMessages(max_messages)), ``token_budget``
+    (TokenBudget(max_context_tokens, trigger_ratio, keep_recent_turns)), ``keep_all``
+    (KeepAll: every message) or ``stateless``
     (Stateless: only the messages of the latest append; ``none`` is the same, its
     older name)."""
-    agent_max_messages: PositiveInt = 100
+    max_messages: PositiveInt = 100
     """Messages a MaxMessages context keeps (system messages included)."""
-    agent_max_context_tokens: PositiveInt = 8192
+    max_context_tokens: Annotated[int, msgspec.Meta(ge=16)] = 8192
     """The model's context window for TokenBudget, in tokens."""
-    agent_trigger_ratio: float = 0.8
+    trigger_ratio: Annotated[float, msgspec.Meta(gt=0, le=1)] = 0.8
     """Fraction of the window at which TokenBudget compresses, in (0, 1]."""
-    agent_keep_recent_turns: PositiveInt = 5
+    keep_recent_turns: PositiveInt = 5
     """User turns TokenBudget keeps verbatim when it compresses."""
-    agent_retain: Literal["all", "pruned"] = "all"
+    retain: Literal["all", "pruned"] = "all"
     """``all``: history keeps every appended message; ``pruned``: messages that no
     context can show again (pruned or summarized) are forgotten."""
-    agent_session_ttl: PositiveFloat | None = None
+    session_ttl: PositiveFloat | None = None
     """Seconds without an append after which a session expires; None: never."""
-    agent_sweep_interval: PositiveFloat = 60.0
+    sweep_interval: PositiveFloat = 60.0
     """Seconds between sweeps that delete expired sessions of live agents."""
-    agent_summarizer: Literal["extractive", "llm"] = "extractive"
+    summarizer: Literal["extractive", "llm"] = "extractive"
     """What makes TokenBudget summaries: ``extractive`` (no model) or ``llm``."""
-    agent_llm_base_url: str = "https://api.openai.com/v1"
+    llm_base_url: Annotated[str, msgspec.Meta(pattern="^https?://")] = "https://api.openai.com/v1"
     """OpenAI-compatible API root for the ``llm`` summarizer (``.../v1``)."""
-    agent_llm_model: str = "gpt-4o-mini"
+    llm_model: str = "gpt-4o-mini"
     """Model the ``llm`` summarizer asks."""
-    agent_llm_api_key_env: str = "OPENAI_API_KEY"
+    llm_api_key_env: str = "OPENAI_API_KEY"
     """Environment variable holding the ``llm`` summarizer's API key (read at each call)."""
-    agent_llm_timeout: PositiveFloat = 30.0
+    llm_timeout: PositiveFloat = 30.0
     """Seconds one summary request may take."""
-    agent_summary_retry: PositiveFloat = 5.0
+    summary_retry: PositiveFloat = 5.0
     """Seconds before a failed summary is asked for again; doubles per failure, up
     to 300. Meanwhile the context is cut to the budget."""
 
-    # -- long-term memory
+
+class ModelsConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What runs a model beside the actors: the embedder and its batching."""
+
+    section: ClassVar[str] = "models"
     embedder: Literal["hashing", "minilm", "minilm-torch", "use-multilingual"] = "minilm"
     """What embeds memories and queries for vector and hybrid search (see
     mnemex.embedders): ``hashing`` (no model: signed feature hashing of words and
@@ -151,22 +188,36 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     ``use-multilingual`` (Universal Sentence Encoder multilingual v3, 16 languages;
     the ``mnemex[multilingual]`` extra). A scope keeps to the embedder it started
     with and refuses vectors of another."""
-    embedder_dim: PositiveInt = 384
+    embedder_dim: Annotated[int, msgspec.Meta(ge=8)] = 384
     """Dimensions of the ``hashing`` embedder (the models have their own: 384 for
     ``minilm`` and ``minilm-torch``, 512 for ``use-multilingual``)."""
     embed_batch_size: PositiveInt = 256
     """Most texts one embedding call takes; texts of concurrent callers are gathered
     into one call up to this many."""
+
+
+class MemoriesConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Long-term memory: limits of what a scope takes, its indexes and how searches rank."""
+
+    section: ClassVar[str] = "memories"
+    max_content_bytes: PositiveInt = 10_240
+    """Longest memory content in UTF-8 bytes."""
+    max_metadata_bytes: PositiveInt = 16_384
+    """Largest metadata object of one memory, JSON-encoded."""
+    max_memories_per_command: PositiveInt = 10_000
+    """Most memories one remember_many or add_session call stores."""
+    max_top_k: PositiveInt = 1000
+    """Most results one search may ask for."""
     hnsw_threshold: PositiveInt = 20_000
     """Memories in a scope from which vector search uses an HNSW graph (built beside
     the actor) instead of an exact scan."""
-    hnsw_m: PositiveInt = 16
+    hnsw_m: Annotated[int, msgspec.Meta(ge=2)] = 16
     """HNSW links per node (memory grows by about 8 bytes per link)."""
     hnsw_ef_construction: PositiveInt = 100
     """HNSW build breadth: higher is better recall and slower ingest."""
     hnsw_ef_search: PositiveInt = 256
     """HNSW search breadth per 10 results: higher is better recall and slower search."""
-    hnsw_tombstone_ratio: float = 0.2
+    hnsw_tombstone_ratio: Annotated[float, msgspec.Meta(gt=0, lt=1)] = 0.2
     """Share of deleted nodes at which the HNSW graph is rebuilt, in (0, 1)."""
     hnsw_sidecar: bool = True
     """Write the HNSW graph beside each snapshot so a restart need not rebuild it."""
@@ -176,11 +227,11 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     timing (search stays approximate either way; the graph is saved with snapshots)."""
     search_mode: Literal["keyword", "fulltext", "vector", "hybrid"] = "hybrid"
     """Mode of a search that names none."""
-    vector_min_score: float | None = None
+    vector_min_score: Annotated[float, msgspec.Meta(ge=-1, le=1)] | None = None
     """Least cosine similarity a ``vector`` search returns unless it gives min_score;
     None takes the embedder's own (``min_score``: 0.25 for the MiniLM and multilingual
     models, whose related texts score 0.2 to 0.6; 0.7 for ``hashing``)."""
-    hybrid_min_score: float | None = None
+    hybrid_min_score: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = None
     """Least score a ``hybrid`` search returns unless it gives min_score: hits below it
     are mostly noise (a stray vector neighbour sharing nothing with the query). None:
     the score of a memory found by its vector alone at ``vector_min_score`` (the
@@ -209,11 +260,11 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     of the query's average term weight)."""
     bm25_k1: NonNegativeFloat = 1.5
     """BM25 term-frequency saturation."""
-    bm25_b: float = 0.75
+    bm25_b: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.75
     """BM25 length normalisation, in 0..1."""
     fulltext_stem: bool = False
     """Stem words (Snowball English) for full-text search; needs ``snowballstemmer``."""
-    context_window: int = 2
+    context_window: Annotated[int, msgspec.Meta(ge=0, le=16)] = 2
     """Memories of one session before and after a memory (by id, that is by time) whose
     text ranks it in full-text search as its *context*, kept apart from its content
     (an answer is often spread over neighbouring turns). 0 turns context off."""
@@ -221,83 +272,224 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Weight of a memory's context against its own content in BM25 (BM25F)."""
     touch_interval: PositiveFloat = 1.0
     """Seconds between the batched writes of what searches returned (access counts)."""
-    max_top_k: PositiveInt = 1000
-    """Most results one search may ask for."""
-    max_memories_per_command: PositiveInt = 10_000
-    """Most memories one remember_many or add_session call stores."""
-    max_metadata_bytes: PositiveInt = 16_384
-    """Largest metadata object of one memory, JSON-encoded."""
 
-    def __post_init__(self) -> None:
-        _check_declared(self)
-        if self.data_dir is not None and not self.data_dir.strip():
-            raise _invalid("data_dir", "config.data_dir is empty; give a path or None for in-memory")
-        # -- short-term memory
-        ratio = self.agent_trigger_ratio
-        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio <= 1:
-            raise _invalid("agent_trigger_ratio",
-                           f"config.agent_trigger_ratio is {ratio!r}; it must be in (0, 1]")
-        if self.agent_max_context_tokens < 16:
-            raise _invalid("agent_max_context_tokens",
-                           f"config.agent_max_context_tokens is {self.agent_max_context_tokens!r}; "
-                           f"it must be >= 16")
-        if not self.agent_llm_base_url.startswith(("http://", "https://")):
-            raise _invalid("agent_llm_base_url",
-                           f"config.agent_llm_base_url is {self.agent_llm_base_url!r}; it must be an "
-                           f"http(s) URL such as https://api.openai.com/v1")
-        # -- long-term memory
-        if isinstance(self.context_window, bool) or not isinstance(self.context_window, int) or not (
-                0 <= self.context_window <= 16):
-            raise _invalid("context_window", f"config.context_window is {self.context_window!r}; it must be "
-                           f"an int in 0..16")
-        if self.embedder_dim < 8:
-            raise _invalid("embedder_dim", f"config.embedder_dim is {self.embedder_dim}; it must be >= 8")
-        if self.hnsw_m < 2:
-            raise _invalid("hnsw_m", f"config.hnsw_m is {self.hnsw_m}; it must be >= 2")
-        for name, low, high, span in (("hnsw_tombstone_ratio", 0.0, 1.0, "in (0, 1)"),
-                                      ("bm25_b", 0.0, 1.0, "in 0..1"),
-                                      *([("vector_min_score", -1.0, 1.0, "in -1..1")]
-                                        if self.vector_min_score is not None else []),
-                                      *([("hybrid_min_score", 0.0, 1.0, "in 0..1")]
-                                        if self.hybrid_min_score is not None else [])):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not (
-                    math.isfinite(value) and low <= value <= high) or (
-                    name == "hnsw_tombstone_ratio" and value in (low, high)):
-                raise _invalid(name, f"config.{name} is {value!r}; it must be {span}")
+    def _check(self) -> None:
         if self.fusion_fulltext_weight + self.fusion_vector_weight <= 0:
-            raise _invalid("fusion_vector_weight", "config.fusion_fulltext_weight and "
-                           "config.fusion_vector_weight are both 0; hybrid search needs one above 0")
+            raise self._invalid("fusion_vector_weight", "and fusion_fulltext_weight are both 0; hybrid "
+                                "search needs one above 0")
         shares = self.rank_importance_weight + self.rank_recency_weight + self.rank_access_weight
         if shares >= 1:
-            raise _invalid("rank_importance_weight",
-                           f"config.rank_importance_weight + rank_recency_weight + rank_access_weight is "
-                           f"{shares:g}; it must stay below 1 (the rest is the relevance's share)")
+            raise self._invalid("rank_importance_weight", f"+ rank_recency_weight + rank_access_weight is "
+                                f"{shares:g}; it must stay below 1 (the rest is the relevance's share)")
 
 
-def _invalid(name: str, message: str) -> InvalidInput:
-    return InvalidInput(message, field=name)
+class ServerConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``mnemex serve``: the ``[server]`` table of a config file (and the serve flags)."""
+
+    section: ClassVar[str] = "server"
+    host: str = "127.0.0.1"
+    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8080
+    """Port to listen on; 0 picks a free one."""
+    token: str | None = None
+    """Bearer token required on every route (but /health when ``open_health``)."""
+    open_health: bool = True
+    agent: str = "ark"
+    """The agent the un-prefixed conversation routes use."""
+    max_body_bytes: PositiveInt = 1_048_576
+    """Largest request body; past it 413."""
+    shutdown_grace: NonNegativeFloat = 10.0
+    """Seconds in-flight requests may take to finish after SIGTERM/SIGINT."""
+    access_log: bool = False
+    """Log one JSON line per request to the ``mnemex.access`` logger (INFO). Off by
+    default: a logged line costs about 70 us of the event loop's time, some 15% of a
+    request; the per-route counts and latencies are always on ``/metrics``."""
 
 
-def load_config(data: bytes | str | dict[str, Any], *, fmt: Literal["toml", "json"] = "toml") -> Config:
-    """Build a Config from TOML or JSON text, or from a dict; unknown keys and wrong
-    types raise InvalidInput naming the key."""
-    try:
-        if isinstance(data, dict):
-            return msgspec.convert(data, Config)
-        if fmt == "toml":
-            return msgspec.toml.decode(data, type=Config)
-        return msgspec.json.decode(data, type=Config)
-    except msgspec.ValidationError as exc:
-        raise InvalidInput(f"config: {exc}") from exc
-    except msgspec.DecodeError as exc:
-        raise InvalidInput(f"config is not valid {fmt}: {exc}") from exc
+_SECTIONS: Final[dict[str, type[_Section]]] = {
+    "kernel": KernelConfig, "storage": StorageConfig, "conversations": ConversationsConfig,
+    "memories": MemoriesConfig, "models": ModelsConfig, "server": ServerConfig,
+}
 
 
+def _shortcut_name(section: str, field: str) -> str:
+    return f"agent_{field}" if section == "conversations" and field != "max_message_bytes" else field
+
+
+# flat name -> (section, field): every field of every section but the server's
+SHORTCUTS: Final[dict[str, tuple[str, str]]] = {
+    _shortcut_name(section, field): (section, field)
+    for section, cls in _SECTIONS.items() if section != "server"
+    for field in cls.__struct_fields__
+}
+
+
+class Config:
+    """Runtime settings: six sections (see the module docstring). Times are seconds,
+    sizes are bytes unless named otherwise.
+
+    ``Config(memories=MemoriesConfig(max_top_k=50), data_dir=None)`` takes whole
+    sections and flat shortcuts together; a shortcut overrides that one field of its
+    section. Unknown names and bad values raise InvalidInput naming the field.
+    Frozen and hashable; ``replace`` returns a changed copy."""
+
+    __slots__ = ("conversations", "kernel", "memories", "models", "server", "storage")
+
+    kernel: KernelConfig
+    storage: StorageConfig
+    conversations: ConversationsConfig
+    memories: MemoriesConfig
+    models: ModelsConfig
+    server: ServerConfig
+
+    def __init__(self, *, kernel: KernelConfig | None = None, storage: StorageConfig | None = None,
+                 conversations: ConversationsConfig | None = None, memories: MemoriesConfig | None = None,
+                 models: ModelsConfig | None = None, server: ServerConfig | None = None,
+                 **shortcuts: Any) -> None:
+        given = {"kernel": kernel, "storage": storage, "conversations": conversations,
+                 "memories": memories, "models": models, "server": server}
+        changes: dict[str, dict[str, Any]] = {}
+        for name, value in shortcuts.items():
+            try:
+                section, field = SHORTCUTS[name]
+            except KeyError:
+                raise _no_setting(name) from None
+            changes.setdefault(section, {})[field] = value
+        for section, cls in _SECTIONS.items():
+            value = given[section]
+            if value is not None and not isinstance(value, cls):
+                raise InvalidInput(f"config.{section} is {type(value).__name__}; it must be a "
+                                   f"{cls.__name__}", field=section)
+            if section in changes:
+                base = msgspec.structs.asdict(value) if value is not None else {}
+                try:
+                    value = cls(**{**base, **changes[section]})
+                except InvalidInput as exc:
+                    raise _given_as(exc, shortcuts) from None
+            object.__setattr__(self, section, value if value is not None else _default(cls))
+
+    def replace(self, **changes: Any) -> Config:
+        """A copy with ``changes``: whole sections by their name, fields by their flat names."""
+        sections = {name: getattr(self, name) for name in _SECTIONS}
+        sections.update({name: changes.pop(name) for name in list(changes) if name in _SECTIONS})
+        return Config(**sections, **changes)
+
+    def sections(self) -> Iterator[tuple[str, msgspec.Struct]]:
+        """(name, section) for each of the six sections."""
+        for name in _SECTIONS:
+            yield name, getattr(self, name)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """The settings as plain data, one table per section (what ``load_config`` takes)."""
+        return {name: msgspec.to_builtins(section) for name, section in self.sections()}
+
+    def __getattr__(self, name: str) -> Any:
+        # the flat shortcuts read through to their section (only called for names not found)
+        try:
+            section, field = SHORTCUTS[name]
+        except KeyError:
+            raise AttributeError(f"Config has no attribute {name!r}") from None
+        return getattr(getattr(self, section), field)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Config is frozen; use config.replace(...)")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError("Config is frozen")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Config):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in _SECTIONS)
+
+    def __hash__(self) -> int:
+        return hash(tuple(getattr(self, name) for name in _SECTIONS))
+
+    def __repr__(self) -> str:
+        changed = [f"{name}={section!r}" for name, section in self.sections()
+                   if section != _default(type(section))]
+        return f"Config({', '.join(changed)})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_from_sections, tuple(getattr(self, name) for name in _SECTIONS))
+
+
+def _given_as(error: InvalidInput, names: Mapping[str, Any]) -> InvalidInput:
+    """``error`` about a field, saying which flat name set it when one did."""
+    for name in names:
+        if SHORTCUTS.get(name) is not None and ".".join(SHORTCUTS[name]) == error.field:
+            return InvalidInput(f"{error} (set as {name})", field=error.field)
+    return error
+
+
+def _no_setting(name: str) -> InvalidInput:
+    return InvalidInput(f"config has no setting {name!r}; the settings are the fields of its sections "
+                        f"({', '.join(_SECTIONS)}) and their flat names (see mnemex.config)", field=name)
+
+
+def _from_sections(*sections: msgspec.Struct) -> Config:
+    return Config(**dict(zip(_SECTIONS, sections, strict=True)))  # type: ignore[arg-type]
+
+
+@functools.cache
+def _default(cls: type[_Section]) -> _Section:
+    return cls()
+
+
+def load_config(data: bytes | str | Mapping[str, Any], *, fmt: Literal["toml", "json"] = "toml") -> Config:
+    """Build a Config from TOML or JSON text, or from a mapping: tables named for the
+    sections (``[storage]``, ``[memories]``...) and flat top-level keys, mixed as you
+    like. Unknown keys, a field given twice and wrong types raise InvalidInput naming
+    the key."""
+    if isinstance(data, Mapping):
+        table = dict(data)
+    else:
+        try:
+            decoded = msgspec.toml.decode(data) if fmt == "toml" else msgspec.json.decode(data)
+        except msgspec.DecodeError as exc:
+            raise InvalidInput(f"config is not valid {fmt}: {exc}") from exc
+        if not isinstance(decoded, dict):
+            raise InvalidInput(f"config must be a {fmt} table of settings, not {type(decoded).__name__}")
+        table = decoded
+    tables: dict[str, dict[str, Any]] = {}
+    given_as: dict[tuple[str, str], str] = {}
+    for name, value in table.items():
+        if name in _SECTIONS:
+            if not isinstance(value, Mapping):
+                raise InvalidInput(f"config: {name} must be a table of settings, not {value!r}", field=name)
+            places = [(name, field, item, f"{name}.{field}") for field, item in value.items()]
+        elif name in SHORTCUTS:
+            places = [(*SHORTCUTS[name], value, name)]
+        else:
+            raise _no_setting(name)
+        for section, field, item, label in places:
+            if (section, field) in given_as:
+                raise InvalidInput(f"config sets {section}.{field} twice, as {given_as[section, field]} and "
+                                   f"as {label}; keep one", field=f"{section}.{field}")
+            given_as[section, field] = label
+            tables.setdefault(section, {})[field] = item
+    sections: dict[str, Any] = {}
+    for name, values in tables.items():
+        try:
+            sections[name] = msgspec.convert(values, _SECTIONS[name])
+        except msgspec.ValidationError as exc:
+            labels = dict.fromkeys(given_as.values())
+            if isinstance(exc.__cause__, InvalidInput):  # a rule between fields (``_check``)
+                raise _given_as(exc.__cause__, labels) from None
+            where = re.search(r"at `\$\.(\w+)`", str(exc))
+            field = f"{name}.{where.group(1)}" if where else name
+            error = InvalidInput(f"config.{field}: {exc}".replace("`$.", f"`{name}."), field=field)
+            raise _given_as(error, labels) from exc
+    return Config(**sections)
+
+
+# -- checking a section built in Python against its declarations -------------------------
 @functools.cache
 def _declared(cls: type[msgspec.Struct]) -> tuple[tuple[str, Any], ...]:
     hints = typing.get_type_hints(cls, include_extras=True)
     return tuple((name, hints[name]) for name in cls.__struct_fields__)
+
+
+_BOUNDS: Final = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
 
 
 def _describe(kind: Any) -> str:
@@ -306,10 +498,10 @@ def _describe(kind: Any) -> str:
         return "one of " + ", ".join(repr(v) for v in typing.get_args(kind))
     if origin is Annotated:
         base, *metas = typing.get_args(kind)
-        bounds = [f"{op} {getattr(meta, attr)}" for meta in metas
-                  for attr, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
-                  if getattr(meta, attr, None) is not None]
-        return f"{_describe(base)} {' and '.join(bounds)}".strip()
+        rules = [f"{op} {getattr(meta, attr)}" for meta in metas for attr, op in _BOUNDS
+                 if getattr(meta, attr, None) is not None]
+        rules += [f"matching {meta.pattern!r}" for meta in metas if getattr(meta, "pattern", None)]
+        return f"{_describe(base)} {' and '.join(rules)}".strip()
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_describe(arg) for arg in typing.get_args(kind))
     if kind is type(None):
@@ -326,11 +518,13 @@ def _fits(value: Any, kind: Any) -> bool:
         if not _fits(value, base):
             return False
         for meta in metas:
-            for attr, ok in (("ge", value.__ge__), ("gt", value.__gt__), ("le", value.__le__),
-                             ("lt", value.__lt__)):
+            for attr, _ in _BOUNDS:
                 bound = getattr(meta, attr, None)
-                if bound is not None and ok(bound) is not True:
+                if bound is not None and getattr(value, f"__{attr}__")(bound) is not True:
                     return False
+            pattern = getattr(meta, "pattern", None)
+            if pattern is not None and re.search(pattern, value) is None:
+                return False
         return True
     if origin in (typing.Union, types.UnionType):
         return any(_fits(value, arg) for arg in typing.get_args(kind))
@@ -343,12 +537,12 @@ def _fits(value: Any, kind: Any) -> bool:
     return isinstance(value, kind) if isinstance(kind, type) else True
 
 
-def _check_declared(config: msgspec.Struct) -> None:
-    """Every field against its declared type: Literal choices, number types and the
-    bounds on ``Annotated`` fields. msgspec checks these when it decodes; a Struct
+def _check_declared(section: _Section) -> None:
+    """Every field against its declared type: Literal choices, number types, bounds and
+    patterns on ``Annotated`` fields. msgspec checks these when it decodes; a Struct
     built in Python is not checked by msgspec, so it is checked here, from the same
     declarations."""
-    for name, kind in _declared(type(config)):
-        value = getattr(config, name)
+    for name, kind in _declared(type(section)):
+        value = getattr(section, name)
         if not _fits(value, kind):
-            raise _invalid(name, f"config.{name} is {value!r}; it must be {_describe(kind)}")
+            raise section._invalid(name, f"is {value!r}; it must be {_describe(kind)}")

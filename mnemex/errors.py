@@ -70,7 +70,7 @@ class NotFound(MnemexError, LookupError):
 
 
 class Busy(MnemexError):
-    """Raised when an actor's mailbox is full and ``config.overload == "fail"``;
+    """Raised when an actor's mailbox is full and ``config.kernel.overload == "fail"``;
     the caller may retry later."""
 
 

@@ -94,7 +94,7 @@ class MnemexRuntime:
 
     async def flush_touches(self) -> int:
         """Send the access counts searches gathered so far now (the runtime does it every
-        ``config.touch_interval`` and at shutdown); returns how many scopes got one."""
+        ``config.memories.touch_interval`` and at shutdown); returns how many scopes got one."""
         sent = 0
         for services in self._scopes.values():
             sent += await services.flush()
@@ -121,7 +121,7 @@ class MnemexRuntime:
         return self._kernel.ref(kind, key)
 
     async def ask(self, kind: str, key: str | Key, command: Any, *, timeout: float | None = None) -> Any:
-        """Send ``command`` to an actor and wait for its reply (``config.ask_timeout`` by default)."""
+        """Send ``command`` to an actor and wait for its reply (``config.kernel.ask_timeout`` by default)."""
         return await self._kernel.ask(kind, key, command, timeout=timeout)
 
     async def tell(self, kind: str, key: str | Key, command: Any) -> None:
@@ -185,7 +185,7 @@ async def open_runtime(config: Config | None = None, *,
     batchers: dict[str, tuple[ScopeKind, EmbeddingBatcher]] = {}
     for kind in given:
         if isinstance(kind, ScopeKind) and kind.embedder is not None:
-            batcher = EmbeddingBatcher(kind.embedder, cfg.embed_batch_size)
+            batcher = EmbeddingBatcher(kind.embedder, cfg.models.embed_batch_size)
             batchers[kind.name] = (kind.served_by(batcher.embed), batcher)
             served.append(batchers[kind.name][0])
         else:
@@ -206,7 +206,7 @@ async def open_runtime(config: Config | None = None, *,
         finally:
             chores.cancel()
             with trio.CancelScope(shield=True) as shield:
-                shield.deadline = trio.current_time() + cfg.shutdown_timeout
+                shield.deadline = trio.current_time() + cfg.kernel.shutdown_timeout
                 await rt.flush_touches()  # the access counts of the last interval
                 # drain and snapshot while the batchers still run: a draining scope may embed
                 await kernel.aclose()
@@ -220,7 +220,7 @@ async def _chores(scope: trio.CancelScope, rt: MnemexRuntime) -> None:
     with scope:
         async with trio.open_nursery() as chores:
             if rt._scopes:
-                chores.start_soon(_every, config.touch_interval, rt.flush_touches)
+                chores.start_soon(_every, config.memories.touch_interval, rt.flush_touches)
             for name in rt._agents:
-                chores.start_soon(_every, config.agent_sweep_interval, sweep_expired_sessions,
+                chores.start_soon(_every, config.conversations.sweep_interval, sweep_expired_sessions,
                                   rt.kernel, name)

@@ -60,7 +60,7 @@ def test_config_is_checked_when_built() -> None:
         mnemex.Config(mailbox_size=0)
     with pytest.raises(mnemex.InvalidInput, match="ask_timeout"):
         mnemex.Config(ask_timeout=float("nan"))
-    with pytest.raises(mnemex.InvalidInput, match="unknown field `mailbox`"):
+    with pytest.raises(mnemex.InvalidInput, match="no setting 'mailbox'"):
         mnemex.load_config('mailbox = 3\n')
     assert mnemex.load_config('mailbox_size = 3\nfsync = "always"\n').mailbox_size == 3
     with pytest.raises(mnemex.InvalidInput, match="fsync"):

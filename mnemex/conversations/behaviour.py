@@ -147,24 +147,25 @@ def is_agent_write(command: Any) -> bool:
 
 # -- settings ------------------------------------------------------------------------
 def summarizer_from_config(config: Config) -> Summarizer:
-    """The summarizer ``config.agent_summarizer`` names."""
-    if config.agent_summarizer == "llm":
+    """The summarizer ``config.conversations.summarizer`` names."""
+    if config.conversations.summarizer == "llm":
         from mnemex.conversations.summaries import LLMSummarizer
 
-        return LLMSummarizer(base_url=config.agent_llm_base_url, model=config.agent_llm_model,
-                             api_key_env=config.agent_llm_api_key_env, timeout=config.agent_llm_timeout)
+        section = config.conversations
+        return LLMSummarizer(base_url=section.llm_base_url, model=section.llm_model,
+                             api_key_env=section.llm_api_key_env, timeout=section.llm_timeout)
     return ExtractiveSummarizer()
 
 
 def _policy_from_config(config: Config) -> Policy:
-    if config.agent_policy == "token_budget":
-        return TokenBudget(config.agent_max_context_tokens, config.agent_trigger_ratio,
-                           config.agent_keep_recent_turns)
-    if config.agent_policy in ("stateless", "none"):
+    if config.conversations.policy == "token_budget":
+        return TokenBudget(config.conversations.max_context_tokens, config.conversations.trigger_ratio,
+                           config.conversations.keep_recent_turns)
+    if config.conversations.policy in ("stateless", "none"):
         return Stateless()
-    if config.agent_policy == "keep_all":
+    if config.conversations.policy == "keep_all":
         return KeepAll()
-    return MaxMessages(config.agent_max_messages)
+    return MaxMessages(config.conversations.max_messages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,13 +192,13 @@ class AgentSettings:
                     token_counter: TokenCounter | None = None) -> AgentSettings:
         return cls(
             default_policy=_policy_from_config(config),
-            ttl=config.agent_session_ttl,
-            retain=config.agent_retain,
-            max_message_bytes=config.max_message_bytes,
-            max_session_id_bytes=config.max_key_bytes,
+            ttl=config.conversations.session_ttl,
+            retain=config.conversations.retain,
+            max_message_bytes=config.conversations.max_message_bytes,
+            max_session_id_bytes=config.kernel.max_key_bytes,
             summarizer=summarizer if summarizer is not None else summarizer_from_config(config),
             counter=token_counter if token_counter is not None else EstimatedTokens(),
-            summary_retry=config.agent_summary_retry,
+            summary_retry=config.conversations.summary_retry,
         )
 
 
@@ -274,7 +275,7 @@ def _check_message(raw: Any, index: int, counter: TokenCounter, limit: int, *,
                            field=where)
     if len(raw) > limit:
         raise TooLarge(f"message {index} is {len(raw):,} bytes; the limit is {limit:,} "
-                       f"(config.max_message_bytes)", field=where)
+                       f"(config.conversations.max_message_bytes)", field=where)
     try:
         shape = _decode_shape.decode(raw)
     except msgspec.ValidationError as exc:

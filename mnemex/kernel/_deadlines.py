@@ -1,6 +1,6 @@
 """Deadlines of asks waiting with the default timeout, kept in one queue.
 
-Every ask without a timeout of its own waits ``config.ask_timeout``: the same
+Every ask without a timeout of its own waits ``config.kernel.ask_timeout``: the same
 limit for all, so their deadlines arrive in the order they were set and one deque
 holds them, with one task that fails each overdue ask with Timeout. That costs a
 deque append per ask instead of a cancel scope per ask (the ask's fast path).

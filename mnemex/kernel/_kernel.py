@@ -350,8 +350,8 @@ class Runtime:
         self._kinds: dict[str, ActorKind] = {}
         self._cells: OrderedDict[tuple[str, Key], _Cell] = OrderedDict()
         self._closing_cells: dict[tuple[str, Key], _Cell] = {}
-        sync_fs = storage.syncfs if config.fsync_method in ("auto", "syncfs") else None
-        self._committer = GroupCommitter(config.fsync_window, threads=config.fsync_threads,
+        sync_fs = storage.syncfs if config.storage.fsync_method in ("auto", "syncfs") else None
+        self._committer = GroupCommitter(config.storage.fsync_window, threads=config.storage.fsync_threads,
                                          sync_filesystem=sync_fs)
         self._accepting = True
         self._running_cells = 0
@@ -385,7 +385,7 @@ class Runtime:
     def ref(self, kind: str, key: str | Key) -> ActorRef:
         """A ref to the actor ``key`` of ``kind``; checks both, spawns nothing yet."""
         self._kind(kind)
-        return ActorRef(self, kind, check_key(kind, key, self.config.max_key_bytes))
+        return ActorRef(self, kind, check_key(kind, key, self.config.kernel.max_key_bytes))
 
     # -- asking ----------------------------------------------------------------
     async def ask(self, kind: str, key: str | Key, command: Any, *, timeout: float | None = None) -> Any:
@@ -394,20 +394,21 @@ class Runtime:
         Raises what the handler raised (a MnemexError), ActorCrashed (cause chained)
         when the handler or the actor's load broke, Busy when the mailbox is full
         under ``overload="fail"``, Timeout after ``timeout`` seconds (default
-        ``config.ask_timeout``), ActorClosed when the runtime is shutting down.
+        ``config.kernel.ask_timeout``), ActorClosed when the runtime is shutting down.
         """
         self._kind(kind)
-        return await self._ask_checked(kind, check_key(kind, key, self.config.max_key_bytes),
+        return await self._ask_checked(kind, check_key(kind, key, self.config.kernel.max_key_bytes),
                                        command, timeout)
 
     async def tell(self, kind: str, key: str | Key, command: Any) -> None:
         """Send ``command`` without waiting for a reply. Waits only for mailbox room
         (or raises Busy under ``overload="fail"``). A handler error is logged."""
         self._kind(kind)
-        await self._deliver(kind, check_key(kind, key, self.config.max_key_bytes), _Envelope(command, None))
+        checked = check_key(kind, key, self.config.kernel.max_key_bytes)
+        await self._deliver(kind, checked, _Envelope(command, None))
 
     async def _ask_checked(self, kind: str, key: Key, command: Any, timeout: float | None) -> Any:
-        limit = self.config.ask_timeout if timeout is None else timeout
+        limit = self.config.kernel.ask_timeout if timeout is None else timeout
         if not (isinstance(limit, int | float) and limit > 0 and not math.isnan(limit)):
             raise Timeout(f"ask timeout must be a number of seconds > 0, got {limit!r}")
         waiter = _Waiter(trio.lowlevel.current_task())
@@ -457,9 +458,10 @@ class Runtime:
                     self._activate(cell)
                 return
             except trio.WouldBlock:
-                if self.config.overload == "fail":
-                    raise Busy(f"mailbox of {cell.name} is full ({self.config.mailbox_size:,} messages, "
-                               f"config.mailbox_size); retry later") from None
+                if self.config.kernel.overload == "fail":
+                    raise Busy(f"mailbox of {cell.name} is full "
+                               f"({self.config.kernel.mailbox_size:,} messages, "
+                               f"config.kernel.mailbox_size); retry later") from None
             except MailboxClosed:
                 continue  # it passivated between lookup and send; the next lookup respawns
             try:
@@ -479,7 +481,7 @@ class Runtime:
                 if trio.current_time() < cell.crash_until:
                     raise ActorCrashed(f"{cell.name} could not be loaded: {cell.crash}; "
                                        f"not retried before {cell.crash_until - trio.current_time():.1f} s "
-                                       f"(config.restore_quarantine)") from cell.crash
+                                       f"(config.kernel.restore_quarantine)") from cell.crash
                 del self._cells[ident]
             else:
                 self._cells.move_to_end(ident)
@@ -488,18 +490,18 @@ class Runtime:
 
     # -- lifecycle ---------------------------------------------------------------
     def _store(self, kind: ActorKind, key: Key) -> ActorStore:
-        return self._storage.store(kind.name, key, keep=self.config.snapshots_kept)
+        return self._storage.store(kind.name, key, keep=self.config.storage.snapshots_kept)
 
     def _spawn(self, kind: ActorKind, key: Key) -> _Cell:
         ident = (kind.name, key)
         now = trio.current_time()
-        cell = _Cell(kind, key, self._store(kind, key), self.config.mailbox_size, now)
+        cell = _Cell(kind, key, self._store(kind, key), self.config.kernel.mailbox_size, now)
         cell.previous = self._closing_cells.get(ident)
         self._cells[ident] = cell
         self._stats["spawns"] += 1
         self._running_cells += 1
         self._all_closed = trio.Event() if self._all_closed.is_set() else self._all_closed
-        if len(self._cells) > self.config.max_live_actors:
+        if len(self._cells) > self.config.kernel.max_live_actors:
             self._evict_lru()
         return cell
 
@@ -529,7 +531,7 @@ class Runtime:
         self._nursery.start_soon(self._run_cell, cell, name=f"actor {cell.kind.name}")
 
     def _evict_lru(self) -> None:
-        excess = len(self._cells) - self.config.max_live_actors
+        excess = len(self._cells) - self.config.kernel.max_live_actors
         for cell in self._cells.values():
             if excess <= 0:
                 break
@@ -545,7 +547,7 @@ class Runtime:
                 await self._load(cell)
             await self._serve(cell)
         except _Quarantined:
-            pass  # stays registered as crashed until config.restore_quarantine passes
+            pass  # stays registered as crashed until config.kernel.restore_quarantine passes
         except Exception as exc:  # a kernel bug must not take the whole runtime down
             log.exception("%s: kernel error", cell.name)
             self._fail_mailbox(cell, ActorCrashed(f"{cell.name} stopped on an internal error: {exc!r}"))
@@ -581,26 +583,26 @@ class Runtime:
             cell.previous = None
         cfg = self.config
         error: BaseException | None = None
-        for attempt in range(cfg.restore_attempts):
+        for attempt in range(cfg.kernel.restore_attempts):
             try:
                 await self._restore(cell)
             except Exception as exc:
                 error = exc
                 log.warning("%s: load attempt %d/%d failed: %r", cell.name, attempt + 1,
-                            cfg.restore_attempts, exc)
-                if attempt + 1 < cfg.restore_attempts:
-                    await trio.sleep(cfg.restore_backoff * 2**attempt)
+                            cfg.kernel.restore_attempts, exc)
+                if attempt + 1 < cfg.kernel.restore_attempts:
+                    await trio.sleep(cfg.kernel.restore_backoff * 2**attempt)
             else:
                 cell.life.move(_RUNNING)
                 return
         assert error is not None
-        self._quarantine(cell, error, f"could not be loaded after {cfg.restore_attempts} attempts")
+        self._quarantine(cell, error, f"could not be loaded after {cfg.kernel.restore_attempts} attempts")
 
     def _quarantine(self, cell: _Cell, error: BaseException, what: str) -> NoReturn:
         self._stats["crashes"] += 1
         cell.life.move(CellState.CRASHED)
         cell.crash = error
-        cell.crash_until = trio.current_time() + self.config.restore_quarantine
+        cell.crash_until = trio.current_time() + self.config.kernel.restore_quarantine
         crashed = ActorCrashed(f"{cell.name} {what}: {error!r}")
         crashed.__cause__ = error
         self._fail_mailbox(cell, crashed)
@@ -771,7 +773,7 @@ class Runtime:
     def _release(self, cell: _Cell, replies: list[tuple[_Waiter | None, Any]], durable_needed: bool) -> None:
         if not replies:
             return
-        policy = "never" if cell.in_memory else self.config.fsync
+        policy = "never" if cell.in_memory else self.config.storage.fsync
         if policy == "never" or (not durable_needed and cell.written <= cell.synced):
             _resolve_all(replies, None)
             if policy == "never":
@@ -827,7 +829,7 @@ class Runtime:
             what = "tell" if type(effect) is Tell else "forward"
             try:
                 self._kind(effect.kind)
-                target = check_key(effect.kind, effect.key, self.config.max_key_bytes)
+                target = check_key(effect.kind, effect.key, self.config.kernel.max_key_bytes)
                 await self._deliver(effect.kind, target, _Envelope(effect.command, waiter))
             except MnemexError as exc:
                 if waiter is not None:
@@ -878,7 +880,7 @@ class Runtime:
             raise InvalidInput(f"subscription buffer must be an int >= 1, got {buffer!r}", field="buffer")
         subscription = Subscription(topic, buffer)
         self._kind(kind)
-        checked = check_key(kind, key, self.config.max_key_bytes)
+        checked = check_key(kind, key, self.config.kernel.max_key_bytes)
         subscription.initial = await self._ask_checked(kind, checked, _Subscribe(subscription, command),
                                                        timeout)
         return subscription
@@ -914,9 +916,9 @@ class Runtime:
         cfg = self.config
         # Enough commands, and a journal grown to a share of the last snapshot: a
         # snapshot then costs O(1) per command however large the state is.
-        if ((cell.seq - cell.snap_seq >= cfg.snapshot_every
-             and cell.journal_bytes >= cfg.snapshot_growth * cell.snap_bytes)
-                or trio.current_time() - cell.snap_time >= cfg.snapshot_interval):
+        if ((cell.seq - cell.snap_seq >= cfg.storage.snapshot_every
+             and cell.journal_bytes >= cfg.storage.snapshot_growth * cell.snap_bytes)
+                or trio.current_time() - cell.snap_time >= cfg.storage.snapshot_interval):
             assert cell.behaviour is not None
             data = cell.behaviour.snapshot()
             cell.snapshot_done = trio.Event()
@@ -971,7 +973,7 @@ class Runtime:
     async def passivate(self, kind: str, key: str | Key) -> None:
         """Snapshot and unload the actor now if it is live (tests, admin). It comes
         back on its next message."""
-        ident = (kind, check_key(kind, key, self.config.max_key_bytes))
+        ident = (kind, check_key(kind, key, self.config.kernel.max_key_bytes))
         cell = self._cells.get(ident)
         if cell is None or cell.state in DOWN:
             return
@@ -983,8 +985,8 @@ class Runtime:
         await cell.wait_closed()
 
     async def _janitor(self) -> None:
-        """Passivate actors idle longer than config.idle_timeout."""
-        idle = self.config.idle_timeout
+        """Passivate actors idle longer than config.kernel.idle_timeout."""
+        idle = self.config.kernel.idle_timeout
         period = min(max(idle / 4, 0.01), 30.0)
         while True:
             await trio.sleep(period)
@@ -1017,7 +1019,7 @@ class Runtime:
         def quantile(q: float) -> float:
             return round(recent[min(len(recent) - 1, int(q * len(recent)))] * 1000, 3) if recent else 0.0
 
-        return {"fsync": self.config.fsync, "pending_acks": pending,
+        return {"fsync": self.config.storage.fsync, "pending_acks": pending,
                 "fsync_rounds": self._committer.rounds, "fsyncs": self._committer.fsyncs,
                 "fsync_p50_ms": quantile(0.5), "fsync_p99_ms": quantile(0.99)}
 
@@ -1077,7 +1079,7 @@ def _write_snapshot(store: ActorStore, data: SnapshotData, seq: int, ts: int) ->
 
 
 def _freeze_startup_heap(config: Config) -> None:
-    if config.gc_freeze:
+    if config.kernel.gc_freeze:
         _freeze_once()
 
 
@@ -1093,13 +1095,13 @@ def _freeze_once() -> None:
 @asynccontextmanager
 async def open_actor_runtime(config: Config, kinds: Iterable[ActorKind] = (), *,
                              storage: Storage | None = None) -> AsyncIterator[Runtime]:
-    """Open the kernel on ``storage`` (default: the data directory ``config.data_dir``
+    """Open the kernel on ``storage`` (default: the data directory ``config.storage.data_dir``
     names, locked while open, or memory when it is None), register ``kinds``, run
     until the block exits, then shut down cleanly (bounded by
-    ``config.shutdown_timeout``) even when the block was cancelled or raised. A
+    ``config.kernel.shutdown_timeout``) even when the block was cancelled or raised. A
     storage passed in is closed on exit too."""
     _freeze_startup_heap(config)
-    store = storage if storage is not None else open_storage(config.data_dir)
+    store = storage if storage is not None else open_storage(config.storage.data_dir)
     try:
         async with trio.open_nursery() as nursery:
             runtime = Runtime(config, nursery, store)
@@ -1112,11 +1114,11 @@ async def open_actor_runtime(config: Config, kinds: Iterable[ActorKind] = (), *,
                 yield runtime
             finally:
                 with trio.CancelScope(shield=True) as shield:
-                    shield.deadline = trio.current_time() + config.shutdown_timeout
+                    shield.deadline = trio.current_time() + config.kernel.shutdown_timeout
                     await runtime.aclose()
                 if shield.cancelled_caught:
-                    log.error("shutdown did not finish within %s s (config.shutdown_timeout); "
-                              "the journals hold every accepted command", config.shutdown_timeout)
+                    log.error("shutdown did not finish within %s s (config.kernel.shutdown_timeout); "
+                              "the journals hold every accepted command", config.kernel.shutdown_timeout)
                 nursery.cancel_scope.cancel()
     finally:
         store.close()

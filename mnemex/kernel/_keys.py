@@ -44,7 +44,8 @@ def check_key(kind: str, key: Any, max_bytes: int) -> Key:
                                f"(a lone surrogate at position {exc.start})", field="key") from exc
         if size > max_bytes:
             raise TooLarge(
-                f"{kind} key part is {size:,} bytes; the limit is {max_bytes:,} (config.max_key_bytes)",
+                f"{kind} key part is {size:,} bytes; the limit is {max_bytes:,} "
+                f"(config.kernel.max_key_bytes)",
                 field="key",
             )
         bad = _first_control(part)

@@ -15,7 +15,7 @@
   its writes made durable and its final snapshot written.
 * STOPPED: its store is closed; a successor waiting on it may load.
 * CRASHED: it could not be loaded (or reloaded after a handler crash); asks fail
-  with ActorCrashed until ``config.restore_quarantine`` passes.
+  with ActorCrashed until ``config.kernel.restore_quarantine`` passes.
 * QUARANTINED: crashed, and its store closed.
 
 A move the table does not allow is a kernel bug: ``Lifecycle.move`` raises.

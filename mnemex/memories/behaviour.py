@@ -209,15 +209,18 @@ class ScopeSettings:
     @classmethod
     def from_config(cls, config: Config, *, embedder_name: str | None = None, embedder_dim: int = 0,
                     embedder_min_score: float = 0.7, embed: EmbedTexts | None = None) -> ScopeSettings:
-        """Every setting Config also has, taken from it (the names are the same), with
-        the configured model's name, dimension, default vector cut and ``embed``."""
-        shared = {f.name: getattr(config, f.name) for f in fields(cls)
-                  if f.name not in ("embedder_name", "embedder_dim", "embed") and hasattr(config, f.name)}
+        """Every setting of ``config.memories`` (the names are the same) and the batch
+        size of ``config.models``, with the configured model's name, dimension, default
+        vector cut and ``embed``."""
+        section = config.memories
+        shared: dict[str, Any] = {f.name: getattr(section, f.name) for f in fields(cls)
+                                  if f.name in section.__struct_fields__}
+        shared["embed_batch_size"] = config.models.embed_batch_size
         if shared.get("vector_min_score") is None:  # the embedder's own
             shared["vector_min_score"] = float(embedder_min_score)
         if shared.get("hybrid_min_score") is None:
-            weights = config.fusion_vector_weight + config.fusion_fulltext_weight
-            share = config.fusion_vector_weight / weights
+            weights = config.memories.fusion_vector_weight + config.memories.fusion_fulltext_weight
+            share = config.memories.fusion_vector_weight / weights
             shared["hybrid_min_score"] = round(min(0.1, share * shared["vector_min_score"]), 6)
         return cls(embedder_name=embedder_name, embedder_dim=embedder_dim, embed=embed, **shared)
 
@@ -465,7 +468,8 @@ class ScopeMemory:
             configured = self.settings.embedder_name
             hint = ""
             if configured is not None and configured != self.embedder:
-                hint = (f"; this runtime is configured with {configured!r}: set config.embedder back to "
+                hint = (f"; this runtime is configured with {configured!r}: "
+                        f"set config.models.embedder back to "
                         f"the scope's model (its {len(self.doc_of):,} memories keep their vectors; "
                         f"re-embedding a scope in place is not supported yet)")
             raise InvalidInput(f"scope {self._name} holds vectors of embedder {self.embedder!r} "
@@ -496,7 +500,7 @@ class ScopeMemory:
         limit = self.settings.max_memories_per_command
         if len(memories) > limit:
             raise TooLarge(f"{len(memories):,} memories in one command; the limit is {limit:,} "
-                           f"(config.max_memories_per_command)", field="memories")
+                           f"(config.memories.max_memories_per_command)", field="memories")
         checked = [self._new_record(memory, now) for memory in memories]
         has_vectors = any(vector is not None for _, vector in checked)
         if has_vectors:
@@ -812,7 +816,7 @@ class ScopeMemory:
         limit = self.settings.max_memories_per_command
         if len(memories) > limit:
             raise TooLarge(f"session {session_id!r} makes {len(memories):,} memories; one session may make "
-                           f"at most {limit:,} (config.max_memories_per_command)", field="session")
+                           f"at most {limit:,} (config.memories.max_memories_per_command)", field="session")
         todo: list[int] = []  # the memories with content new to the scope: only these are embedded
         fresh: set[str] = set()
         for i, memory in enumerate(memories):
@@ -934,7 +938,8 @@ class ScopeMemory:
         if len(query) > settings.max_content_bytes // 4 and \
                 len(query.encode("utf-8", "surrogatepass")) > settings.max_content_bytes:
             raise TooLarge(f"query is {len(query.encode('utf-8', 'surrogatepass')):,} bytes; the limit is "
-                           f"{settings.max_content_bytes:,} (config.max_content_bytes)", field="query")
+                           f"{settings.max_content_bytes:,} (config.memories.max_content_bytes)",
+                           field="query")
         top_k = _check_int(cmd.top_k, "top_k", 1, settings.max_top_k)
         mode = cmd.mode
         if mode not in ("keyword", "fulltext", "vector", "hybrid"):
@@ -1194,7 +1199,8 @@ class ScopeMemory:
             configured = settings.embedder_name
             if configured is not None and (configured != embedder or settings.embedder_dim != dim):
                 log.warning("scope %s holds %d vectors of embedder %r (dim %d) but this runtime embeds with "
-                            "%r (dim %d): vector writes and searches are refused until config.embedder "
+                            "%r (dim %d): vector writes and searches are refused until "
+                            "config.models.embedder "
                             "names the scope's model again", memory._name, len(vector_docs), embedder, dim,
                             configured, settings.embedder_dim)
         return memory

@@ -58,7 +58,7 @@ class MemoryFields(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unkn
     * ``importance``: 0..1, default 0.5.
     * ``session_id``, ``actor_id``: what it belongs to.
     * ``categories``, ``entities``: up to 256 labels each (an entity needs a word).
-    * ``metadata``: a JSON object of at most ``config.max_metadata_bytes``.
+    * ``metadata``: a JSON object of at most ``config.memories.max_metadata_bytes``.
     """
 
     author: str | None = None
@@ -109,7 +109,7 @@ def check_labels(value: Any, what: str, *, phrases: bool = False) -> tuple[str, 
 
 
 def check_metadata(value: Any, limit: int) -> dict[str, Any]:
-    return check_json_object(value, "metadata", limit, "config.max_metadata_bytes")
+    return check_json_object(value, "metadata", limit, "config.memories.max_metadata_bytes")
 
 
 def check_content(value: Any, limit: int) -> str:
@@ -121,7 +121,7 @@ def check_content(value: Any, limit: int) -> str:
         size = len(value.encode("utf-8", "surrogatepass"))
         if size > limit:
             raise TooLarge(f"memory content is {size:,} bytes; the limit is {limit:,} "
-                           f"(config.max_content_bytes)", field="content")
+                           f"(config.memories.max_content_bytes)", field="content")
     return value
 
 

@@ -60,7 +60,7 @@ def _build(name: str, embedder: Embedder | None, settings: ScopeSettings) -> Sco
 def scope_kind(config: Config | None = None, embedder: Embedder | None = None, *,
                name: str = SCOPE_KIND) -> ScopeKind:
     """The ``scope`` actor kind: ScopeMemory behaviours set up from ``config``, embedding
-    with ``embedder`` (default: the one ``config.embedder`` names). Pass
+    with ``embedder`` (default: the one ``config.models.embedder`` names). Pass
     ``open_runtime(config, kinds=[scope_kind(config, my_embedder)])`` to use your own;
     it takes the place of the built-in one."""
     cfg = config if config is not None else Config()

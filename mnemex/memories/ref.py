@@ -9,7 +9,7 @@ never needs the model.
 
 Access tracking: a search does not write a journal line per hit. The runtime keeps,
 per scope, a count of the ids its searches returned (``ScopeServices.touch``) and
-sends one ``Touch`` command per scope every ``config.touch_interval`` seconds (and
+sends one ``Touch`` command per scope every ``config.memories.touch_interval`` seconds (and
 once at shutdown), so at most one journal line per scope per interval, whatever the
 search rate. A crash loses at most one interval of access counts.
 """
@@ -164,14 +164,14 @@ class ScopeRef:
         memory_id = given.pop("id", None) or self._services.ids.next(now)
         memory = new_memory(memory_id, content, given)
         config = self._config  # refused here, before embedding and before any actor sees it
-        record_of(memory, now, config.max_content_bytes, config.max_metadata_bytes)
+        record_of(memory, now, config.memories.max_content_bytes, config.memories.max_metadata_bytes)
         return memory
 
     async def _store(self, memories: list[NewMemory]) -> list[str]:
         now = time.time()
         embedder = self.embedder
         ids: list[str] = []
-        step = self._config.max_memories_per_command
+        step = self._config.memories.max_memories_per_command
         for start in range(0, len(memories), step):
             chunk = memories[start:start + step]
             vectors = await self._embed([memory.content for memory in chunk])
@@ -188,13 +188,13 @@ class ScopeRef:
         stored already). Fields: author, timestamp (when it happened: seconds, a
         datetime or ISO 8601), importance (0..1), session_id, actor_id, categories,
         entities, metadata (a JSON object), source. Raises TooLarge past
-        ``config.max_content_bytes``, InvalidInput for a bad field."""
+        ``config.memories.max_content_bytes``, InvalidInput for a bad field."""
         ids = await self._store([self._new_memory(content, fields, time.time())])
         return ids[0]
 
     async def remember_many(self, memories: Iterable[str | Mapping[str, Any]]) -> list[str]:
         """Store several memories (strings, or dicts with ``content`` and any field of
-        ``remember``), all or none per ``config.max_memories_per_command``; returns
+        ``remember``), all or none per ``config.memories.max_memories_per_command``; returns
         their ids in order."""
         now = time.time()
         batch: list[NewMemory] = []
@@ -217,7 +217,8 @@ class ScopeRef:
         """Change some fields of a memory (``content`` too: it is re-embedded and
         re-indexed); returns the updated memory. NotFound for an unknown id."""
         config = self._config
-        values: dict[str, Any] = checked_changes(fields, config.max_content_bytes, config.max_metadata_bytes)
+        limits = config.memories
+        values: dict[str, Any] = checked_changes(fields, limits.max_content_bytes, limits.max_metadata_bytes)
         if "content" in values:
             embedder = self.embedder
             values["vector"] = (await self._embed([values["content"]]))[0]
@@ -262,11 +263,11 @@ class ScopeRef:
                           else msgspec.structs.replace(event, timestamp=at))
         now = time.time()
         memories = session_memories(msgspec.structs.replace(session, events=events),
-                                    self._services.ids.reserve(now), self._config.max_content_bytes)
+                                    self._services.ids.reserve(now), self._config.memories.max_content_bytes)
         embedder = self.embedder
         ids: list[str] = []
         added = 0
-        step = self._config.max_memories_per_command
+        step = self._config.memories.max_memories_per_command
         for start in range(0, max(1, len(memories)), step):
             chunk = memories[start:start + step]
             vectors = await self._embed([memory.content for memory in chunk])
@@ -305,8 +306,8 @@ class ScopeRef:
                      min_score: float | None = None,
                      filter: Mapping[str, Any] | None = None) -> SearchResult:
         """Search this scope: ``mode`` keyword, fulltext, vector or hybrid (default
-        ``config.search_mode``); ``min_score`` None is the mode's default (0.7 for
-        vector, see config.vector_min_score); ``filter`` narrows inside the search.
+        ``config.memories.search_mode``); ``min_score`` None is the mode's default (0.7 for
+        vector, see config.memories.vector_min_score); ``filter`` narrows inside the search.
         The hits' access counts are updated in the background (batched)."""
         command = await _search_command(self._services, query, top_k, mode=mode,
                                         min_score=min_score, filter=filter)
@@ -329,11 +330,11 @@ async def _search_command(services: ScopeServices, query: Any, top_k: int, *,
     config = services.config
     if not isinstance(query, str):
         raise InvalidInput(f"query must be a string, got {type(query).__name__}", field="query")
-    chosen = mode if mode is not None else config.search_mode
+    chosen = mode if mode is not None else config.memories.search_mode
     if chosen not in _MODES:
         raise InvalidInput(f"mode is {chosen!r}; use keyword, fulltext, vector or hybrid", field="mode")
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= config.max_top_k:
-        raise InvalidInput(f"top_k must be an integer in 1..{config.max_top_k:,}, got {top_k!r}",
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= config.memories.max_top_k:
+        raise InvalidInput(f"top_k must be an integer in 1..{config.memories.max_top_k:,}, got {top_k!r}",
                            field="top_k")
     vector: bytes | None = None
     embedder = services.embedder
@@ -350,7 +351,7 @@ async def search_scopes(services: ScopeServices, query: str, scopes: Iterable[tu
     """Search several scopes (``(app_name, user_id)`` pairs) at once: the query is
     embedded once, every scope is asked concurrently, and the hits are merged into
     one ranking (scores are in 0..1 in every scope; ties: newest first). Each hit
-    names its scope. With ``config.fusion = "rrf"`` hybrid scores are rank-based and
+    names its scope. With ``config.memories.fusion = "rrf"`` hybrid scores are rank-based and
     compare less well across scopes than the default weighted fusion."""
     keys = list(dict.fromkeys((app, user) for app, user in scopes))
     for app, user in keys:

@@ -40,7 +40,7 @@ class MemoryService:
         if not isinstance(request, SearchRequest):
             raise InvalidInput(f"search takes a mnemex.SearchRequest, got {type(request).__name__}",
                                field="request")
-        top_k = min(request.top_k, self._scopes.config.max_top_k)
+        top_k = min(request.top_k, self._scopes.config.memories.max_top_k)
         result = await self._scope(request.app_name, request.user_id).search(request.query, top_k,
                                                                              mode="keyword", min_score=0.0)
         return SearchResponse(memories=[

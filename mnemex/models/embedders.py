@@ -355,14 +355,14 @@ def embedder_from_config(config: Config) -> Embedder:
     A model is loaded here, by the first caller (a runtime opening), so that a
     missing or damaged one fails at once; a failed load is not remembered and the
     next caller tries again."""
-    name = config.embedder
-    key = (name, config.embedder_dim if name == "hashing" else 0)
+    name = config.models.embedder
+    key = (name, config.models.embedder_dim if name == "hashing" else 0)
     with _lock:
         embedder = _loaded.get(key)
         if embedder is not None:
             return embedder
         if name == "hashing":
-            embedder = HashingEmbedder(dim=config.embedder_dim)
+            embedder = HashingEmbedder(dim=config.models.embedder_dim)
         elif name == "minilm":
             model = OnnxMiniLMEmbedder()
             model.load()

@@ -74,10 +74,10 @@ class DataDir:
             self.path.mkdir(parents=True, exist_ok=True)
         except FileExistsError as exc:
             raise StorageError(f"data directory {self.path} exists but is not a directory "
-                               f"(config.data_dir)") from exc
+                               f"(config.storage.data_dir)") from exc
         except OSError as exc:
             raise StorageError(f"cannot create data directory {self.path}: {describe_os_error(exc)} "
-                               f"(config.data_dir)") from exc
+                               f"(config.storage.data_dir)") from exc
         self._probe()
         self._lock_fd = self._lock()
 
@@ -93,7 +93,7 @@ class DataDir:
                 probe.unlink(missing_ok=True)
         except OSError as exc:
             raise StorageError(f"data directory {self.path} is not writable: {describe_os_error(exc)} "
-                               f"(config.data_dir; mnemex needs to write its journal there)") from exc
+                               f"(config.storage.data_dir; mnemex needs to write its journal there)") from exc
 
     def _lock(self) -> int:
         path = self.path / LOCK_FILE
@@ -108,7 +108,7 @@ class DataDir:
             os.close(fd)
             who = f"process {holder}" if holder else "another process"
             raise DataDirLocked(f"data directory {self.path} is in use by {who} (it holds {path}); "
-                                f"stop that runtime first or use another config.data_dir") from exc
+                                f"stop that runtime first or use another config.storage.data_dir") from exc
         except OSError as exc:
             os.close(fd)
             raise StorageError(f"cannot lock {path}: {describe_os_error(exc)}") from exc

@@ -36,7 +36,7 @@ class Storage(Protocol):
 
 class MemoryStorage:
     """Every actor's store in RAM, encoded and checked as on disk: nothing survives
-    the process (tests, caches; ``config.data_dir = None``)."""
+    the process (tests, caches; ``config.storage.data_dir = None``)."""
 
     def __init__(self) -> None:
         self._stores: dict[tuple[str, tuple[str, ...]], MemoryStore] = {}

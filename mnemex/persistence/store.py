@@ -1,7 +1,7 @@
 """Per-actor storage as the runtime uses it: recover, append, sync, snapshot.
 
 ``FileStore`` keeps one actor's journal and snapshots in its folder;
-``MemoryStore`` keeps the same things in RAM (``config.data_dir = None``) so an
+``MemoryStore`` keeps the same things in RAM (``config.storage.data_dir = None``) so an
 actor restarts and passivates identically, only nothing survives the process.
 Both are plain blocking code: the runtime calls them from worker threads, and
 ``write_snapshot`` may run in one thread while ``append`` runs in another.
@@ -104,7 +104,8 @@ def stitch_entries(after: int, sources: Iterable[Sequence[JournalEntry]], where:
 
 def _check_keep(keep: int) -> int:
     if type(keep) is not int or keep < 1:
-        raise InvalidInput(f"snapshots kept is {keep!r}; it must be at least 1 (config.snapshots_kept)",
+        raise InvalidInput(f"snapshots kept is {keep!r}; it must be at least 1 "
+                           f"(config.storage.snapshots_kept)",
                            field="keep")
     return keep
 

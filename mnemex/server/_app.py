@@ -307,7 +307,7 @@ class _Api:
         return json_response({
             "status": "ok",
             "uptime_seconds": round(time.time() - self.started, 3),
-            "data_dir": self.rt.config.data_dir,
+            "data_dir": self.rt.config.storage.data_dir,
             "actors": {"live": stats.live, "spawned": stats.spawns, "passivations": stats.passivations,
                        "crashes": stats.crashes, "mailbox_depth": stats.mailbox_depth},
             "journal": self.rt.journal_health(),
@@ -361,7 +361,7 @@ class _Endpoint:
 
 def build_app(runtime: MnemexRuntime, settings: ServerSettings | None = None) -> Starlette:
     """The ASGI app serving ``runtime``; it must run in the runtime's trio run."""
-    settings = settings if settings is not None else ServerSettings()
+    settings = settings if settings is not None else runtime.config.server
     metrics = Metrics()
     api = _Api(runtime, settings, metrics)
     open_paths = {"/health"} if settings.open_health else set()

@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 
 from mnemex import MemoryFields
+from mnemex.config import ServerConfig
 
 __all__ = ["PostMessages", "ServerSettings"]
 
@@ -20,24 +21,8 @@ class PostMessages(msgspec.Struct, forbid_unknown_fields=True):
     query_id: str = ""
 
 
-class ServerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The ``[server]`` table of the config file (and ``mnemex serve`` flags)."""
-
-    host: str = "127.0.0.1"
-    port: int = 8080
-    token: str | None = None
-    """Bearer token required on every route (but /health when ``open_health``)."""
-    open_health: bool = True
-    agent: str = "ark"
-    """The agent the un-prefixed conversation routes use."""
-    max_body_bytes: int = 1_048_576
-    """Largest request body; past it 413."""
-    shutdown_grace: float = 10.0
-    """Seconds in-flight requests may take to finish after SIGTERM/SIGINT."""
-    access_log: bool = False
-    """Log one JSON line per request to the ``mnemex.access`` logger (INFO). Off by
-    default: a logged line costs about 70 us of the event loop's time, some 15% of a
-    request; the per-route counts and latencies are always on ``/metrics``."""
+# the server's section of Config, under the name earlier versions gave it
+ServerSettings = ServerConfig
 
 
 class PostMemory(MemoryFields, kw_only=True, forbid_unknown_fields=True):

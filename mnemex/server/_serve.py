@@ -24,11 +24,13 @@ __all__ = ["serve"]
 log = logging.getLogger("mnemex.server")
 
 
-async def serve(config: Config, settings: ServerSettings, *, shutdown: trio.Event | None = None,
+async def serve(config: Config, settings: ServerSettings | None = None, *, shutdown: trio.Event | None = None,
                 handle_signals: bool = True,
                 task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     """Run the runtime and the HTTP server until ``shutdown`` is set or a signal
-    arrives. ``task_status.started(port)`` reports the bound port (0 picks one)."""
+    arrives. ``task_status.started(port)`` reports the bound port (0 picks one).
+    ``settings`` default to ``config.server``."""
+    settings = settings if settings is not None else config.server
     stop = shutdown if shutdown is not None else trio.Event()
     async with open_runtime(config) as runtime:
         app = build_app(runtime, settings)
@@ -45,7 +47,8 @@ async def serve(config: Config, settings: ServerSettings, *, shutdown: trio.Even
                 lambda task_status: hypercorn_serve(app, hyper, shutdown_trigger=stop.wait,  # type: ignore[arg-type]
                                                     task_status=task_status))
             port = _port_of(binds, settings.port)
-            log.info("mnemex serving on http://%s:%d (data in %s)", settings.host, port, config.data_dir)
+            log.info("mnemex serving on http://%s:%d (data in %s)", settings.host, port,
+                     config.storage.data_dir)
             task_status.started(port)
             await stop.wait()
             # hypercorn finishes in-flight requests, then returns; the runtime then closes

@@ -80,7 +80,7 @@ def raw_append(driver: Driver, session_id: str, *payloads: bytes, **fields: Any)
          "$.messages[1].tool_calls[0].id"),
         (b'{"role":"user","content":"x"', mnemex.InvalidInput, "not valid JSON", "$.messages[1]"),
         (b'{"role":"user","content":"' + b"x" * 2000 + b'"}', mnemex.TooLarge,
-         "is 2,028 bytes; the limit is 2,000 \\(config.max_message_bytes\\)", "$.messages[1]"),
+         "is 2,028 bytes; the limit is 2,000 \\(config.conversations.max_message_bytes\\)", "$.messages[1]"),
     ],
 )
 def test_bad_messages_are_rejected_whole_with_the_field_named(payload: bytes, error: type[Exception],

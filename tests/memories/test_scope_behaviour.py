@@ -131,7 +131,7 @@ def test_vectors_of_another_embedder_are_never_mixed() -> None:
                       mode="vector", now=d.now))
     # a runtime configured with another model: the error says what to do
     moved = ScopeMemory.restore(KEY, snapshot_image(d.memory), settings(embedder_name=other.name, embedder_dim=other.dim))
-    with pytest.raises(mnemex.InvalidInput, match=r"set config\.embedder back"):
+    with pytest.raises(mnemex.InvalidInput, match=r"set config\.models\.embedder back"):
         moved.handle(Remember(memories=[memory], embedder=other.name, dim=16, now=d.tick()))
     # keyword and full-text search still work on that scope
     assert moved.handle(Search(query="first model", mode="fulltext", now=d.now)).hits

@@ -343,7 +343,7 @@ async def test_a_scope_refuses_vectors_of_another_embedder_after_a_config_change
         await rt.scope(user_id="u", app_name="a").remember("made with 384 dimensions")
     async with mnemex.open_runtime(config(tmp_path, embedder_dim=64)) as rt:
         scope = rt.scope(user_id="u", app_name="a")
-        with pytest.raises(mnemex.InvalidInput, match=r"set config\.embedder back"):
+        with pytest.raises(mnemex.InvalidInput, match=r"set config\.models\.embedder back"):
             await scope.remember("made with 64 dimensions")
         with pytest.raises(mnemex.InvalidInput, match="never mixed"):
             await scope.search("dimensions", mode="hybrid")
@@ -387,7 +387,7 @@ async def test_the_memory_tool_runs_a_models_call() -> None:
 async def test_remember_refuses_oversized_content_before_embedding() -> None:
     async with mnemex.open_runtime(config()) as rt:
         scope = rt.scope(user_id="u", app_name="a")
-        with pytest.raises(mnemex.TooLarge, match=r"the limit is 10,240 \(config\.max_content_bytes\)"):
+        with pytest.raises(mnemex.TooLarge, match=r"the limit is 10,240 \(config\.memories\.max_content_bytes\)"):
             await scope.remember("é" * 6000)
         with pytest.raises(mnemex.InvalidInput, match="unknown memory field"):
             await scope.remember("x", colour="red")
