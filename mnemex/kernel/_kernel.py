@@ -42,12 +42,19 @@ from mnemex.errors import (
 )
 from mnemex.kernel._commit import GroupCommitter, release_through
 from mnemex.kernel._deadlines import AskDeadlines
-from mnemex.kernel._keys import check_key
 from mnemex.kernel._kind import ActorKind
 from mnemex.kernel._lifecycle import DOWN, FINAL, CellState, Lifecycle
 from mnemex.kernel._mailbox import Mailbox, MailboxClosed
 from mnemex.kernel._turn import take_turn
-from mnemex.persistence import ActorStore, FileStore, MemoryStore, Recovered, Storage, open_storage
+from mnemex.persistence import (
+    ActorStore,
+    FileStore,
+    MemoryStore,
+    Recovered,
+    Storage,
+    check_key,
+    open_storage,
+)
 
 __all__ = ["ActorRef", "Runtime", "RuntimeStats", "Subscription", "open_actor_runtime", "rebuild_behaviour"]
 
@@ -385,7 +392,7 @@ class Runtime:
     def ref(self, kind: str, key: str | Key) -> ActorRef:
         """A ref to the actor ``key`` of ``kind``; checks both, spawns nothing yet."""
         self._kind(kind)
-        return ActorRef(self, kind, check_key(kind, key, self.config.kernel.max_key_bytes))
+        return ActorRef(self, kind, check_key(key, self.config.kernel.max_key_bytes, kind=kind))
 
     # -- asking ----------------------------------------------------------------
     async def ask(self, kind: str, key: str | Key, command: Any, *, timeout: float | None = None) -> Any:
@@ -397,14 +404,14 @@ class Runtime:
         ``config.kernel.ask_timeout``), ActorClosed when the runtime is shutting down.
         """
         self._kind(kind)
-        return await self._ask_checked(kind, check_key(kind, key, self.config.kernel.max_key_bytes),
+        return await self._ask_checked(kind, check_key(key, self.config.kernel.max_key_bytes, kind=kind),
                                        command, timeout)
 
     async def tell(self, kind: str, key: str | Key, command: Any) -> None:
         """Send ``command`` without waiting for a reply. Waits only for mailbox room
         (or raises Busy under ``overload="fail"``). A handler error is logged."""
         self._kind(kind)
-        checked = check_key(kind, key, self.config.kernel.max_key_bytes)
+        checked = check_key(key, self.config.kernel.max_key_bytes, kind=kind)
         await self._deliver(kind, checked, _Envelope(command, None))
 
     async def _ask_checked(self, kind: str, key: Key, command: Any, timeout: float | None) -> Any:
@@ -829,7 +836,7 @@ class Runtime:
             what = "tell" if type(effect) is Tell else "forward"
             try:
                 self._kind(effect.kind)
-                target = check_key(effect.kind, effect.key, self.config.kernel.max_key_bytes)
+                target = check_key(effect.key, self.config.kernel.max_key_bytes, kind=effect.kind)
                 await self._deliver(effect.kind, target, _Envelope(effect.command, waiter))
             except MnemexError as exc:
                 if waiter is not None:
@@ -880,7 +887,7 @@ class Runtime:
             raise InvalidInput(f"subscription buffer must be an int >= 1, got {buffer!r}", field="buffer")
         subscription = Subscription(topic, buffer)
         self._kind(kind)
-        checked = check_key(kind, key, self.config.kernel.max_key_bytes)
+        checked = check_key(key, self.config.kernel.max_key_bytes, kind=kind)
         subscription.initial = await self._ask_checked(kind, checked, _Subscribe(subscription, command),
                                                        timeout)
         return subscription
@@ -973,7 +980,7 @@ class Runtime:
     async def passivate(self, kind: str, key: str | Key) -> None:
         """Snapshot and unload the actor now if it is live (tests, admin). It comes
         back on its next message."""
-        ident = (kind, check_key(kind, key, self.config.kernel.max_key_bytes))
+        ident = (kind, check_key(key, self.config.kernel.max_key_bytes, kind=kind))
         cell = self._cells.get(ident)
         if cell is None or cell.state in DOWN:
             return

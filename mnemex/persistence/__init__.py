@@ -23,6 +23,7 @@ from mnemex.persistence.inspect import read_history as read_history
 from mnemex.persistence.inspect import verify_actor as verify_actor
 from mnemex.persistence.journal import JournalEntry as JournalEntry
 from mnemex.persistence.layout import actor_dir as actor_dir
+from mnemex.persistence.layout import check_key as check_key
 from mnemex.persistence.layout import decode_key as decode_key
 from mnemex.persistence.layout import encode_key as encode_key
 from mnemex.persistence.snapshot import SnapshotHeader as SnapshotHeader

@@ -17,13 +17,15 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
+from typing import Any
 
-from mnemex.errors import InvalidInput
+from mnemex.errors import InvalidInput, TooLarge
 
 __all__ = [
     "KEY_MANIFEST",
     "MAX_NAME_CHARS",
     "actor_dir",
+    "check_key",
     "check_kind",
     "decode_key",
     "encode_key",
@@ -47,45 +49,51 @@ def _escape(match: re.Match[str]) -> str:
     return "".join(f"_{byte:02x}" for byte in match.group().encode("utf-8"))
 
 
-def _encode_component(component: str, key: tuple[str, ...]) -> str:
-    if not isinstance(component, str):
-        raise InvalidInput(f"key {key!r} has a component of type {type(component).__name__}; "
-                           f"every component must be a str", field="key")
-    if not component:
-        raise InvalidInput(f"key {key!r} has an empty component; every component needs at least "
-                           f"one character", field="key")
-    try:
-        return _UNSAFE.sub(_escape, component)
-    except UnicodeEncodeError as exc:
-        raise InvalidInput(f"key {key!r} is not valid Unicode text (it holds a lone surrogate); "
-                           f"keys must encode to UTF-8", field="key") from exc
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def check_key(key: tuple[str, ...]) -> tuple[str, ...]:
-    """``key`` if ``encode_key`` would take it, without building the name (for stores
-    that never touch a disk). Raises the same InvalidInput as ``encode_key``."""
-    if not isinstance(key, tuple) or not key:
-        raise InvalidInput(f"actor key {key!r} must be a non-empty tuple of strings", field="key")
-    for component in key:
-        if not isinstance(component, str) or not component:
-            _encode_component(component, key)  # raises the same error encode_key would
+def check_key(key: Any, max_bytes: int | None = None, *, kind: str = "actor",
+              printable: bool = True) -> tuple[str, ...]:
+    """``key`` as a tuple of strings, or InvalidInput saying what is wrong: the one
+    rule for actor keys, applied where a key enters (the kernel, a store).
+
+    A key is a str or a non-empty tuple of str; each part is non-empty, valid
+    Unicode, free of control characters (NUL, newline...) unless ``printable`` is
+    False, and, when ``max_bytes`` is given, at most that many UTF-8 bytes (TooLarge
+    past it). The kernel takes keys by the whole rule; the layout can name any key
+    of the rest (``printable=False``). Path-like text such as ``../x`` is a valid
+    key: ``encode_key`` turns it into one safe name."""
+    parts: tuple[Any, ...] = (key,) if isinstance(key, str) else key
+    if not isinstance(parts, tuple) or not parts:
+        raise InvalidInput(f"{kind} key must be a non-empty str or tuple of str, got {type(key).__name__}",
+                           field="key")
+    for part in parts:
+        if not isinstance(part, str):
+            raise InvalidInput(f"{kind} key part must be str, got {type(part).__name__}: {part!r}",
+                               field="key")
+        if not part:
+            raise InvalidInput(f"{kind} key part is empty; keys must be non-empty strings", field="key")
         try:
-            component.encode("utf-8")
+            size = len(part.encode("utf-8"))
         except UnicodeEncodeError as exc:
-            raise InvalidInput(f"key {key!r} is not valid Unicode text (it holds a lone surrogate); "
-                               f"keys must encode to UTF-8", field="key") from exc
-    return key
+            raise InvalidInput(f"{kind} key part {part[:40]!r} is not valid unicode text "
+                               f"(a lone surrogate at position {exc.start})", field="key") from exc
+        if max_bytes is not None and size > max_bytes:
+            raise TooLarge(f"{kind} key part is {size:,} bytes; the limit is {max_bytes:,} "
+                           f"(config.kernel.max_key_bytes)", field="key")
+        control = _CONTROL.search(part) if printable else None
+        if control is not None:
+            raise InvalidInput(f"{kind} key part {part[:40]!r} has control character "
+                               f"U+{ord(control.group()):04X} at position {control.start()}; keys must be "
+                               f"printable text", field="key")
+    return parts
 
 
 def encode_key(key: tuple[str, ...]) -> str:
-    """The folder name for ``key``: ``[a-z0-9._~-]``, 1 to 120 characters.
-
-    Raises InvalidInput for an empty key, an empty component or text that is
-    not valid Unicode (lone surrogates).
-    """
-    if not isinstance(key, tuple) or not key:
-        raise InvalidInput(f"actor key {key!r} must be a non-empty tuple of strings", field="key")
-    encoded = ".".join(_encode_component(component, key) for component in key)
+    """The folder name for ``key``: ``[a-z0-9._~-]``, 1 to 120 characters. Any key
+    ``check_key(key, printable=False)`` takes has one; others raise its InvalidInput."""
+    parts = check_key(key, printable=False)
+    encoded = ".".join(_UNSAFE.sub(_escape, component) for component in parts)
     if len(encoded) <= MAX_NAME_CHARS:
         return encoded
     digest = hashlib.sha256(encoded.encode("ascii")).hexdigest()[:_HASH_HEX_CHARS]

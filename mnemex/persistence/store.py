@@ -511,7 +511,7 @@ class MemoryStore(ActorStore):
 
     def __init__(self, kind: str, key: tuple[str, ...], *, keep: int = 2) -> None:
         self.kind = check_kind(kind)
-        self.key = check_key(key)
+        self.key = check_key(key, printable=False)
         self.keep = _check_keep(keep)
         self._lock = threading.Lock()
         self._journal = bytearray()
