@@ -7,6 +7,7 @@ private and may change.
 """
 
 from mnemex.client import Client as Client
+from mnemex.config import DEFAULT as DEFAULT
 from mnemex.config import Config as Config
 from mnemex.config import load_config as load_config
 from mnemex.conversations.protocol import AgentStats as AgentStats
@@ -77,6 +78,7 @@ __all__ = [
     "ChatMessage",
     "Client",
     "Config",
+    "DEFAULT",
     "ContextView",
     "CorruptData",
     "DataDirLocked",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from mnemex.config import Config
+from mnemex.config import DEFAULT, Config, UseDefault
 from mnemex.effects import Key
 
 if TYPE_CHECKING:
@@ -27,7 +27,8 @@ class Host(Protocol):
         """A cheap handle on one actor (spawned on first message)."""
         ...
 
-    async def ask(self, kind: str, key: str | Key, command: Any, *, timeout: float | None = None) -> Any:
+    async def ask(self, kind: str, key: str | Key, command: Any, *,
+                  timeout: float | UseDefault | None = DEFAULT) -> Any:
         """Send ``command`` and wait for its reply."""
         ...
 
@@ -36,7 +37,7 @@ class Host(Protocol):
         ...
 
     async def subscribe(self, kind: str, key: str | Key, topic: str, command: Any = None, *,
-                        buffer: int = 1024, timeout: float | None = None) -> Subscription:
+                        buffer: int = 1024, timeout: float | UseDefault | None = DEFAULT) -> Subscription:
         """A live feed of the actor's events on ``topic``."""
         ...
 

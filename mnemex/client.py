@@ -20,7 +20,7 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
-from mnemex.config import Config
+from mnemex.config import DEFAULT, Config, UseDefault
 from mnemex.conversations.protocol import (
     AgentStats,
     Appended,
@@ -101,7 +101,8 @@ class Client:
         return self._bridge.call(functools.partial(fn, *args, **kwargs))
 
     # -- refs
-    def agent(self, name: str, *, policy: Policy | None = None, ttl: float | None = None) -> BlockingAgent:
+    def agent(self, name: str, *, policy: Policy | UseDefault | None = DEFAULT,
+              ttl: float | UseDefault | None = DEFAULT) -> BlockingAgent:
         """The short-term memory of agent ``name``, blocking (see ``MnemexRuntime.agent``)."""
         return BlockingAgent(self, self._bridge.runtime.agent(name, policy=policy, ttl=ttl))
 
@@ -115,7 +116,7 @@ class Client:
 
     # -- the runtime's calls
     def search(self, query: str, scopes: Iterable[tuple[str, str]], top_k: int = 10, *,
-               mode: SearchMode | None = None, min_score: float | None = None,
+               mode: SearchMode | UseDefault = DEFAULT, min_score: float | UseDefault | None = DEFAULT,
                filter: Mapping[str, Any] | None = None, timeout: float | None = None) -> SearchResult:
         """Search several scopes, ``[(app_name, user_id), ...]``, into one ranking."""
         runtime = self._bridge.runtime
@@ -129,7 +130,8 @@ class Client:
         return self._bridge.call(functools.partial(runtime.archive, agent_name, session_id, user_id=user_id,
                                                    app_name=app_name), timeout=timeout)
 
-    def ask(self, kind: str, key: str | Key, command: Any, *, timeout: float | None = None) -> Any:
+    def ask(self, kind: str, key: str | Key, command: Any, *,
+            timeout: float | UseDefault | None = DEFAULT) -> Any:
         """Send a raw command to an actor and wait for its reply."""
         return self.ref(kind, key).ask(command, timeout=timeout)
 
@@ -360,13 +362,15 @@ class BlockingScope:
     def stats(self) -> ScopeStats:
         return self._client._call(self._scope.stats)
 
-    def search(self, query: str, top_k: int = 10, mode: SearchMode | None = None,
-               min_score: float | None = None, filter: Mapping[str, Any] | None = None) -> SearchResult:
+    def search(self, query: str, top_k: int = 10, mode: SearchMode | UseDefault = DEFAULT,
+               min_score: float | UseDefault | None = DEFAULT,
+               filter: Mapping[str, Any] | None = None) -> SearchResult:
         """Search this scope (see ``ScopeRef.search``)."""
         return self._client._call(self._scope.search, query, top_k, mode, min_score, filter)
 
-    def recall(self, query: str, top_k: int = 5, *, mode: SearchMode | None = None,
-               min_score: float | None = None, filter: Mapping[str, Any] | None = None) -> str:
+    def recall(self, query: str, top_k: int = 5, *, mode: SearchMode | UseDefault = DEFAULT,
+               min_score: float | UseDefault | None = DEFAULT,
+               filter: Mapping[str, Any] | None = None) -> str:
         """The memories relevant to ``query``, formatted for a model's context."""
         return self._client._call(self._scope.recall, query, top_k, mode=mode, min_score=min_score,
                                   filter=filter)

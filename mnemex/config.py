@@ -17,6 +17,7 @@ A short-term memory setting's flat name is ``agent_`` + its name
 
 from __future__ import annotations
 
+import enum
 import functools
 import math
 import re
@@ -29,8 +30,23 @@ import msgspec
 
 from mnemex.errors import InvalidInput
 
-__all__ = ["Config", "ConversationsConfig", "KernelConfig", "MemoriesConfig", "ModelsConfig",
-           "ServerConfig", "StorageConfig", "load_config"]
+__all__ = ["DEFAULT", "Config", "ConversationsConfig", "KernelConfig", "MemoriesConfig", "ModelsConfig",
+           "ServerConfig", "StorageConfig", "UseDefault", "load_config"]
+
+class UseDefault(enum.Enum):
+    """The type of ``DEFAULT``."""
+
+    DEFAULT = "DEFAULT"
+
+    def __repr__(self) -> str:
+        return "mnemex.DEFAULT"
+
+
+DEFAULT: Final = UseDefault.DEFAULT
+"""An argument left to the configuration (``timeout=DEFAULT``: ``config.kernel.ask_timeout``)
+or to what an actor already has (``rt.agent(name, ttl=DEFAULT)`` leaves its TTL). It is
+never the same as ``None``, which always means *none*: no timeout, no TTL, no cut."""
+
 
 FsyncPolicy = Literal["always", "batch", "never"]
 OverloadPolicy = Literal["wait", "fail"]

@@ -16,7 +16,7 @@ from typing import Any
 import trio
 
 from mnemex._ids import IdClock
-from mnemex.config import Config
+from mnemex.config import DEFAULT, Config, UseDefault
 from mnemex.conversations.kind import AGENT_KIND, agent_kind, sweep_expired_sessions
 from mnemex.conversations.protocol import Policy
 from mnemex.conversations.ref import AgentRef, AgentServices
@@ -63,12 +63,15 @@ class MnemexRuntime:
         return self._kernel.kinds
 
     # -- short-term memory
-    def agent(self, name: str, *, policy: Policy | None = None, ttl: float | None = None) -> AgentRef:
+    def agent(self, name: str, *, policy: Policy | UseDefault | None = DEFAULT,
+              ttl: float | UseDefault | None = DEFAULT) -> AgentRef:
         """The short-term memory of the agent ``name`` (spawned on first use).
 
         ``policy`` (MaxMessages, TokenBudget, KeepAll, Stateless) and ``ttl`` (seconds a session
         may stay idle) are journaled with the agent on first use, so they survive
-        restarts; None leaves what the agent has (or the configured default).
+        restarts. ``DEFAULT`` leaves what the agent has (the configured default for a
+        new one); ``policy=None`` returns it to the configured default and ``ttl=None``
+        keeps its sessions forever.
         """
         return AgentRef(self._agent_services(AGENT_KIND), name, policy=policy, ttl=ttl)
 
@@ -78,7 +81,7 @@ class MnemexRuntime:
         return ScopeRef(self.scope_services(), user_id=user_id, app_name=app_name)
 
     async def search(self, query: str, scopes: Iterable[tuple[str, str]], top_k: int = 10, *,
-                     mode: SearchMode | None = None, min_score: float | None = None,
+                     mode: SearchMode | UseDefault = DEFAULT, min_score: float | UseDefault | None = DEFAULT,
                      filter: Mapping[str, Any] | None = None) -> SearchResult:
         """Search several scopes, ``[(app_name, user_id), ...]``, at once and merge the
         hits into one ranking (scores are comparable across scopes; each hit names
@@ -120,8 +123,10 @@ class MnemexRuntime:
         """A lightweight ref to one actor of any registered kind (spawned on first message)."""
         return self._kernel.ref(kind, key)
 
-    async def ask(self, kind: str, key: str | Key, command: Any, *, timeout: float | None = None) -> Any:
-        """Send ``command`` to an actor and wait for its reply (``config.kernel.ask_timeout`` by default)."""
+    async def ask(self, kind: str, key: str | Key, command: Any, *,
+                  timeout: float | UseDefault | None = DEFAULT) -> Any:
+        """Send ``command`` to an actor and wait for its reply (``DEFAULT``:
+        ``config.kernel.ask_timeout``; ``None``: no limit)."""
         return await self._kernel.ask(kind, key, command, timeout=timeout)
 
     async def tell(self, kind: str, key: str | Key, command: Any) -> None:
@@ -129,7 +134,7 @@ class MnemexRuntime:
         await self._kernel.tell(kind, key, command)
 
     async def subscribe(self, kind: str, key: str | Key, topic: str, command: Any = None, *,
-                        buffer: int = 1024, timeout: float | None = None) -> Subscription:
+                        buffer: int = 1024, timeout: float | UseDefault | None = DEFAULT) -> Subscription:
         """A live feed of an actor's events on ``topic`` (see the kernel's ``subscribe``)."""
         return await self._kernel.subscribe(kind, key, topic, command, buffer=buffer, timeout=timeout)
 

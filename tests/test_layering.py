@@ -114,7 +114,7 @@ def test_a_broken_rule_is_caught(tmp_path: Path) -> None:
 def test_the_public_face_is_pinned() -> None:
     assert sorted(mnemex.__all__) == sorted([
         # the runtime
-        "open_runtime", "Client", "MnemexRuntime", "Config", "load_config",
+        "open_runtime", "Client", "MnemexRuntime", "Config", "DEFAULT", "load_config",
         # short-term memory
         "AgentRef", "SessionStream", "context_for_model_call", "record_turn", "ChatMessage", "StoredMessage",
         "MessagePage", "ContextView", "SessionInfo", "AgentStats", "Appended", "StreamEvent", "Turn",

@@ -19,6 +19,7 @@ import msgspec
 import trio
 
 from mnemex._host import Host
+from mnemex.config import DEFAULT, UseDefault
 from mnemex.conversations.behaviour import (
     messages_to_raw,
 )
@@ -117,20 +118,20 @@ class AgentRef:
 
     __slots__ = ("_configured", "_policy", "_ref", "_services", "_ttl", "name")
 
-    def __init__(self, services: AgentServices, name: str, *, policy: Policy | None = None,
-                 ttl: float | None = None) -> None:
-        if policy is not None and not isinstance(policy, MaxMessages | TokenBudget | KeepAll | Stateless):
-            raise InvalidInput(f"policy must be MaxMessages, TokenBudget, KeepAll or Stateless, "
-                               f"got {policy!r}",
-                               field="policy")
-        if ttl is not None:
+    def __init__(self, services: AgentServices, name: str, *, policy: Policy | UseDefault | None = DEFAULT,
+                 ttl: float | UseDefault | None = DEFAULT) -> None:
+        if policy is not DEFAULT and policy is not None and not isinstance(
+                policy, MaxMessages | TokenBudget | KeepAll | Stateless):
+            raise InvalidInput(f"policy must be MaxMessages, TokenBudget, KeepAll, Stateless, None (the "
+                               f"configured default) or DEFAULT (leave it), got {policy!r}", field="policy")
+        if ttl is not DEFAULT and ttl is not None:
             _check_timeout(ttl)
         self._services = services
         self._ref: ActorRef = services.host.ref(services.kind, name)
         self.name = name
         self._policy = policy
         self._ttl = ttl
-        self._configured = policy is None and ttl is None
+        self._configured = policy is DEFAULT and ttl is DEFAULT
 
     def __repr__(self) -> str:
         return f"AgentRef({self.name!r})"
@@ -142,15 +143,16 @@ class AgentRef:
 
     async def _configure(self) -> None:
         applied = self._services.applied
-        if self._policy is not None and applied.get((self.name, "policy")) != self._policy:
-            await self._ref.ask(SetPolicy(policy=self._policy))
-            applied[(self.name, "policy")] = self._policy
-        if self._ttl is not None and applied.get((self.name, "ttl")) != self._ttl:
-            await self._ref.ask(SetTtl(seconds=self._ttl))
-            applied[(self.name, "ttl")] = self._ttl
+        policy, ttl = self._policy, self._ttl
+        if policy is not DEFAULT and applied.get((self.name, "policy"), DEFAULT) != policy:
+            await self._ref.ask(SetPolicy(policy=policy))
+            applied[(self.name, "policy")] = policy
+        if ttl is not DEFAULT and applied.get((self.name, "ttl"), DEFAULT) != ttl:
+            await self._ref.ask(SetTtl(seconds=ttl))
+            applied[(self.name, "ttl")] = ttl
         self._configured = True
 
-    async def _ask(self, command: Any, timeout: float | None = None) -> Any:
+    async def _ask(self, command: Any, timeout: float | UseDefault | None = DEFAULT) -> Any:
         if not self._configured:
             await self._configure()
         return await self._ref.ask(command, timeout=timeout)

@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar
 
 import trio
 
+from mnemex.config import DEFAULT, UseDefault
 from mnemex.errors import ActorClosed, Timeout
 
 __all__ = ["BlockingBridge", "BlockingRef"]
@@ -156,7 +157,7 @@ class BlockingRef:
     def key(self) -> tuple[str, ...]:
         return tuple(self._ref.key)
 
-    def ask(self, command: Any, *, timeout: float | None = None) -> Any:
+    def ask(self, command: Any, *, timeout: float | UseDefault | None = DEFAULT) -> Any:
         return self._bridge.call(functools.partial(self._ref.ask, command, timeout=timeout))
 
     def tell(self, command: Any) -> None:

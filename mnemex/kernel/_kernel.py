@@ -28,7 +28,7 @@ import outcome
 import trio
 
 from mnemex._gcpause import collector_paused
-from mnemex.config import Config
+from mnemex.config import DEFAULT, Config, UseDefault
 from mnemex.effects import Behaviour, Effect, Emit, Forward, Image, Job, JobResult, Key, SnapshotData, Tell
 from mnemex.errors import (
     ActorClosed,
@@ -327,7 +327,7 @@ class ActorRef:
         self.kind = kind
         self.key = key
 
-    async def ask(self, command: Any, *, timeout: float | None = None) -> Any:
+    async def ask(self, command: Any, *, timeout: float | UseDefault | None = DEFAULT) -> Any:
         """Send ``command`` and wait for the reply (see Runtime.ask)."""
         return await self.runtime._ask_checked(self.kind, self.key, command, timeout)
 
@@ -395,13 +395,15 @@ class Runtime:
         return ActorRef(self, kind, check_key(key, self.config.kernel.max_key_bytes, kind=kind))
 
     # -- asking ----------------------------------------------------------------
-    async def ask(self, kind: str, key: str | Key, command: Any, *, timeout: float | None = None) -> Any:
+    async def ask(self, kind: str, key: str | Key, command: Any, *,
+                  timeout: float | UseDefault | None = DEFAULT) -> Any:
         """Send ``command`` to the actor and return its reply.
 
         Raises what the handler raised (a MnemexError), ActorCrashed (cause chained)
         when the handler or the actor's load broke, Busy when the mailbox is full
-        under ``overload="fail"``, Timeout after ``timeout`` seconds (default
-        ``config.kernel.ask_timeout``), ActorClosed when the runtime is shutting down.
+        under ``overload="fail"``, Timeout after ``timeout`` seconds (``DEFAULT``:
+        ``config.kernel.ask_timeout``; ``None``: no limit), ActorClosed when the runtime
+        is shutting down.
         """
         self._kind(kind)
         return await self._ask_checked(kind, check_key(key, self.config.kernel.max_key_bytes, kind=kind),
@@ -414,14 +416,17 @@ class Runtime:
         checked = check_key(key, self.config.kernel.max_key_bytes, kind=kind)
         await self._deliver(kind, checked, _Envelope(command, None))
 
-    async def _ask_checked(self, kind: str, key: Key, command: Any, timeout: float | None) -> Any:
-        limit = self.config.kernel.ask_timeout if timeout is None else timeout
-        if not (isinstance(limit, int | float) and limit > 0 and not math.isnan(limit)):
-            raise Timeout(f"ask timeout must be a number of seconds > 0, got {limit!r}")
+    async def _ask_checked(self, kind: str, key: Key, command: Any,
+                           timeout: float | UseDefault | None) -> Any:
+        limit = (self.config.kernel.ask_timeout if timeout is DEFAULT
+                 else math.inf if timeout is None else timeout)
+        if isinstance(limit, bool) or not isinstance(limit, int | float) or not limit > 0:  # NaN too
+            raise InvalidInput(f"ask timeout must be a number of seconds > 0, None (no limit) or DEFAULT, "
+                               f"got {limit!r}", field="timeout")
         waiter = _Waiter(trio.lowlevel.current_task())
         envelope = _Envelope(command, waiter)
         self._stats["asks"] += 1
-        if timeout is None and self._try_deliver(kind, key, envelope):
+        if timeout is DEFAULT and self._try_deliver(kind, key, envelope):
             # Fast path: the mailbox had room. The default timeout is enforced by the
             # watchdog (deadlines of equal timeouts arrive in order: one deque, no
             # cancel scope per ask).
@@ -876,7 +881,7 @@ class Runtime:
         cell.subscribers = None
 
     async def subscribe(self, kind: str, key: str | Key, topic: str, command: Any = None, *,
-                        buffer: int = 1024, timeout: float | None = None) -> Subscription:
+                        buffer: int = 1024, timeout: float | UseDefault | None = DEFAULT) -> Subscription:
         """Register a live feed of the actor's ``Emit(topic, ...)`` events.
 
         ``command`` (a read, say the history so far) is handled in the same turn as

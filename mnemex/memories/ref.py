@@ -27,7 +27,7 @@ import trio
 from mnemex._host import Host
 from mnemex._ids import IdClock
 from mnemex._time import seconds
-from mnemex.config import Config
+from mnemex.config import DEFAULT, Config, UseDefault
 from mnemex.conversations.protocol import ArchiveSession
 from mnemex.effects import Key
 from mnemex.errors import InvalidInput, MnemexError
@@ -302,12 +302,13 @@ class ScopeRef:
         reply: ScopeStats = await self._ref.ask(GetScopeStats(now=time.time()))
         return reply
 
-    async def search(self, query: str, top_k: int = 10, mode: SearchMode | None = None,
-                     min_score: float | None = None,
+    async def search(self, query: str, top_k: int = 10, mode: SearchMode | UseDefault = DEFAULT,
+                     min_score: float | UseDefault | None = DEFAULT,
                      filter: Mapping[str, Any] | None = None) -> SearchResult:
-        """Search this scope: ``mode`` keyword, fulltext, vector or hybrid (default
-        ``config.memories.search_mode``); ``min_score`` None is the mode's default (0.7 for
-        vector, see config.memories.vector_min_score); ``filter`` narrows inside the search.
+        """Search this scope: ``mode`` keyword, fulltext, vector or hybrid (``DEFAULT``:
+        ``config.memories.search_mode``); hits score at least ``min_score`` (``DEFAULT``:
+        the mode's own cut, see config.memories.vector_min_score; ``None``: no cut);
+        ``filter`` narrows inside the search.
         The hits' access counts are updated in the background (batched)."""
         command = await _search_command(self._services, query, top_k, mode=mode,
                                         min_score=min_score, filter=filter)
@@ -316,8 +317,9 @@ class ScopeRef:
             self._services.touch(self._ref.key, result.hits)
         return result
 
-    async def recall(self, query: str, top_k: int = 5, *, mode: SearchMode | None = None,
-                     min_score: float | None = None, filter: Mapping[str, Any] | None = None) -> str:
+    async def recall(self, query: str, top_k: int = 5, *, mode: SearchMode | UseDefault = DEFAULT,
+                     min_score: float | UseDefault | None = DEFAULT,
+                     filter: Mapping[str, Any] | None = None) -> str:
         """The memories relevant to ``query``, formatted for a model's context (see
         format_as_context); empty when nothing matches."""
         result = await self.search(query, top_k, mode, min_score, filter)
@@ -325,14 +327,15 @@ class ScopeRef:
 
 
 async def _search_command(services: ScopeServices, query: Any, top_k: int, *,
-                          mode: SearchMode | None, min_score: float | None,
+                          mode: SearchMode | UseDefault, min_score: float | UseDefault | None,
                           filter: Mapping[str, Any] | None) -> Search:
     config = services.config
     if not isinstance(query, str):
         raise InvalidInput(f"query must be a string, got {type(query).__name__}", field="query")
-    chosen = mode if mode is not None else config.memories.search_mode
+    chosen = config.memories.search_mode if mode is DEFAULT else mode
     if chosen not in _MODES:
-        raise InvalidInput(f"mode is {chosen!r}; use keyword, fulltext, vector or hybrid", field="mode")
+        raise InvalidInput(f"mode is {chosen!r}; use keyword, fulltext, vector, hybrid or DEFAULT",
+                           field="mode")
     if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= config.memories.max_top_k:
         raise InvalidInput(f"top_k must be an integer in 1..{config.memories.max_top_k:,}, got {top_k!r}",
                            field="top_k")
@@ -342,11 +345,21 @@ async def _search_command(services: ScopeServices, query: Any, top_k: int, *,
         vector = encode_vector((await services.batcher.embed([query]))[0])
     return Search(query=query, vector=vector, embedder=embedder.name if vector is not None else None,
                   dim=embedder.dim if vector is not None else 0, top_k=top_k, mode=chosen,
-                  min_score=min_score, filter=dict(filter) if filter else None, now=time.time())
+                  min_score=_wire_min_score(min_score), filter=dict(filter) if filter else None,
+                  now=time.time())
+
+
+def _wire_min_score(min_score: float | UseDefault | None) -> float | None:
+    """``Search.min_score``: None there is the mode's own cut; "no cut" is -1, below
+    every score a mode gives (cosine similarity is at least -1, the rest at least 0)."""
+    if min_score is DEFAULT:
+        return None
+    return -1.0 if min_score is None else min_score
 
 
 async def search_scopes(services: ScopeServices, query: str, scopes: Iterable[tuple[str, str]],
-                        top_k: int = 10, *, mode: SearchMode | None = None, min_score: float | None = None,
+                        top_k: int = 10, *, mode: SearchMode | UseDefault = DEFAULT,
+                        min_score: float | UseDefault | None = DEFAULT,
                         filter: Mapping[str, Any] | None = None) -> SearchResult:
     """Search several scopes (``(app_name, user_id)`` pairs) at once: the query is
     embedded once, every scope is asked concurrently, and the hits are merged into

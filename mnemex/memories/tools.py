@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+from mnemex.config import DEFAULT, UseDefault
 from mnemex.errors import InvalidInput
 from mnemex.memories.behaviour import memory_text
 from mnemex.memories.protocol import Hit, MemoryRecord, SearchMode
@@ -59,7 +60,7 @@ _decode_arguments = msgspec.json.Decoder(_ToolArguments)
 
 
 async def execute_memory_tool(scope: ScopeRef, tool_call: Mapping[str, Any] | str, *,
-                              mode: SearchMode | None = None) -> dict[str, Any]:
+                              mode: SearchMode | UseDefault = DEFAULT) -> dict[str, Any]:
     """Run a model's call of ``search_memory_tool`` against ``scope``. ``tool_call`` is
     the call as the model returned it (``{"id", "function": {"name", "arguments"}}``)
     or just its arguments (a JSON string or a dict). Returns the tool message to

@@ -24,7 +24,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from mnemex import AgentRef, MnemexError, MnemexRuntime, NotFound, StoredMessage, StreamEvent
+from mnemex import DEFAULT, AgentRef, MnemexError, MnemexRuntime, NotFound, StoredMessage, StreamEvent
 from mnemex.server._http import (
     HttpError,
     check_token,
@@ -261,7 +261,8 @@ class _Api:
 
     async def search_memory(self, request: Request) -> Response:
         body = await read_json(request, PostSearch, self.settings.max_body_bytes)
-        mode: Any = body.mode
+        mode: Any = body.mode if body.mode is not None else DEFAULT
+        min_score = body.min_score if body.min_score is not None else DEFAULT  # absent or null: the mode's
         if body.scopes:
             scopes = [(s.app_name, s.user_id) for s in body.scopes]
         elif body.user_id and body.app_name:
@@ -272,10 +273,10 @@ class _Api:
         if len(scopes) == 1:
             app_name, user_id = scopes[0]
             result = await self.rt.scope(user_id=user_id, app_name=app_name).search(
-                body.query, body.top_k, mode, body.min_score, body.filters)
+                body.query, body.top_k, mode, min_score, body.filters)
         else:
             result = await self.rt.search(body.query, scopes, body.top_k, mode=mode,
-                                          min_score=body.min_score, filter=body.filters)
+                                          min_score=min_score, filter=body.filters)
         return json_response({"mode": result.mode, "results": [{
             "id": hit.memory.id, "content": hit.memory.content, "score": hit.score, "scores": hit.scores,
             "user_id": hit.user_id or scopes[0][1], "app_name": hit.app_name or scopes[0][0],

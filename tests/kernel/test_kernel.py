@@ -141,9 +141,30 @@ async def test_ask_timeout_raises_timeout_and_leaves_the_actor_healthy(autojump_
 
 async def test_invalid_timeout_is_rejected() -> None:
     async with mnemex.open_runtime(memory_config(), kinds=[counter_kind()]) as rt:
-        for bad in (0, -1, math.nan):
-            with pytest.raises(mnemex.Timeout, match="timeout must be"):
+        for bad in (0, -1, math.nan, True, "1"):
+            with pytest.raises(mnemex.InvalidInput, match="timeout must be") as error:
                 await rt.ask("counter", "c", Get(), timeout=bad)
+            assert error.value.field == "timeout"
+
+
+@pytest.mark.parametrize(("timeout", "gives_up_after"), [(mnemex.DEFAULT, 30.0), (None, None), (45.0, 45.0)])
+async def test_an_ask_waits_the_configured_timeout_by_default_and_none_means_no_limit(
+        autojump_clock: Any, timeout: Any, gives_up_after: float | None) -> None:
+    def never_ready(key: Key) -> Counter:
+        raise OSError("disk not ready")
+
+    kind = ActorKind("stuck", never_ready, Counter.restore, counter_kind().encode, counter_kind().decode)
+    # each load attempt fails; retries take 1000 s each, so the ask's own limit decides
+    cfg = memory_config(ask_timeout=30.0, restore_backoff=1000.0, restore_attempts=2)
+    async with mnemex.open_runtime(cfg, kinds=[kind]) as rt:
+        start = trio.current_time()
+        with pytest.raises((mnemex.Timeout, mnemex.ActorCrashed)) as error:
+            await rt.ask("stuck", "k", Get(), timeout=timeout)
+        waited = trio.current_time() - start
+        if gives_up_after is None:  # no limit: it waited out every load attempt
+            assert isinstance(error.value, mnemex.ActorCrashed) and waited >= 1000.0
+        else:
+            assert isinstance(error.value, mnemex.Timeout) and waited == pytest.approx(gives_up_after)
 
 
 async def test_cancelled_caller_does_not_break_the_actor() -> None:
