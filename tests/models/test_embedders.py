@@ -146,7 +146,7 @@ def test_concurrent_first_calls_load_the_model_once() -> None:
     def work() -> None:
         start.wait()
         embedder.embed(["hello"])
-        sessions.append(embedder._session)
+        sessions.append(embedder._model)
 
     threads = [threading.Thread(target=work) for _ in range(2)]
     for thread in threads:
