@@ -1,6 +1,7 @@
 """The one check of each kind of value that crosses into an actor: ids and names,
-texts with a byte limit. Each raises InvalidInput (or TooLarge) naming the field,
-the value and the limit. (Times: ``mnemex._time.check_seconds``.)"""
+texts with a byte limit, integers in a range, JSON objects. Each raises InvalidInput
+(or TooLarge) naming the field, the value and the limit. (Times:
+``mnemex._time.check_seconds``.)"""
 
 from __future__ import annotations
 
@@ -12,13 +13,27 @@ import msgspec
 
 from mnemex.errors import InvalidInput, TooLarge
 
-__all__ = ["check_id", "check_json_object", "check_text"]
+__all__ = ["check_id", "check_int", "check_json_object", "check_text"]
 
 _CONTROL: Final = re.compile(r"[\x00-\x1f]")
 
 
 def _byte_size(value: str) -> int:
     return len(value.encode("utf-8", "surrogatepass"))
+
+
+_MAX_INT: Final = 2**62  # counts and sizes far beyond any real one, and inside JSON's 64-bit integers
+
+
+def check_int(value: Any, what: str, low: int, high: int | None = None) -> int:
+    """An int (not a bool) in ``low..high`` (``high`` None: no bound but 2**62)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (
+            high is not None and value > high):
+        span = f">= {low}" if high is None else f"in {low}..{high:,}"
+        raise InvalidInput(f"{what} must be an integer {span}, got {value!r}", field=what)
+    if value > _MAX_INT:
+        raise InvalidInput(f"{what} is {value:,}; the limit is 2**62", field=what)
+    return value
 
 
 def check_text(value: Any, what: str, limit: int, *, optional: bool = True) -> str | None:

@@ -19,13 +19,13 @@ import itertools
 import logging
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 import msgspec
 
-from mnemex._checks import check_id
+from mnemex._checks import check_id, check_int
 from mnemex._protocol import JsonCodec
 from mnemex._time import check_seconds
 from mnemex.config import Config
@@ -88,6 +88,13 @@ from mnemex.conversations.protocol import (
     session_topic,
 )
 from mnemex.conversations.pruning import compression_cut, context_window, max_messages_start, summary_target
+from mnemex.conversations.snapshot import (
+    SNAPSHOT_FORMAT,
+    check_format,
+    decode_policy,
+    decode_sessions,
+    encode_sessions,
+)
 from mnemex.conversations.summaries import (
     ExtractiveSummarizer,
     Summarizer,
@@ -98,33 +105,27 @@ from mnemex.conversations.tokens import (
     MESSAGE_OVERHEAD,
     EstimatedTokens,
     TokenCounter,
-    content_text,
-    message_tokens,
 )
+from mnemex.conversations.turns import TurnIndex, check_turn, turn_record
+from mnemex.conversations.validation import CheckedMessage, check_message
 from mnemex.effects import Effect, Emit, Forward, Image, Job, JobResult, SnapshotData, Step
-from mnemex.errors import CorruptData, InvalidInput, NotFound, TooLarge
-from mnemex.index import BM25Index, Tokenizer
+from mnemex.errors import InvalidInput, NotFound
+from mnemex.index import Tokenizer
 from mnemex.memories.protocol import Event, Session, StoreSession
 from mnemex.memories.sessions import event_text
 
 __all__ = [
-    "ALLOWED_ROLES",
     "AgentMemory",
     "AgentSettings",
     "agent_codec",
     "encode_agent_command",
     "is_agent_write",
-    "messages_to_raw",
     "summarizer_from_config",
 ]
 
 log = logging.getLogger("mnemex.agent")
 
-ALLOWED_ROLES: Final = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
-_PLAIN_ROLES: Final = frozenset({"system", "developer", "user", "assistant"})  # no tool_call_id to check
 _MAX_ID_CHARS: Final = 1024
-_TURN_TEXT_CHARS: Final = 8000
-_SNAPSHOT_FORMAT: Final = 1
 
 agent_codec: JsonCodec[AgentCommandType] = JsonCodec(AgentCommandType, "agent command")
 
@@ -202,194 +203,6 @@ class AgentSettings:
         )
 
 
-# -- message validation ---------------------------------------------------------------
-class _Function(msgspec.Struct):
-    name: str = ""
-    arguments: Any = None
-
-
-class _ToolCall(msgspec.Struct):
-    id: str
-    type: str = "function"
-    function: _Function | None = None
-
-
-class _Part(msgspec.Struct):
-    type: str
-    text: str | None = None
-
-
-class _Shape(msgspec.Struct):
-    """The fields of a chat message the actor reads; any others are kept, unread."""
-
-    role: str
-    content: str | list[_Part] | None = None
-    name: str | None = None
-    tool_calls: list[_ToolCall] | None = None
-    tool_call_id: str | None = None
-    function_call: Any = None
-
-
-_decode_shape = msgspec.json.Decoder(_Shape)
-_encode = msgspec.json.Encoder()
-
-
-@dataclass(slots=True)
-class _Checked:
-    raw: msgspec.Raw
-    role: str
-    tokens: int
-    text: str
-    call_ids: tuple[str, ...]
-    call_names: tuple[str, ...]
-    tool_call_id: str | None
-
-
-def _arguments_text(arguments: Any) -> str:
-    if arguments is None:
-        return ""
-    if isinstance(arguments, str):
-        return arguments
-    return _encode.encode(arguments).decode()
-
-
-def _check_message(raw: Any, index: int, counter: TokenCounter, limit: int, *,
-                   known_calls: set[str], batch_calls: set[str]) -> _Checked:
-    if type(raw) is msgspec.Raw and len(raw) <= limit:
-        try:
-            shape = _decode_shape.decode(raw)
-        except msgspec.MsgspecError:
-            pass
-        else:
-            content = shape.content
-            if (type(content) is str and shape.tool_calls is None and shape.name is None
-                    and shape.role in _PLAIN_ROLES):
-                # the common case: a plain text message
-                return _Checked(raw, shape.role, MESSAGE_OVERHEAD + counter.count(content), content,
-                                (), (), shape.tool_call_id)
-            return _check_shape(shape, raw, index, counter, known_calls=known_calls,
-                                batch_calls=batch_calls)
-    where = f"$.messages[{index}]"
-    if not isinstance(raw, msgspec.Raw):
-        raise InvalidInput(f"message {index} must be raw JSON (msgspec.Raw), got {type(raw).__name__}",
-                           field=where)
-    if len(raw) > limit:
-        raise TooLarge(f"message {index} is {len(raw):,} bytes; the limit is {limit:,} "
-                       f"(config.conversations.max_message_bytes)", field=where)
-    try:
-        shape = _decode_shape.decode(raw)
-    except msgspec.ValidationError as exc:
-        text = str(exc)
-        path = where
-        if "- at `$" in text:
-            tail = text.rsplit("- at `$", 1)[1].rstrip("`")
-            path = where + tail
-            text = text.rsplit(" - at ", 1)[0]
-        raise InvalidInput(f"message {index} is not a chat message: {text} (at {path})", field=path) from exc
-    except msgspec.DecodeError as exc:
-        raise InvalidInput(f"message {index} is not valid JSON: {exc}", field=where) from exc
-    return _check_shape(shape, raw, index, counter, known_calls=known_calls, batch_calls=batch_calls)
-
-
-def _check_shape(shape: _Shape, raw: msgspec.Raw, index: int, counter: TokenCounter, *,
-                 known_calls: set[str], batch_calls: set[str]) -> _Checked:
-    where = f"$.messages[{index}]"
-    role = shape.role
-    if role not in ALLOWED_ROLES:
-        shown = repr(role) if role else "empty"
-        raise InvalidInput(f"message {index} has role {shown}; a role must be one of "
-                           f"{', '.join(sorted(ALLOWED_ROLES))}", field=where + ".role")
-    content = shape.content
-    calls = shape.tool_calls or []
-    if content is None and not (role == "assistant" and (calls or shape.function_call is not None)):
-        raise InvalidInput(f"message {index} ({role}) has no content; only an assistant message that "
-                           f"calls tools may leave content null", field=where + ".content")
-    if calls and role != "assistant":
-        raise InvalidInput(f"message {index} ({role}) has tool_calls; only assistant messages call tools",
-                           field=where + ".tool_calls")
-    call_ids: list[str] = []
-    call_names: list[str] = []
-    extras: list[str] = []
-    for number, call in enumerate(calls):
-        if not call.id:
-            raise InvalidInput(f"tool call {number} of message {index} has an empty id",
-                               field=f"{where}.tool_calls[{number}].id")
-        call_ids.append(call.id)
-        if call.function is not None:
-            call_names.append(call.function.name)
-            extras.append(call.function.name)
-            extras.append(_arguments_text(call.function.arguments))
-    tool_call_id = shape.tool_call_id
-    if role == "tool":
-        if not tool_call_id:
-            raise InvalidInput(f"message {index} is a tool result without tool_call_id",
-                               field=where + ".tool_call_id")
-        if tool_call_id not in known_calls and tool_call_id not in batch_calls:
-            raise InvalidInput(f"message {index} answers tool call {tool_call_id!r}, which no earlier "
-                               f"assistant message of this session made", field=where + ".tool_call_id")
-    if shape.name:
-        extras.append(shape.name)
-    text, other = content_text(content)
-    tokens = message_tokens(counter, text, other, extras)
-    return _Checked(raw, role, tokens, text, tuple(call_ids), tuple(call_names), tool_call_id)
-
-
-_MAX_COUNT = 2**62
-
-
-def _check_count(value: Any, what: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidInput(f"{what} must be an integer >= {minimum}, got {value!r}", field=what)
-    if value > _MAX_COUNT:
-        raise InvalidInput(f"{what} is {value:,}; the limit is 2**62", field=what)
-    return value
-
-
-# -- snapshot lines -------------------------------------------------------------------
-class _SessionLine(msgspec.Struct, tag="session", tag_field="type"):
-    session_id: str
-    generation: int
-    created_at: float
-    updated_at: float
-    activity: int
-    last_append: int
-    completed: bool = False
-    summary: Summary | None = None
-
-
-class _TurnLine(msgspec.Struct, tag="turn", tag_field="type"):
-    t: TurnRecord
-
-
-_decode_line = msgspec.json.Decoder(_SessionLine | _TurnLine)
-_decode_entry = msgspec.json.Decoder(MessageEntry)
-# entry lines are MessageEntry objects, whose first field is always "sequence"
-_ENTRY_PREFIX: Final = b'{"sequence":'
-_decode_policy = msgspec.json.Decoder(Policy | None)
-
-
-# -- turn search ----------------------------------------------------------------------
-class _TurnIndex:
-    """The agent's turns, searchable with the index package's BM25 (k1 1.2, b 0.75);
-    built on demand and extended on append. Equal scores rank the newer turn first."""
-
-    def __init__(self, tokenizer: Tokenizer) -> None:
-        self.docs: list[tuple[str, int, TurnRecord]] = []
-        self.bm25 = BM25Index(k1=1.2, b=0.75, tokenizer=tokenizer, context_weight=0.0)
-
-    def add(self, turn: TurnRecord, position: int) -> None:
-        self.bm25.add(len(self.docs), turn.text + " " + " ".join(turn.tool_calls))
-        self.docs.append((turn.session_id, position, turn))
-
-    def search(self, query: str, top_k: int, accept: Callable[[str], bool]) -> list[TurnHit]:
-        allowed = [doc for doc, (session_id, _, _) in enumerate(self.docs) if accept(session_id)]
-        if not allowed:
-            return []
-        found = self.bm25.search(query, len(allowed), allowed=allowed)
-        ranked = sorted(found, key=lambda pair: (-pair[1], -pair[0]))
-        return [TurnHit(round(score, 6), self.docs[doc][2]) for doc, score in ranked[:top_k] if score > 0]
-
-
 # -- the behaviour ----------------------------------------------------------------------
 class AgentMemory:
     """The short-term memory of one agent. Synchronous and deterministic; see module doc."""
@@ -407,7 +220,7 @@ class AgentMemory:
         self.summaries_applied = 0
         self.summaries_failed = 0
         self.clock = 0.0  # the latest time any command carried (transient)
-        self._turn_index: _TurnIndex | None = None
+        self._turn_index: TurnIndex | None = None
         self._tokenizer: Tokenizer | None = None
 
     def __repr__(self) -> str:
@@ -568,16 +381,16 @@ class AgentMemory:
         if type(cmd.messages) is not list and not isinstance(cmd.messages, list | tuple):
             raise InvalidInput("messages must be a list of chat messages", field="messages")
         if cmd.turn is not None:
-            _check_turn(cmd.turn)
+            check_turn(cmd.turn)
         conv = self.sessions.get(session_id)
         if conv is not None and self._is_expired(conv, timestamp):
             conv = None  # removed by the sweep below; the session starts afresh
         known = conv.calls if conv is not None else set()
         batch_calls: set[str] = set()
-        checked: list[_Checked] = []
+        checked: list[CheckedMessage] = []
         counter, limit = settings.counter, settings.max_message_bytes
         for index, raw in enumerate(cmd.messages):
-            item = _check_message(raw, index, counter, limit, known_calls=known, batch_calls=batch_calls)
+            item = check_message(raw, index, counter, limit, known_calls=known, batch_calls=batch_calls)
             batch_calls.update(item.call_ids)
             checked.append(item)
         if not checked:
@@ -617,33 +430,10 @@ class AgentMemory:
                          message_count=len(conv), turn=turn_record)
         return Step(reply, tuple(effects))
 
-    def _record_turn(self, conv: Conversation, turn: Turn, checked: list[_Checked], new: list[MessageEntry],
-                     *, query_id: str | None, timestamp: float) -> TurnRecord:
-        names = turn.tool_calls
-        if names is None:
-            names = [name for item in checked for name in item.call_names]
-        lines: list[str] = []
-        for item in checked:
-            if item.text:
-                lines.append(item.text)
-            lines.extend(f"called {name.replace('_', ' ')}" for name in item.call_names)
-        text = "\n".join(lines)
-        if len(text) > _TURN_TEXT_CHARS:
-            text = text[:_TURN_TEXT_CHARS]
-        record = TurnRecord(
-            session_id=conv.session_id,
-            iteration=turn.iteration if turn.iteration is not None else len(conv.turns) + 1,
-            message_count=len(conv),
-            timestamp=timestamp,
-            first_sequence=new[0].sequence,
-            last_sequence=new[-1].sequence,
-            query_id=query_id,
-            input_tokens=turn.input_tokens,
-            output_tokens=turn.output_tokens,
-            tool_calls=list(names),
-            metadata=dict(turn.metadata),
-            text=text,
-        )
+    def _record_turn(self, conv: Conversation, turn: Turn, checked: list[CheckedMessage],
+                     new: list[MessageEntry], *, query_id: str | None, timestamp: float) -> TurnRecord:
+        record = turn_record(conv.session_id, turn, checked, new, iteration=len(conv.turns) + 1,
+                             message_count=len(conv), query_id=query_id, timestamp=timestamp)
         conv.turns.append(record)
         if self._turn_index is not None:
             self._turn_index.add(record, len(conv.turns) - 1)
@@ -809,7 +599,7 @@ class AgentMemory:
         now = check_seconds(cmd.now, "now")
         max_tokens = cmd.max_tokens
         if max_tokens is not None:
-            _check_count(max_tokens, "max_tokens", 1)
+            check_int(max_tokens, "max_tokens", 1)
         self._tick(now)
         conv = self._live(cmd.session_id, now)
         policy = self.policy_for(cmd.session_id) if isinstance(cmd.session_id, str) else \
@@ -853,8 +643,8 @@ class AgentMemory:
     def _messages(self, cmd: ListMessages) -> EntryPage:
         limit = cmd.limit
         if limit is not None:
-            _check_count(limit, "limit", 0)
-        offset = _check_count(cmd.offset, "offset", 0)
+            check_int(limit, "limit", 0)
+        offset = check_int(cmd.offset, "offset", 0)
         now = cmd.now
         if cmd.session_id is not None:
             conv = self._live(cmd.session_id, now)
@@ -917,11 +707,11 @@ class AgentMemory:
     def _search_turns(self, cmd: SearchTurns) -> list[TurnHit]:
         if not isinstance(cmd.query, str):
             raise InvalidInput("query must be a string", field="query")
-        top_k = _check_count(cmd.top_k, "top_k", 1)
+        top_k = check_int(cmd.top_k, "top_k", 1)
         if self._turn_index is None:
             if self._tokenizer is None:
                 self._tokenizer = Tokenizer()
-            index = _TurnIndex(self._tokenizer)
+            index = TurnIndex(self._tokenizer)
             for conv in self.sessions.values():
                 for position, turn in enumerate(conv.turns):
                     index.add(turn, position)
@@ -937,27 +727,11 @@ class AgentMemory:
 
     # -- snapshots -------------------------------------------------------------------------
     def snapshot(self) -> SnapshotData:
-        """The state as record lines: per session a session line, its entries (one
-        MessageEntry each, encoded once and kept, so a snapshot re-encodes only what
-        was appended since the last one), then its turns."""
+        """The state as record lines (see ``conversations.snapshot``) and counters."""
         ranks = {session_id: rank for rank, session_id in enumerate(self.activity)}
-        encode, decode = _encode.encode, _decode_entry.decode
-        records: list[bytes] = []
-        for conv in self.sessions.values():
-            entries, lines = conv.entries, conv.lines
-            for index in range(len(lines), len(entries)):
-                line = encode(entries[index])
-                entries[index] = decode(line)  # its message now shares the line's memory
-                lines.append(line)
-            last_append = entries[conv.last_append].sequence if conv.last_append < len(conv) \
-                else self.sequence + 1
-            records.append(encode(_SessionLine(conv.session_id, conv.generation, conv.created_at,
-                                               conv.updated_at, ranks.get(conv.session_id, 0), last_append,
-                                               conv.completed, conv.summary)))
-            records += lines
-            records += [encode(_TurnLine(turn)) for turn in conv.turns]
+        records = encode_sessions(self.sessions.values(), ranks, self.sequence + 1)
         extra = {
-            "format": _SNAPSHOT_FORMAT,
+            "format": SNAPSHOT_FORMAT,
             "sequence": self.sequence,
             "policy": msgspec.to_builtins(self.policy),
             "session_policies": {k: msgspec.to_builtins(v) for k, v in self.session_policies.items()},
@@ -973,54 +747,26 @@ class AgentMemory:
     def restore(cls, name: str, image: Image, settings: AgentSettings) -> AgentMemory:
         memory = cls(name, settings)
         extra = image.extra
-        if int(extra.get("format", _SNAPSHOT_FORMAT)) > _SNAPSHOT_FORMAT:
-            raise CorruptData(f"agent {name!r} snapshot has format {extra.get('format')}; this mnemex "
-                              f"reads format {_SNAPSHOT_FORMAT} (upgrade mnemex)")
+        check_format(name, extra)
         memory.sequence = int(extra.get("sequence", 0))
-        memory.policy = _decode_policy.decode(_encode.encode(extra.get("policy")))
-        for session_id, policy in dict(extra.get("session_policies") or {}).items():
-            decoded = _decode_policy.decode(_encode.encode(policy))
+        memory.policy = decode_policy(extra.get("policy"))
+        for session_id, value in dict(extra.get("session_policies") or {}).items():
+            decoded = decode_policy(value)
             if decoded is not None:
                 memory.session_policies[session_id] = decoded
         if extra.get("ttl_set"):
             memory.ttl, memory.ttl_set = extra.get("ttl"), True
         memory.summaries_applied = int(extra.get("summaries_applied", 0))
-        recount = extra.get("counter") != settings.counter.name
-        ranked: list[tuple[int, str]] = []
-        conv: Conversation | None = None
-        last_append: dict[str, int] = {}
-        decode_entry = _decode_entry.decode
-        for number, line in enumerate(image.records):
-            try:
-                if line.startswith(_ENTRY_PREFIX):
-                    if conv is None:
-                        raise CorruptData(f"agent {name!r} snapshot record {number} comes before any session")
-                    entry = decode_entry(line)
-                    if recount:
-                        entry = _recounted(entry, settings.counter)
-                    else:
-                        conv.lines.append(line)
-                    conv.add(entry)
-                    continue
-                item = _decode_line.decode(line)
-            except msgspec.MsgspecError as exc:
-                raise CorruptData(f"agent {name!r} snapshot record {number}: {exc}") from exc
-            if isinstance(item, _SessionLine):
-                conv = Conversation(item.session_id, item.generation, item.created_at)
-                conv.updated_at, conv.completed = item.updated_at, item.completed
-                memory.sessions[item.session_id] = conv
-                ranked.append((item.activity, item.session_id))
-                last_append[item.session_id] = item.last_append
-                if item.summary is not None:
-                    conv.set_summary(item.summary, memory._pair_tokens(item.summary))
-            elif conv is None:
-                raise CorruptData(f"agent {name!r} snapshot record {number} comes before any session")
-            else:
-                conv.turns.append(item.t)
-        for _, session_id in sorted(ranked):
-            memory.activity[session_id] = None
-        for session_id, conv in memory.sessions.items():
-            conv.last_append = conv.index_of(last_append[session_id])
+        recount = settings.counter if extra.get("counter") != settings.counter.name else None
+        restored = decode_sessions(name, image.records, recount)
+        for item in restored:
+            memory.sessions[item.conv.session_id] = item.conv
+            if item.summary is not None:
+                item.conv.set_summary(item.summary, memory._pair_tokens(item.summary))
+        for item in sorted(restored, key=lambda item: (item.activity, item.conv.session_id)):
+            memory.activity[item.conv.session_id] = None
+        for item in restored:
+            item.conv.last_append = item.conv.index_of(item.last_append)
         return memory
 
 
@@ -1050,50 +796,3 @@ def _sequence_of(entry: MessageEntry) -> int:
     return entry.sequence
 
 
-def _check_turn(turn: Any) -> None:
-    if not isinstance(turn, Turn):
-        raise InvalidInput(f"turn must be a mnemex.Turn, got {type(turn).__name__}", field="turn")
-    for name in ("iteration", "input_tokens", "output_tokens"):
-        value = getattr(turn, name)
-        if value is not None:
-            _check_count(value, f"turn.{name}", 0)
-    if turn.tool_calls is not None and not all(isinstance(n, str) for n in turn.tool_calls):
-        raise InvalidInput("turn.tool_calls must be a list of tool names", field="turn.tool_calls")
-
-
-def _recounted(entry: MessageEntry, counter: TokenCounter) -> MessageEntry:
-    shape = _decode_shape.decode(entry.message)
-    extras: list[str] = []
-    for call in shape.tool_calls or ():
-        if call.function is not None:
-            extras += [call.function.name, _arguments_text(call.function.arguments)]
-    if shape.name:
-        extras.append(shape.name)
-    text, other = content_text(shape.content)
-    return msgspec.structs.replace(entry, tokens=message_tokens(counter, text, other, extras))
-
-
-def messages_to_raw(messages: Iterable[Any]) -> list[msgspec.Raw]:
-    """Chat messages (dicts, ChatMessage structs, JSON bytes or Raw) as raw JSON objects."""
-    out: list[msgspec.Raw] = []
-    for index, message in enumerate(messages):
-        if isinstance(message, msgspec.Raw | bytes | bytearray | memoryview):
-            data = bytes(message)
-            if b"\n" in data or b"\r" in data:  # a journal line holds no line break: compact it
-                try:
-                    data = _encode.encode(msgspec.json.decode(data))
-                except msgspec.MsgspecError as exc:
-                    raise InvalidInput(f"message {index} is not valid JSON: {exc}",
-                                       field=f"$.messages[{index}]") from exc
-            out.append(msgspec.Raw(data))
-        elif isinstance(message, Mapping | msgspec.Struct):
-            try:
-                value = message if isinstance(message, dict | msgspec.Struct) else dict(message)
-                out.append(msgspec.Raw(_encode.encode(value)))
-            except (TypeError, ValueError, OverflowError) as exc:
-                raise InvalidInput(f"message {index} cannot be encoded as JSON: {exc}",
-                                   field=f"$.messages[{index}]") from exc
-        else:
-            raise InvalidInput(f"message {index} must be a dict or a mnemex.ChatMessage, "
-                               f"got {type(message).__name__}", field=f"$.messages[{index}]")
-    return out

@@ -10,6 +10,8 @@ import msgspec
 from mnemex._protocol import Command, Reply
 from mnemex.errors import InvalidInput
 
+_decode_message = msgspec.json.Decoder(dict[str, Any]).decode
+
 __all__ = [
     "AGENT_WRITES",
     "AgentCommand",
@@ -214,6 +216,11 @@ class MessageEntry(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     tool_call_ids: tuple[str, ...] = ()
     tool_call_id: str | None = None
 
+    def stored(self) -> StoredMessage:
+        """The message as callers see it: its JSON decoded into a fresh dict."""
+        return StoredMessage(self.sequence, self.timestamp, self.session_id, _decode_message(self.message),
+                             self.query_id)
+
 
 class StoredMessage(msgspec.Struct, frozen=True):
     """One stored message as callers see it: ``message`` is the object that was
@@ -233,6 +240,10 @@ class EntryPage(msgspec.Struct, frozen=True):
     total: int
     limit: int | None
     offset: int
+
+    def page(self) -> MessagePage:
+        """The page as callers see it."""
+        return MessagePage([entry.stored() for entry in self.entries], self.total, self.limit, self.offset)
 
 
 class MessagePage(msgspec.Struct, frozen=True):
@@ -259,6 +270,12 @@ class ContextWindow(msgspec.Struct, frozen=True, kw_only=True):
     over_budget: bool = False
     budget: int | None = None
     policy: Policy = msgspec.field(default_factory=MaxMessages)
+
+    def view(self) -> ContextView:
+        """The window as callers see it: each message's JSON decoded into a dict."""
+        fields = msgspec.structs.asdict(self)
+        fields["messages"] = [_decode_message(raw) for raw in self.messages]
+        return ContextView(**fields)
 
 
 class ContextView(msgspec.Struct, frozen=True, kw_only=True):

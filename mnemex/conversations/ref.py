@@ -12,7 +12,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
@@ -20,9 +20,6 @@ import trio
 
 from mnemex._host import Host
 from mnemex.config import DEFAULT, UseDefault
-from mnemex.conversations.behaviour import (
-    messages_to_raw,
-)
 from mnemex.conversations.protocol import (
     AgentStats,
     Appended,
@@ -68,6 +65,7 @@ from mnemex.conversations.protocol import (
     WatchStart,
     session_topic,
 )
+from mnemex.conversations.validation import messages_to_raw
 from mnemex.errors import Busy, InvalidInput, NotFound, Timeout
 from mnemex.kernel import ActorRef, Subscription
 
@@ -75,11 +73,6 @@ __all__ = ["AgentRef", "AgentServices", "SessionStream", "context_for_model_call
 
 log = logging.getLogger("mnemex.agent")
 
-_encode = msgspec.json.Encoder()
-_decode_stored = msgspec.json.Decoder(list[StoredMessage])
-_decode_page = msgspec.json.Decoder(MessagePage)
-_decode_dicts = msgspec.json.Decoder(list[dict[str, Any]])
-_decode_view = msgspec.json.Decoder(ContextView)
 
 
 class AgentServices:
@@ -94,11 +87,6 @@ class AgentServices:
         self.host = host
         self.kind = kind
         self.applied: dict[tuple[str, str], Any] = {}
-
-
-def _entries_to_stored(entries: Sequence[MessageEntry]) -> list[StoredMessage]:
-    # one encode + one typed decode: fresh objects the caller may change freely
-    return _decode_stored.decode(_encode.encode(entries))
 
 
 def _check_timeout(timeout: float) -> float:
@@ -210,22 +198,20 @@ class AgentRef:
     async def history(self, session_id: str) -> list[StoredMessage]:
         """Every stored message of the session, oldest first ([] for an unknown one)."""
         entries: list[MessageEntry] = await self._ask(GetHistory(session_id=session_id, now=time.time()))
-        return _entries_to_stored(entries)
+        return [entry.stored() for entry in entries]
 
     async def context(self, session_id: str, max_tokens: int | None = None) -> list[dict[str, Any]]:
         """The messages to send to the model next: the history after pruning and
         compression by the session's policy, cut further to ``max_tokens`` if given."""
         window: ContextWindow = await self._ask(GetContext(session_id=session_id, now=time.time(),
                                                            max_tokens=max_tokens))
-        if not window.messages:
-            return []
-        return _decode_dicts.decode(_encode.encode(window.messages))
+        return window.view().messages
 
     async def context_view(self, session_id: str, max_tokens: int | None = None) -> ContextView:
         """Like ``context``, with what the view kept, summarized and spent."""
         window: ContextWindow = await self._ask(GetContext(session_id=session_id, now=time.time(),
                                                            max_tokens=max_tokens))
-        return _decode_view.decode(_encode.encode(window))
+        return window.view()
 
     async def messages(self, session_id: str | None = None, query_id: str | None = None,
                        limit: int | None = 50, offset: int = 0) -> MessagePage:
@@ -235,9 +221,7 @@ class AgentRef:
         from ``offset`` on. Unknown sessions give an empty page."""
         page: EntryPage = await self._ask(ListMessages(session_id=session_id, query_id=query_id,
                                                        limit=limit, offset=offset, now=time.time()))
-        return _decode_page.decode(
-            _encode.encode({"messages": page.entries, "total": page.total, "limit": page.limit,
-                            "offset": page.offset}))
+        return page.page()
 
     async def sessions(self) -> list[SessionInfo]:
         """Every live session of the agent, oldest first."""
@@ -339,7 +323,7 @@ class SessionStream:
             raise NotFound(f"agent {agent.name!r} has no session {self.session_id!r}")
         self._subscription = subscription
         self.start = start
-        for message in _entries_to_stored(start.entries):
+        for message in (entry.stored() for entry in start.entries):
             self._queue.append(StreamEvent(kind="message", message=message, live=False))
         if start.completed:
             self._queue.append(StreamEvent(kind="completed"))
@@ -386,7 +370,7 @@ class SessionStream:
         if isinstance(event, ChunkRelayed):
             self._queue.append(StreamEvent(kind="chunk", chunk=event.chunk, live=True))
         elif isinstance(event, EntriesAppended):
-            for message in _entries_to_stored(event.entries):
+            for message in (entry.stored() for entry in event.entries):
                 self._queue.append(StreamEvent(kind="message", message=message, live=True))
         elif isinstance(event, SessionEnded):
             self._queue.append(StreamEvent(kind=event.reason))

@@ -13,10 +13,10 @@ from mnemex.conversations.behaviour import (
     agent_codec,
     encode_agent_command,
     is_agent_write,
-    messages_to_raw,
 )
 from mnemex.conversations.protocol import AppendMessages, ContextWindow, GetContext, Policy, Turn
 from mnemex.conversations.summaries import Summarizer, SummaryRequest
+from mnemex.conversations.validation import messages_to_raw
 from mnemex.effects import Emit, Image, Job, JobResult, Step
 
 

@@ -19,7 +19,7 @@ from agent_support import (
 
 import mnemex
 import mnemex.lowlevel
-from mnemex.conversations.behaviour import AgentMemory, AgentSettings, messages_to_raw
+from mnemex.conversations.behaviour import AgentMemory, AgentSettings
 from mnemex.conversations.protocol import (
     AppendMessages,
     CompleteSession,
@@ -45,6 +45,7 @@ from mnemex.conversations.protocol import (
     session_topic,
 )
 from mnemex.conversations.tokens import EstimatedTokens
+from mnemex.conversations.validation import messages_to_raw
 
 
 def raw_append(driver: Driver, session_id: str, *payloads: bytes, **fields: Any) -> Any:

@@ -12,6 +12,7 @@ import trio
 import trio.testing
 
 import mnemex
+from mnemex.conversations.kind import sweep_expired_sessions
 from mnemex.conversations.protocol import (
     ExpireSessions,
     FindExpired,
@@ -20,7 +21,6 @@ from mnemex.conversations.protocol import (
     StreamEvent,
     TokenBudget,
 )
-from mnemex.conversations.kind import sweep_expired_sessions
 from mnemex.conversations.ref import context_for_model_call, record_turn
 
 

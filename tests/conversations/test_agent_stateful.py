@@ -23,9 +23,9 @@ from mnemex.conversations.protocol import (
     GetHistory,
     ListMessages,
     MaxMessages,
-    Stateless,
     Policy,
     SetPolicy,
+    Stateless,
     TokenBudget,
     WatchSession,
 )

@@ -16,8 +16,8 @@ import trio
 from agent_support import Driver, assistant, make, user
 
 import mnemex
-from mnemex.conversations.protocol import TokenBudget
 from mnemex.conversations.kind import agent_kind
+from mnemex.conversations.protocol import TokenBudget
 from mnemex.conversations.summaries import LLMSummarizer, SummaryRequest
 from mnemex.errors import SummaryError
 

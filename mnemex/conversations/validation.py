@@ -1,0 +1,201 @@
+"""Chat messages as the agent takes them: each checked once, where it enters.
+
+A message is stored verbatim (its raw JSON, extra fields kept); the checker reads
+only the fields it must (role, content, tool calls, tool_call_id, name) to refuse
+what a model API would refuse later: an unknown role, content missing where it is
+required, a tool result answering no call of the session. The common case (a plain
+text message of a plain role) is decoded once and counted, nothing more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import msgspec
+
+from mnemex.conversations.protocol import MessageEntry
+from mnemex.conversations.tokens import MESSAGE_OVERHEAD, TokenCounter, content_text, message_tokens
+from mnemex.errors import InvalidInput, TooLarge
+
+__all__ = ["ALLOWED_ROLES", "CheckedMessage", "check_message", "messages_to_raw", "recount_tokens"]
+
+ALLOWED_ROLES: Final = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+_PLAIN_ROLES: Final = frozenset({"system", "developer", "user", "assistant"})  # no tool_call_id to check
+
+
+class _Function(msgspec.Struct):
+    name: str = ""
+    arguments: Any = None
+
+
+class _ToolCall(msgspec.Struct):
+    id: str
+    type: str = "function"
+    function: _Function | None = None
+
+
+class _Part(msgspec.Struct):
+    type: str
+    text: str | None = None
+
+
+class _Shape(msgspec.Struct):
+    """The fields of a chat message the actor reads; any others are kept, unread."""
+
+    role: str
+    content: str | list[_Part] | None = None
+    name: str | None = None
+    tool_calls: list[_ToolCall] | None = None
+    tool_call_id: str | None = None
+    function_call: Any = None
+
+
+_decode_shape = msgspec.json.Decoder(_Shape)
+_encode = msgspec.json.Encoder()
+
+
+@dataclass(slots=True)
+class CheckedMessage:
+    """One message that passed: its raw JSON, what the agent indexes and counts."""
+
+    raw: msgspec.Raw
+    role: str
+    tokens: int
+    text: str
+    call_ids: tuple[str, ...]
+    call_names: tuple[str, ...]
+    tool_call_id: str | None
+
+
+def _arguments_text(arguments: Any) -> str:
+    if arguments is None:
+        return ""
+    if isinstance(arguments, str):
+        return arguments
+    return _encode.encode(arguments).decode()
+
+
+def check_message(raw: Any, index: int, counter: TokenCounter, limit: int, *,
+                  known_calls: set[str], batch_calls: set[str]) -> CheckedMessage:
+    """Message ``index`` of a batch, checked: InvalidInput or TooLarge (over ``limit``
+    bytes) naming its JSON path. ``known_calls``: tool call ids of the session;
+    ``batch_calls``: those of earlier messages of the same batch."""
+    if type(raw) is msgspec.Raw and len(raw) <= limit:
+        try:
+            shape = _decode_shape.decode(raw)
+        except msgspec.MsgspecError:
+            pass
+        else:
+            content = shape.content
+            if (type(content) is str and shape.tool_calls is None and shape.name is None
+                    and shape.role in _PLAIN_ROLES):
+                # the common case: a plain text message
+                return CheckedMessage(raw, shape.role, MESSAGE_OVERHEAD + counter.count(content), content,
+                                (), (), shape.tool_call_id)
+            return _check_shape(shape, raw, index, counter, known_calls=known_calls,
+                                batch_calls=batch_calls)
+    where = f"$.messages[{index}]"
+    if not isinstance(raw, msgspec.Raw):
+        raise InvalidInput(f"message {index} must be raw JSON (msgspec.Raw), got {type(raw).__name__}",
+                           field=where)
+    if len(raw) > limit:
+        raise TooLarge(f"message {index} is {len(raw):,} bytes; the limit is {limit:,} "
+                       f"(config.conversations.max_message_bytes)", field=where)
+    try:
+        shape = _decode_shape.decode(raw)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        path = where
+        if "- at `$" in text:
+            tail = text.rsplit("- at `$", 1)[1].rstrip("`")
+            path = where + tail
+            text = text.rsplit(" - at ", 1)[0]
+        raise InvalidInput(f"message {index} is not a chat message: {text} (at {path})", field=path) from exc
+    except msgspec.DecodeError as exc:
+        raise InvalidInput(f"message {index} is not valid JSON: {exc}", field=where) from exc
+    return _check_shape(shape, raw, index, counter, known_calls=known_calls, batch_calls=batch_calls)
+
+
+def _check_shape(shape: _Shape, raw: msgspec.Raw, index: int, counter: TokenCounter, *,
+                 known_calls: set[str], batch_calls: set[str]) -> CheckedMessage:
+    where = f"$.messages[{index}]"
+    role = shape.role
+    if role not in ALLOWED_ROLES:
+        shown = repr(role) if role else "empty"
+        raise InvalidInput(f"message {index} has role {shown}; a role must be one of "
+                           f"{', '.join(sorted(ALLOWED_ROLES))}", field=where + ".role")
+    content = shape.content
+    calls = shape.tool_calls or []
+    if content is None and not (role == "assistant" and (calls or shape.function_call is not None)):
+        raise InvalidInput(f"message {index} ({role}) has no content; only an assistant message that "
+                           f"calls tools may leave content null", field=where + ".content")
+    if calls and role != "assistant":
+        raise InvalidInput(f"message {index} ({role}) has tool_calls; only assistant messages call tools",
+                           field=where + ".tool_calls")
+    call_ids: list[str] = []
+    call_names: list[str] = []
+    extras: list[str] = []
+    for number, call in enumerate(calls):
+        if not call.id:
+            raise InvalidInput(f"tool call {number} of message {index} has an empty id",
+                               field=f"{where}.tool_calls[{number}].id")
+        call_ids.append(call.id)
+        if call.function is not None:
+            call_names.append(call.function.name)
+            extras.append(call.function.name)
+            extras.append(_arguments_text(call.function.arguments))
+    tool_call_id = shape.tool_call_id
+    if role == "tool":
+        if not tool_call_id:
+            raise InvalidInput(f"message {index} is a tool result without tool_call_id",
+                               field=where + ".tool_call_id")
+        if tool_call_id not in known_calls and tool_call_id not in batch_calls:
+            raise InvalidInput(f"message {index} answers tool call {tool_call_id!r}, which no earlier "
+                               f"assistant message of this session made", field=where + ".tool_call_id")
+    if shape.name:
+        extras.append(shape.name)
+    text, other = content_text(content)
+    tokens = message_tokens(counter, text, other, extras)
+    return CheckedMessage(raw, role, tokens, text, tuple(call_ids), tuple(call_names), tool_call_id)
+
+
+def recount_tokens(entry: MessageEntry, counter: TokenCounter) -> MessageEntry:
+    """``entry`` with its tokens counted again by ``counter`` (a snapshot written under
+    another counter)."""
+    shape = _decode_shape.decode(entry.message)
+    extras: list[str] = []
+    for call in shape.tool_calls or ():
+        if call.function is not None:
+            extras += [call.function.name, _arguments_text(call.function.arguments)]
+    if shape.name:
+        extras.append(shape.name)
+    text, other = content_text(shape.content)
+    return msgspec.structs.replace(entry, tokens=message_tokens(counter, text, other, extras))
+
+
+def messages_to_raw(messages: Iterable[Any]) -> list[msgspec.Raw]:
+    """Chat messages (dicts, ChatMessage structs, JSON bytes or Raw) as raw JSON objects."""
+    out: list[msgspec.Raw] = []
+    for index, message in enumerate(messages):
+        if isinstance(message, msgspec.Raw | bytes | bytearray | memoryview):
+            data = bytes(message)
+            if b"\n" in data or b"\r" in data:  # a journal line holds no line break: compact it
+                try:
+                    data = _encode.encode(msgspec.json.decode(data))
+                except msgspec.MsgspecError as exc:
+                    raise InvalidInput(f"message {index} is not valid JSON: {exc}",
+                                       field=f"$.messages[{index}]") from exc
+            out.append(msgspec.Raw(data))
+        elif isinstance(message, Mapping | msgspec.Struct):
+            try:
+                value = message if isinstance(message, dict | msgspec.Struct) else dict(message)
+                out.append(msgspec.Raw(_encode.encode(value)))
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise InvalidInput(f"message {index} cannot be encoded as JSON: {exc}",
+                                   field=f"$.messages[{index}]") from exc
+        else:
+            raise InvalidInput(f"message {index} must be a dict or a mnemex.ChatMessage, "
+                               f"got {type(message).__name__}", field=f"$.messages[{index}]")
+    return out
