@@ -48,6 +48,7 @@ from mnemex.errors import SummaryError as SummaryError
 from mnemex.errors import Timeout as Timeout
 from mnemex.errors import TooLarge as TooLarge
 from mnemex.errors import UnknownActorKind as UnknownActorKind
+from mnemex.memories.context import format_as_context as format_as_context
 from mnemex.memories.fields import MemoryFields as MemoryFields
 from mnemex.memories.protocol import Event as Event
 from mnemex.memories.protocol import Hit as Hit
@@ -60,7 +61,6 @@ from mnemex.memories.protocol import SessionAdded as SessionAdded
 from mnemex.memories.ref import ScopeRef as ScopeRef
 from mnemex.memories.tools import SEARCH_MEMORY_TOOL as SEARCH_MEMORY_TOOL
 from mnemex.memories.tools import execute_memory_tool as execute_memory_tool
-from mnemex.memories.tools import format_as_context as format_as_context
 from mnemex.models.hashing import Embedder as Embedder
 from mnemex.models.hashing import HashingEmbedder as HashingEmbedder
 from mnemex.runtime import MnemexRuntime as MnemexRuntime

@@ -156,6 +156,11 @@ class _PostingsTable:
         return counts, b"".join(docs), b"".join(tfs)
 
 
+def _idf(n_docs: int, df: int) -> float:
+    """BM25's inverse document frequency, the variant that is never negative."""
+    return math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+
+
 class BM25Index:
     """Okapi BM25 (BM25F over content and an optional context field) with
     positional content postings so quoted phrases are honoured.
@@ -197,6 +202,17 @@ class BM25Index:
     def doc_ids(self) -> list[int]:
         """Every indexed doc id, ascending."""
         return sorted(self._content)
+
+    def document_frequency(self, term: str) -> int:
+        """How many documents' content or context holds *term* (a token as the
+        tokenizer makes it). O(1)."""
+        term_id = self._vocab.get(term)
+        return 0 if term_id is None else len(self._postings[term_id].docs)
+
+    def idf(self, term: str) -> float:
+        """The inverse document frequency this index scores *term* with (a term no
+        document holds gets that of document frequency 0)."""
+        return _idf(len(self._content), self.document_frequency(term))
 
     @property
     def vocabulary_size(self) -> int:
@@ -389,7 +405,7 @@ class BM25Index:
             df = len(docs)
             if df == 0:
                 continue
-            idf = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+            idf = _idf(n_docs, df)
             tf = tf_content / (1.0 - b + b * inv_avg_content * self._len_content[docs])
             if use_context:
                 tf += weight * tf_context / (1.0 - b + b * inv_avg_context * self._len_context[docs])

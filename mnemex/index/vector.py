@@ -219,6 +219,14 @@ class VectorIndex:
         """A copy of the stored (normalised) vector of *doc_id*."""
         return np.array(self._rows[self._row(doc_id)], dtype=np.float32)
 
+    def vectors(self, doc_ids: Sequence[int]) -> F32:
+        """A copy of the stored (normalised) vectors of *doc_ids*, one row each, in one
+        gather."""
+        ids = np.asarray(doc_ids, dtype=np.int64)
+        if len(ids) and (ids.min() < 0 or ids.max() >= len(self._row_of) or (self._row_of[ids] < 0).any()):
+            raise missing(next(int(i) for i in ids if int(i) not in self), "vector index")
+        return np.asarray(self._rows[self._row_of[ids]], dtype=np.float32).reshape(len(ids), self.dim)
+
     def items(self) -> Iterator[tuple[int, F32]]:
         """(doc_id, normalised vector) for every document, ascending by id."""
         for doc_id in self.doc_ids():

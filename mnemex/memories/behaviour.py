@@ -39,17 +39,18 @@ import logging
 import math
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from mnemex._checks import check_int
 from mnemex._protocol import JsonCodec
 from mnemex._time import check_seconds
 from mnemex.config import Config
 from mnemex.effects import Image, Job, JobResult, Key, SnapshotData, Step
-from mnemex.errors import CorruptData, InvalidInput, MnemexError, NotFound, TooLarge
+from mnemex.errors import CorruptData, EmbedderError, InvalidInput, NotFound, TooLarge
 from mnemex.index import (
     BM25Index,
     EntityIndex,
@@ -57,11 +58,8 @@ from mnemex.index import (
     KeywordIndex,
     Tokenizer,
     VectorIndex,
-    reciprocal_rank_fusion,
-    weighted_score_fusion,
-    words,
 )
-from mnemex.index._sidecar import byte_view, doc_ids_checksum
+from mnemex.index._sidecar import doc_ids_checksum
 from mnemex.memories.fields import (
     CHANGEABLE,
     check_memory_id,
@@ -97,31 +95,33 @@ from mnemex.memories.protocol import (
     Updated,
     UpdateMemory,
 )
+from mnemex.memories.ranking import Ranker
 from mnemex.memories.sessions import session_memories
+from mnemex.memories.snapshot import (
+    HNSW_SIDECAR,
+    SNAPSHOT_FORMAT,
+    TEXT_SIDECARS,
+    check_format,
+    check_vectors,
+    decode_vector,
+    encode_vector,
+    read_records,
+    read_vectors,
+    write_snapshot,
+)
 
 __all__ = [
     "GraphReady",
     "ScopeMemory",
     "ScopeSettings",
-    "decode_vector",
-    "encode_vector",
     "is_scope_write",
-    "memory_text",
     "scope_codec",
 ]
 
 log = logging.getLogger("mnemex.memories")
 
 F32 = npt.NDArray[np.float32]
-Mask = npt.NDArray[np.bool_]
-Ranked = tuple[int, float, dict[str, float]]   # (doc, score, signals)
 
-_SNAPSHOT_FORMAT: Final = 1
-_ACCESS_HALF: Final = 10.0
-_SIDECAR: Final = "hnsw"
-_TEXT_SIDECARS: Final = ("keyword", "bm25", "entities")
-_VECTORS: Final = "vectors"
-_RECORDS: Final = "records"
 
 scope_codec: JsonCodec[ScopeCommandType] = JsonCodec(ScopeCommandType, "scope command")
 _encode = msgspec.json.Encoder()
@@ -130,32 +130,6 @@ _encode = msgspec.json.Encoder()
 def is_scope_write(command: Any) -> bool:
     """Whether a command changes a scope (and so is journaled)."""
     return isinstance(command, SCOPE_WRITES)
-
-
-def encode_vector(vector: npt.ArrayLike) -> bytes:
-    """A vector as the bytes commands carry: float32, little-endian."""
-    return np.ascontiguousarray(vector, dtype="<f4").tobytes()
-
-
-def decode_vector(data: bytes, dim: int) -> F32:
-    """The float32 vector in ``data`` (``dim`` values), or InvalidInput."""
-    if not isinstance(data, bytes | bytearray | memoryview) or len(data) != 4 * dim:
-        size = len(data) if isinstance(data, bytes | bytearray | memoryview) else type(data).__name__
-        raise InvalidInput(f"a vector must be {dim} float32 values ({4 * dim} bytes), got {size}",
-                           field="vector")
-    vector = np.frombuffer(data, dtype="<f4").astype(np.float32)
-    if not np.isfinite(vector).all():
-        raise InvalidInput("a vector holds NaN or infinity", field="vector")
-    return vector
-
-
-def _check_vectors(vectors: Sequence[bytes], dim: int) -> None:
-    """What decode_vector checks, for many vectors in one pass."""
-    for data in vectors:
-        if not isinstance(data, bytes | bytearray | memoryview) or len(data) != 4 * dim:
-            decode_vector(data, dim)  # raises, naming what is wrong
-    if not np.isfinite(np.frombuffer(b"".join(vectors), dtype="<f4")).all():
-        raise InvalidInput("a vector holds NaN or infinity", field="vector")
 
 
 # -- settings ------------------------------------------------------------------------------
@@ -242,14 +216,6 @@ def _check_session_memories(session_id: Any, memories: Any) -> None:
                                f"session_id {memory.session_id!r}", field="session_id")
 
 
-def _check_int(value: Any, what: str, low: int, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or (
-            high is not None and value > high):
-        span = f">= {low}" if high is None else f"in {low}..{high:,}"
-        raise InvalidInput(f"{what} must be an integer {span}, got {value!r}", field=what)
-    return value
-
-
 # -- internal commands (never journaled) ------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class GraphReady:
@@ -266,80 +232,6 @@ class SessionEmbedFailed:
 
     session_id: str
     error: str
-
-
-# -- snapshot lines ------------------------------------------------------------------------------
-class _Line(msgspec.Struct, frozen=True):
-    d: int
-    m: MemoryRecord
-    v: bytes | None = None
-
-
-_decode_line = msgspec.json.Decoder(_Line)
-
-
-class _LazyLine(msgspec.Struct, frozen=True):
-    """A snapshot line read with its vector left as raw JSON: decoded only when the
-    vectors sidecar cannot stand in for it."""
-
-    d: int
-    m: MemoryRecord
-    v: msgspec.Raw = msgspec.Raw(b"null")
-
-
-_decode_lazy_line = msgspec.json.Decoder(_LazyLine)
-_NULL: Final = b"null"
-
-
-class _RecordsSidecar(msgspec.Struct, array_like=True, frozen=True):
-    """The snapshot's records again, as one MessagePack blob: what its JSONL lines
-    say but the vectors, decoded in one call (a few times faster than 100,000 lines)."""
-
-    docs: list[int]
-    records: list[MemoryRecord]
-    vector_docs: list[int]
-
-
-_encode_records = msgspec.msgpack.Encoder()
-_decode_records = msgspec.msgpack.Decoder(_RecordsSidecar)
-
-
-def _vectors_sidecar(docs: Sequence[int], matrix: F32) -> bytes:
-    """Doc ids and their float32 vectors, raw: ``count`` (8 bytes), the ids (int64),
-    then the rows. The snapshot's own CRC of the file guards it."""
-    ids = np.asarray(docs, dtype="<i8")
-    rows = matrix.astype("<f4", copy=False)
-    # one copy of the rows (the matrix is a copy already, taken for the snapshot)
-    return b"".join([len(ids).to_bytes(8, "little"), byte_view(ids), byte_view(rows)])
-
-
-def _read_records_sidecar(data: bytes | memoryview | None, count: int, name: str) -> _RecordsSidecar | None:
-    """The records sidecar when it is there, decodes and holds ``count`` records."""
-    if data is None:
-        return None
-    try:
-        loaded = _decode_records.decode(data)
-    except msgspec.DecodeError as exc:
-        log.info("scope %s: records sidecar not used (%s); reading the snapshot's lines", name, exc)
-        return None
-    if len(loaded.docs) != count or len(loaded.records) != count or len(set(loaded.docs)) != count:
-        log.info("scope %s: records sidecar holds %d records, the snapshot %d; reading the snapshot's lines",
-                 name, len(loaded.records), count)
-        return None
-    return loaded
-
-
-def _read_vectors_sidecar(data: bytes | memoryview | None, docs: Sequence[int], dim: int) -> F32 | None:
-    """The matrix of a vectors sidecar when it holds exactly ``docs`` in ``dim``s."""
-    if data is None or len(data) < 8:
-        return None
-    count = int.from_bytes(data[:8], "little")
-    if count != len(docs) or len(data) != 8 + count * 8 + count * dim * 4:
-        return None
-    ids = np.frombuffer(data, dtype="<i8", count=count, offset=8)
-    if not np.array_equal(ids, np.asarray(docs, dtype=np.int64)):
-        return None
-    return np.frombuffer(data, dtype="<f4", offset=8 + count * 8).reshape(count, dim)
 
 
 # -- the behaviour ---------------------------------------------------------------------------------
@@ -448,7 +340,7 @@ class ScopeMemory:
             case StoreSession():
                 return self._store_session(command)
             case SessionEmbedFailed(session_id=session_id, error=error):
-                raise MnemexError(f"scope {self._name}: embedding session {session_id!r} failed: {error}")
+                raise EmbedderError(f"scope {self._name}: embedding session {session_id!r} failed: {error}")
             case _:
                 raise TypeError(f"scope {self._name} cannot handle {command!r}")
 
@@ -461,7 +353,7 @@ class ScopeMemory:
         """The command's vectors must come from the scope's embedder."""
         if not isinstance(embedder, str) or not embedder:
             raise InvalidInput(f"{what} carries vectors but no embedder name", field="embedder")
-        _check_int(dim, "dim", 1, 65_536)
+        check_int(dim, "dim", 1, 65_536)
         if self.embedder is None:
             return
         if embedder != self.embedder or dim != self.dim:
@@ -505,7 +397,7 @@ class ScopeMemory:
         has_vectors = any(vector is not None for _, vector in checked)
         if has_vectors:
             self._check_embedder(embedder, dim, "the command")
-            _check_vectors([vector for _, vector in checked if vector is not None], dim)
+            check_vectors([vector for _, vector in checked if vector is not None], dim)
         # dedupe against the scope and within the command; an id may not be reused
         ids: list[str] = []
         created: list[bool] = []
@@ -746,7 +638,7 @@ class ScopeMemory:
     def _load_text_sidecars(self, sidecars: Mapping[str, bytes | memoryview]) -> bool:
         """Load the keyword, BM25 and entity indexes from the snapshot's sidecars when
         all are there, intact, made with these settings and over exactly these docs."""
-        if not any(name in sidecars for name in _TEXT_SIDECARS):
+        if not any(name in sidecars for name in TEXT_SIDECARS):
             return False
         try:
             keyword, bm25, entities = self._text_indexes_from(sidecars)
@@ -760,7 +652,7 @@ class ScopeMemory:
 
     def _text_indexes_from(self, sidecars: Mapping[str, bytes | memoryview]) -> tuple[
             KeywordIndex, BM25Index, EntityIndex]:
-        missing_names = [name for name in _TEXT_SIDECARS if name not in sidecars]
+        missing_names = [name for name in TEXT_SIDECARS if name not in sidecars]
         if missing_names:
             raise CorruptData(f"sidecar(s) {', '.join(missing_names)} missing")
         checksum = doc_ids_checksum(doc for doc, record in enumerate(self.docs) if record is not None)
@@ -783,7 +675,7 @@ class ScopeMemory:
         if counts and len(counts) != len(ids):
             raise InvalidInput(f"{len(counts)} counts for {len(ids)} ids", field="counts")
         for count in counts:
-            _check_int(count, "counts", 1)
+            check_int(count, "counts", 1)
         self.clock = max(self.clock, now)
         touched = 0
         for position, memory_id in enumerate(ids):
@@ -896,8 +788,8 @@ class ScopeMemory:
     def _list(self, cmd: ListMemories) -> MemoryPage:
         limit = cmd.limit
         if limit is not None:
-            _check_int(limit, "limit", 0)
-        offset = _check_int(cmd.offset, "offset", 0)
+            check_int(limit, "limit", 0)
+        offset = check_int(cmd.offset, "offset", 0)
         compiled = compile_filter(cmd.filter)
         if compiled.is_empty:
             ids = sorted(self.doc_of)
@@ -940,7 +832,7 @@ class ScopeMemory:
             raise TooLarge(f"query is {len(query.encode('utf-8', 'surrogatepass')):,} bytes; the limit is "
                            f"{settings.max_content_bytes:,} (config.memories.max_content_bytes)",
                            field="query")
-        top_k = _check_int(cmd.top_k, "top_k", 1, settings.max_top_k)
+        top_k = check_int(cmd.top_k, "top_k", 1, settings.max_top_k)
         mode = cmd.mode
         if mode not in ("keyword", "fulltext", "vector", "hybrid"):
             raise InvalidInput(f"mode is {mode!r}; use keyword, fulltext, vector or hybrid", field="mode")
@@ -961,179 +853,38 @@ class ScopeMemory:
         allowed = None if compiled.is_empty else compiled.mask(self.table)
         if allowed is not None and not allowed.any():
             return SearchResult(hits=[], mode=mode)
+        ranker = Ranker(self.keyword, self.bm25, self.entities, self.vectors, settings, self._record_at)
         if mode == "keyword":
-            ranked = self._keyword(query, top_k, allowed)
+            ranked = ranker.keyword_ranked(query, top_k, allowed)
         elif mode == "fulltext":
-            ranked = self._fulltext_top(query, top_k, allowed)
+            ranked = ranker.fulltext_ranked(query, top_k, allowed)
         elif mode == "vector":
             assert query_vector is not None
-            ranked = self._vector(query_vector, top_k, allowed)
+            ranked = ranker.vector_ranked(query_vector, top_k, allowed)
             if min_score is None:
                 min_score = settings.vector_min_score
         else:
             assert query_vector is not None
-            ranked = self._hybrid(query, query_vector, top_k, allowed, now)
+            ranked = ranker.hybrid_ranked(query, query_vector, top_k, allowed, now)
             if min_score is None:
                 min_score = settings.hybrid_min_score
         hits = [Hit(self._record_at(doc), round(score, 6), scores, self.app_name, self.user_id)
                 for doc, score, scores in ranked if min_score is None or score >= min_score]
         return self._with_graph(SearchResult(hits=hits[:top_k], mode=mode), now=now)
 
-    def _keyword(self, query: str, top_k: int, allowed: Mask | None) -> list[Ranked]:
-        distinct = len(set(words(query)))
-        if distinct == 0:
-            return []
-        return [(doc, matched / distinct, {"keyword": matched / distinct, "matched": float(matched)})
-                for doc, matched in self.keyword.search(query, top_k, allowed)]
-
-    def _fulltext(self, query: str, allowed: Mask | None) -> tuple[dict[int, float], dict[int, int],
-                                                                   npt.NDArray[np.float64] | None, float]:
-        """The entity part of the full-text score of each doc naming a query entity,
-        those entity matches, the BM25 score array (None: no term matches), and the
-        query's ideal score (what a normalised score of 1 stands for)."""
-        bm25 = self.bm25
-        parsed = bm25.tokenizer.parse_query(query)
-        array = bm25.score_all(parsed, allowed) if len(bm25) else None
-        ideal, terms = _ideal_score(bm25, parsed.all_terms)
-        boosts: dict[int, float] = {}
-        entity_hits: dict[int, int] = {}
-        named = self.entities.find(query) if len(self.entities) else set()
-        if named:
-            unit = self.settings.entity_boost * (ideal / terms if terms else 1.0)
-            for doc, matched in self.entities.search(query, len(self.entities)):
-                if allowed is not None and not (doc < len(allowed) and allowed[doc]):
-                    continue
-                if parsed.phrases and (array is None or not array[doc] > 0):
-                    continue  # quoted phrases are required in full-text search
-                entity_hits[doc] = matched
-                boosts[doc] = unit * matched
-            if not terms:
-                ideal = unit * len(named)
-        return boosts, entity_hits, array, ideal
-
-    def _fulltext_candidates(self, query: str, count: int, allowed: Mask | None) -> tuple[
-            list[tuple[int, float]], Callable[[int], tuple[float, float, int]]]:
-        """The ``count`` best docs by full-text score (BM25 plus entity boosts, best
-        first, ties by lower doc), and a scorer giving any doc's (normalised score,
-        BM25, entity matches)."""
-        boosts, entity_hits, array, ideal = self._fulltext(query, allowed)
-        pool = np.array(sorted(boosts), dtype=np.int64)
-        if array is not None:
-            positive = np.flatnonzero(array > 0)
-            pool = np.union1d(_best(positive, array[positive], count), pool)
-        totals = np.array([(float(array[doc]) if array is not None else 0.0) + boosts.get(doc, 0.0)
-                           for doc in pool.tolist()], dtype=np.float64)
-        best = _best(pool, totals, count)
-        order = np.lexsort((best, -totals[np.searchsorted(pool, best)]))
-        ranked = [(int(doc), float(totals[np.searchsorted(pool, doc)])) for doc in best[order]]
-
-        def score_of(doc: int) -> tuple[float, float, int]:
-            bm25 = float(array[doc]) if array is not None and doc < len(array) else 0.0
-            total = bm25 + boosts.get(doc, 0.0)
-            return (min(1.0, total / ideal) if ideal > 0 else 0.0), bm25, entity_hits.get(doc, 0)
-
-        return ranked, score_of
-
-    def _fulltext_top(self, query: str, top_k: int,
-                      allowed: Mask | None) -> list[Ranked]:
-        ranked, score_of = self._fulltext_candidates(query, top_k, allowed)
-        out = []
-        for doc, _ in ranked:
-            normalised, bm25, matched = score_of(doc)
-            out.append((doc, normalised, {"fulltext": normalised, "bm25": round(bm25, 6),
-                                          "entities": float(matched)}))
-        return out
-
-    def _vector(self, query: F32, top_k: int, allowed: Mask | None) -> list[Ranked]:
-        if self.vectors is None or not len(self.vectors):
-            return []
-        return [(doc, cosine, {"vector": cosine})
-                for doc, cosine in self.vectors.search(query, top_k, allowed)]
-
-    def _hybrid(self, query: str, vector: F32, top_k: int, allowed: Mask | None,
-                now: float) -> list[Ranked]:
-        settings = self.settings
-        count = max(top_k, settings.fusion_candidates)
-        text_ranked, score_of = self._fulltext_candidates(query, count, allowed)
-        index = self.vectors
-        vector_ranked: list[tuple[int, float]] = []
-        if index is not None and len(index):
-            vector_ranked = index.search(vector, count, allowed)
-        cosines = dict(vector_ranked)
-        norm = float(np.linalg.norm(vector))
-        unit_query = vector / norm if norm > 0 else vector
-        candidates = list(dict.fromkeys([doc for doc, _ in text_ranked] + [doc for doc, _ in vector_ranked]))
-        if not candidates:
-            return []
-        w_text, w_vector = settings.fusion_fulltext_weight, settings.fusion_vector_weight
-        shares = settings.rank_importance_weight + settings.rank_recency_weight + settings.rank_access_weight
-        half_life = settings.recency_half_life
-        texts = {doc: score_of(doc) for doc in candidates}
-        for doc in candidates:
-            if doc not in cosines:
-                cosines[doc] = (float(index.vector(doc) @ unit_query)
-                                if index is not None and doc in index else 0.0)
-        if settings.fusion == "rrf":  # ranks only, scaled so a first place in both lists is 1.0
-            k = settings.fusion_rrf_k
-            fused = dict(reciprocal_rank_fusion([text_ranked, vector_ranked], [w_text, w_vector], k=k))
-            best = (w_text + w_vector) / (k + 1.0)
-            relevance_of = {doc: fused.get(doc, 0.0) / best for doc in candidates}
-        else:  # calibrated scores (BM25 to 0..1, cosine clipped at 0), weighted to a mean
-            total = w_text + w_vector
-            relevance_of = dict(weighted_score_fusion(
-                [[(doc, texts[doc][0]) for doc in candidates],
-                 [(doc, max(cosines[doc], 0.0)) for doc in candidates]],
-                [w_text / total, w_vector / total], method="none"))
-        out: list[Ranked] = []
-        for doc in candidates:
-            text, bm25, matched = texts[doc]
-            cosine = cosines[doc]
-            relevance = relevance_of[doc]
-            record = self._record_at(doc)
-            recency = 0.5 ** (max(0.0, now - record.timestamp) / half_life)
-            access = record.access_count / (record.access_count + _ACCESS_HALF)
-            score = ((1.0 - shares) * relevance + settings.rank_importance_weight * record.importance
-                     + settings.rank_recency_weight * recency + settings.rank_access_weight * access)
-            out.append((doc, score, {
-                "fulltext": round(text, 6), "bm25": round(bm25, 6), "entities": float(matched),
-                "vector": round(cosine, 6), "relevance": round(relevance, 6),
-                "importance": record.importance, "recency": round(recency, 6), "access": round(access, 6),
-            }))
-        out.sort(key=lambda item: (-item[1], item[0]))
-        return out[:top_k]
-
     # -- snapshots -------------------------------------------------------------------------------
     def snapshot(self) -> SnapshotData:
+        """The memories as snapshot lines, with sidecars for a fast restart (see
+        ``memories.snapshot``)."""
         pairs = [(doc, record) for doc, record in enumerate(self.docs) if record is not None]
         index = self.vectors
-        vector_docs: list[int] = []
-        matrix: F32 | None = None
-        if index is not None and len(index):
-            vector_docs = [doc for doc, _ in pairs if doc in index]
-            matrix = _copy_vectors(index, vector_docs)
-        sidecar = index.to_sidecar() if index is not None and self.settings.hnsw_sidecar else None
         sidecars = {"keyword": self.keyword.to_sidecar(), "bm25": self.bm25.to_sidecar(),
                     "entities": self.entities.to_sidecar()} if pairs else {}
-        if sidecar is not None:
-            sidecars[_SIDECAR] = sidecar
-
-        def all_sidecars() -> dict[str, bytes]:  # in the writer's thread: only copies are read
-            records = _encode_records.encode(_RecordsSidecar([doc for doc, _ in pairs],
-                                                             [record for _, record in pairs], vector_docs))
-            if matrix is None:
-                return {**sidecars, _RECORDS: records}
-            return {**sidecars, _RECORDS: records, _VECTORS: _vectors_sidecar(vector_docs, matrix)}
-
-        def records() -> Iterator[bytes]:
-            encode = _encode.encode
-            row_of = {doc: row for row, doc in enumerate(vector_docs)}
-            for doc, record in pairs:
-                row = row_of.get(doc)
-                vector = None if row is None or matrix is None else matrix[row].astype("<f4").tobytes()
-                yield encode(_Line(doc, record, vector))
-
+        graph = index.to_sidecar() if index is not None and self.settings.hnsw_sidecar else None
+        if graph is not None:
+            sidecars[HNSW_SIDECAR] = graph
         extra = {
-            "format": _SNAPSHOT_FORMAT,
+            "format": SNAPSHOT_FORMAT,
             "scope": [self.app_name, self.user_id],
             "embedder": self.embedder,
             "dim": self.dim,
@@ -1142,33 +893,18 @@ class ScopeMemory:
             "count": len(pairs),
             "clock": self.clock,
         }
-        return SnapshotData(records=records, extra=extra, sidecars=all_sidecars if pairs else None)
+        return write_snapshot(pairs, index, sidecars, extra)
 
     @classmethod
     def restore(cls, key: Key, image: Image, settings: ScopeSettings) -> ScopeMemory:
         memory = cls(key, settings)
         extra = image.extra
-        version = extra.get("format", _SNAPSHOT_FORMAT)
-        if version != _SNAPSHOT_FORMAT:
-            raise ValueError(f"scope {memory._name}: snapshot format {version!r} is not {_SNAPSHOT_FORMAT}")
+        check_format(memory._name, extra)
         embedder, dim = extra.get("embedder"), int(extra.get("dim") or 0)
         memory.docs = [None] * int(extra.get("docs", 0))
         memory.clock = float(extra.get("clock", 0.0))
-        from_sidecar = _read_records_sidecar(image.sidecars.get(_RECORDS), int(extra.get("count", -1)),
-                                             memory._name)
-        if from_sidecar is not None:
-            docs, records, vector_docs = from_sidecar.docs, from_sidecar.records, from_sidecar.vector_docs
-        else:
-            docs, records, vector_docs = [], [], []
-            for number, line in enumerate(image.records):
-                try:
-                    item = _decode_lazy_line.decode(line)
-                except msgspec.DecodeError as exc:
-                    raise ValueError(f"scope {memory._name} snapshot record {number}: {exc}") from exc
-                docs.append(item.d)
-                records.append(item.m)
-                if item.v != _NULL:  # (a Raw holds on to its line: not kept)
-                    vector_docs.append(item.d)
+        found = read_records(memory._name, image)
+        docs, records, vector_docs = found.docs, found.records, found.vector_docs
         if docs and max(docs) >= len(memory.docs):
             memory.docs.extend([None] * (max(docs) + 1 - len(memory.docs)))
         for doc, record in zip(docs, records, strict=True):
@@ -1178,16 +914,8 @@ class ScopeMemory:
         memory._reindex_all(image.sidecars)
         if isinstance(embedder, str) and dim > 0:
             memory.embedder, memory.dim = embedder, dim
-            matrix = _read_vectors_sidecar(image.sidecars.get(_VECTORS), vector_docs, dim)
-            if matrix is None:  # no (usable) sidecar: the JSONL's own vectors, in a second pass
-                try:
-                    lines = (_decode_line.decode(line) for line in image.records)
-                    by_doc = {line.d: line.v for line in lines if line.v is not None}
-                    blob = b"".join(by_doc[doc] for doc in vector_docs)
-                    matrix = np.frombuffer(blob, dtype="<f4").reshape(len(vector_docs), dim)
-                except (msgspec.DecodeError, ValueError, KeyError) as exc:
-                    raise ValueError(f"scope {memory._name} snapshot vectors: {exc}") from exc
-            sidecar = image.sidecars.get(_SIDECAR)
+            matrix = read_vectors(memory._name, image, vector_docs, dim)
+            sidecar = image.sidecars.get(HNSW_SIDECAR)
             vector_ids = np.array(vector_docs, dtype=np.int64)
             # the rows as the index held them when the snapshot was taken (checksummed)
             memory.vectors = VectorIndex.from_sidecar(sidecar, vector_ids, matrix, dim, unit_rows=True,
@@ -1205,57 +933,4 @@ class ScopeMemory:
                             configured, settings.embedder_dim)
         return memory
 
-
-def _best(ids: npt.NDArray[np.int64], scores: npt.NDArray[np.float64], count: int) -> npt.NDArray[np.int64]:
-    """The ``count`` ids of highest score, equal scores by lower id (exact at the cut),
-    in no particular order. O(n) to find the cut, then a sort of the few above it."""
-    if len(ids) <= count:
-        return ids
-    kth = np.partition(scores, len(scores) - count)[len(scores) - count]
-    keep = scores >= kth
-    ids, scores = ids[keep], scores[keep]
-    if len(ids) > count:
-        ids = ids[np.lexsort((ids, -scores))[:count]]
-    return ids
-
-
-def _ideal_score(bm25: BM25Index, terms: Iterable[str]) -> tuple[float, int]:
-    """The BM25 score of an average-length document holding each query term once:
-    the sum of the terms' idf. A term no memory holds counts with the idf of df 0,
-    so a partial match scores below 1 in every scope alike. Returns (score, terms)."""
-    n_docs = len(bm25)
-    total = 0.0
-    count = 0
-    for term in terms:
-        df = _document_frequency(bm25, term)
-        total += math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
-        count += 1
-    return total, count
-
-
-def _document_frequency(bm25: BM25Index, term: str) -> int:
-    # BM25Index keeps a term's postings internally and offers no df accessor yet;
-    # reading them is O(1), where phrase_docs would list every holder.
-    vocab: Mapping[str, int] | None = getattr(bm25, "_vocab", None)
-    postings: Sequence[Any] | None = getattr(bm25, "_postings", None)
-    if vocab is None or postings is None:
-        from mnemex.index import Phrase
-
-        return len(bm25.phrase_docs(Phrase(term, (term,), (0,))))
-    term_id = vocab.get(term)
-    return 0 if term_id is None else len(postings[term_id].docs)
-
-
-def _copy_vectors(index: VectorIndex, docs: Sequence[int]) -> F32:
-    """The stored vectors of ``docs``, copied (one gather instead of a call per doc)."""
-    rows: Any = getattr(index, "_rows", None)
-    row_of: Any = getattr(index, "_row_of", None)
-    if rows is None or row_of is None:
-        return np.array([index.vector(doc) for doc in docs], dtype=np.float32).reshape(len(docs), index.dim)
-    return np.asarray(rows[row_of[np.asarray(docs, dtype=np.int64)]], dtype=np.float32)  # the gather copies
-
-
-def memory_text(record: MemoryRecord) -> str:
-    """What a memory contributes to a model's context: its content on one line."""
-    return " ".join(record.content.split())
 

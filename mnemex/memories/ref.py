@@ -32,7 +32,7 @@ from mnemex.conversations.protocol import ArchiveSession
 from mnemex.effects import Key
 from mnemex.errors import InvalidInput, MnemexError
 from mnemex.kernel import ActorRef
-from mnemex.memories.behaviour import encode_vector
+from mnemex.memories.context import format_as_context
 from mnemex.memories.fields import checked_changes, new_memory, record_of
 from mnemex.memories.kind import ScopeKind
 from mnemex.memories.protocol import (
@@ -62,7 +62,7 @@ from mnemex.memories.protocol import (
     UpdateMemory,
 )
 from mnemex.memories.sessions import session_memories
-from mnemex.memories.tools import format_as_context
+from mnemex.memories.snapshot import encode_vector
 from mnemex.models.batcher import EmbeddingBatcher
 from mnemex.models.hashing import Embedder
 

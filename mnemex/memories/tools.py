@@ -1,30 +1,22 @@
-"""Long-term memory as a model sees it: memories formatted for a prompt, and a
-``search_memory_tool`` a model may call, with the function that runs its calls."""
+"""A ``search_memory_tool`` a model may call, and the function that runs its calls
+(memories come back formatted by ``memories.context``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
 from mnemex.config import DEFAULT, UseDefault
 from mnemex.errors import InvalidInput
-from mnemex.memories.behaviour import memory_text
-from mnemex.memories.protocol import Hit, MemoryRecord, SearchMode
+from mnemex.memories.context import format_as_context
+from mnemex.memories.protocol import SearchMode
 
 if TYPE_CHECKING:
     from mnemex.memories.ref import ScopeRef
 
-__all__ = ["SEARCH_MEMORY_TOOL", "execute_memory_tool", "format_as_context"]
-
-
-def format_as_context(hits: Iterable[Hit | MemoryRecord]) -> str:
-    """Memories as a block for a model's prompt: ``[User Memory]`` then one ``- ``
-    line per memory (its content on one line). Empty string when there are none."""
-    lines = [f"- {memory_text(hit.memory if isinstance(hit, Hit) else hit)}" for hit in hits]
-    return "\n".join(["[User Memory]", *lines]) if lines else ""
-
+__all__ = ["SEARCH_MEMORY_TOOL", "execute_memory_tool"]
 
 
 # -- a tool for models ---------------------------------------------------------------------------

@@ -15,9 +15,10 @@ import numpy.typing as npt
 
 from mnemex.effects import Image, Job, Step
 from mnemex.index import Tokenizer, normalize_phrase, words
-from mnemex.memories.behaviour import ScopeMemory, ScopeSettings, encode_vector
+from mnemex.memories.behaviour import ScopeMemory, ScopeSettings
 from mnemex.memories.filters import compile_filter
 from mnemex.memories.protocol import MemoryRecord, NewMemory, Remember, Search
+from mnemex.memories.snapshot import encode_vector
 from mnemex.models.hashing import HashingEmbedder
 
 EMBEDDER = HashingEmbedder(dim=32)

@@ -12,7 +12,7 @@ from scope_support import EMBEDDER, KEY, Driver, restored, settings, snapshot_im
 
 import mnemex
 from mnemex.effects import Image
-from mnemex.memories.behaviour import GraphReady, ScopeMemory, encode_vector, is_scope_write, scope_codec
+from mnemex.memories.behaviour import GraphReady, ScopeMemory, is_scope_write, scope_codec
 from mnemex.memories.protocol import (
     AddSession,
     CountMemories,
@@ -27,6 +27,7 @@ from mnemex.memories.protocol import (
     Touch,
     UpdateMemory,
 )
+from mnemex.memories.snapshot import encode_vector
 from mnemex.models.hashing import HashingEmbedder
 
 

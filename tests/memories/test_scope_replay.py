@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 from scope_support import EMBEDDER, KEY, Driver, restored
 
 import mnemex
-from mnemex.memories.behaviour import ScopeMemory, encode_vector, scope_codec
-from mnemex.memories.protocol import AddSession, Forget, Remember, Touch, UpdateMemory
+from mnemex.memories.behaviour import ScopeMemory, scope_codec
 from mnemex.memories.kind import scope_kind
+from mnemex.memories.protocol import AddSession, Forget, Remember, Touch, UpdateMemory
+from mnemex.memories.snapshot import encode_vector
 
 WORDS = ["tea", "coffee", "hiking", "paint", "lake", "sunrise", "dog", "cat", "Paris", "guitar", "the",
          "and", "charity", "race", "kids", "camping", "don't", "Anna's", "café"]

@@ -141,8 +141,8 @@ async def test_search_results_are_identical_after_a_restart(tmp_path: Path) -> N
 
 
 def test_journal_replay_through_the_kinds_codec_gives_the_same_state() -> None:
-    from mnemex.memories.behaviour import encode_vector
     from mnemex.memories.protocol import Forget, NewMemory, Remember, Touch
+    from mnemex.memories.snapshot import encode_vector
     from mnemex.testing import Simulation
 
     kind = mnemex.lowlevel.scope_kind(config())

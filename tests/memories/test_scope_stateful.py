@@ -23,8 +23,9 @@ from scope_support import (
     restored,
 )
 
-from mnemex.memories.behaviour import ScopeMemory, encode_vector, scope_codec
+from mnemex.memories.behaviour import ScopeMemory, scope_codec
 from mnemex.memories.protocol import CountMemories, Forget, GetMemory, MemoryRecord, Touch, UpdateMemory
+from mnemex.memories.snapshot import encode_vector
 
 VOCABULARY = ["tea", "coffee", "hiking", "paint", "painting", "dog", "cat", "Paris", "New", "York", "music",
               "guitar", "the", "and", "support", "group", "race", "charity", "kids", "camping"]

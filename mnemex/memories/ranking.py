@@ -1,0 +1,206 @@
+"""How a scope ranks its memories for a query, in each search mode.
+
+Scores are in 0..1 in every mode, so hits of different scopes compare:
+
+* keyword: distinct query words matched / distinct query words;
+* fulltext: BM25 (plus ``entity_boost`` per named entity, in units of the
+  query's average term weight) over the query's "ideal" score, the BM25 of an
+  average-length memory holding each query term once, capped at 1;
+* vector: cosine similarity;
+* hybrid: the relevance (weighted sum of fulltext and vector, or reciprocal
+  rank fusion scaled to 0..1), then ``(1 - s) * relevance + w_i * importance +
+  w_r * recency + w_a * access`` with s the sum of the three weights.
+
+A ``Ranker`` reads the scope's indexes and records; it never changes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from mnemex.index import (
+    BM25Index,
+    EntityIndex,
+    KeywordIndex,
+    VectorIndex,
+    reciprocal_rank_fusion,
+    weighted_score_fusion,
+    words,
+)
+from mnemex.memories.protocol import MemoryRecord
+
+if TYPE_CHECKING:
+    from mnemex.memories.behaviour import ScopeSettings
+
+__all__ = ["ACCESS_HALF", "Mask", "Ranked", "Ranker"]
+
+F32 = npt.NDArray[np.float32]
+Mask = npt.NDArray[np.bool_]
+Ranked = tuple[int, float, dict[str, float]]   # (doc, score, signals)
+
+ACCESS_HALF: Final = 10.0
+"""Uses at which a memory's access signal is one half: access_count / (access_count + 10)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ranker:
+    """Ranks one scope's docs for one query: the scope's indexes, its settings and a
+    way to read a doc's record."""
+
+    keyword: KeywordIndex
+    bm25: BM25Index
+    entities: EntityIndex
+    vectors: VectorIndex | None
+    settings: ScopeSettings
+    record_at: Callable[[int], MemoryRecord]
+
+    def keyword_ranked(self, query: str, top_k: int, allowed: Mask | None) -> list[Ranked]:
+        distinct = len(set(words(query)))
+        if distinct == 0:
+            return []
+        return [(doc, matched / distinct, {"keyword": matched / distinct, "matched": float(matched)})
+                for doc, matched in self.keyword.search(query, top_k, allowed)]
+
+    def _fulltext(self, query: str, allowed: Mask | None) -> tuple[dict[int, float], dict[int, int],
+                                                                   npt.NDArray[np.float64] | None, float]:
+        """The entity part of the full-text score of each doc naming a query entity,
+        those entity matches, the BM25 score array (None: no term matches), and the
+        query's ideal score (what a normalised score of 1 stands for)."""
+        bm25 = self.bm25
+        parsed = bm25.tokenizer.parse_query(query)
+        array = bm25.score_all(parsed, allowed) if len(bm25) else None
+        ideal, terms = _ideal_score(bm25, parsed.all_terms)
+        boosts: dict[int, float] = {}
+        entity_hits: dict[int, int] = {}
+        named = self.entities.find(query) if len(self.entities) else set()
+        if named:
+            unit = self.settings.entity_boost * (ideal / terms if terms else 1.0)
+            for doc, matched in self.entities.search(query, len(self.entities)):
+                if allowed is not None and not (doc < len(allowed) and allowed[doc]):
+                    continue
+                if parsed.phrases and (array is None or not array[doc] > 0):
+                    continue  # quoted phrases are required in full-text search
+                entity_hits[doc] = matched
+                boosts[doc] = unit * matched
+            if not terms:
+                ideal = unit * len(named)
+        return boosts, entity_hits, array, ideal
+
+    def _fulltext_candidates(self, query: str, count: int, allowed: Mask | None) -> tuple[
+            list[tuple[int, float]], Callable[[int], tuple[float, float, int]]]:
+        """The ``count`` best docs by full-text score (BM25 plus entity boosts, best
+        first, ties by lower doc), and a scorer giving any doc's (normalised score,
+        BM25, entity matches)."""
+        boosts, entity_hits, array, ideal = self._fulltext(query, allowed)
+        pool = np.array(sorted(boosts), dtype=np.int64)
+        if array is not None:
+            positive = np.flatnonzero(array > 0)
+            pool = np.union1d(_best(positive, array[positive], count), pool)
+        totals = np.array([(float(array[doc]) if array is not None else 0.0) + boosts.get(doc, 0.0)
+                           for doc in pool.tolist()], dtype=np.float64)
+        best = _best(pool, totals, count)
+        order = np.lexsort((best, -totals[np.searchsorted(pool, best)]))
+        ranked = [(int(doc), float(totals[np.searchsorted(pool, doc)])) for doc in best[order]]
+
+        def score_of(doc: int) -> tuple[float, float, int]:
+            bm25 = float(array[doc]) if array is not None and doc < len(array) else 0.0
+            total = bm25 + boosts.get(doc, 0.0)
+            return (min(1.0, total / ideal) if ideal > 0 else 0.0), bm25, entity_hits.get(doc, 0)
+
+        return ranked, score_of
+
+    def fulltext_ranked(self, query: str, top_k: int,
+                      allowed: Mask | None) -> list[Ranked]:
+        ranked, score_of = self._fulltext_candidates(query, top_k, allowed)
+        out = []
+        for doc, _ in ranked:
+            normalised, bm25, matched = score_of(doc)
+            out.append((doc, normalised, {"fulltext": normalised, "bm25": round(bm25, 6),
+                                          "entities": float(matched)}))
+        return out
+
+    def vector_ranked(self, query: F32, top_k: int, allowed: Mask | None) -> list[Ranked]:
+        if self.vectors is None or not len(self.vectors):
+            return []
+        return [(doc, cosine, {"vector": cosine})
+                for doc, cosine in self.vectors.search(query, top_k, allowed)]
+
+    def hybrid_ranked(self, query: str, vector: F32, top_k: int, allowed: Mask | None,
+                now: float) -> list[Ranked]:
+        settings = self.settings
+        count = max(top_k, settings.fusion_candidates)
+        text_ranked, score_of = self._fulltext_candidates(query, count, allowed)
+        index = self.vectors
+        vector_ranked: list[tuple[int, float]] = []
+        if index is not None and len(index):
+            vector_ranked = index.search(vector, count, allowed)
+        cosines = dict(vector_ranked)
+        norm = float(np.linalg.norm(vector))
+        unit_query = vector / norm if norm > 0 else vector
+        candidates = list(dict.fromkeys([doc for doc, _ in text_ranked] + [doc for doc, _ in vector_ranked]))
+        if not candidates:
+            return []
+        w_text, w_vector = settings.fusion_fulltext_weight, settings.fusion_vector_weight
+        shares = settings.rank_importance_weight + settings.rank_recency_weight + settings.rank_access_weight
+        half_life = settings.recency_half_life
+        texts = {doc: score_of(doc) for doc in candidates}
+        for doc in candidates:
+            if doc not in cosines:
+                cosines[doc] = (float(index.vector(doc) @ unit_query)
+                                if index is not None and doc in index else 0.0)
+        if settings.fusion == "rrf":  # ranks only, scaled so a first place in both lists is 1.0
+            k = settings.fusion_rrf_k
+            fused = dict(reciprocal_rank_fusion([text_ranked, vector_ranked], [w_text, w_vector], k=k))
+            best = (w_text + w_vector) / (k + 1.0)
+            relevance_of = {doc: fused.get(doc, 0.0) / best for doc in candidates}
+        else:  # calibrated scores (BM25 to 0..1, cosine clipped at 0), weighted to a mean
+            total = w_text + w_vector
+            relevance_of = dict(weighted_score_fusion(
+                [[(doc, texts[doc][0]) for doc in candidates],
+                 [(doc, max(cosines[doc], 0.0)) for doc in candidates]],
+                [w_text / total, w_vector / total], method="none"))
+        out: list[Ranked] = []
+        for doc in candidates:
+            text, bm25, matched = texts[doc]
+            cosine = cosines[doc]
+            relevance = relevance_of[doc]
+            record = self.record_at(doc)
+            recency = 0.5 ** (max(0.0, now - record.timestamp) / half_life)
+            access = record.access_count / (record.access_count + ACCESS_HALF)
+            score = ((1.0 - shares) * relevance + settings.rank_importance_weight * record.importance
+                     + settings.rank_recency_weight * recency + settings.rank_access_weight * access)
+            out.append((doc, score, {
+                "fulltext": round(text, 6), "bm25": round(bm25, 6), "entities": float(matched),
+                "vector": round(cosine, 6), "relevance": round(relevance, 6),
+                "importance": record.importance, "recency": round(recency, 6), "access": round(access, 6),
+            }))
+        out.sort(key=lambda item: (-item[1], item[0]))
+        return out[:top_k]
+
+
+def _best(ids: npt.NDArray[np.int64], scores: npt.NDArray[np.float64], count: int) -> npt.NDArray[np.int64]:
+    """The ``count`` ids of highest score, equal scores by lower id (exact at the cut),
+    in no particular order. O(n) to find the cut, then a sort of the few above it."""
+    if len(ids) <= count:
+        return ids
+    kth = np.partition(scores, len(scores) - count)[len(scores) - count]
+    keep = scores >= kth
+    ids, scores = ids[keep], scores[keep]
+    if len(ids) > count:
+        ids = ids[np.lexsort((ids, -scores))[:count]]
+    return ids
+
+
+def _ideal_score(bm25: BM25Index, terms: Iterable[str]) -> tuple[float, int]:
+    """The BM25 score of an average-length document holding each query term once:
+    the sum of the terms' idf. A term no memory holds counts with the idf of df 0,
+    so a partial match scores below 1 in every scope alike. Returns (score, terms)."""
+    idfs = [bm25.idf(term) for term in terms]
+    return sum(idfs), len(idfs)
+
+
