@@ -1,5 +1,7 @@
-"""Helpers the benchmarks share: the LoCoMo dev set, percentiles, resident memory,
-plain-text tables and the JSON written to bench/results/.
+"""Helpers every benchmark shares: the LoCoMo dev set, percentiles, resident memory,
+plain-text tables, the machine's description and the JSON written to bench/results/.
+Each script imports them from here (``tests/test_bench_scripts.py`` checks that no
+script defines one of them again).
 
 The LoCoMo file is read from ../shared/data/locomo-dev.json at run time (its
 licence allows evaluation only; it is never copied into the repository).
@@ -202,7 +204,7 @@ def fmt_ratio(value: float | None) -> str:
 
 def machine() -> dict[str, Any]:
     return {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "python": platform.python_version(),
-            "machine": platform.machine(), "cpus": os.cpu_count(),
+            "machine": platform.machine(), "platform": platform.platform(), "cpus": os.cpu_count(),
             "load_average": [round(x, 2) for x in os.getloadavg()],
             "command": "python " + " ".join(shlex.quote(a) for a in [
                 os.path.relpath(sys.argv[0], ROOT) if os.path.isabs(sys.argv[0]) else sys.argv[0],

@@ -22,9 +22,7 @@ Prints a table and writes bench/results/agent.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import random
 import statistics
 import sys
@@ -38,15 +36,18 @@ import trio
 import mnemex
 from mnemex.conversations.protocol import Policy
 
-RESULTS = Path(__file__).parent / "results"
+# bench/ goes last on the path (its http.py would hide the standard library's http);
+# the shared helpers come from bench/_common.py
+_BENCH = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH]
+sys.path.insert(0, str(_BENCH.parent))
+sys.path.append(str(_BENCH))
+
+from _common import machine, percentile, write_results  # noqa: E402
+
 WORDS = ["memory", "agent", "context", "java", "lisbon", "budget", "flat", "office", "weather", "tool",
          "result", "summary", "token", "window", "session", "user", "assistant", "decision", "number",
          "plan", "march", "invoice", "flight"]
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def sentence(rng: random.Random, words: int) -> str:
@@ -157,7 +158,7 @@ def main() -> None:
         for number, (name, policy, between, bar) in enumerate(policies):
             times, size, tokens = trio.run(context_latency, os.path.join(tmp, f"c{number}"), policy,
                                            messages, samples, between)
-            p50, p99 = pct(times, 0.5), pct(times, 0.99)
+            p50, p99 = percentile(times, 0.5), percentile(times, 0.99)
             label = f"context, {messages:,}-message session, {name}"
             rows.append((f"{label} p50 ({size} msgs, {tokens:,} tokens)", p50, "us", bar))
             rows.append((f"{label} p99", p99, "us", ""))
@@ -170,19 +171,16 @@ def main() -> None:
     print("-" * (width + 34))
     for name, value, unit, bar in rows:
         print(f"{name.ljust(width)}  {value:>12,.1f}  {unit:<4}  {bar}")
-    RESULTS.mkdir(exist_ok=True)
     out = {
         "benchmark": "agent",
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"python": sys.version.split()[0], "cpus": os.cpu_count(),
-                    "platform": platform.platform()},
+        "machine": machine(),
         "quick": args.quick,
         "repeats": repeats,
         "rows": [{"figure": r[0], "value": r[1], "unit": r[2], "bar": r[3]} for r in rows],
         **results,
     }
-    (RESULTS / "agent.json").write_text(json.dumps(out, indent=2))
-    print(f"\nwrote {RESULTS / 'agent.json'}")
+    path = write_results("agent", out)
+    print(f"\nwrote {path}")
 
 
 if __name__ == "__main__":

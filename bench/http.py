@@ -14,15 +14,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# this file is named http.py: keep its folder off the import path so that the
-# standard library's http package (which httpx needs) is the one imported
-if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    sys.path.pop(0)
+# this file is named http.py: its folder goes last on the import path so that the
+# standard library's http package (which httpx needs) is the one imported, and the
+# shared helpers still come from bench/_common.py
+_BENCH = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH]
+sys.path.append(str(_BENCH))
 
 import argparse
 import json
 import os
-import platform
 import random
 import re
 import shutil
@@ -34,9 +35,8 @@ import time
 from typing import Any
 
 import httpx
-
-RESULTS = Path(__file__).parent / "results"
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo-dev.json"
+from _common import LOCOMO as DATA
+from _common import machine, write_results
 
 POST_MESSAGES_LUA = r"""
 counter = 0
@@ -68,7 +68,7 @@ def free_port() -> int:
 
 def texts_and_questions() -> tuple[list[str], list[str]]:
     if not DATA.exists():
-        words = "trip weekend paint music garden dog work school family book movie city".split()
+        words = ["trip", "weekend", "paint", "music", "garden", "dog", "work", "school", "family", "book", "movie", "city"]
         rng = random.Random(1)
         texts = [" ".join(rng.choices(words, k=12)) for _ in range(2000)]
         return texts, [" ".join(rng.choices(words, k=5)) for _ in range(200)]
@@ -211,13 +211,11 @@ def main() -> None:
         print(f"{row['route']:44} {row['connections']:>5} {row['rps']:>10,.0f} {row['p50_ms']:>8.2f} "
               f"{row['p99_ms']:>8.2f} {row['non_2xx']:>8,.0f} "
               f"{row.get('server_cpu_us', float('nan')):>10,.0f}  {bar}")
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "http.json").write_text(json.dumps({
-        "benchmark": "http", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"python": sys.version.split()[0], "cpus": os.cpu_count(), "platform": platform.platform()},
+    path = write_results("http", {
+        "benchmark": "http", "machine": machine(),
         "duration_s": duration, "memories": n_memories, "embedder": args.embedder or "default",
-        "rows": rows}, indent=2))
-    print(f"\nwrote {RESULTS / 'http.json'}")
+        "rows": rows})
+    print(f"\nwrote {path}")
 
 
 if __name__ == "__main__":

@@ -20,9 +20,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
-import os
-import platform
 import random
 import sys
 import time
@@ -30,6 +27,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+# bench/ goes last on the path (its http.py would hide the standard library's http);
+# the shared helpers come from bench/_common.py
+_BENCH = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH]
+sys.path.insert(0, str(_BENCH.parent))
+sys.path.append(str(_BENCH))
+
+from _common import LOCOMO, machine, percentile, rss_bytes, write_results  # noqa: E402
+from _common import load_locomo as _read_locomo  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # The script's own folder holds other benchmarks (one may be named like a stdlib
@@ -40,24 +47,13 @@ sys.path.insert(0, str(ROOT))
 from mnemex.index import BM25Index, KeywordIndex, VectorIndex
 from mnemex.models.hashing import HashingEmbedder
 
-RESULTS = Path(__file__).parent / "results"
-DATA = ROOT.parent / "shared" / "data" / "locomo-dev.json"
+DATA = LOCOMO
 BATCH = 256
 
 
-def rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def load_locomo(path: Path) -> tuple[list[list[str]], list[str]]:
+def sessions_and_questions(path: Path) -> tuple[list[list[str]], list[str]]:
     """Sessions (each a list of turn texts) and the questions of categories 1-4."""
-    conversations = json.loads(path.read_text())
+    conversations = _read_locomo(path)
     sessions: list[list[str]] = []
     questions: list[str] = []
     for conversation in conversations:
@@ -114,7 +110,7 @@ def main() -> None:
     n_docs = 10_000 if args.quick else args.docs
     if not DATA.exists():
         sys.exit(f"{DATA} is missing: the benchmark reads LoCoMo from ../shared/data/")
-    sessions, questions = load_locomo(DATA)
+    sessions, questions = sessions_and_questions(DATA)
     texts, contexts = make_corpus(sessions, n_docs)
     timestamps = [float(i) for i in range(n_docs)]
 
@@ -215,9 +211,7 @@ def main() -> None:
     result = {
         "docs": n_docs,
         "queries": len(questions),
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
+        "machine": machine(),
         "vector_params": {"mode": vectors.mode, "hnsw_threshold": vectors.hnsw_threshold,
                           "ef_search": vectors.ef_search, **vector_params},
         "ingest_docs_per_s": ingest_rate,
@@ -230,8 +224,7 @@ def main() -> None:
         "searches": rows,
         "ef_sweep": sweep,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "index_micro.json").write_text(json.dumps(result, indent=2))
+    write_results("index_micro", result)
 
     print(f"index micro benchmark: {n_docs:,} docs, {len(questions):,} LoCoMo questions, "
           f"vector index {vectors.mode} (ef_search {vectors.ef_search}, threads {args.threads})")

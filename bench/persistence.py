@@ -52,7 +52,6 @@ import importlib.metadata
 import json
 import logging
 import os
-import platform
 import random
 import shutil
 import statistics
@@ -79,7 +78,15 @@ from mnemex.persistence import FileStore
 from mnemex.persistence.snapshot import sidecar_name, snapshot_name
 from mnemex.testing import Add, Get, counter_kind
 
-RESULTS = Path(__file__).parent / "results"
+# bench/ goes last on the path (its http.py would hide the standard library's http);
+# the shared helpers come from bench/_common.py
+_BENCH = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH]
+sys.path.insert(0, str(_BENCH.parent))
+sys.path.append(str(_BENCH))
+
+from _common import machine, percentile, write_results  # noqa: E402
+
 LOCOMO = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "locomo-dev.json"
 
 log = logging.getLogger("mnemex.bench.vecnote")
@@ -563,11 +570,6 @@ def median(values: Iterable[float]) -> float:
     return statistics.median(list(values))
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def fmt(value: float, unit: str) -> str:
     if unit in ("/s", "bytes", "lines"):
         return f"{value:,.0f}"
@@ -633,10 +635,11 @@ def main() -> None:
 
         # 4. the disk, first, while nothing else of ours is writing
         samples = fsync_latencies(base, 200 if quick else 1_000)
-        results["fsync_ms"] = {"p50": pct(samples, 0.5), "p99": pct(samples, 0.99), "n": len(samples)}
-        row("baseline: fsync after a 1-line append, p50", pct(samples, 0.5), "ms")
-        row("baseline: fsync after a 1-line append, p99", pct(samples, 0.99), "ms")
-        print(f"fsync p50 {pct(samples, 0.5):.3f} ms, p99 {pct(samples, 0.99):.3f} ms", file=sys.stderr)
+        p50, p99 = percentile(samples, 0.5), percentile(samples, 0.99)
+        results["fsync_ms"] = {"p50": p50, "p99": p99, "n": len(samples)}
+        row("baseline: fsync after a 1-line append, p50", p50, "ms")
+        row("baseline: fsync after a 1-line append, p99", p99, "ms")
+        print(f"fsync p50 {p50:.3f} ms, p99 {p99:.3f} ms", file=sys.stderr)
 
         # 1. journaled commands/s
         results["rates"] = {}
@@ -735,12 +738,10 @@ def main() -> None:
     load_after = os.getloadavg()
     print(f"\n{elapsed:.0f} s; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after "
           f"(other processes share the {os.cpu_count()} cores)")
-    RESULTS.mkdir(exist_ok=True)
     out = {
         "benchmark": "persistence",
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"python": sys.version.split()[0], "cpus": os.cpu_count(), "platform": platform.platform(),
-                    "filesystem": results.pop("filesystem"), "hnswlib": package_version("hnswlib"),
+        "machine": {**machine(), "filesystem": results.pop("filesystem"),
+                    "hnswlib": package_version("hnswlib"),
                     "load_average_before": load_before, "load_average_after": load_after},
         "repeats": repeats,
         "quick": quick,
@@ -748,8 +749,8 @@ def main() -> None:
         "rows": [{"figure": r[0], "value": r[1], "unit": r[2], "bar": r[3], "result": r[4]} for r in rows],
         **results,
     }
-    (RESULTS / "persistence.json").write_text(json.dumps(out, indent=2))
-    print(f"wrote {RESULTS / 'persistence.json'}")
+    path = write_results("persistence", out)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__" and len(sys.argv) == 7 and sys.argv[1] == "--child":

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
-import os
-import platform
 import random
 import statistics
 import sys
@@ -28,17 +25,14 @@ import trio.testing
 import mnemex
 from mnemex.testing import Add, Get, counter_kind
 
-RESULTS = Path(__file__).parent / "results"
+# bench/ goes last on the path (its http.py would hide the standard library's http);
+# the shared helpers come from bench/_common.py
+_BENCH = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH]
+sys.path.insert(0, str(_BENCH.parent))
+sys.path.append(str(_BENCH))
 
-
-def rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+from _common import machine, percentile, rss_bytes, write_results  # noqa: E402
 
 
 async def raw_channel_round_trip(n: int) -> list[float]:
@@ -127,27 +121,28 @@ def main() -> None:
         return statistics.median(fn() for _ in range(repeats))
 
     raw = [trio.run(raw_channel_round_trip, n_lat) for _ in range(repeats)]
-    raw_p50 = statistics.median(pct(s, 0.5) for s in raw)
-    raw_p99 = statistics.median(pct(s, 0.99) for s in raw)
+    raw_p50 = statistics.median(percentile(s, 0.5) for s in raw)
+    raw_p99 = statistics.median(percentile(s, 0.99) for s in raw)
     rows += [("baseline: raw trio channel round trip p50", raw_p50, "us", ""),
              ("baseline: raw trio channel round trip p99", raw_p99, "us", "")]
 
     lat = [trio.run(ask_round_trip, memory, n_lat, Get()) for _ in range(repeats)]
-    p50 = statistics.median(pct(s, 0.5) for s in lat)
-    p99 = statistics.median(pct(s, 0.99) for s in lat)
+    p50 = statistics.median(percentile(s, 0.5) for s in lat)
+    p99 = statistics.median(percentile(s, 0.99) for s in lat)
     rows += [("ask round trip p50 (read, in memory)", p50, "us", "<= 50"),
              ("ask round trip p99 (read, in memory)", p99, "us", "")]
     results["ask_p50_us"], results["ask_p99_us"] = p50, p99
 
     lat_w = [trio.run(ask_round_trip, memory, n_lat, Add(1)) for _ in range(repeats)]
     rows.append(("ask round trip p50 (journaled write, in memory)",
-                 statistics.median(pct(s, 0.5) for s in lat_w), "us", ""))
+                 statistics.median(percentile(s, 0.5) for s in lat_w), "us", ""))
 
     with tempfile.TemporaryDirectory() as tmp:
         disk = mnemex.Config(data_dir=tmp, fsync="batch")
         lat_d = trio.run(ask_round_trip, disk, n_lat // 4, Add(1))
-        rows.append(("ask round trip p50 (journaled write, disk, fsync=batch)", pct(lat_d, 0.5), "us", ""))
-        results["ask_disk_batch_p50_us"] = pct(lat_d, 0.5)
+        disk_p50 = percentile(lat_d, 0.5)
+        rows.append(("ask round trip p50 (journaled write, disk, fsync=batch)", disk_p50, "us", ""))
+        results["ask_disk_batch_p50_us"] = disk_p50
 
     per_caller = 2_000 // scale
     rate = median_of(lambda: trio.run(ask_throughput, memory, 100, 100, per_caller, Get()))
@@ -172,18 +167,16 @@ def main() -> None:
     print("-" * (width + 32))
     for name, value, unit, bar in rows:
         print(f"{name.ljust(width)}  {value:>12,.1f}  {unit:<5}  {bar}")
-    RESULTS.mkdir(exist_ok=True)
     out = {
         "benchmark": "runtime",
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"python": sys.version.split()[0], "cpus": os.cpu_count(), "platform": platform.platform()},
+        "machine": machine(),
         "repeats": repeats,
         "quick": args.quick,
         "rows": [{"figure": r[0], "value": r[1], "unit": r[2], "bar": r[3]} for r in rows],
         **results,
     }
-    (RESULTS / "runtime.json").write_text(json.dumps(out, indent=2))
-    print(f"\nwrote {RESULTS / 'runtime.json'}")
+    path = write_results("runtime", out)
+    print(f"\nwrote {path}")
 
 
 if __name__ == "__main__":

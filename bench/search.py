@@ -29,7 +29,6 @@ import functools
 import gc
 import json
 import os
-import platform
 import random
 import re
 import shutil
@@ -46,44 +45,28 @@ from typing import Any
 import numpy as np
 import trio
 
+# bench/ goes last on the path (its http.py would hide the standard library's http);
+# the shared helpers come from bench/_common.py
+_BENCH = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH]
+sys.path.insert(0, str(_BENCH.parent))
+sys.path.append(str(_BENCH))
+
+from _common import load_locomo, locomo_turns, machine, percentile, rss_bytes, write_results  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import mnemex  # noqa: E402
 from mnemex.models.embedders import embedder_from_config  # noqa: E402
 
-DATA = ROOT.parent / "shared" / "data" / "locomo-dev.json"
-RESULTS = Path(__file__).parent / "results"
 BATCH = 1000
 WRITERS = 2
 MODES = ("keyword", "fulltext", "vector", "hybrid")
 BARS = {"keyword": 1.0, "fulltext": 5.0, "vector": 2.0, "hybrid": 8.0}
 
 
-def rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 # -- data ------------------------------------------------------------------------------------
-def load_locomo() -> list[dict[str, Any]]:
-    return json.loads(DATA.read_text())
-
-
-def locomo_turns(conversations: list[dict[str, Any]]) -> list[str]:
-    turns = []
-    for conversation in conversations:
-        for key, value in conversation["conversation"].items():
-            if key.startswith("session_") and isinstance(value, list):
-                turns.extend(turn["text"] for turn in value)
-    return turns
-
-
 def markov_corpus(turns: list[str], count: int, seed: int = 7) -> list[str]:
     """``count`` distinct sentences from an order-2 word chain over ``turns``."""
     chain: dict[tuple[str, str], list[str]] = defaultdict(list)
@@ -242,7 +225,8 @@ def _child(args: argparse.Namespace) -> None:
     conversations = load_locomo()
     all_questions = questions(conversations)
     random.Random(11).shuffle(all_questions)
-    texts = markov_corpus(locomo_turns(conversations), args.child)
+    turns = [turn.text for conversation in conversations for turn in locomo_turns(conversation)]
+    texts = markov_corpus(turns, args.child)
     folder = Path(tempfile.mkdtemp(prefix=f"mnemex-bench-{args.child}-"))
     try:
         queries = all_questions[: args.queries]
@@ -321,7 +305,7 @@ def main() -> None:
     cfg = mnemex.Config(embedder=args.embedder)
     embedder = embedder_from_config(cfg)
     report: dict[str, Any] = {
-        "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
+        "machine": machine(),
         "embedder": embedder.name, "dim": embedder.dim, "hnsw_threshold": cfg.hnsw_threshold,
         "hnsw_m": cfg.hnsw_m, "hnsw_ef_construction": cfg.hnsw_ef_construction,
         "hnsw_ef_search": cfg.hnsw_ef_search, "fusion": cfg.fusion, "queries": len(queries),
@@ -377,8 +361,7 @@ def main() -> None:
                 label = mode if mode != "hybrid" else f"hybrid ({fusion})"
                 print(f"{label:<18} {q['recall@1']:>9.3f} {q['recall@5']:>9.3f} {q['recall@10']:>10.3f} "
                       f"{q['mrr']:>7.3f}")
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "search.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_results("search", report)
 
 
 if __name__ == "__main__":

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 import trio
+from waiting import next_millisecond
 
 import mnemex
 from mnemex.cli import main
@@ -48,9 +48,8 @@ def test_replay_rebuilds_state_and_verifies(tmp_path: Path, capsys: pytest.Captu
 
 def test_replay_until_reconstructs_a_past_state(tmp_path: Path) -> None:
     write(tmp_path, {"alice": [1, 2]})  # shutdown snapshots at seq 2, then at seq 4
-    time.sleep(0.05)
-    middle = time.time()
-    time.sleep(0.05)
+    middle = next_millisecond()  # the lines before and after it differ in their stamps
+    next_millisecond()
     write(tmp_path, {"alice": [3, 4]})
     path = next(tmp_path.glob("counters/*"))
     past = replay_actor(path, counter_kind(), ("alice",), until_ms=parse_moment(str(middle)))

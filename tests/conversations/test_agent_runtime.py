@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from waiting import eventually
 
 import mnemex
 from mnemex.conversations.kind import sweep_expired_sessions
@@ -84,9 +85,10 @@ async def test_a_restart_keeps_history_policy_ttl_summary_and_sequences(tmp_path
             await agent.append("long", [user(f"question {i} " * 4), assistant(f"answer {i} " * 4)])
         await agent.append("short", [user("a"), assistant("b"), user("c"), assistant("d")])
         assert (await agent.context_view("long")).pending_summary
-        with trio.fail_after(5):
-            while (await agent.context_view("long")).summary_version == 0:
-                await trio.sleep(0.01)
+        async def summarized() -> bool:
+            return (await agent.context_view("long")).summary_version > 0
+
+        await eventually(summarized, what="the summary (made in a worker thread)")
         before_context = await agent.context("long")
         before_all = await agent.messages(limit=None)
     async with mnemex.open_runtime(on_disk(tmp_path)) as rt:

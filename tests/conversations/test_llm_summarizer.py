@@ -12,8 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-import trio
 from agent_support import Driver, assistant, make, user
+from waiting import eventually
 
 import mnemex
 from mnemex.conversations.kind import agent_kind
@@ -51,7 +51,7 @@ def serve(model: FakeModel) -> tuple[ThreadingHTTPServer, str]:
                 return self.reply(404, b'{"error":"no such path"}')
             behaviour = model.next()
             if behaviour == "slow":
-                time.sleep(model.delay)
+                time.sleep(model.delay)  # the fake model is slow on purpose: a timeout is under test
                 return self.reply(200, b"{}", quiet=True)
             if behaviour.isdigit():
                 return self.reply(int(behaviour), b'{"error":{"message":"upstream trouble"}}')
@@ -188,15 +188,17 @@ async def test_through_the_runtime_a_failing_model_falls_back_then_recovers(
             await agent.append("s", [user(f"question {i} " * 5), assistant(f"answer {i} " * 5)])
         view = await agent.context_view("s")
         assert view.pending_summary and view.tokens <= 400
-        with trio.fail_after(5):
-            while (await agent.stats()).summaries_failed == 0:
-                await trio.sleep(0.02)
+        async def failed() -> bool:
+            return (await agent.stats()).summaries_failed > 0
+
+        await eventually(failed, what="the summary to fail")
         view = await agent.context_view("s")
         assert not view.pending_summary and view.summary_version == 0 and view.tokens <= 400
         await agent.append("s", [user("still here?")])  # appends never wait for the model
         assert (await agent.context("s"))[-1] == user("still here?")
         model.default = "ok"
-        with trio.fail_after(10):
-            while (await agent.context_view("s")).summary_version == 0:
-                await trio.sleep(0.05)
+        async def summarized() -> bool:
+            return (await agent.context_view("s")).summary_version > 0
+
+        await eventually(summarized, what="the summary to be made", timeout=10)
         assert "User is John" in (await agent.context("s"))[1]["content"]

@@ -32,7 +32,7 @@ def run_and_kill(data_dir: Path, fsync: str, senders: int, actors: int, snapshot
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready", proc.stderr.read() if proc.stderr else ""
-    time.sleep(after)
+    time.sleep(after)  # the kill lands at a drawn moment of the writing: the moment is under test
     os.kill(proc.pid, signal.SIGKILL)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == -signal.SIGKILL, err

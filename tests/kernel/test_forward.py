@@ -104,9 +104,8 @@ async def test_a_forwarded_command_is_answered_by_the_actor_it_went_to() -> None
 async def test_a_forward_from_a_tell_is_a_tell() -> None:
     async with runtime() as rt:
         await rt.tell("relay", "r", Pass("c2", Add(3)))
-        with trio.fail_after(5):
-            while (await rt.ask("counter", "c2", Get()))[0] != 3:
-                await trio.sleep(0.001)
+        await trio.testing.wait_all_tasks_blocked()  # the relay forwarded, the counter added
+        assert (await rt.ask("counter", "c2", Get()))[0] == 3
 
 
 async def test_an_answering_job_answers_late_without_blocking_the_mailbox() -> None:
@@ -119,13 +118,11 @@ async def test_an_answering_job_answers_late_without_blocking_the_mailbox() -> N
             answers.append(await relay.ask(Later(gate, 4)))
 
         nursery.start_soon(ask_later)
-        await trio.sleep(0.01)
+        await trio.testing.wait_all_tasks_blocked()
         assert answers == []
         assert await relay.ask(Ping()) == "pong"  # the actor serves others meanwhile
         gate.set()
-        with trio.fail_after(5):
-            while not answers:
-                await trio.sleep(0.001)
+        await trio.testing.wait_all_tasks_blocked()
         assert answers == [40]
 
 

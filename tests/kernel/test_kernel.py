@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from waiting import eventually
 
 import mnemex
 from mnemex.effects import Image, Key
@@ -204,7 +205,7 @@ async def test_restore_failure_is_retried_with_backoff_then_quarantined(autojump
         with pytest.raises(mnemex.ActorCrashed, match="restore_quarantine"):
             await rt.ask("broken", "k", Get())
         assert len(attempts) == 3
-        await trio.sleep(61)
+        await trio.sleep(61)  # MockClock: the quarantine (60 s) passes at once
         with pytest.raises(mnemex.ActorCrashed):
             await rt.ask("broken", "k", Get())
         assert len(attempts) == 6
@@ -256,7 +257,7 @@ async def test_idle_actor_is_passivated_and_comes_back_transparently(autojump_cl
         ref = rt.ref("counter", "c")
         await ref.ask(Add(7))
         assert rt.stats().live == 1
-        await trio.sleep(30)
+        await trio.sleep(30)  # MockClock: past idle_timeout, no real wait
         assert rt.stats().live == 0
         assert rt.stats().passivations == 1
         assert await ref.ask(Get()) == (7, 1)
@@ -291,9 +292,10 @@ async def test_slow_job_runs_beside_the_actor_while_other_asks_are_answered() ->
             assert await ref.ask(Add(1)) == n + 1
         assert await ref.ask(Done()) == 0
         SLOW_GATES["g1"].set()
-        with trio.fail_after(5):
-            while await ref.ask(Done()) == 0:
-                await trio.sleep(0.001)
+        async def done() -> bool:
+            return await ref.ask(Done()) > 0
+
+        await eventually(done, what="the job's result (its thread woke on the gate)")
         assert await ref.ask(Get()) == (100, 100)
 
 
@@ -305,9 +307,10 @@ async def test_thread_job_result_comes_back_as_a_journaled_message(tmp_path: Any
         assert await ref.ask(Slow(seconds=0.3)) == "started"
         assert await ref.ask(Add(1)) == 1
         assert trio.current_time() - started < 0.25  # neither ask waited for the job
-        with trio.fail_after(5):
-            while await ref.ask(Done()) == 0:
-                await trio.sleep(0.02)
+        async def done() -> bool:
+            return await ref.ask(Done()) > 0
+
+        await eventually(done, what="the job's result, from its worker thread")
     async with mnemex.open_runtime(cfg, kinds=[counter_kind()]) as rt:
         assert await rt.ask("counter", "c", Done()) == 1
 

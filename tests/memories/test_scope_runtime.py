@@ -12,6 +12,7 @@ import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from waiting import eventually
 
 import mnemex
 import mnemex.lowlevel
@@ -326,9 +327,10 @@ async def test_the_graph_is_built_beside_the_actor_and_survives_a_restart(tmp_pa
         scope = rt.scope(user_id="u", app_name="a")
         await scope.remember_many([f"memory {i} about {WORDS[i % 10]} and {WORDS[(i * 7) % 10]}"
                                    for i in range(300)])
-        with trio.fail_after(30):
-            while (await scope.stats()).vector_mode != "hnsw":
-                await trio.sleep(0.01)
+        async def graph_built() -> bool:
+            return (await scope.stats()).vector_mode == "hnsw"
+
+        await eventually(graph_built, what="the HNSW graph, built in a worker thread", timeout=30)
         expected = signature(await scope.search("Paris guitar", mode="vector", min_score=-1.0))
     async with mnemex.open_runtime(cfg) as rt:
         scope = rt.scope(user_id="u", app_name="a")
@@ -456,9 +458,10 @@ async def test_archive_embeds_beside_the_scope_while_agent_and_scope_keep_servin
                 results.append(await rt.archive("assistant", "s1", user_id="alice", app_name="chat"))
 
             nursery.start_soon(archive)
-            with trio.fail_after(5):
-                while embedder.calls == 0:
-                    await trio.sleep(0.001)
+            async def embedding() -> bool:
+                return embedder.calls > 0
+
+            await eventually(embedding, what="the session's embedding to start (in a worker thread)")
             # the embedding is pending: both actors still answer at once
             with trio.fail_after(2):
                 await agent.append("s1", [{"role": "user", "content": "and my brother in Rome"}])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
+from waiting import eventually
 
 import mnemex
 
@@ -181,6 +183,18 @@ async def test_restart_on_the_same_data_dir_reads_everything_back(tmp_path: Path
         assert sorted(int(m["message"]["content"]) for m in body["messages"]) == list(range(30))
 
 
+async def _sse_streams(http: httpx.AsyncClient, count: int) -> bool:
+    """Whether the server has ``count`` server-sent event streams open (its gauge)."""
+    metrics = (await http.get("/metrics")).text
+    return f"mnemex_sse_streams {count:.1f}" in metrics.splitlines()
+
+
+def _async(check: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
+    async def checked() -> bool:
+        return check()
+    return checked
+
+
 async def _sse_lines(http: httpx.AsyncClient, url: str, out: list[str], ready: trio.Event | None = None) -> None:
     async with http.stream("GET", url) as response:
         assert response.status_code == 200
@@ -201,9 +215,7 @@ async def test_sse_replays_history_goes_live_and_ends_on_completion(tmp_path: Pa
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_sse_lines, http, "/stream/s?from-beginning=true", lines, ready)
             await ready.wait()
-            with trio.fail_after(5):
-                while "[LIVE_MODE]" not in lines:
-                    await trio.sleep(0.01)
+            await eventually(_async(lambda: "[LIVE_MODE]" in lines), what="the stream to go live")
             await http.post("/messages", json={"session_id": "s",
                                                "messages": [{"role": "assistant", "content": "new"}]})
             await http.post("/session/s/complete", json={})
@@ -224,10 +236,9 @@ async def test_sse_unknown_session_is_404_unless_waiting(tmp_path: Path, server:
         lines: list[str] = []
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_sse_lines, http, "/stream/later?wait-for-session=true&timeout=5s", lines)
-            await trio.sleep(0.2)
+            await eventually(lambda: _sse_streams(http, 1), what="the reader to wait for the session")
             await http.post("/messages", json={"session_id": "later",
                                                "messages": [{"role": "user", "content": "hello"}]})
-            await trio.sleep(0.1)
             await http.post("/session/later/complete", json={})
         assert any("hello" in line for line in lines) and lines[-1] == "[DONE]"
         r = await http.get("/stream/x", params={"timeout": "soon"})
@@ -241,13 +252,7 @@ async def test_sse_client_disconnect_frees_the_subscription(tmp_path: Path, serv
         await http.post("/messages", json={"session_id": "s", "messages": [{"role": "user", "content": "x"}]})
         with trio.move_on_after(0.3):
             await _sse_lines(http, "/stream/s", [])
-        with trio.fail_after(5):
-            while True:
-                metrics = (await http.get("/metrics")).text
-                gauge = [line for line in metrics.splitlines() if line.startswith("mnemex_sse_streams ")]
-                if gauge == ["mnemex_sse_streams 0.0"]:
-                    break
-                await trio.sleep(0.05)
+        await eventually(lambda: _sse_streams(http, 0), what="the stream to be freed")
 
 
 async def test_overload_answers_503_with_retry_after(tmp_path: Path, server: Any) -> None:
@@ -293,9 +298,7 @@ async def test_pushed_ndjson_chunks_reach_sse_readers_verbatim(tmp_path: Path, s
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_sse_lines, http, "/stream/s", lines, ready)
             await ready.wait()
-            with trio.fail_after(5):
-                while "[LIVE_MODE]" not in lines:
-                    await trio.sleep(0.01)
+            await eventually(_async(lambda: "[LIVE_MODE]" in lines), what="the stream to go live")
             body = b"".join(json.dumps(c).encode() + b"\n" for c in chunks)
             r = await http.post("/stream/s", content=body, headers={"content-type": "application/x-ndjson"})
             assert r.status_code == 200 and r.json()["chunks"] == 2
