@@ -2,9 +2,9 @@
 
 Run: python examples/agent_loop.py [DATA_DIR]
 
-Each turn the loop calls ``mnemex.context_for_model_call`` before the model (it
+Each turn the loop calls ``agent.context_for_model_call`` before the model (it
 stores the new user message and returns the pruned, compressed context) and
-``mnemex.record_turn`` after it (it stores the model's reply with the turn's
+``agent.record_turn`` after it (it stores the model's reply with the turn's
 token usage). The scripted model calls a tool once, so the loop also shows a
 tool chain being stored and kept whole. A small TokenBudget makes compression
 happen within a few turns; the summary arrives as a ``memory_compress`` tool
@@ -68,12 +68,12 @@ async def agent_turn(agent: mnemex.AgentRef, model: ScriptedModel, session: str,
                      query_id: str) -> str:
     new: list[dict[str, Any]] = [{"role": "user", "content": question}]
     for iteration in range(1, 5):
-        context = await mnemex.context_for_model_call(agent, session, new, query_id=query_id)
+        context = await agent.context_for_model_call(session, new, query_id=query_id)
         reply, usage = model.complete(context)
         tool_results = [run_tool(call) for call in reply.get("tool_calls") or ()]
         # the reply and the tool results it caused are stored together: a chain is never split
-        await mnemex.record_turn(agent, session, [reply, *tool_results], usage=usage,
-                                 iteration=iteration, query_id=query_id)
+        await agent.record_turn(session, [reply, *tool_results], usage=usage,
+                                iteration=iteration, query_id=query_id)
         if not tool_results:
             return str(reply["content"])
         new = []  # the tool results are stored; the next call only needs the context

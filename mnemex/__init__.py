@@ -2,8 +2,9 @@
 
 This module is the whole user-facing API: open a runtime, talk to agents
 (short-term memory) and scopes (long-term memory), and catch mnemex's errors.
-What actor-kind authors need is in ``mnemex.lowlevel``; everything else is
-private and may change.
+What people extending mnemex need (actor kinds, embedders, summarizers, token
+counters) is in ``mnemex.lowlevel``; the settings' sections are in
+``mnemex.config``; everything else is private and may change.
 """
 
 from mnemex.client import Client as Client
@@ -27,12 +28,6 @@ from mnemex.conversations.protocol import TurnHit as TurnHit
 from mnemex.conversations.protocol import TurnRecord as TurnRecord
 from mnemex.conversations.ref import AgentRef as AgentRef
 from mnemex.conversations.ref import SessionStream as SessionStream
-from mnemex.conversations.ref import context_for_model_call as context_for_model_call
-from mnemex.conversations.ref import record_turn as record_turn
-from mnemex.conversations.summaries import ExtractiveSummarizer as ExtractiveSummarizer
-from mnemex.conversations.summaries import LLMSummarizer as LLMSummarizer
-from mnemex.conversations.summaries import Summarizer as Summarizer
-from mnemex.conversations.tokens import TokenCounter as TokenCounter
 from mnemex.errors import ActorClosed as ActorClosed
 from mnemex.errors import ActorCrashed as ActorCrashed
 from mnemex.errors import Busy as Busy
@@ -48,7 +43,6 @@ from mnemex.errors import SummaryError as SummaryError
 from mnemex.errors import Timeout as Timeout
 from mnemex.errors import TooLarge as TooLarge
 from mnemex.errors import UnknownActorKind as UnknownActorKind
-from mnemex.memories.context import format_as_context as format_as_context
 from mnemex.memories.fields import MemoryFields as MemoryFields
 from mnemex.memories.protocol import Event as Event
 from mnemex.memories.protocol import Hit as Hit
@@ -61,8 +55,6 @@ from mnemex.memories.protocol import SessionAdded as SessionAdded
 from mnemex.memories.ref import ScopeRef as ScopeRef
 from mnemex.memories.tools import SEARCH_MEMORY_TOOL as SEARCH_MEMORY_TOOL
 from mnemex.memories.tools import execute_memory_tool as execute_memory_tool
-from mnemex.models.hashing import Embedder as Embedder
-from mnemex.models.hashing import HashingEmbedder as HashingEmbedder
 from mnemex.runtime import MnemexRuntime as MnemexRuntime
 from mnemex.runtime import open_runtime as open_runtime
 
@@ -82,15 +74,11 @@ __all__ = [
     "ContextView",
     "CorruptData",
     "DataDirLocked",
-    "Embedder",
     "EmbedderError",
     "Event",
-    "ExtractiveSummarizer",
-    "HashingEmbedder",
     "Hit",
     "InvalidInput",
     "KeepAll",
-    "LLMSummarizer",
     "MaxMessages",
     "MemoryPage",
     "MemoryFields",
@@ -112,20 +100,15 @@ __all__ = [
     "StorageError",
     "StoredMessage",
     "StreamEvent",
-    "Summarizer",
     "SummaryError",
     "Timeout",
     "TokenBudget",
-    "TokenCounter",
     "TooLarge",
     "Turn",
     "TurnHit",
     "TurnRecord",
     "UnknownActorKind",
-    "context_for_model_call",
     "execute_memory_tool",
-    "format_as_context",
     "load_config",
     "open_runtime",
-    "record_turn",
 ]

@@ -38,7 +38,7 @@ from mnemex.conversations.protocol import (
     TurnHit,
     TurnRecord,
 )
-from mnemex.conversations.ref import AgentRef, SessionStream, context_for_model_call, record_turn
+from mnemex.conversations.ref import AgentRef, SessionStream
 from mnemex.effects import Key
 from mnemex.errors import ActorClosed
 from mnemex.kernel import ActorKind, BlockingBridge, BlockingRef, RuntimeStats
@@ -232,14 +232,14 @@ class BlockingAgent:
                                query_id: str | None = None,
                                max_tokens: int | None = None) -> list[dict[str, Any]]:
         """Before a model call: store the turn's new input, return the context to send."""
-        return self._client._call(context_for_model_call, self._agent, session_id, list(new_messages),
+        return self._client._call(self._agent.context_for_model_call, session_id, list(new_messages),
                                   query_id=query_id, max_tokens=max_tokens)
 
     def record_turn(self, session_id: str, messages: Iterable[Any], *, usage: Mapping[str, Any] | None = None,
                     iteration: int | None = None, query_id: str | None = None,
                     metadata: Mapping[str, Any] | None = None) -> TurnRecord:
         """After a model call: store what the model said with the turn's metadata."""
-        return self._client._call(record_turn, self._agent, session_id, list(messages), usage=usage,
+        return self._client._call(self._agent.record_turn, session_id, list(messages), usage=usage,
                                   iteration=iteration, query_id=query_id, metadata=metadata)
 
     # -- streaming

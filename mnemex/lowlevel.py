@@ -11,6 +11,8 @@ actors with ``rt.ref(kind, key)``.
 from mnemex._host import Host
 from mnemex._protocol import Command, JsonCodec, Reply
 from mnemex.conversations.kind import agent_kind
+from mnemex.conversations.summaries import ExtractiveSummarizer, LLMSummarizer, Summarizer
+from mnemex.conversations.tokens import TokenCounter
 from mnemex.effects import (
     Behaviour,
     Effect,
@@ -35,9 +37,16 @@ from mnemex.kernel import (
 )
 from mnemex.kernel._replay import replay_actor, replay_data_dir
 from mnemex.memories.kind import ScopeKind, scope_kind
+from mnemex.models.hashing import Embedder, HashingEmbedder
 from mnemex.persistence.snapshot import encode_snapshot
 
 __all__ = [
+    "TokenCounter",
+    "Summarizer",
+    "LLMSummarizer",
+    "HashingEmbedder",
+    "ExtractiveSummarizer",
+    "Embedder",
     "ActorKind",
     "ActorRef",
     "Behaviour",

@@ -69,7 +69,7 @@ from mnemex.conversations.validation import messages_to_raw
 from mnemex.errors import Busy, InvalidInput, NotFound, Timeout
 from mnemex.kernel import ActorRef, Subscription
 
-__all__ = ["AgentRef", "AgentServices", "SessionStream", "context_for_model_call", "record_turn"]
+__all__ = ["AgentRef", "AgentServices", "SessionStream"]
 
 log = logging.getLogger("mnemex.agent")
 
@@ -243,6 +243,37 @@ class AgentRef:
                                                            now=time.time()))
         return reply
 
+    # -- around a model call -------------------------------------------------------
+    async def context_for_model_call(self, session_id: str, new_messages: Iterable[Any] = (), *,
+                                     query_id: str | None = None,
+                                     max_tokens: int | None = None) -> list[dict[str, Any]]:
+        """Call before each model call: store the turn's new input (a user message, tool
+        results) and return the context to send, pruned and compressed by policy."""
+        new = list(new_messages)
+        if new:
+            await self.append(session_id, new, query_id=query_id)
+        return await self.context(session_id, max_tokens=max_tokens)
+
+    async def record_turn(self, session_id: str, messages: Iterable[Any], *,
+                          usage: Mapping[str, Any] | None = None, iteration: int | None = None,
+                          query_id: str | None = None,
+                          metadata: Mapping[str, Any] | None = None) -> TurnRecord:
+        """Call after each model call: store what the model said (its assistant message,
+        and any tool results already produced) with the turn's metadata. ``usage`` is the
+        response's usage object (``prompt_tokens``/``completion_tokens``, or
+        ``input_tokens``/``output_tokens``)."""
+        used = usage or {}
+        input_tokens = used.get("prompt_tokens", used.get("input_tokens"))
+        output_tokens = used.get("completion_tokens", used.get("output_tokens"))
+        turn = Turn(iteration=iteration, input_tokens=input_tokens, output_tokens=output_tokens,
+                    metadata=dict(metadata or {}))
+        batch = list(messages)
+        if not batch:
+            raise InvalidInput("record_turn needs at least one message (the model's reply)", field="messages")
+        reply = await self.append(session_id, batch, query_id=query_id, turn=turn)
+        assert reply.turn is not None
+        return reply.turn
+
     # -- streaming ------------------------------------------------------------------
     async def relay(self, session_id: str, chunk: Any) -> None:
         """Hand a streaming chunk (a dict, or its JSON bytes) to the session's live
@@ -394,35 +425,3 @@ class SessionStream:
         subscription = getattr(self, "_subscription", None)  # None if __init__ raised
         if subscription is not None:
             subscription.closed = True
-
-
-# -- host integration ------------------------------------------------------------------
-async def context_for_model_call(agent: AgentRef, session_id: str, new_messages: Iterable[Any] = (), *,
-                                 query_id: str | None = None,
-                                 max_tokens: int | None = None) -> list[dict[str, Any]]:
-    """Call before each model call: store the turn's new input (a user message, tool
-    results) and return the context to send, pruned and compressed by policy."""
-    new = list(new_messages)
-    if new:
-        await agent.append(session_id, new, query_id=query_id)
-    return await agent.context(session_id, max_tokens=max_tokens)
-
-
-async def record_turn(agent: AgentRef, session_id: str, messages: Iterable[Any], *,
-                      usage: Mapping[str, Any] | None = None, iteration: int | None = None,
-                      query_id: str | None = None, metadata: Mapping[str, Any] | None = None) -> TurnRecord:
-    """Call after each model call: store what the model said (its assistant message,
-    and any tool results already produced) with the turn's metadata. ``usage`` is the
-    response's usage object (``prompt_tokens``/``completion_tokens``, or
-    ``input_tokens``/``output_tokens``)."""
-    used = usage or {}
-    input_tokens = used.get("prompt_tokens", used.get("input_tokens"))
-    output_tokens = used.get("completion_tokens", used.get("output_tokens"))
-    turn = Turn(iteration=iteration, input_tokens=input_tokens, output_tokens=output_tokens,
-                metadata=dict(metadata or {}))
-    batch = list(messages)
-    if not batch:
-        raise InvalidInput("record_turn needs at least one message (the model's reply)", field="messages")
-    reply = await agent.append(session_id, batch, query_id=query_id, turn=turn)
-    assert reply.turn is not None
-    return reply.turn

@@ -22,7 +22,6 @@ from mnemex.conversations.protocol import (
     StreamEvent,
     TokenBudget,
 )
-from mnemex.conversations.ref import context_for_model_call, record_turn
 
 
 def memory() -> mnemex.Config:
@@ -253,16 +252,16 @@ def test_the_blocking_client_offers_the_same_agent_calls(tmp_path: Path) -> None
 async def test_the_agent_loop_helpers_store_turns_and_give_the_context() -> None:
     async with mnemex.open_runtime(memory()) as rt:
         agent = rt.agent("bot")
-        context = await context_for_model_call(agent, "s", [user("book a flight to Lisbon")], query_id="q1")
+        context = await agent.context_for_model_call("s", [user("book a flight to Lisbon")], query_id="q1")
         assert context == [user("book a flight to Lisbon")]
-        turn = await record_turn(agent, "s", [assistant("Booked flight TP123 to Lisbon.")], iteration=1,
+        turn = await agent.record_turn("s", [assistant("Booked flight TP123 to Lisbon.")], iteration=1,
                                  usage={"prompt_tokens": 50, "completion_tokens": 9}, query_id="q1")
         assert (turn.iteration, turn.input_tokens, turn.output_tokens) == (1, 50, 9)
         assert await agent.turns("s") == [turn]
         hits = await agent.search_turns("Lisbon flight")
         assert hits and hits[0].turn == turn
         with pytest.raises(mnemex.InvalidInput, match="at least one message"):
-            await record_turn(agent, "s", [])
+            await agent.record_turn("s", [])
 
 
 async def test_bad_stream_arguments_are_rejected_before_anything_is_registered() -> None:

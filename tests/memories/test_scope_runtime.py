@@ -17,6 +17,7 @@ from waiting import eventually
 import mnemex
 import mnemex.lowlevel
 from mnemex._ids import IdClock
+from mnemex.memories.context import format_as_context
 from mnemex.memories.protocol import SearchRequest
 from mnemex.memories.service import MemoryService
 from mnemex.models.batcher import EmbeddingBatcher
@@ -419,8 +420,8 @@ async def test_fields_accept_datetimes_and_iso_strings_and_update_reembeds() -> 
 def test_format_as_context_puts_each_memory_on_one_line() -> None:
     records = [mnemex.MemoryRecord(id="1", content="likes\n  green tea"),
                mnemex.MemoryRecord(id="2", content="a b")]
-    assert mnemex.format_as_context(records) == "[User Memory]\n- likes green tea\n- a b"
-    assert mnemex.format_as_context([]) == ""
+    assert format_as_context(records) == "[User Memory]\n- likes green tea\n- a b"
+    assert format_as_context([]) == ""
 
 
 class _GatedEmbedder:
@@ -429,7 +430,7 @@ class _GatedEmbedder:
     def __init__(self) -> None:
         import threading
 
-        self.inner = mnemex.HashingEmbedder(dim=64)
+        self.inner = HashingEmbedder(dim=64)
         self.name, self.dim = "gated", 64
         self.gate = threading.Event()
         self.fail = False
