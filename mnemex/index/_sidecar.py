@@ -20,7 +20,7 @@ import hashlib
 import struct
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -246,3 +246,29 @@ def require_words_scheme(what: str) -> Callable[[Any], None]:
 def corrupt(what: str, problem: str) -> CorruptData:
     """CorruptData for a sidecar whose parts disagree with each other."""
     return CorruptData(f"{what} sidecar is inconsistent: {problem}; rebuild the index from its records")
+
+
+class SidecarIndex:
+    """What the indexes kept as sidecars share: reading a sidecar's header, and (for
+    the indexes whose only setting is the ``words()`` tokenization) reading one back.
+    A subclass names its ``sidecar_magic``, ``sidecar_name`` and ``sidecar_arrays``
+    and fills itself in ``_load``."""
+
+    sidecar_magic: ClassVar[bytes]
+    sidecar_name: ClassVar[str]
+    sidecar_arrays: ClassVar[Mapping[str, npt.DTypeLike]]
+
+    @classmethod
+    def sidecar_info(cls, data: bytes | memoryview) -> dict[str, Any]:
+        """What a sidecar of this index covers, from its header alone: ``docs``,
+        ``ids_checksum`` (compare with :func:`doc_ids_checksum` of the ids the owner
+        restored), ``params`` and ``version``. CorruptData when unreadable."""
+        return sidecar_info(data, cls.sidecar_magic, cls.sidecar_name)
+
+    @classmethod
+    def _from_words_sidecar(cls, data: bytes | memoryview) -> Self:
+        """An index of the default settings filled from *data* (see ``from_sidecar``)."""
+        index = cls()
+        load_sidecar(index, data, cls.sidecar_magic, cls.sidecar_name, cls.sidecar_arrays,
+                     check=require_words_scheme(cls.sidecar_name))
+        return index

@@ -58,11 +58,11 @@ from mnemex.index._select import (
 )
 from mnemex.index._sidecar import (
     Sidecar,
+    SidecarIndex,
     corrupt,
     doc_ids_checksum,
     load_sidecar,
     pack_sidecar,
-    sidecar_info,
 )
 from mnemex.index.tokenizer import ParsedQuery, Phrase, Tokenizer
 
@@ -161,13 +161,17 @@ def _idf(n_docs: int, df: int) -> float:
     return math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
 
 
-class BM25Index:
+class BM25Index(SidecarIndex):
     """Okapi BM25 (BM25F over content and an optional context field) with
     positional content postings so quoted phrases are honoured.
 
     ``search`` is vectorised: per query term one gather and a few array
     operations over that term's postings; phrase checks touch only the documents
     that hold every phrase word."""
+
+    sidecar_magic = _MAGIC
+    sidecar_name = "BM25"
+    sidecar_arrays = _SIDECAR_ARRAYS
 
     def __init__(self, k1: float = 1.5, b: float = 0.75, tokenizer: Tokenizer | None = None,
                  context_weight: float = 0.5) -> None:
@@ -480,12 +484,6 @@ class BM25Index:
         load_sidecar(index, data, _MAGIC, "BM25", _SIDECAR_ARRAYS, check=check)
         return index
 
-    @staticmethod
-    def sidecar_info(data: bytes | memoryview) -> dict[str, Any]:
-        """What a BM25 sidecar covers, from its header alone: ``docs``,
-        ``ids_checksum`` (compare with :func:`doc_ids_checksum` of the ids the
-        owner restored), ``params`` and ``version``. CorruptData when unreadable."""
-        return sidecar_info(data, _MAGIC, "BM25")
 
     # -- insides ---------------------------------------------------------------------
     def _settings(self) -> dict[str, Any]:

@@ -45,13 +45,11 @@ from mnemex.index._select import (
 from mnemex.index._sidecar import (
     WORDS_SCHEME,
     Sidecar,
+    SidecarIndex,
     TermsByDoc,
     corrupt,
     doc_ids_checksum,
-    load_sidecar,
     pack_sidecar,
-    require_words_scheme,
-    sidecar_info,
 )
 from mnemex.index.tokenizer import words
 
@@ -75,12 +73,16 @@ _SIDECAR_ARRAYS: dict[str, np.dtype[Any]] = {
 }
 
 
-class KeywordIndex:
+class KeywordIndex(SidecarIndex):
     """Inverted index for the classic word-overlap matching.
 
     ``search`` costs O(capacity / SIMD width) per common query word plus
     O(postings) per rare one; memory is one byte per (common word, doc id) and
     about 8 bytes per (rare word, document)."""
+
+    sidecar_magic = _MAGIC
+    sidecar_name = "keyword"
+    sidecar_arrays = _SIDECAR_ARRAYS
 
     # Tuning (class attributes so tests can shrink them to reach every path):
     _dense_min = 256       # a word is never dense below this many documents
@@ -310,16 +312,7 @@ class KeywordIndex:
         what is wrong, when *data* is damaged, truncated, of another format
         version, or was built with another tokenization (then it is stale:
         rebuild the index from the records)."""
-        index = cls()
-        load_sidecar(index, data, _MAGIC, "keyword", _SIDECAR_ARRAYS, check=require_words_scheme("keyword"))
-        return index
-
-    @staticmethod
-    def sidecar_info(data: bytes | memoryview) -> dict[str, Any]:
-        """What a keyword sidecar covers, from its header alone: ``docs``,
-        ``ids_checksum`` (compare with :func:`doc_ids_checksum` of the ids the
-        owner restored), ``params`` and ``version``. CorruptData when unreadable."""
-        return sidecar_info(data, _MAGIC, "keyword")
+        return cls._from_words_sidecar(data)
 
     # -- insides ---------------------------------------------------------------------
     def _load(self, sidecar: Sidecar) -> None:

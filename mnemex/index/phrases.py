@@ -27,13 +27,11 @@ from mnemex.index._select import Allowed, allowed_ids, check_doc_id, check_top_k
 from mnemex.index._sidecar import (
     WORDS_SCHEME,
     Sidecar,
+    SidecarIndex,
     TermsByDoc,
     corrupt,
     doc_ids_checksum,
-    load_sidecar,
     pack_sidecar,
-    require_words_scheme,
-    sidecar_info,
 )
 from mnemex.index.tokenizer import words
 
@@ -116,12 +114,16 @@ class PhraseMatcher:
         return found
 
 
-class EntityIndex:
+class EntityIndex(SidecarIndex):
     """Which documents carry which entity names, and a search that finds the
     documents whose entities are named in a query.
 
     ``search`` ranks by the number of distinct matched entities, then by lower
     doc id, and returns (doc_id, matched_count)."""
+
+    sidecar_magic = _MAGIC
+    sidecar_name = "entity"
+    sidecar_arrays = _SIDECAR_ARRAYS
 
     def __init__(self) -> None:
         self._matcher = PhraseMatcher()
@@ -202,16 +204,7 @@ class EntityIndex:
         what is wrong, when *data* is damaged, truncated, of another format
         version, or was built with another normalisation (then it is stale:
         rebuild the index from the records)."""
-        index = cls()
-        load_sidecar(index, data, _MAGIC, "entity", _SIDECAR_ARRAYS, check=require_words_scheme("entity"))
-        return index
-
-    @staticmethod
-    def sidecar_info(data: bytes | memoryview) -> dict[str, Any]:
-        """What an entity sidecar covers, from its header alone: ``docs``,
-        ``ids_checksum`` (compare with :func:`doc_ids_checksum` of the ids the
-        owner restored), ``params`` and ``version``. CorruptData when unreadable."""
-        return sidecar_info(data, _MAGIC, "entity")
+        return cls._from_words_sidecar(data)
 
     def _load(self, sidecar: Sidecar) -> None:
         header, arrays, data = sidecar.header, sidecar.arrays, sidecar.data
