@@ -44,13 +44,11 @@ from mnemex.errors import Timeout as Timeout
 from mnemex.errors import TooLarge as TooLarge
 from mnemex.errors import UnknownActorKind as UnknownActorKind
 from mnemex.memories.fields import MemoryFields as MemoryFields
-from mnemex.memories.protocol import Event as Event
 from mnemex.memories.protocol import Hit as Hit
 from mnemex.memories.protocol import MemoryPage as MemoryPage
 from mnemex.memories.protocol import MemoryRecord as MemoryRecord
 from mnemex.memories.protocol import ScopeStats as ScopeStats
 from mnemex.memories.protocol import SearchResult as SearchResult
-from mnemex.memories.protocol import Session as Session
 from mnemex.memories.protocol import SessionAdded as SessionAdded
 from mnemex.memories.ref import ScopeRef as ScopeRef
 from mnemex.memories.tools import SEARCH_MEMORY_TOOL as SEARCH_MEMORY_TOOL
@@ -75,7 +73,6 @@ __all__ = [
     "CorruptData",
     "DataDirLocked",
     "EmbedderError",
-    "Event",
     "Hit",
     "InvalidInput",
     "KeepAll",
@@ -92,7 +89,6 @@ __all__ = [
     "ScopeRef",
     "ScopeStats",
     "SearchResult",
-    "Session",
     "SessionAdded",
     "SessionInfo",
     "SessionStream",

@@ -121,7 +121,7 @@ def test_the_public_face_is_pinned() -> None:
         "MaxMessages", "TokenBudget", "KeepAll", "Stateless", "SummaryError",
         # long-term memory
         "ScopeRef", "MemoryFields", "MemoryRecord", "Hit", "SearchResult", "MemoryPage", "ScopeStats",
-        "Session", "Event", "SessionAdded", "SEARCH_MEMORY_TOOL", "execute_memory_tool",
+        "SessionAdded", "SEARCH_MEMORY_TOOL", "execute_memory_tool",
         # errors
         "MnemexError", "InvalidInput", "UnknownActorKind", "TooLarge", "NotFound", "Busy", "Timeout",
         "ActorClosed", "ActorCrashed", "ModelError", "EmbedderError", "CorruptData", "StorageError",

@@ -18,7 +18,7 @@ import mnemex
 import mnemex.lowlevel
 from mnemex._ids import IdClock
 from mnemex.memories.context import format_as_context
-from mnemex.memories.protocol import SearchRequest
+from mnemex.memories.protocol import Event, SearchRequest, Session
 from mnemex.memories.service import MemoryService
 from mnemex.models.batcher import EmbeddingBatcher
 from mnemex.models.hashing import HashingEmbedder
@@ -72,8 +72,8 @@ def test_search_never_returns_another_scopes_memory(workers: list[list[Any]]) ->
                     if what == "remember":
                         stored[(app, user)].add(await scope.remember(f"{text} ({number}.{step}) {tag}"))
                     elif what == "session":
-                        session = mnemex.Session(f"s{number}.{step}", app, user,
-                                                 events=[mnemex.Event("user", f"{text} {tag}", 1.0 + step)])
+                        session = Session(f"s{number}.{step}", app, user,
+                                                 events=[Event("user", f"{text} {tag}", 1.0 + step)])
                         added = await service.add_session(session)
                         stored[(app, user)].update(added.ids)
                     elif what == "forget" and stored[(app, user)]:
@@ -126,8 +126,8 @@ async def test_search_results_are_identical_after_a_restart(tmp_path: Path) -> N
         await scope.remember_many([f"filler memory number {i} about tea" for i in range(40)])
         await scope.forget(ids[3])
         await scope.update(ids[0], importance=0.9)
-        await scope.add_session(mnemex.Session("s1", "chat", "alice", events=[
-            mnemex.Event("user", "I adopted a cat in Paris", 1_710_000_000.0)]))
+        await scope.add_session(Session("s1", "chat", "alice", events=[
+            Event("user", "I adopted a cat in Paris", 1_710_000_000.0)]))
         count = await scope.count()
         for query in QUERIES:
             for mode in MODES:
@@ -195,12 +195,12 @@ async def test_multi_scope_search_merges_one_comparable_ranking() -> None:
 async def test_add_session_is_idempotent_and_skips_events_without_text() -> None:
     async with mnemex.open_runtime(config(max_content_bytes=64)) as rt:
         service = MemoryService(rt.scope_services())
-        session = mnemex.Session("s1", "chat", "alice", events=[
-            mnemex.Event("user", "I moved to Lisbon in May", 1_714_000_000.0),
-            mnemex.Event("model", {"parts": [{"text": "Lisbon is lovely"}]}, 1_714_000_001.0),
-            mnemex.Event("model", None, 1_714_000_002.0),
-            mnemex.Event("model", {"parts": [{"function_call": {"name": "x"}}]}, 1_714_000_003.0),
-            mnemex.Event("user", " ".join(f"word{i}" for i in range(30)), 1_714_000_004.0),  # cut in pieces
+        session = Session("s1", "chat", "alice", events=[
+            Event("user", "I moved to Lisbon in May", 1_714_000_000.0),
+            Event("model", {"parts": [{"text": "Lisbon is lovely"}]}, 1_714_000_001.0),
+            Event("model", None, 1_714_000_002.0),
+            Event("model", {"parts": [{"function_call": {"name": "x"}}]}, 1_714_000_003.0),
+            Event("user", " ".join(f"word{i}" for i in range(30)), 1_714_000_004.0),  # cut in pieces
         ])
         first = await service.add_session(session)
         assert first.added == len(first.ids) >= 4
