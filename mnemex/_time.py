@@ -9,11 +9,19 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 from mnemex.errors import InvalidInput
 
 __all__ = ["check_seconds", "iso", "seconds"]
+
+_LATEST: Final = 253_402_300_800.0  # 10000-01-01T00:00:00Z: times are years 1970 to 9999
+
+
+def _in_range(value: float, what: str, given: Any) -> float:
+    if not 0.0 <= value < _LATEST:
+        raise InvalidInput(f"{what} {given!r} is outside the years 1970 to 9999", field=what)
+    return value
 
 
 def seconds(value: Any, what: str) -> float | None:
@@ -22,17 +30,19 @@ def seconds(value: Any, what: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, datetime):
-        return (value if value.tzinfo is not None else value.replace(tzinfo=UTC)).timestamp()
+        return _in_range((value if value.tzinfo is not None else value.replace(tzinfo=UTC)).timestamp(),
+                         what, value)
     if isinstance(value, str):
         try:
             parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
         except ValueError as exc:
             raise InvalidInput(f"{what} {value!r} is not an ISO 8601 time", field=what) from exc
-        return (parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)).timestamp()
+        return _in_range((parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)).timestamp(),
+                         what, value)
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise InvalidInput(f"{what} must be seconds since the epoch, a datetime or an ISO 8601 string, "
                            f"got {value!r}", field=what)
-    return float(value)
+    return _in_range(float(value), what, value)
 
 
 def iso(value: float) -> str:
@@ -45,4 +55,4 @@ def check_seconds(value: Any, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
         raise InvalidInput(f"{what} must be seconds since the epoch (a finite number >= 0), got {value!r}",
                            field=what)
-    return float(value)
+    return _in_range(float(value), what, value)

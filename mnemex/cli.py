@@ -128,7 +128,7 @@ def load_settings(args: argparse.Namespace) -> Config:
         try:
             table = msgspec.toml.decode(Path(args.config).read_bytes())
         except (OSError, msgspec.DecodeError) as exc:
-            raise SystemExit(f"mnemex: cannot read config {args.config}: {exc}") from exc
+            raise InvalidInput(f"cannot read config {args.config}: {exc}", field="config") from None
     server = dict(table.pop("server", {}) or {})
     storage = dict(table.pop("storage", {}) or {})
     env = os.environ
@@ -146,11 +146,8 @@ def load_settings(args: argparse.Namespace) -> Config:
         try:
             server["port"] = int(server["port"])
         except ValueError:
-            raise SystemExit(f"mnemex: port {server['port']!r} is not a number") from None
-    try:
-        return load_config({**table, "storage": storage, "server": server})
-    except InvalidInput as exc:
-        raise SystemExit(f"mnemex: {exc}") from exc
+            raise InvalidInput(f"port {server['port']!r} is not a number", field="server.port") from None
+    return load_config({**table, "storage": storage, "server": server})
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -160,8 +157,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from mnemex.server import serve
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    trio.run(serve, load_settings(args))
+    try:
+        config = load_settings(args)
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        trio.run(serve, config)
+    except InvalidInput as exc:  # what the operator must fix: one line, no traceback
+        print(f"mnemex serve: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -151,8 +151,8 @@ class ConversationsConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fi
     (``Config(agent_policy=...)``), and ``max_message_bytes`` as it is."""
 
     section: ClassVar[str] = "conversations"
-    max_message_bytes: PositiveInt = 1_048_576
-    """Longest chat message (encoded) in bytes."""
+    max_message_bytes: PositiveInt = 10_485_760
+    """Longest chat message (encoded) in bytes: 10 MiB, as a tool result may be."""
     policy: Literal["max_messages", "token_budget", "keep_all", "stateless", "none"] = "max_messages"
     """Default pruning policy of every agent (an agent or a session may set its own):
     ``max_messages`` (MaxMessages(max_messages)), ``token_budget``
@@ -307,18 +307,65 @@ class ServerConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8080
     """Port to listen on; 0 picks a free one."""
     token: str | None = None
-    """Bearer token required on every route (but /health when ``open_health``)."""
+    """Bearer token required on every route (but /health when ``open_health``). Without
+    one, the server refuses what a web page could forge (other origins, other Host
+    names, non-JSON bodies on JSON routes)."""
     open_health: bool = True
     agent: str = "ark"
     """The agent the un-prefixed conversation routes use."""
-    max_body_bytes: PositiveInt = 1_048_576
-    """Largest request body; past it 413."""
+    max_body_bytes: PositiveInt = 10_485_760
+    """Largest request body (10 MiB: a turn with large tool results); past it 413. Each
+    memory still has its own limit (``memories.max_content_bytes``)."""
+    allowed_hosts: tuple[str, ...] = ()
+    """Host names (without port) accepted besides the loopback names and ``host``; any
+    other ``Host`` header is refused (DNS rebinding) when no token is set."""
+    cors_origins: tuple[str, ...] = ()
+    """Origins (``https://app.example``) that may call the server from a browser; any
+    other cross-origin request is refused."""
+    keep_alive_timeout: PositiveFloat = 5.0
+    """Seconds an idle keep-alive connection, or one still sending its request
+    headers, stays open."""
+    body_timeout: PositiveFloat = 30.0
+    """Seconds a JSON request body may take to arrive whole; past it 408."""
+    idle_read_timeout: PositiveFloat = 300.0
+    """Seconds of silence from a client in the middle of a request body (a pushed
+    stream included) after which its connection is closed."""
+    max_concurrent_requests: PositiveInt = 1024
+    """Requests (open streams included) served at once; past it 503 with Retry-After."""
+    max_batch_scopes: PositiveInt = 100
+    """Distinct (user_id, app_name) scopes one ``POST /memory/batch`` may name."""
+    allow_bare_purge: bool = False
+    """``DELETE /messages`` with no parameter purges every session (the Ark reference
+    service's behaviour). Off: purging everything needs ``all=true``."""
+    stream_retention: NonNegativeFloat = 300.0
+    """Seconds a completed pushed stream stays readable (``from-beginning=true``)."""
+    stream_max_chunks: PositiveInt = 10_000
+    """Chunks one pushed stream retains; a push past it gets 413."""
+    stream_max_bytes: PositiveInt = 16_777_216
+    """Bytes of chunks one pushed stream retains; a push past it gets 413."""
+    max_streams: PositiveInt = 10_000
+    """Pushed streams kept at once; past it the oldest completed ones are dropped, and
+    a new stream is refused (503) while every kept one is still open."""
+    stream_max_wait: PositiveFloat = 3600.0
+    """Longest a reader waits for a stream that has not started, whatever it asks."""
+    stream_heartbeat: PositiveFloat = 15.0
+    """Seconds between ``: ping`` comment lines sent to a waiting stream reader."""
     shutdown_grace: NonNegativeFloat = 10.0
     """Seconds in-flight requests may take to finish after SIGTERM/SIGINT."""
     access_log: bool = False
     """Log one JSON line per request to the ``mnemex.access`` logger (INFO). Off by
     default: a logged line costs about 70 us of the event loop's time, some 15% of a
     request; the per-route counts and latencies are always on ``/metrics``."""
+
+    def _check(self) -> None:
+        if self.token is not None and not self.token.strip():
+            raise self._invalid("token", "is empty; give a secret, or no token at all")
+        if not self.host.strip():
+            raise self._invalid("host", "is empty; give an address such as 127.0.0.1")
+        for origin in self.cors_origins:
+            if not origin.startswith(("http://", "https://")) or origin.endswith("/"):
+                raise self._invalid("cors_origins", f"has {origin!r}; an origin is scheme://host[:port] "
+                                                    f"with no path, e.g. https://app.example")
 
 
 _SECTIONS: Final[dict[str, type[_Section]]] = {
@@ -493,7 +540,8 @@ def load_config(data: bytes | str | Mapping[str, Any], *, fmt: Literal["toml", "
                 raise _given_as(exc.__cause__, labels) from None
             where = re.search(r"at `\$\.(\w+)`", str(exc))
             field = f"{name}.{where.group(1)}" if where else name
-            error = InvalidInput(f"config.{field}: {exc}".replace("`$.", f"`{name}."), field=field)
+            given = f" (got {values[where.group(1)]!r})" if where and where.group(1) in values else ""
+            error = InvalidInput(f"config.{field}: {exc}{given}".replace("`$.", f"`{name}."), field=field)
             raise _given_as(error, labels) from exc
     return Config(**sections)
 

@@ -9,7 +9,7 @@ background thread for hosts that are not trio.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -32,7 +32,7 @@ from mnemex.kernel import (
 )
 from mnemex.memories.kind import SCOPE_KIND, ScopeKind, scope_kind
 from mnemex.memories.protocol import SearchMode, SearchResult, SessionAdded
-from mnemex.memories.ref import ScopeRef, ScopeServices, archive_session, search_scopes
+from mnemex.memories.ref import ScopeRef, ScopeServices, archive_session, remember_in_scopes, search_scopes
 from mnemex.models.batcher import EmbeddingBatcher
 
 __all__ = ["MnemexRuntime", "open_runtime"]
@@ -88,6 +88,13 @@ class MnemexRuntime:
         its scope)."""
         return await search_scopes(self.scope_services(), query, scopes, top_k, mode=mode,
                                    min_score=min_score, filter=filter)
+
+    async def remember_many(self, items: Sequence[tuple[str, str, Mapping[str, Any]]]) -> list[str]:
+        """Store memories in several scopes at once, ``[(app_name, user_id, {"content":
+        ..., any field of remember}), ...]``, all or none: every memory is checked
+        before any is stored (InvalidInput naming ``memories[i]``), and a scope that
+        fails to store undoes what the others newly stored. Ids in the order given."""
+        return await remember_in_scopes(self.scope_services(), items)
 
     async def archive(self, agent_name: str, session_id: str, *, user_id: str, app_name: str) -> SessionAdded:
         """Move one session of agent ``agent_name`` into the long-term memory of

@@ -329,8 +329,8 @@ class AgentMemory:
                 return self._complete(session_id, timestamp)
             case DeleteSession(session_id=session_id, timestamp=timestamp):
                 return self._delete(session_id, timestamp)
-            case DeleteAllSessions(timestamp=timestamp):
-                return self._delete_all(timestamp)
+            case DeleteAllSessions(timestamp=timestamp, restart_sequence=restart):
+                return self._delete_all(timestamp, restart)
             case ListSessions(now=now):
                 return [self._info(conv) for conv in self._live_sessions(now)]
             case GetStats(now=now):
@@ -487,7 +487,7 @@ class AgentMemory:
         self.session_policies.pop(checked, None)
         return Step(SessionsDeleted(session_ids=removed, messages_removed=count), tuple(effects))
 
-    def _delete_all(self, timestamp: Any) -> Any:
+    def _delete_all(self, timestamp: Any, restart_sequence: bool) -> Any:
         timestamp = check_seconds(timestamp, "timestamp")
         self._tick(timestamp)
         removed = list(self.sessions)
@@ -498,6 +498,8 @@ class AgentMemory:
             count += n
             effects.append(emit)
         self.session_policies.clear()
+        if restart_sequence:
+            self.sequence = 0
         return Step(SessionsDeleted(session_ids=removed, messages_removed=count), tuple(effects))
 
     def _set_policy(self, policy: Any, session_id: Any) -> PolicySet:

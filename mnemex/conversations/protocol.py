@@ -456,7 +456,12 @@ class DeleteSession(AgentCommand, frozen=True, tag="agent.delete_session"):
 
 
 class DeleteAllSessions(AgentCommand, frozen=True, tag="agent.delete_all"):
+    """Delete every session. ``restart_sequence``: the next message stored gets
+    sequence 1 again (False in journals written before it existed: replay keeps the
+    numbers it acknowledged then)."""
+
     timestamp: float = 0.0
+    restart_sequence: bool = False
 
 
 class SetPolicy(AgentCommand, frozen=True, tag="agent.set_policy"):

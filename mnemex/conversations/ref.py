@@ -172,8 +172,10 @@ class AgentRef:
         return bool(reply.session_ids)
 
     async def delete_all(self) -> SessionsDeleted:
-        """Delete every session of this agent (its policy and TTL stay)."""
-        reply: SessionsDeleted = await self._ask(DeleteAllSessions(timestamp=time.time()))
+        """Delete every session of this agent (its policy and TTL stay); the next
+        message stored gets sequence 1."""
+        reply: SessionsDeleted = await self._ask(DeleteAllSessions(timestamp=time.time(),
+                                                                   restart_sequence=True))
         return reply
 
     async def set_policy(self, policy: Policy | None, session_id: str | None = None) -> PolicySet:

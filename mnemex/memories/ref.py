@@ -168,9 +168,16 @@ class ScopeRef:
         return memory
 
     async def _store(self, memories: list[NewMemory]) -> list[str]:
+        ids, _ = await self._store_reporting(memories)
+        return ids
+
+    async def _store_reporting(self, memories: list[NewMemory]) -> tuple[list[str], list[bool]]:
+        """Embed and store; the ids in order, and whether each was new (not a
+        duplicate of a stored memory)."""
         now = time.time()
         embedder = self.embedder
         ids: list[str] = []
+        created: list[bool] = []
         step = self._config.memories.max_memories_per_command
         for start in range(0, len(memories), step):
             chunk = memories[start:start + step]
@@ -180,7 +187,29 @@ class ScopeRef:
             reply: Remembered = await self._ref.ask(Remember(memories=with_vectors, embedder=embedder.name,
                                                              dim=embedder.dim, now=now))
             ids.extend(reply.ids)
-        return ids
+            created.extend(reply.created)
+        return ids, created
+
+    def _checked_many(self, memories: Iterable[str | Mapping[str, Any]], now: float,
+                      where: str = "memories") -> list[NewMemory]:
+        batch: list[NewMemory] = []
+        for index, item in enumerate(memories):
+            try:
+                batch.append(self._checked_one(item, now))
+            except InvalidInput as exc:  # TooLarge too: name the item in the batch
+                exc.field = f"{where}[{index}]" + (f".{exc.field}" if exc.field else "")
+                raise
+        return batch
+
+    def _checked_one(self, item: str | Mapping[str, Any], now: float) -> NewMemory:
+        if isinstance(item, str):
+            return self._new_memory(item, {}, now)
+        if not isinstance(item, Mapping):
+            raise InvalidInput(f"a memory must be a string or a dict, got {type(item).__name__}", field="")
+        fields = dict(item)
+        if "content" not in fields:
+            raise InvalidInput("a memory has no content", field="content")
+        return self._new_memory(fields.pop("content"), fields, now)
 
     # -- writing ----------------------------------------------------------------------------
     async def remember(self, content: str, **fields: Any) -> str:
@@ -196,19 +225,7 @@ class ScopeRef:
         """Store several memories (strings, or dicts with ``content`` and any field of
         ``remember``), all or none per ``config.memories.max_memories_per_command``; returns
         their ids in order."""
-        now = time.time()
-        batch: list[NewMemory] = []
-        for index, item in enumerate(memories):
-            if isinstance(item, str):
-                batch.append(self._new_memory(item, {}, now))
-            elif isinstance(item, Mapping):
-                fields = dict(item)
-                if "content" not in fields:
-                    raise InvalidInput(f"memory {index} has no content", field=f"memories[{index}].content")
-                batch.append(self._new_memory(fields.pop("content"), fields, now))
-            else:
-                raise InvalidInput(f"memory {index} must be a string or a dict, got {type(item).__name__}",
-                                   field=f"memories[{index}]")
+        batch = self._checked_many(memories, time.time())
         if not batch:
             return []
         return await self._store(batch)
@@ -388,6 +405,43 @@ async def search_scopes(services: ScopeServices, query: str, scopes: Iterable[tu
     for key in keys:
         services.touch(key, (hit for hit in merged if (hit.app_name, hit.user_id) == key))
     return SearchResult(hits=merged, mode=command.mode)
+
+
+async def remember_in_scopes(services: ScopeServices,
+                             items: Sequence[tuple[str, str, Mapping[str, Any]]]) -> list[str]:
+    """Store memories in several scopes, ``[(app_name, user_id, {"content": ..., ...})]``,
+    all or none: every memory of every scope is checked before any is stored (an
+    error names ``memories[i]``); if storing in one scope fails, what the earlier
+    scopes newly stored is forgotten again. Returns the ids in the order given."""
+    now = time.time()
+    groups: dict[tuple[str, str], list[int]] = {}
+    for index, (app_name, user_id, _) in enumerate(items):
+        groups.setdefault((app_name, user_id), []).append(index)
+    prepared: list[tuple[ScopeRef, list[int], list[NewMemory]]] = []
+    for (app_name, user_id), indexes in groups.items():
+        scope = ScopeRef(services, user_id=user_id, app_name=app_name)
+        try:
+            checked = scope._checked_many([items[i][2] for i in indexes], now)
+        except InvalidInput as exc:  # renumber: the position in the whole batch
+            head, _, rest = (exc.field or "").partition("]")
+            exc.field = f"memories[{indexes[int(head.removeprefix('memories['))]}]{rest}"
+            raise
+        prepared.append((scope, indexes, checked))
+    ids: list[str] = [""] * len(items)
+    stored: list[tuple[ScopeRef, list[str]]] = []
+    try:
+        for scope, indexes, checked in prepared:
+            scope_ids, created = await scope._store_reporting(checked)
+            stored.append((scope, [i for i, new in zip(scope_ids, created, strict=True) if new]))
+            for i, memory_id in zip(indexes, scope_ids, strict=True):
+                ids[i] = memory_id
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            for scope, new_ids in stored:
+                if new_ids:
+                    await scope.forget_many(new_ids)
+        raise
+    return ids
 
 
 # -- sessions of agents into memory --------------------------------------------------------------

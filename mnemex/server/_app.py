@@ -1,48 +1,90 @@
-"""The Starlette application: the conversation API agent platforms speak, the
-memory API, and operations (health, metrics, OpenAPI).
+"""The Starlette application: the conversation API agent platforms speak, pushed
+streams, the memory API, and operations (health, metrics, OpenAPI).
 
-Every handler validates its input with msgspec, asks the runtime, and answers
-JSON; errors are ``{"error": ...}`` with the status from ``_http.STATUS``.
-The app runs inside the runtime's own trio run (hypercorn's trio worker), so a
-handler awaits actors directly.
+Every route is declared once in ``build_app`` with the query parameters it takes
+(any other is a 400 naming it) and whether its body is JSON (any other content
+type is a 415). Every handler validates its input with msgspec, asks the runtime,
+and answers JSON; errors are ``{"error": ...}`` with the status from
+``_http.STATUS``. The app runs inside the runtime's own trio run (hypercorn's trio
+worker), so a handler awaits actors directly.
 """
 
 from __future__ import annotations
 
-import json
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 import msgspec
+import trio
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.middleware import Middleware
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from mnemex import DEFAULT, AgentRef, MnemexError, MnemexRuntime, NotFound, StoredMessage, StreamEvent
+from mnemex import (
+    DEFAULT,
+    AgentRef,
+    InvalidInput,
+    MemoryRecord,
+    MnemexError,
+    MnemexRuntime,
+    NotFound,
+    StoredMessage,
+    StreamEvent,
+    Timeout,
+    TooLarge,
+)
+from mnemex.server._guard import Guard
 from mnemex.server._http import (
     HttpError,
+    check_params,
     check_token,
+    decode_json,
     error_response,
+    is_json_type,
     json_response,
     parse_duration,
+    read_body,
     read_json,
 )
 from mnemex.server._metrics import Metrics
-from mnemex.server._openapi import openapi_document
+from mnemex.server._openapi import Param, RouteSpec, openapi_document
 from mnemex.server._schemas import (
+    Archived,
+    Context,
+    Health,
+    MemoryDeleted,
+    MemoryId,
+    MemoryIds,
+    MemoryStatus,
+    MessageRecord,
+    MessagesPage,
+    MessagesStored,
     PostArchive,
     PostMemory,
     PostMemoryBatch,
     PostMessages,
     PostSearch,
+    Purged,
+    SearchHitOut,
+    SearchResults,
     ServerSettings,
+    SessionCompleted,
+    SessionCounts,
+    Sessions,
+    StreamCompleted,
+    StreamPushed,
+    StreamsPurged,
+    StreamStatistics,
 )
+from mnemex.server._streams import CAUGHT_UP, StreamClosed, StreamHub
 
 __all__ = ["build_app"]
 
@@ -52,18 +94,12 @@ _log_encoder = msgspec.json.Encoder()
 
 Handler = Callable[[Request], Awaitable[Response]]
 
-
-def _rfc3339(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, tz=UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-def _record(message: StoredMessage) -> dict[str, Any]:
-    return {"sequence": message.sequence, "timestamp": _rfc3339(message.timestamp),
-            "session_id": message.session_id, "query_id": message.query_id or "",
-            "message": message.message}
-
-
-_MAX_INT = 2**31 - 1
+_MAX_INT: Final = 2**31 - 1
+_DONE: Final = b"data: [DONE]\n\n"
+_DELTA_FIELDS: Final = frozenset({"role", "content", "tool_calls", "name", "tool_call_id", "refusal"})
+_PING: Final = b": ping\n\n"
+_TRUE: Final = frozenset({"1", "true", "yes", "on"})
+_FALSE: Final = frozenset({"0", "false", "no", "off", ""})
 
 
 def _query_int(request: Request, name: str, default: int | None, minimum: int = 0) -> int | None:
@@ -81,11 +117,43 @@ def _query_int(request: Request, name: str, default: int | None, minimum: int = 
 
 def _query_bool(request: Request, name: str) -> bool:
     text = request.query_params.get(name, "false").lower()
-    if text in ("1", "true", "yes", "on"):
+    if text in _TRUE:
         return True
-    if text in ("0", "false", "no", "off", ""):
+    if text in _FALSE:
         return False
     raise HttpError(400, f"{name}={text!r} is not a boolean (true or false)", field=name)
+
+
+def _session_param(request: Request, required: bool) -> str | None:
+    """``session_id``, or its synonym ``conversation_id`` (newer controllers)."""
+    given = {name: request.query_params[name] for name in ("session_id", "conversation_id")
+             if name in request.query_params}
+    if len(set(given.values())) > 1:
+        raise HttpError(400, "session_id and conversation_id name the same thing and differ; give one",
+                        field="conversation_id")
+    value = next(iter(given.values()), None)
+    if value == "" or (value is None and required):
+        raise HttpError(400, "session_id is required", field="session_id")
+    return value
+
+
+def _sse_event(body: Any) -> bytes:
+    return b"data: " + msgspec.json.encode(body) + b"\n\n"
+
+
+def _timeout_event(message: str) -> bytes:
+    # the shape the OpenAI SDKs raise as an APIError, as the reference service sends it
+    return _sse_event({"error": {"message": message, "type": "timeout_error", "code": "timeout"}})
+
+
+def _rfc3339(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, tz=UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _record(message: StoredMessage) -> MessageRecord:
+    return MessageRecord(sequence=message.sequence, timestamp=_rfc3339(message.timestamp),
+                         session_id=message.session_id, query_id=message.query_id or "",
+                         message=message.message)
 
 
 class _Api:
@@ -93,118 +161,216 @@ class _Api:
         self.rt = runtime
         self.settings = settings
         self.metrics = metrics
+        self.streams = StreamHub(settings)
         self.started = time.time()
 
     def agent(self, request: Request) -> AgentRef:
         name = request.path_params.get("agent", self.settings.agent)
         return self.rt.agent(name)
 
+    async def body(self, request: Request, type_: type[Any]) -> Any:
+        return await read_json(request, type_, self.settings.max_body_bytes, self.settings.body_timeout)
+
     # -- conversation API -----------------------------------------------------------
     async def post_messages(self, request: Request) -> Response:
-        body = await read_json(request, PostMessages, self.settings.max_body_bytes)
-        for index, message in enumerate(body.messages):
-            role = message.get("role") if isinstance(message, dict) else None
-            if not isinstance(role, str) or not role:
-                raise HttpError(400, f"messages[{index}] has no role; every message needs a non-empty "
-                                     f"string role", field=f"messages[{index}].role")
-        appended = await self.agent(request).append(body.session_id, body.messages,
+        raw = await read_body(request, self.settings.max_body_bytes, self.settings.body_timeout)
+        body = PostMessages.decode(raw)
+        appended = await self.agent(request).append(body.session, body.message_list,
                                                     query_id=body.query_id or None)
-        return json_response({"status": "stored", "session_id": body.session_id, "stored": appended.count,
-                              "first_sequence": appended.first_sequence if appended.count else None},
-                             201)
+        return json_response(MessagesStored(
+            status="success", session_id=body.session, conversation_id=body.session, stored=appended.count,
+            first_sequence=appended.first_sequence if appended.count else None))
 
     async def get_messages(self, request: Request) -> Response:
         limit = _query_int(request, "limit", None, minimum=1)
         offset = _query_int(request, "offset", 0) or 0
         page = await self.agent(request).messages(
-            session_id=request.query_params.get("session_id") or None,
+            session_id=_session_param(request, required=False),
             query_id=request.query_params.get("query_id") or None, limit=limit, offset=offset)
-        return json_response({"messages": [_record(m) for m in page.messages], "total": page.total,
-                              "limit": page.limit if page.limit is not None else page.total,
-                              "offset": page.offset})
+        return json_response(MessagesPage(
+            messages=[_record(m) for m in page.messages], total=page.total,
+            limit=page.limit if page.limit is not None else page.total, offset=page.offset))
 
     async def delete_messages(self, request: Request) -> Response:
         agent = self.agent(request)
-        session_id = request.query_params.get("session_id")
-        if session_id:
+        session_id = _session_param(request, required=False)
+        everything = _query_bool(request, "all")
+        if session_id is not None and everything:
+            raise HttpError(400, "give session_id (one session) or all=true (every session), not both",
+                            field="all")
+        if session_id is not None:
             existed = await agent.delete_session(session_id)
-            return json_response({"status": "deleted", "sessions": [session_id] if existed else []})
+            return json_response(Purged(status="success", message="Memory purged",
+                                        sessions=[session_id] if existed else [], messages=None))
+        if not everything and not self.settings.allow_bare_purge:
+            raise HttpError(400, "deleting every session needs all=true (or session_id=... for one)",
+                            field="all")
         deleted = await agent.delete_all()
-        return json_response({"status": "deleted", "sessions": deleted.session_ids,
-                              "messages": deleted.messages_removed})
+        return json_response(Purged(status="success", message="Memory purged", sessions=deleted.session_ids,
+                                    messages=deleted.messages_removed))
 
     async def get_sessions(self, request: Request) -> Response:
         sessions = await self.agent(request).sessions()
-        return json_response({"sessions": [s.session_id for s in sessions]})
+        return json_response(Sessions(sessions=[s.session_id for s in sessions]))
 
     async def memory_status(self, request: Request) -> Response:
         sessions = await self.agent(request).sessions()
-        return json_response({
-            "total_sessions": len(sessions),
-            "total_messages": sum(s.message_count for s in sessions),
-            "sessions": {s.session_id: {"message_count": s.message_count, "query_count": s.query_count,
-                                        "completed": s.completed} for s in sessions},
-        })
+        return json_response(MemoryStatus(
+            total_sessions=len(sessions), total_messages=sum(s.message_count for s in sessions),
+            sessions={s.session_id: SessionCounts(s.message_count, s.query_count, s.completed)
+                      for s in sessions}))
 
     async def complete_session(self, request: Request) -> Response:
         session_id = request.path_params["session_id"]
+        await self._no_body(request)
         await self.agent(request).complete(session_id)
-        return json_response({"status": "completed", "session": session_id})
+        return json_response(SessionCompleted(status="completed", session=session_id))
 
+    async def context(self, request: Request) -> Response:
+        session_id = request.path_params.get("session_id") or _session_param(request, required=True)
+        assert session_id is not None
+        max_tokens = _query_int(request, "max_tokens", None, minimum=1)
+        view = await self.agent(request).context_view(session_id, max_tokens=max_tokens)
+        return json_response(Context(session_id=session_id, **msgspec.structs.asdict(view)))
+
+    async def _no_body(self, request: Request) -> None:
+        """A body where none is needed must be empty or a JSON object (``{}``)."""
+        raw = await read_body(request, self.settings.max_body_bytes, self.settings.body_timeout)
+        if raw.strip():
+            decode_json(raw, dict[str, Any])
+
+    # -- pushed streams -------------------------------------------------------------
     async def push_stream(self, request: Request) -> Response:
         """``POST /stream/{id}``: a long-lived NDJSON body, one chunk per line, each
-        handed to the session's readers as it arrives."""
-        session_id = request.path_params["session_id"]
-        agent = self.agent(request)
-        limit = self.settings.max_body_bytes
+        relayed to the stream's readers and kept for late ones as it arrives."""
+        name = request.path_params["stream_id"]
+        limit = self.settings.max_body_bytes  # the longest line
         pending = b""
         count = 0
+
+        def push(line: bytes) -> None:
+            nonlocal count
+            try:
+                self.streams.push(name, line)
+            except StreamClosed as exc:
+                raise HttpError(409, str(exc), field="stream_id") from None
+            except TooLarge as exc:
+                raise HttpError(413, str(exc), headers={"Connection": "close"}) from None
+            except InvalidInput as exc:
+                where = f"line {count + 1}"
+                raise HttpError(400, f"{where} of the stream: {exc}", field=where) from None
+            count += 1
+
         async with aclosing(request.stream()) as body:
             async for data in body:
                 pending += data
+                if b"\n" not in data:
+                    if len(pending) > limit:
+                        raise HttpError(413, f"a stream line is over {limit:,} bytes (server.max_body_bytes)",
+                                        headers={"Connection": "close"})
+                    continue
                 *lines, pending = pending.split(b"\n")
-                if len(pending) > limit:
-                    raise HttpError(413, f"a stream line is over {limit:,} bytes (server.max_body_bytes)")
                 for line in lines:
                     if line.strip():
-                        await agent.relay(session_id, line)
-                        count += 1
+                        push(line.strip())
         if pending.strip():
-            await agent.relay(session_id, pending)
-            count += 1
-        return json_response({"status": "ok", "session": session_id, "chunks": count})
+            push(pending.strip())
+        return json_response(StreamPushed(status="stream_processed", query=name, chunks_received=count))
 
     async def complete_stream(self, request: Request) -> Response:
-        """``POST /stream/{id}/complete``: the pushed stream ended; readers get the end."""
-        session_id = request.path_params["session_id"]
-        await self.agent(request).complete(session_id)
-        return json_response({"status": "completed", "session": session_id})
+        """``POST /stream/{id}/complete``: the pushed stream ended; readers get [DONE].
+        An id that is only a stored session (the older spec) completes the session."""
+        name = request.path_params["stream_id"]
+        await self._no_body(request)
+        status = self.streams.complete(name)
+        if status is None:
+            agent = self.agent(request)
+            if name in {s.session_id for s in await agent.sessions()}:
+                await agent.complete(name)
+                return json_response(StreamCompleted(status="completed", query=name, session=name))
+            raise HttpError(404, f"no stream {name!r}: nothing was pushed to it and nobody reads it",
+                            field="stream_id")
+        return json_response(StreamCompleted(status=status, query=name))
+
+    async def purge_streams(self, request: Request) -> Response:
+        dropped = self.streams.purge()
+        return json_response(StreamsPurged(status="success", message="Stream data purged", streams=dropped))
+
+    async def stream_statistics(self, request: Request) -> Response:
+        return json_response(msgspec.convert(self.streams.statistics(), StreamStatistics))
 
     async def stream(self, request: Request) -> Response:
-        session_id = request.path_params["session_id"]
+        """``GET /stream/{id}``: server-sent events. A pushed stream of that name, or
+        (the older spec) a stored session of that id; an id nothing has written yet
+        is waited for, up to ``wait-for-query`` (or ``wait-for-session=true`` and
+        ``timeout``)."""
+        name = request.path_params["stream_id"]
         from_beginning = _query_bool(request, "from-beginning")
-        wait = _query_bool(request, "wait-for-session")
-        timeout = parse_duration(request.query_params.get("timeout", "30s"), "timeout")
-        stream = self.agent(request).subscribe(session_id, from_beginning=from_beginning,
-                                               wait_for_session=wait, timeout=max(timeout, 0.001))
-        try:
-            await stream.open()
-        except NotFound:
-            await stream.aclose()
-            raise
-        except BaseException:
-            await stream.aclose()
-            raise
-        self.metrics.streams.inc()
-        return StreamingResponse(self._sse(session_id, stream), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        markers = _query_bool(request, "markers")
+        wait_for_session = _query_bool(request, "wait-for-session")
+        ceiling = self.settings.stream_max_wait
+        wait = ceiling
+        if "wait-for-query" in request.query_params:
+            wait = min(parse_duration(request.query_params["wait-for-query"], "wait-for-query"), ceiling)
+        if "timeout" in request.query_params:
+            wait = min(parse_duration(request.query_params["timeout"], "timeout"), ceiling)
+        elif wait_for_session and "wait-for-query" not in request.query_params:
+            wait = 30.0  # the older spec's default
+        body: AsyncIterator[bytes]
+        if self.streams.get(name) is None:
+            session = self.agent(request).subscribe(name, from_beginning=from_beginning,
+                                                    wait_for_session=wait_for_session,
+                                                    timeout=max(wait, 0.001))
+            try:
+                await session.open()
+            except NotFound:
+                await session.aclose()
+                body = self._pushed(name, from_beginning, wait, markers)
+            except BaseException:
+                await session.aclose()
+                raise
+            else:
+                body = self._session(name, session, markers)
+        else:
+            body = self._pushed(name, from_beginning, wait, markers)
+        return _EventStream(self._counted(body), media_type="text/event-stream",
+                            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-    async def _sse(self, session_id: str, stream: Any) -> AsyncIterator[bytes]:
+    async def _counted(self, body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        self.metrics.streams.inc()
+        try:
+            async with aclosing(body):  # type: ignore[type-var]  # an async generator
+                async for data in body:
+                    yield data
+        finally:
+            self.metrics.streams.dec()
+
+    async def _pushed(self, name: str, from_beginning: bool, wait: float,
+                      markers: bool) -> AsyncIterator[bytes]:
+        follow: Any = self.streams.follow(name, from_beginning=from_beginning, wait=wait,
+                                     heartbeat=self.settings.stream_heartbeat)
+        try:
+            async with aclosing(follow):
+                async for chunk in follow:
+                    if chunk is None:
+                        yield _PING
+                    elif chunk is CAUGHT_UP:
+                        if markers:
+                            yield b"data: [LIVE_MODE]\n\n"
+                    else:
+                        yield b"data: " + chunk + b"\n\n"
+        except trio.TooSlowError:
+            yield _timeout_event(f"stream {name!r} did not start within {wait:g} s")
+        if markers:
+            yield b"data: [STREAM_END]\n\n"
+        yield _DONE
+
+    async def _session(self, session_id: str, stream: Any, markers: bool) -> AsyncIterator[bytes]:
+        """The older spec: a session's stored messages as chunks, then live ones."""
         def chunk(delta: dict[str, Any], finish: str | None, created: float) -> bytes:
-            body = {"id": session_id, "object": "chat.completion.chunk", "created": int(created),
-                    "model": "memory-service",
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-            return b"data: " + msgspec.json.encode(body) + b"\n\n"
+            return _sse_event({"id": session_id, "object": "chat.completion.chunk", "created": int(created),
+                               "model": "mnemex", "choices": [{"index": 0, "delta": delta,
+                                                               "finish_reason": finish}]})
 
         try:
             async with stream:
@@ -212,23 +378,28 @@ class _Api:
                     event_: StreamEvent = event
                     if event_.kind == "message" and event_.message is not None:
                         message = event_.message.message
-                        delta = {k: v for k, v in message.items() if k in ("role", "content", "tool_calls",
-                                                                             "name", "tool_call_id")}
+                        delta = {k: v for k, v in message.items() if k in _DELTA_FIELDS}
+                        if isinstance(delta.get("tool_calls"), list):  # in a chunk, each call has its index
+                            delta["tool_calls"] = [{"index": i, **call} if isinstance(call, dict) else call
+                                                   for i, call in enumerate(delta["tool_calls"])]
                         yield chunk(delta, None, event_.message.timestamp)
                     elif event_.kind == "chunk" and event_.chunk is not None:
                         yield b"data: " + bytes(event_.chunk) + b"\n\n"
                     elif event_.kind == "live":
-                        yield b"data: [LIVE_MODE]\n\n"
+                        if markers:
+                            yield b"data: [LIVE_MODE]\n\n"
                     elif event_.kind == "error":
-                        yield b"data: " + json.dumps({"error": event_.detail}).encode() + b"\n\n"
+                        yield _sse_event({"error": {"message": event_.detail, "type": "server_error",
+                                                    "code": "dropped"}})
                         break
                     else:  # completed, deleted, expired: the end of the stream
                         yield chunk({}, "stop", time.time())
                         break
+        except Timeout as exc:
+            yield _timeout_event(str(exc))
+        if markers:
             yield b"data: [STREAM_END]\n\n"
-            yield b"data: [DONE]\n\n"
-        finally:
-            self.metrics.streams.dec()
+        yield _DONE
 
     # -- memory API -------------------------------------------------------------------
     def _scope_of(self, request: Request) -> tuple[str, str]:
@@ -241,26 +412,24 @@ class _Api:
         return user_id, app_name
 
     async def post_memory(self, request: Request) -> Response:
-        body = await read_json(request, PostMemory, self.settings.max_body_bytes)
+        body: PostMemory = await self.body(request, PostMemory)
         scope = self.rt.scope(user_id=body.user_id, app_name=body.app_name)
         memory_id = await scope.remember(body.content, **body.given())
-        return json_response({"id": memory_id}, 201)
+        return json_response(MemoryId(memory_id), 201)
 
     async def post_memory_batch(self, request: Request) -> Response:
-        body = await read_json(request, PostMemoryBatch, self.settings.max_body_bytes)
-        groups: dict[tuple[str, str], list[int]] = {}
-        for index, memory in enumerate(body.memories):
-            groups.setdefault((memory.user_id, memory.app_name), []).append(index)
-        ids: list[str] = [""] * len(body.memories)
-        for (user_id, app_name), indexes in groups.items():
-            stored = await self.rt.scope(user_id=user_id, app_name=app_name).remember_many(
-                [{"content": body.memories[i].content, **body.memories[i].given()} for i in indexes])
-            for i, memory_id in zip(indexes, stored, strict=True):
-                ids[i] = memory_id
-        return json_response({"ids": ids}, 201)
+        body: PostMemoryBatch = await self.body(request, PostMemoryBatch)
+        scopes = {(m.app_name, m.user_id) for m in body.memories}
+        if len(scopes) > self.settings.max_batch_scopes:
+            raise HttpError(400, f"the batch names {len(scopes):,} scopes; one batch may name at most "
+                                 f"{self.settings.max_batch_scopes:,} (server.max_batch_scopes)",
+                            field="memories")
+        ids = await self.rt.remember_many([(m.app_name, m.user_id, {"content": m.content, **m.given()})
+                                           for m in body.memories])
+        return json_response(MemoryIds(ids), 201)
 
     async def search_memory(self, request: Request) -> Response:
-        body = await read_json(request, PostSearch, self.settings.max_body_bytes)
+        body: PostSearch = await self.body(request, PostSearch)
         mode: Any = body.mode if body.mode is not None else DEFAULT
         min_score = body.min_score if body.min_score is not None else DEFAULT  # absent or null: the mode's
         if body.scopes:
@@ -268,8 +437,12 @@ class _Api:
         elif body.user_id and body.app_name:
             scopes = [(body.app_name, body.user_id)]
         else:
-            raise HttpError(422, "give user_id and app_name, or scopes: [{user_id, app_name}, ...]",
+            raise HttpError(400, "give user_id and app_name, or scopes: [{user_id, app_name}, ...]",
                             field="user_id")
+        if len(set(scopes)) > self.settings.max_batch_scopes:
+            raise HttpError(400, f"the search names {len(set(scopes)):,} scopes; at most "
+                                 f"{self.settings.max_batch_scopes:,} (server.max_batch_scopes)",
+                            field="scopes")
         if len(scopes) == 1:
             app_name, user_id = scopes[0]
             result = await self.rt.scope(user_id=user_id, app_name=app_name).search(
@@ -277,10 +450,10 @@ class _Api:
         else:
             result = await self.rt.search(body.query, scopes, body.top_k, mode=mode,
                                           min_score=min_score, filter=body.filters)
-        return json_response({"mode": result.mode, "results": [{
-            "id": hit.memory.id, "content": hit.memory.content, "score": hit.score, "scores": hit.scores,
-            "user_id": hit.user_id or scopes[0][1], "app_name": hit.app_name or scopes[0][0],
-            "memory": hit.memory} for hit in result.hits]})
+        return json_response(SearchResults(mode=result.mode, results=[SearchHitOut(
+            id=hit.memory.id, content=hit.memory.content, score=hit.score, scores=hit.scores,
+            user_id=hit.user_id or scopes[0][1], app_name=hit.app_name or scopes[0][0], memory=hit.memory)
+            for hit in result.hits]))
 
     async def get_memory(self, request: Request) -> Response:
         user_id, app_name = self._scope_of(request)
@@ -292,49 +465,81 @@ class _Api:
         memory_id = request.path_params["memory_id"]
         if not await self.rt.scope(user_id=user_id, app_name=app_name).forget(memory_id):
             raise NotFound(f"no memory {memory_id!r} in scope {app_name}/{user_id}")
-        return json_response({"status": "deleted", "id": memory_id})
+        return json_response(MemoryDeleted(status="deleted", id=memory_id))
 
     async def archive(self, request: Request) -> Response:
-        body = await read_json(request, PostArchive, self.settings.max_body_bytes)
+        body: PostArchive = await self.body(request, PostArchive)
         session_id = request.path_params["session_id"]
         added = await self.rt.archive(body.agent or request.path_params.get("agent", self.settings.agent),
                                       session_id, user_id=body.user_id, app_name=body.app_name)
-        return json_response({"status": "archived", "session_id": session_id, "memories": len(added.ids),
-                              "added": added.added, "ids": added.ids})
+        return json_response(Archived(status="archived", session_id=session_id, memories=len(added.ids),
+                                      added=added.added, ids=added.ids))
 
     # -- operations ---------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
+        if "application/json" not in request.headers.get("accept", ""):
+            return PlainTextResponse("OK")
         stats = self.rt.stats()
-        return json_response({
-            "status": "ok",
-            "uptime_seconds": round(time.time() - self.started, 3),
-            "data_dir": self.rt.config.storage.data_dir,
-            "actors": {"live": stats.live, "spawned": stats.spawns, "passivations": stats.passivations,
-                       "crashes": stats.crashes, "mailbox_depth": stats.mailbox_depth},
-            "journal": self.rt.journal_health(),
-        })
+        token = self.settings.token
+        authorized = token is not None and _has_token(request, token)
+        return json_response(Health(
+            status="ok", uptime_seconds=round(time.time() - self.started, 3),
+            data_dir=self.rt.config.storage.data_dir if authorized else None,
+            actors={"live": stats.live, "spawned": stats.spawns, "passivations": stats.passivations,
+                    "crashes": stats.crashes, "mailbox_depth": stats.mailbox_depth},
+            streams=len(self.streams), journal=self.rt.journal_health()))
 
     async def metrics_text(self, request: Request) -> Response:
         return Response(self.metrics.render(self.rt), media_type=self.metrics.content_type)
 
     async def openapi(self, request: Request) -> Response:
-        return json_response(openapi_document())
+        return json_response(_document())
+
+
+@functools.cache
+def _document() -> dict[str, Any]:
+    return openapi_document(ROUTES)
+
+
+class _EventStream(StreamingResponse):
+    """A StreamingResponse that closes its body generator however the response ends:
+    a reader that disconnects frees its subscription at once, not when the garbage
+    collector finds the suspended generator."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            body: Any = self.body_iterator
+            with trio.CancelScope(shield=True):
+                await body.aclose()
+
+
+def _has_token(request: Request, token: str) -> bool:
+    try:
+        check_token(request, token)
+    except HttpError:
+        return False
+    return True
 
 
 class _Endpoint:
-    """One route as a plain ASGI app: bearer token, the handler, errors as JSON,
-    metrics and the access log. Being an ASGI app rather than a function, Starlette
-    calls it directly, without wrapping every request in handlers of its own."""
+    """One route as a plain ASGI app: bearer token, query parameters, content type,
+    the handler, errors as JSON, metrics and the access log. Being an ASGI app rather
+    than a function, Starlette calls it directly, without wrapping every request in
+    handlers of its own."""
 
-    __slots__ = ("handler", "logs", "metrics", "route", "token")
+    __slots__ = ("handler", "json_body", "logs", "metrics", "params", "route", "token")
 
-    def __init__(self, route: str, handler: Handler, token: str | None, metrics: Metrics,
-                 logs: bool) -> None:
+    def __init__(self, route: str, handler: Handler, *, token: str | None, metrics: Metrics, logs: bool,
+                 params: frozenset[str], json_body: bool) -> None:
         self.route = route
         self.handler = handler
         self.token = token
         self.metrics = metrics
         self.logs = logs
+        self.params = params
+        self.json_body = json_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive, send)
@@ -342,9 +547,17 @@ class _Endpoint:
         try:
             if self.token is not None:
                 check_token(request, self.token)
+            if scope["query_string"]:
+                check_params(request, self.params)
+            if self.json_body:
+                _check_content_type(request)
             response = await self.handler(request)
         except (HttpError, MnemexError) as exc:
             response = error_response(exc)
+        except ClientDisconnect:  # gone mid-body (or silent past idle_read_timeout): nobody to answer
+            log.info("%s %s: the client left before its request body ended", scope["method"], self.route)
+            self.metrics.observe(scope["method"], self.route, 499, time.perf_counter() - started)
+            return
         except Exception:  # a bug of ours, not the client's: 500, with the traceback in the log
             log.exception("%s %s failed", scope["method"], self.route)
             response = json_response({"error": "internal error; the server's log has the details"}, 500)
@@ -360,52 +573,116 @@ class _Endpoint:
         await response(scope, receive, send)
 
 
+def _check_content_type(request: Request) -> None:
+    """A body on a JSON route must say it is JSON: a web page can send text/plain or a
+    form to any address without asking, never application/json."""
+    headers = request.headers
+    has_body = headers.get("content-length", "0") not in ("0", "") or "transfer-encoding" in headers
+    content_type = headers.get("content-type")
+    if content_type is None and not has_body:
+        return
+    if content_type is None or not is_json_type(content_type):
+        raise HttpError(415, f"Content-Type {content_type or 'missing'!s}: this route takes "
+                             f"application/json", field="Content-Type")
+
+
+_SESSION = Param("session_id", "string", "one session (conversation_id is the same thing)")
+_CONVERSATION = Param("conversation_id", "string", "a synonym of session_id")
+_USER = Param("user_id", "string", "the scope's user", required=True)
+_APP = Param("app_name", "string", "the scope's application", required=True)
+
+ROUTES: Final[tuple[RouteSpec, ...]] = (
+    RouteSpec("/messages", "POST", "post_messages", "Store messages in a session, in order, verbatim",
+              body=PostMessages, reply=MessagesStored, errors=(400, 408, 413, 422), per_agent=True),
+    RouteSpec("/messages", "GET", "get_messages", "Stored messages, oldest first; without limit, all of them",
+              (_SESSION, _CONVERSATION, Param("query_id", "string", "one query's messages"),
+               Param("limit", "integer", "page size (>= 1)"), Param("offset", "integer", "from the oldest")),
+              reply=MessagesPage, per_agent=True),
+    RouteSpec("/messages", "DELETE", "delete_messages", "Delete one session, or every session with all=true",
+              (_SESSION, _CONVERSATION,
+               Param("all", "boolean", "delete every session (sequence restarts at 1)")),
+              reply=Purged, per_agent=True),
+    RouteSpec("/sessions", "GET", "get_sessions", "Session ids, oldest first", reply=Sessions,
+              per_agent=True),
+    RouteSpec("/memory-status", "GET", "memory_status", "Counts per session", reply=MemoryStatus,
+              per_agent=True),
+    RouteSpec("/context", "GET", "context", "The context for the next model call: the session pruned and "
+              "compressed by its policy", (_SESSION, _CONVERSATION, Param("max_tokens", "integer",
+                                                                          "cut further to this many tokens")),
+              reply=Context, per_agent=True),
+    RouteSpec("/sessions/{session_id}/context", "GET", "context", "The context for the next model call",
+              (Param("max_tokens", "integer", "cut further to this many tokens"),), reply=Context,
+              per_agent=True),
+    RouteSpec("/session/{session_id}/complete", "POST", "complete_session",
+              "Mark a session completed: its stream readers get the end", reply=SessionCompleted,
+              per_agent=True),
+    RouteSpec("/stream/{stream_id}", "POST", "push_stream",
+              "Push a stream: NDJSON, one chat.completion.chunk per line, long-lived; each line is "
+              "relayed to readers and kept for late ones", reply=StreamPushed, errors=(400, 409, 413),
+              per_agent=True),
+    RouteSpec("/stream/{stream_id}/complete", "POST", "complete_stream",
+              "End a pushed stream: its readers get data: [DONE]", reply=StreamCompleted, errors=(400, 404),
+              per_agent=True),
+    RouteSpec("/stream/{stream_id}", "GET", "stream",
+              "Server-sent events: each pushed chunk as pushed (or, for a stored session, each message as a "
+              "chunk), then data: [DONE]",
+              (Param("from-beginning", "boolean", "replay the chunks pushed so far first"),
+               Param("wait-for-query", "string",
+                     "wait this long (Go duration: 30s) for a stream not started"),
+               Param("wait-for-session", "boolean", "older spec: wait for the session (see timeout)"),
+               Param("timeout", "string", "older spec: how long wait-for-session waits"),
+               Param("markers", "boolean", "also send [LIVE_MODE] after the replay and [STREAM_END]")),
+              media="text/event-stream", per_agent=True),
+    RouteSpec("/stream", "DELETE", "purge_streams", "Drop every pushed stream", reply=StreamsPurged),
+    RouteSpec("/stream-statistics", "GET", "stream_statistics", "Every pushed stream kept, with counts",
+              reply=StreamStatistics),
+    RouteSpec("/memory", "POST", "post_memory", "Store one memory in the (app_name, user_id) scope",
+              body=PostMemory, reply=MemoryId, status=201, errors=(400, 413, 422)),
+    RouteSpec("/memory/batch", "POST", "post_memory_batch", "Store many memories, in any scopes, all or none",
+              body=PostMemoryBatch, reply=MemoryIds, status=201, errors=(400, 413, 422)),
+    RouteSpec("/memory/search", "POST", "search_memory", "Search one scope or several (any mode)",
+              body=PostSearch, reply=SearchResults, errors=(400, 413, 422)),
+    RouteSpec("/memory/{memory_id}", "GET", "get_memory", "One memory, within its own scope", (_USER, _APP),
+              reply=MemoryRecord, errors=(400, 404)),
+    RouteSpec("/memory/{memory_id}", "DELETE", "delete_memory", "Forget one memory, within its own scope",
+              (_USER, _APP), reply=MemoryDeleted, errors=(400, 404)),
+    RouteSpec("/sessions/{session_id}/archive", "POST", "archive",
+              "Copy a conversation into the long-term memory of a scope", body=PostArchive, reply=Archived,
+              errors=(400, 404, 422), per_agent=True),
+    RouteSpec("/health", "GET", "health",
+              "OK as text; the runtime's status as JSON to Accept: application/json",
+              reply=Health),
+    RouteSpec("/metrics", "GET", "metrics_text", "Prometheus metrics", media="text/plain"),
+    RouteSpec("/openapi.json", "GET", "openapi", "This document"),
+)
+
+
 def build_app(runtime: MnemexRuntime, settings: ServerSettings | None = None) -> Starlette:
-    """The ASGI app serving ``runtime``; it must run in the runtime's trio run."""
+    """The ASGI app serving ``runtime`` (every route of ROUTES, behind the Guard); it
+    must run in the runtime's trio run."""
     settings = settings if settings is not None else runtime.config.server
     metrics = Metrics()
     api = _Api(runtime, settings, metrics)
     open_paths = {"/health"} if settings.open_health else set()
-
-    def wrap(route: str, handler: Handler) -> _Endpoint:
-        # /health is the one open path and has no parameters: its route is its path
-        token = settings.token if route not in open_paths else None
-        return _Endpoint(route, handler, token, metrics, settings.access_log)
-
     routes: list[Route] = []
-
-    def add(path: str, handler: Handler, methods: list[str], *, per_agent: bool = False) -> None:
-        routes.append(Route(path, wrap(path, handler), methods=methods))
-        if per_agent:
-            agent_path = "/agents/{agent}" + path
-            routes.append(Route(agent_path, wrap(agent_path, handler), methods=methods))
-
-    add("/messages", api.post_messages, ["POST"], per_agent=True)
-    add("/messages", api.get_messages, ["GET"], per_agent=True)
-    add("/messages", api.delete_messages, ["DELETE"], per_agent=True)
-    add("/sessions", api.get_sessions, ["GET"], per_agent=True)
-    add("/memory-status", api.memory_status, ["GET"], per_agent=True)
-    add("/session/{session_id}/complete", api.complete_session, ["POST"], per_agent=True)
-    add("/stream/{session_id}", api.stream, ["GET"], per_agent=True)
-    add("/stream/{session_id}", api.push_stream, ["POST"], per_agent=True)
-    add("/stream/{session_id}/complete", api.complete_stream, ["POST"], per_agent=True)
-    add("/memory", api.post_memory, ["POST"])
-    add("/memory/batch", api.post_memory_batch, ["POST"])
-    add("/memory/search", api.search_memory, ["POST"])
-    add("/memory/{memory_id}", api.get_memory, ["GET"])
-    add("/memory/{memory_id}", api.delete_memory, ["DELETE"])
-    add("/sessions/{session_id}/archive", api.archive, ["POST"], per_agent=True)
-    add("/health", api.health, ["GET"])
-    add("/metrics", api.metrics_text, ["GET"])
-    add("/openapi.json", api.openapi, ["GET"])
+    for spec in ROUTES:
+        handler: Handler = getattr(api, spec.handler)
+        json_body = spec.method == "POST"
+        for path in (spec.path, "/agents/{agent}" + spec.path) if spec.per_agent else (spec.path,):
+            token = settings.token if path not in open_paths else None
+            endpoint = _Endpoint(path, handler, token=token, metrics=metrics, logs=settings.access_log,
+                                 params=spec.names, json_body=json_body)
+            routes.append(Route(path, endpoint, methods=[spec.method]))
 
     async def not_found(request: Request, exc: Exception) -> Response:
-        return json_response({"error": f"no route {request.method} {request.url.path}"}, 404)
+        return json_response({"error": "Not found"}, 404)  # the reference service's words, exactly
 
     async def not_allowed(request: Request, exc: Exception) -> Response:
         return json_response({"error": f"{request.method} is not allowed on {request.url.path}"}, 405)
 
-    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
+    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed},
+                    middleware=[Middleware(Guard, settings=settings)])
     app.state.runtime = runtime
     app.state.metrics = metrics
+    app.state.streams = api.streams
     return app

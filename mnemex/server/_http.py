@@ -8,9 +8,10 @@ import hmac
 import math
 import re
 from contextlib import aclosing
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import msgspec
+import trio
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -30,8 +31,11 @@ from mnemex import (
 
 __all__ = [
     "HttpError",
+    "check_params",
     "check_token",
+    "decode_json",
     "error_response",
+    "is_json_type",
     "json_response",
     "parse_duration",
     "read_json",
@@ -98,21 +102,32 @@ def error_response(exc: Exception) -> Response:
     raise exc
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refusing (413) past ``limit`` bytes without reading it all."""
+class _BodyTooLarge(HttpError):
+    def __init__(self, message: str) -> None:
+        super().__init__(413, message, headers={"Connection": "close"})
+
+
+async def read_body(request: Request, limit: int, timeout: float) -> bytes:
+    """The request body, refusing past ``limit`` bytes (413) or when it takes longer
+    than ``timeout`` seconds to arrive (408). Either refusal closes the connection
+    after the answer (``Connection: close``): the rest of the body is not read."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise HttpError(413, f"request body is {int(declared):,} bytes; the limit is {limit:,} "
-                             f"(server.max_body_bytes)")
+        raise _BodyTooLarge(f"request body is {int(declared):,} bytes; the limit is {limit:,} "
+                            f"(server.max_body_bytes)")
     chunks: list[bytes] = []
     size = 0
-    async with aclosing(request.stream()) as stream:
-        async for chunk in stream:
-            size += len(chunk)
-            if size > limit:
-                raise HttpError(413, f"request body is over the limit of {limit:,} bytes "
-                                     f"(server.max_body_bytes)")
-            chunks.append(chunk)
+    with trio.move_on_after(timeout) as waited:
+        async with aclosing(request.stream()) as stream:
+            async for chunk in stream:
+                size += len(chunk)
+                if size > limit:
+                    raise _BodyTooLarge(f"request body is over the limit of {limit:,} bytes "
+                                        f"(server.max_body_bytes)")
+                chunks.append(chunk)
+    if waited.cancelled_caught:
+        raise HttpError(408, f"request body did not arrive within {timeout:g} s (server.body_timeout)",
+                        headers={"Connection": "close"})
     return b"".join(chunks)
 
 
@@ -130,19 +145,43 @@ def _field(exc: msgspec.ValidationError) -> str | None:
     return base or None
 
 
-async def read_json(request: Request, type_: type[T], limit: int) -> T:
-    """Decode the body as ``type_``: malformed JSON is 400, a body of the wrong
-    shape (wrong type, missing or unknown field) is 422 naming the field."""
-    body = await read_body(request, limit)
+def decode_json(body: bytes, type_: type[T]) -> T:
+    """``body`` decoded as ``type_``; every refusal is a 400 naming what was wrong
+    (malformed JSON, nesting too deep, a missing, unknown or mistyped field)."""
     if not body.strip():
         raise HttpError(400, "request body is empty; a JSON object is expected")
     try:
         return msgspec.json.decode(body, type=type_)
     except msgspec.ValidationError as exc:
-        field = _field(exc)
-        raise HttpError(422, f"invalid request body: {exc}", field=field) from exc
+        raise HttpError(400, f"invalid request body: {exc}", field=_field(exc)) from None
     except msgspec.DecodeError as exc:
-        raise HttpError(400, f"request body is not valid JSON: {exc}") from exc
+        raise HttpError(400, f"request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise HttpError(400, "request body is nested too deeply to be read; flatten it") from None
+
+
+async def read_json(request: Request, type_: type[T], limit: int, timeout: float) -> T:
+    """Read and decode the body as ``type_`` (see read_body, decode_json)."""
+    return decode_json(await read_body(request, limit, timeout), type_)
+
+
+def check_params(request: Request, allowed: frozenset[str]) -> None:
+    """400 naming any query parameter the route does not take: a misspelled filter
+    must never widen a read or a delete."""
+    unknown = [name for name in request.query_params if name not in allowed]
+    if unknown:
+        takes = ", ".join(sorted(allowed)) if allowed else "no query parameters"
+        raise HttpError(400, f"unknown query parameter {', '.join(repr(u) for u in unknown)}; "
+                             f"this route takes {takes}", field=unknown[0])
+
+
+_JSON_TYPES: Final = ("application/json", "application/x-ndjson", "application/jsonl",
+                      "application/json-seq")
+
+
+def is_json_type(content_type: str) -> bool:
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media in _JSON_TYPES or (media.startswith("application/") and media.endswith("+json"))
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")

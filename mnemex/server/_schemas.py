@@ -7,18 +7,99 @@ from typing import Any
 
 import msgspec
 
-from mnemex import MemoryFields
+from mnemex import MemoryFields, MemoryRecord
 from mnemex.config import ServerConfig
+from mnemex.server._http import HttpError, decode_json
 
-__all__ = ["PostMessages", "ServerSettings"]
+__all__ = ["Health", "MessageRecord", "MessagesPage", "MessagesStored", "PostArchive", "PostMemory",
+           "PostMemoryBatch", "PostMessages", "PostSearch", "Purged", "ServerSettings"]
 
 
 class PostMessages(msgspec.Struct, forbid_unknown_fields=True):
-    """``POST /messages``: store ``messages`` in order in ``session_id``."""
+    """``POST /messages``: store ``messages`` (OpenAI chat messages, each kept
+    verbatim) in order in the session ``session_id`` (or ``conversation_id``, its
+    synonym), as the turn of ``query_id``."""
 
+    session_id: str | None = None
+    conversation_id: str | None = None
+    query_id: str | None = None
+    messages: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b"null"))
+    """Kept raw here: each message is checked, and stored verbatim, by the agent."""
+
+    @property
+    def session(self) -> str:
+        return self.session_id or self.conversation_id or ""
+
+    @classmethod
+    def decode(cls, raw: bytes) -> PostMessages:
+        """The body, with the errors the platform's clients expect (400 each)."""
+        body = decode_json(raw, cls)
+        if body.session_id and body.conversation_id and body.session_id != body.conversation_id:
+            raise HttpError(400, "session_id and conversation_id name the same thing and differ; give one",
+                            field="conversation_id")
+        if not body.session:
+            raise HttpError(400, "session_id is required", field="session_id")
+        if not bytes(body.messages).lstrip().startswith(b"["):
+            raise HttpError(400, "messages array is required", field="messages")
+        return body
+
+    @property
+    def message_list(self) -> list[msgspec.Raw]:
+        return _raw_list.decode(self.messages)
+
+
+_raw_list = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+class MessagesStored(msgspec.Struct):
+    """The answer to ``POST /messages``."""
+
+    status: str
     session_id: str
-    messages: list[dict[str, Any]]
-    query_id: str = ""
+    conversation_id: str
+    stored: int
+    first_sequence: int | None
+
+
+class MessageRecord(msgspec.Struct):
+    """One stored message: ``message`` is the object that was posted, verbatim;
+    ``sequence`` counts from 1 across the agent's sessions in insertion order."""
+
+    sequence: int
+    timestamp: str
+    session_id: str
+    query_id: str
+    message: dict[str, Any]
+
+
+class MessagesPage(msgspec.Struct):
+    """``GET /messages``: oldest first; without ``limit``, every message."""
+
+    messages: list[MessageRecord]
+    total: int
+    limit: int
+    offset: int
+
+
+class Purged(msgspec.Struct, omit_defaults=True):
+    """The answer to ``DELETE /messages``."""
+
+    status: str
+    message: str
+    sessions: list[str]
+    messages: int | None = None
+
+
+class Health(msgspec.Struct, omit_defaults=True):
+    """``GET /health`` asked for JSON (``Accept: application/json``); plain clients get ``OK``.
+    ``data_dir`` only to a request carrying the token."""
+
+    status: str
+    uptime_seconds: float
+    actors: dict[str, int]
+    streams: int
+    journal: dict[str, Any]
+    data_dir: str | None = None
 
 
 # the server's section of Config, under the name earlier versions gave it
@@ -64,3 +145,136 @@ class PostArchive(msgspec.Struct, forbid_unknown_fields=True):
     user_id: str
     app_name: str
     agent: str | None = None
+
+
+class Sessions(msgspec.Struct):
+    """``GET /sessions``: the agent's session ids, oldest first."""
+
+    sessions: list[str]
+
+
+class SessionCounts(msgspec.Struct):
+    message_count: int
+    query_count: int
+    completed: bool
+
+
+class MemoryStatus(msgspec.Struct):
+    """``GET /memory-status``: counts per session."""
+
+    total_sessions: int
+    total_messages: int
+    sessions: dict[str, SessionCounts]
+
+
+class SessionCompleted(msgspec.Struct):
+    """``POST /session/{id}/complete``: the session's readers got the end."""
+
+    status: str
+    session: str
+
+
+class Context(msgspec.Struct, kw_only=True):
+    """``GET /context``: what to send to the model next (``messages``), after pruning
+    and compression by the session's policy, and how it was made."""
+
+    session_id: str
+    messages: list[dict[str, Any]]
+    tokens: int
+    stored: int
+    kept: int
+    summarized: int
+    summary_version: int
+    pending_summary: bool
+    over_budget: bool
+    budget: int | None = None
+    policy: dict[str, Any] | None = None
+    """The session's pruning policy (``{"type": "max_messages", ...}``)."""
+
+
+class StreamPushed(msgspec.Struct):
+    """The answer to ``POST /stream/{id}`` once its body ended."""
+
+    status: str
+    query: str
+    chunks_received: int
+
+
+class StreamCompleted(msgspec.Struct, omit_defaults=True):
+    """``POST /stream/{id}/complete``: ``completed`` or ``already_completed``."""
+
+    status: str
+    query: str
+    session: str | None = None
+
+
+class StreamsPurged(msgspec.Struct):
+    status: str
+    message: str
+    streams: int
+
+
+class StreamInfo(msgspec.Struct):
+    total_chunks: int
+    completed: bool
+    has_done_marker: bool
+    chunk_types: dict[str, int]
+    bytes: int
+    readers: int
+
+
+class StreamStatistics(msgspec.Struct):
+    """``GET /stream-statistics``: every pushed stream kept."""
+
+    total_queries: int
+    queries: dict[str, StreamInfo]
+
+
+class MemoryId(msgspec.Struct):
+    id: str
+
+
+class MemoryIds(msgspec.Struct):
+    """Ids in the order the memories were given."""
+
+    ids: list[str]
+
+
+class SearchHitOut(msgspec.Struct):
+    id: str
+    content: str
+    score: float
+    scores: dict[str, float]
+    user_id: str
+    app_name: str
+    memory: MemoryRecord
+
+
+class SearchResults(msgspec.Struct):
+    """``POST /memory/search``: best first."""
+
+    mode: str
+    results: list[SearchHitOut]
+
+
+class MemoryDeleted(msgspec.Struct):
+    status: str
+    id: str
+
+
+class Archived(msgspec.Struct):
+    """``POST /sessions/{id}/archive``: the memory of each message, ``added`` new."""
+
+    status: str
+    session_id: str
+    memories: int
+    added: int
+    ids: list[str]
+
+
+class Error(msgspec.Struct, omit_defaults=True):
+    """Every error: what was wrong; ``field`` names the parameter or field at fault."""
+
+    error: str
+    field: str | None = None
+    type: str | None = None

@@ -1,27 +1,79 @@
 """Serving: hypercorn's trio worker runs the app inside the runtime's trio run.
 
-``serve`` opens the runtime, serves until SIGINT/SIGTERM (or ``shutdown``),
-then stops accepting, lets in-flight requests finish (``shutdown_grace``) and
-closes the runtime, which drains every mailbox and snapshots every actor.
+``serve`` binds the listening socket first (a busy port or a bad address is an
+InvalidInput naming it, before any data is opened), opens the runtime, serves
+until SIGINT/SIGTERM (or ``shutdown``), then stops accepting, lets in-flight
+requests finish (``shutdown_grace``) and closes the runtime, which drains every
+mailbox and snapshots every actor.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import signal
-from typing import Any
+import socket
 
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
+from hypercorn.config import Sockets
+from hypercorn.trio.run import worker_serve
+from hypercorn.utils import wrap_app
 
-from mnemex import Config, open_runtime
+from mnemex import Config, InvalidInput, open_runtime
 from mnemex.server._app import build_app
+from mnemex.server._guard import host_name
 from mnemex.server._schemas import ServerSettings
 
 __all__ = ["serve"]
 
 log = logging.getLogger("mnemex.server")
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _hypercorn_config(settings: ServerSettings) -> HypercornConfig:
+    hyper = HypercornConfig()
+    host = settings.host
+    hyper.bind = [f"[{host}]:{settings.port}" if ":" in host else f"{host}:{settings.port}"]
+    hyper.graceful_timeout = settings.shutdown_grace
+    hyper.accesslog = None
+    hyper.errorlog = log
+    # idle keep-alive connections, and connections still sending their headers, close after this
+    hyper.keep_alive_timeout = settings.keep_alive_timeout
+    # silence in the middle of a request (a pushed stream too) closes the connection
+    hyper.read_timeout = int(max(1, round(settings.idle_read_timeout)))
+    hyper.h11_max_incomplete_size = 64 * 1024  # request line and headers
+    return hyper
+
+
+def bind(settings: ServerSettings) -> tuple[HypercornConfig, Sockets]:
+    """The listening socket of ``settings``; InvalidInput naming the host or port when
+    it cannot be had."""
+    hyper = _hypercorn_config(settings)
+    where = f"{settings.host}:{settings.port}"
+    try:
+        sockets = hyper.create_sockets()
+    except socket.gaierror as exc:
+        raise InvalidInput(f"cannot listen on {where}: host {settings.host!r} is not an address of this "
+                           f"machine ({exc.strerror})", field="server.host") from None
+    except OverflowError:
+        raise InvalidInput(f"cannot listen on {where}: port {settings.port} is not a port (0 to 65535)",
+                           field="server.port") from None
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise InvalidInput(f"cannot listen on {where}: the port is in use (another server?); pick "
+                               f"another with --port", field="server.port") from None
+        if exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+            raise InvalidInput(f"cannot listen on {where}: {settings.host!r} is not an address of this "
+                               f"machine", field="server.host") from None
+        if exc.errno == errno.EACCES:
+            raise InvalidInput(f"cannot listen on {where}: permission denied (ports below 1024 need "
+                               f"privileges)", field="server.port") from None
+        raise InvalidInput(f"cannot listen on {where}: {exc.strerror or exc}", field="server.host") from None
+    for sock in sockets.insecure_sockets:
+        sock.listen(hyper.backlog)
+    return hyper, sockets
 
 
 async def serve(config: Config, settings: ServerSettings | None = None, *, shutdown: trio.Event | None = None,
@@ -29,39 +81,33 @@ async def serve(config: Config, settings: ServerSettings | None = None, *, shutd
                 task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     """Run the runtime and the HTTP server until ``shutdown`` is set or a signal
     arrives. ``task_status.started(port)`` reports the bound port (0 picks one).
-    ``settings`` default to ``config.server``."""
+    ``settings`` default to ``config.server``. InvalidInput when the address cannot
+    be listened on."""
     settings = settings if settings is not None else config.server
     stop = shutdown if shutdown is not None else trio.Event()
-    async with open_runtime(config) as runtime:
-        app = build_app(runtime, settings)
-        hyper = HypercornConfig()
-        hyper.bind = [f"{settings.host}:{settings.port}"]
-        hyper.graceful_timeout = settings.shutdown_grace
-        hyper.accesslog = None
-        hyper.errorlog = log
-        hyper.keep_alive_timeout = 75.0
-        async with trio.open_nursery() as nursery:
-            if handle_signals:
-                nursery.start_soon(_wait_for_signals, stop)
-            binds: Any = await nursery.start(
-                lambda task_status: hypercorn_serve(app, hyper, shutdown_trigger=stop.wait,  # type: ignore[arg-type]
-                                                    task_status=task_status))
-            port = _port_of(binds, settings.port)
-            log.info("mnemex serving on http://%s:%d (data in %s)", settings.host, port,
-                     config.storage.data_dir)
-            task_status.started(port)
-            await stop.wait()
-            # hypercorn finishes in-flight requests, then returns; the runtime then closes
-        log.info("mnemex stopped; every actor snapshotted")
-
-
-def _port_of(binds: Any, fallback: int) -> int:
-    for bind in binds or ():
-        text = str(bind)
-        tail = text.rsplit(":", 1)[-1]
-        if tail.isdigit():
-            return int(tail)
-    return fallback
+    hyper, sockets = bind(settings)
+    try:
+        port = sockets.insecure_sockets[0].getsockname()[1]
+        if settings.token is None and host_name(settings.host) not in _LOOPBACK:
+            log.warning("listening on %s without a token: anyone who reaches it may read and delete every "
+                        "memory; only Host names in server.allowed_hosts are answered", settings.host)
+        async with open_runtime(config) as runtime:
+            app = wrap_app(build_app(runtime, settings), hyper.wsgi_max_body_size, "asgi")  # type: ignore[arg-type]
+            async with trio.open_nursery() as nursery:
+                if handle_signals:
+                    nursery.start_soon(_wait_for_signals, stop)
+                await nursery.start(lambda task_status: worker_serve(app, hyper, sockets=sockets,
+                                                                     shutdown_trigger=stop.wait,
+                                                                     task_status=task_status))
+                log.info("mnemex serving on http://%s:%d (data in %s)", settings.host, port,
+                         config.storage.data_dir)
+                task_status.started(port)
+                await stop.wait()
+                # hypercorn finishes in-flight requests, then returns; the runtime then closes
+            log.info("mnemex stopped; every actor snapshotted")
+    finally:
+        for sock in sockets.insecure_sockets:
+            sock.close()
 
 
 async def _wait_for_signals(stop: trio.Event) -> None:

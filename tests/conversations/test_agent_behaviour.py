@@ -69,7 +69,7 @@ def raw_append(driver: Driver, session_id: str, *payloads: bytes, **fields: Any)
         (b'{"role":"user","content":[{"text":"no type"}]}', mnemex.InvalidInput, "`type`",
          "$.messages[1].content[0]"),
         (b'{"role":"user"}', mnemex.InvalidInput, "has no content", "$.messages[1].content"),
-        (b'{"role":"assistant","content":null}', mnemex.InvalidInput, "has no content",
+        (b'{"role":"user","content":null}', mnemex.InvalidInput, "has no content",
          "$.messages[1].content"),
         (b'{"role":"tool","content":"r"}', mnemex.InvalidInput, "without tool_call_id",
          "$.messages[1].tool_call_id"),

@@ -80,11 +80,11 @@ async def test_archive_moves_a_conversation_into_long_term_memory(tmp_path: Path
 @pytest.mark.parametrize(
     ("body", "status", "field"),
     [
-        ({"content": "x", "user_id": "u"}, 422, "app_name"),
-        ({"content": 5, "user_id": "u", "app_name": "a"}, 422, "content"),
-        ({"content": "x", "user_id": "u", "app_name": "a", "colour": "red"}, 422, "colour"),
+        ({"content": "x", "user_id": "u"}, 400, "app_name"),
+        ({"content": 5, "user_id": "u", "app_name": "a"}, 400, "content"),
+        ({"content": "x", "user_id": "u", "app_name": "a", "colour": "red"}, 400, "colour"),
         ({"content": "x" * 20_000, "user_id": "u", "app_name": "a"}, 422, "content"),
-        ({"content": "x", "user_id": "u", "app_name": "a", "importance": 7}, 422, "importance"),  # declared: 0..1
+        ({"content": "x", "user_id": "u", "app_name": "a", "importance": 7}, 400, "importance"),  # declared: 0..1
     ],
 )
 async def test_bad_memories_get_4xx_naming_the_field(tmp_path: Path, body: dict[str, Any], status: int,

@@ -1,0 +1,133 @@
+"""What stands in front of every route: the checks that keep a web page, a rebound
+DNS name or a flood of requests from using the server.
+
+A server without a token listens on loopback and trusts whoever reaches it; a
+web page the user opens can reach it too. Browsers mark what a page sends: an
+``Origin`` header (or ``Sec-Fetch-Site: cross-site``) on cross-origin requests,
+and a ``Host`` header naming the attacker's own domain when a DNS name is rebound
+to 127.0.0.1. So without a token, requests from other origins and for other host
+names are refused. With a token, a page cannot forge the header; cross-origin
+calls are allowed only from ``server.cors_origins`` (with CORS headers and
+preflight answers). The guard also caps the requests served at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Final
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from mnemex.config import ServerConfig
+from mnemex.server._http import json_response
+
+__all__ = ["Guard"]
+
+log = logging.getLogger("mnemex.server")
+
+_LOOPBACK: Final = frozenset({"localhost", "127.0.0.1", "::1", "localhost.localdomain"})
+_WILDCARD: Final = frozenset({"0.0.0.0", "::", ""})
+_CORS_METHODS: Final = "GET, POST, DELETE, OPTIONS"
+
+
+def host_name(host: str) -> str:
+    """The name in a Host header, without its port; IPv6 brackets dropped."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:].split("]", 1)[0]
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+class Guard:
+    """ASGI middleware: Host and Origin checks, CORS for configured origins, and a
+    cap on requests in flight (503 past ``max_concurrent_requests``)."""
+
+    def __init__(self, app: ASGIApp, settings: ServerConfig) -> None:
+        self.app = app
+        self.settings = settings
+        self.open = settings.token is None
+        hosts = set(_LOOPBACK) | {h.lower() for h in settings.allowed_hosts}
+        if settings.host not in _WILDCARD:
+            hosts.add(host_name(settings.host))
+        self.hosts = frozenset(hosts)
+        self.origins = frozenset(settings.cors_origins)
+        self.in_flight = 0
+        self._warned = 0.0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = _headers(scope)
+        host = headers.get("host", "")
+        if self.open and host_name(host) not in self.hosts:
+            await _refuse(scope, receive, send, 403, f"Host {host!r} is not served here; a server without a "
+                                                     f"token answers loopback names and server.allowed_hosts")
+            return
+        origin = headers.get("origin")
+        allowed_origin: str | None = None
+        if origin is not None and origin != "null" and origin in self.origins:
+            allowed_origin = origin
+        elif origin is not None and origin != f"{scope.get('scheme', 'http')}://{host}":
+            await _refuse(scope, receive, send, 403, f"cross-origin request from {origin!r} refused; allow "
+                                                     f"an origin with server.cors_origins")
+            return
+        elif origin is None and headers.get("sec-fetch-site") == "cross-site":
+            await _refuse(scope, receive, send, 403, "cross-site request refused (Sec-Fetch-Site); allow an "
+                                                     "origin with server.cors_origins")
+            return
+        if allowed_origin is not None and scope["method"] == "OPTIONS":
+            await _preflight(send, allowed_origin, headers)
+            return
+        if self.in_flight >= self.settings.max_concurrent_requests:
+            now = time.monotonic()
+            if now - self._warned > 10.0:
+                self._warned = now
+                log.warning("%d requests in flight, the most served at once "
+                            "(server.max_concurrent_requests); answering 503 to new ones", self.in_flight)
+            await _refuse(scope, receive, send, 503,
+                          f"the server is serving {self.in_flight:,} requests, its most "
+                          f"(server.max_concurrent_requests); retry shortly", headers={"Retry-After": "1"})
+            return
+        self.in_flight += 1
+        try:
+            if allowed_origin is None:
+                await self.app(scope, receive, send)
+            else:
+                await self.app(scope, receive, _with_cors(send, allowed_origin))
+        finally:
+            self.in_flight -= 1
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
+
+
+async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, message: str, *,
+                  headers: dict[str, str] | None = None) -> None:
+    # the body is not read: the connection closes after the answer
+    response = json_response({"error": message}, status, {**(headers or {}), "Connection": "close"})
+    await response(scope, receive, send)
+
+
+async def _preflight(send: Send, origin: str, headers: dict[str, str]) -> None:
+    requested = headers.get("access-control-request-headers", "")
+    await send({"type": "http.response.start", "status": 204, "headers": [
+        (b"access-control-allow-origin", origin.encode("latin-1")),
+        (b"access-control-allow-methods", _CORS_METHODS.encode()),
+        (b"access-control-allow-headers", (requested or "authorization, content-type").encode("latin-1")),
+        (b"access-control-max-age", b"600"),
+        (b"vary", b"Origin"),
+    ]})
+    await send({"type": "http.response.body", "body": b""})
+
+
+def _with_cors(send: Send, origin: str) -> Send:
+    async def sender(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()),
+                                              (b"access-control-allow-origin", origin.encode("latin-1")),
+                                              (b"vary", b"Origin")]}
+        await send(message)
+    return sender
