@@ -130,7 +130,11 @@ Effect = Job | Tell | Emit | Forward
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """A reply plus effects the runtime performs after the command is durable."""
+    """A reply plus effects the runtime performs after the command is durable.
+    ``unchanged``: the command changed nothing (deleting what is not there), so it is
+    not journaled; replaying it would do nothing either. An actor that only ever got
+    such commands leaves nothing on disk."""
 
     reply: Any
     effects: tuple[Effect, ...] = ()
+    unchanged: bool = False

@@ -484,8 +484,9 @@ class AgentMemory:
             count, emit = self._remove(checked, "deleted")
             removed.append(checked)
             effects.append(emit)
-        self.session_policies.pop(checked, None)
-        return Step(SessionsDeleted(session_ids=removed, messages_removed=count), tuple(effects))
+        had_policy = self.session_policies.pop(checked, None) is not None
+        return Step(SessionsDeleted(session_ids=removed, messages_removed=count), tuple(effects),
+                    unchanged=not effects and not had_policy)
 
     def _delete_all(self, timestamp: Any, restart_sequence: bool) -> Any:
         timestamp = check_seconds(timestamp, "timestamp")

@@ -71,6 +71,8 @@ def take_turn(kind: ActorKind, behaviour: Behaviour, command: Any) -> TurnResult
         return TurnResult(None, crash=exc)
     if type(out) is not Step:
         return TurnResult(out, payload=payload)
+    if out.unchanged:
+        payload = None
     answering: Effect | None = None
     ignored = 0
     for effect in out.effects:

@@ -314,6 +314,8 @@ class ScopeMemory:
                     raise InvalidInput("ids must be a list of memory ids", field="ids")
                 gone = [memory_id for memory_id in dict.fromkeys(ids)
                         if isinstance(memory_id, str) and memory_id in self.doc_of]
+                if not gone:  # nothing to forget: nothing to journal
+                    return Step(Forgotten(ids=[]), unchanged=True)
                 self._forget(gone)
                 return self._with_graph(Forgotten(ids=gone))
             case ForgetWhere(filter=spec, now=now):
@@ -324,6 +326,8 @@ class ScopeMemory:
                                        "filter would delete every memory", field="filter")
                 docs = np.flatnonzero(compiled.mask(self.table)).tolist()
                 gone = [self._record_at(doc).id for doc in docs]
+                if not gone:  # nothing to forget: nothing to journal
+                    return Step(Forgotten(ids=[]), unchanged=True)
                 self._forget(gone)
                 return self._with_graph(Forgotten(ids=gone))
             case CountMemories(filter=spec):

@@ -112,3 +112,19 @@ async def test_memories_survive_a_restart(tmp_path: Path, server: Any) -> None:
         after = (await http.post("/memory/search", json={"query": "fact number 7", "user_id": "u",
                                                           "app_name": "a"})).json()
     assert [x["id"] for x in after["results"]] == [x["id"] for x in before["results"]]
+
+
+async def test_reads_and_deletes_of_what_was_never_written_leave_nothing_on_disk(tmp_path: Path,
+                                                                                   server: Any) -> None:
+    data = tmp_path / "data"
+    async with server(cfg(tmp_path)) as http:
+        scope = {"user_id": "nobody", "app_name": "chat"}
+        assert (await http.delete("/memory/m1", params=scope)).status_code == 404
+        assert (await http.get("/memory/m1", params=scope)).status_code == 404
+        found = await http.post("/memory/search", json={"query": "anything", **scope})
+        assert found.status_code == 200 and found.json()["results"] == []
+        assert (await http.delete("/messages", params={"session_id": "none"})).json()["sessions"] == []
+        assert (await http.get("/messages", params={"session_id": "none"})).json()["messages"] == []
+    # the server has stopped: every actor it loaded was passivated, and none had anything to keep
+    left = sorted(str(p.relative_to(data)) for p in data.rglob("*") if p.name != "LOCK")
+    assert left == []
