@@ -43,7 +43,7 @@ def test_fuzzing_the_openapi_document_finds_no_server_error(tmp_path: Path) -> N
         # server-sent event streams are tested on their own (they wait by design)
         run = subprocess.run(
             [st, "run", f"http://127.0.0.1:{port}/openapi.json", "--max-examples", "15",
-             "--checks", "not_a_server_error", "--exclude-path-regex", "^/stream", "--seed", "1"],
+             "--checks", "not_a_server_error", "--exclude-path-regex", "/stream", "--seed", "1"],
             capture_output=True, text=True, timeout=300, env={**os.environ, "NO_COLOR": "1"})
         assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
         assert " passed" in run.stdout
