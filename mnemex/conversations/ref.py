@@ -207,7 +207,7 @@ class AgentRef:
         compression by the session's policy, cut further to ``max_tokens`` if given."""
         window: ContextWindow = await self._ask(GetContext(session_id=session_id, now=time.time(),
                                                            max_tokens=max_tokens))
-        return window.view().messages
+        return window.decoded_messages()
 
     async def context_view(self, session_id: str, max_tokens: int | None = None) -> ContextView:
         """Like ``context``, with what the view kept, summarized and spent."""

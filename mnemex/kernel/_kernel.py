@@ -250,7 +250,7 @@ class _Cell:
         self.in_memory = type(store) is MemoryStore
         self.mailbox: Mailbox[_Envelope] = Mailbox(mailbox)
         self.behaviour: Behaviour | None = None
-        self.life = Lifecycle(f"{kind.name} {'/'.join(key)!r}")
+        self.life = Lifecycle((kind.name, key))
         self.seq = 0
         self.ts = 0
         self.snap_seq = 0
@@ -489,7 +489,7 @@ class Runtime:
         ident = (kind_name, key)
         cell = self._cells.get(ident)
         if cell is not None:
-            if cell.state in DOWN:
+            if cell.life.state in DOWN:
                 if trio.current_time() < cell.crash_until:
                     raise ActorCrashed(f"{cell.name} could not be loaded: {cell.crash}; "
                                        f"not retried before {cell.crash_until - trio.current_time():.1f} s "
@@ -547,7 +547,7 @@ class Runtime:
         for cell in self._cells.values():
             if excess <= 0:
                 break
-            if (cell.state is _RUNNING and not cell.subscribers
+            if (cell.life.state is _RUNNING and not cell.subscribers
                     and len(cell.mailbox) == 0 and self._post(cell, _PASSIVATE)):
                 excess -= 1
 
@@ -555,7 +555,7 @@ class Runtime:
         """Drain the mailbox (loading the actor first if needed) until it is empty
         for a moment, or the actor is stopped."""
         try:
-            if cell.state is _LOADING:
+            if cell.life.state is _LOADING:
                 await self._load(cell)
             await self._serve(cell)
         except _Quarantined:
@@ -564,11 +564,11 @@ class Runtime:
             log.exception("%s: kernel error", cell.name)
             self._fail_mailbox(cell, ActorCrashed(f"{cell.name} stopped on an internal error: {exc!r}"))
             self._unregister(cell)
-            if cell.state is not _STOPPING and cell.state not in DOWN:
+            if cell.life.state is not _STOPPING and cell.life.state not in DOWN:
                 cell.life.move(_STOPPING)
         finally:
             cell.active = False
-            if cell.state is _STOPPING or cell.state is CellState.CRASHED:
+            if cell.life.state is _STOPPING or cell.life.state is CellState.CRASHED:
                 with trio.CancelScope(shield=True):
                     self._finish(cell)
 
@@ -579,7 +579,7 @@ class Runtime:
             ident = (cell.kind.name, cell.key)
             if self._closing_cells.get(ident) is cell:
                 del self._closing_cells[ident]
-            cell.life.move(CellState.STOPPED if cell.state is _STOPPING else CellState.QUARANTINED)
+            cell.life.move(CellState.STOPPED if cell.life.state is _STOPPING else CellState.QUARANTINED)
             if cell.closed_event is not None:
                 cell.closed_event.set()
             self._running_cells -= 1
@@ -987,7 +987,7 @@ class Runtime:
         back on its next message."""
         ident = (kind, check_key(key, self.config.kernel.max_key_bytes, kind=kind))
         cell = self._cells.get(ident)
-        if cell is None or cell.state in DOWN:
+        if cell is None or cell.life.state in DOWN:
             return
         if not self._post(cell, _PASSIVATE):
             try:
@@ -1009,9 +1009,9 @@ class Runtime:
                     break  # LRU order: the rest were active more recently
                 if cell.subscribers:
                     continue  # live subscribers keep an actor loaded
-                if cell.state is _RUNNING and len(cell.mailbox) == 0:
+                if cell.life.state is _RUNNING and len(cell.mailbox) == 0:
                     self._post(cell, _PASSIVATE)
-                elif cell.state in DOWN and now >= cell.crash_until:
+                elif cell.life.state in DOWN and now >= cell.crash_until:
                     expired.append(ident)
             for ident in expired:
                 del self._cells[ident]
@@ -1019,7 +1019,7 @@ class Runtime:
     # -- introspection -------------------------------------------------------------
     def stats(self) -> RuntimeStats:
         depth = sum(len(cell.mailbox)
-                    for cell in self._cells.values() if cell.state is _RUNNING)
+                    for cell in self._cells.values() if cell.life.state is _RUNNING)
         return RuntimeStats(live=len(self._cells), mailbox_depth=depth, **self._stats)
 
     def journal_health(self) -> dict[str, Any]:
@@ -1043,7 +1043,7 @@ class Runtime:
         """Stop accepting, drain every mailbox, snapshot every actor, wait for all."""
         self._accepting = False
         for cell in list(self._cells.values()):
-            if cell.state in (_LOADING, _RUNNING) and not self._post(cell, _STOP):
+            if cell.life.state in (_LOADING, _RUNNING) and not self._post(cell, _STOP):
                 try:
                     await self._put(cell, _Envelope(_STOP, None))
                 except MailboxClosed:

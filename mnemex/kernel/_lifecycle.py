@@ -30,6 +30,10 @@ __all__ = ["CellState", "IllegalMove", "Lifecycle"]
 
 
 class CellState(enum.Enum):
+    # members are singletons: hashing by identity (not Enum's hash of the name, in
+    # Python) keeps the table lookups of every move and state test cheap
+    __hash__ = object.__hash__
+
     LOADING = "loading"
     RUNNING = "running"
     STOPPING = "stopping"
@@ -58,17 +62,18 @@ class IllegalMove(RuntimeError):
 
 
 class Lifecycle:
-    """The state of one cell, changed only through ``move``."""
+    """The state of one cell, changed only through ``move``. ``owner`` names the
+    actor in an IllegalMove (formatted only then: a spawn must stay cheap)."""
 
-    __slots__ = ("name", "state")
+    __slots__ = ("owner", "state")
 
-    def __init__(self, name: str) -> None:
-        self.name = name
+    def __init__(self, owner: object) -> None:
+        self.owner = owner
         self.state = CellState.LOADING
 
     def move(self, to: CellState) -> None:
         if to not in _MOVES[self.state]:
-            raise IllegalMove(f"actor {self.name}: no move from {self.state.value} to {to.value}")
+            raise IllegalMove(f"actor {self.owner}: no move from {self.state.value} to {to.value}")
         self.state = to
 
     @staticmethod
