@@ -330,6 +330,9 @@ class ServerConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     idle_read_timeout: PositiveFloat = 300.0
     """Seconds of silence from a client in the middle of a request body (a pushed
     stream included) after which its connection is closed."""
+    max_connections: PositiveInt = 1024
+    """Connections open at once; past it a new one is closed as soon as it is
+    accepted (a WARNING says so, at most every 10 s)."""
     max_concurrent_requests: PositiveInt = 1024
     """Requests (open streams included) served at once; past it 503 with Retry-After."""
     max_batch_scopes: PositiveInt = 100

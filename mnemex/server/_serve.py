@@ -13,11 +13,15 @@ import errno
 import logging
 import signal
 import socket
+from functools import partial
+from math import inf
 
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.config import Sockets
-from hypercorn.trio.run import worker_serve
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import AppWrapper, ConnectionState
 from hypercorn.utils import wrap_app
 
 from mnemex import Config, InvalidInput, open_runtime
@@ -96,9 +100,7 @@ async def serve(config: Config, settings: ServerSettings | None = None, *, shutd
             async with trio.open_nursery() as nursery:
                 if handle_signals:
                     nursery.start_soon(_wait_for_signals, stop)
-                await nursery.start(lambda task_status: worker_serve(app, hyper, sockets=sockets,
-                                                                     shutdown_trigger=stop.wait,
-                                                                     task_status=task_status))
+                await nursery.start(_Connections(app, hyper, settings).serve, sockets, stop)
                 log.info("mnemex serving on http://%s:%d (data in %s)", settings.host, port,
                          config.storage.data_dir)
                 task_status.started(port)
@@ -108,6 +110,50 @@ async def serve(config: Config, settings: ServerSettings | None = None, *, shutd
     finally:
         for sock in sockets.insecure_sockets:
             sock.close()
+
+
+class _Connections:
+    """Accepts connections and hands each to hypercorn's connection handler, at most
+    ``max_connections`` at once: past it a new connection is closed at once. Until
+    ``stop``; then no more are accepted, idle ones close, and requests in flight
+    have ``shutdown_grace`` seconds to finish (hypercorn's own shutdown, kept)."""
+
+    def __init__(self, app: AppWrapper, hyper: HypercornConfig, settings: ServerSettings) -> None:
+        self.app = app
+        self.hyper = hyper
+        self.settings = settings
+        self.context = WorkerContext(None)
+        self.open = 0
+        self._warned = -inf
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        if self.open >= self.settings.max_connections:
+            now = trio.current_time()
+            if now - self._warned > 10.0:
+                self._warned = now
+                log.warning("%d connections open, the most allowed (server.max_connections); closing new "
+                            "ones until some end", self.open)
+            await stream.aclose()
+            return
+        self.open += 1
+        try:
+            await TCPServer(self.app, self.hyper, self.context, ConnectionState({}), stream)  # type: ignore[arg-type]
+        finally:
+            self.open -= 1
+
+    async def serve(self, sockets: Sockets, stop: trio.Event,
+                    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+                     for sock in sockets.insecure_sockets]
+        async with trio.open_nursery() as connections:
+            async with trio.open_nursery() as acceptor:
+                await acceptor.start(partial(trio.serve_listeners, self._handle, listeners,
+                                             handler_nursery=connections))
+                task_status.started()
+                await stop.wait()
+                acceptor.cancel_scope.cancel()
+            await self.context.terminated.set()  # idle connections close; busy ones after their answer
+            connections.cancel_scope.deadline = trio.current_time() + self.settings.shutdown_grace
 
 
 async def _wait_for_signals(stop: trio.Event) -> None:

@@ -20,6 +20,7 @@ import httpx
 import pytest
 import trio
 import trio.testing
+from waiting import eventually
 
 import mnemex
 from mnemex.config import ServerConfig
@@ -407,6 +408,38 @@ async def test_past_max_concurrent_requests_the_server_answers_503_then_recovers
             assert (await http.get("/messages", params={"session_id": "s"})).status_code == 200
     warnings = [rec for rec in caplog.records
                 if rec.name == "mnemex.server" and rec.levelno == logging.WARNING]
+    assert warnings and not any(rec.exc_info for rec in warnings)
+
+
+async def test_past_max_connections_a_new_connection_is_closed_then_served_again(
+        tmp_path: Path, server: Any, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="mnemex.server")
+    async with server(cfg(tmp_path), max_connections=2, keep_alive_timeout=0.5) as http:
+        port = port_of(http)
+        held = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(2)]
+        for stream in held:  # each busy: a reader waiting for a stream that has not started
+            await stream.send_all(request_head(port, "GET", "/stream/later?wait-for-query=10s"))
+            assert (await stream.receive_some(4096)).startswith(b"HTTP/1.1 200")
+        extra = await trio.open_tcp_stream("127.0.0.1", port)
+        with trio.fail_after(5):
+            try:
+                await extra.send_all(request_head(port, "GET", "/health"))
+                assert await extra.receive_some(4096) == b""  # closed, not answered
+            except trio.BrokenResourceError:
+                pass  # closed before the request went out
+        await extra.aclose()
+        for stream in held:
+            await stream.aclose()
+
+        async def served() -> bool:  # once the server has let the two go
+            try:
+                return (await http.get("/health")).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        await eventually(served, what="a connection to be served again")
+    warnings = [rec for rec in caplog.records if rec.name == "mnemex.server"
+                and rec.levelno == logging.WARNING and "max_connections" in rec.getMessage()]
     assert warnings and not any(rec.exc_info for rec in warnings)
 
 
