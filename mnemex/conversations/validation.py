@@ -9,7 +9,6 @@ text message of a plain role) is decoded once and counted, nothing more.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -78,31 +77,11 @@ def _arguments_text(arguments: Any) -> str:
     return _encode.encode(arguments).decode()
 
 
-# a JSON number too large for a float has an exponent of 3 digits or ~300 digits in a row:
-# only a message with one is decoded whole, to refuse it before it is stored (a stored
-# message that cannot be read back would fail every later read)
-_BIG_NUMBER: Final = re.compile(rb"\d[eE][+-]?\d{3}|\d{300}")
-
-
-def _check_numbers(raw: msgspec.Raw, index: int) -> None:
-    if _BIG_NUMBER.search(raw) is None:
-        return
-    try:
-        msgspec.json.decode(raw)
-    except msgspec.ValidationError as exc:
-        raise InvalidInput(f"message {index} has a number out of range: {exc}",
-                           field=f"$.messages[{index}]") from None
-    except (msgspec.DecodeError, RecursionError):
-        return  # refused below, with the reason
-
-
 def check_message(raw: Any, index: int, counter: TokenCounter, limit: int, *,
                   known_calls: set[str], batch_calls: set[str]) -> CheckedMessage:
     """Message ``index`` of a batch, checked: InvalidInput or TooLarge (over ``limit``
     bytes) naming its JSON path. ``known_calls``: tool call ids of the session;
     ``batch_calls``: those of earlier messages of the same batch."""
-    if type(raw) is msgspec.Raw:
-        _check_numbers(raw, index)
     if type(raw) is msgspec.Raw and len(raw) <= limit:
         try:
             shape = _decode_shape.decode(raw)

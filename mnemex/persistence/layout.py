@@ -63,9 +63,11 @@ def check_key(key: Any, max_bytes: int | None = None, *, kind: str = "actor",
     past it). The kernel takes keys by the whole rule; the layout can name any key
     of the rest (``printable=False``). Path-like text such as ``../x`` is a valid
     key: ``encode_key`` turns it into one safe name."""
-    if type(key) is str and key.isascii() and key.isprintable() and key and (
-            max_bytes is None or len(key) <= max_bytes):
-        return (key,)  # the common case, tested in C: printable ASCII, a byte a character
+    if type(key) is str:
+        if key.isascii() and key.isprintable() and key and (max_bytes is None or len(key) <= max_bytes):
+            return (key,)  # the common case, tested in C: printable ASCII, a byte a character
+    elif type(key) is tuple and key and _plain(key, max_bytes):
+        return key
     parts: tuple[Any, ...] = (key,) if isinstance(key, str) else key
     if not isinstance(parts, tuple) or not parts:
         raise InvalidInput(f"{kind} key must be a non-empty str or tuple of str, got {type(key).__name__}",
@@ -90,6 +92,15 @@ def check_key(key: Any, max_bytes: int | None = None, *, kind: str = "actor",
                                f"U+{ord(control.group()):04X} at position {control.start()}; keys must be "
                                f"printable text", field="key")
     return parts
+
+
+def _plain(parts: tuple[Any, ...], max_bytes: int | None) -> bool:
+    """Every part is printable ASCII text within ``max_bytes`` (the common case)."""
+    for part in parts:
+        if type(part) is not str or not part or not part.isascii() or not part.isprintable() or (
+                max_bytes is not None and len(part) > max_bytes):
+            return False
+    return True
 
 
 def encode_key(key: tuple[str, ...]) -> str:

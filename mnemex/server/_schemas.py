@@ -3,6 +3,7 @@ unknown fields: a typo must fail loudly, not lose data."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
@@ -45,10 +46,25 @@ class PostMessages(msgspec.Struct, forbid_unknown_fields=True):
 
     @property
     def message_list(self) -> list[msgspec.Raw]:
+        """The messages, each its raw JSON. A number no float can hold (``1e999``) is
+        refused here: stored, it would fail every later read of the session."""
+        raw = bytes(self.messages)
+        if (_EXPONENT.search(raw) is not None or (len(raw) >= 300 and _LONG_NUMBER.search(raw) is not None)):
+            try:
+                msgspec.json.decode(raw)
+            except msgspec.ValidationError as exc:
+                raise HttpError(400, f"messages: {exc}", field="messages") from None
+            except RecursionError:
+                raise HttpError(400, "messages are nested too deeply to be read; flatten them",
+                                field="messages") from None
         return _raw_list.decode(self.messages)
 
 
 _raw_list = msgspec.json.Decoder(list[msgspec.Raw])
+# a number too large for a float has an exponent of 3 digits or 300 digits in a row; only
+# then is the whole array decoded to be sure
+_EXPONENT = re.compile(rb"[0-9][eE][+-]?[0-9]{3}")
+_LONG_NUMBER = re.compile(rb"[0-9]{300}")
 
 
 class MessagesStored(msgspec.Struct):
