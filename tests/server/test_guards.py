@@ -176,6 +176,9 @@ async def test_a_host_that_is_not_loopback_is_refused(tmp_path: Path, host: str,
         r = await http.post("/messages", json={"session_id": "s", "messages": [MESSAGE]}, headers=header)
         assert_json_error(r, 403)
         assert await stored_messages(http) == 0
+        # a health probe addresses a pod by its IP: /health answers OK to any Host, and only that
+        health = await http.get("/health", headers=header)
+        assert health.status_code == 200 and health.text == "OK"
 
 
 async def test_loopback_host_names_are_accepted(tmp_path: Path, server: Any) -> None:
