@@ -213,7 +213,7 @@ class _Envelope:
 _LOADING, _RUNNING, _STOPPING = CellState.LOADING, CellState.RUNNING, CellState.STOPPING
 
 
-class _Cell:
+class _Cell(Lifecycle):
     """A live actor: its mailbox, behaviour, store and bookkeeping."""
 
     __slots__ = (
@@ -228,7 +228,6 @@ class _Cell:
         "key",
         "kind",
         "last_active",
-        "life",
         "mailbox",
         "previous",
         "seq",
@@ -250,7 +249,7 @@ class _Cell:
         self.in_memory = type(store) is MemoryStore
         self.mailbox: Mailbox[_Envelope] = Mailbox(mailbox)
         self.behaviour: Behaviour | None = None
-        self.life = Lifecycle((kind.name, key))
+        self.state = CellState.LOADING
         self.seq = 0
         self.ts = 0
         self.snap_seq = 0
@@ -279,13 +278,9 @@ class _Cell:
             store.synced_by_fs()
 
     @property
-    def state(self) -> CellState:
-        return self.life.state
-
-    @property
     def closed(self) -> bool:
         """Its store is closed: a successor may load."""
-        return self.life.state in FINAL
+        return self.state in FINAL
 
     async def wait_closed(self) -> None:
         if not self.closed:
@@ -489,7 +484,7 @@ class Runtime:
         ident = (kind_name, key)
         cell = self._cells.get(ident)
         if cell is not None:
-            if cell.life.state in DOWN:
+            if cell.state in DOWN:
                 if trio.current_time() < cell.crash_until:
                     raise ActorCrashed(f"{cell.name} could not be loaded: {cell.crash}; "
                                        f"not retried before {cell.crash_until - trio.current_time():.1f} s "
@@ -547,7 +542,7 @@ class Runtime:
         for cell in self._cells.values():
             if excess <= 0:
                 break
-            if (cell.life.state is _RUNNING and not cell.subscribers
+            if (cell.state is _RUNNING and not cell.subscribers
                     and len(cell.mailbox) == 0 and self._post(cell, _PASSIVATE)):
                 excess -= 1
 
@@ -555,7 +550,7 @@ class Runtime:
         """Drain the mailbox (loading the actor first if needed) until it is empty
         for a moment, or the actor is stopped."""
         try:
-            if cell.life.state is _LOADING:
+            if cell.state is _LOADING:
                 await self._load(cell)
             await self._serve(cell)
         except _Quarantined:
@@ -564,11 +559,11 @@ class Runtime:
             log.exception("%s: kernel error", cell.name)
             self._fail_mailbox(cell, ActorCrashed(f"{cell.name} stopped on an internal error: {exc!r}"))
             self._unregister(cell)
-            if cell.life.state is not _STOPPING and cell.life.state not in DOWN:
-                cell.life.move(_STOPPING)
+            if cell.state is not _STOPPING and cell.state not in DOWN:
+                cell.move(_STOPPING)
         finally:
             cell.active = False
-            if cell.life.state is _STOPPING or cell.life.state is CellState.CRASHED:
+            if cell.state is _STOPPING or cell.state is CellState.CRASHED:
                 with trio.CancelScope(shield=True):
                     self._finish(cell)
 
@@ -579,7 +574,7 @@ class Runtime:
             ident = (cell.kind.name, cell.key)
             if self._closing_cells.get(ident) is cell:
                 del self._closing_cells[ident]
-            cell.life.move(CellState.STOPPED if cell.life.state is _STOPPING else CellState.QUARANTINED)
+            cell.move(CellState.STOPPED if cell.state is _STOPPING else CellState.QUARANTINED)
             if cell.closed_event is not None:
                 cell.closed_event.set()
             self._running_cells -= 1
@@ -605,14 +600,14 @@ class Runtime:
                 if attempt + 1 < cfg.kernel.restore_attempts:
                     await trio.sleep(cfg.kernel.restore_backoff * 2**attempt)
             else:
-                cell.life.move(_RUNNING)
+                cell.move(_RUNNING)
                 return
         assert error is not None
         self._quarantine(cell, error, f"could not be loaded after {cfg.kernel.restore_attempts} attempts")
 
     def _quarantine(self, cell: _Cell, error: BaseException, what: str) -> NoReturn:
         self._stats["crashes"] += 1
-        cell.life.move(CellState.CRASHED)
+        cell.move(CellState.CRASHED)
         cell.crash = error
         cell.crash_until = trio.current_time() + self.config.kernel.restore_quarantine
         crashed = ActorCrashed(f"{cell.name} {what}: {error!r}")
@@ -963,7 +958,7 @@ class Runtime:
     async def _close_cell(self, cell: _Cell, *, passivated: bool) -> None:
         """Stop taking messages, make everything durable, write the final snapshot."""
         self._unregister(cell)
-        cell.life.move(_STOPPING)
+        cell.move(_STOPPING)
         self._fail_mailbox(cell, ActorClosed(f"{cell.name} stopped"))
         self._end_subscriptions(cell, ActorClosed(f"{cell.name} stopped"))
         await self._flush(cell)
@@ -987,7 +982,7 @@ class Runtime:
         back on its next message."""
         ident = (kind, check_key(key, self.config.kernel.max_key_bytes, kind=kind))
         cell = self._cells.get(ident)
-        if cell is None or cell.life.state in DOWN:
+        if cell is None or cell.state in DOWN:
             return
         if not self._post(cell, _PASSIVATE):
             try:
@@ -1009,9 +1004,9 @@ class Runtime:
                     break  # LRU order: the rest were active more recently
                 if cell.subscribers:
                     continue  # live subscribers keep an actor loaded
-                if cell.life.state is _RUNNING and len(cell.mailbox) == 0:
+                if cell.state is _RUNNING and len(cell.mailbox) == 0:
                     self._post(cell, _PASSIVATE)
-                elif cell.life.state in DOWN and now >= cell.crash_until:
+                elif cell.state in DOWN and now >= cell.crash_until:
                     expired.append(ident)
             for ident in expired:
                 del self._cells[ident]
@@ -1019,7 +1014,7 @@ class Runtime:
     # -- introspection -------------------------------------------------------------
     def stats(self) -> RuntimeStats:
         depth = sum(len(cell.mailbox)
-                    for cell in self._cells.values() if cell.life.state is _RUNNING)
+                    for cell in self._cells.values() if cell.state is _RUNNING)
         return RuntimeStats(live=len(self._cells), mailbox_depth=depth, **self._stats)
 
     def journal_health(self) -> dict[str, Any]:
@@ -1043,7 +1038,7 @@ class Runtime:
         """Stop accepting, drain every mailbox, snapshot every actor, wait for all."""
         self._accepting = False
         for cell in list(self._cells.values()):
-            if cell.life.state in (_LOADING, _RUNNING) and not self._post(cell, _STOP):
+            if cell.state in (_LOADING, _RUNNING) and not self._post(cell, _STOP):
                 try:
                     await self._put(cell, _Envelope(_STOP, None))
                 except MailboxClosed:

@@ -29,7 +29,7 @@ def reach(state: CellState) -> Lifecycle:
         CellState.STOPPING: [CellState.STOPPING], CellState.STOPPED: [CellState.STOPPING, CellState.STOPPED],
         CellState.CRASHED: [CellState.CRASHED], CellState.QUARANTINED: [CellState.CRASHED, CellState.QUARANTINED],
     }
-    life = Lifecycle(("counter", ("c",)))
+    life = Lifecycle()
     for step in paths[state]:
         life.move(step)
     return life
