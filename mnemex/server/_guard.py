@@ -14,6 +14,7 @@ preflight answers). The guard also caps the requests served at once.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Final
 
@@ -22,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from mnemex.config import ServerConfig
 from mnemex.server._http import json_response
 
-__all__ = ["Guard"]
+__all__ = ["Guard", "WarnEvery"]
 
 log = logging.getLogger("mnemex.server")
 
@@ -53,7 +54,7 @@ class Guard:
         self.hosts = frozenset(hosts)
         self.origins = frozenset(settings.cors_origins)
         self.in_flight = 0
-        self._warned = 0.0
+        self._warn = WarnEvery(10.0)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -82,11 +83,8 @@ class Guard:
             await _preflight(send, allowed_origin, headers)
             return
         if self.in_flight >= self.settings.max_concurrent_requests:
-            now = time.monotonic()
-            if now - self._warned > 10.0:
-                self._warned = now
-                log.warning("%d requests in flight, the most served at once "
-                            "(server.max_concurrent_requests); answering 503 to new ones", self.in_flight)
+            self._warn("%d requests in flight, the most served at once (server.max_concurrent_requests); "
+                       "answering 503 to new ones", self.in_flight)
             await _refuse(scope, receive, send, 503,
                           f"the server is serving {self.in_flight:,} requests, its most "
                           f"(server.max_concurrent_requests); retry shortly", headers={"Retry-After": "1"})
@@ -99,6 +97,23 @@ class Guard:
                 await self.app(scope, receive, _with_cors(send, allowed_origin))
         finally:
             self.in_flight -= 1
+
+
+class WarnEvery:
+    """A WARNING on ``mnemex.server`` at most every ``seconds``: a limit reached under
+    load is said once, not once per refused request."""
+
+    __slots__ = ("last", "seconds")
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.last = -math.inf
+
+    def __call__(self, message: str, *args: object) -> None:
+        now = time.monotonic()
+        if now - self.last > self.seconds:
+            self.last = now
+            log.warning(message, *args)
 
 
 def _headers(scope: Scope) -> dict[str, str]:

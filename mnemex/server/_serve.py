@@ -14,7 +14,6 @@ import logging
 import signal
 import socket
 from functools import partial
-from math import inf
 
 import trio
 from hypercorn.config import Config as HypercornConfig
@@ -26,7 +25,7 @@ from hypercorn.utils import wrap_app
 
 from mnemex import Config, InvalidInput, open_runtime
 from mnemex.server._app import build_app
-from mnemex.server._guard import host_name
+from mnemex.server._guard import WarnEvery, host_name
 from mnemex.server._schemas import ServerSettings
 
 __all__ = ["serve"]
@@ -124,15 +123,12 @@ class _Connections:
         self.settings = settings
         self.context = WorkerContext(None)
         self.open = 0
-        self._warned = -inf
+        self._warn = WarnEvery(10.0)
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         if self.open >= self.settings.max_connections:
-            now = trio.current_time()
-            if now - self._warned > 10.0:
-                self._warned = now
-                log.warning("%d connections open, the most allowed (server.max_connections); closing new "
-                            "ones until some end", self.open)
+            self._warn("%d connections open, the most allowed (server.max_connections); closing new ones "
+                       "until some end", self.open)
             await stream.aclose()
             return
         self.open += 1
