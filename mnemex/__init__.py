@@ -4,30 +4,28 @@ This module is the whole user-facing API: open a runtime, talk to agents
 (short-term memory) and scopes (long-term memory), and catch mnemex's errors.
 What people extending mnemex need (actor kinds, embedders, summarizers, token
 counters) is in ``mnemex.lowlevel``; the settings' sections are in
-``mnemex.config``; everything else is private and may change.
+``mnemex.config``; the reply types of the less common calls (AgentStats,
+Appended, SessionInfo, TurnHit, StreamEvent, SessionStream; ScopeStats,
+MemoryPage) are in ``mnemex.conversations.protocol``/``ref`` and
+``mnemex.memories.protocol``, for annotations. Everything else is private and may
+change.
 """
 
 from mnemex.client import Client as Client
 from mnemex.config import DEFAULT as DEFAULT
 from mnemex.config import Config as Config
 from mnemex.config import load_config as load_config
-from mnemex.conversations.protocol import AgentStats as AgentStats
-from mnemex.conversations.protocol import Appended as Appended
 from mnemex.conversations.protocol import ChatMessage as ChatMessage
 from mnemex.conversations.protocol import ContextView as ContextView
 from mnemex.conversations.protocol import KeepAll as KeepAll
 from mnemex.conversations.protocol import MaxMessages as MaxMessages
 from mnemex.conversations.protocol import MessagePage as MessagePage
-from mnemex.conversations.protocol import SessionInfo as SessionInfo
 from mnemex.conversations.protocol import Stateless as Stateless
 from mnemex.conversations.protocol import StoredMessage as StoredMessage
-from mnemex.conversations.protocol import StreamEvent as StreamEvent
 from mnemex.conversations.protocol import TokenBudget as TokenBudget
 from mnemex.conversations.protocol import Turn as Turn
-from mnemex.conversations.protocol import TurnHit as TurnHit
 from mnemex.conversations.protocol import TurnRecord as TurnRecord
 from mnemex.conversations.ref import AgentRef as AgentRef
-from mnemex.conversations.ref import SessionStream as SessionStream
 from mnemex.errors import ActorClosed as ActorClosed
 from mnemex.errors import ActorCrashed as ActorCrashed
 from mnemex.errors import Busy as Busy
@@ -45,9 +43,7 @@ from mnemex.errors import TooLarge as TooLarge
 from mnemex.errors import UnknownActorKind as UnknownActorKind
 from mnemex.memories.fields import MemoryFields as MemoryFields
 from mnemex.memories.protocol import Hit as Hit
-from mnemex.memories.protocol import MemoryPage as MemoryPage
 from mnemex.memories.protocol import MemoryRecord as MemoryRecord
-from mnemex.memories.protocol import ScopeStats as ScopeStats
 from mnemex.memories.protocol import SearchResult as SearchResult
 from mnemex.memories.protocol import SessionAdded as SessionAdded
 from mnemex.memories.ref import ScopeRef as ScopeRef
@@ -62,8 +58,6 @@ __all__ = [
     "ActorClosed",
     "ActorCrashed",
     "AgentRef",
-    "AgentStats",
-    "Appended",
     "Busy",
     "ChatMessage",
     "Client",
@@ -77,7 +71,6 @@ __all__ = [
     "InvalidInput",
     "KeepAll",
     "MaxMessages",
-    "MemoryPage",
     "MemoryFields",
     "MemoryRecord",
     "MessagePage",
@@ -87,21 +80,16 @@ __all__ = [
     "NotFound",
     "SEARCH_MEMORY_TOOL",
     "ScopeRef",
-    "ScopeStats",
     "SearchResult",
     "SessionAdded",
-    "SessionInfo",
-    "SessionStream",
     "Stateless",
     "StorageError",
     "StoredMessage",
-    "StreamEvent",
     "SummaryError",
     "Timeout",
     "TokenBudget",
     "TooLarge",
     "Turn",
-    "TurnHit",
     "TurnRecord",
     "UnknownActorKind",
     "execute_memory_tool",

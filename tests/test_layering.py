@@ -116,12 +116,11 @@ def test_the_public_face_is_pinned() -> None:
         # the runtime
         "open_runtime", "Client", "MnemexRuntime", "Config", "DEFAULT", "load_config",
         # short-term memory
-        "AgentRef", "SessionStream", "ChatMessage", "StoredMessage", "MessagePage", "ContextView",
-        "SessionInfo", "AgentStats", "Appended", "StreamEvent", "Turn", "TurnRecord", "TurnHit",
+        "AgentRef", "ChatMessage", "StoredMessage", "MessagePage", "ContextView", "Turn", "TurnRecord",
         "MaxMessages", "TokenBudget", "KeepAll", "Stateless", "SummaryError",
         # long-term memory
-        "ScopeRef", "MemoryFields", "MemoryRecord", "Hit", "SearchResult", "MemoryPage", "ScopeStats",
-        "SessionAdded", "SEARCH_MEMORY_TOOL", "execute_memory_tool",
+        "ScopeRef", "MemoryFields", "MemoryRecord", "Hit", "SearchResult", "SessionAdded",
+        "SEARCH_MEMORY_TOOL", "execute_memory_tool",
         # errors
         "MnemexError", "InvalidInput", "UnknownActorKind", "TooLarge", "NotFound", "Busy", "Timeout",
         "ActorClosed", "ActorCrashed", "ModelError", "EmbedderError", "CorruptData", "StorageError",
@@ -129,6 +128,12 @@ def test_the_public_face_is_pinned() -> None:
     ])
     for name in mnemex.__all__:
         assert getattr(mnemex, name) is not None
+    # the reply types of the less common calls are where they are defined, for annotations
+    from mnemex.conversations.protocol import AgentStats, Appended, SessionInfo, StreamEvent, TurnHit
+    from mnemex.conversations.ref import SessionStream
+    from mnemex.memories.protocol import MemoryPage, ScopeStats
+    assert all(isinstance(t, type) for t in (AgentStats, Appended, SessionInfo, StreamEvent, TurnHit,
+                                              SessionStream, MemoryPage, ScopeStats))
 
 
 def test_the_extension_face_is_pinned() -> None:

@@ -37,7 +37,6 @@ from mnemex import (
     MnemexRuntime,
     NotFound,
     StoredMessage,
-    StreamEvent,
     Timeout,
     TooLarge,
 )
@@ -375,7 +374,7 @@ class _Api:
         try:
             async with stream:
                 async for event in stream:
-                    event_: StreamEvent = event
+                    event_: Any = event  # a StreamEvent
                     if event_.kind == "message" and event_.message is not None:
                         message = event_.message.message
                         delta = {k: v for k, v in message.items() if k in _DELTA_FIELDS}
