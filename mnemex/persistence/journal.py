@@ -10,10 +10,13 @@ is caught as well as a damaged command. Lines are read back by their fixed
 prefix, never by re-serialising the payload, and seq grows by exactly one from
 line to line.
 
-A damaged *last* line (a torn write: no newline at its end, or failing its
-check, with no valid line after it) is cut off; damage *followed by* valid
-lines is CorruptData naming the file and line, because replaying around it
-would silently skip accepted commands.
+A torn write is cut off: a last line with no newline at its end, after
+lines that are unwritten space (empty, or only NUL bytes: blocks a crash left
+allocated but never filled). A *complete* line (it ends with its newline) that
+fails its check is not a torn write: the bytes of an acknowledged command were
+damaged after they were written, and cutting it would lose that command
+silently. It is CorruptData naming the file and line, as is any damage
+followed by valid lines (replaying around it would skip accepted commands).
 
 Cut-off prefixes are kept as archive segments ``journal-<first>-<last>.jsonl``
 (same line format) for point-in-time replay and snapshot fallback.
@@ -158,8 +161,14 @@ def scan_journal(data: bytes, source: Path | str) -> JournalScan:
     for number, line in enumerate(lines, 1):
         parsed = parse(line)
         if isinstance(parsed, str):
+            if line.strip(b"\x00"):  # content that fails its check, and its newline was written
+                raise CorruptData(
+                    f"{source}: line {number}: damaged ({parsed}) although complete (it ends with its "
+                    f"newline): an accepted command's bytes changed after they were written, which a torn "
+                    f"write cannot do; the journal needs repair (`mnemex replay --verify` lists every "
+                    f"problem)")
             if bad_line is None:
-                bad_line, bad_reason = number, parsed
+                bad_line, bad_reason = number, "unwritten space (a torn write)"
             continue
         if bad_line is not None:
             raise CorruptData(

@@ -124,7 +124,8 @@ class ActorStore(abc.ABC):
     @abc.abstractmethod
     def recover(self) -> Recovered:
         """The newest valid snapshot and the journal after it. A torn journal tail
-        is cut; damage before the end raises CorruptData."""
+        (an unterminated last line, after unwritten space) is cut; any other damage,
+        a complete last line that fails its check included, raises CorruptData."""
 
     @abc.abstractmethod
     def append(self, entries: Sequence[tuple[int, int, bytes]]) -> None:

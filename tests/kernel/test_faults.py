@@ -60,6 +60,24 @@ async def test_corrupt_journal_line_stops_only_that_actor_with_file_and_line(tmp
         assert await rt.ask("counter", "other", Add(1)) == 1
 
 
+async def test_a_flipped_byte_in_the_last_complete_line_is_reported_not_cut(tmp_path: Path) -> None:
+    # the last command was acknowledged; its line is whole (newline and all) but one byte changed
+    # on disk: the actor refuses to load, naming the file and line, and the line stays for repair
+    cfg = mnemex.Config(data_dir=str(tmp_path), restore_backoff=0.0)
+    folder = tmp_path / "counters" / "c"
+    folder.mkdir(parents=True)
+    lines = [_line(i + 1, b'{"type":"counter.add","n":%d}' % (i + 1)) for i in range(3)]
+    lines[2] = lines[2].replace(b'"n":3', b'"n":2')
+    (folder / "journal.jsonl").write_bytes(b"".join(lines))
+    (folder / "key.json").write_text('{"kind": "counter", "key": ["c"]}')
+    async with mnemex.open_runtime(cfg, kinds=[counter_kind()]) as rt:
+        with pytest.raises(mnemex.ActorCrashed, match=r"journal\.jsonl: line 3: damaged") as info:
+            await rt.ask("counter", "c", Get())
+        assert isinstance(info.value.__cause__, mnemex.CorruptData)
+        assert "although complete" in str(info.value.__cause__)
+    assert (folder / "journal.jsonl").read_bytes() == b"".join(lines)  # nothing was cut
+
+
 def _line(seq: int, payload: bytes) -> bytes:
     from mnemex.persistence.journal import encode_entries
 

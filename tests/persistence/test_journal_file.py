@@ -73,16 +73,30 @@ def test_every_truncation_of_the_last_line_is_cut(tmp_path: Path, caplog: pytest
 
 
 @pytest.mark.parametrize("where", [b'"seq":3', b'"ts":', b'"crc":', b'"n":3'])
-def test_a_damaged_last_line_with_its_newline_is_cut(tmp_path: Path, where: bytes) -> None:
+def test_a_damaged_last_line_with_its_newline_is_corrupt_data_not_a_torn_write(tmp_path: Path,
+                                                                                where: bytes) -> None:
+    # a torn write cannot end in a newline: a complete line that fails its check is an accepted
+    # command damaged on disk, reported and kept, never cut as if it had not been written
     path = tmp_path / "journal.jsonl"
     data = bytearray(write_journal(path, 3))
     last_line = data.rindex(b"\n", 0, len(data) - 1) + 1
     position = data.index(where, last_line) + len(where) - 1
     data[position] ^= 0x01
     path.write_bytes(bytes(data))
-    scan = read_journal(path, repair=True)
-    assert [entry.seq for entry in scan.entries] == [1, 2]
-    assert path.read_bytes() == bytes(data[:last_line])
+    with pytest.raises(CorruptData, match=r"journal\.jsonl: line 3: damaged .* although complete"):
+        read_journal(path, repair=True)
+    assert path.read_bytes() == bytes(data)  # nothing cut
+
+
+def test_unwritten_space_at_the_end_is_a_torn_write_and_cut(tmp_path: Path) -> None:
+    # a crash can leave blocks allocated but never filled: NUL bytes, even with a newline written
+    path = tmp_path / "journal.jsonl"
+    good = write_journal(path, 2)
+    for tail in (b"\x00" * 40 + b"\n", b"\n", b"\x00" * 10 + b"\n" + b"\x00" * 7):
+        path.write_bytes(good + tail)
+        scan = read_journal(path, repair=True)
+        assert [entry.seq for entry in scan.entries] == [1, 2]
+        assert path.read_bytes() == good
 
 
 def test_several_damaged_lines_at_the_end_are_all_cut(tmp_path: Path) -> None:
