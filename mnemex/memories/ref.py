@@ -191,13 +191,16 @@ class ScopeRef:
         return ids, created
 
     def _checked_many(self, memories: Iterable[str | Mapping[str, Any]], now: float,
-                      where: str = "memories") -> list[NewMemory]:
+                      positions: Sequence[int] | None = None) -> list[NewMemory]:
+        """Each memory checked; an error names it as ``memories[i]``, ``i`` its index or,
+        given ``positions``, ``positions[index]`` (its place in a larger batch)."""
         batch: list[NewMemory] = []
         for index, item in enumerate(memories):
             try:
                 batch.append(self._checked_one(item, now))
             except InvalidInput as exc:  # TooLarge too: name the item in the batch
-                exc.field = f"{where}[{index}]" + (f".{exc.field}" if exc.field else "")
+                place = index if positions is None else positions[index]
+                exc.field = f"memories[{place}]" + (f".{exc.field}" if exc.field else "")
                 raise
         return batch
 
@@ -420,13 +423,7 @@ async def remember_in_scopes(services: ScopeServices,
     prepared: list[tuple[ScopeRef, list[int], list[NewMemory]]] = []
     for (app_name, user_id), indexes in groups.items():
         scope = ScopeRef(services, user_id=user_id, app_name=app_name)
-        try:
-            checked = scope._checked_many([items[i][2] for i in indexes], now)
-        except InvalidInput as exc:  # renumber: the position in the whole batch
-            head, _, rest = (exc.field or "").partition("]")
-            exc.field = f"memories[{indexes[int(head.removeprefix('memories['))]}]{rest}"
-            raise
-        prepared.append((scope, indexes, checked))
+        prepared.append((scope, indexes, scope._checked_many([items[i][2] for i in indexes], now, indexes)))
     ids: list[str] = [""] * len(items)
     stored: list[tuple[ScopeRef, list[str]]] = []
     try:

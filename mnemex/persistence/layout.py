@@ -63,12 +63,9 @@ def check_key(key: Any, max_bytes: int | None = None, *, kind: str = "actor",
     past it). The kernel takes keys by the whole rule; the layout can name any key
     of the rest (``printable=False``). Path-like text such as ``../x`` is a valid
     key: ``encode_key`` turns it into one safe name."""
-    if type(key) is str:
-        if key.isascii() and key.isprintable() and key and (max_bytes is None or len(key) <= max_bytes):
-            return (key,)  # the common case, tested in C: printable ASCII, a byte a character
-    elif type(key) is tuple and key and _plain(key, max_bytes):
-        return key
     parts: tuple[Any, ...] = (key,) if isinstance(key, str) else key
+    if type(parts) is tuple and parts and _plain(parts, max_bytes):
+        return parts  # the common case, tested in C: printable ASCII, a byte a character
     if not isinstance(parts, tuple) or not parts:
         raise InvalidInput(f"{kind} key must be a non-empty str or tuple of str, got {type(key).__name__}",
                            field="key")

@@ -82,6 +82,7 @@ from mnemex.server._schemas import (
     StreamPushed,
     StreamsPurged,
     StreamStatistics,
+    one_session,
 )
 from mnemex.server._streams import CAUGHT_UP, StreamClosed, StreamHub
 
@@ -124,14 +125,11 @@ def _query_bool(request: Request, name: str) -> bool:
 
 
 def _session_param(request: Request, required: bool) -> str | None:
-    """``session_id``, or its synonym ``conversation_id`` (newer controllers)."""
-    given = {name: request.query_params[name] for name in ("session_id", "conversation_id")
-             if name in request.query_params}
-    if len(set(given.values())) > 1:
-        raise HttpError(400, "session_id and conversation_id name the same thing and differ; give one",
-                        field="conversation_id")
-    value = next(iter(given.values()), None)
-    if value == "" or (value is None and required):
+    """``session_id``, or its synonym ``conversation_id`` (newer controllers). In a
+    query string an empty value is refused too: it must not read as "every session"."""
+    query = request.query_params
+    value = one_session(query.get("session_id"), query.get("conversation_id"), required=required)
+    if value == "":
         raise HttpError(400, "session_id is required", field="session_id")
     return value
 
@@ -296,7 +294,7 @@ class _Api:
         return json_response(StreamsPurged(status="success", message="Stream data purged", streams=dropped))
 
     async def stream_statistics(self, request: Request) -> Response:
-        return json_response(msgspec.convert(self.streams.statistics(), StreamStatistics))
+        return json_response(self.streams.statistics())
 
     async def stream(self, request: Request) -> Response:
         """``GET /stream/{id}``: server-sent events. A pushed stream of that name, or

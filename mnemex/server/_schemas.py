@@ -13,7 +13,7 @@ from mnemex.config import ServerConfig
 from mnemex.server._http import HttpError, decode_json
 
 __all__ = ["Health", "MessageRecord", "MessagesPage", "MessagesStored", "PostArchive", "PostMemory",
-           "PostMemoryBatch", "PostMessages", "PostSearch", "Purged", "ServerSettings"]
+           "PostMemoryBatch", "PostMessages", "PostSearch", "Purged", "ServerSettings", "one_session"]
 
 
 class PostMessages(msgspec.Struct, forbid_unknown_fields=True):
@@ -35,11 +35,7 @@ class PostMessages(msgspec.Struct, forbid_unknown_fields=True):
     def decode(cls, raw: bytes) -> PostMessages:
         """The body, with the errors the platform's clients expect (400 each)."""
         body = decode_json(raw, cls)
-        if body.session_id and body.conversation_id and body.session_id != body.conversation_id:
-            raise HttpError(400, "session_id and conversation_id name the same thing and differ; give one",
-                            field="conversation_id")
-        if not body.session:
-            raise HttpError(400, "session_id is required", field="session_id")
+        one_session(body.session_id or None, body.conversation_id or None, required=True)
         if not bytes(body.messages).lstrip().startswith(b"["):
             raise HttpError(400, "messages array is required", field="messages")
         return body
@@ -65,6 +61,19 @@ _raw_list = msgspec.json.Decoder(list[msgspec.Raw])
 # then is the whole array decoded to be sure
 _EXPONENT = re.compile(rb"[0-9][eE][+-]?[0-9]{3}")
 _LONG_NUMBER = re.compile(rb"[0-9]{300}")
+
+
+def one_session(session_id: str | None, conversation_id: str | None, *, required: bool) -> str | None:
+    """The session a request names: ``session_id``, or ``conversation_id`` (its synonym
+    from newer controllers). Both given and different, or neither (nor a non-empty
+    one) when ``required``: 400."""
+    if session_id is not None and conversation_id is not None and session_id != conversation_id:
+        raise HttpError(400, "session_id and conversation_id name the same thing and differ; give one",
+                        field="conversation_id")
+    value = session_id if session_id is not None else conversation_id
+    if required and not value:
+        raise HttpError(400, "session_id is required", field="session_id")
+    return value
 
 
 class MessagesStored(msgspec.Struct):

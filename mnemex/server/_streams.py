@@ -27,6 +27,7 @@ import trio
 
 from mnemex import Busy, InvalidInput, TooLarge
 from mnemex.config import ServerConfig
+from mnemex.server._schemas import StreamInfo, StreamStatistics
 
 __all__ = ["CAUGHT_UP", "PushedStream", "StreamClosed", "StreamHub"]
 
@@ -233,10 +234,10 @@ class StreamHub:
                 del self._streams[name]  # a wait that saw nothing leaves nothing behind
 
     # -- statistics -----------------------------------------------------------------
-    def statistics(self) -> dict[str, Any]:
+    def statistics(self) -> StreamStatistics:
         self.sweep()
-        queries = {s.name: {"total_chunks": len(s.chunks), "completed": s.completed,
-                            "has_done_marker": s.completed, "chunk_types": dict(s.types),
-                            "bytes": s.size, "readers": s.readers}
+        queries = {s.name: StreamInfo(total_chunks=len(s.chunks), completed=s.completed,
+                                      has_done_marker=s.completed, chunk_types=dict(s.types), bytes=s.size,
+                                      readers=s.readers)
                    for s in self._streams.values() if s.started}
-        return {"total_queries": len(queries), "queries": queries}
+        return StreamStatistics(total_queries=len(queries), queries=queries)
