@@ -153,14 +153,12 @@ def load_settings(args: argparse.Namespace) -> Config:
 def cmd_serve(args: argparse.Namespace) -> int:
     import logging
 
-    import trio
-
     from mnemex.server import serve
 
     try:
         config = load_settings(args)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        trio.run(serve, config)
+        serve(config)
     except InvalidInput as exc:  # what the operator must fix: one line, no traceback
         print(f"mnemex serve: {exc}", file=sys.stderr)
         return 2

@@ -221,9 +221,18 @@ class AgentRef:
         so pages are stable while messages are appended. ``session_id`` None pages
         over every session (in sequence order); ``limit`` None returns everything
         from ``offset`` on. Unknown sessions give an empty page."""
+        page = await self.entries(session_id, query_id, limit, offset)
+        return page.page()
+
+    async def entries(self, session_id: str | None = None, query_id: str | None = None,
+                      limit: int | None = 50, offset: int = 0) -> EntryPage:
+        """``messages`` as the actor keeps them: each message's JSON undecoded
+        (``MessageEntry.message`` is msgspec.Raw), for callers that pass messages on
+        without reading them, such as the HTTP server (no decoding and re-encoding of
+        every message)."""
         page: EntryPage = await self._ask(ListMessages(session_id=session_id, query_id=query_id,
                                                        limit=limit, offset=offset, now=time.time()))
-        return page.page()
+        return page
 
     async def sessions(self) -> list[SessionInfo]:
         """Every live session of the agent, oldest first."""

@@ -5,22 +5,22 @@ Every route is declared once in ``build_app`` with the query parameters it takes
 (any other is a 400 naming it) and whether its body is JSON (any other content
 type is a 415). Every handler validates its input with msgspec, asks the runtime,
 and answers JSON; errors are ``{"error": ...}`` with the status from
-``_http.STATUS``. The app runs inside the runtime's own trio run (hypercorn's trio
-worker), so a handler awaits actors directly.
+``_http.STATUS``. The app runs on the server's asyncio loop; whatever it asks
+of the runtime crosses into the runtime's trio run through the Bridge, once per
+request.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
-from datetime import UTC, datetime
 from typing import Any, Final
 
 import msgspec
-import trio
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
@@ -36,10 +36,10 @@ from mnemex import (
     MnemexError,
     MnemexRuntime,
     NotFound,
-    StoredMessage,
     Timeout,
     TooLarge,
 )
+from mnemex.server._bridge import Bridge
 from mnemex.server._guard import Guard
 from mnemex.server._http import (
     HttpError,
@@ -100,6 +100,7 @@ _DELTA_FIELDS: Final = frozenset({"role", "content", "tool_calls", "name", "tool
 _PING: Final = b": ping\n\n"
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE: Final = frozenset({"0", "false", "no", "off", ""})
+_OPENED: Final = b""
 
 
 def _query_int(request: Request, name: str, default: int | None, minimum: int = 0) -> int | None:
@@ -144,20 +145,51 @@ def _timeout_event(message: str) -> bytes:
 
 
 def _rfc3339(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, tz=UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    """``2024-05-01T12:00:00.123456Z``, as ``datetime.fromtimestamp(seconds, UTC)``
+    would print it (microseconds rounded half to even). This runs for every message
+    GET /messages returns, and a platform reads the same sessions again and again:
+    the strings are kept (``_STAMPS``), and the part up to the second is formatted
+    once per second seen."""
+    stamp = _STAMPS.get(seconds)
+    if stamp is not None:
+        return stamp
+    fraction, whole = math.modf(seconds)
+    micros = round(fraction * 1e6)
+    if micros >= 1_000_000:
+        whole, micros = whole + 1, micros - 1_000_000
+    elif micros < 0:
+        whole, micros = whole - 1, micros + 1_000_000
+    second = int(whole)
+    prefix = _SECONDS.get(second)
+    if prefix is None:
+        if len(_SECONDS) >= _KEPT:
+            _SECONDS.clear()
+        prefix = _SECONDS[second] = time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(second))
+    if len(_STAMPS) >= _KEPT:
+        _STAMPS.clear()
+    stamp = _STAMPS[seconds] = f"{prefix}{micros:06d}Z"
+    return stamp
 
 
-def _record(message: StoredMessage) -> MessageRecord:
-    return MessageRecord(sequence=message.sequence, timestamp=_rfc3339(message.timestamp),
-                         session_id=message.session_id, query_id=message.query_id or "",
-                         message=message.message)
+_KEPT: Final = 65_536
+_STAMPS: dict[float, str] = {}
+_SECONDS: dict[int, str] = {}
+
+
+def _record(entry: Any) -> MessageRecord:
+    """The wire form of one stored message (a MessageEntry of AgentRef.entries)."""
+    return MessageRecord(entry.sequence, _rfc3339(entry.timestamp), entry.session_id, entry.query_id or "",
+                         entry.message)
 
 
 class _Api:
-    def __init__(self, runtime: MnemexRuntime, settings: ServerSettings, metrics: Metrics) -> None:
+    def __init__(self, runtime: MnemexRuntime, settings: ServerSettings, metrics: Metrics,
+                 bridge: Bridge | None) -> None:
         self.rt = runtime
         self.settings = settings
         self.metrics = metrics
+        self.call = bridge.call if bridge is not None else _unbridged
+        self.bridge = bridge
         self.streams = StreamHub(settings)
         self.started = time.time()
 
@@ -172,8 +204,8 @@ class _Api:
     async def post_messages(self, request: Request) -> Response:
         raw = await read_body(request, self.settings.max_body_bytes, self.settings.body_timeout)
         body = PostMessages.decode(raw)
-        appended = await self.agent(request).append(body.session, body.message_list,
-                                                    query_id=body.query_id or None)
+        appended = await self.call(self.agent(request).append, body.session, body.message_list,
+                                   query_id=body.query_id or None)
         return json_response(MessagesStored(
             status="success", session_id=body.session, conversation_id=body.session, stored=appended.count,
             first_sequence=appended.first_sequence if appended.count else None))
@@ -181,11 +213,11 @@ class _Api:
     async def get_messages(self, request: Request) -> Response:
         limit = _query_int(request, "limit", None, minimum=1)
         offset = _query_int(request, "offset", 0) or 0
-        page = await self.agent(request).messages(
-            session_id=_session_param(request, required=False),
+        page = await self.call(
+            self.agent(request).entries, session_id=_session_param(request, required=False),
             query_id=request.query_params.get("query_id") or None, limit=limit, offset=offset)
         return json_response(MessagesPage(
-            messages=[_record(m) for m in page.messages], total=page.total,
+            messages=[_record(entry) for entry in page.entries], total=page.total,
             limit=page.limit if page.limit is not None else page.total, offset=page.offset))
 
     async def delete_messages(self, request: Request) -> Response:
@@ -196,22 +228,22 @@ class _Api:
             raise HttpError(400, "give session_id (one session) or all=true (every session), not both",
                             field="all")
         if session_id is not None:
-            existed = await agent.delete_session(session_id)
+            existed = await self.call(agent.delete_session, session_id)
             return json_response(Purged(status="success", message="Memory purged",
                                         sessions=[session_id] if existed else [], messages=None))
         if not everything and not self.settings.allow_bare_purge:
             raise HttpError(400, "deleting every session needs all=true (or session_id=... for one)",
                             field="all")
-        deleted = await agent.delete_all()
+        deleted = await self.call(agent.delete_all)
         return json_response(Purged(status="success", message="Memory purged", sessions=deleted.session_ids,
                                     messages=deleted.messages_removed))
 
     async def get_sessions(self, request: Request) -> Response:
-        sessions = await self.agent(request).sessions()
+        sessions = await self.call(self.agent(request).sessions)
         return json_response(Sessions(sessions=[s.session_id for s in sessions]))
 
     async def memory_status(self, request: Request) -> Response:
-        sessions = await self.agent(request).sessions()
+        sessions = await self.call(self.agent(request).sessions)
         return json_response(MemoryStatus(
             total_sessions=len(sessions), total_messages=sum(s.message_count for s in sessions),
             sessions={s.session_id: SessionCounts(s.message_count, s.query_count, s.completed)
@@ -220,14 +252,14 @@ class _Api:
     async def complete_session(self, request: Request) -> Response:
         session_id = request.path_params["session_id"]
         await self._no_body(request)
-        await self.agent(request).complete(session_id)
+        await self.call(self.agent(request).complete, session_id)
         return json_response(SessionCompleted(status="completed", session=session_id))
 
     async def context(self, request: Request) -> Response:
         session_id = request.path_params.get("session_id") or _session_param(request, required=True)
         assert session_id is not None
         max_tokens = _query_int(request, "max_tokens", None, minimum=1)
-        view = await self.agent(request).context_view(session_id, max_tokens=max_tokens)
+        view = await self.call(self.agent(request).context_view, session_id, max_tokens=max_tokens)
         return json_response(Context(session_id=session_id, **msgspec.structs.asdict(view)))
 
     async def _no_body(self, request: Request) -> None:
@@ -282,8 +314,8 @@ class _Api:
         status = self.streams.complete(name)
         if status is None:
             agent = self.agent(request)
-            if name in {s.session_id for s in await agent.sessions()}:
-                await agent.complete(name)
+            if name in {s.session_id for s in await self.call(agent.sessions)}:
+                await self.call(agent.complete, name)
                 return json_response(StreamCompleted(status="completed", query=name, session=name))
             raise HttpError(404, f"no stream {name!r}: nothing was pushed to it and nobody reads it",
                             field="stream_id")
@@ -315,19 +347,20 @@ class _Api:
             wait = 30.0  # the older spec's default
         body: AsyncIterator[bytes]
         if self.streams.get(name) is None:
-            session = self.agent(request).subscribe(name, from_beginning=from_beginning,
-                                                    wait_for_session=wait_for_session,
-                                                    timeout=max(wait, 0.001))
+            agent = self.agent(request)
+            events = self._bridge().iterate(lambda: self._session(
+                name, agent.subscribe(name, from_beginning=from_beginning, wait_for_session=wait_for_session,
+                                      timeout=max(wait, 0.001)), markers))
             try:
-                await session.open()
+                await anext(events)  # _OPENED: the session exists (or will, within the wait)
             except NotFound:
-                await session.aclose()
+                await events.aclose()  # type: ignore[attr-defined]  # an async generator
                 body = self._pushed(name, from_beginning, wait, markers)
             except BaseException:
-                await session.aclose()
+                await events.aclose()  # type: ignore[attr-defined]
                 raise
             else:
-                body = self._session(name, session, markers)
+                body = events
         else:
             body = self._pushed(name, from_beginning, wait, markers)
         return _EventStream(self._counted(body), media_type="text/event-stream",
@@ -356,14 +389,22 @@ class _Api:
                             yield b"data: [LIVE_MODE]\n\n"
                     else:
                         yield b"data: " + chunk + b"\n\n"
-        except trio.TooSlowError:
-            yield _timeout_event(f"stream {name!r} did not start within {wait:g} s")
+        except TimeoutError as exc:
+            yield _timeout_event(str(exc))
         if markers:
             yield b"data: [STREAM_END]\n\n"
         yield _DONE
 
-    async def _session(self, session_id: str, stream: Any, markers: bool) -> AsyncIterator[bytes]:
-        """The older spec: a session's stored messages as chunks, then live ones."""
+    def _bridge(self) -> Bridge:
+        if self.bridge is None:
+            raise RuntimeError(_UNBRIDGED)
+        return self.bridge
+
+    @staticmethod
+    async def _session(session_id: str, stream: Any, markers: bool) -> AsyncIterator[bytes]:
+        """The older spec: a session's stored messages as chunks, then live ones. Runs in
+        the runtime's trio run (through Bridge.iterate); its first item, _OPENED, says
+        the session was found (or NotFound is raised before it)."""
         def chunk(delta: dict[str, Any], finish: str | None, created: float) -> bytes:
             return _sse_event({"id": session_id, "object": "chat.completion.chunk", "created": int(created),
                                "model": "mnemex", "choices": [{"index": 0, "delta": delta,
@@ -371,6 +412,7 @@ class _Api:
 
         try:
             async with stream:
+                yield _OPENED
                 async for event in stream:
                     event_: Any = event  # a StreamEvent
                     if event_.kind == "message" and event_.message is not None:
@@ -411,7 +453,7 @@ class _Api:
     async def post_memory(self, request: Request) -> Response:
         body: PostMemory = await self.body(request, PostMemory)
         scope = self.rt.scope(user_id=body.user_id, app_name=body.app_name)
-        memory_id = await scope.remember(body.content, **body.given())
+        memory_id = await self.call(scope.remember, body.content, **body.given())
         return json_response(MemoryId(memory_id), 201)
 
     async def post_memory_batch(self, request: Request) -> Response:
@@ -421,8 +463,8 @@ class _Api:
             raise HttpError(400, f"the batch names {len(scopes):,} scopes; one batch may name at most "
                                  f"{self.settings.max_batch_scopes:,} (server.max_batch_scopes)",
                             field="memories")
-        ids = await self.rt.remember_many([(m.app_name, m.user_id, {"content": m.content, **m.given()})
-                                           for m in body.memories])
+        items = [(m.app_name, m.user_id, {"content": m.content, **m.given()}) for m in body.memories]
+        ids = await self.call(self.rt.remember_many, items)
         return json_response(MemoryIds(ids), 201)
 
     async def search_memory(self, request: Request) -> Response:
@@ -442,11 +484,11 @@ class _Api:
                             field="scopes")
         if len(scopes) == 1:
             app_name, user_id = scopes[0]
-            result = await self.rt.scope(user_id=user_id, app_name=app_name).search(
-                body.query, body.top_k, mode, min_score, body.filters)
+            result = await self.call(self.rt.scope(user_id=user_id, app_name=app_name).search,
+                                     body.query, body.top_k, mode, min_score, body.filters)
         else:
-            result = await self.rt.search(body.query, scopes, body.top_k, mode=mode,
-                                          min_score=min_score, filter=body.filters)
+            result = await self.call(self.rt.search, body.query, scopes, body.top_k, mode=mode,
+                                     min_score=min_score, filter=body.filters)
         return json_response(SearchResults(mode=result.mode, results=[SearchHitOut(
             id=hit.memory.id, content=hit.memory.content, score=hit.score, scores=hit.scores,
             user_id=hit.user_id or scopes[0][1], app_name=hit.app_name or scopes[0][0], memory=hit.memory)
@@ -454,21 +496,23 @@ class _Api:
 
     async def get_memory(self, request: Request) -> Response:
         user_id, app_name = self._scope_of(request)
-        record = await self.rt.scope(user_id=user_id, app_name=app_name).get(request.path_params["memory_id"])
+        record = await self.call(self.rt.scope(user_id=user_id, app_name=app_name).get,
+                                 request.path_params["memory_id"])
         return json_response(record)
 
     async def delete_memory(self, request: Request) -> Response:
         user_id, app_name = self._scope_of(request)
         memory_id = request.path_params["memory_id"]
-        if not await self.rt.scope(user_id=user_id, app_name=app_name).forget(memory_id):
+        if not await self.call(self.rt.scope(user_id=user_id, app_name=app_name).forget, memory_id):
             raise NotFound(f"no memory {memory_id!r} in scope {app_name}/{user_id}")
         return json_response(MemoryDeleted(status="deleted", id=memory_id))
 
     async def archive(self, request: Request) -> Response:
         body: PostArchive = await self.body(request, PostArchive)
         session_id = request.path_params["session_id"]
-        added = await self.rt.archive(body.agent or request.path_params.get("agent", self.settings.agent),
-                                      session_id, user_id=body.user_id, app_name=body.app_name)
+        added = await self.call(self.rt.archive,
+                                body.agent or request.path_params.get("agent", self.settings.agent),
+                                session_id, user_id=body.user_id, app_name=body.app_name)
         return json_response(Archived(status="archived", session_id=session_id, memories=len(added.ids),
                                       added=added.added, ids=added.ids))
 
@@ -508,8 +552,7 @@ class _EventStream(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             body: Any = self.body_iterator
-            with trio.CancelScope(shield=True):
-                await body.aclose()
+            await body.aclose()
 
 
 def _has_token(request: Request, token: str) -> bool:
@@ -654,12 +697,21 @@ ROUTES: Final[tuple[RouteSpec, ...]] = (
 )
 
 
-def build_app(runtime: MnemexRuntime, settings: ServerSettings | None = None) -> Starlette:
-    """The ASGI app serving ``runtime`` (every route of ROUTES, behind the Guard); it
-    must run in the runtime's trio run."""
+_UNBRIDGED: Final = ("this app reaches its runtime through a Bridge: serve it with mnemex.server.Server "
+                     "(build_app(runtime) without one only lists the routes)")
+
+
+async def _unbridged(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError(_UNBRIDGED)
+
+
+def build_app(runtime: MnemexRuntime, settings: ServerSettings | None = None, *,
+              bridge: Bridge | None = None) -> Starlette:
+    """The ASGI app serving ``runtime`` (every route of ROUTES, behind the Guard), on an
+    asyncio loop whose ``bridge`` reaches the runtime's trio run (see Server)."""
     settings = settings if settings is not None else runtime.config.server
     metrics = Metrics()
-    api = _Api(runtime, settings, metrics)
+    api = _Api(runtime, settings, metrics, bridge)
     open_paths = {"/health"} if settings.open_health else set()
     routes: list[Route] = []
     for spec in ROUTES:

@@ -4,6 +4,7 @@ Go-style durations, bearer-token checks."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import math
 import re
@@ -11,7 +12,6 @@ from contextlib import aclosing
 from typing import Any, Final, TypeVar
 
 import msgspec
-import trio
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -117,17 +117,18 @@ async def read_body(request: Request, limit: int, timeout: float) -> bytes:
                             f"(server.max_body_bytes)")
     chunks: list[bytes] = []
     size = 0
-    with trio.move_on_after(timeout) as waited:
-        async with aclosing(request.stream()) as stream:
-            async for chunk in stream:
-                size += len(chunk)
-                if size > limit:
-                    raise _BodyTooLarge(f"request body is over the limit of {limit:,} bytes "
-                                        f"(server.max_body_bytes)")
-                chunks.append(chunk)
-    if waited.cancelled_caught:
+    try:
+        async with asyncio.timeout(timeout):
+            async with aclosing(request.stream()) as stream:
+                async for chunk in stream:
+                    size += len(chunk)
+                    if size > limit:
+                        raise _BodyTooLarge(f"request body is over the limit of {limit:,} bytes "
+                                            f"(server.max_body_bytes)")
+                    chunks.append(chunk)
+    except TimeoutError:
         raise HttpError(408, f"request body did not arrive within {timeout:g} s (server.body_timeout)",
-                        headers={"Connection": "close"})
+                        headers={"Connection": "close"}) from None
     return b"".join(chunks)
 
 

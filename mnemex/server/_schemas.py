@@ -4,7 +4,7 @@ unknown fields: a typo must fail loudly, not lose data."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -94,7 +94,8 @@ class MessageRecord(msgspec.Struct):
     timestamp: str
     session_id: str
     query_id: str
-    message: dict[str, Any]
+    message: Annotated[msgspec.Raw, msgspec.Meta(extra_json_schema={"type": "object"})]
+    """The stored JSON, passed on as it is (never decoded and encoded again)."""
 
 
 class MessagesPage(msgspec.Struct):

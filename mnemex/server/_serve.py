@@ -1,69 +1,75 @@
-"""Serving: hypercorn's trio worker runs the app inside the runtime's trio run.
+"""Serving: uvicorn (uvloop, httptools) in front, the runtime a trio guest behind.
 
-``serve`` binds the listening socket first (a busy port or a bad address is an
-InvalidInput naming it, before any data is opened), opens the runtime, serves
-until SIGINT/SIGTERM (or ``shutdown``), then stops accepting, lets in-flight
-requests finish (``shutdown_grace``) and closes the runtime, which drains every
-mailbox and snapshots every actor.
+``Server`` binds the listening socket first (a busy port or a bad address is an
+InvalidInput naming it, before any data is opened), then, on one thread, runs a
+uvloop event loop that hosts the runtime's trio run as a guest
+(``trio.lowlevel.start_guest_run``) and serves the app with uvicorn. Until
+SIGINT/SIGTERM (or ``stop()``); then, in the order it always had: stop
+accepting, let requests in flight finish (``shutdown_grace``), then close the
+runtime, which drains every mailbox and snapshots every actor.
+
+uvicorn's own HTTP protocol is extended (``_Protocol``) with the limits an
+exposed server needs and uvicorn leaves out: at most ``max_connections`` open
+(past it a new connection is closed at once), a request head must arrive within
+``keep_alive_timeout`` (slow or half-sent headers are cut off), a head over
+64 KiB is refused with 431, and a body that falls silent for
+``idle_read_timeout`` closes its connection.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import errno
 import logging
 import signal
 import socket
-from functools import partial
+import threading
+from collections.abc import Iterator
+from typing import Any, Final
 
 import trio
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.config import Sockets
-from hypercorn.trio.tcp_server import TCPServer
-from hypercorn.trio.worker_context import WorkerContext
-from hypercorn.typing import AppWrapper, ConnectionState
-from hypercorn.utils import wrap_app
+import uvicorn
+import uvloop
+from outcome import Outcome
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from mnemex import Config, InvalidInput, open_runtime
+from mnemex import Config, InvalidInput, MnemexRuntime, open_runtime
 from mnemex.server._app import build_app
+from mnemex.server._bridge import Bridge
 from mnemex.server._guard import WarnEvery, host_name
 from mnemex.server._schemas import ServerSettings
 
-__all__ = ["serve"]
+__all__ = ["Server", "bind", "serve"]
 
 log = logging.getLogger("mnemex.server")
 
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+_LOOPBACK: Final = ("127.0.0.1", "localhost", "::1")
+_MAX_HEAD: Final = 64 * 1024
+"""The most bytes a request line and its headers may take."""
+_BACKLOG: Final = 2048
 
 
-def _hypercorn_config(settings: ServerSettings) -> HypercornConfig:
-    hyper = HypercornConfig()
-    host = settings.host
-    hyper.bind = [f"[{host}]:{settings.port}" if ":" in host else f"{host}:{settings.port}"]
-    hyper.graceful_timeout = settings.shutdown_grace
-    hyper.accesslog = None
-    hyper.errorlog = log
-    # idle keep-alive connections, and connections still sending their headers, close after this
-    hyper.keep_alive_timeout = settings.keep_alive_timeout
-    # silence in the middle of a request (a pushed stream too) closes the connection
-    hyper.read_timeout = int(max(1, round(settings.idle_read_timeout)))
-    hyper.h11_max_incomplete_size = 64 * 1024  # request line and headers
-    return hyper
-
-
-def bind(settings: ServerSettings) -> tuple[HypercornConfig, Sockets]:
+def bind(settings: ServerSettings) -> socket.socket:
     """The listening socket of ``settings``; InvalidInput naming the host or port when
     it cannot be had."""
-    hyper = _hypercorn_config(settings)
     where = f"{settings.host}:{settings.port}"
     try:
-        sockets = hyper.create_sockets()
+        family, kind, proto, _, address = socket.getaddrinfo(
+            settings.host, settings.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(family, kind, proto)
     except socket.gaierror as exc:
         raise InvalidInput(f"cannot listen on {where}: host {settings.host!r} is not an address of this "
                            f"machine ({exc.strerror})", field="server.host") from None
     except OverflowError:
         raise InvalidInput(f"cannot listen on {where}: port {settings.port} is not a port (0 to 65535)",
                            field="server.port") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(_BACKLOG)
     except OSError as exc:
+        sock.close()
         if exc.errno == errno.EADDRINUSE:
             raise InvalidInput(f"cannot listen on {where}: the port is in use (another server?); pick "
                                f"another with --port", field="server.port") from None
@@ -74,87 +80,345 @@ def bind(settings: ServerSettings) -> tuple[HypercornConfig, Sockets]:
             raise InvalidInput(f"cannot listen on {where}: permission denied (ports below 1024 need "
                                f"privileges)", field="server.port") from None
         raise InvalidInput(f"cannot listen on {where}: {exc.strerror or exc}", field="server.host") from None
-    for sock in sockets.insecure_sockets:
-        sock.listen(hyper.backlog)
-    return hyper, sockets
+    sock.setblocking(False)
+    return sock
 
 
-async def serve(config: Config, settings: ServerSettings | None = None, *, shutdown: trio.Event | None = None,
-                handle_signals: bool = True,
-                task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-    """Run the runtime and the HTTP server until ``shutdown`` is set or a signal
-    arrives. ``task_status.started(port)`` reports the bound port (0 picks one).
-    ``settings`` default to ``config.server``. InvalidInput when the address cannot
-    be listened on."""
-    settings = settings if settings is not None else config.server
-    stop = shutdown if shutdown is not None else trio.Event()
-    hyper, sockets = bind(settings)
-    try:
-        port = sockets.insecure_sockets[0].getsockname()[1]
-        if settings.token is None and host_name(settings.host) not in _LOOPBACK:
-            log.warning("listening on %s without a token: anyone who reaches it may read and delete every "
-                        "memory; only Host names in server.allowed_hosts are answered", settings.host)
-        async with open_runtime(config) as runtime:
-            app = wrap_app(build_app(runtime, settings), hyper.wsgi_max_body_size, "asgi")  # type: ignore[arg-type]
-            async with trio.open_nursery() as nursery:
-                if handle_signals:
-                    nursery.start_soon(_wait_for_signals, stop)
-                await nursery.start(_Connections(app, hyper, settings).serve, sockets, stop)
-                log.info("mnemex serving on http://%s:%d (data in %s)", settings.host, port,
-                         config.storage.data_dir)
-                task_status.started(port)
-                await stop.wait()
-                # hypercorn finishes in-flight requests, then returns; the runtime then closes
-            log.info("mnemex stopped; every actor snapshotted")
-    finally:
-        for sock in sockets.insecure_sockets:
-            sock.close()
+def serve(config: Config, settings: ServerSettings | None = None) -> None:
+    """Serve until SIGINT or SIGTERM: ``mnemex serve``. InvalidInput when the
+    address cannot be listened on."""
+    Server(config, settings).run()
 
 
-class _Connections:
-    """Accepts connections and hands each to hypercorn's connection handler, at most
-    ``max_connections`` at once: past it a new connection is closed at once. Until
-    ``stop``; then no more are accepted, idle ones close, and requests in flight
-    have ``shutdown_grace`` seconds to finish (hypercorn's own shutdown, kept)."""
+class Server:
+    """One HTTP server over one runtime. ``run()`` serves in the calling thread until
+    a signal or ``stop()``; ``start()`` serves on a thread of its own (for a
+    program or a test that goes on meanwhile) and ``close()`` stops it and waits.
+    Either way the socket is bound at construction: ``port`` is known at once."""
 
-    def __init__(self, app: AppWrapper, hyper: HypercornConfig, settings: ServerSettings) -> None:
-        self.app = app
-        self.hyper = hyper
-        self.settings = settings
-        self.context = WorkerContext(None)
-        self.open = 0
-        self._warn = WarnEvery(10.0)
+    def __init__(self, config: Config, settings: ServerSettings | None = None) -> None:
+        self.config = config
+        self.settings = settings if settings is not None else config.server
+        self._socket = bind(self.settings)
+        self.port: int = self._socket.getsockname()[1]
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._uvicorn: _Uvicorn | None = None
+        self._stop_requested = False
+        self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None
+        self.runtime: MnemexRuntime | None = None
+        """The runtime being served (None before start and after the end)."""
 
-    async def _handle(self, stream: trio.SocketStream) -> None:
-        if self.open >= self.settings.max_connections:
-            self._warn("%d connections open, the most allowed (server.max_connections); closing new ones "
-                       "until some end", self.open)
-            await stream.aclose()
-            return
-        self.open += 1
+    # -- running --------------------------------------------------------------------
+    def run(self, *, handle_signals: bool = True) -> None:
+        """Serve in this thread until ``stop()`` or (with ``handle_signals``) SIGINT or
+        SIGTERM; then shut down in order and return. Errors opening the runtime
+        (a locked data directory, a bad setting) are raised here."""
         try:
-            await TCPServer(self.app, self.hyper, self.context, ConnectionState({}), stream)  # type: ignore[arg-type]
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                runner.run(self._main(handle_signals))
         finally:
-            self.open -= 1
+            self._socket.close()
+            self._ready.set()
 
-    async def serve(self, sockets: Sockets, stop: trio.Event,
-                    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(sock))
-                     for sock in sockets.insecure_sockets]
-        async with trio.open_nursery() as connections:
-            async with trio.open_nursery() as acceptor:
-                await acceptor.start(partial(trio.serve_listeners, self._handle, listeners,
-                                             handler_nursery=connections))
-                task_status.started()
-                await stop.wait()
-                acceptor.cancel_scope.cancel()
-            await self.context.terminated.set()  # idle connections close; busy ones after their answer
-            connections.cancel_scope.deadline = trio.current_time() + self.settings.shutdown_grace
+    def start(self) -> None:
+        """Serve on a thread of this server's own; return once requests are answered
+        (raises what stopped it from starting)."""
+        def main() -> None:
+            try:
+                self.run(handle_signals=False)
+            except BaseException as exc:  # for close() (or start(), if it never started)
+                self._failure = exc
+
+        self._thread = threading.Thread(target=main, name=f"mnemex-server-{self.port}", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._failure is not None:
+            self._thread.join()
+            failure, self._failure = self._failure, None
+            raise failure
+
+    def close(self) -> None:
+        """Stop a server started with ``start()`` and wait until its runtime is closed
+        (every actor snapshotted); raise what went wrong while it served, if anything."""
+        self.stop()
+        if self._thread is not None:
+            self._thread.join()
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise failure
+
+    def stop(self) -> None:
+        """Begin the shutdown (from any thread): stop accepting, finish requests in
+        flight, close the runtime."""
+        self._stop_requested = True
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._request_exit)
+
+    def _request_exit(self) -> None:
+        if self._uvicorn is not None:
+            self._uvicorn.should_exit = True
+
+    # -- the loop's side ------------------------------------------------------------
+    async def _main(self, handle_signals: bool) -> None:
+        loop = self._loop = asyncio.get_running_loop()
+        guest = _Guest(self.config, loop)
+        with _exit_on_signals(self._request_exit) if handle_signals else contextlib.nullcontext():
+            trio.lowlevel.start_guest_run(
+                guest.main, run_sync_soon_threadsafe=loop.call_soon_threadsafe,
+                run_sync_soon_not_threadsafe=loop.call_soon, done_callback=guest.finished,
+                host_uses_signal_set_wakeup_fd=True)
+            try:
+                bridge, runtime = await guest.opened()
+                self.runtime = runtime
+                app = build_app(runtime, self.settings, bridge=bridge)
+                self._uvicorn = _Uvicorn(_uvicorn_config(app, self.settings), guest)
+                if self._stop_requested:
+                    self._uvicorn.should_exit = True
+                if self.settings.token is None and host_name(self.settings.host) not in _LOOPBACK:
+                    log.warning("listening on %s without a token: anyone who reaches it may read and delete "
+                                "every memory; only Host names in server.allowed_hosts are answered",
+                                self.settings.host)
+                log.info("mnemex serving on http://%s:%d (data in %s)", self.settings.host, self.port,
+                         self.config.storage.data_dir)
+                await self._uvicorn.serve(sockets=[self._socket], ready=self._ready)
+            finally:
+                # uvicorn has stopped accepting and finished (or cut off) every request:
+                # the runtime now drains its mailboxes and snapshots every actor
+                self.runtime = None
+                await guest.close()
+        log.info("mnemex stopped; every actor snapshotted")
 
 
-async def _wait_for_signals(stop: trio.Event) -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            log.info("received %s: shutting down", signal.Signals(signum).name)
-            stop.set()
+class _Guest:
+    """The trio run hosted by the server's loop: it opens the runtime, offers a
+    Bridge to it, and closes it when told."""
+
+    def __init__(self, config: Config, loop: asyncio.AbstractEventLoop) -> None:
+        self.config = config
+        self.loop = loop
+        self._opened: asyncio.Future[tuple[Bridge, MnemexRuntime]] = loop.create_future()
+        self._done: asyncio.Future[Outcome[None]] = loop.create_future()
+        self._stop: trio.Event | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self.bridge: Bridge | None = None
+
+    async def main(self) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        self._stop = trio.Event()
+        async with open_runtime(self.config) as runtime, trio.open_nursery() as calls:
+            self.bridge = Bridge(calls, self.loop)
+            if not self._opened.done():
+                self._opened.set_result((self.bridge, runtime))
+            await self._stop.wait()
+            self.bridge.close()
+            calls.cancel_scope.cancel()  # what uvicorn cut off past the grace period
+
+    def finished(self, outcome: Outcome[None]) -> None:
+        if not self._done.done():
+            self._done.set_result(outcome)
+        if not self._opened.done():  # the run ended before the runtime opened: its error
+            self._opened.set_exception(_error_of(outcome))
+
+    @property
+    def ended(self) -> bool:
+        """The trio run ended (by close(), or because the runtime failed)."""
+        return self._done.done()
+
+    async def opened(self) -> tuple[Bridge, MnemexRuntime]:
+        return await self._opened
+
+    async def close(self) -> None:
+        """End the trio run (closing the runtime) and wait for it; raise its failure."""
+        if not self._done.done() and self._token is not None and self._stop is not None:
+            with contextlib.suppress(trio.RunFinishedError):
+                self._token.run_sync_soon(self._stop.set)
+        outcome = await asyncio.shield(self._done)
+        outcome.unwrap()
+
+
+def _error_of(outcome: Outcome[None]) -> BaseException:
+    try:
+        outcome.unwrap()
+    except BaseException as exc:
+        return exc
+    return RuntimeError("the runtime's trio run ended before the runtime opened")
+
+
+@contextlib.contextmanager
+def _exit_on_signals(exit_: Any) -> Iterator[None]:
+    """SIGINT and SIGTERM begin the shutdown (and nothing else: uvicorn's own handling
+    would raise the signal again once it has stopped, before the runtime is closed)."""
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGINT, signal.SIGTERM)
+
+    def received(signum: signal.Signals) -> None:
+        log.info("received %s: shutting down", signum.name)
+        exit_()
+
+    for signum in signals:
+        loop.add_signal_handler(signum, received, signum)
+    try:
+        yield
+    finally:
+        for signum in signals:
+            loop.remove_signal_handler(signum)
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn's server, told to leave signals to us, to report when it serves, and
+    to stop when the runtime under it has ended."""
+
+    def __init__(self, config: uvicorn.Config, guest: _Guest) -> None:
+        super().__init__(config)
+        self.guest = guest
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    async def serve(self, sockets: list[socket.socket] | None = None, *,
+                    ready: threading.Event | None = None) -> None:
+        self._ready_event = ready
+        await super().serve(sockets)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self._ready_event is not None:
+            self._ready_event.set()
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.guest.ended and not self.should_exit:
+            log.error("the runtime stopped while serving; shutting the server down")
+            self.should_exit = True
+        return await super().on_tick(counter)
+
+
+def _uvicorn_config(app: Any, settings: ServerSettings) -> uvicorn.Config:
+    config = uvicorn.Config(
+        app, http=_protocol(settings), ws="none", lifespan="off", interface="asgi3", log_config=None,
+        access_log=False, proxy_headers=False, server_header=False, backlog=_BACKLOG,
+        timeout_keep_alive=settings.keep_alive_timeout,  # type: ignore[arg-type]  # a float works
+        timeout_graceful_shutdown=settings.shutdown_grace)  # type: ignore[arg-type]
+    config.load()
+    return config
+
+
+def _protocol(settings: ServerSettings) -> type[HttpToolsProtocol]:
+    """uvicorn's httptools protocol with ``settings``' limits (see the module's docstring)."""
+    warn = WarnEvery(10.0)
+
+    class Protocol(_Protocol):
+        max_connections = settings.max_connections
+        head_timeout = settings.keep_alive_timeout
+        idle_read_timeout = settings.idle_read_timeout
+        warn_full = warn
+
+    return Protocol
+
+
+class _Protocol(HttpToolsProtocol):
+    max_connections: int
+    head_timeout: float
+    idle_read_timeout: float
+    warn_full: WarnEvery
+
+    _refused = False
+    _head_timer: asyncio.TimerHandle | None = None
+    _read_timer: asyncio.TimerHandle | None = None
+    _head_bytes = 0
+    _in_head = True
+    _last_read = 0.0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if len(self.server_state.connections) >= self.max_connections:
+            self._refused = True
+            self.warn_full("%d connections open, the most allowed (server.max_connections); closing new ones "
+                           "until some end", len(self.server_state.connections))
+            transport.abort()
             return
+        super().connection_made(transport)
+        self._await_head()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._refused:
+            return
+        self._cancel_timers()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._in_head:
+            self._head_bytes += len(data)
+        else:
+            self._last_read = self.loop.time()
+        super().data_received(data)
+        if self.transport.is_closing():
+            return
+        if self._in_head and self._head_bytes > _MAX_HEAD:
+            self._refuse_head()
+        elif (self._read_timer is None and self.cycle is not None and self.cycle.more_body
+              and not self.cycle.response_complete):
+            self._last_read = self.loop.time()
+            self._read_timer = self.loop.call_later(self.idle_read_timeout, self._read_timed_out)
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing() and not self.pipeline:
+            self._await_head()
+
+    # -- the limits -----------------------------------------------------------------
+    def _await_head(self) -> None:
+        """The next request's head must arrive whole within ``head_timeout``."""
+        self._in_head = True
+        self._head_bytes = 0
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+        self._head_timer = self.loop.call_later(self.head_timeout, self._head_timed_out)
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self._in_head and not self.transport.is_closing():
+            self.transport.close()
+
+    def _read_timed_out(self) -> None:
+        self._read_timer = None
+        cycle = self.cycle
+        if cycle is None or not cycle.more_body or cycle.response_complete or self.transport.is_closing():
+            return
+        silent = self.loop.time() - self._last_read
+        if self.flow.read_paused or silent < self.idle_read_timeout:  # the app is behind, or data came
+            self._read_timer = self.loop.call_later(max(self.idle_read_timeout - silent, 0.01),
+                                                    self._read_timed_out)
+            return
+        log.info("a request body fell silent for %g s (server.idle_read_timeout): closing its connection",
+                 self.idle_read_timeout)
+        self.transport.close()
+
+    def _refuse_head(self) -> None:
+        body = b'{"error": "the request line and headers are over 65,536 bytes"}'
+        self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+                             b"content-type: application/json\r\ncontent-length: " + str(len(body)).encode()
+                             + b"\r\nconnection: close\r\n\r\n" + body)
+        self.transport.close()
+
+    def _cancel_timers(self) -> None:
+        for timer in (self._head_timer, self._read_timer):
+            if timer is not None:
+                timer.cancel()
+        self._head_timer = self._read_timer = None

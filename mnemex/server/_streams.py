@@ -11,19 +11,21 @@ count and bytes, and a completed stream is kept ``stream_retention`` seconds.
 A stream is a list that only grows, and a reader is an index into it: no
 per-reader queue, so a slow reader costs nothing but its index, and a push never
 waits for a reader. Readers wait on the stream's ``changed`` event, which the
-hub sets and replaces on every change. Streams live in memory only: the messages
+hub sets and replaces on every change. The hub lives on the server's asyncio
+loop (it needs nothing of the runtime). Streams live in memory only: the messages
 of a turn are stored by ``POST /messages``; a stream is the live view of it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 import msgspec
-import trio
 
 from mnemex import Busy, InvalidInput, TooLarge
 from mnemex.config import ServerConfig
@@ -67,7 +69,7 @@ class PushedStream:
     touched: float = 0.0
     readers: int = 0
     types: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CHUNK_TYPES, 0))
-    changed: trio.Event = field(default_factory=trio.Event)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def completed(self) -> bool:
@@ -79,7 +81,7 @@ class PushedStream:
 
     def _wake(self) -> None:
         self.changed.set()
-        self.changed = trio.Event()
+        self.changed = asyncio.Event()
 
 
 class StreamHub:
@@ -199,12 +201,13 @@ class StreamHub:
         """The chunks of ``name`` as they come: the retained ones first when
         ``from_beginning``, then CAUGHT_UP once, then live ones; None for a heartbeat
         (nothing to send for ``heartbeat`` seconds). Ends at completion; raises
-        trio.TooSlowError if the stream has not started ``wait`` seconds from now."""
+        TimeoutError if the stream has not started ``wait`` seconds from now."""
         stream = self._entry(name)
         stream.readers += 1
+        clock = asyncio.get_running_loop().time
         try:
             position = 0 if from_beginning else len(stream.chunks)
-            start_by = trio.current_time() + wait
+            start_by = clock() + wait
             caught_up = False
             while True:
                 while position < len(stream.chunks):
@@ -218,15 +221,13 @@ class StreamHub:
                     return
                 changed = stream.changed
                 if stream.started:
-                    with trio.move_on_after(heartbeat):
-                        await changed.wait()
+                    await _wait(changed, heartbeat)
                 else:
-                    left = start_by - trio.current_time()
+                    left = start_by - clock()
                     if left <= 0:
-                        raise trio.TooSlowError
-                    with trio.move_on_after(min(heartbeat, left)):
-                        await changed.wait()
-                if not changed.is_set() and (stream.started or trio.current_time() < start_by):
+                        raise TimeoutError(f"stream {name!r} did not start within {wait:g} s")
+                    await _wait(changed, min(heartbeat, left))
+                if not changed.is_set() and (stream.started or clock() < start_by):
                     yield None
         finally:
             stream.readers -= 1
@@ -241,3 +242,12 @@ class StreamHub:
                                       readers=s.readers)
                    for s in self._streams.values() if s.started}
         return StreamStatistics(total_queries=len(queries), queries=queries)
+
+
+async def _wait(event: asyncio.Event, seconds: float) -> None:
+    """Wait until ``event`` is set or ``seconds`` pass, whichever comes first."""
+    if event.is_set():
+        return
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await event.wait()

@@ -1,4 +1,5 @@
-"""A real mnemex server on a free 127.0.0.1 port, inside the test's trio run."""
+"""A real mnemex server on a free 127.0.0.1 port, on a thread of its own (uvicorn on
+uvloop, the runtime a trio guest of that loop), beside the test's trio run."""
 
 from __future__ import annotations
 
@@ -11,21 +12,18 @@ import pytest
 import trio
 
 import mnemex
-from mnemex.server import ServerSettings, serve
+from mnemex.server import Server, ServerSettings
 
 
 @asynccontextmanager
 async def running_server(config: mnemex.Config, **settings: Any) -> AsyncIterator[httpx.AsyncClient]:
-    stop = trio.Event()
-    server = ServerSettings(host="127.0.0.1", port=0, **settings)
-    async with trio.open_nursery() as nursery:
-        port = await nursery.start(lambda task_status: serve(config, server, shutdown=stop, handle_signals=False,
-                                                             task_status=task_status))
-        try:
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
-                yield client
-        finally:
-            stop.set()
+    server = Server(config, ServerSettings(host="127.0.0.1", port=0, **settings))
+    await trio.to_thread.run_sync(server.start)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}", timeout=10) as client:
+            yield client
+    finally:
+        await trio.to_thread.run_sync(server.close)
 
 
 @pytest.fixture

@@ -1,0 +1,204 @@
+"""The bridge from the HTTP server's asyncio loop into the runtime's trio run.
+
+``mnemex serve`` runs uvicorn on uvloop; the runtime runs as a trio *guest* of
+that loop, on the same thread (``trio.lowlevel.start_guest_run``). A request
+handler is asyncio code; everything it asks of the runtime goes through
+``Bridge.call``, which starts the call as a trio task and awaits its outcome as
+an asyncio future. So a request crosses into trio once and back once.
+
+Crossing in costs a wake-up of the trio run (its entry queue); calls made while
+one wake-up is pending ride on it, so under load a whole batch of requests
+crosses for the price of one. Crossing back is free: trio and asyncio share
+the thread, so a trio task sets the asyncio future directly.
+
+Order: calls start in the order they were made, so one connection's requests
+reach the actors in the order it sent them. Cancellation: when the awaiting
+asyncio task is cancelled (a client gone from a stream), the trio task is
+cancelled too, which ends its *wait*; a command already in an actor's mailbox
+is still carried out and journaled. Backpressure is the server's own
+(``max_concurrent_requests``): the bridge adds no queue of its own beyond the
+calls not yet started, which it starts all at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Final, Generic, TypeVar
+
+import trio
+
+from mnemex import ActorClosed
+
+__all__ = ["Bridge"]
+
+T = TypeVar("T")
+
+_END: Final = object()
+
+
+class _Call(Generic[T]):
+    __slots__ = ("args", "fn", "future", "kwargs", "scope")
+
+    def __init__(self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], kwargs: dict[str, Any],
+                 future: asyncio.Future[T]) -> None:
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.future = future
+        self.scope: trio.CancelScope | None = None
+
+
+class Bridge:
+    """Calls from asyncio code into one trio run hosted on the same thread.
+
+    Made inside the trio run (it takes that run's token and a nursery of it, in
+    which every call runs as a task); used from asyncio code on the same thread.
+    """
+
+    def __init__(self, nursery: trio.Nursery, loop: asyncio.AbstractEventLoop) -> None:
+        self._nursery = nursery
+        self._loop = loop
+        self._token = trio.lowlevel.current_trio_token()
+        self._pending: deque[_Call[Any]] = deque()
+        self._woken = False
+        self._closed = False
+        self.calls = 0
+        """Calls started since the bridge was made (for tests and statistics)."""
+
+    # -- asyncio side -------------------------------------------------------------
+    async def call(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        """``await fn(*args, **kwargs)`` in the trio run, from asyncio. Exceptions come back as
+        raised; cancelling the caller cancels the trio task's wait."""
+        if self._closed:
+            raise ActorClosed("the server is shutting down; retry against its successor")
+        future: asyncio.Future[T] = self._loop.create_future()
+        call = _Call(fn, args, kwargs, future)
+        self._pending.append(call)
+        if not self._woken:
+            self._woken = True
+            self._token.run_sync_soon(self._start_pending)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if call.scope is not None:
+                self._token.run_sync_soon(call.scope.cancel)
+            raise
+
+    async def iterate(self, source: Callable[[], AsyncIterator[T]], *, buffer: int = 64) -> AsyncIterator[T]:
+        """The items of ``source()``, an async iterator of the trio run, as an asyncio
+        async iterator. The trio side runs ahead of the reader by at most ``buffer``
+        items, then waits; leaving (or cancelling) the iteration closes ``source``'s
+        iterator in trio at once."""
+        relay = _Relay(self._loop)
+        runner = asyncio.ensure_future(self.call(relay.produce, source, buffer))
+        try:
+            while True:
+                if not relay.items:
+                    if runner.done():
+                        runner.result()  # the producer's own failure, if any
+                        return
+                    relay.reader = self._loop.create_future()
+                    await relay.reader
+                    continue
+                item = relay.items.popleft()
+                if relay.full is not None and len(relay.items) <= buffer // 2:
+                    self._token.run_sync_soon(relay.full.set)
+                    relay.full = None
+                if item is _END:
+                    return
+                if isinstance(item, _Failure):
+                    raise item.exc
+                yield item
+        finally:
+            if not runner.done():
+                runner.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await runner
+
+    def close(self) -> None:
+        """Refuse new calls (ActorClosed): the server is shutting down."""
+        self._closed = True
+
+    # -- trio side ------------------------------------------------------------------
+    def _start_pending(self) -> None:
+        self._woken = False
+        pending = self._pending
+        while pending:
+            call = pending.popleft()
+            if call.future.done():  # cancelled before it started
+                continue
+            self.calls += 1
+            self._nursery.start_soon(self._run, call)
+
+    async def _run(self, call: _Call[Any]) -> None:
+        future = call.future
+        with trio.CancelScope() as scope:
+            call.scope = scope
+            if future.done():
+                return
+            try:
+                result = await call.fn(*call.args, **call.kwargs)
+            except trio.Cancelled:
+                if not future.done():
+                    future.set_exception(ActorClosed("the server is shutting down; the request was not "
+                                                     "answered"))
+                raise
+            except BaseException as exc:
+                if not future.done():
+                    future.set_exception(exc)
+                if not isinstance(exc, Exception):
+                    raise
+                return
+            if not future.done():
+                future.set_result(result)
+
+
+class _Failure:
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+
+class _Relay:
+    """What Bridge.iterate's two sides share: the items produced and not yet read,
+    the reader's wake-up (an asyncio future) and the producer's (a trio event, set
+    when the reader has made room)."""
+
+    __slots__ = ("full", "items", "loop", "reader")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.items: deque[Any] = deque()
+        self.reader: asyncio.Future[None] | None = None
+        self.full: trio.Event | None = None
+
+    def _wake_reader(self) -> None:
+        if self.reader is not None and not self.reader.done():
+            self.reader.set_result(None)
+
+    async def produce(self, source: Callable[[], AsyncIterator[Any]], buffer: int) -> None:
+        """The trio side: iterate ``source()`` into ``items``, waiting while ``buffer``
+        items are unread; then the end, or the failure, as the last item."""
+        try:
+            iterator = source()
+            try:
+                async for item in iterator:
+                    self.items.append(item)
+                    self._wake_reader()
+                    if len(self.items) >= buffer:
+                        self.full = trio.Event()
+                        await self.full.wait()
+            finally:
+                closer = getattr(iterator, "aclose", None)
+                if closer is not None:
+                    with trio.CancelScope(shield=True):
+                        await closer()
+            self.items.append(_END)
+        except Exception as exc:  # to the reader; a cancellation ends the call itself (ActorClosed)
+            self.items.append(_Failure(exc))
+        finally:
+            self._wake_reader()
