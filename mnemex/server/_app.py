@@ -1,4 +1,4 @@
-"""The Starlette application: the conversation API agent platforms speak, pushed
+"""The application: the conversation API agent platforms speak, pushed
 streams, the memory API, and operations (health, metrics, OpenAPI).
 
 Every route is declared once in ``build_app`` with the query parameters it takes
@@ -21,11 +21,8 @@ from contextlib import aclosing
 from typing import Any, Final
 
 import msgspec
-from starlette.applications import Starlette
-from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
-from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from mnemex import (
@@ -55,6 +52,7 @@ from mnemex.server._http import (
 )
 from mnemex.server._metrics import Metrics
 from mnemex.server._openapi import Param, RouteSpec, openapi_document
+from mnemex.server._routing import Route, Router
 from mnemex.server._schemas import (
     Archived,
     Context,
@@ -565,9 +563,8 @@ def _has_token(request: Request, token: str) -> bool:
 
 class _Endpoint:
     """One route as a plain ASGI app: bearer token, query parameters, content type,
-    the handler, errors as JSON, metrics and the access log. Being an ASGI app rather
-    than a function, Starlette calls it directly, without wrapping every request in
-    handlers of its own."""
+    the handler, errors as JSON, metrics and the access log. The Router calls it
+    directly; requests and responses are Starlette's."""
 
     __slots__ = ("handler", "json_body", "logs", "metrics", "params", "route", "token")
 
@@ -705,8 +702,24 @@ async def _unbridged(*args: Any, **kwargs: Any) -> Any:
     raise RuntimeError(_UNBRIDGED)
 
 
+class App:
+    """The ASGI app of one server: the Guard in front of the Router. ``routes`` lists
+    every (path, method) served."""
+
+    def __init__(self, runtime: MnemexRuntime, router: Router, settings: ServerSettings, metrics: Metrics,
+                 streams: StreamHub) -> None:
+        self.runtime = runtime
+        self.routes = router.routes
+        self.metrics = metrics
+        self.streams = streams
+        self._app = Guard(router, settings)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._app(scope, receive, send)
+
+
 def build_app(runtime: MnemexRuntime, settings: ServerSettings | None = None, *,
-              bridge: Bridge | None = None) -> Starlette:
+              bridge: Bridge | None = None) -> App:
     """The ASGI app serving ``runtime`` (every route of ROUTES, behind the Guard), on an
     asyncio loop whose ``bridge`` reaches the runtime's trio run (see Server)."""
     settings = settings if settings is not None else runtime.config.server
@@ -721,17 +734,5 @@ def build_app(runtime: MnemexRuntime, settings: ServerSettings | None = None, *,
             token = settings.token if path not in open_paths else None
             endpoint = _Endpoint(path, handler, token=token, metrics=metrics, logs=settings.access_log,
                                  params=spec.names, json_body=json_body)
-            routes.append(Route(path, endpoint, methods=[spec.method]))
-
-    async def not_found(request: Request, exc: Exception) -> Response:
-        return json_response({"error": "Not found"}, 404)  # the reference service's words, exactly
-
-    async def not_allowed(request: Request, exc: Exception) -> Response:
-        return json_response({"error": f"{request.method} is not allowed on {request.url.path}"}, 405)
-
-    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed},
-                    middleware=[Middleware(Guard, settings=settings)])
-    app.state.runtime = runtime
-    app.state.metrics = metrics
-    app.state.streams = api.streams
-    return app
+            routes.append(Route(path, spec.method, endpoint))
+    return App(runtime, Router(routes), settings, metrics, api.streams)

@@ -8,7 +8,7 @@ and a ``Host`` header naming the attacker's own domain when a DNS name is reboun
 to 127.0.0.1. So without a token, requests from other origins and for other host
 names are refused. With a token, a page cannot forge the header; cross-origin
 calls are allowed only from ``server.cors_origins`` (with CORS headers and
-preflight answers). The guard also caps the requests served at once.
+preflight answers).
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ def host_name(host: str) -> str:
 
 class Guard:
     """ASGI middleware: Host and Origin checks, CORS for configured origins, and a
-    cap on requests in flight (503 past ``max_concurrent_requests``)."""
+    (The cap on requests in flight is the server's protocol's: it sees a client leave
+    the moment it leaves.)"""
 
     def __init__(self, app: ASGIApp, settings: ServerConfig) -> None:
         self.app = app
@@ -53,8 +54,6 @@ class Guard:
             hosts.add(host_name(settings.host))
         self.hosts = frozenset(hosts)
         self.origins = frozenset(settings.cors_origins)
-        self.in_flight = 0
-        self._warn = WarnEvery(10.0)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -82,21 +81,10 @@ class Guard:
         if allowed_origin is not None and scope["method"] == "OPTIONS":
             await _preflight(send, allowed_origin, headers)
             return
-        if self.in_flight >= self.settings.max_concurrent_requests:
-            self._warn("%d requests in flight, the most served at once (server.max_concurrent_requests); "
-                       "answering 503 to new ones", self.in_flight)
-            await _refuse(scope, receive, send, 503,
-                          f"the server is serving {self.in_flight:,} requests, its most "
-                          f"(server.max_concurrent_requests); retry shortly", headers={"Retry-After": "1"})
-            return
-        self.in_flight += 1
-        try:
-            if allowed_origin is None:
-                await self.app(scope, receive, send)
-            else:
-                await self.app(scope, receive, _with_cors(send, allowed_origin))
-        finally:
-            self.in_flight -= 1
+        if allowed_origin is None:
+            await self.app(scope, receive, send)
+        else:
+            await self.app(scope, receive, _with_cors(send, allowed_origin))
 
 
 class WarnEvery:

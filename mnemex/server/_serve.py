@@ -10,7 +10,10 @@ runtime, which drains every mailbox and snapshots every actor.
 
 uvicorn's own HTTP protocol is extended (``_Protocol``) with the limits an
 exposed server needs and uvicorn leaves out: at most ``max_connections`` open
-(past it a new connection is closed at once), a request head must arrive within
+(past it a new connection is closed at once), at most ``max_concurrent_requests``
+served at once (past it 503 with Retry-After; a request stops counting the
+moment its client leaves, not when its handler notices), a request head must
+arrive within
 ``keep_alive_timeout`` (slow or half-sent headers are cut off), a head over
 64 KiB is refused with 431, and a body that falls silent for
 ``idle_read_timeout`` closes its connection.
@@ -38,6 +41,7 @@ from mnemex import Config, InvalidInput, MnemexRuntime, open_runtime
 from mnemex.server._app import build_app
 from mnemex.server._bridge import Bridge
 from mnemex.server._guard import WarnEvery, host_name
+from mnemex.server._http import json_response
 from mnemex.server._schemas import ServerSettings
 
 __all__ = ["Server", "bind", "serve"]
@@ -313,19 +317,42 @@ def _protocol(settings: ServerSettings) -> type[HttpToolsProtocol]:
 
     class Protocol(_Protocol):
         max_connections = settings.max_connections
+        max_requests = settings.max_concurrent_requests
         head_timeout = settings.keep_alive_timeout
         idle_read_timeout = settings.idle_read_timeout
         warn_full = warn
+        load = _Load()
 
     return Protocol
 
 
+class _Load:
+    """What the connections of one server share: the requests being served."""
+
+    __slots__ = ("requests",)
+
+    def __init__(self) -> None:
+        self.requests = 0
+
+
+async def _busy(scope: Any, receive: Any, send: Any) -> None:
+    """The answer past ``max_concurrent_requests`` (the body is not read; the
+    connection closes after it)."""
+    await json_response({"error": "the server is serving its most requests at once "
+                                  "(server.max_concurrent_requests); retry shortly"},
+                        503, {"Retry-After": "1", "Connection": "close"})(scope, receive, send)
+
+
 class _Protocol(HttpToolsProtocol):
     max_connections: int
+    max_requests: int
     head_timeout: float
     idle_read_timeout: float
     warn_full: WarnEvery
+    load: _Load
 
+    _serving: Any = None
+    """The request cycle of this connection counted in ``load``, until it ends."""
     _refused = False
     _head_timer: asyncio.TimerHandle | None = None
     _read_timer: asyncio.TimerHandle | None = None
@@ -347,7 +374,23 @@ class _Protocol(HttpToolsProtocol):
         if self._refused:
             return
         self._cancel_timers()
+        self._served()
         super().connection_lost(exc)
+
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        if self.load.requests >= self.max_requests:
+            self.warn_full("%d requests in flight, the most served at once (server.max_concurrent_requests); "
+                           "answering 503 to new ones", self.load.requests)
+            app = _busy
+        else:
+            self.load.requests += 1
+            self._serving = cycle
+        super()._start_asgi_task(cycle, app)
+
+    def _served(self) -> None:
+        if self._serving is not None:
+            self._serving = None
+            self.load.requests -= 1
 
     def data_received(self, data: bytes) -> None:
         if self._in_head:
@@ -378,6 +421,7 @@ class _Protocol(HttpToolsProtocol):
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
+        self._served()
         super().on_response_complete()
         if not self.transport.is_closing() and not self.pipeline:
             self._await_head()
