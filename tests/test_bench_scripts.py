@@ -1,10 +1,23 @@
 """Every benchmark goes through bench/_common.py for what the scripts share: it
-imports from it and never defines one of its helpers again."""
+imports from it and never defines one of its helpers again. bench/http.py's
+stream client, wrk reader and the whole script (a smoke run, when wrk is here)
+are checked too."""
 
 from __future__ import annotations
 
 import ast
+import asyncio
+import contextlib
+import importlib.util
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -38,3 +51,122 @@ def test_the_check_finds_a_copied_helper_and_a_missing_import() -> None:
     assert {"percentile", "rss_bytes", "write_results", "machine"} <= shared
     copied = "import json\n\ndef percentile(values, q):\n    return sorted(values)[0]\n"
     assert problems(copied, shared) == ["does not import from _common", "defines percentile again"]
+
+
+# -- bench/http.py ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def bench_http() -> Iterator[ModuleType]:
+    """bench/http.py as a module (its name would shadow the standard library's http)."""
+    pytest.importorskip("httptools")
+    saved = sys.path[:]
+    spec = importlib.util.spec_from_file_location("bench_http", BENCH / "http.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_http"] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path[:] = saved
+        del sys.modules["bench_http"]
+
+
+@pytest.mark.parametrize(("received", "lost", "duplicated", "reordered"), [
+    ([0, 1, 2, 3], 0, 0, 0),
+    ([0, 1, 3], 1, 0, 0),
+    ([0, 1, 1, 2, 3], 0, 1, 0),
+    ([0, 2, 1, 3], 0, 0, 1),
+    ([3, 2, 1, 0], 0, 0, 3),
+    ([], 4, 0, 0),
+])
+def test_http_stream_check_counts_lost_duplicated_and_late_chunks(
+        bench_http: ModuleType, received: list[int], lost: int, duplicated: int, reordered: int) -> None:
+    order = bench_http.check_order(received, 4)
+    assert (order.received, order.lost, order.duplicated, order.reordered) == (
+        len(received), lost, duplicated, reordered)
+
+
+def test_http_reads_wrk_figures(bench_http: ModuleType) -> None:
+    report = """Running 2s test @ http://127.0.0.1:8080
+  1 threads and 16 connections
+  Latency Distribution
+     50%  340.00us
+     75%  400.00us
+     90%    1.20ms
+     99%    2.50ms
+  92000 requests in 2.00s, 10.00MB read
+  Socket errors: connect 0, read 1, write 0, timeout 2
+  Non-2xx or 3xx responses: 7
+Requests/sec:  46000.12
+"""
+    assert bench_http.wrk_figures(report) == {"rps": 46000.12, "p50_ms": 0.34, "p99_ms": 2.5, "non_2xx": 7.0,
+                                              "socket_errors": 3.0, "requests": 92000.0}
+
+
+def test_http_skips_the_ark_reference_with_a_reason_when_it_is_not_built(
+        bench_http: ModuleType, tmp_path: Path) -> None:
+    package, reason = bench_http.ark_package(tmp_path)
+    assert package is None and "no dist/main.js" in reason
+    (tmp_path / "ark-cluster-memory" / "dist").mkdir(parents=True)
+    (tmp_path / "ark-cluster-memory" / "dist" / "main.js").write_text("")
+    if shutil.which("node") is not None:  # the exported services/ folder holds the package one level down
+        assert bench_http.ark_package(tmp_path) == (tmp_path / "ark-cluster-memory", "")
+    assert bench_http.ark_package(None)[0] is None
+
+
+@contextlib.contextmanager
+def bare_server(stack: str) -> Iterator[int]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    process = subprocess.Popen(
+        [sys.executable, str(BENCH / "bare_asgi.py"), "--port", str(port), "--stack", stack],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert process.stdout is not None
+        assert b"bare ASGI app" in process.stdout.readline()
+        for _ in range(100):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        yield port
+    finally:
+        process.terminate()
+        process.communicate(timeout=30)
+
+
+@pytest.mark.parametrize("stack", ["uvicorn", "hypercorn-trio"])
+def test_http_stream_client_gets_every_chunk_once_in_order_from_the_bare_relay(
+        bench_http: ModuleType, stack: str) -> None:
+    if stack == "uvicorn":
+        pytest.importorskip("uvicorn")
+        pytest.importorskip("uvloop")
+    with bare_server(stack) as port:
+        row = asyncio.run(bench_http.relayed(port, "t", chunks=500, readers=3, limit_s=30))
+    assert bench_http.stream_problems(row) == []
+    assert (row["received"], row["readers_done"], row["chunks_per_s"] > 0) == (1500, 3, True)
+
+
+@pytest.mark.slow
+def test_http_smoke_run_measures_every_route_and_prints_the_bars(tmp_path: Path) -> None:
+    if shutil.which("wrk") is None:
+        pytest.skip("bench/http.py needs wrk")
+    pytest.importorskip("uvicorn")
+    out = tmp_path / "http.json"
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "http.py"), "--quick", "--connections", "1", "--duration", "1",
+         "--warmup", "0", "--memories", "200", "--chunks", "200", "--readers", "2",
+         "--out", str(out)],
+        check=False, capture_output=True, text=True, timeout=300, cwd=BENCH.parent)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    sides = {"mnemex", "bare ASGI"} | ({"ark"} if report["ark_skipped"] is None else set())
+    routes = ("GET /messages", "POST /memory/search", "POST /messages")
+    assert {(m["route"], m["side"]) for m in report["medians"]} == {
+        (route, side) for route in routes for side in sides
+        if (route, side) != ("POST /memory/search", "ark")}  # the reference service has no search
+    assert {s["side"] for s in report["streams"]} == sides
+    assert len(report["bars"]) == 5 and "bar (issue 23)" in done.stdout
+    if report["ark_skipped"] is not None:
+        assert "ark       skipped: " in done.stdout
