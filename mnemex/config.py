@@ -327,6 +327,13 @@ class ServerConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     headers, stays open."""
     body_timeout: PositiveFloat = 30.0
     """Seconds a JSON request body may take to arrive whole; past it 408."""
+    blas_threads: PositiveInt | None = 1
+    """Threads numpy's BLAS may use in the server process (None: the library's
+    default, one per core). The runtime searches on the server's one event-loop
+    thread, and a product spread over several BLAS threads waits for cores that the
+    server's own work and its clients hold: on 2 cores under load, an exact vector
+    search over 10,000 memories took 2.1 ms with OpenBLAS's default and 0.3 ms with
+    one thread."""
     idle_read_timeout: PositiveFloat = 300.0
     """Seconds of silence from a client in the middle of a request body (a pushed
     stream included) after which its connection is closed."""

@@ -29,7 +29,6 @@ from mnemex.index import (
     KeywordIndex,
     VectorIndex,
     reciprocal_rank_fusion,
-    weighted_score_fusion,
     words,
 )
 from mnemex.memories.protocol import MemoryRecord
@@ -101,11 +100,13 @@ class Ranker:
         if array is not None:
             positive = np.flatnonzero(array > 0)
             pool = np.union1d(_best(positive, array[positive], count), pool)
-        totals = np.array([(float(array[doc]) if array is not None else 0.0) + boosts.get(doc, 0.0)
-                           for doc in pool.tolist()], dtype=np.float64)
+        totals = array[pool] if array is not None else np.zeros(len(pool), dtype=np.float64)
+        if boosts:
+            totals = totals + np.array([boosts.get(doc, 0.0) for doc in pool.tolist()], dtype=np.float64)
         best = _best(pool, totals, count)
-        order = np.lexsort((best, -totals[np.searchsorted(pool, best)]))
-        ranked = [(int(doc), float(totals[np.searchsorted(pool, doc)])) for doc in best[order]]
+        best_totals = totals[np.searchsorted(pool, best)]
+        order = np.lexsort((best, -best_totals))
+        ranked = list(zip(best[order].tolist(), best_totals[order].tolist(), strict=True))
 
         def score_of(doc: int) -> tuple[float, float, int]:
             bm25 = float(array[doc]) if array is not None and doc < len(array) else 0.0
@@ -132,6 +133,9 @@ class Ranker:
 
     def hybrid_ranked(self, query: str, vector: F32, top_k: int, allowed: Mask | None,
                 now: float) -> list[Ranked]:
+        """Full-text and vector candidates fused into one relevance, ranked with the
+        importance, recency and access shares; the score breakdown is built for the
+        ``top_k`` returned only."""
         settings = self.settings
         count = max(top_k, settings.fusion_candidates)
         text_ranked, score_of = self._fulltext_candidates(query, count, allowed)
@@ -139,20 +143,22 @@ class Ranker:
         vector_ranked: list[tuple[int, float]] = []
         if index is not None and len(index):
             vector_ranked = index.search(vector, count, allowed)
-        cosines = dict(vector_ranked)
-        norm = float(np.linalg.norm(vector))
-        unit_query = vector / norm if norm > 0 else vector
         candidates = list(dict.fromkeys([doc for doc, _ in text_ranked] + [doc for doc, _ in vector_ranked]))
         if not candidates:
             return []
+        cosines = dict(vector_ranked)
+        unseen = [doc for doc in candidates if doc not in cosines]
+        if unseen:  # full-text candidates the vector list missed: their cosines, in one product
+            known = [doc for doc in unseen if index is not None and doc in index]
+            cosines.update(dict.fromkeys(unseen, 0.0))
+            if known and index is not None:
+                norm = float(np.linalg.norm(vector))
+                unit_query = vector / norm if norm > 0 else vector
+                cosines.update(zip(known, (index.vectors(known) @ unit_query).tolist(), strict=True))
         w_text, w_vector = settings.fusion_fulltext_weight, settings.fusion_vector_weight
         shares = settings.rank_importance_weight + settings.rank_recency_weight + settings.rank_access_weight
         half_life = settings.recency_half_life
         texts = {doc: score_of(doc) for doc in candidates}
-        for doc in candidates:
-            if doc not in cosines:
-                cosines[doc] = (float(index.vector(doc) @ unit_query)
-                                if index is not None and doc in index else 0.0)
         if settings.fusion == "rrf":  # ranks only, scaled so a first place in both lists is 1.0
             k = settings.fusion_rrf_k
             fused = dict(reciprocal_rank_fusion([text_ranked, vector_ranked], [w_text, w_vector], k=k))
@@ -160,27 +166,37 @@ class Ranker:
             relevance_of = {doc: fused.get(doc, 0.0) / best for doc in candidates}
         else:  # calibrated scores (BM25 to 0..1, cosine clipped at 0), weighted to a mean
             total = w_text + w_vector
-            relevance_of = dict(weighted_score_fusion(
-                [[(doc, texts[doc][0]) for doc in candidates],
-                 [(doc, max(cosines[doc], 0.0)) for doc in candidates]],
-                [w_text / total, w_vector / total], method="none"))
-        out: list[Ranked] = []
-        for doc in candidates:
-            text, bm25, matched = texts[doc]
-            cosine = cosines[doc]
-            relevance = relevance_of[doc]
+            text_share, vector_share = w_text / total, w_vector / total
+            relevance_of = {doc: text_share * texts[doc][0] + vector_share * max(cosines[doc], 0.0)
+                            for doc in candidates}
+
+        def parts(doc: int) -> tuple[float, float, float]:
             record = self.record_at(doc)
             recency = 0.5 ** (max(0.0, now - record.timestamp) / half_life)
             access = record.access_count / (record.access_count + ACCESS_HALF)
-            score = ((1.0 - shares) * relevance + settings.rank_importance_weight * record.importance
-                     + settings.rank_recency_weight * recency + settings.rank_access_weight * access)
-            out.append((doc, score, {
+            return record.importance, recency, access
+
+        if shares > 0:
+            scores = {}
+            w_importance = settings.rank_importance_weight
+            w_recency, w_access = settings.rank_recency_weight, settings.rank_access_weight
+            for doc in candidates:
+                importance, recency, access = parts(doc)
+                scores[doc] = ((1.0 - shares) * relevance_of[doc] + w_importance * importance
+                               + w_recency * recency + w_access * access)
+        else:
+            scores = relevance_of
+        ranked = sorted(candidates, key=lambda doc: (-scores[doc], doc))[:top_k]
+        out: list[Ranked] = []
+        for doc in ranked:
+            text, bm25, matched = texts[doc]
+            importance, recency, access = parts(doc)
+            out.append((doc, scores[doc], {
                 "fulltext": round(text, 6), "bm25": round(bm25, 6), "entities": float(matched),
-                "vector": round(cosine, 6), "relevance": round(relevance, 6),
-                "importance": record.importance, "recency": round(recency, 6), "access": round(access, 6),
+                "vector": round(cosines[doc], 6), "relevance": round(relevance_of[doc], 6),
+                "importance": importance, "recency": round(recency, 6), "access": round(access, 6),
             }))
-        out.sort(key=lambda item: (-item[1], item[0]))
-        return out[:top_k]
+        return out
 
 
 def _best(ids: npt.NDArray[np.int64], scores: npt.NDArray[np.float64], count: int) -> npt.NDArray[np.int64]:

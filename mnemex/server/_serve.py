@@ -31,6 +31,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any, Final
 
+import threadpoolctl
 import trio
 import uvicorn
 import uvloop
@@ -120,6 +121,8 @@ class Server:
         SIGTERM; then shut down in order and return. Errors opening the runtime
         (a locked data directory, a bad setting) are raised here."""
         try:
+            if self.settings.blas_threads is not None:
+                threadpoolctl.threadpool_limits(self.settings.blas_threads, user_api="blas")
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
                 runner.run(self._main(handle_signals))
         finally:
@@ -326,6 +329,46 @@ def _protocol(settings: ServerSettings) -> type[HttpToolsProtocol]:
     return Protocol
 
 
+class _Cork:
+    """A connection's transport as a response cycle writes to it: what is written in
+    one turn of the loop goes out in one write (uvicorn writes a response's head and
+    body separately: two system calls and two packets for every small answer).
+    A complete response is flushed at once (``_Protocol.on_response_complete``);
+    a streamed one at the end of the loop's turn."""
+
+    __slots__ = ("_loop", "_pending", "_scheduled", "transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self.transport = transport
+        self._loop = loop
+        self._pending: list[bytes] = []
+        self._scheduled = False
+
+    def write(self, data: bytes) -> None:
+        self._pending.append(data)
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._scheduled = False
+        if self._pending:
+            data = b"".join(self._pending) if len(self._pending) > 1 else self._pending[0]
+            self._pending.clear()
+            if not self.transport.is_closing():
+                self.transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self.transport.close()
+
+    def is_closing(self) -> bool:
+        return self.transport.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self.transport.get_extra_info(name, default)
+
+
 class _Load:
     """What the connections of one server share: the requests being served."""
 
@@ -353,6 +396,7 @@ class _Protocol(HttpToolsProtocol):
 
     _serving: Any = None
     """The request cycle of this connection counted in ``load``, until it ends."""
+    _cork: _Cork | None = None
     _refused = False
     _head_timer: asyncio.TimerHandle | None = None
     _read_timer: asyncio.TimerHandle | None = None
@@ -368,6 +412,7 @@ class _Protocol(HttpToolsProtocol):
             transport.abort()
             return
         super().connection_made(transport)
+        self._cork = _Cork(transport, self.loop)
         self._await_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -413,6 +458,8 @@ class _Protocol(HttpToolsProtocol):
             self._head_timer.cancel()
             self._head_timer = None
         super().on_headers_complete()
+        if self.cycle is not None and self._cork is not None:
+            self.cycle.transport = self._cork  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
         if self._read_timer is not None:
@@ -421,6 +468,8 @@ class _Protocol(HttpToolsProtocol):
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
+        if self._cork is not None:
+            self._cork.flush()  # the head and the body of a response in one write
         self._served()
         super().on_response_complete()
         if not self.transport.is_closing() and not self.pipeline:
