@@ -11,8 +11,11 @@ one wake-up is pending ride on it, so under load a whole batch of requests
 crosses for the price of one. Crossing back is free: trio and asyncio share
 the thread, so a trio task sets the asyncio future directly.
 
-Order: calls start in the order they were made, so one connection's requests
-reach the actors in the order it sent them. Cancellation: when the awaiting
+Order: a call starts after every call its caller awaited before it, so one
+connection's requests (HTTP/1.1 answers them one at a time) reach the actors in
+the order it sent them; concurrent calls, like concurrent requests, have no
+order among themselves (trio starts a batch of new tasks in any order).
+Cancellation: when the awaiting
 asyncio task is cancelled (a client gone from a stream), the trio task is
 cancelled too, which ends its *wait*; a command already in an actor's mailbox
 is still carried out and journaled. Backpressure is the server's own
