@@ -188,7 +188,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--stack", choices=STACKS, default="uvicorn",
                         help="uvicorn with uvloop and httptools (default; what mnemex serve runs on since "
-                             "issue 23) or hypercorn's trio worker (before it)")
+                             "issue 23) or hypercorn's trio worker (before it; pip install hypercorn)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if args.stack == "uvicorn":

@@ -142,6 +142,8 @@ def test_http_stream_client_gets_every_chunk_once_in_order_from_the_bare_relay(
     if stack == "uvicorn":
         pytest.importorskip("uvicorn")
         pytest.importorskip("uvloop")
+    else:
+        pytest.importorskip("hypercorn", reason="the stack before issue 23; pip install hypercorn to compare")
     with bare_server(stack) as port:
         row = asyncio.run(bench_http.relayed(port, "t", chunks=500, readers=3, limit_s=30))
     assert bench_http.stream_problems(row) == []
