@@ -44,8 +44,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(ROOT))
 
-from mnemex.index import BM25Index, KeywordIndex, VectorIndex
-from mnemex.models.hashing import HashingEmbedder
+from mnemex.index import BM25Index, KeywordIndex, VectorIndex  # noqa: E402
+from mnemex.models.hashing import HashingEmbedder  # noqa: E402
 
 DATA = LOCOMO
 BATCH = 256
