@@ -15,10 +15,11 @@ Order: a call starts after every call its caller awaited before it, so one
 connection's requests (HTTP/1.1 answers them one at a time) reach the actors in
 the order it sent them; concurrent calls, like concurrent requests, have no
 order among themselves (trio starts a batch of new tasks in any order).
-Cancellation: when the awaiting
-asyncio task is cancelled (a client gone from a stream), the trio task is
-cancelled too, which ends its *wait*; a command already in an actor's mailbox
-is still carried out and journaled. Backpressure is the server's own
+Cancellation: a request's call is never
+cut short (uvicorn does not cancel a handler whose client left; its answer is
+dropped). A stream's producer is ``cancellable``: when its reader goes, the trio
+task is cancelled too, which ends its *wait*; a command already in an actor's
+mailbox is still carried out and journaled. Backpressure is the server's own
 (``max_concurrent_requests``): the bridge adds no queue of its own beyond the
 calls not yet started, which it starts all at once.
 """
@@ -43,14 +44,15 @@ _END: Final = object()
 
 
 class _Call(Generic[T]):
-    __slots__ = ("args", "fn", "future", "kwargs", "scope")
+    __slots__ = ("args", "cancellable", "fn", "future", "kwargs", "scope")
 
     def __init__(self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], kwargs: dict[str, Any],
-                 future: asyncio.Future[T]) -> None:
+                 future: asyncio.Future[T], cancellable: bool) -> None:
         self.fn = fn
         self.args = args
         self.kwargs = kwargs
         self.future = future
+        self.cancellable = cancellable
         self.scope: trio.CancelScope | None = None
 
 
@@ -73,12 +75,22 @@ class Bridge:
 
     # -- asyncio side -------------------------------------------------------------
     async def call(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
-        """``await fn(*args, **kwargs)`` in the trio run, from asyncio. Exceptions come back as
-        raised; cancelling the caller cancels the trio task's wait."""
+        """``await fn(*args, **kwargs)`` in the trio run, from asyncio. Exceptions come
+        back as raised. Cancelling the caller abandons the answer, not the work: the
+        trio task runs to its end (an actor's reply, bounded by ``kernel.ask_timeout``)."""
+        return await self._submit(fn, args, kwargs, cancellable=False)
+
+    async def cancellable(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        """Like ``call``, but cancelling the caller cancels the trio task too (a wait
+        that only serves the caller, such as a stream's). Costs a cancel scope."""
+        return await self._submit(fn, args, kwargs, cancellable=True)
+
+    async def _submit(self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], kwargs: dict[str, Any],
+                      cancellable: bool) -> T:
         if self._closed:
             raise ActorClosed("the server is shutting down; retry against its successor")
         future: asyncio.Future[T] = self._loop.create_future()
-        call = _Call(fn, args, kwargs, future)
+        call = _Call(fn, args, kwargs, future, cancellable)
         self._pending.append(call)
         if not self._woken:
             self._woken = True
@@ -96,7 +108,7 @@ class Bridge:
         items, then waits; leaving (or cancelling) the iteration closes ``source``'s
         iterator in trio at once."""
         relay = _Relay(self._loop)
-        runner = asyncio.ensure_future(self.call(relay.produce, source, buffer))
+        runner = asyncio.ensure_future(self.cancellable(relay.produce, source, buffer))
         try:
             while True:
                 if not relay.items:
@@ -137,26 +149,31 @@ class Bridge:
             self._nursery.start_soon(self._run, call)
 
     async def _run(self, call: _Call[Any]) -> None:
+        if not call.cancellable:
+            await self._outcome(call)
+            return
+        with trio.CancelScope() as call.scope:
+            if not call.future.done():
+                await self._outcome(call)
+
+    @staticmethod
+    async def _outcome(call: _Call[Any]) -> None:
+        """Run ``call`` and settle its future (unless its caller gave up on it)."""
         future = call.future
-        with trio.CancelScope() as scope:
-            call.scope = scope
-            if future.done():
-                return
-            try:
-                result = await call.fn(*call.args, **call.kwargs)
-            except trio.Cancelled:
-                if not future.done():
-                    future.set_exception(ActorClosed("the server is shutting down; the request was not "
-                                                     "answered"))
-                raise
-            except BaseException as exc:
-                if not future.done():
-                    future.set_exception(exc)
-                if not isinstance(exc, Exception):
-                    raise
-                return
+        try:
+            result = await call.fn(*call.args, **call.kwargs)
+        except trio.Cancelled:
             if not future.done():
-                future.set_result(result)
+                future.set_exception(ActorClosed("the server is shutting down; the request was not answered"))
+            raise
+        except BaseException as exc:
+            if not future.done():
+                future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        if not future.done():
+            future.set_result(result)
 
 
 class _Failure:

@@ -14,6 +14,7 @@ from typing import Any
 import outcome
 import pytest
 import trio
+import trio.testing
 import uvloop
 
 from mnemex import ActorClosed, InvalidInput
@@ -99,7 +100,7 @@ def test_an_exception_comes_back_as_raised() -> None:
     hosted(test)
 
 
-def test_cancelling_the_caller_cancels_the_wait_and_keeps_what_was_done() -> None:
+def test_cancelling_a_cancellable_caller_cancels_the_wait_and_keeps_what_was_done() -> None:
     done_before_wait: list[str] = []
     trio_saw: asyncio.Future[str] | None = None
 
@@ -120,7 +121,7 @@ def test_cancelling_the_caller_cancels_the_wait_and_keeps_what_was_done() -> Non
         nonlocal waiting, trio_saw
         loop = asyncio.get_running_loop()
         waiting, trio_saw = loop.create_future(), loop.create_future()
-        caller = asyncio.ensure_future(bridge.call(work_then_wait))
+        caller = asyncio.ensure_future(bridge.cancellable(work_then_wait))
         await waiting
         caller.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -149,6 +150,36 @@ def test_a_call_cancelled_before_it_started_never_runs() -> None:
         assert ran == [1, 3]
 
     hosted(test)
+
+
+def test_cancelling_a_plain_caller_abandons_the_answer_but_the_work_runs_to_its_end() -> None:
+    finished: list[str] = []
+
+    async def slow(gate: trio.Event) -> str:
+        await gate.wait()
+        finished.append("done")
+        return "answer nobody reads"
+
+    async def test(bridge: Bridge) -> None:
+        gate = await bridge.call(_make_event)
+        caller = asyncio.ensure_future(bridge.call(slow, gate))
+        await bridge.call(trio.testing.wait_all_tasks_blocked)  # slow() waits at its gate
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        await bridge.call(_set, gate)
+        await bridge.call(trio.testing.wait_all_tasks_blocked)
+        assert finished == ["done"]
+
+    hosted(test)
+
+
+async def _make_event() -> trio.Event:
+    return trio.Event()
+
+
+async def _set(event: trio.Event) -> None:
+    event.set()
 
 
 def test_after_close_a_call_is_refused_with_actor_closed() -> None:
