@@ -99,6 +99,7 @@ _PING: Final = b": ping\n\n"
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE: Final = frozenset({"0", "false", "no", "off", ""})
 _OPENED: Final = b""
+_KEPT_REFS: Final = 1024
 
 
 def _query_int(request: Request, name: str, default: int | None, minimum: int = 0) -> int | None:
@@ -190,10 +191,18 @@ class _Api:
         self.bridge = bridge
         self.streams = StreamHub(settings)
         self.started = time.time()
+        self._agents: dict[str, AgentRef] = {}
 
     def agent(self, request: Request) -> AgentRef:
+        """The agent of the request's route (``/agents/{agent}/...``, else the default).
+        A ref with the default policy holds nothing but its name: one per name is kept."""
         name = request.path_params.get("agent", self.settings.agent)
-        return self.rt.agent(name)
+        ref = self._agents.get(name)
+        if ref is None:
+            if len(self._agents) >= _KEPT_REFS:
+                self._agents.clear()
+            ref = self._agents[name] = self.rt.agent(name)
+        return ref
 
     async def body(self, request: Request, type_: type[Any]) -> Any:
         return await read_json(request, type_, self.settings.max_body_bytes, self.settings.body_timeout)

@@ -54,10 +54,22 @@ class Guard:
             hosts.add(host_name(settings.host))
         self.hosts = frozenset(hosts)
         self.origins = frozenset(settings.cors_origins)
+        self._hosts_seen: dict[bytes | None, bool] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        raw_host = raw_origin = fetch_site = None
+        for name, value in scope["headers"]:  # lower-case names, as ASGI servers give them
+            if name == b"host":
+                raw_host = value
+            elif name == b"origin":
+                raw_origin = value
+            elif name == b"sec-fetch-site":
+                fetch_site = value
+        if raw_origin is None and fetch_site != b"cross-site" and (not self.open or self._known(raw_host)):
+            await self.app(scope, receive, send)  # the common case: nothing to check further
             return
         headers = _headers(scope)
         host = headers.get("host", "")
@@ -85,6 +97,17 @@ class Guard:
             await self.app(scope, receive, send)
         else:
             await self.app(scope, receive, _with_cors(send, allowed_origin))
+
+
+    def _known(self, raw_host: bytes | None) -> bool:
+        """Whether a Host header names this server (answers kept per header value)."""
+        known = self._hosts_seen.get(raw_host)
+        if known is None:
+            if len(self._hosts_seen) >= 1024:
+                self._hosts_seen.clear()
+            host = raw_host.decode("latin-1") if raw_host is not None else ""
+            known = self._hosts_seen[raw_host] = host_name(host) in self.hosts
+        return known
 
 
 class WarnEvery:

@@ -8,12 +8,12 @@ import asyncio
 import hmac
 import math
 import re
-from contextlib import aclosing
 from typing import Any, Final, TypeVar
 
 import msgspec
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from mnemex import (
     ActorClosed,
@@ -80,9 +80,29 @@ def status_of(exc: MnemexError) -> int:
     return 500  # pragma: no cover - MnemexError is last in the table
 
 
+class JsonResponse(Response):
+    """A JSON answer. A Starlette Response whose head is built in one step and sent
+    as is: every request of the API ends in one of these."""
+
+    media_type = "application/json"
+
+    def __init__(self, body: bytes, status_code: int = 200, headers: dict[str, str] | None = None) -> None:
+        self.body = body
+        self.status_code = status_code
+        self.background = None
+        self.raw_headers = [(b"content-length", str(len(body)).encode()),
+                            (b"content-type", b"application/json")]
+        if headers:
+            self.raw_headers += [(name.lower().encode("latin-1"), value.encode("latin-1"))
+                                 for name, value in headers.items()]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        await send({"type": "http.response.body", "body": self.body})
+
+
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(_encoder.encode(body), status_code=status, media_type="application/json",
-                    headers=headers)
+    return JsonResponse(_encoder.encode(body), status, headers)
 
 
 def error_response(exc: Exception) -> Response:
@@ -117,19 +137,26 @@ async def read_body(request: Request, limit: int, timeout: float) -> bytes:
                             f"(server.max_body_bytes)")
     chunks: list[bytes] = []
     size = 0
+    receive = request.receive
     try:
         async with asyncio.timeout(timeout):
-            async with aclosing(request.stream()) as stream:
-                async for chunk in stream:
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    raise ClientDisconnect
+                chunk: bytes = message.get("body", b"")
+                if chunk:
                     size += len(chunk)
                     if size > limit:
                         raise _BodyTooLarge(f"request body is over the limit of {limit:,} bytes "
                                             f"(server.max_body_bytes)")
                     chunks.append(chunk)
+                if not message.get("more_body", False):
+                    break
     except TimeoutError:
         raise HttpError(408, f"request body did not arrive within {timeout:g} s (server.body_timeout)",
                         headers={"Connection": "close"}) from None
-    return b"".join(chunks)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 _MISSING = re.compile(r"(?:missing required|contains unknown) field `([^`]*)`")

@@ -445,8 +445,11 @@ class _Protocol(HttpToolsProtocol):
         super().data_received(data)
         if self.transport.is_closing():
             return
-        if self._in_head and self._head_bytes > _MAX_HEAD:
-            self._refuse_head()
+        if self._in_head:
+            if self._head_bytes > _MAX_HEAD:
+                self._refuse_head()
+            elif self._head_timer is None and self._head_bytes:  # a head begun, not ended: time it
+                self._head_timer = self.loop.call_later(self.head_timeout, self._head_timed_out)
         elif (self._read_timer is None and self.cycle is not None and self.cycle.more_body
               and not self.cycle.response_complete):
             self._last_read = self.loop.time()
@@ -465,23 +468,23 @@ class _Protocol(HttpToolsProtocol):
         if self._read_timer is not None:
             self._read_timer.cancel()
             self._read_timer = None
+        self._in_head = True  # what comes next is the next request's head
+        self._head_bytes = 0
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
         if self._cork is not None:
             self._cork.flush()  # the head and the body of a response in one write
         self._served()
-        super().on_response_complete()
-        if not self.transport.is_closing() and not self.pipeline:
-            self._await_head()
+        super().on_response_complete()  # arms uvicorn's keep-alive timer: an idle connection closes
 
     # -- the limits -----------------------------------------------------------------
     def _await_head(self) -> None:
-        """The next request's head must arrive whole within ``head_timeout``."""
+        """A new connection's first request head must arrive whole within
+        ``head_timeout`` (later heads: from their first byte; an idle keep-alive
+        connection is closed by uvicorn's own timer, of the same length)."""
         self._in_head = True
         self._head_bytes = 0
-        if self._head_timer is not None:
-            self._head_timer.cancel()
         self._head_timer = self.loop.call_later(self.head_timeout, self._head_timed_out)
 
     def _head_timed_out(self) -> None:

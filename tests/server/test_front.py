@@ -1,0 +1,98 @@
+"""What the HTTP front adds to uvicorn, through raw connections: a head over
+64 KiB is refused, a second request's head that stops half-way is cut off,
+pipelined requests are answered in order, and routing answers as the
+reference service does (one trailing slash ignored; 405 with Allow)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import trio
+
+import mnemex
+
+
+def cfg(tmp_path: Path) -> mnemex.Config:
+    return mnemex.Config(data_dir=str(tmp_path / "data"), embedder="hashing")
+
+
+async def receive_until_closed(stream: trio.SocketStream) -> bytes:
+    received = bytearray()
+    while True:
+        try:
+            data = await stream.receive_some()
+        except trio.BrokenResourceError:
+            return bytes(received)
+        if not data:
+            return bytes(received)
+        received += data
+
+
+def post(port: int, path: str, body: dict[str, Any]) -> bytes:
+    data = json.dumps(body).encode()
+    return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n").encode() + data
+
+
+async def test_a_head_over_64_kib_is_refused_with_431_and_closed(tmp_path: Path, server: Any) -> None:
+    async with server(cfg(tmp_path)) as http:
+        port = http.base_url.port
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            head = f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode()
+            filler = b"".join(f"X-Filler-{i}: {'y' * 1000}\r\n".encode() for i in range(80))
+            try:
+                await stream.send_all(head + filler)
+            except trio.BrokenResourceError:
+                pass  # refused while still sending
+            with trio.fail_after(5):
+                received = await receive_until_closed(stream)
+        assert received.startswith(b"HTTP/1.1 431"), received[:200]
+        assert (await http.get("/health")).status_code == 200
+
+
+async def test_a_second_head_that_stops_half_way_is_cut_off(tmp_path: Path, server: Any) -> None:
+    async with server(cfg(tmp_path), keep_alive_timeout=0.5) as http:
+        port = http.base_url.port
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            await stream.send_all(f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+            first = b""
+            with trio.fail_after(5):
+                while not first.endswith(b"OK"):
+                    first += await stream.receive_some()
+            await stream.send_all(f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Half: ".encode())
+            with trio.fail_after(5):
+                assert await receive_until_closed(stream) == b""
+
+
+async def test_pipelined_requests_are_answered_in_order(tmp_path: Path, server: Any) -> None:
+    async with server(cfg(tmp_path)) as http:
+        port = http.base_url.port
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            requests = b"".join(post(port, "/messages", {"session_id": "p", "messages": [
+                {"role": "user", "content": f"message {i}"}]}) for i in range(5))
+            await stream.send_all(requests)
+            received = b""
+            with trio.fail_after(5):
+                while received.count(b'"status":"success"') < 5:
+                    received += await stream.receive_some()
+        r = await http.get("/messages", params={"session_id": "p"})
+        assert [m["message"]["content"] for m in r.json()["messages"]] == [f"message {i}" for i in range(5)]
+
+
+async def test_one_trailing_slash_is_ignored_and_a_wrong_method_is_405_with_allow(tmp_path: Path,
+                                                                                server: Any) -> None:
+    async with server(cfg(tmp_path)) as http:
+        message = {"role": "user", "content": "x"}
+        r = await http.post("/messages/", json={"session_id": "s", "messages": [message]})
+        assert r.status_code == 200, r.text
+        assert (await http.get("/messages/", params={"session_id": "s"})).json()["total"] == 1
+        r = await http.put("/messages", json={})
+        assert r.status_code == 405
+        assert set(r.headers["allow"].split(", ")) == {"DELETE", "GET", "POST"}
+        assert "PUT" in r.json()["error"]
+        assert (await http.get("/messages//")).status_code == 404
