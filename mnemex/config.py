@@ -122,11 +122,12 @@ class StorageConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=T
     """Extra seconds each group-commit round waits to gather more lines. 0 commits
     at once when idle; under load lines gather while the previous round syncs."""
     fsync_method: Literal["auto", "syncfs", "fdatasync"] = "auto"
-    """How a group-commit round makes journals durable. ``auto``/``syncfs``: one
+    """How a group-commit round makes journals durable. ``syncfs``: one
     ``syncfs(2)`` for the data directory's filesystem (Linux; much cheaper than
     one fsync per journal, but it also flushes other files' writes on that
     filesystem: give mnemex its own volume). ``fdatasync``: one per journal, in
-    ``fsync_threads`` threads. Elsewhere than Linux ``auto`` is ``fdatasync``."""
+    ``fsync_threads`` threads. ``auto``: ``syncfs`` for a round of more than 4
+    journals, ``fdatasync`` for fewer; elsewhere than Linux always ``fdatasync``."""
     fsync_threads: PositiveInt = 16
     """Worker threads a group-commit round fsyncs journals with (each actor has its
     own journal file; their fsyncs run in parallel)."""

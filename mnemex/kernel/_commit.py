@@ -55,13 +55,16 @@ class GroupCommitter:
     and fsyncs them in up to ``threads`` worker threads at once: while a round
     is on disk the next one gathers (leader/follower group commit), so an idle
     system commits at once and a busy one commits many lines per fsync.
-    ``window`` adds a wait before each round to gather even more.
+    ``window`` adds a wait before each round to gather even more. With
+    ``sync_filesystem`` a round syncs the whole filesystem at once, unless it
+    holds at most ``few`` journals: those are synced one by one.
     """
 
     def __init__(self, window: float, threads: int = 4, rounds: int = 3,
-                 sync_filesystem: Callable[[], bool] | None = None) -> None:
+                 sync_filesystem: Callable[[], bool] | None = None, few: int = 0) -> None:
         self._window = window
         self._sync_filesystem = sync_filesystem
+        self._few = few
         self._slots = trio.Semaphore(rounds)
         self._threads = threads
         self._limiter = trio.CapacityLimiter(threads)
@@ -106,7 +109,7 @@ class GroupCommitter:
 
     async def _round(self, cells: list[Durable]) -> None:
         try:
-            if self._sync_filesystem is not None:
+            if self._sync_filesystem is not None and len(cells) > self._few:
                 marks = [cell.written for cell in cells]
                 errors = await trio.to_thread.run_sync(self._sync_whole_fs, cells, limiter=self._limiter)
                 for cell, mark, error in zip(cells, marks, errors, strict=True):

@@ -101,7 +101,8 @@ async def test_second_runtime_on_one_data_dir_is_refused(tmp_path: Path) -> None
 
 
 async def test_fsync_policies_all_survive_a_clean_restart(tmp_path: Path) -> None:
-    for policy, method in (("always", "auto"), ("batch", "auto"), ("batch", "fdatasync"), ("never", "auto")):
+    for policy, method in (("always", "auto"), ("batch", "auto"), ("batch", "fdatasync"), ("batch", "syncfs"),
+                           ("never", "auto")):
         cfg = mnemex.Config(data_dir=str(tmp_path / f"{policy}-{method}"), fsync=policy,  # type: ignore[arg-type]
                             fsync_method=method)  # type: ignore[arg-type]
         async with mnemex.open_runtime(cfg, kinds=[counter_kind()]) as rt:

@@ -1,0 +1,65 @@
+"""How a group-commit round makes its journals durable: a round of a few journals
+syncs each one (a filesystem-wide sync would also wait for every other file's
+writes), a round of many syncs the filesystem once."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+import pytest
+import trio
+import trio.testing
+
+from mnemex.kernel._commit import GroupCommitter
+
+
+class Journal:
+    """A Durable that counts how it was made durable."""
+
+    def __init__(self) -> None:
+        self.written = 1
+        self.synced = 0
+        self.acks: deque[tuple[int, Callable[[BaseException | None], None]]] = deque()
+        self.syncs = 0
+        self.covers = 0
+
+    def sync(self) -> None:
+        self.syncs += 1
+
+    def covered(self) -> None:
+        self.covers += 1
+
+
+@pytest.mark.parametrize(("journals", "whole_filesystem"), [(1, False), (4, False), (5, True), (40, True)])
+async def test_a_round_syncs_few_journals_one_by_one_and_many_with_one_filesystem_sync(
+        journals: int, whole_filesystem: bool) -> None:
+    filesystem_syncs = 0
+
+    def sync_filesystem() -> bool:
+        nonlocal filesystem_syncs
+        filesystem_syncs += 1
+        return True
+
+    committer = GroupCommitter(0.0, threads=4, sync_filesystem=sync_filesystem, few=4)
+    cells = [Journal() for _ in range(journals)]
+    released: list[BaseException | None] = []
+    all_released = trio.Event()
+
+    def release(error: BaseException | None) -> None:
+        released.append(error)
+        if len(released) == journals:
+            all_released.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(committer.run)
+        await trio.testing.wait_all_tasks_blocked()
+        for cell in cells:
+            committer.submit(cell, release)
+        with trio.fail_after(5):
+            await all_released.wait()
+        nursery.cancel_scope.cancel()
+    assert released == [None] * journals
+    assert filesystem_syncs == (1 if whole_filesystem else 0)
+    assert [c.syncs for c in cells] == [0 if whole_filesystem else 1] * journals
+    assert [c.covers for c in cells] == [1 if whole_filesystem else 0] * journals
