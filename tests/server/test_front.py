@@ -10,24 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from test_guards import until_closed  # the raw-connection helpers of the platform's guard tests
 
 import mnemex
 
 
 def cfg(tmp_path: Path) -> mnemex.Config:
     return mnemex.Config(data_dir=str(tmp_path / "data"), embedder="hashing")
-
-
-async def receive_until_closed(stream: trio.SocketStream) -> bytes:
-    received = bytearray()
-    while True:
-        try:
-            data = await stream.receive_some()
-        except trio.BrokenResourceError:
-            return bytes(received)
-        if not data:
-            return bytes(received)
-        received += data
 
 
 def post(port: int, path: str, body: dict[str, Any]) -> bytes:
@@ -48,7 +37,7 @@ async def test_a_head_over_64_kib_is_refused_with_431_and_closed(tmp_path: Path,
             except trio.BrokenResourceError:
                 pass  # refused while still sending
             with trio.fail_after(5):
-                received = await receive_until_closed(stream)
+                received = await until_closed(stream)
         assert received.startswith(b"HTTP/1.1 431"), received[:200]
         assert (await http.get("/health")).status_code == 200
 
@@ -65,7 +54,7 @@ async def test_a_second_head_that_stops_half_way_is_cut_off(tmp_path: Path, serv
                     first += await stream.receive_some()
             await stream.send_all(f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Half: ".encode())
             with trio.fail_after(5):
-                assert await receive_until_closed(stream) == b""
+                assert await until_closed(stream) == b""
 
 
 async def test_pipelined_requests_are_answered_in_order(tmp_path: Path, server: Any) -> None:
