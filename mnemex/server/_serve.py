@@ -31,6 +31,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any, Final
 
+import outcome
 import threadpoolctl
 import trio
 import uvicorn
@@ -208,7 +209,8 @@ class _Guest:
         self.config = config
         self.loop = loop
         self._opened: asyncio.Future[tuple[Bridge, MnemexRuntime]] = loop.create_future()
-        self._done: asyncio.Future[Outcome[None]] = loop.create_future()
+        self._done: asyncio.Future[BaseException | None] = loop.create_future()
+        self._reported = False
         self._stop: trio.Event | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self.bridge: Bridge | None = None
@@ -224,11 +226,14 @@ class _Guest:
             self.bridge.close()
             calls.cancel_scope.cancel()  # what uvicorn cut off past the grace period
 
-    def finished(self, outcome: Outcome[None]) -> None:
+    def finished(self, result: Outcome[None]) -> None:
+        failure = result.error if isinstance(result, outcome.Error) else None
         if not self._done.done():
-            self._done.set_result(outcome)
-        if not self._opened.done():  # the run ended before the runtime opened: its error
-            self._opened.set_exception(_error_of(outcome))
+            self._done.set_result(failure)
+        if not self._opened.done():  # the run ended before the runtime opened: say why there
+            self._opened.set_exception(failure if failure is not None else RuntimeError(
+                "the runtime's trio run ended before the runtime opened"))
+            self._reported = True
 
     @property
     def ended(self) -> bool:
@@ -239,20 +244,15 @@ class _Guest:
         return await self._opened
 
     async def close(self) -> None:
-        """End the trio run (closing the runtime) and wait for it; raise its failure."""
+        """End the trio run (closing the runtime) and wait for it; raise its failure
+        (unless opened() raised it already)."""
         if not self._done.done() and self._token is not None and self._stop is not None:
             with contextlib.suppress(trio.RunFinishedError):
                 self._token.run_sync_soon(self._stop.set)
-        outcome = await asyncio.shield(self._done)
-        outcome.unwrap()
-
-
-def _error_of(outcome: Outcome[None]) -> BaseException:
-    try:
-        outcome.unwrap()
-    except BaseException as exc:
-        return exc
-    return RuntimeError("the runtime's trio run ended before the runtime opened")
+        failure = await asyncio.shield(self._done)
+        if failure is not None and not self._reported:
+            self._reported = True
+            raise failure
 
 
 @contextlib.contextmanager
