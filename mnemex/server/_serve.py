@@ -121,10 +121,10 @@ class Server:
         """Serve in this thread until ``stop()`` or (with ``handle_signals``) SIGINT or
         SIGTERM; then shut down in order and return. Errors opening the runtime
         (a locked data directory, a bad setting) are raised here."""
+        blas = (threadpoolctl.threadpool_limits(self.settings.blas_threads, user_api="blas")
+                if self.settings.blas_threads is not None else contextlib.nullcontext())
         try:
-            if self.settings.blas_threads is not None:
-                threadpoolctl.threadpool_limits(self.settings.blas_threads, user_api="blas")
-            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            with blas, asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:  # BLAS as it was after
                 runner.run(self._main(handle_signals))
         finally:
             self._socket.close()
@@ -168,6 +168,8 @@ class Server:
 
     def _request_exit(self) -> None:
         if self._uvicorn is not None:
+            if self._uvicorn.should_exit:  # asked twice (a second Ctrl-C): stop waiting for requests
+                self._uvicorn.force_exit = True
             self._uvicorn.should_exit = True
 
     # -- the loop's side ------------------------------------------------------------
