@@ -48,6 +48,7 @@ from mnemex.kernel._mailbox import Mailbox, MailboxClosed
 from mnemex.kernel._turn import take_turn
 from mnemex.persistence import (
     ActorStore,
+    DataDir,
     FileStore,
     MemoryStore,
     Recovered,
@@ -1026,9 +1027,14 @@ class Runtime:
         def quantile(q: float) -> float:
             return round(recent[min(len(recent) - 1, int(q * len(recent)))] * 1000, 3) if recent else 0.0
 
-        return {"fsync": self.config.storage.fsync, "pending_acks": pending,
-                "fsync_rounds": self._committer.rounds, "fsyncs": self._committer.fsyncs,
-                "fsync_p50_ms": quantile(0.5), "fsync_p99_ms": quantile(0.99)}
+        health: dict[str, Any] = {
+            "fsync": self.config.storage.fsync, "pending_acks": pending,
+            "fsync_rounds": self._committer.rounds, "fsyncs": self._committer.fsyncs,
+            "fsync_p50_ms": quantile(0.5), "fsync_p99_ms": quantile(0.99)}
+        if isinstance(self._storage, DataDir):
+            files = self._storage.open_files
+            health.update(open_files=len(files), max_open_files=files.limit, open_files_evicted=files.evicted)
+        return health
 
     def live_keys(self, kind: str | None = None) -> list[tuple[str, Key]]:
         return [ident for ident in self._cells if kind is None or ident[0] == kind]
@@ -1108,7 +1114,8 @@ async def open_actor_runtime(config: Config, kinds: Iterable[ActorKind] = (), *,
     ``config.kernel.shutdown_timeout``) even when the block was cancelled or raised. A
     storage passed in is closed on exit too."""
     _freeze_startup_heap(config)
-    store = storage if storage is not None else open_storage(config.storage.data_dir)
+    store = storage if storage is not None else open_storage(
+        config.storage.data_dir, max_open_files=config.storage.max_open_files)
     try:
         async with trio.open_nursery() as nursery:
             runtime = Runtime(config, nursery, store)
