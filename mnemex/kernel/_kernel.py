@@ -45,6 +45,7 @@ from mnemex.kernel._deadlines import AskDeadlines
 from mnemex.kernel._kind import ActorKind
 from mnemex.kernel._lifecycle import DOWN, FINAL, CellState, Lifecycle
 from mnemex.kernel._mailbox import Mailbox, MailboxClosed
+from mnemex.kernel._shutdown import ShutdownReport, ShutdownTally
 from mnemex.kernel._turn import take_turn
 from mnemex.persistence import (
     ActorStore,
@@ -57,7 +58,8 @@ from mnemex.persistence import (
     open_storage,
 )
 
-__all__ = ["ActorRef", "Runtime", "RuntimeStats", "Subscription", "open_actor_runtime", "rebuild_behaviour"]
+__all__ = ["ActorRef", "Runtime", "RuntimeStats", "ShutdownReport", "Subscription", "open_actor_runtime",
+           "rebuild_behaviour"]
 
 log = logging.getLogger("mnemex.runtime")
 
@@ -370,6 +372,9 @@ class Runtime:
         self._deadlines = AskDeadlines(_overdue)
         self._stats = {"asks": 0, "tells": 0, "spawns": 0, "passivations": 0, "crashes": 0}
         self._store_threads = trio.CapacityLimiter(_STORE_THREADS)
+        self._shutdown: ShutdownTally | None = None  # counts closes once aclose() began
+        self.shutdown_report: ShutdownReport | None = None
+        """What the shutdown did (see aclose); None until it has finished."""
         self.started = time.time()
 
     # -- registration -----------------------------------------------------------
@@ -976,6 +981,7 @@ class Runtime:
         await self._flush(cell)
         if cell.snapshot_done is not None:  # the one beside the actor finishes first
             await cell.snapshot_done.wait()
+        tally = self._shutdown
         if cell.seq != cell.snap_seq and cell.behaviour is not None:
             try:
                 cell.snap_bytes = await self._in_thread(cell, _write_snapshot, cell.store,
@@ -985,7 +991,15 @@ class Runtime:
                 cell.journal_bytes = 0
             except Exception as exc:
                 # the journal still holds every command: nothing is lost, recovery is slower
-                log.error("%s: final snapshot failed: %r", cell.name, exc)
+                if tally is None:
+                    log.error("%s: final snapshot failed: %r", cell.name, exc)
+                else:  # the shutdown's report names it, with the others
+                    tally.failed.append((cell.name, f"{type(exc).__name__}: {exc}"))
+            else:
+                if tally is not None:
+                    tally.snapshots += 1
+        if tally is not None:
+            tally.closed += 1
         if passivated:
             self._stats["passivations"] += 1
         cell.behaviour = None
@@ -1052,9 +1066,15 @@ class Runtime:
         return [ident for ident in self._cells if kind is None or ident[0] == kind]
 
     # -- shutdown -----------------------------------------------------------------
-    async def aclose(self) -> None:
-        """Stop accepting, drain every mailbox, snapshot every actor, wait for all."""
+    async def aclose(self) -> ShutdownReport:
+        """Stop accepting, drain every mailbox, snapshot every actor, wait for all.
+        Returns what that did, and logs it (at ERROR if a final snapshot failed);
+        a later call returns the same report."""
+        if self.shutdown_report is not None:
+            return self.shutdown_report
         self._accepting = False
+        if self._shutdown is None:
+            self._shutdown = ShutdownTally()
         for cell in list(self._cells.values()):
             if cell.state in (_LOADING, _RUNNING) and not self._post(cell, _STOP):
                 try:
@@ -1062,6 +1082,19 @@ class Runtime:
                 except MailboxClosed:
                     pass
         await self._all_closed.wait()
+        return self._report_shutdown()
+
+    def _report_shutdown(self) -> ShutdownReport:
+        """The shutdown's report, made and logged once: when every actor closed, or
+        when the shutdown timed out (the actors still closing are counted)."""
+        if self.shutdown_report is None:
+            tally = self._shutdown if self._shutdown is not None else ShutdownTally()
+            report = self.shutdown_report = tally.report(unfinished=self._running_cells)
+            if report.ok:
+                log.info("shutdown: %s", report.describe())
+            else:
+                log.error("shutdown: %s", report.describe())
+        return self.shutdown_report
 
 
 def _resolve_all(replies: list[tuple[_Waiter | None, Any]], error: BaseException | None) -> None:
@@ -1145,6 +1178,7 @@ async def open_actor_runtime(config: Config, kinds: Iterable[ActorKind] = (), *,
                 if shield.cancelled_caught:
                     log.error("shutdown did not finish within %s s (config.kernel.shutdown_timeout); "
                               "the journals hold every accepted command", config.kernel.shutdown_timeout)
+                    runtime._report_shutdown()
                 nursery.cancel_scope.cancel()
     finally:
         store.close()

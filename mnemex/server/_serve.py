@@ -105,7 +105,11 @@ async def serve(config: Config, settings: ServerSettings | None = None, *, shutd
                 task_status.started(port)
                 await stop.wait()
                 # hypercorn finishes in-flight requests, then returns; the runtime then closes
-            log.info("mnemex stopped; every actor snapshotted")
+            report = runtime.shutdown_report
+            if report is not None and report.ok:
+                log.info("mnemex stopped; every actor snapshotted")
+            else:  # the runtime logged which snapshots failed, at ERROR
+                log.warning("mnemex stopped; NOT every actor was snapshotted (see the error above)")
     finally:
         for sock in sockets.insecure_sockets:
             sock.close()
