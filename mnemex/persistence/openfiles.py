@@ -4,14 +4,18 @@ used closed first.
 Every actor that writes needs its journal open, and a runtime keeps up to
 ``config.kernel.max_live_actors`` (100,000) actors live: far more than a process
 may open files (``RLIMIT_NOFILE``, often 1,024). So a store does not own its
-journal's descriptor; it asks ``OpenFiles`` for it at each write, and one closed
-meanwhile is opened again (in append mode, by the store's own opener). A hit
-costs a lock and a move in an ordered dict (about 0.2 us); a miss, one ``open``.
+journal's descriptor: it holds an ``OpenFile`` that ``OpenFiles`` may close
+between two writes, and asks for a new one when it finds it closed (opened
+again in append mode, by the store's own opener). A write to an open journal
+costs one counter step (``OpenFile.use``), touching nothing shared: the order of
+use is sorted out only when a descriptor must be closed, from the counter's
+stamps (a heap, entries re-queued lazily), which is exactly least recently used.
+A write to a closed journal costs one ``open``.
 
-A store asks with its own lock held and uses the descriptor only until it
-releases that lock; to close a store's descriptor, ``OpenFiles`` takes that lock
-without waiting, and passes over a store that holds it. So a descriptor is never
-closed under a write, a journal cut or an fsync's ``dup``, and nobody waits.
+A store uses its descriptor only while it holds its own lock; to close it,
+``OpenFiles`` takes that lock without waiting, and passes over a store that
+holds it. So a descriptor is never closed under a write, a journal cut or an
+fsync's ``dup``, and nobody waits.
 
 Closing a descriptor loses nothing. Journals are written with ``os.write`` on
 raw descriptors, so there is no buffer in this process to flush: every byte
@@ -23,16 +27,17 @@ later, and ``syncfs``, make a file's data durable whichever descriptor wrote it
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import os
 import resource
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
 
 from mnemex.errors import InvalidInput
 from mnemex.persistence._files import describe_os_error, log
 
-__all__ = ["RESERVED_FILES", "OpenFiles", "open_files_limit"]
+__all__ = ["RESERVED_FILES", "OpenFile", "OpenFiles", "open_files_limit"]
 
 RESERVED_FILES = 128
 """Descriptors ``max_open_files`` must leave to the rest of the process: snapshot
@@ -72,26 +77,38 @@ def open_files_limit(configured: int | None) -> int:
     return configured
 
 
-class _Open:
-    """One owner's open descriptor, and the owner's lock that guards its use."""
+class OpenFile:
+    """One owner's open descriptor: ``fd``, or -1 once ``OpenFiles`` closed it.
+    Read and used only with the owner's lock held (``lock``)."""
 
-    __slots__ = ("fd", "lock")
+    __slots__ = ("_clock", "fd", "lock", "owner", "queued", "used")
 
-    def __init__(self, fd: int, lock: threading.Lock) -> None:
+    def __init__(self, owner: Hashable, fd: int, lock: threading.Lock, clock: itertools.count[int]) -> None:
+        self.owner = owner
         self.fd = fd
         self.lock = lock
+        self._clock = clock
+        self.used = next(clock)
+        """Stamp of the last use (a runtime-wide counter)."""
+        self.queued = self.used
+        """Stamp of this file's entry in the LRU heap."""
+
+    def use(self) -> int:
+        """``fd``, and the file marked as the most recently used; -1 if it was closed
+        (then ask ``OpenFiles.open`` for a new one). Call with the owner's lock held."""
+        self.used = next(self._clock)
+        return self.fd
 
 
 class OpenFiles:
     """An LRU of open descriptors, one per owner (a store), at most ``limit``.
 
-    ``fd`` gives an owner its descriptor, opening it (after closing the least
-    recently used ones to make room) if it is not open. Every call for an owner
-    is made with that owner's lock held, and the descriptor is used only while
-    it is held: a descriptor is closed only by a thread that holds its owner's
-    lock, or took it without waiting. Thread-safe. The count exceeds ``limit``
-    only when every owner's lock is held, by at most the number of threads
-    holding one at that moment.
+    An owner holds its ``OpenFile`` and calls ``use()`` at each write; when that
+    says -1 (or it has none yet) it calls ``open``, which closes the least
+    recently used descriptors whose owners are not using them to make room. Every
+    call for an owner is made with that owner's lock held. Thread-safe. The count
+    exceeds ``limit`` only when every owner's lock is held, by at most the number
+    of threads holding one at that moment.
     """
 
     def __init__(self, limit: int) -> None:
@@ -99,7 +116,12 @@ class OpenFiles:
             raise InvalidInput(f"open files limit is {limit!r}; it must be an integer >= 1", field="limit")
         self.limit = limit
         self._lock = threading.Lock()
-        self._files: OrderedDict[Hashable, _Open] = OrderedDict()
+        self._files: dict[Hashable, OpenFile] = {}
+        # (stamp, file) per open file, stamp <= file.used: the least recently used
+        # file is found by popping and re-queueing those used since (see _make_room).
+        # Entries of files closed by discard() stay until popped or compacted.
+        self._heap: list[tuple[int, OpenFile]] = []
+        self._clock = itertools.count()
         self._opening = 0  # slots taken by opens under way
         self.opened = 0
         """Descriptors opened so far."""
@@ -115,21 +137,17 @@ class OpenFiles:
         """True if ``owner``'s descriptor is open now."""
         return owner in self._files
 
-    def fd(self, owner: Hashable, owner_lock: threading.Lock, open_fd: Callable[[], int]) -> int:
-        """``owner``'s descriptor, valid while the caller holds ``owner_lock`` (it
-        must hold it now): the one open, or a new one from ``open_fd()``, called
-        without this object's lock held (what it raises escapes)."""
-        lock = self._lock
-        lock.acquire()  # explicit calls, not ``with``: this is every write's path
-        try:
+    def open(self, owner: Hashable, owner_lock: threading.Lock, open_fd: Callable[[], int]) -> OpenFile:
+        """``owner``'s open file: the one open, or a new one from ``open_fd()``
+        (called without this object's lock held; what it raises escapes). Call
+        with ``owner_lock`` held."""
+        with self._lock:
             file = self._files.get(owner)
             if file is not None:
-                self._files.move_to_end(owner)
-                return file.fd
+                file.use()
+                return file
             self._opening += 1
             victims = self._make_room()
-        finally:
-            lock.release()
         _close(victims)
         try:
             fd = open_fd()
@@ -140,27 +158,41 @@ class OpenFiles:
         with self._lock:
             self._opening -= 1
             self.opened += 1
-            self._files[owner] = _Open(fd, owner_lock)
-        return fd
+            file = self._files[owner] = OpenFile(owner, fd, owner_lock, self._clock)
+            heapq.heappush(self._heap, (file.queued, file))
+        return file
 
     def _make_room(self) -> list[int]:
-        """Unlink the least recently used descriptors whose owners are not using
-        them until one more fits (call with the lock held); the descriptors to
-        close. Once unlinked, an owner asks for a new one: nobody uses the old."""
+        """Close the least recently used descriptors whose owners are not using them
+        until one more fits (call with the lock held); the descriptors to close.
+
+        The heap's smallest stamp belongs to the least recently used file unless
+        that file was used since it was queued: then it is queued again with its
+        newer stamp, and the next smallest tried (every file's queued stamp is at
+        most its last use, so a file whose two agree is the least recently used)."""
         excess = len(self._files) + self._opening - self.limit
-        if excess <= 0:
-            return []
-        owners: list[Hashable] = []
-        for owner, file in self._files.items():
-            if file.lock.acquire(blocking=False):  # not waiting: an owner in use is passed over
-                owners.append(owner)
-                if len(owners) == excess:
-                    break
-        victims = [self._files.pop(owner) for owner in owners]
-        for file in victims:
-            file.lock.release()
+        victims: list[int] = []
+        busy = 0
+        heap = self._heap
+        while excess > 0 and heap and busy <= len(self._files):
+            stamp, file = heapq.heappop(heap)
+            if file.fd < 0 or stamp != file.queued:
+                continue  # closed by discard(), or queued again since
+            if file.used != stamp:
+                file.queued = file.used
+                heapq.heappush(heap, (file.queued, file))
+            elif file.lock.acquire(blocking=False):  # not waiting: an owner in use is passed over
+                del self._files[file.owner]
+                victims.append(file.fd)
+                file.fd = -1
+                file.lock.release()
+                excess -= 1
+            else:  # in use right now: the most recently used
+                busy += 1
+                file.used = file.queued = next(self._clock)
+                heapq.heappush(heap, (file.queued, file))
         self.evicted += len(victims)
-        return [file.fd for file in victims]
+        return victims
 
     def swap(self, owner: Hashable, fd: int) -> bool:
         """Make ``fd`` ``owner``'s descriptor in place of the open one, which is
@@ -178,20 +210,27 @@ class OpenFiles:
         """Close ``owner``'s descriptor, if it has one. Call with the owner's lock held."""
         with self._lock:
             file = self._files.pop(owner, None)
-        if file is not None:
-            _close([file.fd])
+            if file is None:
+                return
+            fd, file.fd = file.fd, -1
+            if len(self._heap) > 2 * len(self._files) + 64:  # mostly closed files' entries: compact
+                self._heap = [(open_.queued, open_) for open_ in self._files.values()]
+                heapq.heapify(self._heap)
+        _close([fd])
 
     def close(self) -> None:
         """Close every descriptor whose owner is not using it now (at shutdown,
         every store is closed already: this closes what a store left open)."""
+        victims: list[int] = []
         with self._lock:
-            victims: list[int] = []
-            for owner in list(self._files):
-                file = self._files[owner]
+            for owner, file in list(self._files.items()):
                 if file.lock.acquire(blocking=False):
                     del self._files[owner]
-                    file.lock.release()
                     victims.append(file.fd)
+                    file.fd = -1
+                    file.lock.release()
+            if not self._files:
+                self._heap = []
         _close(victims)
 
     def __repr__(self) -> str:

@@ -39,7 +39,7 @@ from mnemex.persistence.journal import (
     scan_journal,
 )
 from mnemex.persistence.layout import KEY_MANIFEST, actor_dir, check_key, check_kind
-from mnemex.persistence.openfiles import OpenFiles
+from mnemex.persistence.openfiles import OpenFile, OpenFiles
 from mnemex.persistence.snapshot import (
     SidecarReads,
     SnapshotHeader,
@@ -182,10 +182,11 @@ class FileStore(ActorStore):
         self._data_dir = Path(data_dir)
         self._journal = self.path / JOURNAL
         self._files = files if files is not None else OpenFiles(1)
-        # _lock guards the journal's descriptor (asked of _files, and used, only
-        # while it is held: _files closes it only when it can take this lock) and
-        # what describes the journal: _size, _dirty, _last_seq, _broken, _unsynced.
-        # Held only for short writes, plus the final swap of a journal cut.
+        self._file: OpenFile | None = None  # the journal's descriptor, which _files may close
+        # _lock guards the journal's descriptor (used only while it is held: _files
+        # closes it only when it can take this lock) and what describes the journal:
+        # _size, _dirty, _last_seq, _broken, _unsynced. Held only for short writes,
+        # plus the final swap of a journal cut.
         self._lock = threading.Lock()
         self._snapshot_lock = threading.Lock()  # one snapshot / recovery at a time
         self._size = 0  # bytes in the journal, while its descriptor is open
@@ -278,9 +279,18 @@ class FileStore(ActorStore):
         # Made durable by the next sync() (off the caller's thread), not here.
         self._unsynced.extend([manifest, self.path, *(folder.parent for folder in created)])
 
+    def _journal_fd(self) -> int:
+        """The journal's descriptor, opened again if the runtime closed it to make
+        room for others (call with _lock held; use it only while it is held)."""
+        file = self._file
+        fd = file.use() if file is not None else -1
+        if fd < 0:
+            file = self._file = self._files.open(self, self._lock, self._open)
+            fd = file.fd
+        return fd
+
     def _open(self) -> int:
-        """Open the journal for appending, on its first write or after the runtime
-        closed it to make room for others (called by _files, with _lock held)."""
+        """Open the journal for appending (called by _files, with _lock held)."""
         self._ensure_folder()
         existed = self._journal.exists()
         fd = os.open(self._journal, os.O_RDWR | os.O_APPEND | os.O_CREAT | _CLOEXEC, 0o644)
@@ -312,7 +322,7 @@ class FileStore(ActorStore):
                 raise InvalidInput(f"{self._journal}: appending seq {first} after seq {self._last_seq}; "
                                    f"journal seqs must be consecutive", field="seq")
             try:
-                fd = self._files.fd(self, self._lock, self._open)
+                fd = self._journal_fd()
             except OSError as exc:
                 raise StorageError(f"could not open the journal {self._journal}: "
                                    f"{describe_os_error(exc)}") from exc
@@ -351,7 +361,7 @@ class FileStore(ActorStore):
                     # released, by a journal cut's swap or to make room. Fsyncing
                     # the old file after a cut is harmless: the cut made its lines
                     # durable in the new one.
-                    fd = os.dup(self._files.fd(self, self._lock, self._open))
+                    fd = os.dup(self._journal_fd())
                     self._dirty = False
             # fdatasync: the data and the size that reads need, without the
             # timestamps fsync also writes. Outside the lock: appends go on meanwhile.
@@ -393,6 +403,7 @@ class FileStore(ActorStore):
     def close(self) -> None:
         with self._lock:
             self._files.discard(self)
+            self._file = None
             self._broken = None
             self._size = 0
 

@@ -8,6 +8,7 @@ import os
 import random
 import resource
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 import mnemex
 from mnemex.errors import InvalidInput
 from mnemex.persistence import DataDir, FileStore
-from mnemex.persistence.openfiles import RESERVED_FILES, OpenFiles, open_files_limit
+from mnemex.persistence.openfiles import RESERVED_FILES, OpenFile, OpenFiles, open_files_limit
 
 Opener = Callable[[str], Callable[[], int]]
 T0 = 1_700_000_000_000
@@ -56,18 +57,42 @@ def files_in(tmp_path: Path) -> Iterator[Opener]:
             os.close(fd)
 
 
-LOCKS: dict[str, threading.Lock] = {}
+class Owner:
+    """What a store does with its journal, on a file of its own: its lock, its
+    OpenFile, and asking for a new one when the runtime closed it."""
+
+    def __init__(self, files: OpenFiles, name: str, opener: Opener) -> None:
+        self.files = files
+        self.name = name
+        self.opener = opener(name)
+        self.lock = threading.Lock()
+        self.file: OpenFile | None = None
+
+    def fd(self) -> int:
+        """The descriptor; valid while ``self.lock`` is held (as here)."""
+        fd = self.file.use() if self.file is not None else -1
+        if fd < 0:
+            self.file = self.files.open(self.name, self.lock, self.opener)
+            fd = self.file.fd
+        return fd
 
 
-def lock_of(owner: str) -> threading.Lock:
-    """The owner's lock, as a store has its own."""
-    return LOCKS.setdefault(owner, threading.Lock())
+OWNERS: dict[tuple[int, str], Owner] = {}
 
 
-def use(files: OpenFiles, owner: str, opener: Opener) -> int:
+def owner(files: OpenFiles, name: str, opener: Opener) -> Owner:
+    return OWNERS.setdefault((id(files), name), Owner(files, name, opener))
+
+
+def use(files: OpenFiles, name: str, opener: Opener) -> int:
     """The owner's descriptor, asked for with the owner's lock held, as a store does."""
-    with lock_of(owner):
-        return files.fd(owner, lock_of(owner), opener(owner))
+    who = owner(files, name, opener)
+    with who.lock:
+        return who.fd()
+
+
+def lock_of(files: OpenFiles, name: str, opener: Opener) -> threading.Lock:
+    return owner(files, name, opener).lock
 
 
 # -- the cache itself ---------------------------------------------------------------------
@@ -85,6 +110,28 @@ def test_the_least_recently_used_descriptor_is_closed_first(files_in: Opener) ->
     assert len(files) == 3 and files.evicted == 2 and files.opened == 5
 
 
+@pytest.mark.parametrize(("limit", "names", "discards"), [(4, 10, 0.05), (20, 30, 0.4), (1, 3, 0.1)])
+def test_what_stays_open_is_exactly_what_an_lru_model_keeps(files_in: Opener, limit: int, names: int,
+                                                              discards: float) -> None:
+    files = OpenFiles(limit)
+    model: OrderedDict[str, None] = OrderedDict()
+    rng = random.Random(limit)
+    for _ in range(3000):
+        name = f"f{rng.randrange(names)}"
+        if rng.random() < discards:  # a store closed (its actor passivated)
+            with lock_of(files, name, files_in):
+                files.discard(name)
+            model.pop(name, None)
+        else:
+            use(files, name, files_in)
+            model[name] = None
+            model.move_to_end(name)
+            while len(model) > limit:
+                model.popitem(last=False)
+        assert set(model) == {f"f{n}" for n in range(names) if files.is_open(f"f{n}")}
+    assert len(files) == len(model)
+
+
 def test_a_closed_descriptor_is_opened_again_on_the_next_use(files_in: Opener) -> None:
     files = OpenFiles(1)
     os.write(use(files, "a", files_in), b"one\n")
@@ -99,8 +146,9 @@ def test_a_closed_descriptor_is_opened_again_on_the_next_use(files_in: Opener) -
 
 def test_a_descriptor_whose_owner_is_using_it_is_never_closed(files_in: Opener) -> None:
     files = OpenFiles(1)
-    with lock_of("a"):  # a store in the middle of a write (or a journal cut) holds its lock
-        busy = files.fd("a", lock_of("a"), files_in("a"))
+    a = owner(files, "a", files_in)
+    with a.lock:  # a store in the middle of a write (or a journal cut) holds its lock
+        busy = a.fd()
         use(files, "b", files_in)  # no room but a's: one over the limit, for now
         assert holds(busy, "a") and files.is_open("a") and len(files) == 2
     use(files, "c", files_in)  # room is made from the owners not using theirs, down to the limit
@@ -111,12 +159,12 @@ def test_a_descriptor_replaced_or_discarded_is_closed(files_in: Opener) -> None:
     files = OpenFiles(4)
     old = use(files, "a", files_in)
     new = files_in("a2")()
-    with lock_of("a"):
+    with lock_of(files, "a", files_in):
         assert files.swap("a", new)
     assert not holds(old, "a") and holds(new, "a2") and len(files) == 1
     assert use(files, "a", files_in) == new
     assert not files.swap("nobody", new)  # nothing open for that owner: the caller keeps its fd
-    with lock_of("a"):
+    with lock_of(files, "a", files_in):
         files.discard("a")
     assert not holds(new, "a2") and not files.is_open("a") and len(files) == 0
 
@@ -128,7 +176,7 @@ def test_at_most_the_limit_is_open_under_random_use(files_in: Opener) -> None:
     for _ in range(500):
         name = f"f{rng.randrange(20)}"
         if rng.random() < 0.1:
-            with lock_of(name):
+            with lock_of(files, name, files_in):
                 files.discard(name)
         else:
             use(files, name, files_in)
@@ -144,8 +192,8 @@ def test_a_failed_open_takes_no_room(files_in: Opener) -> None:
     def refuse() -> int:
         raise OSError(24, "Too many open files")
 
-    with lock_of("a"), pytest.raises(OSError):
-        files.fd("a", lock_of("a"), refuse)
+    with pytest.raises(OSError):
+        files.open("a", threading.Lock(), refuse)
     assert len(files) == 0 and not files.is_open("a")
     use(files, "b", files_in)
     use(files, "c", files_in)
