@@ -184,7 +184,7 @@ class OpenFiles:
             elif file.lock.acquire(blocking=False):  # not waiting: an owner in use is passed over
                 del self._files[file.owner]
                 victims.append(file.fd)
-                file.fd = -1
+                file.fd, file.owner = -1, None  # no cycle with the store, which keeps its file
                 file.lock.release()
                 excess -= 1
             else:  # in use right now: the most recently used
@@ -212,7 +212,7 @@ class OpenFiles:
             file = self._files.pop(owner, None)
             if file is None:
                 return
-            fd, file.fd = file.fd, -1
+            fd, file.fd, file.owner = file.fd, -1, None
             if len(self._heap) > 2 * len(self._files) + 64:  # mostly closed files' entries: compact
                 self._heap = [(open_.queued, open_) for open_ in self._files.values()]
                 heapq.heapify(self._heap)
@@ -227,7 +227,7 @@ class OpenFiles:
                 if file.lock.acquire(blocking=False):
                     del self._files[owner]
                     victims.append(file.fd)
-                    file.fd = -1
+                    file.fd, file.owner = -1, None
                     file.lock.release()
             if not self._files:
                 self._heap = []
