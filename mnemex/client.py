@@ -41,7 +41,7 @@ from mnemex.conversations.protocol import (
 from mnemex.conversations.ref import AgentRef, SessionStream
 from mnemex.effects import Key
 from mnemex.errors import ActorClosed
-from mnemex.kernel import ActorKind, BlockingBridge, BlockingRef, RuntimeStats
+from mnemex.kernel import ActorKind, BlockingBridge, BlockingRef, RuntimeStats, ShutdownReport
 from mnemex.memories.protocol import (
     MemoryPage,
     MemoryRecord,
@@ -64,8 +64,9 @@ class Client:
     """A runtime on its own thread, opened when the Client is made (an error while
     opening, such as a locked data directory, is raised by the constructor) and
     closed by ``close()`` or leaving a ``with`` block: mailboxes drained, every actor
-    snapshotted. An error the runtime raises after start-up is never dropped: the
-    next call and ``close()`` raise it. A call after close raises ActorClosed."""
+    snapshotted (``close()`` returns the report of what was). An error the runtime
+    raises after start-up is never dropped: the next call and ``close()`` raise it.
+    A call after close raises ActorClosed."""
 
     def __init__(self, config: Config | None = None, *, kinds: Iterable[ActorKind] = (),
                  start_timeout: float = 60.0) -> None:
@@ -83,10 +84,13 @@ class Client:
                  tb: TracebackType | None) -> None:
         self.close()
 
-    def close(self) -> None:
-        """Shut the runtime down cleanly and join its thread (idempotent). Raises an
-        error the runtime met after start-up, if no call has raised it yet."""
+    def close(self) -> ShutdownReport | None:
+        """Shut the runtime down cleanly and join its thread (idempotent). Returns what
+        the shutdown did (actors closed, final snapshots written and which failed;
+        None if the runtime ended on an error). Raises an error the runtime met after
+        start-up, if no call has raised it yet."""
         self._bridge.close()
+        return self._bridge.runtime.shutdown_report
 
     @property
     def runtime(self) -> MnemexRuntime:

@@ -141,6 +141,14 @@ class StorageConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=T
     """Seconds after which an actor with unsnapshotted commands is snapshotted."""
     snapshots_kept: PositiveInt = 2
     """Snapshots kept per actor (the newest ones)."""
+    max_open_files: PositiveInt | None = None
+    """Journal files kept open at once (one per actor that wrote lately); past it the
+    least recently used is closed, and opened again by that actor's next write, so
+    any number of actors may write without the process running out of file
+    descriptors. None: half the process's open-file limit (the soft
+    ``RLIMIT_NOFILE``, read when the runtime opens), at most 4,096; the other half
+    is left to sockets, snapshots and recoveries. A value that leaves fewer than
+    128 descriptors of that limit is refused when the runtime opens."""
 
     def _check(self) -> None:
         if self.data_dir is not None and not self.data_dir.strip():

@@ -27,6 +27,7 @@ from mnemex.kernel import (
     ActorRef,
     Runtime,
     RuntimeStats,
+    ShutdownReport,
     Subscription,
     open_actor_runtime,
 )
@@ -158,8 +159,15 @@ class MnemexRuntime:
         return self._kernel.stats()
 
     def journal_health(self) -> dict[str, Any]:
-        """Group-commit figures: rounds, lines per round, sync latency quantiles."""
+        """Group-commit figures: rounds, lines per round, sync latency quantiles; and
+        the journals open, their limit and how many were closed to make room."""
         return self._kernel.journal_health()
+
+    @property
+    def shutdown_report(self) -> ShutdownReport | None:
+        """What closing the runtime did (actors closed, final snapshots written, which
+        failed); None until it has closed."""
+        return self._kernel.shutdown_report
 
 
 def _builtin_kinds(config: Config, replaced: Iterable[str] = ()) -> list[ActorKind]:
@@ -184,7 +192,8 @@ async def open_runtime(config: Config | None = None, *,
                        kinds: Iterable[ActorKind] = ()) -> AsyncIterator[MnemexRuntime]:
     """Open a runtime: lock the data directory, recover nothing eagerly (actors load
     on first use), and on exit send the last access counts, drain every mailbox and
-    snapshot every actor.
+    snapshot every actor (``shutdown_report`` says what was done, and a failed
+    snapshot is logged at ERROR).
 
     ``kinds`` registers extra actor kinds beside mnemex's own (tests, plugins); a kind
     named like a built-in one (``"agent"``, ``"scope"``) takes its place.

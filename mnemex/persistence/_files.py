@@ -3,17 +3,16 @@ complete writes, atomic replacement, directory fsync, OSError translation."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 from mnemex.errors import StorageError
 
-__all__ = ["describe_os_error", "fsync_dir", "log", "read_file", "remove_quietly",
-           "storage_errors", "write_all", "write_atomic"]
+__all__ = ["describe_os_error", "fsync_dir", "log", "read_file", "remove_quietly", "write_all",
+           "write_atomic"]
 
 log = logging.getLogger("mnemex.persistence")
 
@@ -94,12 +93,3 @@ def read_file(path: Path, what: str, *, missing_ok: bool = False) -> bytes:
         raise StorageError(f"{what} {path} does not exist") from None
     except OSError as exc:
         raise StorageError(f"could not read {what} {path}: {describe_os_error(exc)}") from exc
-
-
-@contextlib.contextmanager
-def storage_errors(action: str, path: Path) -> Iterator[None]:
-    """Translate OSError raised inside the block into StorageError(action, path)."""
-    try:
-        yield
-    except OSError as exc:
-        raise StorageError(f"could not {action} {path}: {describe_os_error(exc)}") from exc

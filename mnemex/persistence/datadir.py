@@ -4,7 +4,9 @@ Opening a DataDir creates the folder, proves it is writable (a probe file is
 written, fsynced and removed, so a read-only or full disk fails here and not
 on the first command) and takes an exclusive ``flock`` on ``data_dir/LOCK``,
 held until ``close()``: a second DataDir on the same folder, in this process
-or another, raises DataDirLocked naming the holder's pid.
+or another, raises DataDirLocked naming the holder's pid. Its stores share one
+bounded set of open journals (``OpenFiles``), so any number of actors may write
+without the process running out of file descriptors.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import orjson
 from mnemex.errors import DataDirLocked, InvalidInput, StorageError
 from mnemex.persistence._files import describe_os_error, log, write_all
 from mnemex.persistence.layout import KEY_MANIFEST, check_kind, decode_key
+from mnemex.persistence.openfiles import OpenFiles, open_files_limit
 from mnemex.persistence.store import FileStore
 
 __all__ = ["LOCK_FILE", "ActorLocation", "DataDir", "read_manifest"]
@@ -64,12 +67,16 @@ class DataDir:
     """An opened, writable, exclusively locked data directory.
 
     ``DataDir(path)`` raises StorageError if the folder cannot be created or
-    written, DataDirLocked if another DataDir (any process) holds it.
+    written, DataDirLocked if another DataDir (any process) holds it, InvalidInput
+    if ``max_open_files`` does not fit the process's open-file limit (None: half
+    of it, see ``open_files_limit``).
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, max_open_files: int | None = None) -> None:
         self.path = Path(path)
         self._lock_fd: int | None = None
+        self.open_files = OpenFiles(open_files_limit(max_open_files))
+        """The journals this data directory's stores have open, at most ``max_open_files``."""
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except FileExistsError as exc:
@@ -145,14 +152,15 @@ class DataDir:
         """The store of actor ``kind``/``key`` (nothing is created until it writes)."""
         if self._lock_fd is None:
             raise StorageError(f"data directory {self.path} is closed")
-        return FileStore(self.path, kind, key, keep=keep)
+        return FileStore(self.path, kind, key, keep=keep, files=self.open_files)
 
     def actors(self) -> Iterator[ActorLocation]:
         """Every actor folder (``<kind>s/<name>/``), its key from ``key.json`` or its name."""
         return find_actors(self.path)
 
     def close(self) -> None:
-        """Release the lock (idempotent)."""
+        """Close the journals still open and release the lock (idempotent)."""
+        self.open_files.close()
         fd, self._lock_fd = self._lock_fd, None
         if fd is not None:
             os.close(fd)  # closing the descriptor drops the flock

@@ -54,6 +54,7 @@ class MemoryStorage:
         pass
 
 
-def open_storage(data_dir: str | None) -> Storage:
-    """Files under ``data_dir`` (locked until ``close``), or memory for None."""
-    return DataDir(data_dir) if data_dir is not None else MemoryStorage()
+def open_storage(data_dir: str | None, *, max_open_files: int | None = None) -> Storage:
+    """Files under ``data_dir`` (locked until ``close``; at most ``max_open_files``
+    journals open at once, see ``open_files_limit``), or memory for None."""
+    return DataDir(data_dir, max_open_files=max_open_files) if data_dir is not None else MemoryStorage()

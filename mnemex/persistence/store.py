@@ -24,7 +24,6 @@ from mnemex.persistence._files import (
     describe_os_error,
     fsync_dir,
     remove_quietly,
-    storage_errors,
     write_all,
     write_atomic,
 )
@@ -40,6 +39,7 @@ from mnemex.persistence.journal import (
     scan_journal,
 )
 from mnemex.persistence.layout import KEY_MANIFEST, actor_dir, check_key, check_kind
+from mnemex.persistence.openfiles import OpenFile, OpenFiles
 from mnemex.persistence.snapshot import (
     SidecarReads,
     SnapshotHeader,
@@ -167,23 +167,30 @@ class FileStore(ActorStore):
     - ``journal-<first>-<last>.jsonl``: archived lines back to the oldest kept snapshot;
     - ``key.json``: the kind and key (so the key is known even for hashed names).
 
-    Nothing is created until the first append or snapshot.
+    Nothing is created until the first append or snapshot. The journal is opened
+    through ``files``, the runtime's bounded set of open journals, which may close
+    it between two writes (the next one reopens it); without one the store keeps
+    its own journal open.
     """
 
-    def __init__(self, data_dir: Path | str, kind: str, key: tuple[str, ...], *, keep: int = 2) -> None:
+    def __init__(self, data_dir: Path | str, kind: str, key: tuple[str, ...], *, keep: int = 2,
+                 files: OpenFiles | None = None) -> None:
         self.kind = check_kind(kind)
         self.path = actor_dir(Path(data_dir), kind, key)
         self.key = key
         self.keep = _check_keep(keep)
         self._data_dir = Path(data_dir)
         self._journal = self.path / JOURNAL
-        # _lock guards the append handle and what describes it: _fd, _size,
-        # _last_seq, _broken, _unsynced. Held only for short writes, plus the
-        # final swap of a journal cut.
+        self._files = files if files is not None else OpenFiles(1)
+        self._file: OpenFile | None = None  # the journal's descriptor, which _files may close
+        # _lock guards the journal's descriptor (used only while it is held: _files
+        # closes it only when it can take this lock) and what describes the journal:
+        # _size, _dirty, _last_seq, _broken, _unsynced. Held only for short writes,
+        # plus the final swap of a journal cut.
         self._lock = threading.Lock()
         self._snapshot_lock = threading.Lock()  # one snapshot / recovery at a time
-        self._fd: int | None = None
-        self._size = 0
+        self._size = 0  # bytes in the journal, while its descriptor is open
+        self._dirty = False  # lines appended since the last sync() began
         self._last_seq: int | None = None
         self._broken: str | None = None
         self._unsynced: list[Path] = []  # new files and folders whose entries are not yet durable
@@ -211,8 +218,7 @@ class FileStore(ActorStore):
             scan = read_journal(self._journal, repair=False)
             if scan.is_torn:
                 cut_tail(self._journal, scan)
-                if self._fd is not None:
-                    self._size = scan.good_bytes
+                self._size = scan.good_bytes  # an open descriptor appends after the cut
             # The file is consistent again and the caller rebuilds from it.
             self._broken = None
         sources: list[Sequence[JournalEntry]] = []
@@ -273,8 +279,18 @@ class FileStore(ActorStore):
         # Made durable by the next sync() (off the caller's thread), not here.
         self._unsynced.extend([manifest, self.path, *(folder.parent for folder in created)])
 
+    def _journal_fd(self) -> int:
+        """The journal's descriptor, opened again if the runtime closed it to make
+        room for others (call with _lock held; use it only while it is held)."""
+        file = self._file
+        fd = file.use() if file is not None else -1
+        if fd < 0:
+            file = self._file = self._files.open(self, self._lock, self._open)
+            fd = file.fd
+        return fd
+
     def _open(self) -> int:
-        """Open the journal for appending (call with _lock held)."""
+        """Open the journal for appending (called by _files, with _lock held)."""
         self._ensure_folder()
         existed = self._journal.exists()
         fd = os.open(self._journal, os.O_RDWR | os.O_APPEND | os.O_CREAT | _CLOEXEC, 0o644)
@@ -291,7 +307,7 @@ class FileStore(ActorStore):
             raise
         if not existed:
             self._unsynced.append(self.path)
-        self._fd, self._size = fd, size
+        self._size = size
         return fd
 
     def append(self, entries: Sequence[tuple[int, int, bytes]]) -> None:
@@ -305,10 +321,11 @@ class FileStore(ActorStore):
             if self._last_seq is not None and first != self._last_seq + 1:
                 raise InvalidInput(f"{self._journal}: appending seq {first} after seq {self._last_seq}; "
                                    f"journal seqs must be consecutive", field="seq")
-            fd = self._fd
-            if fd is None:
-                with storage_errors("open the journal", self._journal):
-                    fd = self._open()
+            try:
+                fd = self._journal_fd()
+            except OSError as exc:
+                raise StorageError(f"could not open the journal {self._journal}: "
+                                   f"{describe_os_error(exc)}") from exc
             before = self._size
             try:
                 write_all(fd, (data,))
@@ -316,6 +333,7 @@ class FileStore(ActorStore):
                 raise self._undo_append(fd, before, len(entries), exc) from exc
             self._size = before + len(data)
             self._last_seq = last
+            self._dirty = True
 
     def _undo_append(self, fd: int, before: int, count: int, exc: OSError) -> StorageError:
         what = f"could not append {count} journal line{'s' if count != 1 else ''} to {self._journal}: " \
@@ -330,16 +348,23 @@ class FileStore(ActorStore):
         return StorageError(f"{what}; none of them was kept (the file is back at {before:,} bytes)")
 
     def sync(self) -> None:
-        with self._lock:
-            if self._broken is not None:
-                raise StorageError(self._broken)
-            fd = os.dup(self._fd) if self._fd is not None else None
-            unsynced, self._unsynced = self._unsynced, []
+        fd: int | None = None
         try:
-            # A duplicate descriptor: a journal cut may swap (and close) the
-            # store's own one meanwhile; fsyncing the old file is then harmless,
-            # the cut made its lines durable in the new one. fdatasync: the data and
-            # the size that reads need, without the timestamps fsync also writes.
+            with self._lock:
+                if self._broken is not None:
+                    raise StorageError(self._broken)
+                unsynced, self._unsynced = self._unsynced, []
+                if self._dirty:
+                    # Reopened if the runtime closed it since the write (an fsync
+                    # through any descriptor makes the file's data durable), then
+                    # duplicated: the store's own may be closed once the lock is
+                    # released, by a journal cut's swap or to make room. Fsyncing
+                    # the old file after a cut is harmless: the cut made its lines
+                    # durable in the new one.
+                    fd = os.dup(self._journal_fd())
+                    self._dirty = False
+            # fdatasync: the data and the size that reads need, without the
+            # timestamps fsync also writes. Outside the lock: appends go on meanwhile.
             if fd is not None:
                 os.fdatasync(fd)
             self._sync_entries(unsynced)
@@ -377,11 +402,10 @@ class FileStore(ActorStore):
 
     def close(self) -> None:
         with self._lock:
-            fd, self._fd = self._fd, None
+            self._files.discard(self)
+            self._file = None
             self._broken = None
             self._size = 0
-        if fd is not None:
-            os.close(fd)
 
     # -- snapshots -------------------------------------------------------------
 
@@ -462,11 +486,9 @@ class FileStore(ActorStore):
                         # old file): they must be durable here before the old file goes.
                         os.fsync(fd)
                     os.replace(tmp, self._journal)
-                    if self._fd is not None:
-                        old, self._fd = self._fd, fd
+                    if self._files.swap(self, fd):  # the old descriptor is closed
                         self._size = size
                         handed_over = True
-                        os.close(old)
                     # The rename is durable once the folder is fsynced: just below, or
                     # by a sync() that gets there first (before it acknowledges lines
                     # written to the new file).
@@ -479,7 +501,7 @@ class FileStore(ActorStore):
 
     def _journal_size(self, reader: BinaryIO) -> int:
         """Bytes in the journal as appends left it (call with _lock held)."""
-        return self._size if self._fd is not None else os.fstat(reader.fileno()).st_size
+        return self._size if self._files.is_open(self) else os.fstat(reader.fileno()).st_size
 
     def _prune(self) -> None:
         """Keep the newest ``keep`` snapshots; drop older ones with their sidecars,

@@ -181,6 +181,7 @@ class Server:
                 guest.main, run_sync_soon_threadsafe=loop.call_soon_threadsafe,
                 run_sync_soon_not_threadsafe=loop.call_soon, done_callback=guest.finished,
                 host_uses_signal_set_wakeup_fd=True)
+            runtime: MnemexRuntime | None = None
             try:
                 bridge, runtime = await guest.opened()
                 self.runtime = runtime
@@ -200,7 +201,11 @@ class Server:
                 # the runtime now drains its mailboxes and snapshots every actor
                 self.runtime = None
                 await guest.close()
-        log.info("mnemex stopped; every actor snapshotted")
+        report = runtime.shutdown_report if runtime is not None else None
+        if report is not None and report.ok:
+            log.info("mnemex stopped; every actor snapshotted")
+        else:  # the runtime logged which snapshots failed, at ERROR
+            log.warning("mnemex stopped; NOT every actor was snapshotted (see the error above)")
 
 
 class _Guest:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import trio
+from checkout import python_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,7 +30,7 @@ def run_and_kill(data_dir: Path, fsync: str, senders: int, actors: int, snapshot
     proc = subprocess.Popen(
         [sys.executable, str(WRITER), str(data_dir), fsync, str(senders), str(actors), str(snapshot_every),
          method],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=python_env())
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready", proc.stderr.read() if proc.stderr else ""
     time.sleep(after)  # the kill lands at a drawn moment of the writing: the moment is under test
