@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -90,11 +90,10 @@ class Ranker:
                 ideal = unit * len(named)
         return boosts, entity_hits, array, ideal
 
-    def _fulltext_candidates(self, query: str, count: int, allowed: Mask | None) -> tuple[
-            list[tuple[int, float]], Callable[[int], tuple[float, float, int]]]:
+    def _fulltext_candidates(self, query: str, count: int,
+                             allowed: Mask | None) -> tuple[list[tuple[int, float]], _FullText]:
         """The ``count`` best docs by full-text score (BM25 plus entity boosts, best
-        first, ties by lower doc), and a scorer giving any doc's (normalised score,
-        BM25, entity matches)."""
+        first, ties by lower doc), and what scores any doc (see _FullText)."""
         boosts, entity_hits, array, ideal = self._fulltext(query, allowed)
         pool = np.array(sorted(boosts), dtype=np.int64)
         if array is not None:
@@ -107,20 +106,14 @@ class Ranker:
         best_totals = totals[np.searchsorted(pool, best)]
         order = np.lexsort((best, -best_totals))
         ranked = list(zip(best[order].tolist(), best_totals[order].tolist(), strict=True))
-
-        def score_of(doc: int) -> tuple[float, float, int]:
-            bm25 = float(array[doc]) if array is not None and doc < len(array) else 0.0
-            total = bm25 + boosts.get(doc, 0.0)
-            return (min(1.0, total / ideal) if ideal > 0 else 0.0), bm25, entity_hits.get(doc, 0)
-
-        return ranked, score_of
+        return ranked, _FullText(array, boosts, entity_hits, ideal)
 
     def fulltext_ranked(self, query: str, top_k: int,
                       allowed: Mask | None) -> list[Ranked]:
-        ranked, score_of = self._fulltext_candidates(query, top_k, allowed)
+        ranked, fulltext = self._fulltext_candidates(query, top_k, allowed)
         out = []
         for doc, _ in ranked:
-            normalised, bm25, matched = score_of(doc)
+            normalised, bm25, matched = fulltext.score_of(doc)
             out.append((doc, normalised, {"fulltext": normalised, "bm25": round(bm25, 6),
                                           "entities": float(matched)}))
         return out
@@ -134,11 +127,11 @@ class Ranker:
     def hybrid_ranked(self, query: str, vector: F32, top_k: int, allowed: Mask | None,
                 now: float) -> list[Ranked]:
         """Full-text and vector candidates fused into one relevance, ranked with the
-        importance, recency and access shares; the score breakdown is built for the
-        ``top_k`` returned only."""
+        importance, recency and access shares. The candidates are scored as arrays;
+        the score breakdown is built for the ``top_k`` returned only."""
         settings = self.settings
         count = max(top_k, settings.fusion_candidates)
-        text_ranked, score_of = self._fulltext_candidates(query, count, allowed)
+        text_ranked, fulltext = self._fulltext_candidates(query, count, allowed)
         index = self.vectors
         vector_ranked: list[tuple[int, float]] = []
         if index is not None and len(index):
@@ -146,29 +139,29 @@ class Ranker:
         candidates = list(dict.fromkeys([doc for doc, _ in text_ranked] + [doc for doc, _ in vector_ranked]))
         if not candidates:
             return []
-        cosines = dict(vector_ranked)
-        unseen = [doc for doc in candidates if doc not in cosines]
-        if unseen:  # full-text candidates the vector list missed: their cosines, in one product
-            known = [doc for doc in unseen if index is not None and doc in index]
-            cosines.update(dict.fromkeys(unseen, 0.0))
-            if known and index is not None:
-                norm = float(np.linalg.norm(vector))
-                unit_query = vector / norm if norm > 0 else vector
-                cosines.update(zip(known, (index.vectors(known) @ unit_query).tolist(), strict=True))
+        docs = np.array(candidates, dtype=np.int64)
+        texts, bm25s = fulltext.scores(docs)
+        cosines = np.zeros(len(docs), dtype=np.float64)
+        position = {doc: i for i, doc in enumerate(candidates)}
+        for doc, cosine in vector_ranked:
+            cosines[position[doc]] = cosine
+        seen = {doc for doc, _ in vector_ranked}
+        known = [doc for doc in candidates if doc not in seen and index is not None and doc in index]
+        if known and index is not None:  # full-text candidates the vector list missed, in one product
+            norm = float(np.linalg.norm(vector))
+            unit_query = vector / norm if norm > 0 else vector
+            cosines[[position[doc] for doc in known]] = index.vectors(known) @ unit_query
         w_text, w_vector = settings.fusion_fulltext_weight, settings.fusion_vector_weight
-        shares = settings.rank_importance_weight + settings.rank_recency_weight + settings.rank_access_weight
-        half_life = settings.recency_half_life
-        texts = {doc: score_of(doc) for doc in candidates}
         if settings.fusion == "rrf":  # ranks only, scaled so a first place in both lists is 1.0
             k = settings.fusion_rrf_k
             fused = dict(reciprocal_rank_fusion([text_ranked, vector_ranked], [w_text, w_vector], k=k))
             best = (w_text + w_vector) / (k + 1.0)
-            relevance_of = {doc: fused.get(doc, 0.0) / best for doc in candidates}
+            relevance = np.array([fused.get(doc, 0.0) / best for doc in candidates], dtype=np.float64)
         else:  # calibrated scores (BM25 to 0..1, cosine clipped at 0), weighted to a mean
             total = w_text + w_vector
-            text_share, vector_share = w_text / total, w_vector / total
-            relevance_of = {doc: text_share * texts[doc][0] + vector_share * max(cosines[doc], 0.0)
-                            for doc in candidates}
+            relevance = (w_text / total) * texts + (w_vector / total) * np.maximum(cosines, 0.0)
+        shares = settings.rank_importance_weight + settings.rank_recency_weight + settings.rank_access_weight
+        half_life = settings.recency_half_life
 
         def parts(doc: int) -> tuple[float, float, float]:
             record = self.record_at(doc)
@@ -177,26 +170,55 @@ class Ranker:
             return record.importance, recency, access
 
         if shares > 0:
-            scores = {}
-            w_importance = settings.rank_importance_weight
-            w_recency, w_access = settings.rank_recency_weight, settings.rank_access_weight
-            for doc in candidates:
-                importance, recency, access = parts(doc)
-                scores[doc] = ((1.0 - shares) * relevance_of[doc] + w_importance * importance
-                               + w_recency * recency + w_access * access)
+            mixed = np.array([parts(doc) for doc in candidates], dtype=np.float64)
+            weights = np.array([settings.rank_importance_weight, settings.rank_recency_weight,
+                                settings.rank_access_weight], dtype=np.float64)
+            scores = (1.0 - shares) * relevance + mixed[:, 0] * weights[0] + mixed[:, 1] * weights[1] \
+                + mixed[:, 2] * weights[2]
         else:
-            scores = relevance_of
-        ranked = sorted(candidates, key=lambda doc: (-scores[doc], doc))[:top_k]
+            scores = relevance
         out: list[Ranked] = []
-        for doc in ranked:
-            text, bm25, matched = texts[doc]
+        for i in np.lexsort((docs, -scores))[:top_k].tolist():
+            doc = candidates[i]
             importance, recency, access = parts(doc)
-            out.append((doc, scores[doc], {
-                "fulltext": round(text, 6), "bm25": round(bm25, 6), "entities": float(matched),
-                "vector": round(cosines[doc], 6), "relevance": round(relevance_of[doc], 6),
-                "importance": importance, "recency": round(recency, 6), "access": round(access, 6),
+            out.append((doc, float(scores[i]), {
+                "fulltext": round(float(texts[i]), 6), "bm25": round(float(bm25s[i]), 6),
+                "entities": float(fulltext.entity_hits.get(doc, 0)), "vector": round(float(cosines[i]), 6),
+                "relevance": round(float(relevance[i]), 6), "importance": importance,
+                "recency": round(recency, 6), "access": round(access, 6),
             }))
         return out
+
+
+class _FullText(NamedTuple):
+    """A query's full-text scores: the BM25 array over doc slots (None: no term
+    matched), entity boosts and matches by doc, and the ideal score (what a
+    normalised score of 1 stands for)."""
+
+    array: npt.NDArray[np.float64] | None
+    boosts: dict[int, float]
+    entity_hits: dict[int, int]
+    ideal: float
+
+    def score_of(self, doc: int) -> tuple[float, float, int]:
+        """(normalised score, BM25, entity matches) of one doc."""
+        array = self.array
+        bm25 = float(array[doc]) if array is not None and doc < len(array) else 0.0
+        total = bm25 + self.boosts.get(doc, 0.0)
+        return (min(1.0, total / self.ideal) if self.ideal > 0 else 0.0), bm25, self.entity_hits.get(doc, 0)
+
+    def scores(self, docs: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """(normalised scores, BM25 scores) of ``docs``, as score_of gives them."""
+        array = self.array
+        bm25 = np.zeros(len(docs), dtype=np.float64)
+        if array is not None:
+            inside = docs < len(array)
+            bm25[inside] = array[docs[inside]]
+        totals = bm25 + np.array([self.boosts.get(doc, 0.0) for doc in docs.tolist()], dtype=np.float64) \
+            if self.boosts else bm25
+        if self.ideal > 0:
+            return np.minimum(1.0, totals / self.ideal), bm25
+        return np.zeros(len(docs), dtype=np.float64), bm25
 
 
 def _best(ids: npt.NDArray[np.int64], scores: npt.NDArray[np.float64], count: int) -> npt.NDArray[np.int64]:
