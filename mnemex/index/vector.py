@@ -182,6 +182,13 @@ class VectorIndex:
         i = int(doc_id)
         return 0 <= i < len(self._row_of) and self._row_of[i] >= 0
 
+    def holds(self, doc_ids: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        """For each of ``doc_ids``, whether it has a vector here (``in``, for many)."""
+        inside = (doc_ids >= 0) & (doc_ids < len(self._row_of))
+        held = np.zeros(len(doc_ids), dtype=np.bool_)
+        held[inside] = self._row_of[doc_ids[inside]] >= 0
+        return held
+
     @property
     def mode(self) -> Literal["exact", "hnsw"]:
         return "hnsw" if self._graph is not None else "exact"
@@ -219,7 +226,7 @@ class VectorIndex:
         """A copy of the stored (normalised) vector of *doc_id*."""
         return np.array(self._rows[self._row(doc_id)], dtype=np.float32)
 
-    def vectors(self, doc_ids: Sequence[int]) -> F32:
+    def vectors(self, doc_ids: Sequence[int] | npt.NDArray[np.int64]) -> F32:
         """A copy of the stored (normalised) vectors of *doc_ids*, one row each, in one
         gather."""
         ids = np.asarray(doc_ids, dtype=np.int64)

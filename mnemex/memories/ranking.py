@@ -145,12 +145,15 @@ class Ranker:
         position = {doc: i for i, doc in enumerate(candidates)}
         for doc, cosine in vector_ranked:
             cosines[position[doc]] = cosine
-        seen = {doc for doc, _ in vector_ranked}
-        known = [doc for doc in candidates if doc not in seen and index is not None and doc in index]
-        if known and index is not None:  # full-text candidates the vector list missed, in one product
-            norm = float(np.linalg.norm(vector))
-            unit_query = vector / norm if norm > 0 else vector
-            cosines[[position[doc] for doc in known]] = index.vectors(known) @ unit_query
+        if index is not None and len(vector_ranked) < len(candidates):
+            # full-text candidates the vector list missed: their cosines, in one product
+            missed = np.ones(len(docs), dtype=np.bool_)
+            missed[[position[doc] for doc, _ in vector_ranked]] = False
+            rows = np.flatnonzero(missed & index.holds(docs))
+            if len(rows):
+                norm = float(np.linalg.norm(vector))
+                unit_query = vector / norm if norm > 0 else vector
+                cosines[rows] = index.vectors(docs[rows]) @ unit_query
         w_text, w_vector = settings.fusion_fulltext_weight, settings.fusion_vector_weight
         if settings.fusion == "rrf":  # ranks only, scaled so a first place in both lists is 1.0
             k = settings.fusion_rrf_k
