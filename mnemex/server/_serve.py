@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import errno
 import logging
+import resource
 import signal
 import socket
 import threading
@@ -54,6 +55,13 @@ _LOOPBACK: Final = ("127.0.0.1", "localhost", "::1")
 _MAX_HEAD: Final = 64 * 1024
 """The most bytes a request line and its headers may take."""
 _BACKLOG: Final = 2048
+_MAX_FILES: Final = 1 << 20
+"""The open-file limit the server raises its soft limit to, at most (Linux's default
+``fs.nr_open``)."""
+_RESERVED_FILES: Final = 64
+"""Descriptors kept from connections besides the journals': the listening socket,
+event loop, snapshot and recovery files, model files."""
+_MIN_CONNECTIONS: Final = 16
 
 
 def bind(settings: ServerSettings) -> socket.socket:
@@ -121,6 +129,7 @@ class Server:
         """Serve in this thread until ``stop()`` or (with ``handle_signals``) SIGINT or
         SIGTERM; then shut down in order and return. Errors opening the runtime
         (a locked data directory, a bad setting) are raised here."""
+        _raise_file_limit()
         blas = (threadpoolctl.threadpool_limits(self.settings.blas_threads, user_api="blas")
                 if self.settings.blas_threads is not None else contextlib.nullcontext())
         try:
@@ -186,7 +195,9 @@ class Server:
                 bridge, runtime = await guest.opened()
                 self.runtime = runtime
                 app = build_app(runtime, self.settings, bridge=bridge)
-                self._uvicorn = _Uvicorn(_uvicorn_config(app, self.settings), guest)
+                connections = _connection_budget(self.settings.max_connections,
+                                                 runtime.journal_health().get("max_open_files"))
+                self._uvicorn = _Uvicorn(_uvicorn_config(app, self.settings, connections), guest)
                 if self._stop_requested:
                     self._uvicorn.should_exit = True
                 if self.settings.token is None and host_name(self.settings.host) not in _LOOPBACK:
@@ -311,22 +322,51 @@ class _Uvicorn(uvicorn.Server):
         return await super().on_tick(counter)
 
 
-def _uvicorn_config(app: Any, settings: ServerSettings) -> uvicorn.Config:
+def _raise_file_limit() -> None:
+    """Let the process open as many files as its hard limit allows (the soft limit is
+    often 1,024 while the hard one is far higher): every connection and every open
+    journal takes a descriptor."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = _MAX_FILES if hard == resource.RLIM_INFINITY else min(hard, _MAX_FILES)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as exc:  # a container may refuse: serve within the soft limit
+            log.info("could not raise the open-file limit from %d to %d: %s", soft, target, exc)
+
+
+def _connection_budget(configured: int, journals: int | None) -> int:
+    """``server.max_connections``, lowered (with a WARNING) to what the open-file limit
+    leaves once the journals have theirs: past the limit accept() itself fails."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return configured
+    budget = max(_MIN_CONNECTIONS, soft - (journals or 0) - _RESERVED_FILES)
+    if budget >= configured:
+        return configured
+    log.warning("server.max_connections is %d, but this process may open %d files and the journals keep up "
+                "to %d of them open: serving at most %d connections at once (raise the limit, ulimit -n, or "
+                "lower storage.max_open_files)", configured, soft, journals or 0, budget)
+    return budget
+
+
+def _uvicorn_config(app: Any, settings: ServerSettings, max_connections: int) -> uvicorn.Config:
     config = uvicorn.Config(
-        app, http=_protocol(settings), ws="none", lifespan="off", interface="asgi3", log_config=None,
-        access_log=False, proxy_headers=False, server_header=False, backlog=_BACKLOG,
+        app, http=_protocol(settings, max_connections), ws="none", lifespan="off", interface="asgi3",
+        log_config=None, access_log=False, proxy_headers=False, server_header=False, backlog=_BACKLOG,
         timeout_keep_alive=settings.keep_alive_timeout,  # type: ignore[arg-type]  # a float works
         timeout_graceful_shutdown=settings.shutdown_grace)  # type: ignore[arg-type]
     config.load()
     return config
 
 
-def _protocol(settings: ServerSettings) -> type[HttpToolsProtocol]:
+def _protocol(settings: ServerSettings, max_connections: int) -> type[HttpToolsProtocol]:
     """uvicorn's httptools protocol with ``settings``' limits (see the module's docstring)."""
     warn = WarnEvery(10.0)
+    max_connections_ = max_connections
 
     class Protocol(_Protocol):
-        max_connections = settings.max_connections
+        max_connections = max_connections_
         max_requests = settings.max_concurrent_requests
         head_timeout = settings.keep_alive_timeout
         idle_read_timeout = settings.idle_read_timeout

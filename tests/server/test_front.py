@@ -6,11 +6,16 @@ reference service does (one trailing slash ignored; 405 with Allow)."""
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import trio
 from test_guards import until_closed  # the raw-connection helpers of the platform's guard tests
+from waiting import wait_until
 
 import mnemex
 
@@ -85,3 +90,59 @@ async def test_one_trailing_slash_is_ignored_and_a_wrong_method_is_405_with_allo
         assert set(r.headers["allow"].split(", ")) == {"DELETE", "GET", "POST"}
         assert "PUT" in r.json()["error"]
         assert (await http.get("/messages//")).status_code == 404
+
+
+def test_under_a_low_open_file_limit_connections_are_capped_not_failed(tmp_path: Path) -> None:
+    """With 200 files allowed and half kept for journals, the server serves fewer
+    connections at once (and says so) instead of failing accept() with EMFILE."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    limited = ("import resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (200, 200)); "
+               "from mnemex.cli import main; sys.exit(main(sys.argv[1:]))")
+    env = {name: value for name, value in os.environ.items() if not name.startswith("MNEMEX_")}
+    log = tmp_path / "serve.log"
+    with log.open("w") as out:
+        server = subprocess.Popen([sys.executable, "-c", limited, "serve", "--port", str(port),
+                                   "--data-dir", str(tmp_path / "data")],
+                                  stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        wait_until(lambda: _answers(port), what="the server to answer")
+        held = [socket.create_connection(("127.0.0.1", port)) for _ in range(250)]  # > the 200 files
+        try:
+            for conn in held[-10:]:  # past the cap: answered or closed at once, never left hanging
+                assert _answered_or_closed(conn, port)
+        finally:
+            for conn in held:
+                conn.close()
+        wait_until(lambda: _answers(port), what="the server to answer again")
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+    text = log.read_text()
+    assert "serving at most" in text, text
+    assert "Too many open files" not in text, text
+    assert server.returncode == 0, text
+
+
+def _answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as conn:
+            conn.sendall(f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                         f"Connection: close\r\n\r\n".encode())
+            return conn.recv(64).startswith(b"HTTP/1.1 200")
+    except OSError:
+        return False
+
+
+def _answered_or_closed(conn: socket.socket, port: int) -> bool:
+    conn.settimeout(5)
+    try:
+        conn.sendall(f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+        data = conn.recv(64)
+    except TimeoutError:
+        return False  # neither answered nor closed: the server could not accept it
+    except OSError:
+        return True  # reset: closed
+    return data == b"" or data.startswith(b"HTTP/1.1 200")
