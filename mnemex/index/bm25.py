@@ -74,7 +74,7 @@ _I64 = npt.NDArray[np.int64]
 _TF_MAX = 0xFFFF               # term frequencies are packed as content | context << 16
 _CONTEXT_TF_MAX = 0x7FFF       # (int32, so the context part keeps the sign bit clear)
 _CONTEXT_UNIT = 1 << 16
-_MIN_CAPACITY = 1024
+_MIN_CAPACITY = 16
 _FEW_DOCS = 8                  # add_many below this: no array operations
 
 _MAGIC = b"MNXBM25\x00"

@@ -58,7 +58,7 @@ __all__ = ["KeywordIndex"]
 _U8 = npt.NDArray[np.uint8]
 _I64 = npt.NDArray[np.int64]
 
-_MIN_CAPACITY = 1024
+_MIN_CAPACITY = 16
 
 _MAGIC = b"MNXKWRD\x00"
 _SIDECAR_ARRAYS: dict[str, np.dtype[Any]] = {

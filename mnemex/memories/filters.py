@@ -54,7 +54,7 @@ FILTER_KEYS: Final = frozenset({
 })
 _OPERATORS: Final = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists"})
 _MAX_LIST: Final = 10_000
-_MIN_CAPACITY: Final = 1024
+_MIN_CAPACITY: Final = 16
 
 
 class FilterTable:
