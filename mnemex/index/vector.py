@@ -77,7 +77,7 @@ SidecarStatus = Literal["none", "loaded", "absent", "stale", "corrupt"]
 
 _MAGIC = b"MNXHNSW1"
 _SIDECAR_VERSION = 3
-_MIN_ROWS = 16
+_MIN_ROWS = 1
 _VERIFY_CHUNK = 8192
 _GATHER_BLOCK = 1024
 _MAX_EF = 4096
