@@ -172,3 +172,14 @@ def test_http_smoke_run_measures_every_route_and_prints_the_bars(tmp_path: Path)
     assert len(report["bars"]) == 5 and "bar (issue 23)" in done.stdout
     if report["ark_skipped"] is not None:
         assert "ark       skipped: " in done.stdout
+
+
+def test_users_smoke_run_stores_each_users_memory_under_a_low_file_limit(tmp_path: Path) -> None:
+    out = tmp_path / "users.json"
+    done = subprocess.run([sys.executable, str(BENCH / "users.py"), "--users", "300", "--connections", "4",
+                           "--limit", "256", "--out", str(out)],
+                          check=False, capture_output=True, text=True, timeout=300, cwd=BENCH.parent)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert (report["errors"], report["found_again_of_50"]) == ({}, 50)
+    assert "bar (issue 17)" in done.stdout
