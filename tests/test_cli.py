@@ -43,7 +43,7 @@ def test_replay_rebuilds_state_and_verifies(tmp_path: Path, capsys: pytest.Captu
     assert main(["replay", str(tmp_path), *KINDS, "--verify", "--json"]) == 0
     [report] = json.loads(capsys.readouterr().out)
     assert report["records"] == 20 and report["extra"]["total"] == sum(range(20))
-    assert report["problems"] == [] and report["error"] is None
+    assert report["findings"] == [] and report["error"] is None
 
 
 def test_replay_until_reconstructs_a_past_state(tmp_path: Path) -> None:
