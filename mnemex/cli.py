@@ -5,8 +5,10 @@
     mnemex replay DATA_DIR [--until TIME] [--actor KEY] [--verify] [--kinds MODULE:FUNCTION] [--json]
 
 Both only read: they take no lock and change no file, so they are safe beside
-a running server. Exit status: 0 fine, 1 problems found (damage, failed
-replay, --verify findings), 2 bad usage.
+a running server. ``inspect`` checks every byte of every actor's files;
+``replay --verify`` does too, then rebuilds each actor. Each problem found is
+printed naming its file and line; the exit status is the worst of them
+(see ``mnemex --help``).
 """
 
 from __future__ import annotations
@@ -18,15 +20,43 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mnemex.config import Config, load_config
 from mnemex.errors import InvalidInput, MnemexError
 from mnemex.kernel import ActorKind
-from mnemex.persistence import find_actors, inspect_actor
+from mnemex.persistence import Finding, Level, find_actors, inspect_actor, worst_level
 from mnemex.runtime import _builtin_kinds
 
+if TYPE_CHECKING:
+    from mnemex.kernel._replay import ActorReport
+
 __all__ = ["main"]
+
+EXIT_DAMAGED = 1
+EXIT_USAGE = 2
+EXIT_SIDECARS = 3
+_EXIT_HELP = f"""\
+exit status of inspect and replay:
+  0  no damage found; a torn journal tail (an unterminated last write, what a
+     crash leaves; the next load cuts it) is printed as a note only
+  {EXIT_DAMAGED}  damage: a journal, archive or snapshot line that fails its check (CorruptData),
+     commands missing, or (replay) an actor that could not be rebuilt; or the
+     command failed (no such data directory or actor)
+  {EXIT_USAGE}  bad usage
+  {EXIT_SIDECARS}  only snapshot sidecars (.bin) missing or damaged: each is left out at load and
+     what it held rebuilt from the snapshot's lines, so nothing is lost, but the
+     disk changed bytes (or a file was removed)
+"""
+
+
+def _exit_status(findings: Sequence[Finding], *, failed: bool = False) -> int:
+    """The exit status of ``inspect`` or ``replay`` that found ``findings`` (and,
+    with ``failed``, could not rebuild an actor): see :data:`_EXIT_HELP`."""
+    worst = worst_level(findings)
+    if failed or worst is Level.ERROR:
+        return EXIT_DAMAGED
+    return EXIT_SIDECARS if worst is Level.WARNING else 0
 
 
 def _when(ms: int | None) -> str:
@@ -65,27 +95,50 @@ def _load_kinds(specs: Sequence[str], config: Config) -> list[ActorKind]:
     return [*_builtin_kinds(config, [kind.name for kind in extra]), *extra]
 
 
+def _tally(findings: Sequence[Finding]) -> str:
+    counts = [(sum(finding.level is level for finding in findings), level.value)
+              for level in (Level.ERROR, Level.WARNING, Level.NOTE)]
+    return ", ".join(f"{count:,} {name}{'s' if count > 1 else ''}" for count, name in counts if count)
+
+
+def _print_findings(findings: Sequence[Finding], failures: Sequence[str] = ()) -> None:
+    if findings or failures:
+        print("\nfindings:")
+        for finding in findings:
+            print(f"  {finding.level.value:<8} {finding.message}")
+        for failure in failures:
+            print(f"  {'failed':<8} {failure}")
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     infos = [inspect_actor(location.path) for location in find_actors(args.data_dir)]
+    findings = [finding for info in infos for finding in info.findings]
     if args.json:
         print(json.dumps([{
             "kind": i.kind, "key": list(i.key or ()), "path": str(i.path), "snapshots": i.snapshots,
             "snapshot_seq": i.snapshot_seq, "records": i.snapshot_count,
             "snapshot_created": i.snapshot_created, "journal_first": i.journal_first,
-            "journal_last": i.journal_last, "journal_lines": i.journal_lines,
-            "journal_problem": i.journal_problem, "archives": i.archives, "bytes": i.total_bytes,
+            "journal_last": i.journal_last, "journal_lines": i.journal_lines, "archives": i.archives,
+            "bytes": i.total_bytes, "findings": [finding.as_dict() for finding in i.findings],
         } for i in infos], indent=2))
-        return 1 if any(i.journal_problem for i in infos) else 0
+        return _exit_status(findings)
     rows = [[i.kind or "?", "/".join(i.key or ("?",)), str(i.snapshot_seq or "-"),
              f"{i.snapshot_count:,}" if i.snapshot_count is not None else "-",
              f"{i.journal_lines:,}",
              f"{i.journal_first}-{i.journal_last}" if i.journal_first is not None else "-",
-             _when(i.snapshot_created), _size(i.total_bytes), i.journal_problem or ""] for i in infos]
+             _when(i.snapshot_created), _size(i.total_bytes), _tally(i.findings) or "ok"] for i in infos]
     print(_table(rows, ["kind", "key", "snapshot", "records", "journal", "seqs", "snapshot taken", "size",
-                        "problem"]))
+                        "findings"]))
+    _print_findings(findings)
     total = sum(i.total_bytes for i in infos)
-    print(f"\n{len(infos):,} actors, {_size(total)} in {args.data_dir}")
-    return 1 if any(i.journal_problem for i in infos) else 0
+    print(f"\n{len(infos):,} actors, {_size(total)} in {args.data_dir}; "
+          f"{_tally(findings) or 'no damage found'}")
+    return _exit_status(findings)
+
+
+def _is_failure(report: ActorReport) -> bool:
+    """The actor could not be rebuilt (one of a kind not registered here is only counted)."""
+    return report.error is not None and not report.error.startswith("kind ")
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -96,22 +149,28 @@ def cmd_replay(args: argparse.Namespace) -> int:
     until = parse_moment(args.until) if args.until else None
     reports = replay_data_dir(args.data_dir, kinds, until_ms=until, actor=args.actor, verify=args.verify,
                               progress=ProgressBar("replaying"))
-    failed = any((r.error and not r.error.startswith("kind ")) or r.problems for r in reports)
+    failures = [f"{r.kind} {'/'.join(r.key)} not rebuilt: {r.error}" for r in reports if _is_failure(r)]
+    findings = [finding for r in reports for finding in r.findings]
     if args.json:
         print(json.dumps([r.as_dict() for r in reports], indent=2))
-        return 1 if failed else 0
+        return _exit_status(findings, failed=bool(failures))
     rows = []
     for r in reports:
         counts = ", ".join(f"{k}={v}" for k, v in sorted(r.extra.items()) if isinstance(v, int | float | str))
-        status = r.error or ("; ".join(r.problems) if r.problems else ("verified" if args.verify else "ok"))
+        failed = "not rebuilt" if _is_failure(r) else r.error
+        status = "; ".join(filter(None, [failed, _tally(r.findings)])) or (
+            "verified" if args.verify else "ok")
         rows.append([r.kind, "/".join(r.key), f"{r.records:,}" if r.records is not None else "-",
                      f"{r.snapshot_seq or 0}..{r.last_seq}", f"{r.journal_lines:,}", _size(r.bytes),
                      counts[:60], status])
     print(_table(rows, ["kind", "key", "records", "seq range", "journal", "size", "counts", "status"]))
+    _print_findings(findings, failures)
     as_of = f" as of {_when(until)}" if until is not None else ""
     records = sum(r.records or 0 for r in reports)
-    print(f"\n{len(reports):,} actors, {records:,} records, {_size(sum(r.bytes for r in reports))}{as_of}")
-    return 1 if failed else 0
+    found = f"; {_tally(findings) or 'no damage found'}" if args.verify else ""
+    print(f"\n{len(reports):,} actors, {records:,} records, {_size(sum(r.bytes for r in reports))}{as_of}"
+          f"{found}")
+    return _exit_status(findings, failed=bool(failures))
 
 
 def load_settings(args: argparse.Namespace) -> Config:
@@ -166,7 +225,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mnemex", description="Memory for AI agents.")
+    parser = argparse.ArgumentParser(prog="mnemex", description="Memory for AI agents.", epilog=_EXIT_HELP,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="serve the HTTP API (data in ./mnemex-data by default)")
@@ -177,17 +237,23 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--token", help="require this bearer token (or set MNEMEX_TOKEN)")
     serve.set_defaults(run=cmd_serve)
 
-    inspect = sub.add_parser("inspect", help="list the actors of a data directory with counts and sizes")
+    inspect = sub.add_parser(
+        "inspect", help="list the actors of a data directory with counts and sizes; check every file",
+        description="List the actors of a data directory with counts and sizes, and check every byte of "
+                    "their files: each problem found is printed naming its file and line.",
+        epilog=_EXIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     inspect.add_argument("data_dir")
     inspect.add_argument("--json", action="store_true", help="machine-readable output")
     inspect.set_defaults(run=cmd_inspect)
 
-    replay = sub.add_parser("replay", help="rebuild state from disk and report what was found")
+    replay = sub.add_parser("replay", help="rebuild state from disk and report what was found",
+                            epilog=_EXIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     replay.add_argument("data_dir")
     replay.add_argument("--until", help="state as of this moment: ISO 8601 (UTC if naive) or epoch seconds")
     replay.add_argument("--actor", help="only this actor: its key (parts joined by '/') or KIND:KEY")
     replay.add_argument("--verify", action="store_true",
-                        help="check every checksum and that snapshots and journal agree")
+                        help="check every checksum and that snapshots and journal agree (what inspect "
+                             "checks), then rebuild")
     replay.add_argument("--kinds", action="append", default=[], metavar="MODULE:FUNCTION",
                         help="extra actor kinds to rebuild (a function returning an ActorKind or a list)")
     replay.add_argument("--config", help="a TOML config file (embedder, limits) for mnemex's own kinds")
@@ -202,7 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: Any = args.run(args)
     except MnemexError as exc:
         print(f"mnemex: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_DAMAGED
     return int(code)
 
 

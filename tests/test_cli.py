@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import trio
+from checkout import python_env
 from waiting import next_millisecond
 
 import mnemex
@@ -28,7 +34,8 @@ def write(data_dir: Path, plan: dict[str, list[int]], **config: object) -> None:
     trio.run(run)
 
 
-def test_inspect_lists_actors_with_counts_and_sizes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_inspect_lists_actors_with_counts_and_sizes(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
     write(tmp_path, {"alice": [1, 2, 3], "../bob": [4]})
     assert main(["inspect", str(tmp_path), "--json"]) == 0
     found = {tuple(a["key"]): a for a in json.loads(capsys.readouterr().out)}
@@ -43,7 +50,7 @@ def test_replay_rebuilds_state_and_verifies(tmp_path: Path, capsys: pytest.Captu
     assert main(["replay", str(tmp_path), *KINDS, "--verify", "--json"]) == 0
     [report] = json.loads(capsys.readouterr().out)
     assert report["records"] == 20 and report["extra"]["total"] == sum(range(20))
-    assert report["problems"] == [] and report["error"] is None
+    assert report["findings"] == [] and report["error"] is None
 
 
 def test_replay_until_reconstructs_a_past_state(tmp_path: Path) -> None:
@@ -86,3 +93,142 @@ def test_parse_moment_accepts_iso_and_epoch_seconds() -> None:
     assert parse_moment("1.5") == 1500
     with pytest.raises(mnemex.InvalidInput, match="neither an ISO 8601 time nor epoch seconds"):
         parse_moment("yesterday")
+
+
+# -- damage found by the command itself, run as an operator runs it ---------------------------------------
+
+# A scope snapshotted at seq 3 (with its sidecars) by a clean shutdown, then three more memories
+# journaled (lines 1-3 of journal.jsonl, seqs 4-6) by a process that dies without a snapshot.
+WRITE_THEN_DIE = """
+import os, sys, trio, mnemex
+async def main(data_dir):
+    config = mnemex.Config(data_dir=data_dir, embedder="hashing")
+    async with mnemex.open_runtime(config) as rt:
+        for i in range(3):
+            await rt.scope(user_id="alice", app_name="chat").remember(f"memory {i} about java")
+    async with mnemex.open_runtime(config) as rt:
+        for i in range(3):
+            await rt.scope(user_id="alice", app_name="chat").remember(f"later memory {i}")
+        os._exit(0)
+trio.run(main, sys.argv[1])
+"""
+
+
+@pytest.fixture(scope="module")
+def crashed_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    data_dir = tmp_path_factory.mktemp("crashed")
+    done = subprocess.run([sys.executable, "-c", WRITE_THEN_DIE, str(data_dir)], env=python_env(),
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    folder = data_dir / "scopes" / "chat.alice"
+    assert len((folder / "journal.jsonl").read_bytes().splitlines()) == 3
+    assert (folder / "snapshot-3.vectors.bin").exists()
+    return data_dir
+
+
+def mnemex_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mnemex.cli", *args], env=python_env(), capture_output=True,
+                          text=True, timeout=120, check=False)
+
+
+def flip(path: Path, at: int, *, line: int | None = None) -> None:
+    """Flip the lowest bit of byte ``at`` of the file, or of its (1-based) ``line``
+    (which keeps its newline)."""
+    data = bytearray(path.read_bytes())
+    start = 0
+    if line is not None:
+        for _ in range(line - 1):
+            start = data.index(b"\n", start) + 1
+        assert b"\n" not in data[start : start + at + 1]
+    data[start + at] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def replace_once(path: Path, old: bytes, new: bytes) -> None:
+    data = path.read_bytes()
+    assert old in data
+    path.write_bytes(data.replace(old, new, 1))
+
+
+def truncate(path: Path, count: int) -> None:
+    path.write_bytes(path.read_bytes()[:-count])
+
+
+class Case(NamedTuple):
+    harm: Callable[[Path], None]
+    """What is done to the actor folder."""
+    status: int
+    level: str
+    """The first finding: its level, file, line and words of its message."""
+    file: str
+    line: int | None
+    words: str
+    records: int | None
+    """What replay rebuilds: the memories (every acknowledged one), or None if the actor cannot load."""
+
+
+CASES = {
+    "journal last line flipped": Case(lambda f: flip(f / "journal.jsonl", 200, line=3), 1, "error",
+                                      "journal.jsonl", 3, "line 3: damaged (checksum mismatch) although "
+                                      "complete (it ends with its newline)", None),
+    "journal middle line flipped": Case(lambda f: flip(f / "journal.jsonl", 200, line=2), 1, "error",
+                                        "journal.jsonl", 2, "line 2: damaged (checksum mismatch) although "
+                                        "complete", None),
+    "journal torn tail": Case(lambda f: truncate(f / "journal.jsonl", 50), 0, "note", "journal.jsonl", 3,
+                              "line 3: torn tail (no newline at its end)", 5),
+    "snapshot line damaged": Case(lambda f: replace_once(f / "snapshot-3.jsonl", b'"m":', b'"m";'), 1,
+                                  "error", "snapshot-3.jsonl", 2, "line 2 no longer parses as JSON", None),
+    "sidecar damaged": Case(lambda f: flip(f / "snapshot-3.vectors.bin", 100), 3, "warning",
+                            "snapshot-3.vectors.bin", None, "sidecar checksum", 6),
+    "sidecar truncated": Case(lambda f: truncate(f / "snapshot-3.vectors.bin", 10), 3, "warning",
+                              "snapshot-3.vectors.bin", None, "the header says 4,640 (truncated)", 6),
+    "sidecar missing": Case(lambda f: (f / "snapshot-3.bm25.bin").unlink(), 3, "warning",
+                            "snapshot-3.bm25.bin", None, "sidecar missing", 6),
+}
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_inspect_and_replay_verify_name_each_damage_and_exit_by_the_worst(
+        crashed_data_dir: Path, tmp_path: Path, case: Case) -> None:
+    data_dir = tmp_path / "data"
+    shutil.copytree(crashed_data_dir, data_dir)
+    folder = data_dir / "scopes" / "chat.alice"
+    case.harm(folder)
+
+    shown = mnemex_cli("inspect", str(data_dir))
+    assert shown.returncode == case.status, shown.stdout + shown.stderr
+    # each finding is printed on one line: its level, then the message naming the file (and line)
+    printed = [text.split(None, 1) for text in shown.stdout.splitlines() if text.startswith("  ")]
+    level, message = printed[0]
+    assert level == case.level and message.startswith(f"{folder / case.file}: ") and case.words in message
+    assert "no damage found" not in shown.stdout
+
+    as_json = mnemex_cli("inspect", str(data_dir), "--json")
+    assert as_json.returncode == case.status
+    [actor] = json.loads(as_json.stdout)
+    assert actor["findings"][0] == {"level": case.level, "file": str(folder / case.file), "line": case.line,
+                                    "message": message}
+    assert [[finding["level"], finding["message"]] for finding in actor["findings"]] == printed
+
+    verified = mnemex_cli("replay", str(data_dir), "--verify", "--json")
+    assert verified.returncode == case.status, verified.stdout + verified.stderr
+    [report] = json.loads(verified.stdout)
+    assert report["findings"] == actor["findings"]
+    # what recovery makes of it: a torn tail is cut and a sidecar rebuilt with every acknowledged
+    # write there; a damaged journal line stops the actor, naming the same file and line
+    assert report["records"] == case.records
+    if case.file == "journal.jsonl" and case.level == "error":
+        assert f"CorruptData: {folder / case.file}: line {case.line}: damaged" in report["error"]
+    shown_replay = mnemex_cli("replay", str(data_dir), "--verify")
+    assert shown_replay.returncode == case.status and message in shown_replay.stdout
+
+
+def test_a_healthy_data_dir_and_the_exit_statuses_are_documented(crashed_data_dir: Path) -> None:
+    shown = mnemex_cli("inspect", str(crashed_data_dir))
+    assert shown.returncode == 0, shown.stderr
+    assert "no damage found" in shown.stdout and "findings:" not in shown.stdout
+    verified = mnemex_cli("replay", str(crashed_data_dir), "--verify")
+    assert verified.returncode == 0 and "verified" in verified.stdout
+    for command in ([], ["inspect"], ["replay"]):
+        usage = mnemex_cli(*command, "--help").stdout
+        assert "exit status" in usage and "  3  only snapshot sidecars" in usage, usage

@@ -19,7 +19,7 @@ from typing import Any
 from mnemex.effects import Behaviour
 from mnemex.errors import InvalidInput, MnemexError, NotFound
 from mnemex.kernel import ActorKind, rebuild_behaviour
-from mnemex.persistence import ActorLocation, find_actors, inspect_actor, read_history, verify_actor
+from mnemex.persistence import ActorLocation, Finding, find_actors, inspect_actor, read_history
 
 __all__ = ["ActorReport", "parse_moment", "replay_actor", "replay_data_dir"]
 
@@ -40,15 +40,18 @@ class ActorReport:
     """Record lines of the rebuilt state (None when the kind is not known here)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """The behaviour's own counts (sessions, messages, embedder...)."""
-    problems: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    """What ``verify`` found wrong in the actor's files (see ``verify_actor``)."""
     error: str | None = None
+    """Why the actor could not be rebuilt, if it could not."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind, "key": list(self.key), "path": str(self.path),
             "snapshot_seq": self.snapshot_seq, "first_seq": self.first_seq, "last_seq": self.last_seq,
             "journal_lines": self.journal_lines, "bytes": self.bytes, "records": self.records,
-            "extra": self.extra, "problems": self.problems, "error": self.error,
+            "extra": self.extra, "findings": [finding.as_dict() for finding in self.findings],
+            "error": self.error,
         }
 
 
@@ -99,7 +102,8 @@ def replay_data_dir(data_dir: str | Path, kinds: Iterable[ActorKind], *, until_m
     """Rebuild every actor of ``data_dir`` (or the one ``actor`` selects) and report.
 
     A damaged actor is reported with its error; the others are still replayed.
-    ``verify`` also checks every checksum and that snapshots and journal agree.
+    ``verify`` also checks every checksum and that snapshots and journal agree,
+    and puts what it found in each report's ``findings``.
     ``progress(done, total, bytes_done)`` is called after each actor.
     """
     root = Path(data_dir)
@@ -112,14 +116,12 @@ def replay_data_dir(data_dir: str | Path, kinds: Iterable[ActorKind], *, until_m
     reports: list[ActorReport] = []
     done_bytes = 0
     for index, location in enumerate(locations):
-        info = inspect_actor(location.path)
+        info = inspect_actor(location.path, verify=verify)
         report = ActorReport(
             kind=location.kind, key=location.key, path=location.path, snapshot_seq=info.snapshot_seq,
             first_seq=info.journal_first, last_seq=info.journal_last or info.snapshot_seq or 0,
-            journal_lines=info.journal_lines, bytes=info.total_bytes,
+            journal_lines=info.journal_lines, bytes=info.total_bytes, findings=info.findings,
         )
-        if verify:
-            report.problems = verify_actor(location.path)
         kind = known.get(location.kind)
         if kind is None:
             report.error = f"kind {location.kind!r} is not registered here; counted, not rebuilt"

@@ -17,6 +17,9 @@ layout of a data directory::
 from mnemex.persistence.datadir import ActorLocation as ActorLocation
 from mnemex.persistence.datadir import DataDir as DataDir
 from mnemex.persistence.datadir import find_actors as find_actors
+from mnemex.persistence.findings import Finding as Finding
+from mnemex.persistence.findings import Level as Level
+from mnemex.persistence.findings import worst_level as worst_level
 from mnemex.persistence.inspect import ActorInfo as ActorInfo
 from mnemex.persistence.inspect import inspect_actor as inspect_actor
 from mnemex.persistence.inspect import read_history as read_history
@@ -41,7 +44,9 @@ __all__ = [
     "ActorStore",
     "DataDir",
     "FileStore",
+    "Finding",
     "JournalEntry",
+    "Level",
     "MemoryStorage",
     "MemoryStore",
     "Recovered",
@@ -55,4 +60,5 @@ __all__ = [
     "open_storage",
     "read_history",
     "verify_actor",
+    "worst_level",
 ]

@@ -1,6 +1,6 @@
 """Read-only looks at one actor folder, for the CLI (``mnemex inspect``,
-``mnemex verify``) and for point-in-time reads. Nothing here writes: a torn
-journal tail is reported, never cut."""
+``mnemex replay --verify``) and for point-in-time reads. Nothing here writes: a
+torn journal tail is reported, never cut."""
 
 from __future__ import annotations
 
@@ -12,18 +12,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mnemex.errors import CorruptData, InvalidInput, StorageError
-from mnemex.persistence._files import read_file
+from mnemex.persistence._files import describe_os_error, read_file
 from mnemex.persistence.datadir import read_manifest
+from mnemex.persistence.findings import Finding, Level
 from mnemex.persistence.journal import JOURNAL, JournalEntry, audit_journal, list_archives, scan_journal
 from mnemex.persistence.layout import KEY_MANIFEST, decode_key, encode_key
 from mnemex.persistence.snapshot import (
     SnapshotHeader,
+    damaged_snapshot_line,
     decode_header,
     decode_snapshot,
     list_snapshots,
     load_newest_snapshot,
+    map_file,
     read_sidecars,
     sidecar_name,
+    sidecar_problems,
 )
 from mnemex.persistence.store import Recovered, stitch_entries
 
@@ -50,12 +54,12 @@ class ActorInfo:
     journal_first: int | None = None
     journal_last: int | None = None
     journal_lines: int = 0
-    """Valid lines in journal.jsonl."""
-    journal_problem: str | None = None
-    """A torn tail (cut at the next load) or damage found while reading the journal."""
+    """Valid lines in journal.jsonl (a damaged line and a torn tail are not counted)."""
     archives: list[tuple[int, int]] = field(default_factory=list)
     """``(first seq, last seq)`` of each archive segment, oldest first."""
     total_bytes: int = 0
+    findings: list[Finding] = field(default_factory=list)
+    """Every problem :func:`verify_actor` found (empty when it was not asked to check)."""
 
 
 def _identity(path: Path) -> tuple[str | None, tuple[str, ...] | None]:
@@ -89,8 +93,10 @@ def _check_folder(path: Path) -> None:
         raise InvalidInput(f"{path} is not an actor folder (no such directory)", field="path")
 
 
-def inspect_actor(path: Path | str) -> ActorInfo:
-    """A summary of the actor folder at ``path``, read without changing anything."""
+def inspect_actor(path: Path | str, *, verify: bool = True) -> ActorInfo:
+    """A summary of the actor folder at ``path``, read without changing anything;
+    with ``verify`` (the default) its ``findings`` are :func:`verify_actor`'s, which
+    reads every byte of the folder."""
     path = Path(path)
     _check_folder(path)
     kind, key = _identity(path)
@@ -102,16 +108,10 @@ def inspect_actor(path: Path | str) -> ActorInfo:
             break
     if key is None and newest is not None:
         key = newest.key
-    problem: str | None = None
-    entries: list[JournalEntry] = []
     try:
-        scan = scan_journal(read_file(path / JOURNAL, "journal", missing_ok=True), path / JOURNAL)
-        entries = scan.entries
-        if scan.is_torn:
-            problem = (f"torn tail from line {scan.torn_line} ({scan.torn_reason}), "
-                       f"{scan.size - scan.good_bytes:,} bytes; cut when the actor is next loaded")
-    except (CorruptData, StorageError) as exc:
-        problem = str(exc)
+        entries, _found = audit_journal(read_file(path / JOURNAL, "journal", missing_ok=True), path / JOURNAL)
+    except StorageError:
+        entries = []  # verify_actor reports it
     return ActorInfo(
         path=path, kind=kind, key=key,
         snapshots=sorted(seq for seq, _path in snapshots),
@@ -122,59 +122,59 @@ def inspect_actor(path: Path | str) -> ActorInfo:
         journal_first=entries[0].seq if entries else None,
         journal_last=entries[-1].seq if entries else None,
         journal_lines=len(entries),
-        journal_problem=problem,
         archives=[(first, last) for first, last, _path in list_archives(path)],
         total_bytes=_folder_bytes(path),
+        findings=verify_actor(path) if verify else [],
     )
 
 
-def verify_actor(path: Path | str) -> list[str]:
-    """Every problem in the actor folder at ``path`` (empty = healthy): each
-    snapshot's header, count, checksum and sidecars; each journal and archive
-    line's checksum and seq order; and that the commands after every snapshot
-    kept are all there. Reads only."""
+def verify_actor(path: Path | str) -> list[Finding]:
+    """Every problem in the actor folder at ``path`` (empty = healthy), each naming
+    its file and, where one can be told, its line: each snapshot's header, count,
+    checksum and sidecars; each journal and archive line's checksum and seq
+    order; and that the commands after every snapshot kept are all there. Reads
+    only. A torn journal tail is a :attr:`Level.NOTE`, a damaged or missing
+    sidecar a :attr:`Level.WARNING` (the snapshot loads without it), the rest
+    :attr:`Level.ERROR`."""
     path = Path(path)
     _check_folder(path)
-    problems: list[str] = []
+    findings: list[Finding] = []
     manifest = read_manifest(path)
+    manifest_path = path / KEY_MANIFEST
     if manifest is None:
-        problems.append(f"{path / KEY_MANIFEST}: missing or unreadable")
+        findings.append(Finding(Level.ERROR, manifest_path, None, f"{manifest_path}: missing or unreadable"))
     else:
         kind, key = manifest
         try:
             if encode_key(key) != path.name or path.parent.name != f"{kind}s":
-                problems.append(f"{path / KEY_MANIFEST}: {kind} {list(key)!r} does not belong in {path}")
+                findings.append(Finding(Level.ERROR, manifest_path, None,
+                                        f"{manifest_path}: {kind} {list(key)!r} does not belong in {path}"))
         except InvalidInput as exc:
-            problems.append(f"{path / KEY_MANIFEST}: {exc}")
+            findings.append(Finding(Level.ERROR, manifest_path, None, f"{manifest_path}: {exc}"))
 
     valid_snapshots: list[int] = []
     for seq, snapshot_path in sorted(list_snapshots(path)):
-        try:
-            header, _records = decode_snapshot(read_file(snapshot_path, "snapshot"), str(snapshot_path))
-        except (CorruptData, StorageError) as exc:
-            problems.append(str(exc))
+        header, found = _check_snapshot(snapshot_path, seq, manifest)
+        findings.extend(found)
+        if header is None:
             continue
-        if header.seq != seq:
-            problems.append(f"{snapshot_path}: header seq {header.seq} does not match the file name")
-            continue
-        if manifest is not None and (header.kind, header.key) != manifest:
-            problems.append(f"{snapshot_path}: belongs to {header.kind} {list(header.key)!r}, not "
-                            f"{manifest[0]} {list(manifest[1])!r}")
-        found = read_sidecars(path, header)
-        problems.extend(f"{path / sidecar_name(seq, name)}: missing or damaged (the snapshot loads "
-                        f"without it)" for name in header.sidecars if name not in found)
         valid_snapshots.append(seq)
+        for name, problem in sidecar_problems(path, header).items():
+            sidecar_path = path / sidecar_name(seq, name)
+            findings.append(Finding(Level.WARNING, sidecar_path, None, (
+                f"{sidecar_path}: sidecar {problem}; {snapshot_path.name} loads without it and what it held "
+                f"is rebuilt from the snapshot's lines (nothing is lost)")))
 
     sources: list[Sequence[JournalEntry]] = []
     for first, last, archive_path in list_archives(path):
-        entries, found_problems = _audit(archive_path, problems)
+        entries, found = _audit(archive_path, is_archive=True)
         if entries and (entries[0].seq != first or entries[-1].seq != last):
-            found_problems.append(f"{archive_path}: holds seqs {entries[0].seq} to {entries[-1].seq}, "
-                                  f"not what its name says")
-        problems.extend(found_problems)
+            found.append(Finding(Level.ERROR, archive_path, None, (
+                f"{archive_path}: holds seqs {entries[0].seq} to {entries[-1].seq}, not what its name says")))
+        findings.extend(found)
         sources.append(entries)
-    journal_entries, journal_problems = _audit(path / JOURNAL, problems)
-    problems.extend(journal_problems)
+    journal_entries, found = _audit(path / JOURNAL, is_archive=False)
+    findings.extend(found)
     sources.append(journal_entries)
 
     # Damage inside a file is reported above; what follows checks the files join up.
@@ -183,8 +183,32 @@ def verify_actor(path: Path | str) -> list[str]:
         try:
             stitch_entries(start, sources, f"{path} (from snapshot {start})" if start else f"{path}")
         except CorruptData as exc:
-            problems.append(str(exc))
-    return problems
+            findings.append(Finding(Level.ERROR, path, None, str(exc)))
+    return findings
+
+
+def _check_snapshot(path: Path, seq: int, manifest: tuple[str, tuple[str, ...]] | None,
+                    ) -> tuple[SnapshotHeader | None, list[Finding]]:
+    """The header of the snapshot at ``path`` if recovery could use it, and what is wrong with it."""
+    try:
+        data = map_file(path)
+    except OSError as exc:
+        return None, [Finding(Level.ERROR, path, None,
+                              f"could not read snapshot {path}: {describe_os_error(exc)}")]
+    try:
+        header, _records = decode_snapshot(data, str(path))
+    except CorruptData as exc:
+        line, where = damaged_snapshot_line(data)
+        return None, [Finding(Level.ERROR, path, line, f"{exc}{where}; loading skips this snapshot")]
+    if header.seq != seq:
+        return None, [Finding(Level.ERROR, path, 1, (
+            f"{path}: line 1: header seq {header.seq} does not match the file name; loading skips this "
+            f"snapshot"))]
+    if manifest is not None and (header.kind, header.key) != manifest:
+        return None, [Finding(Level.ERROR, path, 1, (
+            f"{path}: line 1: header belongs to {header.kind} {list(header.key)!r}, not {manifest[0]} "
+            f"{list(manifest[1])!r}; loading skips this snapshot"))]
+    return header, []
 
 
 def _consecutive_prefix(entries: Sequence[JournalEntry]) -> Sequence[JournalEntry]:
@@ -194,13 +218,12 @@ def _consecutive_prefix(entries: Sequence[JournalEntry]) -> Sequence[JournalEntr
     return entries
 
 
-def _audit(path: Path, problems: list[str]) -> tuple[list[JournalEntry], list[str]]:
+def _audit(path: Path, *, is_archive: bool) -> tuple[list[JournalEntry], list[Finding]]:
     try:
-        data = read_file(path, "journal", missing_ok=True)
+        data = read_file(path, "archive segment" if is_archive else "journal", missing_ok=True)
     except StorageError as exc:
-        problems.append(str(exc))
-        return [], []
-    return audit_journal(data, path)
+        return [], [Finding(Level.ERROR, path, None, str(exc))]
+    return audit_journal(data, path, is_archive=is_archive)
 
 
 def _iso(ms: int) -> str:
@@ -247,7 +270,7 @@ def read_history(path: Path | str, *, until_ms: int | None = None) -> Recovered:
                                f"oldest point kept is {oldest.ts} ms ({_iso(oldest.ts)}), snapshot "
                                f"{oldest.seq}", field="until_ms")
         raise CorruptData(f"{path}: every snapshot that could serve this point in time failed its checks "
-                          f"and the commands before them are not kept (`mnemex verify` says why)")
+                          f"and the commands before them are not kept (`mnemex inspect` says why)")
     journal = stitch_entries(after, sources, str(path))
     if until_ms is not None:
         journal = journal[: bisect.bisect_right(journal, until_ms, key=lambda entry: entry.ts)]

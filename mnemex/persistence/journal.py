@@ -35,6 +35,7 @@ import orjson
 
 from mnemex.errors import CorruptData, InvalidInput, StorageError
 from mnemex.persistence._files import describe_os_error, log, read_file
+from mnemex.persistence.findings import Finding, Level
 
 __all__ = [
     "JOURNAL",
@@ -145,10 +146,32 @@ def _parse_line(line: bytes) -> JournalEntry | str:
     return JournalEntry(int(seq_digits), int(ts_digits), payload)
 
 
+def _damaged_complete(source: Path | str, number: int, reason: str) -> str:
+    return (f"{source}: line {number}: damaged ({reason}) although complete (it ends with its newline): "
+            f"an accepted command's bytes changed after they were written, which a torn write cannot do; "
+            f"the journal needs repair (`mnemex inspect` lists every problem)")
+
+
+def _damaged_before(source: Path | str, number: int, reason: str, following: str) -> str:
+    return (f"{source}: line {number}: damaged ({reason}) but {following} follow it; replaying around it "
+            f"would skip accepted commands, so the journal needs repair (`mnemex inspect` lists every "
+            f"problem)")
+
+
+def _seq_break(source: Path | str, number: int, seq: int, previous: int) -> str:
+    return (f"{source}: line {number}: seq {seq} follows seq {previous}; commands are missing or "
+            f"repeated, so the journal cannot be replayed")
+
+
+_UNWRITTEN = "unwritten space (a torn write)"
+_UNTERMINATED = "no newline at its end"
+
+
 def scan_journal(data: bytes, source: Path | str) -> JournalScan:
     """Parse a journal's bytes. A damaged tail is reported in the result (not cut);
     damage followed by a valid line, or a seq that does not follow its
-    predecessor, raises CorruptData naming ``source`` and the line."""
+    predecessor, raises CorruptData naming ``source`` and the line.
+    :func:`audit_journal` applies the same rules and lists every problem."""
     lines = data.split(b"\n")
     unterminated = lines.pop()
     entries: list[JournalEntry] = []
@@ -162,52 +185,77 @@ def scan_journal(data: bytes, source: Path | str) -> JournalScan:
         parsed = parse(line)
         if isinstance(parsed, str):
             if line.strip(b"\x00"):  # content that fails its check, and its newline was written
-                raise CorruptData(
-                    f"{source}: line {number}: damaged ({parsed}) although complete (it ends with its "
-                    f"newline): an accepted command's bytes changed after they were written, which a torn "
-                    f"write cannot do; the journal needs repair (`mnemex replay --verify` lists every "
-                    f"problem)")
+                raise CorruptData(_damaged_complete(source, number, parsed))
             if bad_line is None:
-                bad_line, bad_reason = number, "unwritten space (a torn write)"
+                bad_line, bad_reason = number, _UNWRITTEN
             continue
         if bad_line is not None:
-            raise CorruptData(
-                f"{source}: line {bad_line}: damaged ({bad_reason}) but valid lines follow it "
-                f"(line {number}, seq {parsed.seq}); replaying around it would skip accepted commands, "
-                f"so the journal needs repair (`mnemex replay --verify` lists every problem)")
+            raise CorruptData(_damaged_before(source, bad_line, bad_reason,
+                                              f"valid lines (line {number}, seq {parsed.seq})"))
         if previous >= 0 and parsed.seq != previous + 1:
-            raise CorruptData(f"{source}: line {number}: seq {parsed.seq} follows seq {previous}; "
-                              f"commands are missing or repeated, so the journal cannot be replayed")
+            raise CorruptData(_seq_break(source, number, parsed.seq, previous))
         previous = parsed.seq
         append(parsed)
         good_bytes += len(line) + 1
     if unterminated and bad_line is None:
-        bad_line, bad_reason = len(lines) + 1, "no newline at its end"
+        bad_line, bad_reason = len(lines) + 1, _UNTERMINATED
     return JournalScan(entries, good_bytes, len(data), bad_line, bad_reason)
 
 
-def audit_journal(data: bytes, source: Path | str) -> tuple[list[JournalEntry], list[str]]:
-    """Every valid entry and every problem of a journal (or archive segment),
-    without raising: damaged lines, seq breaks, a missing final newline."""
+def audit_journal(data: bytes, source: Path, *, is_archive: bool = False,
+                  ) -> tuple[list[JournalEntry], list[Finding]]:
+    """Every valid entry and every problem of a journal (or, with ``is_archive``,
+    an archive segment), without raising.
+
+    The rules are :func:`scan_journal`'s: a complete line (it ends with its
+    newline) that fails its check, unwritten space followed by more lines, and
+    a seq that does not follow its predecessor are errors; a torn tail (an
+    unterminated last line, or unwritten space up to the end) is a note, since
+    a crash leaves it and the next load cuts it. An archive segment is written
+    whole and never appended to, so a torn tail there is an error too.
+    """
     lines = data.split(b"\n")
     unterminated = lines.pop()
     entries: list[JournalEntry] = []
-    problems: list[str] = []
+    findings: list[Finding] = []
     previous: int | None = None
+    blank: tuple[int, int] | None = None  # (line, offset) where a run of unwritten space starts
+    offset = 0
     for number, line in enumerate(lines, 1):
+        start, offset = offset, offset + len(line) + 1
         parsed = _parse_line(line)
+        if isinstance(parsed, str) and not line.strip(b"\x00"):
+            if blank is None:
+                blank = number, start
+            continue
+        if blank is not None:
+            following = (f"valid lines (line {number}, seq {parsed.seq})" if isinstance(parsed, JournalEntry)
+                         else f"more lines (line {number})")
+            findings.append(Finding(Level.ERROR, source, blank[0],
+                                    _damaged_before(source, blank[0], _UNWRITTEN, following)))
+            blank = None
         if isinstance(parsed, str):
-            problems.append(f"{source}: line {number}: {parsed}")
+            findings.append(Finding(Level.ERROR, source, number, _damaged_complete(source, number, parsed)))
             previous = None  # the next line's seq follows a damaged one: not a second problem
             continue
         if previous is not None and parsed.seq != previous + 1:
-            problems.append(f"{source}: line {number}: seq {parsed.seq} follows seq {previous}")
+            findings.append(Finding(Level.ERROR, source, number,
+                                    _seq_break(source, number, parsed.seq, previous)))
         previous = parsed.seq
         entries.append(parsed)
-    if unterminated:
-        problems.append(f"{source}: line {len(lines) + 1}: torn last line, no newline at its end "
-                        f"({len(unterminated)} bytes; cut when the actor is next loaded)")
-    return entries, problems
+    if blank is not None or unterminated:
+        number, start = blank if blank is not None else (len(lines) + 1, offset)
+        reason = _UNWRITTEN if blank is not None else _UNTERMINATED
+        after = f"seq {entries[-1].seq}" if entries else "the start"
+        if is_archive:
+            findings.append(Finding(Level.ERROR, source, number, (
+                f"{source}: line {number}: damaged ({reason}), {len(data) - start:,} bytes after {after}; "
+                f"an archive segment is written whole, so this is not a torn write: its end was lost")))
+        else:
+            findings.append(Finding(Level.NOTE, source, number, (
+                f"{source}: line {number}: torn tail ({reason}), {len(data) - start:,} bytes after {after}: "
+                f"what a crash during a write leaves, not corruption; cut when the actor is next loaded")))
+    return entries, findings
 
 
 def read_journal(path: Path, *, repair: bool) -> JournalScan:

@@ -43,12 +43,14 @@ __all__ = [
     "FORMAT",
     "SnapshotHeader",
     "SnapshotLines",
+    "damaged_snapshot_line",
     "decode_header",
     "decode_snapshot",
     "encode_snapshot",
     "list_snapshots",
     "load_newest_snapshot",
     "read_sidecars",
+    "sidecar_problems",
     "start_newest_sidecar_reads",
     "sidecar_name",
     "snapshot_name",
@@ -288,6 +290,44 @@ def decode_snapshot(data: bytes | mmap.mmap, source: str) -> tuple[SnapshotHeade
     return header, records
 
 
+def damaged_snapshot_line(data: bytes | mmap.mmap) -> tuple[int | None, str]:
+    """Where in the snapshot ``data``, which failed :func:`decode_snapshot`, the
+    damage is: ``(1-based line or None, a clause saying so)`` to add to its error.
+
+    The header line is line 1. The body has one checksum, so a changed byte is
+    pinned to a line only when that line is cut short (no newline) or no longer
+    parses as JSON while other lines do (records are the behaviour's bytes, in
+    practice JSON); otherwise the clause says the line cannot be told."""
+    end = data.find(b"\n")
+    if end < 0:
+        return 1, ""
+    try:
+        header = decode_header(data[:end], "")
+    except CorruptData:
+        return 1, ""
+    body = data[end + 1:]
+    if len(body) == header.bytes and zlib.crc32(body) == header.crc:
+        return 1, "; the body matches the header's checksum, so the header line (line 1) is what changed"
+    lines = body.split(b"\n")
+    last = len(lines) + 1  # the header, then one line per piece
+    if lines[-1]:
+        return last, f"; line {last} is cut short (no newline at its end)"
+    lines.pop()
+    unparsed = []
+    for number, line in enumerate(lines, 2):
+        try:
+            orjson.loads(line)
+        except orjson.JSONDecodeError:
+            unparsed.append(number)
+    if unparsed and len(unparsed) < len(lines):
+        more = f" (and {len(unparsed) - 1:,} more)" if len(unparsed) > 1 else ""
+        return unparsed[0], f"; line {unparsed[0]}{more} no longer parses as JSON: the damage is there"
+    if not lines:
+        return None, ""
+    return None, (f"; one checksum covers lines 2 to {len(lines) + 1:,}, so which of them changed (or "
+                  f"whether the header's checksum did) cannot be told")
+
+
 def write_snapshot_files(folder: Path, seq: int, header_line: bytes, body: Sequence[bytes],
                          sidecars: Mapping[str, bytes] | None = None) -> None:
     """Write a snapshot (sidecars first) atomically into ``folder``; OSError escapes."""
@@ -365,20 +405,43 @@ def map_file(path: Path) -> bytes | mmap.mmap:
 
 def _read_sidecar(folder: Path, seq: int, item: tuple[str, tuple[int, int]],
                   ) -> tuple[str, bytes | memoryview | None]:
-    name, (size, crc) = item
-    path = folder / sidecar_name(seq, name)
-    try:
-        mapped = map_file(path)
-        blob = mapped if isinstance(mapped, bytes) else memoryview(mapped)
-    except OSError as exc:
-        log.warning("%s: sidecar unreadable, loading without it: %s", path, describe_os_error(exc))
-        return name, None
-    found = zlib.crc32(blob)
-    if len(blob) != size or found != crc:
-        log.warning("%s: sidecar is %d bytes with crc %d, the header says %d bytes with crc %d; "
-                    "loading without it", path, len(blob), found, size, crc)
-        return name, None
+    name, _described = item
+    blob, problem = _check_sidecar(folder, seq, item)
+    if blob is None:
+        log.warning("%s: sidecar %s; loading without it", folder / sidecar_name(seq, name), problem)
     return name, blob
+
+
+def _check_sidecar(folder: Path, seq: int, item: tuple[str, tuple[int, int]],
+                   ) -> tuple[bytes | memoryview | None, str]:
+    """The sidecar's bytes if they pass the header's check, else None and why not."""
+    name, (size, crc) = item
+    try:
+        mapped = map_file(folder / sidecar_name(seq, name))
+    except FileNotFoundError:
+        return None, "missing"
+    except OSError as exc:
+        return None, f"unreadable: {describe_os_error(exc)}"
+    blob = mapped if isinstance(mapped, bytes) else memoryview(mapped)
+    if len(blob) != size:
+        return None, (f"is {len(blob):,} bytes; the header says {size:,} "
+                      f"({'truncated' if len(blob) < size else 'bytes added'})")
+    found = zlib.crc32(blob)
+    if found != crc:
+        return None, f"checksum {found} does not match the header's {crc}"
+    return blob, ""
+
+
+def sidecar_problems(folder: Path, header: SnapshotHeader) -> dict[str, str]:
+    """Why each sidecar of the snapshot ``header`` that is missing or fails its
+    check cannot be used, by name (``"missing"``, ``"is 10 bytes; the header
+    says 12 (truncated)"``...); empty when every one is fine. Logs nothing."""
+    problems: dict[str, str] = {}
+    for item in header.sidecars.items():
+        blob, problem = _check_sidecar(folder, header.seq, item)
+        if blob is None:
+            problems[item[0]] = problem
+    return problems
 
 
 def _decode_own_snapshot(data: bytes | mmap.mmap, path: Path, seq: int, kind: str, key: tuple[str, ...],

@@ -251,7 +251,7 @@ class FileStore(ActorStore):
         if recovered.last_seq < known:
             raise CorruptData(f"{self.path}: the files show the actor reached seq {known}, but only seq "
                               f"{recovered.last_seq} can be recovered (a newer snapshot failed its checks "
-                              f"and the commands it covered are not kept); `mnemex verify` says more")
+                              f"and the commands it covered are not kept); `mnemex inspect` says more")
 
     def disk_bytes(self) -> int:
         total = 0

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mnemex.errors import InvalidInput
-from mnemex.persistence import FileStore, inspect_actor, read_history, verify_actor
+from mnemex.persistence import FileStore, Level, inspect_actor, read_history, verify_actor
 
 KEY = ("chat", "alice")
 T0 = 1_700_000_000_000
@@ -50,7 +50,7 @@ def test_inspect_summarises_a_healthy_actor(tmp_path: Path) -> None:
     assert (info.snapshot_seq, info.snapshot_count, info.snapshot_created, info.snapshot_ts) == (
         30, 30, T0 + 10**6, ts(30))
     assert (info.journal_first, info.journal_last, info.journal_lines) == (31, 35, 5)
-    assert info.journal_problem is None
+    assert info.findings == []
     assert info.archives == [(21, 30)]
     assert info.total_bytes == store.disk_bytes() > 0
     assert verify_actor(store.path) == []
@@ -63,9 +63,10 @@ def test_inspect_reports_a_torn_tail_without_cutting_it(tmp_path: Path) -> None:
     journal.write_bytes(torn)
     info = inspect_actor(store.path)
     assert info.journal_last == 34
-    assert info.journal_problem is not None and "torn tail from line 5" in info.journal_problem
-    problems = verify_actor(store.path)
-    assert len(problems) == 1 and "line 5: torn last line" in problems[0]
+    [finding] = info.findings
+    assert (finding.level, finding.path, finding.line) == (Level.NOTE, journal, 5)
+    assert "line 5: torn tail (no newline at its end)" in finding.message
+    assert verify_actor(store.path) == info.findings
     assert replayed(tmp_path, None) == (30, [31, 32, 33, 34])
     assert journal.read_bytes() == torn  # nothing here writes
 
@@ -76,31 +77,54 @@ def damage(path: Path, old: bytes, new: bytes) -> None:
     path.write_bytes(data.replace(old, new, 1))
 
 
+def cut(path: Path, count: int) -> None:
+    path.write_bytes(path.read_bytes()[:-count])
+
+
+ERROR, WARNING = Level.ERROR, Level.WARNING
 HARMS = {
     "snapshot body": (lambda p: damage(p / "snapshot-30.jsonl", b'{"r":7}', b'{"r":8}'),
-                      ["snapshot-30.jsonl: body checksum"]),
+                      [(ERROR, "snapshot-30.jsonl", None, "body checksum")]),
+    "snapshot line": (lambda p: damage(p / "snapshot-30.jsonl", b'{"r":7}', b'{"r"7}'),
+                      [(ERROR, "snapshot-30.jsonl", 8, "line 8 no longer parses as JSON")]),
     "snapshot count": (lambda p: damage(p / "snapshot-20.jsonl", b'"count":20', b'"count":21'),
-                       ["snapshot-20.jsonl: body has"]),
+                       [(ERROR, "snapshot-20.jsonl", 1, "the header line (line 1) is what changed")]),
+    "snapshot cut": (lambda p: cut(p / "snapshot-30.jsonl", 3),
+                     [(ERROR, "snapshot-30.jsonl", 31, "line 31 is cut short")]),
     "journal line": (lambda p: damage(p / "journal.jsonl", b'{"n":32}', b'{"n":99}'),
-                     ["journal.jsonl: line 2: checksum"]),
+                     [(ERROR, "journal.jsonl", 2, "journal.jsonl: line 2: damaged (checksum mismatch)")]),
+    "journal gap": (lambda p: damage(p / "journal.jsonl", b"\n", b"\n\n"),
+                    [(ERROR, "journal.jsonl", 2, "line 2: damaged (unwritten space (a torn write)) "
+                                                 "but valid lines (line 3, seq 32) follow it")]),
     "archive seq": (lambda p: damage(p / "journal-21-30.jsonl", b'"seq":25', b'"seq":52'),
-                    ["journal-21-30.jsonl: line 5: checksum mismatch", "commands 25 to 30 are missing"]),
-    "archive gone": (lambda p: (p / "journal-21-30.jsonl").unlink(), ["commands 21 to 30 are missing"]),
+                    [(ERROR, "journal-21-30.jsonl", 5, "journal-21-30.jsonl: line 5: damaged (checksum"),
+                     (ERROR, "chat.alice", None, "commands 25 to 30 are missing")]),
+    "archive cut": (lambda p: cut(p / "journal-21-30.jsonl", 3),
+                    [(ERROR, "journal-21-30.jsonl", 10, "an archive segment is written whole"),
+                     (ERROR, "journal-21-30.jsonl", None, "holds seqs 21 to 29, not what its name says"),
+                     (ERROR, "chat.alice", None, "command 30 is missing")]),
+    "archive gone": (lambda p: (p / "journal-21-30.jsonl").unlink(),
+                     [(ERROR, "chat.alice", None, "commands 21 to 30 are missing")]),
     "sidecar": (lambda p: (p / "snapshot-30.index.bin").write_bytes(b"bolb"),
-                ["snapshot-30.index.bin: missing or damaged"]),
-    "manifest gone": (lambda p: (p / "key.json").unlink(), ["key.json: missing"]),
+                [(WARNING, "snapshot-30.index.bin", None, "sidecar checksum")]),
+    "sidecar cut": (lambda p: cut(p / "snapshot-20.index.bin", 1),
+                    [(WARNING, "snapshot-20.index.bin", None, "is 3 bytes; the header says 4 (truncated)")]),
+    "sidecar gone": (lambda p: (p / "snapshot-30.index.bin").unlink(),
+                     [(WARNING, "snapshot-30.index.bin", None, "sidecar missing")]),
+    "manifest gone": (lambda p: (p / "key.json").unlink(), [(ERROR, "key.json", None, "key.json: missing")]),
 }
 
 
 @pytest.mark.parametrize(("harm", "expected"), HARMS.values(), ids=HARMS.keys())
-def test_verify_finds_each_kind_of_damage(tmp_path: Path, harm: object, expected: list[str]) -> None:
+def test_verify_finds_each_kind_of_damage(tmp_path: Path, harm: object,
+                                          expected: list[tuple[Level, str, int | None, str]]) -> None:
     store = build(tmp_path, sidecars=True)
     assert verify_actor(store.path) == []
     harm(store.path)  # type: ignore[operator]
-    problems = verify_actor(store.path)
-    assert len(problems) == len(expected), problems
-    for problem, fragment in zip(problems, expected, strict=True):
-        assert fragment in problem
+    findings = verify_actor(store.path)
+    assert [(f.level, f.path.name, f.line) for f in findings] == [e[:3] for e in expected], findings
+    for finding, (*_, fragment) in zip(findings, expected, strict=True):
+        assert fragment in finding.message and str(finding.path) in finding.message
 
 
 @pytest.mark.parametrize(("until", "expected"), [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import zlib
 from pathlib import Path
 
@@ -12,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mnemex.errors import CorruptData, InvalidInput
-from mnemex.persistence import JournalEntry
-from mnemex.persistence.journal import encode_entries, read_journal, scan_journal
+from mnemex.persistence import JournalEntry, Level
+from mnemex.persistence.journal import audit_journal, encode_entries, read_journal, scan_journal
 
 payloads = st.one_of(
     st.sampled_from([b"{}", b"[]", b"0", b'"x"', b'{"t":"scope.remember","content":"\\u00e9 \\n"}']),
@@ -157,3 +158,49 @@ def test_a_seq_that_does_not_follow_is_corrupt_data(tmp_path: Path, seqs: list[i
 def test_malformed_entries_are_invalid_input(entries: list[tuple[int, int, bytes]]) -> None:
     with pytest.raises(InvalidInput):
         encode_entries(entries)
+
+
+harms = st.one_of(
+    st.tuples(st.just("flip"), st.integers(0, 10**6), st.integers(0, 7)),
+    st.tuples(st.just("cut"), st.integers(0, 10**6), st.just(0)),
+    st.tuples(st.just("blank"), st.integers(0, 10**6), st.integers(0, 40)),
+)
+
+
+@settings(max_examples=300)
+@given(count=st.integers(1, 6), harm=harms)
+def test_audit_and_recovery_agree_on_what_is_torn_and_what_is_corrupt(
+        count: int, harm: tuple[str, int, int]) -> None:
+    # inspect and replay --verify (audit_journal) must call damage exactly what recovery
+    # (scan_journal) refuses, and a torn tail exactly what recovery cuts
+    data = bytearray(encode_entries(entries_for(count)))
+    what, at, amount = harm
+    at %= len(data)
+    if what == "flip":
+        data[at] ^= 1 << amount
+    elif what == "cut":
+        del data[at:]
+    else:  # unwritten space (NULs, then a newline) in the middle of a line or between lines
+        data[at:at] = b"\x00" * amount + b"\n"
+    entries, findings = audit_journal(bytes(data), Path("j"))
+    errors = [finding.line for finding in findings if finding.level is Level.ERROR]
+    notes = [finding.line for finding in findings if finding.level is Level.NOTE]
+    assert len(notes) <= 1 and all(finding.path == Path("j") for finding in findings)
+    try:
+        scan = scan_journal(bytes(data), "j")
+    except CorruptData as exc:
+        line = re.match(r"j: line (\d+):", str(exc))
+        assert line is not None and int(line.group(1)) in errors, (str(exc), findings)
+        return
+    assert errors == [], findings
+    assert notes == ([scan.torn_line] if scan.is_torn else [])
+    assert entries == scan.entries
+
+
+def test_audit_calls_a_torn_archive_damage(tmp_path: Path) -> None:
+    # an archive segment is written whole (renamed into place), never appended to
+    data = encode_entries(entries_for(3))[:-4]
+    _entries, [live] = audit_journal(data, tmp_path / "journal.jsonl")
+    _entries, [archived] = audit_journal(data, tmp_path / "journal-1-3.jsonl", is_archive=True)
+    assert (live.level, live.line) == (Level.NOTE, 3) and "torn tail" in live.message
+    assert (archived.level, archived.line) == (Level.ERROR, 3) and "not a torn write" in archived.message
