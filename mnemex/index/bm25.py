@@ -195,6 +195,11 @@ class BM25Index(SidecarIndex):
         self._len_context = np.zeros(0, dtype=np.float64)
         self._total_content = 0
         self._total_context = 0
+        self._changes = 0
+        """Counts every change of the lengths (the cached norms below depend on them)."""
+        self._norms: tuple[tuple[float, ...], _F64, _F64 | None] | None = None
+        """(key, content norms, context norms): BM25's length normalisation of every doc
+        slot, kept between searches while the index does not change."""
 
     # -- reading ---------------------------------------------------------------------
     def __len__(self) -> int:
@@ -281,6 +286,7 @@ class BM25Index(SidecarIndex):
             len_context[doc] = context_size
         self._total_content += sum(content_sizes)
         self._total_context += sum(context_sizes)
+        self._changes += 1
 
         # Term frequencies packed in one int32: content in the low 16 bits, context above.
         if len(docs) <= _FEW_DOCS:
@@ -364,6 +370,7 @@ class BM25Index(SidecarIndex):
         self._total_context -= int(self._len_context[doc_id])
         self._len_content[doc_id] = 0
         self._len_context[doc_id] = 0
+        self._changes += 1
 
     def update(self, doc_id: int, text: str, context_text: str | None = None) -> None:
         """Replace document *doc_id* (remove, then add)."""
@@ -403,6 +410,11 @@ class BM25Index(SidecarIndex):
         n_with_context = len(self._context)
         use_context = weight > 0 and self._total_context > 0
         inv_avg_context = n_with_context / self._total_context if use_context else 0.0
+        key = (self._changes, b, inv_avg_content, inv_avg_context)
+        if self._norms is None or self._norms[0] != key:
+            self._norms = (key, 1.0 - b + b * inv_avg_content * self._len_content,
+                           1.0 - b + b * inv_avg_context * self._len_context if use_context else None)
+        _, content_norms, context_norms = self._norms
         scores = np.zeros(self._capacity, dtype=np.float64)
         for term_id in term_ids:
             docs, tf_content, tf_context = self._postings[term_id].arrays()
@@ -410,9 +422,9 @@ class BM25Index(SidecarIndex):
             if df == 0:
                 continue
             idf = _idf(n_docs, df)
-            tf = tf_content / (1.0 - b + b * inv_avg_content * self._len_content[docs])
-            if use_context:
-                tf += weight * tf_context / (1.0 - b + b * inv_avg_context * self._len_context[docs])
+            tf = tf_content / content_norms[docs]
+            if context_norms is not None:
+                tf += weight * tf_context / context_norms[docs]
             scores[docs] += idf * (k1 + 1.0) * tf / (k1 + tf)
         mask = allowed_mask(allowed, self._capacity)
         if mask is not None:
@@ -536,6 +548,7 @@ class BM25Index(SidecarIndex):
         self._len_context[: len(arrays["len_context"])] = arrays["len_context"]
         self._total_content = int(header["total_content"])
         self._total_context = int(header["total_context"])
+        self._changes += 1
 
     def _term_ids(self, terms: list[str]) -> list[int]:
         get = self._vocab.get
@@ -586,6 +599,7 @@ class BM25Index(SidecarIndex):
             grown[: self._capacity] = getattr(self, name)
             setattr(self, name, grown)
         self._capacity = capacity
+        self._changes += 1
 
 
 def _sequences(name: str, by_doc: dict[int, bytes]) -> dict[str, npt.NDArray[Any]]:
