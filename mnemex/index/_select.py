@@ -116,4 +116,4 @@ def top_k_by_score(ids: IdArray, scores: FloatArray, k: int) -> list[tuple[int, 
         keep = np.concatenate([np.flatnonzero(above), tied])
         ids, scores = ids[keep], scores[keep]
     order = np.lexsort((ids, -scores))
-    return [(int(i), float(s)) for i, s in zip(ids[order], scores[order], strict=True)]
+    return list(zip(ids[order].tolist(), np.asarray(scores[order], dtype=np.float64).tolist(), strict=True))

@@ -151,7 +151,7 @@ class Ranker:
             missed[[position[doc] for doc, _ in vector_ranked]] = False
             rows = np.flatnonzero(missed & index.holds(docs))
             if len(rows):
-                norm = float(np.linalg.norm(vector))
+                norm = float(np.sqrt(vector.dot(vector)))  # np.linalg.norm's own sum, without its checks
                 unit_query = vector / norm if norm > 0 else vector
                 cosines[rows] = index.vectors(docs[rows]) @ unit_query
         w_text, w_vector = settings.fusion_fulltext_weight, settings.fusion_vector_weight
@@ -180,14 +180,17 @@ class Ranker:
                 + mixed[:, 2] * weights[2]
         else:
             scores = relevance
+        top = np.lexsort((docs, -scores))[:top_k]
         out: list[Ranked] = []
-        for i in np.lexsort((docs, -scores))[:top_k].tolist():
+        for i, score, text, bm25, cosine, relevant in zip(
+                top.tolist(), scores[top].tolist(), texts[top].tolist(), bm25s[top].tolist(),
+                cosines[top].tolist(), relevance[top].tolist(), strict=True):
             doc = candidates[i]
             importance, recency, access = parts(doc)
-            out.append((doc, float(scores[i]), {
-                "fulltext": round(float(texts[i]), 6), "bm25": round(float(bm25s[i]), 6),
-                "entities": float(fulltext.entity_hits.get(doc, 0)), "vector": round(float(cosines[i]), 6),
-                "relevance": round(float(relevance[i]), 6), "importance": importance,
+            out.append((doc, score, {
+                "fulltext": round(text, 6), "bm25": round(bm25, 6),
+                "entities": float(fulltext.entity_hits.get(doc, 0)), "vector": round(cosine, 6),
+                "relevance": round(relevant, 6), "importance": importance,
                 "recency": round(recency, 6), "access": round(access, 6),
             }))
         return out
