@@ -760,28 +760,32 @@ class Runtime:
         with the write's error.
         """
         kind = cell.kind
-        payloads = [_payload(kind, envelope.command) for envelope in batch]
+        payloads: list[bytes | TurnResult | None] | None = None
         count = len(batch)
         start = 0
         window = count  # how many lines one run writes ahead
         control: _Control | None = None
         while start < count:
-            if cell.diverged or cell.store.needs_recovery:
+            if cell.diverged or (not cell.in_memory and cell.store.needs_recovery):
                 await self._recover_diverged(cell, batch[start:])
                 return control
             behaviour = cell.behaviour
             assert behaviour is not None
             ts = max(int(time.time() * 1000), cell.ts)
             base = cell.seq
-            lines: list[tuple[int, int, bytes]] = []
-            end = start
-            while end < count:
-                payload = payloads[end]
-                if type(payload) is bytes:
-                    if len(lines) == window:
-                        break
-                    lines.append((base + len(lines) + 1, ts, payload))
-                end += 1
+            if payloads is None:  # the first run: the whole batch
+                payloads, lines = _journal_lines(kind, batch, base + 1, ts)
+                end = count
+            else:
+                lines = []
+                end = start
+                while end < count:
+                    payload = payloads[end]
+                    if type(payload) is bytes:
+                        if len(lines) == window:
+                            break
+                        lines.append((base + len(lines) + 1, ts, payload))
+                    end += 1
             failed: MnemexError | None = None
             if lines:
                 try:
@@ -829,8 +833,10 @@ class Runtime:
                     turn = take_turn(kind, behaviour, command, None)
                 else:
                     turn = payload  # refused: it cannot be journaled
+                waiter = envelope.waiter
+                again = envelope if waiter is not None and sub is None else None
                 if turn.refused:
-                    replies.append((envelope.waiter, turn.reply, _again(envelope, sub)))
+                    replies.append((waiter, turn.reply, again))
                     if envelope.waiter is None:
                         log.info("%s: told %s failed: %s", cell.name, type(command).__name__, turn.reply)
                     continue
@@ -849,7 +855,6 @@ class Runtime:
                     break
                 if sub is not None:
                     self._add_subscriber(cell, sub)
-                waiter = envelope.waiter
                 out = turn.reply
                 if turn.effects:
                     answering = turn.answering
@@ -862,7 +867,7 @@ class Runtime:
                         waiter = None  # the answering effect carries the caller on
                     replies.append((waiter, out, None))
                 elif turn.payload is None:
-                    replies.append((waiter, out, _again(envelope, sub)))
+                    replies.append((waiter, out, again))
                 else:
                     replies.append((waiter, out, None))
             start = end
@@ -1311,22 +1316,30 @@ def _answer(replies: list[_Reply]) -> None:
             waiter.resolve(value)
 
 
-def _again(envelope: _Envelope, sub: Subscription | None) -> _Envelope | None:
-    """What to handle again if this command's answer was computed on a state that
-    turns out not durable: the command itself, when it has a caller and is not a
-    subscription (registered already)."""
-    return envelope if envelope.waiter is not None and sub is None else None
-
-
-def _payload(kind: ActorKind, command: Any) -> bytes | TurnResult | None:
-    """The journal line's payload of a mailbox message's command (see encode_turn)."""
-    if isinstance(command, _Control):
-        return None
-    if type(command) is _Subscribe:
-        command = command.command
-        if command is None:
-            return None
-    return encode_turn(kind, command)
+def _journal_lines(kind: ActorKind, batch: list[_Envelope], seq: int, ts: int) -> tuple[
+        list[bytes | TurnResult | None], list[tuple[int, int, bytes]]]:
+    """The journal payload of each message's command (see encode_turn), and the
+    lines of the journaled ones, numbered from ``seq``."""
+    is_journaled, encode = kind.is_journaled, kind.encode
+    payloads: list[bytes | TurnResult | None] = []
+    lines: list[tuple[int, int, bytes]] = []
+    for envelope in batch:
+        command = envelope.command
+        if type(command) is _Subscribe:
+            command = command.command
+        if command is None or type(command) is _Control:
+            payloads.append(None)
+            continue
+        try:
+            payload = encode(command) if is_journaled(command) else None
+        except Exception:
+            payloads.append(encode_turn(kind, command))  # the refusal, or what it raises
+            continue
+        if payload is not None:
+            lines.append((seq, ts, payload))
+            seq += 1
+        payloads.append(payload)
+    return payloads, lines
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:
