@@ -221,6 +221,9 @@ class FileStore(ActorStore):
         self._broken: str | None = None
         self._cut_pending: int | None = None  # a cut that failed: recover() makes it
         self._cuts = 0  # journal lines cut so far; a journal cut under way starts over
+        # what this store's appends created (folders, key manifest, journal): removed again
+        # when a cut leaves nothing else, so an actor whose every line was cut leaves nothing
+        self._created: list[Path] = []
         self._unsynced: list[Path] = []  # new files and folders whose entries are not yet durable
 
     # -- reading ---------------------------------------------------------------
@@ -311,6 +314,7 @@ class FileStore(ActorStore):
         tmp = manifest.with_name(KEY_MANIFEST + ".tmp")
         tmp.write_bytes(orjson.dumps({"kind": self.kind, "key": list(self.key)}))
         os.replace(tmp, manifest)
+        self._created.extend([*created, manifest])
         # Made durable by the next sync() (off the caller's thread), not here.
         self._unsynced.extend([manifest, self.path, *(folder.parent for folder in created)])
 
@@ -342,6 +346,7 @@ class FileStore(ActorStore):
             raise
         if not existed:
             self._unsynced.append(self.path)
+            self._created.append(self._journal)
         self._size = size
         return fd
 
@@ -468,9 +473,38 @@ class FileStore(ActorStore):
                 self._dirty = True  # the next sync makes the cut durable
             self._last_lines = left
             self._last_seq = kept
+            if size == 0 and self._created and self._remove_created():
+                self._cut_pending = None
+                return
         if durable:
             os.fdatasync(fd)
         self._cut_pending = None
+
+    def _remove_created(self) -> bool:
+        """Remove the journal, key manifest and folders this store's appends created,
+        if the actor's folder holds nothing else (call with _lock held): a command
+        whose line was written ahead and cut again leaves no trace. True if removed."""
+        ours = {path.name for path in self._created if path.parent == self.path}
+        try:
+            if not set(os.listdir(self.path)) <= ours:
+                return False
+        except OSError:
+            return False
+        self._files.discard(self)  # closes the journal's descriptor
+        self._file = None
+        self._size = 0
+        for path in reversed(self._created):  # the journal, the manifest, then folders bottom up
+            try:
+                if path.is_dir():
+                    path.rmdir()
+                else:
+                    path.unlink()
+            except OSError:
+                pass  # a folder another actor now uses, say
+        self._created = []
+        self._unsynced = []
+        self._dirty = False
+        return True
 
     def synced_by_fs(self) -> None:
         """Record that a filesystem-wide sync (DataDir.syncfs) made every line and

@@ -549,6 +549,30 @@ def test_a_cut_that_fails_refuses_writes_until_recover_makes_it(
     assert state(FileStore(tmp_path, "counter", KEY).recover()) == [1, 2]
 
 
+def test_cutting_every_line_of_a_new_actor_leaves_nothing_on_disk(tmp_path: Path) -> None:
+    # what the kernel does for a first command that changed nothing: its line was written ahead
+    store = FileStore(tmp_path / "data", "counter", ("a.b", "c"))
+    store.append(entries(1, 2))
+    store.cut_after(0)
+    assert not (tmp_path / "data").exists()
+    assert not store.exists()
+    store.append(entries(1, 1))  # the next write creates them again
+    store.sync()
+    store.close()
+    assert state(FileStore(tmp_path / "data", "counter", ("a.b", "c")).recover()) == [1]
+
+
+def test_cutting_every_line_keeps_a_folder_with_anything_else_in_it(tmp_path: Path) -> None:
+    store = FileStore(tmp_path, "counter", KEY)
+    store.append(entries(1, 2))
+    snapshot(store, 2)
+    store.append(entries(3, 3))
+    store.cut_after(2)
+    assert store.exists() and (store.path / "journal.jsonl").exists()
+    store.close()
+    assert state(FileStore(tmp_path, "counter", KEY).recover()) == [1, 2]
+
+
 def test_a_cut_reads_the_file_when_the_lines_are_not_from_the_latest_append(tmp_path: Path) -> None:
     store = FileStore(tmp_path, "counter", KEY)
     store.append(entries(1, 5))
