@@ -2,12 +2,14 @@
 supervision, passivation and snapshots, all inside one trio nursery.
 
 Each live actor is one trio task reading a bounded memory channel. It takes
-every message waiting in its mailbox as one batch, runs the behaviour's
-``handle`` on each, writes the journal lines of the accepted commands in one
-write, and hands the replies to the durability policy: released at once
-(``never``), after an fsync of its own (``always``) or after the next group
-commit (``batch``). Replies of one actor are released in the order the commands
-arrived, so per-sender FIFO holds for replies as for commands.
+every message waiting in its mailbox as one batch, writes the journal lines of
+its journaled commands in one write, runs the behaviour's ``handle`` on each
+(the line of a command it refuses is cut again; a write whose line could not be
+written is refused without being handled: see ``Runtime._process``), and hands
+the replies to the durability policy: released at once (``never``), after an
+fsync of its own (``always``) or after the next group commit (``batch``).
+Replies of one actor are released in the order the commands arrived, so
+per-sender FIFO holds for replies as for commands.
 """
 
 from __future__ import annotations
@@ -1001,8 +1003,8 @@ class Runtime:
                 await self._in_thread(cell, cell.store.cut_after, cell.durable_seq)
             await self._restore(cell)
         except Exception as exc:
-            log.exception("%s: reload after a crash failed", cell.name)
-            self._quarantine(cell, exc, "could not be reloaded after a crash")
+            log.exception("%s: reload failed", cell.name)
+            self._quarantine(cell, exc, "could not be reloaded from its store")
         cell.synced = cell.written
         cell.diverged = False
 
