@@ -24,17 +24,18 @@ from typing import Any
 
 import trio
 
-import mnemex
-from mnemex.persistence.store import FileStore
-
 # bench/ goes last on the path (its http.py would hide the standard library's http);
-# the shared helpers come from bench/_common.py
+# the checkout goes first, before mnemex is imported (else an installed mnemex is
+# measured); the shared helpers come from bench/_common.py
 _BENCH = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH]
 sys.path.insert(0, str(_BENCH.parent))
 sys.path.append(str(_BENCH))
 
 from _common import fmt_ms, latency_summary, machine, table, write_results  # noqa: E402
+
+import mnemex  # noqa: E402
+from mnemex.persistence.store import FileStore  # noqa: E402
 
 WORDS = ["tea", "coffee", "hiking", "paint", "lake", "sunrise", "dog", "cat", "paris", "guitar", "charity",
          "race", "kids", "camping", "java", "python", "garden", "bread", "music", "chess"]
