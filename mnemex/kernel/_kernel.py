@@ -2,12 +2,14 @@
 supervision, passivation and snapshots, all inside one trio nursery.
 
 Each live actor is one trio task reading a bounded memory channel. It takes
-every message waiting in its mailbox as one batch, runs the behaviour's
-``handle`` on each, writes the journal lines of the accepted commands in one
-write, and hands the replies to the durability policy: released at once
-(``never``), after an fsync of its own (``always``) or after the next group
-commit (``batch``). Replies of one actor are released in the order the commands
-arrived, so per-sender FIFO holds for replies as for commands.
+every message waiting in its mailbox as one batch, writes the journal lines of
+its journaled commands in one write, runs the behaviour's ``handle`` on each
+(the line of a command it refuses is cut again; a write whose line could not be
+written is refused without being handled: see ``Runtime._process``), and hands
+the replies to the durability policy: released at once (``never``), after an
+fsync of its own (``always``) or after the next group commit (``batch``).
+Replies of one actor are released in the order the commands arrived, so
+per-sender FIFO holds for replies as for commands.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from mnemex.kernel._kind import ActorKind
 from mnemex.kernel._lifecycle import DOWN, FINAL, CellState, Lifecycle
 from mnemex.kernel._mailbox import Mailbox, MailboxClosed
 from mnemex.kernel._shutdown import ShutdownReport, ShutdownTally
-from mnemex.kernel._turn import take_turn
+from mnemex.kernel._turn import TurnResult, encode_turn, take_turn
 from mnemex.persistence import (
     ActorStore,
     DataDir,
@@ -233,6 +235,8 @@ class _Cell(Lifecycle):
         "closed_event",
         "crash",
         "crash_until",
+        "diverged",
+        "durable_seq",
         "in_memory",
         "journal_bytes",
         "key",
@@ -240,6 +244,7 @@ class _Cell(Lifecycle):
         "last_active",
         "mailbox",
         "previous",
+        "redo",
         "seq",
         "snap_bytes",
         "snap_seq",
@@ -278,6 +283,13 @@ class _Cell(Lifecycle):
         self.synced = 0
         self.acks: deque[tuple[int, Callable[[BaseException | None], None]]] = deque()
         self.subscribers: dict[str, list[Subscription]] | None = None
+        # the last seq known durable, and whether the behaviour holds a write after it
+        # whose fsync failed (it must be reloaded: see Runtime._recover_diverged)
+        self.durable_seq = 0
+        self.diverged = False
+        # messages to handle before the mailbox: reads whose answers were computed on
+        # a state that turned out not durable, and the rest of a batch cut short
+        self.redo: deque[_Envelope] | None = None
 
     def sync(self) -> None:
         self.store.sync()
@@ -642,7 +654,7 @@ class Runtime:
         kind, store = cell.kind, cell.store
         if not store.exists():
             cell.behaviour = kind.create(cell.key)
-            cell.seq = cell.snap_seq = 0
+            cell.seq = cell.snap_seq = cell.durable_seq = 0
             return
         # Reading, restoring and replaying a large actor takes a while: all of it runs
         # in a worker thread so the other actors keep being served meanwhile.
@@ -651,13 +663,17 @@ class Runtime:
                                                                    limiter=self._store_threads))
         header = recovered.header
         cell.behaviour = behaviour
-        cell.seq = recovered.last_seq
+        cell.seq = cell.durable_seq = recovered.last_seq
         cell.snap_seq = header.seq if header is not None else 0
         cell.snap_bytes = header.bytes if header is not None else 0
         cell.journal_bytes = sum(len(entry.payload) for entry in recovered.journal)
         cell.ts = recovered.journal[-1].ts if recovered.journal else (header.ts if header else 0)
 
     def _fail_mailbox(self, cell: _Cell, error: BaseException) -> None:
+        redo, cell.redo = cell.redo, None
+        for envelope in redo or ():
+            if envelope.waiter is not None:
+                envelope.waiter.resolve(error)
         while True:
             try:
                 envelope = cell.mailbox.get_nowait()
@@ -679,23 +695,29 @@ class Runtime:
         mailbox = cell.mailbox
         asked = False
         while True:
-            try:
-                envelope = mailbox.get_nowait()
-            except trio.WouldBlock:
-                if not asked:
-                    return
-                # Linger a few scheduling rounds after answering an ask: a caller in a
-                # tight loop sends its next message right after our reply.
-                asked = False
-                for _ in range(_LINGER):
-                    await trio.lowlevel.checkpoint()
-                    if len(mailbox):
-                        break
-                else:
-                    return
-                continue
-            asked = envelope.waiter is not None
-            batch = [envelope]
+            if cell.redo:
+                batch = list(cell.redo)  # older than anything in the mailbox
+                cell.redo.clear()
+                asked = True
+            else:
+                try:
+                    envelope = mailbox.get_nowait()
+                except trio.WouldBlock:
+                    if not asked:
+                        return
+                    # Linger a few scheduling rounds after answering an ask: a caller in a
+                    # tight loop sends its next message right after our reply.
+                    asked = False
+                    for _ in range(_LINGER):
+                        await trio.lowlevel.checkpoint()
+                        if len(mailbox) or cell.redo:
+                            break
+                    else:
+                        return
+                    continue
+                asked = envelope.waiter is not None
+                batch = [envelope]
+                del envelope
             while len(batch) < _MAX_BATCH:
                 try:
                     batch.append(mailbox.get_nowait())
@@ -703,32 +725,87 @@ class Runtime:
                     break
             cell.last_active = trio.current_time()
             stop = await self._process(cell, batch)
-            del batch, envelope
+            del batch
             if cell.acks:
                 # the replies wait for a group commit: no caller can send its next
                 # message within a few scheduling rounds, so lingering is wasted
                 asked = False
-            if stop is _STOP or (stop is _PASSIVATE and len(mailbox) == 0):
+            if stop is _STOP or (stop is _PASSIVATE and len(mailbox) == 0 and not cell.redo):
                 await self._close_cell(cell, passivated=stop is _PASSIVATE)
                 return
             self._maybe_snapshot(cell)
 
     async def _process(self, cell: _Cell, batch: list[_Envelope]) -> _Control | None:
-        """Handle a batch; returns a control message that ended it, if any."""
+        """Handle a batch; returns a control message that ended it, if any.
+
+        Journal first: the lines of the batch's journaled commands are written
+        (one write) *before* any of them is handled, because a behaviour applies a
+        command as it handles it and has no way to take it back. So a write whose
+        line cannot be written (a full disk) is answered StorageError without ever
+        being applied, and the reads beside it are answered as usual: nothing has
+        to be undone, and the actor is not reloaded. Whether a command is
+        journaled, and its line, are known before it is handled (``encode_turn``);
+        whether the handler accepts it is not: a command it refuses, or that
+        changes nothing, has its line cut off the journal again
+        (``ActorStore.cut_after``, a truncation, which needs no room), with the
+        lines after it, and the rest of the batch goes on in a new run whose lines
+        are written one command at a time at first (then two, four...: a batch of
+        refusals costs a write and a cut per command, not one per command
+        squared). A line written ahead for a command never answered can survive
+        a kill -9 (so recovery replays a refused command as a refusal: see
+        ``handle_each``); one of an answered write never can.
+
+        The fsync comes later (group commit): a line whose fsync fails was applied
+        already, and so were the commands after it. Those are undone the only
+        generic way, by reloading the actor from what is durable (see
+        ``_recover_diverged``); its reads are handled again rather than answered
+        with the write's error.
+        """
         kind = cell.kind
+        payloads: list[bytes | TurnResult | None] | None = None
+        count = len(batch)
         start = 0
+        window = count  # how many lines one run writes ahead
         control: _Control | None = None
-        while start < len(batch):
+        while start < count:
+            if cell.diverged or (not cell.in_memory and cell.store.needs_recovery):
+                await self._recover_diverged(cell, batch[start:])
+                return control
             behaviour = cell.behaviour
             assert behaviour is not None
-            lines: list[tuple[int, int, bytes]] = []
-            replies: list[tuple[_Waiter | None, Any]] = []
+            ts = max(int(time.time() * 1000), cell.ts)
+            base = cell.seq
+            if payloads is None:  # the first run: the whole batch
+                payloads, lines = _journal_lines(kind, batch, base + 1, ts)
+                end = count
+            else:
+                lines = []
+                end = start
+                while end < count:
+                    payload = payloads[end]
+                    if type(payload) is bytes:
+                        if len(lines) == window:
+                            break
+                        lines.append((base + len(lines) + 1, ts, payload))
+                    end += 1
+            failed: MnemexError | None = None
+            if lines:
+                try:
+                    cell.store.append(lines)
+                except MnemexError as exc:
+                    log.error("%s: journal write failed: %s", cell.name, exc)
+                    failed = exc
+            kept = 0
+            kept_bytes = 0
+            was_cut = False
+            replies: list[_Reply] = []
             effects: list[tuple[Effect, _Waiter | None]] = []
             crashed = False
-            ts = max(int(time.time() * 1000), cell.ts)
             index = start
-            for index in range(start, len(batch)):
+            while index < end:
                 envelope = batch[index]
+                payload = payloads[index]
+                index += 1
                 command = envelope.command
                 if isinstance(command, _Control):
                     control = command
@@ -738,27 +815,48 @@ class Runtime:
                     sub, command = command.subscription, command.command
                     if command is None:
                         self._add_subscriber(cell, sub)
-                        replies.append((envelope.waiter, None))
+                        replies.append((envelope.waiter, None, None))
                         continue
-                turn = take_turn(kind, behaviour, command)
+                if isinstance(payload, bytes):
+                    if failed is not None:  # its line could not be written: it is never applied
+                        replies.append((envelope.waiter, failed, None))
+                        continue
+                    turn = take_turn(kind, behaviour, command, payload)
+                    if turn.payload is None:
+                        # refused, unchanged or crashed: its line comes off the journal, with
+                        # the lines of the commands after it, which get new ones
+                        self._cut_ahead(cell, base + kept)
+                        end = index
+                        was_cut = True
+                    else:
+                        kept += 1
+                        kept_bytes += len(payload)
+                elif payload is None:
+                    turn = take_turn(kind, behaviour, command, None)
+                else:
+                    turn = payload  # refused: it cannot be journaled
+                waiter = envelope.waiter
+                again = envelope if waiter is not None and sub is None else None
                 if turn.refused:
-                    replies.append((envelope.waiter, turn.reply))
+                    replies.append((waiter, turn.reply, again))
                     if envelope.waiter is None:
                         log.info("%s: told %s failed: %s", cell.name, type(command).__name__, turn.reply)
                     continue
                 if turn.crash is not None:
-                    exc = turn.crash
+                    bug = turn.crash
                     self._stats["crashes"] += 1
-                    log.error("%s: handler crashed on %s", cell.name, type(command).__name__, exc_info=exc)
-                    error = ActorCrashed(f"{cell.name} crashed handling {type(command).__name__}: {exc!r}; "
+                    log.error("%s: handler crashed on %s", cell.name, type(command).__name__, exc_info=bug)
+                    error = ActorCrashed(f"{cell.name} crashed handling {type(command).__name__}: {bug!r}; "
                                          f"it was reloaded from its last accepted state")
-                    error.__cause__ = exc
-                    replies.append((envelope.waiter, error))
+                    error.__cause__ = bug
+                    replies.append((envelope.waiter, error, None))
+                    if not was_cut and failed is None and kept < len(lines):
+                        self._cut_ahead(cell, base + kept)  # lines of commands not handled yet
+                    end = index
                     crashed = True
                     break
                 if sub is not None:
                     self._add_subscriber(cell, sub)
-                waiter = envelope.waiter
                 out = turn.reply
                 if turn.effects:
                     answering = turn.answering
@@ -769,26 +867,19 @@ class Runtime:
                         effects.append((effect, waiter if effect is answering else None))
                     if answering is not None:
                         waiter = None  # the answering effect carries the caller on
-                payload = turn.payload
-                if payload is not None:
-                    cell.seq += 1
-                    lines.append((cell.seq, ts, payload))
-                replies.append((waiter, out))
-            start = index + 1
-            if lines:
-                try:
-                    cell.store.append(lines)
-                except MnemexError as exc:
-                    log.error("%s: journal write failed: %s", cell.name, exc)
-                    cell.seq -= len(lines)
-                    replies = [(waiter, exc) for waiter, _ in replies]
-                    effects = []
-                    crashed = True
+                    replies.append((waiter, out, None))
+                elif turn.payload is None:
+                    replies.append((waiter, out, again))
                 else:
-                    cell.written += 1
-                    cell.ts = ts
-                    cell.journal_bytes += sum(len(line[2]) for line in lines)
-            self._release(cell, replies, durable_needed=bool(lines))
+                    replies.append((waiter, out, None))
+            start = end
+            if kept:
+                cell.seq = base + kept
+                cell.written += 1
+                cell.ts = ts
+                cell.journal_bytes += kept_bytes
+            window = 1 if was_cut else min(window * 2, count)
+            self._release(cell, replies, durable_needed=kept > 0)
             for effect, waiter in effects:
                 await self._perform(cell, effect, waiter)
             if crashed:
@@ -796,28 +887,95 @@ class Runtime:
                     await self._reload(cell)
                 except _Quarantined:
                     error = ActorCrashed(f"{cell.name} is down: {cell.crash!r}")
-                    _resolve_all([(envelope.waiter, error) for envelope in batch[start:]], None)
+                    for envelope in batch[start:]:
+                        if envelope.waiter is not None:
+                            envelope.waiter.resolve(error)
                     raise
         return control
 
-    def _release(self, cell: _Cell, replies: list[tuple[_Waiter | None, Any]], durable_needed: bool) -> None:
+    def _cut_ahead(self, cell: _Cell, seq: int) -> None:
+        """Take the lines written ahead after ``seq`` off the journal. If that fails,
+        the store refuses writes until it is recovered, which the next run sees."""
+        try:
+            cell.store.cut_after(seq)
+        except MnemexError as exc:
+            log.error("%s: lines written ahead of commands it did not accept could not be cut: %s",
+                      cell.name, exc)
+
+    def _release(self, cell: _Cell, replies: list[_Reply], durable_needed: bool) -> None:
         if not replies:
             return
         policy = "never" if cell.in_memory else self.config.storage.fsync
-        if policy == "never" or (not durable_needed and cell.written <= cell.synced):
-            _resolve_all(replies, None)
-            if policy == "never":
-                cell.synced = cell.written
+        if policy == "never":
+            cell.synced = cell.written
+            cell.durable_seq = cell.seq
+            _answer(replies)
             return
+        if not durable_needed and cell.written <= cell.synced:
+            _answer(replies)
+            return
+        seq = cell.seq
 
         def release(error: BaseException | None) -> None:
-            _resolve_all(replies, error)
+            if error is None and not cell.diverged:
+                cell.durable_seq = max(cell.durable_seq, seq)
+                _answer(replies)
+            else:
+                self._answer_undurable(cell, replies, error)
 
+        self._when_durable(cell, release, policy)
+
+    def _when_durable(self, cell: _Cell, release: Callable[[BaseException | None], None],
+                      policy: str) -> None:
+        """Call ``release`` once everything ``cell`` has written is durable (with None)
+        or could not be made so (with the error)."""
         if policy == "batch":
             self._committer.submit(cell, release)
         else:  # "always": this actor's own fsync, before its next batch
             cell.acks.append((cell.written, release))
             self._nursery.start_soon(self._sync_now, cell, cell.written)
+
+    def _answer_undurable(self, cell: _Cell, replies: list[_Reply], error: BaseException | None) -> None:
+        """Replies computed on a state holding a write whose line did not become
+        durable: that write and the ones after it are answered StorageError (they
+        are undone by a reload, see _recover_diverged); a read, or a command that
+        changed nothing, is handled again once the actor is back at its durable
+        state (unless the actor is stopping)."""
+        cell.diverged = True
+        if error is None:
+            error = StorageError(f"{cell.name}: not stored: an earlier journal write of this actor did not "
+                                 f"become durable, so this one, made after it, is dropped with it")
+        requeued = False
+        for waiter, _value, again in replies:
+            if waiter is None:
+                continue
+            if again is not None and cell.state is _RUNNING:
+                if cell.redo is None:
+                    cell.redo = deque()
+                cell.redo.append(again)
+                requeued = True
+            else:
+                waiter.resolve(error)
+        if requeued and not cell.active:
+            self._activate(cell)
+
+    async def _recover_diverged(self, cell: _Cell, rest: list[_Envelope]) -> None:
+        """Go back to the durable state: after an fsync failed, the behaviour holds
+        writes whose lines may be lost (and ones made after them). It cannot take
+        them back, so every write not known durable is answered StorageError, the
+        journal is cut after the last durable line (so neither this reload nor a
+        restart replays a write that was answered an error) and the actor is
+        rebuilt from its store; ``rest`` (not handled yet) and the reads waiting
+        for those writes are handled afterwards. The one path that reloads on a
+        storage fault, and it runs only when an fsync failed: a write that merely
+        could not be written changed nothing (see _process)."""
+        cell.diverged = True
+        await self._flush(cell)
+        if rest:
+            if cell.redo is None:
+                cell.redo = deque()
+            cell.redo.extend(rest)
+        await self._reload(cell)
 
     async def _sync_now(self, cell: _Cell, mark: int) -> None:
         release_through(cell, mark, await self._sync_error(cell))
@@ -833,22 +991,31 @@ class Runtime:
         return None
 
     async def _reload(self, cell: _Cell) -> None:
-        """After a crash or a failed write: rebuild the behaviour from the store, so
-        the actor keeps exactly its last accepted state."""
+        """After a crash or a write that did not become durable: rebuild the
+        behaviour from the store, so the actor keeps exactly its last accepted
+        state (its journal is first cut after the last durable line, if a write
+        after it failed)."""
         await self._flush(cell)
+        must_cut = cell.diverged or cell.store.needs_recovery
         cell.behaviour = None
         try:
+            if must_cut:
+                await self._in_thread(cell, cell.store.cut_after, cell.durable_seq)
             await self._restore(cell)
         except Exception as exc:
-            log.exception("%s: reload after a crash failed", cell.name)
-            self._quarantine(cell, exc, "could not be reloaded after a crash")
+            log.exception("%s: reload failed", cell.name)
+            self._quarantine(cell, exc, "could not be reloaded from its store")
+        cell.synced = cell.written
+        cell.diverged = False
 
     async def _flush(self, cell: _Cell) -> None:
         """Make everything written durable and release every pending reply (our own
-        fsync covers every write made so far, whichever group commit is in flight)."""
+        fsync covers every write made so far, whichever group commit is in flight).
+        Once a write failed to become durable, the rest fail without an fsync."""
         if cell.written <= cell.synced:
             return
-        release_through(cell, cell.written, await self._sync_error(cell))
+        error = None if cell.diverged else await self._sync_error(cell)
+        release_through(cell, cell.written, error)
 
     async def _perform(self, cell: _Cell, effect: Effect, waiter: _Waiter | None) -> None:
         """Carry out one effect; ``waiter`` is the caller an answering effect
@@ -941,7 +1108,7 @@ class Runtime:
 
     # -- snapshots ---------------------------------------------------------------
     def _maybe_snapshot(self, cell: _Cell) -> None:
-        if cell.snapshot_done is not None or cell.seq == cell.snap_seq:
+        if cell.snapshot_done is not None or cell.seq == cell.snap_seq or cell.diverged:
             return
         cfg = self.config
         # Enough commands, and a journal grown to a share of the last snapshot: a
@@ -958,6 +1125,12 @@ class Runtime:
     async def _snapshot_beside(self, cell: _Cell, data: SnapshotData, seq: int, ts: int,
                                journal_bytes: int) -> None:
         try:
+            # a snapshot holds what the state holds: written only once all of that is
+            # durable, it never keeps a write whose line then failed its fsync
+            if not await self._until_durable(cell):
+                log.error("%s: snapshot at seq %d not written: a journal write before it did not become "
+                          "durable", cell.name, seq)
+                return
             size = await self._in_thread(cell, _write_snapshot, cell.store, data, seq, ts,
                                          limiter=self._store_threads)
         except Exception as exc:
@@ -971,6 +1144,23 @@ class Runtime:
             done, cell.snapshot_done = cell.snapshot_done, None
             assert done is not None
             done.set()
+
+    async def _until_durable(self, cell: _Cell) -> bool:
+        """Wait until everything ``cell`` has written so far is durable; False if
+        some of it could not be made so."""
+        policy = "never" if cell.in_memory else self.config.storage.fsync
+        if policy == "never" or cell.written <= cell.synced:
+            return not cell.diverged
+        done = trio.Event()
+        outcome: list[bool] = []
+
+        def release(error: BaseException | None) -> None:
+            outcome.append(error is None and not cell.diverged)
+            done.set()
+
+        self._when_durable(cell, release, policy)
+        await done.wait()
+        return outcome[0]
 
     async def _in_thread(self, cell: _Cell, fn: Callable[..., Any], *args: Any,
                          limiter: trio.CapacityLimiter | None = None) -> Any:
@@ -990,7 +1180,19 @@ class Runtime:
         if cell.snapshot_done is not None:  # the one beside the actor finishes first
             await cell.snapshot_done.wait()
         tally = self._shutdown
-        if cell.seq != cell.snap_seq and cell.behaviour is not None:
+        if cell.diverged or cell.store.needs_recovery:
+            # the state holds writes that were answered StorageError: no snapshot of it;
+            # the journal, cut after its last durable line, holds what was acknowledged
+            what = "not snapshotted: a journal write did not become durable"
+            try:
+                await self._in_thread(cell, cell.store.cut_after, cell.durable_seq)
+            except Exception as exc:
+                what += f", and cutting the journal after its last durable line failed: {exc}"
+            if tally is None:
+                log.error("%s: %s", cell.name, what)
+            else:
+                tally.failed.append((cell.name, what))
+        elif cell.seq != cell.snap_seq and cell.behaviour is not None:
             try:
                 cell.snap_bytes = await self._in_thread(cell, _write_snapshot, cell.store,
                                                         cell.behaviour.snapshot(), cell.seq, cell.ts,
@@ -1105,10 +1307,41 @@ class Runtime:
         return self.shutdown_report
 
 
-def _resolve_all(replies: list[tuple[_Waiter | None, Any]], error: BaseException | None) -> None:
-    for waiter, value in replies:
+_Reply = tuple[_Waiter | None, Any, _Envelope | None]
+"""(who to answer, the answer, the envelope to handle again should the state it was
+computed on turn out not durable: a read's, or None)."""
+
+
+def _answer(replies: list[_Reply]) -> None:
+    for waiter, value, _again in replies:
         if waiter is not None:
-            waiter.resolve(value if error is None else error)
+            waiter.resolve(value)
+
+
+def _journal_lines(kind: ActorKind, batch: list[_Envelope], seq: int, ts: int) -> tuple[
+        list[bytes | TurnResult | None], list[tuple[int, int, bytes]]]:
+    """The journal payload of each message's command (see encode_turn), and the
+    lines of the journaled ones, numbered from ``seq``."""
+    is_journaled, encode = kind.is_journaled, kind.encode
+    payloads: list[bytes | TurnResult | None] = []
+    lines: list[tuple[int, int, bytes]] = []
+    for envelope in batch:
+        command = envelope.command
+        if type(command) is _Subscribe:
+            command = command.command
+        if command is None or type(command) is _Control:
+            payloads.append(None)
+            continue
+        try:
+            payload = encode(command) if is_journaled(command) else None
+        except Exception:
+            payloads.append(encode_turn(kind, command))  # the refusal, or what it raises
+            continue
+        if payload is not None:
+            lines.append((seq, ts, payload))
+            seq += 1
+        payloads.append(payload)
+    return payloads, lines
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:

@@ -7,11 +7,13 @@ snapshot as record lines. It never learns what a memory or a conversation is.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from mnemex.effects import Behaviour, Image, Key
+from mnemex.errors import MnemexError
 
 __all__ = ["ActorKind", "handle_each"]
 
@@ -20,10 +22,23 @@ def _always(command: Any) -> bool:
     return True
 
 
+log = logging.getLogger("mnemex.runtime")
+
+
 def handle_each(behaviour: Behaviour, commands: Iterable[Any]) -> None:
-    """Replay journaled commands by handling them one by one (the default)."""
+    """Replay journaled commands by handling them one by one (the default).
+
+    A command the behaviour refuses is skipped, as it was when it arrived: the
+    kernel writes a command's line before handling it, and a process killed in
+    between leaves the line of a command that was never answered, which may be one
+    the handler refuses (the handler, deterministic, refuses it again and changes
+    nothing). A kind with its own ``replay`` must do the same."""
     for command in commands:
-        behaviour.handle(command)
+        try:
+            behaviour.handle(command)
+        except MnemexError as exc:
+            log.warning("replay: %s refused, as it would have been when it arrived: %s",
+                        type(command).__name__, exc)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,10 +6,11 @@ acts: it journals ``payload``, answers the caller, performs ``effects``, and on 
 ``crash`` rebuilds the behaviour from its store.
 
 Order matters and is fixed here: a journaled command is encoded *before* the
-handler runs, so a command that cannot be journaled (one carrying a value JSON has
-no form for, say) is refused with InvalidInput without touching the state; and a
-handler that raises a MnemexError has changed nothing (behaviours validate before
-they mutate), so nothing is journaled and no effect is done.
+handler runs (``encode_turn``), so a command that cannot be journaled (one carrying
+a value JSON has no form for, say) is refused with InvalidInput without touching the
+state, and the kernel can write the line before the handler applies the command;
+and a handler that raises a MnemexError has changed nothing (behaviours validate
+before they mutate), so nothing is journaled and no effect is done.
 """
 
 from __future__ import annotations
@@ -20,9 +21,16 @@ from mnemex.effects import Behaviour, Effect, Forward, Job, Step
 from mnemex.errors import InvalidInput, MnemexError
 from mnemex.kernel._kind import ActorKind
 
-__all__ = ["TurnResult", "take_turn"]
+__all__ = ["TurnResult", "encode_turn", "take_turn"]
 
 _NO_EFFECTS: Final[tuple[Effect, ...]] = ()
+
+
+class _Encode:
+    """take_turn's default payload: encode the command itself."""
+
+
+_ENCODE: Final = _Encode()
 
 
 class TurnResult:
@@ -53,16 +61,28 @@ class TurnResult:
         self.crash = crash
 
 
-def take_turn(kind: ActorKind, behaviour: Behaviour, command: Any) -> TurnResult:
-    """Handle ``command`` with ``behaviour`` of ``kind``; never raises for what the
-    handler does (a MnemexError is the reply, anything else a ``crash``)."""
+def encode_turn(kind: ActorKind, command: Any) -> bytes | TurnResult | None:
+    """The journal payload ``command`` gets if the handler accepts it, None for a
+    command that is never journaled (a read), or the refusal (a TurnResult) of a
+    command that cannot be journaled."""
     try:
-        journaled = kind.is_journaled(command)
-        payload = kind.encode(command) if journaled else None
+        return kind.encode(command) if kind.is_journaled(command) else None
     except MnemexError as exc:
         return TurnResult(exc, refused=True)
     except (TypeError, ValueError, OverflowError) as exc:  # the command's fault, not the behaviour's
         return TurnResult(InvalidInput(f"{type(command).__name__} cannot be journaled: {exc}"), refused=True)
+
+
+def take_turn(kind: ActorKind, behaviour: Behaviour, command: Any,
+              payload: bytes | _Encode | None = _ENCODE) -> TurnResult:
+    """Handle ``command`` with ``behaviour`` of ``kind``; never raises for what the
+    handler does (a MnemexError is the reply, anything else a ``crash``). ``payload``
+    is what ``encode_turn`` gave, when the caller encoded the command already."""
+    if isinstance(payload, _Encode):
+        encoded = encode_turn(kind, command)
+        if isinstance(encoded, TurnResult):
+            return encoded
+        payload = encoded
     try:
         out = behaviour.handle(command)
     except MnemexError as exc:

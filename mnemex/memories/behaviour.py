@@ -50,7 +50,7 @@ from mnemex._protocol import JsonCodec
 from mnemex._time import check_seconds
 from mnemex.config import Config
 from mnemex.effects import Image, Job, JobResult, Key, SnapshotData, Step
-from mnemex.errors import CorruptData, EmbedderError, InvalidInput, NotFound, TooLarge
+from mnemex.errors import CorruptData, EmbedderError, InvalidInput, MnemexError, NotFound, TooLarge
 from mnemex.index import (
     BM25Index,
     EntityIndex,
@@ -450,19 +450,25 @@ class ScopeMemory:
         """Apply journaled commands in order, as ``handle`` would one by one, to the
         same state; the memories of a run of Remember and AddSession commands are
         indexed together at the run's end (one pass per index, one vector insert),
-        which is what makes recovering a long journal fast."""
+        which is what makes recovering a long journal fast. A command refused is
+        skipped, as ``handle`` refuses it (see ``mnemex.kernel.handle_each``)."""
         placed: list[tuple[int, MemoryRecord]] = []
         vectors: list[tuple[int, bytes]] = []
         for command in commands:
-            if isinstance(command, AddSession):
-                _check_session_memories(command.session_id, command.memories)
-            elif not isinstance(command, Remember):
-                self._index_many(placed)
-                self._add_vectors(vectors)
-                placed, vectors = [], []
-                self.handle(command)
+            try:
+                if isinstance(command, AddSession):
+                    _check_session_memories(command.session_id, command.memories)
+                elif not isinstance(command, Remember):
+                    self._index_many(placed)
+                    self._add_vectors(vectors)
+                    placed, vectors = [], []
+                    self.handle(command)
+                    continue
+                accepted = self._accept(command.memories, command.embedder, command.dim, command.now)
+            except MnemexError as exc:
+                log.warning("scope %s: replay: %s refused, as it would have been when it arrived: %s",
+                            self._name, type(command).__name__, exc)
                 continue
-            accepted = self._accept(command.memories, command.embedder, command.dim, command.now)
             placed += accepted[2]
             vectors += accepted[3]
         self._index_many(placed)

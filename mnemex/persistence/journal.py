@@ -45,6 +45,7 @@ __all__ = [
     "audit_journal",
     "cut_offset",
     "encode_entries",
+    "encode_lines",
     "entry_crc",
     "list_archives",
     "read_journal",
@@ -107,7 +108,12 @@ def _check_int(value: object, what: str, minimum: int) -> int:
 
 
 def encode_entries(entries: Sequence[tuple[int, int, bytes]]) -> bytes:
-    """The journal lines for ``entries`` (``(seq, ts_ms, payload)``), joined.
+    """The journal lines for ``entries`` (``(seq, ts_ms, payload)``), joined (see encode_lines)."""
+    return b"".join(encode_lines(entries))
+
+
+def encode_lines(entries: Sequence[tuple[int, int, bytes]]) -> list[bytes]:
+    """The journal line of each of ``entries`` (``(seq, ts_ms, payload)``), newline included.
 
     seq must grow by exactly one from entry to entry; ts is epoch milliseconds
     (>= 0); payload is non-empty compact JSON without a newline (it is written
@@ -129,7 +135,7 @@ def encode_entries(entries: Sequence[tuple[int, int, bytes]]) -> bytes:
                                f"without a newline; got {payload[:60]!r}", field="payload")
         crc = zlib.crc32(payload, zlib.crc32(b"%d:%d:" % (seq, ts)))
         lines.append(dumps({"seq": seq, "ts": ts, "crc": crc, "cmd": fragment(payload)}, option=newline))
-    return b"".join(lines)
+    return lines
 
 
 def _parse_line(line: bytes) -> JournalEntry | str:

@@ -10,6 +10,7 @@ Both are plain blocking code: the runtime calls them from worker threads, and
 from __future__ import annotations
 
 import abc
+import itertools
 import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -34,6 +35,7 @@ from mnemex.persistence.journal import (
     cut_offset,
     cut_tail,
     encode_entries,
+    encode_lines,
     list_archives,
     read_journal,
     scan_journal,
@@ -134,8 +136,25 @@ class ActorStore(abc.ABC):
         of the batch remains and StorageError is raised."""
 
     @abc.abstractmethod
+    def cut_after(self, seq: int) -> None:
+        """Remove every journal line after ``seq``: lines an actor wrote ahead of
+        handling commands it then refused, or lines whose fsync failed. Only lines
+        nobody was told are durable may be cut, and ``seq`` must not be older than
+        the newest snapshot. Cheap when the lines cut are all from the latest
+        append. Raises StorageError if the journal cannot be cut; the store then
+        refuses writes (``needs_recovery``) and ``recover()`` cuts it."""
+
+    @property
+    @abc.abstractmethod
+    def needs_recovery(self) -> bool:
+        """True when the store refuses writes until ``recover()`` runs: an fsync
+        failed (lines written since the last good one may be lost) or a failed
+        write or cut left bytes it could not remove."""
+
+    @abc.abstractmethod
     def sync(self) -> None:
-        """Make every appended line durable (fsync)."""
+        """Make every appended line durable (fsync). After it raises, every later
+        append and sync raises too, until ``recover()``."""
 
     @abc.abstractmethod
     def write_snapshot(self, seq: int, ts: int, records: Iterable[bytes], *, created: int,
@@ -185,14 +204,26 @@ class FileStore(ActorStore):
         self._file: OpenFile | None = None  # the journal's descriptor, which _files may close
         # _lock guards the journal's descriptor (used only while it is held: _files
         # closes it only when it can take this lock) and what describes the journal:
-        # _size, _dirty, _last_seq, _broken, _unsynced. Held only for short writes,
-        # plus the final swap of a journal cut.
+        # _size, _dirty, _last_seq, _last_lines, _broken, _cut_pending, _cuts,
+        # _unsynced. Held only for short writes and cuts, plus the final swap of a
+        # journal cut.
         self._lock = threading.Lock()
         self._snapshot_lock = threading.Lock()  # one snapshot / recovery at a time
+        # One fsync at a time: a writeback error is reported once per file, so two at
+        # once could see the later one succeed while the earlier one's lines failed.
+        self._sync_lock = threading.Lock()
         self._size = 0  # bytes in the journal, while its descriptor is open
         self._dirty = False  # lines appended since the last sync() began
         self._last_seq: int | None = None
+        # the latest append: its first seq and where each of its lines ends (bytes
+        # from its start), so cut_after can take lines off it without reading the file
+        self._last_lines: tuple[int, list[int]] | None = None
         self._broken: str | None = None
+        self._cut_pending: int | None = None  # a cut that failed: recover() makes it
+        self._cuts = 0  # journal lines cut so far; a journal cut under way starts over
+        # what this store's appends created (folders, key manifest, journal): removed again
+        # when a cut leaves nothing else, so an actor whose every line was cut leaves nothing
+        self._created: list[Path] = []
         self._unsynced: list[Path] = []  # new files and folders whose entries are not yet durable
 
     # -- reading ---------------------------------------------------------------
@@ -215,6 +246,13 @@ class FileStore(ActorStore):
         header, records = loaded if loaded is not None else (None, [])
         after = header.seq if header is not None else 0
         with self._lock:
+            pending = self._cut_pending
+            if pending is not None:
+                try:
+                    self._cut_now(pending, durable=True)
+                except OSError as exc:
+                    raise StorageError(f"could not cut journal {self._journal} after seq {pending}, as a "
+                                       f"failed write needs: {describe_os_error(exc)}") from exc
             scan = read_journal(self._journal, repair=False)
             if scan.is_torn:
                 cut_tail(self._journal, scan)
@@ -276,6 +314,7 @@ class FileStore(ActorStore):
         tmp = manifest.with_name(KEY_MANIFEST + ".tmp")
         tmp.write_bytes(orjson.dumps({"kind": self.kind, "key": list(self.key)}))
         os.replace(tmp, manifest)
+        self._created.extend([*created, manifest])
         # Made durable by the next sync() (off the caller's thread), not here.
         self._unsynced.extend([manifest, self.path, *(folder.parent for folder in created)])
 
@@ -307,13 +346,17 @@ class FileStore(ActorStore):
             raise
         if not existed:
             self._unsynced.append(self.path)
+            self._created.append(self._journal)
         self._size = size
         return fd
 
     def append(self, entries: Sequence[tuple[int, int, bytes]]) -> None:
         if not entries:
             return
-        data = encode_entries(entries)
+        lines = encode_lines(entries)
+        ends = list(itertools.accumulate(map(len, lines)))
+        data = b"".join(lines)
+        del lines
         first, last = entries[0][0], entries[-1][0]
         with self._lock:
             if self._broken is not None:
@@ -333,6 +376,7 @@ class FileStore(ActorStore):
                 raise self._undo_append(fd, before, len(entries), exc) from exc
             self._size = before + len(data)
             self._last_seq = last
+            self._last_lines = (first, ends)
             self._dirty = True
 
     def _undo_append(self, fd: int, before: int, count: int, exc: OSError) -> StorageError:
@@ -348,6 +392,10 @@ class FileStore(ActorStore):
         return StorageError(f"{what}; none of them was kept (the file is back at {before:,} bytes)")
 
     def sync(self) -> None:
+        with self._sync_lock:
+            self._sync()
+
+    def _sync(self) -> None:
         fd: int | None = None
         try:
             with self._lock:
@@ -379,6 +427,85 @@ class FileStore(ActorStore):
             if fd is not None:
                 os.close(fd)
 
+    @property
+    def needs_recovery(self) -> bool:
+        return self._broken is not None
+
+    def cut_after(self, seq: int) -> None:
+        with self._lock:
+            try:
+                self._cut_now(seq, durable=False)
+            except OSError as exc:
+                self._broken = (f"could not cut journal {self._journal} after seq {seq}: "
+                                f"{describe_os_error(exc)}; it refuses writes until the actor is reloaded "
+                                f"(recover() cuts it)")
+                if self._cut_pending is None or seq < self._cut_pending:
+                    self._cut_pending = seq
+                raise StorageError(self._broken) from exc
+
+    def _cut_now(self, seq: int, *, durable: bool) -> None:
+        """Truncate the journal after line ``seq`` (call with _lock held); with
+        ``durable``, fsync it even if there was nothing to cut. Raises OSError."""
+        last = self._last_seq
+        beyond = last is not None and seq >= last  # no line after seq
+        if beyond and not durable:
+            self._cut_pending = None
+            return
+        fd = self._journal_fd()
+        if not beyond:
+            lines = self._last_lines
+            left: tuple[int, list[int]] | None = None
+            if lines is not None and lines[0] - 1 <= seq:
+                # the lines cut are the tail of the latest append: no need to read the file
+                first, ends = lines
+                keep = seq - first + 1
+                size = self._size - (ends[-1] - (ends[keep - 1] if keep else 0))
+                left = (first, ends[:keep]) if keep else None
+                kept = seq
+            else:
+                with open(self._journal, "rb") as reader:
+                    size, _first, found = cut_offset(reader.read(self._size), seq)
+                kept = seq if found is None else found
+            if size != self._size:
+                os.ftruncate(fd, size)
+                self._size = size
+                self._cuts += 1
+                self._dirty = True  # the next sync makes the cut durable
+            self._last_lines = left
+            self._last_seq = kept
+            if size == 0 and self._created and self._remove_created():
+                self._cut_pending = None
+                return
+        if durable:
+            os.fdatasync(fd)
+        self._cut_pending = None
+
+    def _remove_created(self) -> bool:
+        """Remove the journal, key manifest and folders this store's appends created,
+        if the actor's folder holds nothing else (call with _lock held): a command
+        whose line was written ahead and cut again leaves no trace. True if removed."""
+        ours = {path.name for path in self._created if path.parent == self.path}
+        try:
+            if not set(os.listdir(self.path)) <= ours:
+                return False
+        except OSError:
+            return False
+        self._files.discard(self)  # closes the journal's descriptor
+        self._file = None
+        self._size = 0
+        for path in reversed(self._created):  # the journal, the manifest, then folders bottom up
+            try:
+                if path.is_dir():
+                    path.rmdir()
+                else:
+                    path.unlink()
+            except OSError:
+                pass  # a folder another actor now uses, say
+        self._created = []
+        self._unsynced = []
+        self._dirty = False
+        return True
+
     def synced_by_fs(self) -> None:
         """Record that a filesystem-wide sync (DataDir.syncfs) made every line and
         folder written so far durable; raises StorageError if this journal refused
@@ -404,7 +531,8 @@ class FileStore(ActorStore):
         with self._lock:
             self._files.discard(self)
             self._file = None
-            self._broken = None
+            if self._cut_pending is None:
+                self._broken = None
             self._size = 0
 
     # -- snapshots -------------------------------------------------------------
@@ -457,6 +585,7 @@ class FileStore(ActorStore):
         with reader:
             with self._lock:
                 copied = self._journal_size(reader)
+                cuts = self._cuts
             data = reader.read(copied)
             offset, first, last = cut_offset(data, seq)
             if first is None or last is None:
@@ -473,12 +602,19 @@ class FileStore(ActorStore):
                 for _round in range(4):
                     with self._lock:
                         now = self._journal_size(reader)
+                        if self._cuts != cuts:
+                            return  # lines copied were cut since (see below)
                     if now - copied < 65_536:
                         break
                     size += write_all(fd, (reader.read(now - copied),))
                     copied = now
                 os.fsync(fd)
                 with self._lock:
+                    if self._cuts != cuts:
+                        # cut_after took lines off the end of the journal after they were
+                        # copied: leave the journal whole (the next snapshot cuts it; lines
+                        # a snapshot covers are skipped when it is replayed)
+                        return
                     now = self._journal_size(reader)
                     if now > copied:
                         size += write_all(fd, (reader.read(now - copied),))
@@ -540,6 +676,7 @@ class MemoryStore(ActorStore):
         self._journal = bytearray()
         self._snapshot: tuple[int, bytes, dict[str, bytes]] | None = None
         self._last_seq: int | None = None
+        self._last_append = (0, 1)  # (offset, first seq) of the latest append
 
     @property
     def _where(self) -> str:
@@ -576,6 +713,24 @@ class MemoryStore(ActorStore):
                                    f"{self._last_seq}; journal seqs must be consecutive", field="seq")
             self._journal += data
             self._last_seq = entries[-1][0]
+            self._last_append = (len(self._journal) - len(data), entries[0][0])
+
+    @property
+    def needs_recovery(self) -> bool:
+        return False
+
+    def cut_after(self, seq: int) -> None:
+        with self._lock:
+            if self._last_seq is not None and seq >= self._last_seq:
+                return
+            start, first = self._last_append
+            if first - 1 <= seq:  # within the latest append: read only that
+                offset = start + cut_offset(bytes(self._journal[start:]), seq)[0]
+            else:
+                offset = cut_offset(bytes(self._journal), seq)[0]
+            del self._journal[offset:]
+            self._last_seq = seq
+            self._last_append = (len(self._journal), seq + 1)
 
     def sync(self) -> None:
         return None
@@ -594,6 +749,8 @@ class MemoryStore(ActorStore):
             self._snapshot = (seq, data, blobs)
             offset, _first, _last = cut_offset(bytes(self._journal), seq)
             del self._journal[:offset]
+            start, first = self._last_append
+            self._last_append = (max(0, start - offset), first)
             if self._last_seq is not None and seq > self._last_seq:
                 self._last_seq = seq
         return len(data) - len(header_line)

@@ -23,7 +23,7 @@ from mnemex.errors import CorruptData, InvalidInput, StorageError
 from mnemex.persistence import ActorStore, FileStore, MemoryStore, Recovered
 from mnemex.persistence import store as store_module
 from mnemex.persistence._files import write_atomic
-from mnemex.persistence.journal import scan_journal
+from mnemex.persistence.journal import encode_entries, scan_journal
 
 KEY = ("chat", "alice")
 T0 = 1_700_000_000_000
@@ -189,6 +189,29 @@ def test_a_closed_store_can_be_used_again(open_store: OpenStore) -> None:
     assert open_store().recover().last_seq == 2
 
 
+def test_lines_cut_off_the_end_are_gone_and_their_seqs_are_written_again(open_store: OpenStore) -> None:
+    store = open_store()
+    store.append(entries(1, 3))
+    store.append(entries(4, 7))
+    store.cut_after(5)  # within the latest append
+    store.cut_after(5)  # nothing more to cut
+    store.append(entries(6, 6))
+    store.cut_after(2)  # back past the latest append
+    store.append(entries(3, 4))
+    store.sync()
+    assert not store.needs_recovery
+    assert state(open_store().recover()) == [1, 2, 3, 4]
+
+
+def test_a_cut_after_a_snapshot_keeps_what_the_snapshot_covers(open_store: OpenStore) -> None:
+    store = open_store()
+    store.append(entries(1, 6))
+    snapshot(store, 4)
+    store.cut_after(4)
+    store.append(entries(5, 5))
+    assert state(open_store().recover()) == [1, 2, 3, 4, 5]
+
+
 # -- a model-based check of both stores ------------------------------------------------
 
 
@@ -223,6 +246,12 @@ class StoreMachine(RuleBasedStateMachine):
             return
         snapshot(self.store, seq)
         self.snapshotted = seq
+
+    @rule(back=st.integers(0, 4))
+    def cut(self, back: int) -> None:
+        seq = max(self.snapshotted, self.applied - back)
+        self.store.cut_after(seq)
+        self.applied = seq
 
     @rule()
     def restart(self) -> None:
@@ -494,6 +523,88 @@ def test_a_failed_fsync_is_a_storage_error_and_stops_writes(
     store.append(entries(2, 2))
     store.sync()
     store.close()
+
+
+def test_a_cut_that_fails_refuses_writes_until_recover_makes_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = FileStore(tmp_path, "counter", KEY)
+    store.append(entries(1, 3))
+
+    def no_truncate(fd: int, size: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "ftruncate", no_truncate)
+    with pytest.raises(StorageError, match=r"could not cut journal .* after seq 1: Input/output error"):
+        store.cut_after(1)
+    assert store.needs_recovery
+    with pytest.raises(StorageError, match="refuses writes"):
+        store.append(entries(2, 2))
+    store.close()  # a closed store still owes the cut
+    assert store.needs_recovery
+    monkeypatch.undo()
+    assert store.recover().last_seq == 1
+    assert not store.needs_recovery
+    store.append(entries(2, 2))
+    store.close()
+    assert state(FileStore(tmp_path, "counter", KEY).recover()) == [1, 2]
+
+
+def test_cutting_every_line_of_a_new_actor_leaves_nothing_on_disk(tmp_path: Path) -> None:
+    # what the kernel does for a first command that changed nothing: its line was written ahead
+    store = FileStore(tmp_path / "data", "counter", ("a.b", "c"))
+    store.append(entries(1, 2))
+    store.cut_after(0)
+    assert not (tmp_path / "data").exists()
+    assert not store.exists()
+    store.append(entries(1, 1))  # the next write creates them again
+    store.sync()
+    store.close()
+    assert state(FileStore(tmp_path / "data", "counter", ("a.b", "c")).recover()) == [1]
+
+
+def test_cutting_every_line_keeps_a_folder_with_anything_else_in_it(tmp_path: Path) -> None:
+    store = FileStore(tmp_path, "counter", KEY)
+    store.append(entries(1, 2))
+    snapshot(store, 2)
+    store.append(entries(3, 3))
+    store.cut_after(2)
+    assert store.exists() and (store.path / "journal.jsonl").exists()
+    store.close()
+    assert state(FileStore(tmp_path, "counter", KEY).recover()) == [1, 2]
+
+
+def test_a_cut_reads_the_file_when_the_lines_are_not_from_the_latest_append(tmp_path: Path) -> None:
+    store = FileStore(tmp_path, "counter", KEY)
+    store.append(entries(1, 5))
+    store.close()
+    again = FileStore(tmp_path, "counter", KEY)  # knows nothing of the lines written
+    again.cut_after(3)
+    again.append(entries(4, 4))
+    again.close()
+    assert (store.path / "journal.jsonl").read_bytes() == b"".join(
+        encode_entries([line]) for line in entries(1, 4))
+
+
+def test_lines_cut_while_the_journal_is_cut_do_not_come_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = FileStore(tmp_path, "counter", KEY)
+    store.append(entries(1, 8))
+    real_write_atomic = write_atomic
+
+    def archive_then_cut(path: Path, chunks: list[bytes], **kwargs: bool) -> int:
+        written = real_write_atomic(path, chunks, **kwargs)
+        store.cut_after(7)  # line 8 was read by the journal cut already
+        store.append(entries(8, 9))
+        return written
+
+    monkeypatch.setattr(store_module, "write_atomic", archive_then_cut)
+    snapshot(store, 5)
+    monkeypatch.undo()
+    store.append(entries(10, 10))
+    store.close()
+    assert state(FileStore(tmp_path, "counter", KEY).recover()) == list(range(1, 11))
+    snapshot(store, 10)  # the next snapshot cuts the journal
+    assert not scan_journal((store.path / "journal.jsonl").read_bytes(), "j").entries
 
 
 def test_a_failed_snapshot_write_leaves_the_previous_one_and_no_tmp(
