@@ -111,12 +111,11 @@ class Ranker:
     def fulltext_ranked(self, query: str, top_k: int,
                       allowed: Mask | None) -> list[Ranked]:
         ranked, fulltext = self._fulltext_candidates(query, top_k, allowed)
-        out = []
-        for doc, _ in ranked:
-            normalised, bm25, matched = fulltext.score_of(doc)
-            out.append((doc, normalised, {"fulltext": normalised, "bm25": round(bm25, 6),
-                                          "entities": float(matched)}))
-        return out
+        docs = [doc for doc, _ in ranked]
+        texts, bm25s = fulltext.scores(np.array(docs, dtype=np.int64))
+        return [(doc, normalised, {"fulltext": normalised, "bm25": round(bm25, 6),
+                                   "entities": float(fulltext.entity_hits.get(doc, 0))})
+                for doc, normalised, bm25 in zip(docs, texts.tolist(), bm25s.tolist(), strict=True)]
 
     def vector_ranked(self, query: F32, top_k: int, allowed: Mask | None) -> list[Ranked]:
         if self.vectors is None or not len(self.vectors):
@@ -206,15 +205,9 @@ class _FullText(NamedTuple):
     entity_hits: dict[int, int]
     ideal: float
 
-    def score_of(self, doc: int) -> tuple[float, float, int]:
-        """(normalised score, BM25, entity matches) of one doc."""
-        array = self.array
-        bm25 = float(array[doc]) if array is not None and doc < len(array) else 0.0
-        total = bm25 + self.boosts.get(doc, 0.0)
-        return (min(1.0, total / self.ideal) if self.ideal > 0 else 0.0), bm25, self.entity_hits.get(doc, 0)
-
     def scores(self, docs: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-        """(normalised scores, BM25 scores) of ``docs``, as score_of gives them."""
+        """(normalised scores, BM25 scores) of ``docs``: BM25 plus entity boosts over
+        the ideal score, at most 1 (0 when the ideal is 0)."""
         array = self.array
         bm25 = np.zeros(len(docs), dtype=np.float64)
         if array is not None:

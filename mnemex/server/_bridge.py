@@ -70,8 +70,6 @@ class Bridge:
         self._pending: deque[_Call[Any]] = deque()
         self._woken = False
         self._closed = False
-        self.calls = 0
-        """Calls started since the bridge was made (for tests and statistics)."""
 
     # -- asyncio side -------------------------------------------------------------
     async def call(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
@@ -107,7 +105,7 @@ class Bridge:
         async iterator. The trio side runs ahead of the reader by at most ``buffer``
         items, then waits; leaving (or cancelling) the iteration closes ``source``'s
         iterator in trio at once."""
-        relay = _Relay(self._loop)
+        relay = _Relay()
         runner = asyncio.ensure_future(self.cancellable(relay.produce, source, buffer))
         try:
             while True:
@@ -145,7 +143,6 @@ class Bridge:
             call = pending.popleft()
             if call.future.done():  # cancelled before it started
                 continue
-            self.calls += 1
             self._nursery.start_soon(self._run, call)
 
     async def _run(self, call: _Call[Any]) -> None:
@@ -188,10 +185,9 @@ class _Relay:
     the reader's wake-up (an asyncio future) and the producer's (a trio event, set
     when the reader has made room)."""
 
-    __slots__ = ("full", "items", "loop", "reader")
+    __slots__ = ("full", "items", "reader")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+    def __init__(self) -> None:
         self.items: deque[Any] = deque()
         self.reader: asyncio.Future[None] | None = None
         self.full: trio.Event | None = None

@@ -13,9 +13,6 @@ preflight answers).
 
 from __future__ import annotations
 
-import logging
-import math
-import time
 from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -23,11 +20,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from mnemex.config import ServerConfig
 from mnemex.server._http import json_response
 
-__all__ = ["Guard", "WarnEvery"]
+__all__ = ["LOOPBACK", "Guard", "host_name"]
 
-log = logging.getLogger("mnemex.server")
-
-_LOOPBACK: Final = frozenset({"localhost", "127.0.0.1", "::1", "localhost.localdomain"})
+LOOPBACK: Final = frozenset({"localhost", "127.0.0.1", "::1", "localhost.localdomain"})
 _WILDCARD: Final = frozenset({"0.0.0.0", "::", ""})
 _CORS_METHODS: Final = "GET, POST, DELETE, OPTIONS"
 
@@ -41,15 +36,15 @@ def host_name(host: str) -> str:
 
 
 class Guard:
-    """ASGI middleware: Host and Origin checks, CORS for configured origins, and a
-    (The cap on requests in flight is the server's protocol's: it sees a client leave
-    the moment it leaves.)"""
+    """ASGI middleware: Host and Origin checks, and CORS for configured origins. (The
+    caps on connections and on requests in flight are the server's protocol's: it
+    sees a client leave the moment it leaves.)"""
 
     def __init__(self, app: ASGIApp, settings: ServerConfig) -> None:
         self.app = app
         self.settings = settings
         self.open = settings.token is None
-        hosts = set(_LOOPBACK) | {h.lower() for h in settings.allowed_hosts}
+        hosts = set(LOOPBACK) | {h.lower() for h in settings.allowed_hosts}
         if settings.host not in _WILDCARD:
             hosts.add(host_name(settings.host))
         self.hosts = frozenset(hosts)
@@ -74,21 +69,21 @@ class Guard:
         headers = _headers(scope)
         host = headers.get("host", "")
         # /health answers any Host: a probe addresses the pod by its IP, and OK reveals nothing
-        if self.open and host_name(host) not in self.hosts and scope["path"] != "/health":
-            await _refuse(scope, receive, send, 403, f"Host {host!r} is not served here; a server without a "
-                                                     f"token answers loopback names and server.allowed_hosts")
+        if self.open and not self._known(raw_host) and scope["path"] != "/health":
+            await _refuse(scope, receive, send, f"Host {host!r} is not served here; a server without a token "
+                                                f"answers loopback names and server.allowed_hosts")
             return
         origin = headers.get("origin")
         allowed_origin: str | None = None
         if origin is not None and origin != "null" and origin in self.origins:
             allowed_origin = origin
         elif origin is not None and origin != f"{scope.get('scheme', 'http')}://{host}":
-            await _refuse(scope, receive, send, 403, f"cross-origin request from {origin!r} refused; allow "
-                                                     f"an origin with server.cors_origins")
+            await _refuse(scope, receive, send, f"cross-origin request from {origin!r} refused; allow an "
+                                                f"origin with server.cors_origins")
             return
         elif origin is None and headers.get("sec-fetch-site") == "cross-site":
-            await _refuse(scope, receive, send, 403, "cross-site request refused (Sec-Fetch-Site); allow an "
-                                                     "origin with server.cors_origins")
+            await _refuse(scope, receive, send, "cross-site request refused (Sec-Fetch-Site); allow an "
+                                                "origin with server.cors_origins")
             return
         if allowed_origin is not None and scope["method"] == "OPTIONS":
             await _preflight(send, allowed_origin, headers)
@@ -97,7 +92,6 @@ class Guard:
             await self.app(scope, receive, send)
         else:
             await self.app(scope, receive, _with_cors(send, allowed_origin))
-
 
     def _known(self, raw_host: bytes | None) -> bool:
         """Whether a Host header names this server (answers kept per header value)."""
@@ -110,32 +104,13 @@ class Guard:
         return known
 
 
-class WarnEvery:
-    """A WARNING on ``mnemex.server`` at most every ``seconds``: a limit reached under
-    load is said once, not once per refused request."""
-
-    __slots__ = ("last", "seconds")
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.last = -math.inf
-
-    def __call__(self, message: str, *args: object) -> None:
-        now = time.monotonic()
-        if now - self.last > self.seconds:
-            self.last = now
-            log.warning(message, *args)
-
-
 def _headers(scope: Scope) -> dict[str, str]:
     return {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
 
 
-async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, message: str, *,
-                  headers: dict[str, str] | None = None) -> None:
-    # the body is not read: the connection closes after the answer
-    response = json_response({"error": message}, status, {**(headers or {}), "Connection": "close"})
-    await response(scope, receive, send)
+async def _refuse(scope: Scope, receive: Receive, send: Send, message: str) -> None:
+    """403 with ``message``; the body is not read: the connection closes after the answer."""
+    await json_response({"error": message}, 403, {"Connection": "close"})(scope, receive, send)
 
 
 async def _preflight(send: Send, origin: str, headers: dict[str, str]) -> None:

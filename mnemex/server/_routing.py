@@ -1,8 +1,8 @@
 """Routing: the path and method of a request to its endpoint, in one lookup.
 
 Starlette's router tries every route's pattern in turn and wraps the app in two
-exception middlewares; for mnemex's 40-odd routes that was about a tenth of what
-a journaled POST /messages costs the server (bench/README.md, "HTTP front").
+exception middlewares; for mnemex's 40-odd routes that was about a fifth of the
+server's time per request (measured in ``mnemex/server/__init__.py``'s docstring).
 Here a path without parameters is one dict lookup, and the few templates
 (``/memory/{memory_id}``) are tried only for paths no fixed route has. Every
 endpoint answers its own errors, so nothing needs wrapping.

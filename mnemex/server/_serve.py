@@ -13,9 +13,8 @@ exposed server needs and uvicorn leaves out: at most ``max_connections`` open
 (past it a new connection is closed at once), at most ``max_concurrent_requests``
 served at once (past it 503 with Retry-After; a request stops counting the
 moment its client leaves, not when its handler notices), a request head must
-arrive within
-``keep_alive_timeout`` (slow or half-sent headers are cut off), a head over
-64 KiB is refused with 431, and a body that falls silent for
+arrive within ``keep_alive_timeout`` (slow or half-sent headers are cut off), a
+head over 64 KiB is refused with 431, and a body that falls silent for
 ``idle_read_timeout`` closes its connection.
 """
 
@@ -25,10 +24,12 @@ import asyncio
 import contextlib
 import errno
 import logging
+import math
 import resource
 import signal
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any, Final
 
@@ -43,7 +44,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from mnemex import Config, InvalidInput, MnemexRuntime, open_runtime
 from mnemex.server._app import build_app
 from mnemex.server._bridge import Bridge
-from mnemex.server._guard import WarnEvery, host_name
+from mnemex.server._guard import LOOPBACK, host_name
 from mnemex.server._http import json_response
 from mnemex.server._schemas import ServerSettings
 
@@ -51,7 +52,6 @@ __all__ = ["Server", "bind", "serve"]
 
 log = logging.getLogger("mnemex.server")
 
-_LOOPBACK: Final = ("127.0.0.1", "localhost", "::1")
 _MAX_HEAD: Final = 64 * 1024
 """The most bytes a request line and its headers may take."""
 _BACKLOG: Final = 2048
@@ -200,7 +200,7 @@ class Server:
                 self._uvicorn = _Uvicorn(_uvicorn_config(app, self.settings, connections), guest)
                 if self._stop_requested:
                     self._uvicorn.should_exit = True
-                if self.settings.token is None and host_name(self.settings.host) not in _LOOPBACK:
+                if self.settings.token is None and host_name(self.settings.host) not in LOOPBACK:
                     log.warning("listening on %s without a token: anyone who reaches it may read and delete "
                                 "every memory; only Host names in server.allowed_hosts are answered",
                                 self.settings.host)
@@ -231,17 +231,16 @@ class _Guest:
         self._reported = False
         self._stop: trio.Event | None = None
         self._token: trio.lowlevel.TrioToken | None = None
-        self.bridge: Bridge | None = None
 
     async def main(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
         self._stop = trio.Event()
         async with open_runtime(self.config) as runtime, trio.open_nursery() as calls:
-            self.bridge = Bridge(calls, self.loop)
+            bridge = Bridge(calls, self.loop)
             if not self._opened.done():
-                self._opened.set_result((self.bridge, runtime))
+                self._opened.set_result((bridge, runtime))
             await self._stop.wait()
-            self.bridge.close()
+            bridge.close()
             calls.cancel_scope.cancel()  # what uvicorn cut off past the grace period
 
     def finished(self, result: Outcome[None]) -> None:
@@ -374,6 +373,23 @@ def _protocol(settings: ServerSettings, max_connections: int) -> type[HttpToolsP
         load = _Load()
 
     return Protocol
+
+
+class WarnEvery:
+    """A WARNING on ``mnemex.server`` at most every ``seconds``: a limit reached under
+    load is said once, not once per refused request."""
+
+    __slots__ = ("last", "seconds")
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.last = -math.inf
+
+    def __call__(self, message: str, *args: object) -> None:
+        now = time.monotonic()
+        if now - self.last > self.seconds:
+            self.last = now
+            log.warning(message, *args)
 
 
 class _Cork:
