@@ -32,6 +32,7 @@ from mnemex.errors import Busy as Busy
 from mnemex.errors import CorruptData as CorruptData
 from mnemex.errors import DataDirLocked as DataDirLocked
 from mnemex.errors import EmbedderError as EmbedderError
+from mnemex.errors import ExtractionError as ExtractionError
 from mnemex.errors import InvalidInput as InvalidInput
 from mnemex.errors import MnemexError as MnemexError
 from mnemex.errors import ModelError as ModelError
@@ -67,6 +68,7 @@ __all__ = [
     "CorruptData",
     "DataDirLocked",
     "EmbedderError",
+    "ExtractionError",
     "Hit",
     "InvalidInput",
     "KeepAll",

@@ -13,7 +13,8 @@
     ├── ActorCrashed             the actor broke: a handler or restore raised; cause chained
     ├── ModelError               a model beside the actors failed (its cause chained)
     │   ├── EmbedderError        the embedder failed or answered vectors of the wrong shape
-    │   └── SummaryError         a summarizer could not summarize (endpoint down, timeout, bad answer)
+    │   ├── SummaryError         a summarizer could not summarize (endpoint down, timeout, bad answer)
+    │   └── ExtractionError      an extractor could not answer (reason: timeout, unreachable, malformed...)
     ├── CorruptData              bytes on disk fail their checksum or do not parse
     └── StorageError             the disk refused: full, read-only, locked by another process
         └── DataDirLocked        another process holds the data directory's lock
@@ -32,6 +33,7 @@ __all__ = [
     "CorruptData",
     "DataDirLocked",
     "EmbedderError",
+    "ExtractionError",
     "InvalidInput",
     "MnemexError",
     "ModelError",
@@ -103,6 +105,17 @@ class SummaryError(ModelError):
     """Raised by a summarizer that could not produce a summary (endpoint down,
     timeout, an answer without text). The conversation stays usable: its context
     is cut to the budget until a later attempt succeeds."""
+
+
+class ExtractionError(ModelError):
+    """Raised when an extractor could not answer: ``reason`` is ``timeout``,
+    ``unreachable``, ``http`` (an error status), ``malformed`` (an answer that does
+    not parse as facts, even after the retry) or ``refused``. Distinct from an
+    answer with no facts, which is "nothing to extract"."""
+
+    def __init__(self, message: str, *, reason: str = "malformed") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class CorruptData(MnemexError):
