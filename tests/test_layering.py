@@ -123,7 +123,7 @@ def test_the_public_face_is_pinned() -> None:
         "SEARCH_MEMORY_TOOL", "execute_memory_tool",
         # errors
         "MnemexError", "InvalidInput", "UnknownActorKind", "TooLarge", "NotFound", "Busy", "Timeout",
-        "ActorClosed", "ActorCrashed", "ModelError", "EmbedderError", "CorruptData", "StorageError",
+        "ActorClosed", "ActorCrashed", "ModelError", "EmbedderError", "ExtractionError", "CorruptData", "StorageError",
         "DataDirLocked",
     ])
     for name in mnemex.__all__:
