@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager
+from datetime import datetime
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
@@ -354,23 +355,28 @@ class BlockingScope:
         """The memory with this id; NotFound when this scope has none."""
         return self._client._call(self._scope.get, memory_id)
 
-    def count(self, filter: Mapping[str, Any] | None = None) -> int:
-        """How many memories the scope holds (that the filter matches)."""
-        return self._client._call(self._scope.count, filter)
+    def count(self, filter: Mapping[str, Any] | None = None, *, include_history: bool = False,
+              as_of: float | str | datetime | None = None) -> int:
+        """How many active memories the scope holds (see ``ScopeRef.count``)."""
+        return self._client._call(self._scope.count, filter, include_history=include_history, as_of=as_of)
 
     def memories(self, filter: Mapping[str, Any] | None = None, limit: int | None = 100,
-                 offset: int = 0) -> MemoryPage:
-        """A page of memories in creation order, optionally filtered."""
-        return self._client._call(self._scope.memories, filter, limit, offset)
+                 offset: int = 0, *, include_history: bool = False,
+                 as_of: float | str | datetime | None = None) -> MemoryPage:
+        """A page of active memories in creation order (see ``ScopeRef.memories``)."""
+        return self._client._call(self._scope.memories, filter, limit, offset,
+                                  include_history=include_history, as_of=as_of)
 
     def stats(self) -> ScopeStats:
         return self._client._call(self._scope.stats)
 
     def search(self, query: str, top_k: int = 10, mode: SearchMode | UseDefault = DEFAULT,
                min_score: float | UseDefault | None = DEFAULT,
-               filter: Mapping[str, Any] | None = None) -> SearchResult:
+               filter: Mapping[str, Any] | None = None, *, include_history: bool = False,
+               as_of: float | str | datetime | None = None) -> SearchResult:
         """Search this scope (see ``ScopeRef.search``)."""
-        return self._client._call(self._scope.search, query, top_k, mode, min_score, filter)
+        return self._client._call(self._scope.search, query, top_k, mode, min_score, filter,
+                                  include_history=include_history, as_of=as_of)
 
     def recall(self, query: str, top_k: int = 5, *, mode: SearchMode | UseDefault = DEFAULT,
                min_score: float | UseDefault | None = DEFAULT,

@@ -330,11 +330,9 @@ class ScopeMemory:
                     return Step(Forgotten(ids=[]), unchanged=True)
                 self._forget(gone)
                 return self._with_graph(Forgotten(ids=gone))
-            case CountMemories(filter=spec):
-                compiled = compile_filter(spec)
-                if compiled.is_empty:
-                    return len(self.doc_of)
-                return int(np.count_nonzero(compiled.mask(self.table)))
+            case CountMemories(filter=spec, include_history=history, as_of=as_of):
+                allowed = self._allowed(spec, history, as_of)
+                return len(self.doc_of) if allowed is None else int(np.count_nonzero(allowed))
             case ListMemories():
                 return self._list(command)
             case GetScopeStats(now=now):
@@ -795,17 +793,30 @@ class ScopeMemory:
         return self._with_graph(None)
 
     # -- reads ----------------------------------------------------------------------------------
+    def _allowed(self, spec: Any, include_history: Any, as_of: Any) -> npt.NDArray[np.bool_] | None:
+        """The docs a read may see (None: all): the filter's, among the memories that
+        are active (or, with include_history, any; with as_of, true at that time)."""
+        if not isinstance(include_history, bool):
+            raise InvalidInput(f"include_history must be true or false, got {include_history!r}",
+                               field="include_history")
+        when = None if as_of is None else check_seconds(as_of, "as_of")
+        compiled = compile_filter(spec)
+        visible = self.table.visible(include_history, when)
+        if compiled.is_empty:
+            return visible
+        mask = compiled.mask(self.table)
+        return mask if visible is None else mask & visible[: len(mask)]
+
     def _list(self, cmd: ListMemories) -> MemoryPage:
         limit = cmd.limit
         if limit is not None:
             check_int(limit, "limit", 0)
         offset = check_int(cmd.offset, "offset", 0)
-        compiled = compile_filter(cmd.filter)
-        if compiled.is_empty:
+        allowed = self._allowed(cmd.filter, cmd.include_history, cmd.as_of)
+        if allowed is None:
             ids = sorted(self.doc_of)
         else:
-            docs = np.flatnonzero(compiled.mask(self.table)).tolist()
-            ids = sorted(self._record_at(doc).id for doc in docs)
+            ids = sorted(self._record_at(doc).id for doc in np.flatnonzero(allowed).tolist())
         stop = None if limit is None else offset + limit
         page = [self._record_at(self.doc_of[memory_id]) for memory_id in ids[offset:stop]]
         return MemoryPage(memories=page, total=len(ids), limit=limit, offset=offset)
@@ -859,8 +870,7 @@ class ScopeMemory:
                                    field="vector")
             self._check_embedder(cmd.embedder, cmd.dim, "the query")
             query_vector = decode_vector(cmd.vector, cmd.dim)
-        compiled = compile_filter(cmd.filter)
-        allowed = None if compiled.is_empty else compiled.mask(self.table)
+        allowed = self._allowed(cmd.filter, cmd.include_history, cmd.as_of)
         if allowed is not None and not allowed.any():
             return SearchResult(hits=[], mode=mode)
         ranker = Ranker(self.keyword, self.bm25, self.entities, self.vectors, settings, self._record_at)

@@ -13,6 +13,7 @@ functions at both edges, so the rules cannot drift apart.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Final
 
@@ -33,6 +34,7 @@ __all__ = [
     "MemoryFields",
     "check_content",
     "check_importance",
+    "check_kind",
     "check_labels",
     "check_memory_id",
     "check_metadata",
@@ -59,6 +61,10 @@ class MemoryFields(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unkn
     * ``session_id``, ``actor_id``: what it belongs to.
     * ``categories``, ``entities``: up to 256 labels each (an entity needs a word).
     * ``metadata``: a JSON object of at most ``config.memories.max_metadata_bytes``.
+    * ``kind``: fact (default), preference, event, plan, relationship, ... (a label).
+    * ``attributed_to``: whom it is about ("user", a name).
+    * ``valid_at``, ``invalid_at``: when what it says became and stopped being true
+      (as ``timestamp``; default unknown).
     """
 
     author: str | None = None
@@ -70,6 +76,10 @@ class MemoryFields(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unkn
     entities: list[str] | None = None
     metadata: dict[str, Any] | None = None
     source: str | None = None
+    kind: str | None = None
+    attributed_to: str | None = None
+    valid_at: float | str | None = None
+    invalid_at: float | str | None = None
 
     def given(self) -> dict[str, Any]:
         """The fields that were given (not None), by name: what ``remember`` takes."""
@@ -125,11 +135,30 @@ def check_content(value: Any, limit: int) -> str:
     return value
 
 
+def check_kind(value: Any) -> str:
+    """A memory's kind: a short label of letters, digits, ``_`` or ``-``."""
+    text = check_text(value, "kind", 64, optional=False)
+    assert text is not None
+    if not _KIND.fullmatch(text):
+        raise InvalidInput(f"kind must be a short label of letters, digits, _ or - (such as fact, "
+                           f"preference, event, plan), got {text!r}", field="kind")
+    return text
+
+
+def _check_validity(valid_at: Any, invalid_at: Any) -> tuple[float | None, float | None]:
+    start = None if valid_at is None else check_seconds(valid_at, "valid_at")
+    end = None if invalid_at is None else check_seconds(invalid_at, "invalid_at")
+    if start is not None and end is not None and end < start:
+        raise InvalidInput(f"invalid_at ({end}) is before valid_at ({start})", field="invalid_at")
+    return start, end
+
+
 def record_of(memory: NewMemory, now: float, max_content_bytes: int, max_metadata_bytes: int) -> MemoryRecord:
     """The record a scope stores for ``memory`` at ``now``: every field checked (the
     limits named by their config settings), labels de-duplicated, the timestamp
     defaulting to ``now``. InvalidInput or TooLarge naming the field otherwise."""
     timestamp = now if memory.timestamp is None else check_seconds(memory.timestamp, "timestamp")
+    valid_at, invalid_at = _check_validity(memory.valid_at, memory.invalid_at)
     return MemoryRecord(
         id=check_memory_id(memory.id),
         content=check_content(memory.content, max_content_bytes),
@@ -143,6 +172,10 @@ def record_of(memory: NewMemory, now: float, max_content_bytes: int, max_metadat
         entities=check_labels(memory.entities, "entities", phrases=True),
         metadata=check_metadata(memory.metadata, max_metadata_bytes),
         source=check_text(memory.source, "source", MAX_FIELD_BYTES),
+        kind="fact" if memory.kind is None else check_kind(memory.kind),
+        attributed_to=check_text(memory.attributed_to, "attributed_to", MAX_FIELD_BYTES),
+        valid_at=valid_at,
+        invalid_at=invalid_at,
     )
 
 
@@ -155,8 +188,8 @@ def _unknown(names: Mapping[str, Any], allowed: frozenset[str]) -> None:
 
 def _as_given(name: str, value: Any) -> Any:
     """A caller's value as the protocol carries it: times parsed, label lists as tuples."""
-    if name == "timestamp":
-        return seconds(value, "timestamp")
+    if name in _TIMES:
+        return seconds(value, name)
     if name in ("categories", "entities") and isinstance(value, list):
         return tuple(value)
     return value
@@ -172,6 +205,9 @@ def new_memory(memory_id: str, content: Any, fields: Mapping[str, Any]) -> NewMe
     return NewMemory(id=memory_id, content=content, **values)
 
 
+_TIMES: Final = frozenset({"timestamp", "valid_at", "invalid_at"})
+_KIND: Final = re.compile(r"[A-Za-z0-9_-]+")
+
 CHANGEABLE: Final = FIELD_NAMES | {"content"}
 """What an update may change."""
 
@@ -179,8 +215,8 @@ CHANGEABLE: Final = FIELD_NAMES | {"content"}
 def checked_changes(changes: Mapping[str, Any], max_content_bytes: int,
                     max_metadata_bytes: int) -> dict[str, Any]:
     """The changes of an update, each checked by the rule of its field (None clears
-    author, session_id, actor_id and source; for the others it is refused), as the
-    record will hold them."""
+    author, session_id, actor_id, source, attributed_to, valid_at and invalid_at;
+    for the others it is refused), as the record will hold them."""
     _unknown(changes, CHANGEABLE)
     out: dict[str, Any] = {}
     for name, given in changes.items():
@@ -189,6 +225,10 @@ def checked_changes(changes: Mapping[str, Any], max_content_bytes: int,
             out[name] = check_content(value, max_content_bytes)
         elif name == "timestamp":
             out[name] = check_seconds(value, "timestamp")
+        elif name in ("valid_at", "invalid_at"):
+            out[name] = None if value is None else check_seconds(value, name)
+        elif name == "kind":
+            out[name] = check_kind(value)
         elif name == "importance":
             out[name] = check_importance(value)
         elif name in ("categories", "entities"):

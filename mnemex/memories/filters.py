@@ -10,6 +10,7 @@ page or ``forget_where`` sees (keys combine with AND)::
       "session_id": "s1",                 # one of: a string, or a list of strings (any of them)
       "actor_id": ["a1", "a2"],
       "author": "user",
+      "kind": ["fact", "preference"],     # as session_id (also attributed_to)
       "categories": ["food", "travel"],   # has any of these; {"$all": [...]} has all of them
       "entities": {"$all": ["Paris"]},
       "metadata": {"lang": "en", "score": {"$gte": 3, "$lt": 9}, "tag": {"$in": ["a", "b"]}}
@@ -51,7 +52,9 @@ Mask = npt.NDArray[np.bool_]
 FILTER_KEYS: Final = frozenset({
     "min_importance", "max_importance", "created_after", "created_before", "timestamp_after",
     "timestamp_before", "session_id", "actor_id", "author", "categories", "entities", "metadata",
+    "kind", "attributed_to",
 })
+_SINGLE: Final = ("session_id", "actor_id", "author", "kind", "attributed_to")
 _OPERATORS: Final = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists"})
 _MAX_LIST: Final = 10_000
 _MIN_CAPACITY: Final = 16
@@ -68,8 +71,14 @@ class FilterTable:
         self.importance = np.zeros(0, dtype=np.float64)
         self.timestamp = np.zeros(0, dtype=np.float64)
         self.created = np.zeros(0, dtype=np.float64)
+        # what reads see by default: active memories; as_of reads the validity interval
+        self.active = np.zeros(0, dtype=np.bool_)
+        self.merged = np.zeros(0, dtype=np.bool_)
+        self.valid_from = np.zeros(0, dtype=np.float64)
+        self.valid_until = np.zeros(0, dtype=np.float64)
+        self.inactive = 0
         self.fields: dict[str, dict[str, set[int]]] = {
-            "session_id": {}, "actor_id": {}, "author": {}, "categories": {}, "entities": {}}
+            name: {} for name in (*_SINGLE, "categories", "entities")}
         self.metadata: dict[str, dict[int, Any]] = {}
 
     def add(self, doc: int, record: MemoryRecord) -> None:
@@ -86,15 +95,20 @@ class FilterTable:
         self.importance[docs] = [record.importance for _, record in items]
         self.timestamp[docs] = [record.timestamp for _, record in items]
         self.created[docs] = [record.created_at for _, record in items]
+        active = [record.status == "active" for _, record in items]
+        self.active[docs] = active
+        self.inactive += len(items) - sum(active)
+        self.merged[docs] = [record.status == "merged" for _, record in items]
+        self.valid_from[docs] = [record.timestamp if record.valid_at is None else record.valid_at
+                                 for _, record in items]
+        self.valid_until[docs] = [math.inf if record.invalid_at is None else record.invalid_at
+                                  for _, record in items]
         fields, metadata = self.fields, self.metadata
-        sessions, actors, authors = fields["session_id"], fields["actor_id"], fields["author"]
         for doc, record in items:
-            if record.session_id is not None:
-                sessions.setdefault(record.session_id, set()).add(doc)
-            if record.actor_id is not None:
-                actors.setdefault(record.actor_id, set()).add(doc)
-            if record.author is not None:
-                authors.setdefault(record.author, set()).add(doc)
+            for name in _SINGLE:
+                value = getattr(record, name)
+                if value is not None:
+                    fields[name].setdefault(value, set()).add(doc)
             for name, values in (("categories", record.categories), ("entities", record.entities)):
                 for value in values:
                     fields[name].setdefault(value, set()).add(doc)
@@ -103,6 +117,9 @@ class FilterTable:
 
     def remove(self, doc: int, record: MemoryRecord) -> None:
         self.live[doc] = False
+        if not self.active[doc]:
+            self.inactive -= 1
+        self.active[doc] = False
         for name, values in self._values(record):
             table = self.fields[name]
             for value in values:
@@ -121,14 +138,23 @@ class FilterTable:
     def distinct(self, name: str) -> int:
         return len(self.fields[name])
 
+    def visible(self, include_history: bool = False, as_of: float | None = None) -> Mask | None:
+        """Which memories a read sees: the active ones (None: every live memory is
+        active); with ``include_history`` every memory; ``as_of`` a time: those that
+        were true then (valid_at, or the timestamp, <= as_of < invalid_at), whatever
+        their status now, merged wordings left out."""
+        if as_of is not None:
+            return self.live & ~self.merged & (self.valid_from <= as_of) & (as_of < self.valid_until)
+        if include_history or self.inactive == 0:
+            return None
+        return self.active.copy()
+
     @staticmethod
     def _values(record: MemoryRecord) -> Iterable[tuple[str, Iterable[str]]]:
-        if record.session_id is not None:
-            yield "session_id", (record.session_id,)
-        if record.actor_id is not None:
-            yield "actor_id", (record.actor_id,)
-        if record.author is not None:
-            yield "author", (record.author,)
+        for name in _SINGLE:
+            value = getattr(record, name)
+            if value is not None:
+                yield name, (value,)
         if record.categories:
             yield "categories", set(record.categories)
         if record.entities:
@@ -138,7 +164,8 @@ class FilterTable:
         if needed <= self.capacity:
             return
         capacity = max(_MIN_CAPACITY, needed, 2 * self.capacity)
-        for name in ("live", "importance", "timestamp", "created"):
+        for name in ("live", "importance", "timestamp", "created", "active", "merged", "valid_from",
+                     "valid_until"):
             old = getattr(self, name)
             grown = np.zeros(capacity, dtype=old.dtype)
             grown[: len(old)] = old

@@ -46,12 +46,54 @@ __all__ = [
     "Updated",
 ]
 
+MemoryStatus = Literal["active", "superseded", "merged"]
+
+
+class SourceRef(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Where a memory came from: messages ``first``..``last`` (positions) of session
+    ``session_id``, or chunk ``chunk`` of document ``document``."""
+
+    session_id: str | None = None
+    first: int | None = None
+    last: int | None = None
+    document: str | None = None
+    chunk: int | None = None
+
+
+class Change(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One step in how a memory came to be (``MemoryRecord.history``).
+
+    ``op``: created, reinforced (stated again), absorbed (a duplicate wording was
+    merged into it), merged (it was merged into ``other``), superseded (by
+    ``other``), supersedes (it replaced ``other``), linked (to ``other``: it extends
+    it, or conflicts with it when ``note`` says so), reactivated, updated. ``by``:
+    the extractor (``rules``, ``llm:<model>:<prompt>``) or ``user``; ``source``: the
+    messages that said so."""
+
+    at: float
+    op: str
+    by: str | None = None
+    other: str | None = None
+    note: str | None = None
+    source: SourceRef | None = None
+
+
 class MemoryRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     """One long-term memory of a (app_name, user_id) scope.
 
     Times are seconds since the epoch (UTC). ``timestamp`` is when the original
-    content happened, ``created_at`` when mnemex stored it. ``id`` is assigned by
-    the runtime and sorts by creation time.
+    content happened (observed), ``created_at`` when mnemex stored it;
+    ``valid_at`` / ``invalid_at`` when what it says became and stopped being true
+    in the world (None: unknown; a superseded fact ends when its successor was
+    observed). ``id`` is assigned by the runtime and sorts by creation time.
+
+    Knowledge fields: ``kind`` (fact, preference, event, plan, relationship,
+    message, ...); ``category_confidences`` beside ``categories``; ``status``:
+    active, superseded (``superseded_by``) or merged (``merged_into``): reads
+    return active memories unless asked for history; ``attributed_to``: whom it is
+    about; ``sources``: the messages or chunks it came from; ``extractor``: what
+    made it (None: stored by a caller); ``reinforced``: times it was stated again;
+    ``links``: memories it extends or conflicts with; ``history``: its changes.
     """
 
     id: str
@@ -68,6 +110,23 @@ class MemoryRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     entities: tuple[str, ...] = ()
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     source: str | None = None
+    kind: str = "fact"
+    category_confidences: tuple[float, ...] = ()
+    valid_at: float | None = None
+    invalid_at: float | None = None
+    status: MemoryStatus = "active"
+    superseded_by: str | None = None
+    merged_into: str | None = None
+    attributed_to: str | None = None
+    sources: tuple[SourceRef, ...] = ()
+    extractor: str | None = None
+    reinforced: int = 0
+    links: tuple[str, ...] = ()
+    history: tuple[Change, ...] = ()
+
+    @property
+    def active(self) -> bool:
+        return self.status == "active"
 
 
 # Ids, times and
@@ -141,6 +200,10 @@ class NewMemory(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     entities: tuple[str, ...] = ()
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     source: str | None = None
+    kind: str | None = None
+    attributed_to: str | None = None
+    valid_at: float | None = None
+    invalid_at: float | None = None
 
 
 class ScopeCommand(Command, frozen=True, kw_only=True):
@@ -187,6 +250,10 @@ class UpdateMemory(ScopeCommand, frozen=True, tag="scope.update"):
     entities: tuple[str, ...] | msgspec.UnsetType = msgspec.UNSET
     metadata: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
     source: str | msgspec.UnsetType | None = msgspec.UNSET
+    kind: str | msgspec.UnsetType = msgspec.UNSET
+    attributed_to: str | msgspec.UnsetType | None = msgspec.UNSET
+    valid_at: float | msgspec.UnsetType | None = msgspec.UNSET
+    invalid_at: float | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class Forget(ScopeCommand, frozen=True, tag="scope.forget"):
@@ -219,14 +286,19 @@ class GetMemory(ScopeCommand, frozen=True, tag="scope.get"):
 
 class CountMemories(ScopeCommand, frozen=True, tag="scope.count"):
     filter: dict[str, Any] | None = None
+    include_history: bool = False
+    as_of: float | None = None
 
 
 class ListMemories(ScopeCommand, frozen=True, tag="scope.list"):
-    """A page of memories in id order (creation order), optionally filtered."""
+    """A page of memories in id order (creation order), optionally filtered;
+    ``include_history`` and ``as_of`` as for Search."""
 
     filter: dict[str, Any] | None = None
     limit: int | None = 100
     offset: int = 0
+    include_history: bool = False
+    as_of: float | None = None
 
 
 class GetScopeStats(ScopeCommand, frozen=True, tag="scope.get_stats"):
@@ -235,7 +307,9 @@ class GetScopeStats(ScopeCommand, frozen=True, tag="scope.get_stats"):
 
 class Search(ScopeCommand, frozen=True, tag="scope.search"):
     """Search the scope. ``vector`` is the query's embedding (needed by the vector and
-    hybrid modes). ``min_score`` None means the mode's default."""
+    hybrid modes). ``min_score`` None means the mode's default. Active memories
+    only, unless ``include_history`` (every memory, superseded and merged ones too)
+    or ``as_of`` (those true at that time, seconds since the epoch)."""
 
     query: str
     vector: bytes | None = None
@@ -246,6 +320,8 @@ class Search(ScopeCommand, frozen=True, tag="scope.search"):
     min_score: float | None = None
     filter: dict[str, Any] | None = None
     now: float = 0.0
+    include_history: bool = False
+    as_of: float | None = None
 
 
 class Remembered(Reply, frozen=True, kw_only=True, tag="scope.remembered"):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Final
 
 import msgspec
@@ -306,16 +307,23 @@ class ScopeRef:
         record: MemoryRecord = await self._ref.ask(GetMemory(id=memory_id))
         return record
 
-    async def count(self, filter: Mapping[str, Any] | None = None) -> int:
-        """How many memories the scope holds (that the filter matches)."""
-        reply: int = await self._ref.ask(CountMemories(filter=dict(filter) if filter else None))
+    async def count(self, filter: Mapping[str, Any] | None = None, *, include_history: bool = False,
+                    as_of: float | str | datetime | None = None) -> int:
+        """How many active memories the scope holds (that the filter matches);
+        ``include_history``/``as_of`` as for ``search``."""
+        reply: int = await self._ref.ask(CountMemories(filter=dict(filter) if filter else None,
+                                                       include_history=include_history,
+                                                       as_of=_as_of(as_of)))
         return reply
 
     async def memories(self, filter: Mapping[str, Any] | None = None, limit: int | None = 100,
-                       offset: int = 0) -> MemoryPage:
-        """A page of memories in creation (id) order, optionally filtered."""
-        reply: MemoryPage = await self._ref.ask(ListMemories(filter=dict(filter) if filter else None,
-                                                             limit=limit, offset=offset))
+                       offset: int = 0, *, include_history: bool = False,
+                       as_of: float | str | datetime | None = None) -> MemoryPage:
+        """A page of active memories in creation (id) order, optionally filtered;
+        ``include_history``/``as_of`` as for ``search``."""
+        reply: MemoryPage = await self._ref.ask(ListMemories(
+            filter=dict(filter) if filter else None, limit=limit, offset=offset,
+            include_history=include_history, as_of=_as_of(as_of)))
         return reply
 
     async def stats(self) -> ScopeStats:
@@ -324,14 +332,18 @@ class ScopeRef:
 
     async def search(self, query: str, top_k: int = 10, mode: SearchMode | UseDefault = DEFAULT,
                      min_score: float | UseDefault | None = DEFAULT,
-                     filter: Mapping[str, Any] | None = None) -> SearchResult:
+                     filter: Mapping[str, Any] | None = None, *, include_history: bool = False,
+                     as_of: float | str | datetime | None = None) -> SearchResult:
         """Search this scope: ``mode`` keyword, fulltext, vector or hybrid (``DEFAULT``:
         ``config.memories.search_mode``); hits score at least ``min_score`` (``DEFAULT``:
         the mode's own cut, see config.memories.vector_min_score; ``None``: no cut);
-        ``filter`` narrows inside the search.
+        ``filter`` narrows inside the search. Only active memories are found, unless
+        ``include_history`` (superseded and merged ones too) or ``as_of`` (what was
+        true at that time: seconds, ISO 8601 or a datetime).
         The hits' access counts are updated in the background (batched)."""
         command = await _search_command(self._services, query, top_k, mode=mode,
-                                        min_score=min_score, filter=filter)
+                                        min_score=min_score, filter=filter,
+                                        include_history=include_history, as_of=as_of)
         result: SearchResult = await self._ref.ask(command)
         if result.hits:
             self._services.touch(self._ref.key, result.hits)
@@ -346,9 +358,14 @@ class ScopeRef:
         return format_as_context(result.hits)
 
 
+def _as_of(value: float | str | datetime | None) -> float | None:
+    return None if value is None else seconds(value, "as_of")
+
+
 async def _search_command(services: ScopeServices, query: Any, top_k: int, *,
                           mode: SearchMode | UseDefault, min_score: float | UseDefault | None,
-                          filter: Mapping[str, Any] | None) -> Search:
+                          filter: Mapping[str, Any] | None, include_history: bool = False,
+                          as_of: float | str | datetime | None = None) -> Search:
     config = services.config
     if not isinstance(query, str):
         raise InvalidInput(f"query must be a string, got {type(query).__name__}", field="query")
@@ -366,7 +383,7 @@ async def _search_command(services: ScopeServices, query: Any, top_k: int, *,
     return Search(query=query, vector=vector, embedder=embedder.name if vector is not None else None,
                   dim=embedder.dim if vector is not None else 0, top_k=top_k, mode=chosen,
                   min_score=_wire_min_score(min_score), filter=dict(filter) if filter else None,
-                  now=time.time())
+                  now=time.time(), include_history=include_history, as_of=_as_of(as_of))
 
 
 def _wire_min_score(min_score: float | UseDefault | None) -> float | None:
