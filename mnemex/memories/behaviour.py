@@ -60,6 +60,7 @@ from mnemex.index import (
     VectorIndex,
 )
 from mnemex.index._sidecar import doc_ids_checksum
+from mnemex.knowledge.consolidate import normalized_text
 from mnemex.memories.fields import (
     CHANGEABLE,
     check_memory_id,
@@ -67,13 +68,17 @@ from mnemex.memories.fields import (
     record_of,
 )
 from mnemex.memories.filters import FilterTable, compile_filter
+from mnemex.memories.knowledge import Applied, apply_facts, check_facts, history_of
 from mnemex.memories.protocol import (
     SCOPE_WRITES,
     AddSession,
+    ApplyExtraction,
     CountMemories,
+    Extracted,
     Forget,
     ForgetWhere,
     Forgotten,
+    GetHistory,
     GetMemory,
     GetScopeStats,
     Hit,
@@ -260,6 +265,8 @@ class ScopeMemory:
         self.dim = 0
         self.vectors: VectorIndex | None = None
         self.content_bytes = 0
+        # normalized text -> doc, built on first use by consolidation, then kept in step
+        self._texts: dict[str, int] | None = None
         # transient: the graph build in flight (the clock of the command that planned it)
         self.graph_pending_since: float | None = None
         self.graph_failed_at: int | None = None
@@ -286,6 +293,64 @@ class ScopeMemory:
         record = self.docs[doc]
         assert record is not None
         return record
+
+    docs_record = _record_at
+
+    @property
+    def name(self) -> str:
+        """The scope's key as it appears in messages."""
+        return self._name
+
+    # -- what consolidation uses (memories.knowledge) -------------------------------------------
+    def texts(self) -> dict[str, int]:
+        """Each memory's normalized text -> its doc (built on first use, then kept)."""
+        if self._texts is None:
+            texts: dict[str, int] = {}
+            for doc, record in enumerate(self.docs):
+                if record is not None:
+                    texts.setdefault(normalized_text(record.content), doc)
+            self._texts = texts
+        return self._texts
+
+    def check_vectors_of(self, embedder: Any, dim: Any, vectors: Sequence[bytes], what: str) -> None:
+        self._check_embedder(embedder, dim, what)
+        check_vectors(vectors, dim)
+
+    def change_record(self, memory_id: str, change: Callable[[MemoryRecord], MemoryRecord]) -> None:
+        """Replace a memory's record by ``change(record)``: fields that no index but the
+        filter columns read (status, importance, links, history...); the content stays."""
+        doc = self.doc_of.get(memory_id)
+        if doc is None:
+            return
+        old = self._record_at(doc)
+        new = change(old)
+        if new is old:
+            return
+        assert new.content == old.content and new.id == old.id
+        self.table.remove(doc, old)
+        self.docs[doc] = new
+        self.table.add(doc, new)
+
+    def place_records(self, placed: Sequence[tuple[MemoryRecord, bytes | None]], embedder: str | None,
+                      dim: int) -> None:
+        """Store checked records new to the scope (ids and contents unused), with their
+        vectors, into every index."""
+        if not placed:
+            return
+        if self.embedder is None and embedder is not None and any(v is not None for _, v in placed):
+            self._adopt_embedder(embedder, dim)
+        docs: list[tuple[int, MemoryRecord]] = []
+        vectors: list[tuple[int, bytes]] = []
+        for record, vector in placed:
+            doc = self._allocate()
+            self.docs[doc] = record
+            self.doc_of[record.id] = doc
+            docs.append((doc, record))
+            if vector is not None:
+                vectors.append((doc, vector))
+            self.clock = max(self.clock, record.created_at)
+        self._index_many(docs)
+        self._add_vectors(vectors)
 
     # -- dispatch -----------------------------------------------------------------------------
     def handle(self, command: Any) -> Any:
@@ -341,6 +406,10 @@ class ScopeMemory:
                 return self._graph_ready(command)
             case StoreSession():
                 return self._store_session(command)
+            case ApplyExtraction():
+                return self._with_graph(self._apply_extraction(command))
+            case GetHistory():
+                return history_of(self, command)
             case SessionEmbedFailed(session_id=session_id, error=error):
                 raise EmbedderError(f"scope {self._name}: embedding session {session_id!r} failed: {error}")
             case _:
@@ -493,8 +562,11 @@ class ScopeMemory:
         changed: list[tuple[int, str | None]] = []
         if contexts is None:
             contexts, changed = self._join_sessions(placed)
+        texts = self._texts
         for doc, record in placed:
             self.by_content[record.content] = doc
+            if texts is not None:
+                texts.setdefault(normalized_text(record.content), doc)
             if record.entities:
                 self.entities.add(doc, record.entities)
         docs = [doc for doc, _ in placed]
@@ -560,6 +632,10 @@ class ScopeMemory:
             self.entities.remove(doc)
         self.table.remove(doc, record)
         del self.by_content[record.content]
+        if self._texts is not None:
+            key = normalized_text(record.content)
+            if self._texts.get(key) == doc:
+                del self._texts[key]
         self.content_bytes -= len(record.content)
         return record
 
@@ -747,6 +823,25 @@ class ScopeMemory:
     def _add_session(self, session_id: str, memories: Any, embedder: Any, dim: Any, now: Any) -> SessionAdded:
         ids, created = self._remember(memories, embedder, dim, now)
         return SessionAdded(session_id=session_id, ids=ids, added=sum(created))
+
+    # -- the knowledge layer ------------------------------------------------------------------------
+    def _apply_extraction(self, cmd: ApplyExtraction) -> Any:
+        """An extraction job's facts, consolidated (memories.knowledge), and the session's
+        cursor advanced past [first, upto); a late result of an expired job changes
+        nothing."""
+        now = check_seconds(cmd.now, "now")
+        check_memory_id(cmd.session_id, "session_id")
+        first = check_int(cmd.first, "first", 0)
+        check_int(cmd.upto, "upto", first + 1)
+        facts, dropped = check_facts(self, cmd, now)
+        # valid: from here on the state changes
+        self.clock = max(self.clock, now)
+        applied = Applied(dropped=dropped)
+        apply_facts(self, cmd, facts, applied)
+        return Extracted(session_id=cmd.session_id, status="committed", first=first, upto=cmd.upto,
+                         added=applied.added, reinforced=applied.reinforced, merged=applied.merged,
+                         superseded=applied.superseded, linked=applied.linked, dropped=applied.dropped,
+                         extractor=cmd.extractor, usage=cmd.usage)
 
     # -- the HNSW graph, built beside the actor ------------------------------------------------------
     def _with_graph(self, reply: Any, now: float | None = None) -> Any:

@@ -11,6 +11,16 @@ from mnemex._protocol import Command, Reply
 
 __all__ = [
     "AddSession",
+    "ApplyExtraction",
+    "Change",
+    "Extracted",
+    "ExtractionFailed",
+    "GetHistory",
+    "JobUsage",
+    "MemoryHistory",
+    "MemoryStatus",
+    "NewFact",
+    "SourceRef",
     "CountMemories",
     "Event",
     "Forget",
@@ -408,8 +418,119 @@ class StoreSession(ScopeCommand, frozen=True, tag="scope.store_session"):
     now: float = 0.0
 
 
-ScopeWrite = Remember | AddSession | UpdateMemory | Forget | ForgetWhere | Touch
-ScopeRead = GetMemory | CountMemories | ListMemories | GetScopeStats | Search | StoreSession
+# -- the knowledge layer: facts extracted from a session, consolidated in the scope ---------------
+class NewFact(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One extracted fact as the scope receives it: ``id`` assigned, ``vector`` the
+    embedding of ``content`` (or None), ``target`` the id of the offered memory its
+    ``relation`` (duplicate, updates, extends) is about, ``observed_at`` when its
+    messages were said, ``first``/``last`` their positions in the session."""
+
+    id: str
+    content: str
+    vector: bytes | None = None
+    kind: str = "fact"
+    categories: tuple[str, ...] = ()
+    confidences: tuple[float, ...] = ()
+    importance: float = 0.5
+    entities: tuple[str, ...] = ()
+    relation: str | None = None
+    target: str | None = None
+    attributed_to: str | None = None
+    valid_at: float | None = None
+    observed_at: float | None = None
+    first: int | None = None
+    last: int | None = None
+
+
+class JobUsage(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Tokens one extraction job used, over ``calls`` model calls (0: no model)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    calls: int = 0
+
+
+class ApplyExtraction(ScopeCommand, frozen=True, tag="scope.apply_extraction"):
+    """The result of an extraction job over messages [first, upto) of ``session_id``:
+    its facts, consolidated into the scope and the session's cursor advanced, all
+    at once. ``offered``: the ids the extractor was shown (the only valid
+    targets); ``job``: the job's id (a late result of a job that expired is
+    ignored)."""
+
+    session_id: str
+    first: int
+    upto: int
+    facts: list[NewFact] = msgspec.field(default_factory=list)
+    offered: list[str] = msgspec.field(default_factory=list)
+    extractor: str = "rules"
+    usage: JobUsage = JobUsage()
+    embedder: str | None = None
+    dim: int = 0
+    now: float = 0.0
+    job: str | None = None
+
+
+class ExtractionFailed(ScopeCommand, frozen=True, tag="scope.extraction_failed"):
+    """An extraction job over [first, upto) of ``session_id`` failed: ``reason``
+    (timeout, unreachable, http, malformed, refused, error) and ``message``. The
+    cursor retries with backoff, then parks the range as a dead letter."""
+
+    session_id: str
+    first: int
+    upto: int
+    reason: str
+    message: str = ""
+    usage: JobUsage = JobUsage()
+    now: float = 0.0
+    job: str | None = None
+
+
+class Extracted(Reply, frozen=True, kw_only=True, tag="scope.extracted"):
+    """What an extraction changed. ``status``: committed (the job's facts are
+    stored), nothing_new (no message was waiting), in_flight (a job of this
+    session is running; its result will be committed when it comes), failed
+    (``error`` says why; it is retried), dead_letter (it failed too often: see
+    ``dead_letters``). The id lists name the memories added, reinforced (stated
+    again), merged into another, superseded, and linked; ``dropped`` the facts
+    left out, with why."""
+
+    session_id: str
+    status: Literal["committed", "nothing_new", "in_flight", "failed", "dead_letter"]
+    first: int = 0
+    upto: int = 0
+    added: list[str] = msgspec.field(default_factory=list)
+    reinforced: list[str] = msgspec.field(default_factory=list)
+    merged: list[str] = msgspec.field(default_factory=list)
+    superseded: list[str] = msgspec.field(default_factory=list)
+    linked: list[str] = msgspec.field(default_factory=list)
+    dropped: list[str] = msgspec.field(default_factory=list)
+    extractor: str | None = None
+    usage: JobUsage = JobUsage()
+    error: str | None = None
+    retry_at: float | None = None
+
+
+class GetHistory(ScopeCommand, frozen=True, tag="scope.history"):
+    """How memory ``id`` came to be: its own changes and those of the memories it
+    replaced, merged or was replaced by."""
+
+    id: str
+
+
+class MemoryHistory(Reply, frozen=True, kw_only=True, tag="scope.memory_history"):
+    """``memory``: the record asked for; ``related``: every memory on its chain
+    (what it superseded or absorbed, what superseded or absorbed it), oldest
+    first; ``changes``: (memory id, change) pairs of all of them in time order."""
+
+    memory: MemoryRecord
+    related: list[MemoryRecord]
+    changes: list[tuple[str, Change]]
+
+
+ScopeWrite = Remember | AddSession | UpdateMemory | Forget | ForgetWhere | Touch | ApplyExtraction | \
+    ExtractionFailed
+ScopeRead = GetMemory | CountMemories | ListMemories | GetScopeStats | Search | StoreSession | GetHistory
 ScopeCommandType = ScopeWrite | ScopeRead
 SCOPE_WRITES: tuple[type[ScopeCommand], ...] = (Remember, AddSession, UpdateMemory, Forget, ForgetWhere,
-                                                Touch)
+                                                Touch, ApplyExtraction, ExtractionFailed)
