@@ -35,6 +35,7 @@ by the ref before the command is sent.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import logging
 import math
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
@@ -61,6 +62,16 @@ from mnemex.index import (
 )
 from mnemex.index._sidecar import doc_ids_checksum
 from mnemex.knowledge.consolidate import normalized_text
+from mnemex.knowledge.cursor import CursorSettings
+from mnemex.memories.extraction import (
+    CursorTick,
+    Extractions,
+    ExtractSession,
+    GetCursors,
+    RetryDeadLetter,
+    RunExtraction,
+    Timer,
+)
 from mnemex.memories.fields import (
     CHANGEABLE,
     check_memory_id,
@@ -75,6 +86,7 @@ from mnemex.memories.protocol import (
     ApplyExtraction,
     CountMemories,
     Extracted,
+    ExtractionFailed,
     Forget,
     ForgetWhere,
     Forgotten,
@@ -184,6 +196,9 @@ class ScopeSettings:
     context_window: int = 2
     context_weight: float = 0.5
     graph_stale: float = 60.0
+    cursor: CursorSettings = dataclasses.field(default_factory=CursorSettings)
+    extract: RunExtraction | None = None
+    timer: Timer | None = None
 
     @classmethod
     def from_config(cls, config: Config, *, embedder_name: str | None = None, embedder_dim: int = 0,
@@ -271,6 +286,9 @@ class ScopeMemory:
         self.graph_pending_since: float | None = None
         self.graph_failed_at: int | None = None
         self.clock = 0.0
+        self.extractions = Extractions(self.app_name, self.user_id, settings.cursor, settings.extract,
+                                       settings.timer)
+        self.replaying = False
 
     def __repr__(self) -> str:
         return f"ScopeMemory(({self.app_name!r}, {self.user_id!r}), memories={len(self.doc_of)})"
@@ -408,6 +426,16 @@ class ScopeMemory:
                 return self._store_session(command)
             case ApplyExtraction():
                 return self._with_graph(self._apply_extraction(command))
+            case ExtractionFailed():
+                return self._extraction_failed(command)
+            case ExtractSession():
+                return self._started(*self.extractions.request(command))
+            case RetryDeadLetter():
+                return self._started(*self.extractions.retry(command))
+            case CursorTick(now=now):
+                return Step(None, tuple(self.extractions.tick(now)), unchanged=True)
+            case GetCursors(session_id=session_id):
+                return self.extractions.info(session_id)
             case GetHistory():
                 return history_of(self, command)
             case SessionEmbedFailed(session_id=session_id, error=error):
@@ -521,6 +549,14 @@ class ScopeMemory:
         skipped, as ``handle`` refuses it (see ``mnemex.kernel.handle_each``)."""
         placed: list[tuple[int, MemoryRecord]] = []
         vectors: list[tuple[int, bytes]] = []
+        self.replaying = True
+        try:
+            self._replay(commands, placed, vectors)
+        finally:
+            self.replaying = False
+
+    def _replay(self, commands: Iterable[Any], placed: list[tuple[int, MemoryRecord]],
+                vectors: list[tuple[int, bytes]]) -> None:
         for command in commands:
             try:
                 if isinstance(command, AddSession):
@@ -834,7 +870,15 @@ class ScopeMemory:
         first = check_int(cmd.first, "first", 0)
         check_int(cmd.upto, "upto", first + 1)
         facts, dropped = check_facts(self, cmd, now)
-        # valid: from here on the state changes
+        job = None if self.replaying else cmd.job
+        if not self.extractions.accepts(cmd.session_id, job) or \
+                not self.extractions.commit(cmd.session_id, job, first, cmd.upto, now):
+            # a late result of a job that expired, or a range already covered: dropped, not journaled
+            return Step(Extracted(session_id=cmd.session_id, status="expired", first=first, upto=cmd.upto,
+                                  extractor=cmd.extractor, usage=cmd.usage,
+                                  error="the job's result came after its deadline or for messages "
+                                        "already extracted; it was dropped"), unchanged=True)
+        # valid and current: from here on the state changes
         self.clock = max(self.clock, now)
         applied = Applied(dropped=dropped)
         apply_facts(self, cmd, facts, applied)
@@ -842,6 +886,25 @@ class ScopeMemory:
                          added=applied.added, reinforced=applied.reinforced, merged=applied.merged,
                          superseded=applied.superseded, linked=applied.linked, dropped=applied.dropped,
                          extractor=cmd.extractor, usage=cmd.usage)
+
+    def _extraction_failed(self, cmd: ExtractionFailed) -> Any:
+        now = check_seconds(cmd.now, "now")
+        check_memory_id(cmd.session_id, "session_id")
+        first = check_int(cmd.first, "first", 0)
+        check_int(cmd.upto, "upto", first + 1)
+        job = None if self.replaying else cmd.job
+        if not self.extractions.accepts(cmd.session_id, job):
+            return Step(Extracted(session_id=cmd.session_id, status="expired", first=first, upto=cmd.upto,
+                                  error=f"{cmd.reason}: {cmd.message} (after the job's deadline: dropped)"),
+                        unchanged=True)
+        reply, jobs = self.extractions.fail(cmd.session_id, job, cmd, now)
+        self.clock = max(self.clock, now)
+        return Step(reply, tuple(jobs)) if jobs else reply
+
+    @staticmethod
+    def _started(reply: Extracted | None, jobs: Sequence[Job]) -> Any:
+        """The answer to a command that may start extraction jobs (never journaled)."""
+        return Step(reply, tuple(jobs), unchanged=True)
 
     # -- the HNSW graph, built beside the actor ------------------------------------------------------
     def _with_graph(self, reply: Any, now: float | None = None) -> Any:
@@ -1008,6 +1071,8 @@ class ScopeMemory:
             "count": len(pairs),
             "clock": self.clock,
         }
+        if self.extractions.sessions:
+            extra["cursors"] = self.extractions.to_extra()
         return write_snapshot(pairs, index, sidecars, extra)
 
     @classmethod
@@ -1026,6 +1091,7 @@ class ScopeMemory:
             memory.docs[doc] = record
         memory.doc_of = {record.id: doc for doc, record in zip(docs, records, strict=True)}
         memory.free = [int(doc) for doc in extra.get("free", [])]
+        memory.extractions.load_extra(extra.get("cursors") or {})
         memory._reindex_all(image.sidecars)
         if isinstance(embedder, str) and dim > 0:
             memory.embedder, memory.dim = embedder, dim

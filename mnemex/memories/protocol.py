@@ -488,15 +488,16 @@ class ExtractionFailed(ScopeCommand, frozen=True, tag="scope.extraction_failed")
 
 class Extracted(Reply, frozen=True, kw_only=True, tag="scope.extracted"):
     """What an extraction changed. ``status``: committed (the job's facts are
-    stored), nothing_new (no message was waiting), in_flight (a job of this
-    session is running; its result will be committed when it comes), failed
-    (``error`` says why; it is retried), dead_letter (it failed too often: see
-    ``dead_letters``). The id lists name the memories added, reinforced (stated
-    again), merged into another, superseded, and linked; ``dropped`` the facts
-    left out, with why."""
+    stored), nothing_new (no message was waiting), buffered (messages wait for the
+    buffer to fill), in_flight (a job of this session is running; its result will
+    be committed when it comes), failed (``error`` says why; it is retried),
+    dead_letter (it failed too often: see ``dead_letters``), expired (the job
+    outlived its deadline; its result was dropped and the range is retried).
+    The id lists name the memories added, reinforced (stated again), merged into
+    another, superseded, and linked; ``dropped`` the facts left out, with why."""
 
     session_id: str
-    status: Literal["committed", "nothing_new", "in_flight", "failed", "dead_letter"]
+    status: Literal["committed", "nothing_new", "buffered", "in_flight", "failed", "dead_letter", "expired"]
     first: int = 0
     upto: int = 0
     added: list[str] = msgspec.field(default_factory=list)
