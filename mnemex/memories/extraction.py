@@ -208,6 +208,7 @@ class Extractions:
                                field="extract")
         if not callable(cmd.read):
             raise InvalidInput("read must be a callable giving a session's messages", field="read")
+        id_at(cmd.first_id, 0)  # a block of ids, checked before anything changes
         session = self._session(session_id)
         cursor = session.cursor
         session.read = cmd.read
@@ -236,10 +237,11 @@ class Extractions:
         if self.run is None:
             raise InvalidInput("this scope kind has no extractor (open it through open_runtime)",
                                field="extract")
+        id_at(cmd.first_id, 0)
+        start = session.cursor.retry_dead(cmd.first, now)
         session.read = cmd.read
         if session.first_id != cmd.first_id:
             session.first_id, session.jobs = cmd.first_id, 0
-        start = session.cursor.retry_dead(cmd.first, now)
         if start is None:
             return self._reply(session_id, "in_flight"), []
         return None, [self._job(session_id, session, start.ticket, answers=True), *self._timer(now)]
