@@ -258,7 +258,8 @@ class LLMClient:
         return headers
 
     def _payload(self, messages: Sequence[Mapping[str, Any]], mode: ResponseFormat,
-                 schema: Mapping[str, Any] | None, schema_name: str, max_tokens: int | None) -> dict[str, Any]:
+                 schema: Mapping[str, Any] | None, schema_name: str,
+                 max_tokens: int | None) -> dict[str, Any]:
         payload: dict[str, Any] = {"model": self.model, "messages": [dict(m) for m in messages],
                                    "temperature": self.temperature}
         if max_tokens is not None:
@@ -274,8 +275,9 @@ class LLMClient:
         try:
             answer = _decode_answer.decode(body)
         except msgspec.DecodeError as exc:
-            raise LLMCallError(self.url, f"gave an answer that is not a chat completion ({exc}): "
-                               f"{body[:200].decode('utf-8', 'replace')!r}", reason="malformed") from exc
+            raise LLMCallError(self.url, f"gave an answer without choices[0].message.content (it is not "
+                               f"a chat completion: {exc}): {body[:200].decode('utf-8', 'replace')!r}",
+                               reason="malformed") from exc
         choice = answer.choices[0] if answer.choices else None
         if choice is None or choice.message is None or choice.message.content is None:
             raise LLMCallError(self.url, f"gave an answer without choices[0].message.content: "
