@@ -318,7 +318,10 @@ def _number(value: Any) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer past the floats: no score, no time
+            return None
     elif isinstance(value, str):
         text = value.strip()
         scale = 100.0 if text.endswith("%") else 1.0
@@ -337,9 +340,11 @@ def _unit(value: Any, default: float) -> float:
 
 
 def _integer(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
     if isinstance(value, str):
         value = value.strip().strip("[]#").strip()
-        return int(value) if value.isascii() and value.isdigit() else None
+        return int(value) if value.isascii() and value.isdigit() and len(value) <= 18 else None
     number = _number(value)
     return int(number) if number is not None and number.is_integer() else None
 
@@ -401,10 +406,12 @@ def _moment(value: Any) -> float | None:
             value = float(text)
         elif not text[:4].isdigit():  # "null", "unknown", "yesterday": not a time
             return None
-    elif isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    elif value >= 1e11:  # past the year 5000 in seconds: milliseconds, as JavaScript counts
-        value = value / 1000
+    else:
+        value = _number(value)
+        if value is None:
+            return None
+        if value >= 1e11:  # past the year 5000 in seconds: milliseconds, as JavaScript counts
+            value /= 1000
     try:
         return seconds(value, "valid_at")
     except InvalidInput:
