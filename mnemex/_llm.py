@@ -53,6 +53,8 @@ _BACKOFF_CAP: Final = 4.0
 _REFUSAL_WORDS: Final = ("response_format", "json_schema", "json_object", "structured output",
                          "not supported")
 
+_sleep = time.sleep  # the backoff's wait (a test replaces it)
+
 ENV_BASE_URL: Final = "MNEMEX_LLM_BASE_URL"
 ENV_MODEL: Final = "MNEMEX_LLM_MODEL"
 ENV_API_KEY: Final = "MNEMEX_LLM_API_KEY"
@@ -211,7 +213,7 @@ class LLMClient:
         for attempt in range(attempts):
             if failure is not None:
                 wait = self.backoff * 2 ** (attempt - 1) if failure.wait is None else failure.wait
-                time.sleep(min(wait, _BACKOFF_CAP))
+                _sleep(min(wait, _BACKOFF_CAP))
             try:
                 return self._attempt(client, payload, headers)
             except _Retryable as exc:
