@@ -374,9 +374,9 @@ class FakeLLM:
 
         with FakeLLM() as llm:
             llm.add("I live in Berlin", {"facts": [{"content": "The user lives in Berlin."}]})
-            client = LLMClient(base_url=llm.base_url, model="any")   # http://127.0.0.1:PORT/v1
-            ...
-            assert llm.calls == 1
+            client = openai.OpenAI(base_url=llm.base_url, api_key="x")  # http://127.0.0.1:PORT/v1
+            ...  # your agent, or mnemex's extractor, calls the model
+            assert llm.calls == 1 and "Berlin" in str(llm.requests[0]["messages"])
 
     ``POST /v1/chat/completions`` (also ``/chat/completions``) answers, in this order
     of precedence: a refused ``response_format`` (``refuse_schema``), a queued

@@ -273,6 +273,20 @@ def test_a_callable_match_sees_the_whole_request(llm: FakeLLM) -> None:
     assert client.complete(HELLO).text == '{"facts": []}'
 
 
+def test_the_official_openai_client_talks_to_the_fake_server(llm: FakeLLM) -> None:
+    import openai
+
+    llm.add("where do I live", "In Berlin.", usage={"prompt_tokens": 4, "completion_tokens": 3,
+                                                    "total_tokens": 7})
+    with openai.OpenAI(base_url=llm.base_url, api_key="sk-test", max_retries=0) as client:
+        reply = client.chat.completions.create(model="tiny", messages=[
+            {"role": "user", "content": "where do I live?"}])
+        assert [m.id for m in client.models.list()] == ["fake"]
+    assert reply.choices[0].message.content == "In Berlin." and reply.usage is not None
+    assert reply.usage.total_tokens == 7 and reply.choices[0].finish_reason == "stop"
+    assert llm.headers[0]["authorization"] == "Bearer sk-test"
+
+
 # -- configuration ------------------------------------------------------------------------------
 def test_the_llm_section_and_its_flat_names() -> None:
     assert mnemex.Config().llm == LLMConfig()
