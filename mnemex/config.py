@@ -1,7 +1,7 @@
 """Config: every knob mnemex has, with defaults that work with no file.
 
-A Config is six frozen sections, one per part of mnemex: ``kernel``, ``storage``,
-``conversations``, ``memories``, ``models`` and ``server``. Each section is a msgspec
+A Config is seven frozen sections, one per part of mnemex: ``kernel``, ``storage``,
+``conversations``, ``memories``, ``models``, ``llm`` and ``server``. Each section is a msgspec
 Struct whose constraints are declared on its fields (``Annotated`` bounds, ``Literal``
 choices, patterns); they are checked when the section is built, in Python exactly as
 when msgspec decodes TOML or JSON, so a bad value fails at start-up with a message
@@ -12,7 +12,8 @@ files: ``Config(data_dir=None, embedder="hashing", fsync="always")`` sets
 ``storage.data_dir``, ``models.embedder`` and ``storage.fsync``; a TOML file may mix
 top-level keys with ``[memories]``-style tables; ``config.data_dir`` reads through.
 A short-term memory setting's flat name is ``agent_`` + its name
-(``agent_policy`` is ``conversations.policy``); every other flat name is the field's.
+(``agent_policy`` is ``conversations.policy``), an LLM setting's is ``llm_`` + its
+name (``llm_base_url`` is ``llm.base_url``); every other flat name is the field's.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ import msgspec
 
 from mnemex.errors import InvalidInput
 
-__all__ = ["DEFAULT", "Config", "ConversationsConfig", "KernelConfig", "MemoriesConfig", "ModelsConfig",
-           "ServerConfig", "StorageConfig", "UseDefault", "load_config"]
+__all__ = ["DEFAULT", "Config", "ConversationsConfig", "KernelConfig", "LLMConfig", "MemoriesConfig",
+           "ModelsConfig", "ServerConfig", "StorageConfig", "UseDefault", "load_config"]
 
 class UseDefault(enum.Enum):
     """The type of ``DEFAULT``."""
@@ -308,6 +309,34 @@ class MemoriesConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=
                                 f"{shares:g}; it must stay below 1 (the rest is the relevance's share)")
 
 
+class LLMConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The OpenAI-compatible chat completions endpoint (OpenAI, vLLM, Ollama,
+    llama.cpp...) that extracts facts from conversations into long-term memory.
+    Flat shortcuts: ``llm_<name>`` (``Config(llm_base_url=...)``). The environment
+    overrides the file: ``MNEMEX_LLM_BASE_URL``, ``MNEMEX_LLM_MODEL``, and
+    ``MNEMEX_LLM_API_KEY`` (the key itself, used instead of ``api_key_env``)."""
+
+    section: ClassVar[str] = "llm"
+    base_url: Annotated[str, msgspec.Meta(pattern="^https?://")] | None = None
+    """API root (``https://api.openai.com/v1``, ``http://127.0.0.1:11434/v1``); requests
+    go to ``{base_url}/chat/completions``. None: no endpoint, facts are extracted by
+    rules (explicit "remember ...", first-person statements) instead."""
+    model: Annotated[str, msgspec.Meta(pattern=r"\S")] = "gpt-4o-mini"
+    """Model the endpoint is asked for."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Environment variable holding the API key, read at each call; unset or empty
+    sends no key (local servers)."""
+    timeout: PositiveFloat = 60.0
+    """Seconds one attempt at a call may take, the whole answer read."""
+    retries: Annotated[int, msgspec.Meta(ge=0, le=10)] = 2
+    """Attempts after the first that follow a timeout, a connection error or a 5xx/429
+    answer, after a short backoff (0.25 s doubling, at most 4 s)."""
+    temperature: Annotated[float, msgspec.Meta(ge=0, le=2)] = 0.0
+    """Sampling temperature sent with each call."""
+    max_output_tokens: PositiveInt = 2048
+    """Most tokens one extraction answer may take (``max_tokens``)."""
+
+
 class ServerConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``mnemex serve``: the ``[server]`` table of a config file (and the serve flags)."""
 
@@ -389,12 +418,14 @@ class ServerConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=Tr
 
 _SECTIONS: Final[dict[str, type[_Section]]] = {
     "kernel": KernelConfig, "storage": StorageConfig, "conversations": ConversationsConfig,
-    "memories": MemoriesConfig, "models": ModelsConfig, "server": ServerConfig,
+    "memories": MemoriesConfig, "models": ModelsConfig, "llm": LLMConfig, "server": ServerConfig,
 }
 
 
 def _shortcut_name(section: str, field: str) -> str:
-    return f"agent_{field}" if section == "conversations" and field != "max_message_bytes" else field
+    if section == "conversations" and field != "max_message_bytes":
+        return f"agent_{field}"
+    return f"llm_{field}" if section == "llm" else field
 
 
 # flat name -> (section, field): every field of every section but the server's
@@ -406,7 +437,7 @@ SHORTCUTS: Final[dict[str, tuple[str, str]]] = {
 
 
 class Config:
-    """Runtime settings: six sections (see the module docstring). Times are seconds,
+    """Runtime settings: seven sections (see the module docstring). Times are seconds,
     sizes are bytes unless named otherwise.
 
     ``Config(memories=MemoriesConfig(max_top_k=50), data_dir=None)`` takes whole
@@ -414,21 +445,22 @@ class Config:
     section. Unknown names and bad values raise InvalidInput naming the field.
     Frozen and hashable; ``replace`` returns a changed copy."""
 
-    __slots__ = ("conversations", "kernel", "memories", "models", "server", "storage")
+    __slots__ = ("conversations", "kernel", "llm", "memories", "models", "server", "storage")
 
     kernel: KernelConfig
     storage: StorageConfig
     conversations: ConversationsConfig
     memories: MemoriesConfig
     models: ModelsConfig
+    llm: LLMConfig
     server: ServerConfig
 
     def __init__(self, *, kernel: KernelConfig | None = None, storage: StorageConfig | None = None,
                  conversations: ConversationsConfig | None = None, memories: MemoriesConfig | None = None,
-                 models: ModelsConfig | None = None, server: ServerConfig | None = None,
-                 **shortcuts: Any) -> None:
+                 models: ModelsConfig | None = None, llm: LLMConfig | None = None,
+                 server: ServerConfig | None = None, **shortcuts: Any) -> None:
         given = {"kernel": kernel, "storage": storage, "conversations": conversations,
-                 "memories": memories, "models": models, "server": server}
+                 "memories": memories, "models": models, "llm": llm, "server": server}
         changes: dict[str, dict[str, Any]] = {}
         for name, value in shortcuts.items():
             try:
@@ -456,7 +488,7 @@ class Config:
         return Config(**sections, **changes)
 
     def sections(self) -> Iterator[tuple[str, msgspec.Struct]]:
-        """(name, section) for each of the six sections."""
+        """(name, section) for each of the seven sections."""
         for name in _SECTIONS:
             yield name, getattr(self, name)
 

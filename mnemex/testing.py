@@ -1,5 +1,7 @@
 """Tools for testing actors: a deterministic simulation of the runtime's delivery
-semantics, and a small ``counter`` kind the kernel's own tests and benchmarks use.
+semantics, a small ``counter`` kind the kernel's own tests and benchmarks use, and
+``FakeLLM``, an OpenAI-compatible server on 127.0.0.1 answering recorded responses
+(for testing extraction, summaries or your own agent without a model).
 
 ``Simulation`` runs behaviours sans-io, exactly as the kernel would — per-sender
 FIFO, journal of accepted commands through the kind's codec, reload from the
@@ -19,11 +21,14 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import os
+import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Final
 
 import msgspec
 import trio
@@ -53,6 +58,7 @@ __all__ = [
     "Done",
     "Entries",
     "Fail",
+    "FakeLLM",
     "Get",
     "Simulation",
     "Slow",
@@ -343,3 +349,311 @@ def hypothesis_chooser(data: Any) -> Callable[[int], int]:
         return int(data.draw(st.integers(0, max(n - 1, 0)), label="deliver"))
 
     return choose
+
+
+# -- a fake OpenAI-compatible endpoint -----------------------------------------------
+Match = str | Callable[[dict[str, Any]], bool]
+"""What a recorded answer answers: a substring of the request's last user message,
+or a test of the whole request body (its decoded JSON)."""
+
+_MAX_FAKE_BODY: Final = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class _Recorded:
+    match: Match
+    content: str
+    usage: Mapping[str, int] | None
+    finish_reason: str
+
+
+class FakeLLM:
+    """An OpenAI-compatible chat completions server for tests: real HTTP on
+    127.0.0.1 (an ephemeral port, loopback only), answering from recorded responses,
+    so an agent, an extractor or a summarizer can be tested without a model::
+
+        with FakeLLM() as llm:
+            llm.add("I live in Berlin", {"facts": [{"content": "The user lives in Berlin."}]})
+            client = openai.OpenAI(base_url=llm.base_url, api_key="x")  # http://127.0.0.1:PORT/v1
+            ...  # your agent, or mnemex's extractor, calls the model
+            assert llm.calls == 1 and "Berlin" in str(llm.requests[0]["messages"])
+
+    ``POST /v1/chat/completions`` (also ``/chat/completions``) answers, in this order
+    of precedence: a refused ``response_format`` (``refuse_schema``), a queued
+    failure (``fail``), a queued malformed answer (``malformed``), the first recorded
+    answer whose match fits (``add``), else ``default`` (``{"facts": []}``: nothing to
+    extract). ``slow`` delays every answer. ``GET /v1/models`` lists ``model``.
+    ``requests`` holds the bodies received (``headers`` their headers), ``calls``
+    counts them. The server stops
+    when the ``with`` block ends (or on ``close``)."""
+
+    def __init__(self, *, model: str = "fake-llm", default: str | Any = '{"facts": []}') -> None:
+        self.model = model
+        self.default = _as_content(default)
+        self._recorded: list[_Recorded] = []
+        self._failures: deque[tuple[int, bytes]] = deque()
+        self._malformed: deque[str] = deque()
+        self._refused: set[str] = set()
+        self._delay = 0.0
+        self._requests: list[dict[str, Any]] = []
+        self._headers: list[dict[str, str]] = []
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._server: _FakeServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- what it answers -------------------------------------------------------------
+    def add(self, match: Match, content: str | Any, *, usage: Mapping[str, int] | None = None,
+            finish_reason: str = "stop") -> None:
+        """Answer ``content`` (a string as it is, anything else JSON-encoded) to every
+        request ``match`` fits, with ``usage`` (estimated from the lengths when None)
+        and ``finish_reason``. Earlier recordings win over later ones."""
+        if isinstance(match, str) and not match:
+            raise InvalidInput("FakeLLM.add: an empty match fits every request; set default instead")
+        with self._lock:
+            self._recorded.append(_Recorded(match, _as_content(content), usage, finish_reason))
+
+    def slow(self, seconds: float) -> None:
+        """Wait ``seconds`` before every answer from now on (0: answer at once)."""
+        if not seconds >= 0:
+            raise InvalidInput(f"FakeLLM.slow takes seconds >= 0, got {seconds!r}")
+        self._delay = float(seconds)
+
+    def fail(self, status: int, times: int = 1, *, body: str | None = None) -> None:
+        """Answer the next ``times`` requests with HTTP ``status`` (and ``body``, an
+        OpenAI-style error object by default)."""
+        if not 400 <= status <= 599:
+            raise InvalidInput(f"FakeLLM.fail takes an error status (400 to 599), got {status!r}")
+        payload = body.encode() if body is not None else msgspec.json.encode(
+            {"error": {"message": f"fake failure {status}", "type": "server_error" if status >= 500
+                       else "invalid_request_error"}})
+        with self._lock:
+            self._failures.extend([(status, payload)] * times)
+
+    def malformed(self, text: str, times: int = 1) -> None:
+        """Answer the next ``times`` requests with ``text`` as the model's content (a
+        well-formed chat completion whose content is not what was asked)."""
+        with self._lock:
+            self._malformed.extend([text] * times)
+
+    def refuse_schema(self, *, json_object: bool = False) -> None:
+        """Answer 400 to every request asking for ``response_format`` ``json_schema``
+        (and ``json_object`` too when ``json_object``), as servers without structured
+        output do."""
+        with self._lock:
+            self._refused.add("json_schema")
+            if json_object:
+                self._refused.add("json_object")
+
+    @classmethod
+    def from_recording(cls, path: str | os.PathLike[str], **options: Any) -> FakeLLM:
+        """A FakeLLM answering what a JSONL file recorded, one answer a line:
+        ``{"match": "substring of the last user message", "content": "..." or {...},
+        "usage": {...}, "finish_reason": "stop"}``; a line without ``match`` sets the
+        default answer. Blank lines are skipped."""
+        fake = cls(**options)
+        with open(path, "rb") as lines:
+            for number, line in enumerate(lines, 1):
+                if not line.strip():
+                    continue
+                try:
+                    entry = _decode_recorded.decode(line)
+                except msgspec.DecodeError as exc:
+                    raise InvalidInput(f"{os.fspath(path)}:{number}: not a recorded answer ({exc})") from exc
+                if entry.match is None:
+                    fake.default = _as_content(entry.content)
+                else:
+                    fake.add(entry.match, entry.content, usage=entry.usage, finish_reason=entry.finish_reason)
+        return fake
+
+    # -- what it saw --------------------------------------------------------------------
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        """The JSON bodies of the chat completion requests received, in order."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def headers(self) -> list[dict[str, str]]:
+        """The HTTP headers of those requests (names in lower case), in order."""
+        with self._lock:
+            return list(self._headers)
+
+    @property
+    def calls(self) -> int:
+        """How many chat completion requests were received."""
+        with self._lock:
+            return len(self._requests)
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT/v1``, the API root to give a client."""
+        if self._server is None:
+            raise RuntimeError("FakeLLM is not running; use it as a context manager (with FakeLLM() as llm)")
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    # -- running ------------------------------------------------------------------------
+    def start(self) -> FakeLLM:
+        """Start serving (``with`` does it); returns self."""
+        if self._server is not None:
+            raise RuntimeError("FakeLLM is already running")
+        self._closing.clear()
+        server = _FakeServer(("127.0.0.1", 0), _FakeHandler)
+        server.fake = self
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True,
+                                        name="mnemex-fake-llm")
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving; answers still waiting (``slow``) are given up."""
+        server, thread = self._server, self._thread
+        if server is None:
+            return
+        self._closing.set()
+        server.shutdown()
+        server.server_close()
+        if thread is not None:
+            thread.join(timeout=5)
+        self._server = self._thread = None
+
+    def __enter__(self) -> FakeLLM:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        where = self.base_url if self._server is not None else "not running"
+        return f"FakeLLM({where}, {len(self._recorded)} recorded, {self.calls} calls)"
+
+    def _answer(self, request: dict[str, Any], headers: dict[str, str]) -> tuple[int, bytes]:
+        """(status, body) for one request; records it."""
+        with self._lock:
+            self._requests.append(request)
+            self._headers.append(headers)
+            wanted = request.get("response_format")
+            kind = wanted.get("type") if isinstance(wanted, dict) else None
+            if kind in self._refused:
+                return 400, msgspec.json.encode({"error": {
+                    "message": f"response_format of type {kind} is not supported by this model",
+                    "type": "invalid_request_error", "param": "response_format"}})
+            if self._failures:
+                return self._failures.popleft()
+            if self._malformed:
+                return 200, msgspec.json.encode(self._completion(
+                    request, _Recorded("", self._malformed.popleft(), None, "stop")))
+            candidates = list(self._recorded)
+        said = _last_user_text(request)  # a match may be the test's own code: never run it under the lock
+        recorded = next((r for r in candidates if _fits(r.match, said, request)),
+                        _Recorded("", self.default, None, "stop"))
+        return 200, msgspec.json.encode(self._completion(request, recorded))
+
+    def _completion(self, request: dict[str, Any], recorded: _Recorded) -> dict[str, Any]:
+        """The chat completion answering ``request`` with ``recorded`` (no lock needed)."""
+        if recorded.usage is not None:
+            usage = dict(recorded.usage)
+        else:  # about four characters a token, as tokenizers go for English
+            prompt = sum(len(_text_of(m.get("content"))) for m in request.get("messages") or ()
+                         if isinstance(m, dict)) // 4 + 1
+            completion = len(recorded.content) // 4 + 1
+            usage = {"prompt_tokens": prompt, "completion_tokens": completion,
+                     "total_tokens": prompt + completion}
+        return {"id": f"chatcmpl-fake-{id(request):x}", "object": "chat.completion",
+                "created": int(time.time()),
+                "model": request.get("model") or self.model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": recorded.content},
+                             "finish_reason": recorded.finish_reason}],
+                "usage": usage}
+
+
+class _RecordedLine(msgspec.Struct):
+    content: Any
+    match: str | None = None
+    usage: dict[str, int] | None = None
+    finish_reason: str = "stop"
+
+
+_decode_recorded: Final = msgspec.json.Decoder(_RecordedLine)
+
+
+def _fits(match: Match, said: str, request: dict[str, Any]) -> bool:
+    return match in said if isinstance(match, str) else bool(match(request))
+
+
+def _as_content(content: Any) -> str:
+    return content if isinstance(content, str) else msgspec.json.encode(content).decode()
+
+
+def _text_of(content: Any) -> str:
+    """The text of a chat message's content: a string, or a list of parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return ""
+
+
+def _last_user_text(request: dict[str, Any]) -> str:
+    messages = request.get("messages")
+    for message in reversed(messages if isinstance(messages, list) else []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            return _text_of(message.get("content"))
+    return ""
+
+
+class _FakeServer(ThreadingHTTPServer):
+    daemon_threads = True
+    fake: FakeLLM
+
+
+class _FakeHandler(BaseHTTPRequestHandler):
+    server: _FakeServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: a test's output is not the place for an access log."""
+
+    def do_GET(self) -> None:
+        if self.path.split("?")[0].rstrip("/") in ("/v1/models", "/models"):
+            fake = self.server.fake
+            self._reply(200, msgspec.json.encode({"object": "list", "data": [
+                {"id": fake.model, "object": "model", "owned_by": "mnemex-testing"}]}))
+        else:
+            self._reply(404, b'{"error": {"message": "no such route"}}')
+
+    def do_POST(self) -> None:
+        fake = self.server.fake
+        if self.path.split("?")[0].rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+            self._reply(404, b'{"error": {"message": "no such route"}}')
+            return
+        try:
+            length = int(self.headers.get("content-length", ""))
+        except ValueError:
+            self._reply(411, b'{"error": {"message": "content-length required"}}')
+            return
+        if not 0 <= length <= _MAX_FAKE_BODY:
+            self._reply(413, b'{"error": {"message": "request body too large"}}')
+            return
+        try:
+            request = msgspec.json.decode(self.rfile.read(length))
+        except msgspec.DecodeError:
+            self._reply(400, b'{"error": {"message": "the body is not JSON"}}')
+            return
+        if not isinstance(request, dict):
+            self._reply(400, b'{"error": {"message": "the body is not a JSON object"}}')
+            return
+        status, body = fake._answer(request, {name.lower(): value for name, value in self.headers.items()})
+        if fake._delay and fake._closing.wait(fake._delay):
+            return  # closing: the client gets no answer, as from a server going away
+        self._reply(status, body)
+
+    def _reply(self, status: int, body: bytes) -> None:
+        try:
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except OSError:
+            pass  # the client gave up (a timeout under test): nobody is left to answer

@@ -38,6 +38,7 @@ TOP: dict[str, tuple[str, ...] | None] = {
     "_ids.py": ("mnemex.errors",),
     "_time.py": ("mnemex.errors",),
     "_checks.py": ("mnemex.errors",),
+    "_llm.py": ("mnemex.errors",),
     "_host.py": ("mnemex.config", "mnemex.effects", "mnemex.kernel"),
     "runtime.py": None,
     "client.py": None,

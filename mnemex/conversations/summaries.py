@@ -11,19 +11,20 @@ Two come with mnemex:
   (names, numbers, decisions, what the user said about themselves) within the
   token target, in their original order, folding in the previous summary.
 * ``LLMSummarizer`` asks any OpenAI-compatible ``/v1/chat/completions``
-  endpoint (OpenAI, vLLM, llama.cpp, Ollama...) over httpx, with timeouts; a
-  failure raises SummaryError and the conversation stays usable (the context
-  is cut to the budget until a later attempt succeeds).
+  endpoint (OpenAI, vLLM, llama.cpp, Ollama...) through mnemex's one LLM client
+  (``mnemex._llm.LLMClient``), with timeouts and retries; a failure raises
+  SummaryError and the conversation stays usable (the context is cut to the
+  budget until a later attempt succeeds).
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
+from mnemex._llm import LLMCallError, LLMClient
 from mnemex.conversations.tokens import EstimatedTokens, TokenCounter, content_text
 from mnemex.errors import SummaryError
 
@@ -224,20 +225,25 @@ class LLMSummarizer:
             raise ValueError(f"LLMSummarizer base_url must be an http(s) URL, got {base_url!r}")
         if not timeout > 0:
             raise ValueError(f"LLMSummarizer timeout must be > 0 seconds, got {timeout!r}")
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self.model = model
-        self.api_key_env = api_key_env
-        self.timeout = timeout
-        self.retries = max(0, retries)
+        self.client = LLMClient(base_url=base_url, model=model, api_key_env=api_key_env, timeout=timeout,
+                                retries=max(0, retries), headers=headers, temperature=temperature,
+                                transport=transport)
         self.max_input_tokens = max_input_tokens
-        self.temperature = temperature
-        self.headers = dict(headers or {})
-        self._transport = transport
+
+    @property
+    def url(self) -> str:
+        """Where summaries are asked for: ``{base_url}/chat/completions``."""
+        return self.client.url
+
+    @property
+    def model(self) -> str:
+        """The model asked."""
+        return self.client.model
 
     def __repr__(self) -> str:
         return f"LLMSummarizer(url={self.url!r}, model={self.model!r})"
 
-    def _payload(self, request: SummaryRequest) -> dict[str, Any]:
+    def _messages(self, request: SummaryRequest) -> list[dict[str, str]]:
         text = transcript(request.messages)
         budget = self.max_input_tokens
         if request.counter.count(text) > budget:
@@ -246,53 +252,16 @@ class LLMSummarizer:
         user = f"Conversation:\n{text}"
         if request.previous:
             user = f"Previous summary:\n{request.previous}\n\n{user}"
-        return {
-            "model": self.model,
-            "messages": [
-                {"role": "system", "content": _SYSTEM_PROMPT.format(target=request.target_tokens)},
-                {"role": "user", "content": user},
-            ],
-            "max_tokens": max(64, int(request.target_tokens * 1.2)),
-            "temperature": self.temperature,
-        }
+        return [{"role": "system", "content": _SYSTEM_PROMPT.format(target=request.target_tokens)},
+                {"role": "user", "content": user}]
 
     def summarize(self, request: SummaryRequest) -> str:
-        import httpx  # imported on first use: mnemex without an LLM summarizer never loads it
-
-        headers = {"content-type": "application/json", **self.headers}
-        key = os.environ.get(self.api_key_env)
-        if key:
-            headers["authorization"] = f"Bearer {key}"
-        payload = self._payload(request)
-        timeout = httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0))
-        last: str = "no attempt made"
-        with httpx.Client(timeout=timeout, transport=self._transport) as client:
-            for _ in range(self.retries + 1):
-                try:
-                    response = client.post(self.url, json=payload, headers=headers)
-                except httpx.TimeoutException as exc:
-                    last = f"timed out after {self.timeout:g} s ({type(exc).__name__})"
-                    continue
-                except httpx.HTTPError as exc:
-                    last = f"request failed: {exc!r}"
-                    continue
-                if response.status_code >= 500 or response.status_code == 429:
-                    last = f"answered {response.status_code}: {response.text[:200]!r}"
-                    continue
-                if response.status_code >= 400:
-                    raise SummaryError(f"summary endpoint {self.url} answered {response.status_code}: "
-                                       f"{response.text[:200]!r}")
-                return self._text_of(response, request)
-        raise SummaryError(f"summary endpoint {self.url} {last} "
-                           f"({self.retries + 1} attempt{'s' if self.retries else ''})")
-
-    def _text_of(self, response: httpx.Response, request: SummaryRequest) -> str:
         try:
-            body = response.json()
-            text = body["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise SummaryError(f"summary endpoint {self.url} gave an answer without "
-                               f"choices[0].message.content: {response.text[:200]!r}") from exc
-        if not isinstance(text, str) or not text.strip():
+            completion = self.client.complete(self._messages(request),
+                                              max_tokens=max(64, int(request.target_tokens * 1.2)))
+        except LLMCallError as exc:
+            raise SummaryError(f"summary endpoint {exc.url} {exc.detail}") from exc
+        text = completion.text.strip()
+        if not text:
             raise SummaryError(f"summary endpoint {self.url} gave an empty summary")
-        return truncate_to_tokens(text.strip(), request.target_tokens, request.counter)
+        return truncate_to_tokens(text, request.target_tokens, request.counter)
