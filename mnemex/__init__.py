@@ -43,11 +43,15 @@ from mnemex.errors import Timeout as Timeout
 from mnemex.errors import TooLarge as TooLarge
 from mnemex.errors import UnknownActorKind as UnknownActorKind
 from mnemex.memories.fields import MemoryFields as MemoryFields
+from mnemex.memories.protocol import Extracted as Extracted
 from mnemex.memories.protocol import Hit as Hit
+from mnemex.memories.protocol import MemoryHistory as MemoryHistory
 from mnemex.memories.protocol import MemoryRecord as MemoryRecord
 from mnemex.memories.protocol import SearchResult as SearchResult
 from mnemex.memories.protocol import SessionAdded as SessionAdded
 from mnemex.memories.ref import ScopeRef as ScopeRef
+from mnemex.memories.tools import MEMORY_TOOLS as MEMORY_TOOLS
+from mnemex.memories.tools import REMEMBER_TOOL as REMEMBER_TOOL
 from mnemex.memories.tools import SEARCH_MEMORY_TOOL as SEARCH_MEMORY_TOOL
 from mnemex.memories.tools import execute_memory_tool as execute_memory_tool
 from mnemex.runtime import MnemexRuntime as MnemexRuntime
@@ -81,6 +85,10 @@ __all__ = [
     "ModelError",
     "NotFound",
     "SEARCH_MEMORY_TOOL",
+    "Extracted",
+    "MemoryHistory",
+    "REMEMBER_TOOL",
+    "MEMORY_TOOLS",
     "ScopeRef",
     "SearchResult",
     "SessionAdded",

@@ -15,7 +15,7 @@ through ``asyncio.to_thread``. ``timeout=`` bounds one call where it may wait lo
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from types import TracebackType
@@ -43,7 +43,10 @@ from mnemex.conversations.ref import AgentRef, SessionStream
 from mnemex.effects import Key
 from mnemex.errors import ActorClosed
 from mnemex.kernel import ActorKind, BlockingBridge, BlockingRef, RuntimeStats, ShutdownReport
+from mnemex.memories.extraction import CursorInfo
 from mnemex.memories.protocol import (
+    Extracted,
+    MemoryHistory,
     MemoryPage,
     MemoryRecord,
     ScopeStats,
@@ -122,11 +125,14 @@ class Client:
     # -- the runtime's calls
     def search(self, query: str, scopes: Iterable[tuple[str, str]], top_k: int = 10, *,
                mode: SearchMode | UseDefault = DEFAULT, min_score: float | UseDefault | None = DEFAULT,
-               filter: Mapping[str, Any] | None = None, timeout: float | None = None) -> SearchResult:
+               filter: Mapping[str, Any] | None = None, timeout: float | None = None,
+               include_history: bool = False, as_of: float | str | datetime | None = None) -> SearchResult:
         """Search several scopes, ``[(app_name, user_id), ...]``, into one ranking."""
         runtime = self._bridge.runtime
         return self._bridge.call(functools.partial(runtime.search, query, list(scopes), top_k, mode=mode,
-                                                   min_score=min_score, filter=filter), timeout=timeout)
+                                                   min_score=min_score, filter=filter,
+                                                   include_history=include_history, as_of=as_of),
+                                 timeout=timeout)
 
     def archive(self, agent_name: str, session_id: str, *, user_id: str, app_name: str,
                 timeout: float | None = None) -> SessionAdded:
@@ -134,6 +140,33 @@ class Client:
         runtime = self._bridge.runtime
         return self._bridge.call(functools.partial(runtime.archive, agent_name, session_id, user_id=user_id,
                                                    app_name=app_name), timeout=timeout)
+
+    def extract(self, agent_name: str, session_id: str, *, user_id: str, app_name: str,
+                if_needed: bool = False, timeout: float | None = None) -> Extracted:
+        """Extract facts from a session into the long-term memory of (app_name, user_id)
+        (see ``MnemexRuntime.extract``)."""
+        runtime = self._bridge.runtime
+        return self._bridge.call(functools.partial(runtime.extract, agent_name, session_id, user_id=user_id,
+                                                   app_name=app_name, if_needed=if_needed), timeout=timeout)
+
+    def extract_if_needed(self, agent_name: str, session_id: str, *, user_id: str, app_name: str,
+                          timeout: float | None = None) -> Extracted:
+        """``extract`` only when the session's buffer is full."""
+        return self.extract(agent_name, session_id, user_id=user_id, app_name=app_name, if_needed=True,
+                            timeout=timeout)
+
+    def retry_extraction(self, agent_name: str, session_id: str, first: int, *, user_id: str,
+                         app_name: str, timeout: float | None = None) -> Extracted:
+        """Extract a session's dead letter starting at position ``first`` again."""
+        runtime = self._bridge.runtime
+        return self._bridge.call(functools.partial(runtime.retry_extraction, agent_name, session_id, first,
+                                                   user_id=user_id, app_name=app_name), timeout=timeout)
+
+    def extract_automatically(self, agent_name: str, *, app_name: str, user_id: str,
+                              session_id: str | None = None) -> None:
+        """Extract an agent's sessions automatically (see ``MnemexRuntime.extract_automatically``)."""
+        self._bridge.runtime.extract_automatically(agent_name, app_name=app_name, user_id=user_id,
+                                                   session_id=session_id)
 
     def ask(self, kind: str, key: str | Key, command: Any, *,
             timeout: float | UseDefault | None = DEFAULT) -> Any:
@@ -377,6 +410,27 @@ class BlockingScope:
         """Search this scope (see ``ScopeRef.search``)."""
         return self._client._call(self._scope.search, query, top_k, mode, min_score, filter,
                                   include_history=include_history, as_of=as_of)
+
+    def extract_from(self, session_id: str, messages: Sequence[Any] | None = None, *,
+                     provider: Callable[[int, int], Any] | None = None, count: int | None = None,
+                     if_needed: bool = False) -> Extracted:
+        """Extract facts from a conversation the host keeps (see ``ScopeRef.extract_from``)."""
+        return self._client._call(self._scope.extract_from, session_id, messages, provider=provider,
+                                  count=count, if_needed=if_needed)
+
+    def extraction_status(self, session_id: str | None = None) -> list[CursorInfo]:
+        """Each session's extraction cursor (see ``ScopeRef.extraction_status``)."""
+        return self._client._call(self._scope.extraction_status, session_id)
+
+    def retry_dead_letter(self, session_id: str, first: int, messages: Sequence[Any] | None = None, *,
+                          provider: Callable[[int, int], Any] | None = None) -> Extracted:
+        """Extract a dead letter again (see ``ScopeRef.retry_dead_letter``)."""
+        return self._client._call(self._scope.retry_dead_letter, session_id, first, messages,
+                                  provider=provider)
+
+    def history(self, memory_id: str) -> MemoryHistory:
+        """How a memory came to be (see ``ScopeRef.history``)."""
+        return self._client._call(self._scope.history, memory_id)
 
     def recall(self, query: str, top_k: int = 5, *, mode: SearchMode | UseDefault = DEFAULT,
                min_score: float | UseDefault | None = DEFAULT,

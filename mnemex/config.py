@@ -1,7 +1,7 @@
 """Config: every knob mnemex has, with defaults that work with no file.
 
-A Config is seven frozen sections, one per part of mnemex: ``kernel``, ``storage``,
-``conversations``, ``memories``, ``models``, ``llm`` and ``server``. Each section is a msgspec
+A Config is eight frozen sections, one per part of mnemex: ``kernel``, ``storage``,
+``conversations``, ``memories``, ``models``, ``llm``, ``knowledge`` and ``server``. Each section is a msgspec
 Struct whose constraints are declared on its fields (``Annotated`` bounds, ``Literal``
 choices, patterns); they are checked when the section is built, in Python exactly as
 when msgspec decodes TOML or JSON, so a bad value fails at start-up with a message
@@ -13,7 +13,8 @@ files: ``Config(data_dir=None, embedder="hashing", fsync="always")`` sets
 top-level keys with ``[memories]``-style tables; ``config.data_dir`` reads through.
 A short-term memory setting's flat name is ``agent_`` + its name
 (``agent_policy`` is ``conversations.policy``), an LLM setting's is ``llm_`` + its
-name (``llm_base_url`` is ``llm.base_url``); every other flat name is the field's.
+name (``llm_base_url`` is ``llm.base_url``), a knowledge setting's ``knowledge_`` + its
+name; every other flat name is the field's.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ import msgspec
 
 from mnemex.errors import InvalidInput
 
-__all__ = ["DEFAULT", "Config", "ConversationsConfig", "KernelConfig", "LLMConfig", "MemoriesConfig",
-           "ModelsConfig", "ServerConfig", "StorageConfig", "UseDefault", "load_config"]
+__all__ = ["DEFAULT", "AutoExtract", "Config", "ConversationsConfig", "KernelConfig", "KnowledgeConfig",
+           "LLMConfig", "MemoriesConfig", "ModelsConfig", "ServerConfig", "StorageConfig", "UseDefault",
+           "load_config"]
 
 class UseDefault(enum.Enum):
     """The type of ``DEFAULT``."""
@@ -337,6 +339,55 @@ class LLMConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True)
     """Most tokens one extraction answer may take (``max_tokens``)."""
 
 
+class AutoExtract(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Automatic extraction of one agent's sessions (``config.knowledge.auto``): facts of
+    ``agent``'s session ``session_id`` (every session when None) go to the long-term
+    memory of (``app_name``, ``user_id``)."""
+
+    agent: Annotated[str, msgspec.Meta(min_length=1)]
+    app_name: Annotated[str, msgspec.Meta(min_length=1)]
+    user_id: Annotated[str, msgspec.Meta(min_length=1)]
+    session_id: Annotated[str, msgspec.Meta(min_length=1)] | None = None
+
+
+class KnowledgeConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Facts extracted from conversations: when a session's extraction job starts, how
+    failures are retried, what a job shows the extractor. Flat shortcuts:
+    ``knowledge_<name>`` (``Config(knowledge_turns=4)``)."""
+
+    section: ClassVar[str] = "knowledge"
+    turns: PositiveInt = 6
+    """Start a job when this many messages of a session wait (automatic extraction and
+    ``extract_if_needed``)."""
+    tokens: PositiveInt = 2_000
+    """Or when the waiting messages hold this many tokens (estimated)."""
+    idle: NonNegativeFloat = 300.0
+    """Seconds without a new message after which what waits is extracted (0: never)."""
+    job_timeout: PositiveFloat = 120.0
+    """Seconds a job may run; past it the job counts as failed (timeout) and is retried."""
+    max_attempts: PositiveInt = 3
+    """Failures of a job after which its messages become a dead letter (listed, retryable)."""
+    backoff: NonNegativeFloat = 5.0
+    """Seconds before the first retry; doubles per failure."""
+    max_backoff: NonNegativeFloat = 300.0
+    """The longest wait before a retry."""
+    max_batch: PositiveInt = 50
+    """Messages one job covers at most (a longer run is extracted job after job)."""
+    context_messages: Annotated[int, msgspec.Meta(ge=0, le=100)] = 4
+    """Messages before the new ones a job shows the extractor as context."""
+    offered: Annotated[int, msgspec.Meta(ge=0, le=50)] = 8
+    """Existing memories most related to the new messages a job shows the extractor
+    (numbered; the only ones a fact may update, extend or duplicate)."""
+    auto: tuple[AutoExtract, ...] = ()
+    """Agents whose sessions are extracted automatically (``[[knowledge.auto]]`` tables
+    with agent, app_name, user_id and optionally session_id)."""
+
+    def _check(self) -> None:
+        if self.max_backoff < self.backoff:
+            raise self._invalid("max_backoff",
+                                f"({self.max_backoff}) is below knowledge.backoff ({self.backoff})")
+
+
 class ServerConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``mnemex serve``: the ``[server]`` table of a config file (and the serve flags)."""
 
@@ -418,14 +469,15 @@ class ServerConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=Tr
 
 _SECTIONS: Final[dict[str, type[_Section]]] = {
     "kernel": KernelConfig, "storage": StorageConfig, "conversations": ConversationsConfig,
-    "memories": MemoriesConfig, "models": ModelsConfig, "llm": LLMConfig, "server": ServerConfig,
+    "memories": MemoriesConfig, "models": ModelsConfig, "llm": LLMConfig, "knowledge": KnowledgeConfig,
+    "server": ServerConfig,
 }
 
 
 def _shortcut_name(section: str, field: str) -> str:
     if section == "conversations" and field != "max_message_bytes":
         return f"agent_{field}"
-    return f"llm_{field}" if section == "llm" else field
+    return f"{section}_{field}" if section in ("llm", "knowledge") else field
 
 
 # flat name -> (section, field): every field of every section but the server's
@@ -437,7 +489,7 @@ SHORTCUTS: Final[dict[str, tuple[str, str]]] = {
 
 
 class Config:
-    """Runtime settings: seven sections (see the module docstring). Times are seconds,
+    """Runtime settings: eight sections (see the module docstring). Times are seconds,
     sizes are bytes unless named otherwise.
 
     ``Config(memories=MemoriesConfig(max_top_k=50), data_dir=None)`` takes whole
@@ -445,7 +497,7 @@ class Config:
     section. Unknown names and bad values raise InvalidInput naming the field.
     Frozen and hashable; ``replace`` returns a changed copy."""
 
-    __slots__ = ("conversations", "kernel", "llm", "memories", "models", "server", "storage")
+    __slots__ = ("conversations", "kernel", "knowledge", "llm", "memories", "models", "server", "storage")
 
     kernel: KernelConfig
     storage: StorageConfig
@@ -453,14 +505,16 @@ class Config:
     memories: MemoriesConfig
     models: ModelsConfig
     llm: LLMConfig
+    knowledge: KnowledgeConfig
     server: ServerConfig
 
     def __init__(self, *, kernel: KernelConfig | None = None, storage: StorageConfig | None = None,
                  conversations: ConversationsConfig | None = None, memories: MemoriesConfig | None = None,
                  models: ModelsConfig | None = None, llm: LLMConfig | None = None,
-                 server: ServerConfig | None = None, **shortcuts: Any) -> None:
+                 knowledge: KnowledgeConfig | None = None, server: ServerConfig | None = None,
+                 **shortcuts: Any) -> None:
         given = {"kernel": kernel, "storage": storage, "conversations": conversations,
-                 "memories": memories, "models": models, "llm": llm, "server": server}
+                 "memories": memories, "models": models, "llm": llm, "knowledge": knowledge, "server": server}
         changes: dict[str, dict[str, Any]] = {}
         for name, value in shortcuts.items():
             try:
@@ -488,7 +542,7 @@ class Config:
         return Config(**sections, **changes)
 
     def sections(self) -> Iterator[tuple[str, msgspec.Struct]]:
-        """(name, section) for each of the seven sections."""
+        """(name, section) for each of the eight sections."""
         for name in _SECTIONS:
             yield name, getattr(self, name)
 

@@ -9,8 +9,12 @@ background thread for hosts that are not trio.
 
 from __future__ import annotations
 
+import functools
+import logging
+import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import Any
 
 import trio
@@ -18,10 +22,10 @@ import trio
 from mnemex._ids import IdClock
 from mnemex.config import DEFAULT, Config, UseDefault
 from mnemex.conversations.kind import AGENT_KIND, agent_kind, sweep_expired_sessions
-from mnemex.conversations.protocol import Policy
+from mnemex.conversations.protocol import Appended, Policy
 from mnemex.conversations.ref import AgentRef, AgentServices
 from mnemex.effects import Key
-from mnemex.errors import InvalidInput
+from mnemex.errors import InvalidInput, MnemexError
 from mnemex.kernel import (
     ActorKind,
     ActorRef,
@@ -31,12 +35,22 @@ from mnemex.kernel import (
     Subscription,
     open_actor_runtime,
 )
+from mnemex.knowledge.ref import (
+    KnowledgeServices,
+    agent_reader,
+    default_extractor,
+    extract_session,
+    retry_dead_letter,
+)
+from mnemex.memories.extraction import ExtractSession
 from mnemex.memories.kind import SCOPE_KIND, ScopeKind, scope_kind
-from mnemex.memories.protocol import SearchMode, SearchResult, SessionAdded
+from mnemex.memories.protocol import Extracted, SearchMode, SearchResult, SessionAdded
 from mnemex.memories.ref import ScopeRef, ScopeServices, archive_session, remember_in_scopes, search_scopes
 from mnemex.models.batcher import EmbeddingBatcher
 
 __all__ = ["MnemexRuntime", "open_runtime"]
+
+log = logging.getLogger("mnemex.runtime")
 
 
 class MnemexRuntime:
@@ -48,6 +62,11 @@ class MnemexRuntime:
         self._kernel = kernel
         self._scopes = dict(scopes)
         self._agents = dict(agents)
+        # automatic extraction: (agent, session or None for every session) -> (app_name, user_id)
+        self._auto: dict[tuple[str, str | None], tuple[str, str]] = {}
+        for auto in self.config.knowledge.auto:
+            self._auto[(auto.agent, auto.session_id)] = (auto.app_name, auto.user_id)
+        self._hook_appends()
 
     @property
     def kernel(self) -> Runtime:
@@ -83,12 +102,14 @@ class MnemexRuntime:
 
     async def search(self, query: str, scopes: Iterable[tuple[str, str]], top_k: int = 10, *,
                      mode: SearchMode | UseDefault = DEFAULT, min_score: float | UseDefault | None = DEFAULT,
-                     filter: Mapping[str, Any] | None = None) -> SearchResult:
+                     filter: Mapping[str, Any] | None = None, include_history: bool = False,
+                     as_of: float | str | datetime | None = None) -> SearchResult:
         """Search several scopes, ``[(app_name, user_id), ...]``, at once and merge the
         hits into one ranking (scores are comparable across scopes; each hit names
-        its scope)."""
+        its scope). ``include_history`` / ``as_of`` as for ``ScopeRef.search``."""
         return await search_scopes(self.scope_services(), query, scopes, top_k, mode=mode,
-                                   min_score=min_score, filter=filter)
+                                   min_score=min_score, filter=filter, include_history=include_history,
+                                   as_of=as_of)
 
     async def remember_many(self, items: Sequence[tuple[str, str, Mapping[str, Any]]]) -> list[str]:
         """Store memories in several scopes at once, ``[(app_name, user_id, {"content":
@@ -102,6 +123,69 @@ class MnemexRuntime:
         (app_name, user_id); adding it again adds nothing twice."""
         return await archive_session(self.scope_services(), AGENT_KIND, agent_name, session_id,
                                      user_id=user_id, app_name=app_name)
+
+    # -- knowledge
+    async def extract(self, agent_name: str, session_id: str, *, user_id: str, app_name: str,
+                      if_needed: bool = False) -> Extracted:
+        """Extract facts from session ``session_id`` of agent ``agent_name`` into the
+        long-term memory of (app_name, user_id), now, and return what changed once it
+        is committed (``if_needed``: only when the buffer is full, without waiting).
+        Only messages not extracted before are read; system and tool messages and the
+        memory blocks mnemex injected never are. Without an LLM endpoint
+        (config.llm) facts are extracted by rules. ExtractionError when the extractor
+        failed: the job is retried with backoff, then kept as a dead letter."""
+        agent = self.agent(agent_name)
+        scope = self.scope(user_id=user_id, app_name=app_name)
+        known = (await agent.entries(session_id, None, 0, 0)).total
+        read = agent_reader(agent.entries, session_id)
+        return await extract_session(scope.ref.ask, session_id, read, known, scope._new_block,
+                                     mode="if_needed" if if_needed else "now")
+
+    async def extract_if_needed(self, agent_name: str, session_id: str, *, user_id: str,
+                                app_name: str) -> Extracted:
+        """``extract`` only when the session's buffer is full (see config.knowledge)."""
+        return await self.extract(agent_name, session_id, user_id=user_id, app_name=app_name, if_needed=True)
+
+    async def retry_extraction(self, agent_name: str, session_id: str, first: int, *, user_id: str,
+                               app_name: str) -> Extracted:
+        """Extract the dead letter of the session that starts at position ``first`` again."""
+        agent = self.agent(agent_name)
+        scope = self.scope(user_id=user_id, app_name=app_name)
+        read = agent_reader(agent.entries, session_id)
+        return await retry_dead_letter(scope.ref.ask, session_id, first, read, scope._new_block())
+
+    def extract_automatically(self, agent_name: str, *, app_name: str, user_id: str,
+                              session_id: str | None = None) -> None:
+        """From now on, messages appended to ``session_id`` of agent ``agent_name`` (every
+        session when None) are extracted into (app_name, user_id) once the buffer is
+        full or the session is idle (config.knowledge); appends never wait for it."""
+        for what, value in (("agent_name", agent_name), ("app_name", app_name), ("user_id", user_id)):
+            if not isinstance(value, str) or not value:
+                raise InvalidInput(f"{what} must be a non-empty string, got {value!r}", field=what)
+        self._auto[(agent_name, session_id)] = (app_name, user_id)
+        self._hook_appends()
+
+    def _hook_appends(self) -> None:
+        """Appends tell this runtime (for automatic extraction) only once one is asked for."""
+        if self._auto:
+            for agent_services in self._agents.values():
+                agent_services.after_append = self._after_append
+
+    async def _after_append(self, agent_name: str, appended: Appended, tokens: int) -> None:
+        target = self._auto.get((agent_name, appended.session_id)) or self._auto.get((agent_name, None))
+        if target is None:
+            return
+        app_name, user_id = target
+        scope = self.scope(user_id=user_id, app_name=app_name)
+        agent = self.agent(agent_name)
+        command = ExtractSession(session_id=appended.session_id,
+                                 read=agent_reader(agent.entries, appended.session_id),
+                                 known=appended.message_count, first_id=scope._new_block(), now=time.time(),
+                                 tokens=tokens, mode="if_needed")
+        try:
+            await scope.ref.tell(command)
+        except MnemexError as exc:  # the append stands; extraction catches up at the next one
+            log.warning("automatic extraction of %s/%s not started: %s", agent_name, appended.session_id, exc)
 
     async def flush_touches(self) -> int:
         """Send the access counts searches gathered so far now (the runtime does it every
@@ -204,10 +288,14 @@ async def open_runtime(config: Config | None = None, *,
     ids = IdClock()
     served: list[ActorKind] = []
     batchers: dict[str, tuple[ScopeKind, EmbeddingBatcher]] = {}
+    knowledge: dict[str, KnowledgeServices] = {}
+    extractor = default_extractor(cfg)
     for kind in given:
         if isinstance(kind, ScopeKind) and kind.embedder is not None:
             batcher = EmbeddingBatcher(kind.embedder, cfg.models.embed_batch_size)
-            batchers[kind.name] = (kind.served_by(batcher.embed), batcher)
+            services_of = knowledge[kind.name] = KnowledgeServices(
+                extractor, context_messages=cfg.knowledge.context_messages, offered=cfg.knowledge.offered)
+            batchers[kind.name] = (kind.served_by(batcher.embed, services_of.run, services_of.timer), batcher)
             served.append(batchers[kind.name][0])
         else:
             served.append(kind)
@@ -217,6 +305,9 @@ async def open_runtime(config: Config | None = None, *,
             await services.start(batcher.run, name=f"mnemex {name} embedding")
         scopes = {name: ScopeServices(kernel, scope, batcher, ids)
                   for name, (scope, batcher) in batchers.items()}
+        for name, (_, batcher) in batchers.items():
+            knowledge[name].bind(functools.partial(_ask_scope, kernel, name), batcher.embed,
+                                 (batcher.embedder.name, batcher.embedder.dim))
         agents = {kind.name: AgentServices(kernel, kind.name) for kind in served
                   if kind.name == AGENT_KIND}
         rt = MnemexRuntime(kernel, scopes, agents)
@@ -232,6 +323,10 @@ async def open_runtime(config: Config | None = None, *,
                 # drain and snapshot while the batchers still run: a draining scope may embed
                 await kernel.aclose()
             services.cancel_scope.cancel()
+
+
+async def _ask_scope(kernel: Runtime, kind: str, app_name: str, user_id: str, command: Any) -> Any:
+    return await kernel.ask(kind, (app_name, user_id), command)
 
 
 async def _chores(scope: trio.CancelScope, rt: MnemexRuntime) -> None:

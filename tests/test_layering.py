@@ -121,7 +121,9 @@ def test_the_public_face_is_pinned() -> None:
         "MaxMessages", "TokenBudget", "KeepAll", "Stateless", "SummaryError",
         # long-term memory
         "ScopeRef", "MemoryFields", "MemoryRecord", "Hit", "SearchResult", "SessionAdded",
-        "SEARCH_MEMORY_TOOL", "execute_memory_tool",
+        "SEARCH_MEMORY_TOOL", "REMEMBER_TOOL", "MEMORY_TOOLS", "execute_memory_tool",
+        # knowledge
+        "Extracted", "MemoryHistory",
         # errors
         "MnemexError", "InvalidInput", "UnknownActorKind", "TooLarge", "NotFound", "Busy", "Timeout",
         "ActorClosed", "ActorCrashed", "ModelError", "EmbedderError", "ExtractionError", "CorruptData", "StorageError",

@@ -12,7 +12,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import msgspec
@@ -81,12 +81,14 @@ class AgentServices:
     TTL), so that ``rt.agent("bot", policy=...)`` called per request journals the
     policy once. Made by the runtime; refs only use it."""
 
-    __slots__ = ("applied", "host", "kind")
+    __slots__ = ("after_append", "applied", "host", "kind")
 
     def __init__(self, host: Host, kind: str) -> None:
         self.host = host
         self.kind = kind
         self.applied: dict[tuple[str, str], Any] = {}
+        # told of every append through a ref (agent, reply, tokens appended): automatic extraction
+        self.after_append: Callable[[str, Appended, int], Awaitable[None]] | None = None
 
 
 def _check_timeout(timeout: float) -> float:
@@ -154,9 +156,13 @@ class AgentRef:
         ``messages=[]`` stores nothing. ``turn`` records the turn's metadata."""
         if isinstance(messages, Mapping | str | bytes):
             raise InvalidInput("messages must be a list of chat messages, not a single one", field="messages")
-        command = AppendMessages(session_id=session_id, messages=messages_to_raw(messages),
-                                 timestamp=time.time(), query_id=query_id, turn=turn)
+        raw = messages_to_raw(messages)
+        command = AppendMessages(session_id=session_id, messages=raw, timestamp=time.time(),
+                                 query_id=query_id, turn=turn)
         reply: Appended = await self._ask(command)
+        hook = self._services.after_append
+        if hook is not None and reply.count:
+            await hook(self.name, reply, sum(len(message) for message in raw) // 4)
         return reply
 
     async def complete(self, session_id: str) -> SessionCompleted:

@@ -210,6 +210,11 @@ class ScopeSettings:
         shared: dict[str, Any] = {f.name: getattr(section, f.name) for f in fields(cls)
                                   if f.name in section.__struct_fields__}
         shared["embed_batch_size"] = config.models.embed_batch_size
+        knowledge = config.knowledge
+        shared["cursor"] = CursorSettings(
+            turns=knowledge.turns, tokens=knowledge.tokens, idle=knowledge.idle,
+            job_timeout=knowledge.job_timeout, max_attempts=knowledge.max_attempts, backoff=knowledge.backoff,
+            max_backoff=knowledge.max_backoff, max_batch=knowledge.max_batch)
         if shared.get("vector_min_score") is None:  # the embedder's own
             shared["vector_min_score"] = float(embedder_min_score)
         if shared.get("hybrid_min_score") is None:

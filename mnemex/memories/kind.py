@@ -19,6 +19,7 @@ from mnemex.effects import Behaviour, Image, Key
 from mnemex.errors import InvalidInput
 from mnemex.kernel import ActorKind
 from mnemex.memories.behaviour import EmbedTexts, ScopeMemory, ScopeSettings, is_scope_write, scope_codec
+from mnemex.memories.extraction import RunExtraction, Timer
 from mnemex.models.hashing import Embedder
 
 __all__ = ["SCOPE_KIND", "ScopeKind", "scope_kind"]
@@ -39,10 +40,13 @@ class ScopeKind(ActorKind):
     embedder: Embedder | None = None
     settings: ScopeSettings = dataclasses.field(default_factory=ScopeSettings)
 
-    def served_by(self, embed: EmbedTexts) -> ScopeKind:
+    def served_by(self, embed: EmbedTexts, extract: RunExtraction | None = None,
+                  timer: Timer | None = None) -> ScopeKind:
         """This kind with ``embed`` as what its scopes' jobs embed with (the runtime's
-        batcher)."""
-        return _build(self.name, self.embedder, dataclasses.replace(self.settings, embed=embed))
+        batcher), ``extract`` what runs their extraction jobs and ``timer`` what
+        their extraction timers sleep with."""
+        settings = dataclasses.replace(self.settings, embed=embed, extract=extract, timer=timer)
+        return _build(self.name, self.embedder, settings)
 
 
 def _build(name: str, embedder: Embedder | None, settings: ScopeSettings) -> ScopeKind:

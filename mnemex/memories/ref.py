@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
@@ -33,20 +33,25 @@ from mnemex.conversations.protocol import ArchiveSession
 from mnemex.effects import Key
 from mnemex.errors import InvalidInput, MnemexError
 from mnemex.kernel import ActorRef
+from mnemex.knowledge.ref import cursors, extract_session, list_reader, provider_reader, retry_dead_letter
 from mnemex.memories.context import format_as_context
+from mnemex.memories.extraction import CursorInfo
 from mnemex.memories.fields import checked_changes, new_memory, record_of
 from mnemex.memories.kind import ScopeKind
 from mnemex.memories.protocol import (
     AddSession,
     CountMemories,
     Event,
+    Extracted,
     Forget,
     ForgetWhere,
     Forgotten,
+    GetHistory,
     GetMemory,
     GetScopeStats,
     Hit,
     ListMemories,
+    MemoryHistory,
     MemoryPage,
     MemoryRecord,
     NewMemory,
@@ -349,6 +354,59 @@ class ScopeRef:
             self._services.touch(self._ref.key, result.hits)
         return result
 
+    # -- knowledge ---------------------------------------------------------------------------
+    async def extract_from(self, session_id: str, messages: Sequence[Any] | None = None, *,
+                           provider: Callable[[int, int], Any] | None = None, count: int | None = None,
+                           if_needed: bool = False) -> Extracted:
+        """Extract facts from a conversation the host keeps in its own store: either
+        ``messages``, the session's whole history as chat messages (position i is
+        ``messages[i]``), or a ``provider(first, upto)`` giving the messages of
+        positions [first, upto) (sync or async) with ``count`` the number the session
+        has. The scope tracks what it extracted per session: calling again extracts
+        only what is new. ``if_needed``: only when the buffer (config.knowledge.turns /
+        tokens) is full, without waiting. Returns what changed once committed;
+        ExtractionError when the extractor failed (the job is retried, then
+        dead-lettered)."""
+        if (messages is None) == (provider is None):
+            raise InvalidInput("give the session's messages or a provider (not both)", field="messages")
+        if provider is not None:
+            if not callable(provider):
+                raise InvalidInput("provider must be a callable (first, upto) -> messages", field="provider")
+            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                raise InvalidInput(f"count (the session's number of messages) must be an int >= 0 with a "
+                                   f"provider, got {count!r}", field="count")
+            read, known = provider_reader(provider), count
+        else:
+            if isinstance(messages, str | bytes | Mapping):
+                raise InvalidInput("messages must be a list of chat messages", field="messages")
+            listed = list(messages or ())
+            read, known = list_reader(listed), len(listed)
+        return await extract_session(self._ref.ask, session_id, read, known, self._new_block,
+                                     mode="if_needed" if if_needed else "now")
+
+    def _new_block(self) -> str:
+        return self._services.ids.reserve(time.time())
+
+    async def extraction_status(self, session_id: str | None = None) -> list[CursorInfo]:
+        """Each session's extraction cursor (or ``session_id``'s): what was extracted,
+        the job in flight, failures and dead letters."""
+        return await cursors(self._ref.ask, session_id)
+
+    async def retry_dead_letter(self, session_id: str, first: int, messages: Sequence[Any] | None = None, *,
+                                provider: Callable[[int, int], Any] | None = None) -> Extracted:
+        """Extract the dead letter of ``session_id`` that starts at position ``first``
+        again, reading the messages as ``extract_from`` does."""
+        if (messages is None) == (provider is None):
+            raise InvalidInput("give the session's messages or a provider (not both)", field="messages")
+        read = provider_reader(provider) if provider is not None else list_reader(list(messages or ()))
+        return await retry_dead_letter(self._ref.ask, session_id, first, read, self._new_block())
+
+    async def history(self, memory_id: str) -> MemoryHistory:
+        """How a memory came to be: its changes, and the memories it superseded or
+        absorbed and those that superseded or absorbed it."""
+        reply: MemoryHistory = await self._ref.ask(GetHistory(id=memory_id))
+        return reply
+
     async def recall(self, query: str, top_k: int = 5, *, mode: SearchMode | UseDefault = DEFAULT,
                      min_score: float | UseDefault | None = DEFAULT,
                      filter: Mapping[str, Any] | None = None) -> str:
@@ -397,7 +455,8 @@ def _wire_min_score(min_score: float | UseDefault | None) -> float | None:
 async def search_scopes(services: ScopeServices, query: str, scopes: Iterable[tuple[str, str]],
                         top_k: int = 10, *, mode: SearchMode | UseDefault = DEFAULT,
                         min_score: float | UseDefault | None = DEFAULT,
-                        filter: Mapping[str, Any] | None = None) -> SearchResult:
+                        filter: Mapping[str, Any] | None = None, include_history: bool = False,
+                        as_of: float | str | datetime | None = None) -> SearchResult:
     """Search several scopes (``(app_name, user_id)`` pairs) at once: the query is
     embedded once, every scope is asked concurrently, and the hits are merged into
     one ranking (scores are in 0..1 in every scope; ties: newest first). Each hit
@@ -408,7 +467,8 @@ async def search_scopes(services: ScopeServices, query: str, scopes: Iterable[tu
         if not isinstance(app, str) or not app or not isinstance(user, str) or not user:
             raise InvalidInput(f"a scope is (app_name, user_id), both non-empty strings; got {(app, user)!r}",
                                field="scopes")
-    command = await _search_command(services, query, top_k, mode=mode, min_score=min_score, filter=filter)
+    command = await _search_command(services, query, top_k, mode=mode, min_score=min_score, filter=filter,
+                                    include_history=include_history, as_of=as_of)
     if not keys:
         return SearchResult(hits=[], mode=command.mode)
     results: dict[Key, SearchResult] = {}

@@ -28,7 +28,9 @@ from starlette.types import Receive, Scope, Send
 from mnemex import (
     DEFAULT,
     AgentRef,
+    Extracted,
     InvalidInput,
+    MemoryHistory,
     MemoryRecord,
     MnemexError,
     MnemexRuntime,
@@ -65,6 +67,7 @@ from mnemex.server._schemas import (
     MessagesPage,
     MessagesStored,
     PostArchive,
+    PostExtract,
     PostMemory,
     PostMemoryBatch,
     PostMessages,
@@ -492,10 +495,12 @@ class _Api:
         if len(scopes) == 1:
             app_name, user_id = scopes[0]
             result = await self.call(self.rt.scope(user_id=user_id, app_name=app_name).search,
-                                     body.query, body.top_k, mode, min_score, body.filters)
+                                     body.query, body.top_k, mode, min_score, body.filters,
+                                     include_history=body.include_history, as_of=body.as_of)
         else:
             result = await self.call(self.rt.search, body.query, scopes, body.top_k, mode=mode,
-                                     min_score=min_score, filter=body.filters)
+                                     min_score=min_score, filter=body.filters,
+                                     include_history=body.include_history, as_of=body.as_of)
         return json_response(SearchResults(mode=result.mode, results=[SearchHitOut(
             id=hit.memory.id, content=hit.memory.content, score=hit.score, scores=hit.scores,
             user_id=hit.user_id or scopes[0][1], app_name=hit.app_name or scopes[0][0], memory=hit.memory)
@@ -513,6 +518,19 @@ class _Api:
         if not await self.call(self.rt.scope(user_id=user_id, app_name=app_name).forget, memory_id):
             raise NotFound(f"no memory {memory_id!r} in scope {app_name}/{user_id}")
         return json_response(MemoryDeleted(status="deleted", id=memory_id))
+
+    async def memory_history(self, request: Request) -> Response:
+        user_id, app_name = self._scope_of(request)
+        history = await self.call(self.rt.scope(user_id=user_id, app_name=app_name).history,
+                                  request.path_params["memory_id"])
+        return json_response(history)
+
+    async def extract(self, request: Request) -> Response:
+        body: PostExtract = await self.body(request, PostExtract)
+        agent = body.agent or request.path_params.get("agent", self.settings.agent)
+        extracted = await self.call(self.rt.extract, agent, request.path_params["session_id"],
+                                    user_id=body.user_id, app_name=body.app_name, if_needed=body.if_needed)
+        return json_response(extracted)
 
     async def archive(self, request: Request) -> Response:
         body: PostArchive = await self.body(request, PostArchive)
@@ -692,6 +710,13 @@ ROUTES: Final[tuple[RouteSpec, ...]] = (
               reply=MemoryRecord, errors=(400, 404)),
     RouteSpec("/memory/{memory_id}", "DELETE", "delete_memory", "Forget one memory, within its own scope",
               (_USER, _APP), reply=MemoryDeleted, errors=(400, 404)),
+    RouteSpec("/memory/{memory_id}/history", "GET", "memory_history",
+              "How a memory came to be: its changes and the memories it replaced or was replaced by",
+              (_USER, _APP), reply=MemoryHistory, errors=(400, 404)),
+    RouteSpec("/sessions/{session_id}/extract", "POST", "extract",
+              "Extract facts from a conversation into the long-term memory of a scope (what was not "
+              "extracted before); without an LLM endpoint, by rules", body=PostExtract, reply=Extracted,
+              errors=(400, 404, 422, 503), per_agent=True),
     RouteSpec("/sessions/{session_id}/archive", "POST", "archive",
               "Copy a conversation into the long-term memory of a scope", body=PostArchive, reply=Archived,
               errors=(400, 404, 422), per_agent=True),

@@ -163,6 +163,18 @@ class PostSearch(msgspec.Struct, forbid_unknown_fields=True):
     min_score: float | None = None
     mode: str | None = None
     filters: dict[str, Any] | None = None
+    include_history: bool = False
+    as_of: float | str | None = None
+
+
+class PostExtract(msgspec.Struct, forbid_unknown_fields=True):
+    """``POST /sessions/{session_id}/extract``: facts from a conversation into the long-term
+    memory of (app_name, user_id); ``if_needed``: only when the session's buffer is full."""
+
+    user_id: str
+    app_name: str
+    agent: str | None = None
+    if_needed: bool = False
 
 
 class PostArchive(msgspec.Struct, forbid_unknown_fields=True):

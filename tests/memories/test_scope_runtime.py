@@ -362,7 +362,7 @@ def test_client_scope_blocks_in_the_calling_thread() -> None:
         result = scope.search("what language does the user use? Java", top_k=5)
         assert result.hits[0].memory.id == mid
         assert client.search("Java", scopes=[("chat", "alice")]).hits[0].memory.id == mid
-        assert scope.recall("Java") == "[User Memory]\n- User writes Java"
+        assert scope.recall("Java") == "<mnemex-memory>\n[User Memory]\n- User writes Java\n</mnemex-memory>"
 
 
 async def test_the_memory_tool_runs_a_models_call() -> None:
@@ -374,7 +374,7 @@ async def test_the_memory_tool_runs_a_models_call() -> None:
                 "function": {"name": "search_memory_tool", "arguments": arguments}}
         message = await mnemex.execute_memory_tool(scope, call)
         assert message == {"role": "tool", "tool_call_id": "call_1",
-                           "content": "[User Memory]\n- I am vegetarian"}
+                           "content": "<mnemex-memory>\n[User Memory]\n- I am vegetarian\n</mnemex-memory>"}
         nothing = await mnemex.execute_memory_tool(scope, {"query": "quantum chromodynamics"})
         assert "nothing relevant" in nothing["content"]
         with pytest.raises(mnemex.InvalidInput, match="arguments"):
@@ -420,7 +420,8 @@ async def test_fields_accept_datetimes_and_iso_strings_and_update_reembeds() -> 
 def test_format_as_context_puts_each_memory_on_one_line() -> None:
     records = [mnemex.MemoryRecord(id="1", content="likes\n  green tea"),
                mnemex.MemoryRecord(id="2", content="a b")]
-    assert format_as_context(records) == "[User Memory]\n- likes green tea\n- a b"
+    assert format_as_context(records) == \
+        "<mnemex-memory>\n[User Memory]\n- likes green tea\n- a b\n</mnemex-memory>"
     assert format_as_context([]) == ""
 
 
