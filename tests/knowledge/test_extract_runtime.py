@@ -23,6 +23,7 @@ LISBON = json.dumps({"facts": [{"content": "The user lives in Lisbon.", "entitie
 
 def config(tmp_path: Path, llm: FakeLLM, **more: Any) -> mnemex.Config:
     return mnemex.Config(data_dir=str(tmp_path / "data"), embedder="hashing", llm_base_url=llm.base_url,
+                         llm_model="fake-llm",
                          llm_timeout=5.0, llm_retries=0, **more)
 
 
@@ -48,8 +49,9 @@ async def test_extract_stores_the_facts_once_and_replay_needs_no_call(tmp_path: 
         [memory] = (await scope.memories()).memories
         assert memory.content == "The user lives in Lisbon." and memory.extractor == "llm:fake-llm:x1"
         assert memory.sources[0].session_id == "s1" and memory.entities == ("Lisbon",)
+    settings = config(tmp_path, llm)
     llm.close()  # nothing may call it from here on
-    async with mnemex.open_runtime(config(tmp_path, llm)) as rt:
+    async with mnemex.open_runtime(settings) as rt:
         scope = rt.scope(user_id="ana", app_name="chat")
         [memory] = (await scope.memories()).memories
         assert memory.content == "The user lives in Lisbon."
@@ -58,9 +60,10 @@ async def test_extract_stores_the_facts_once_and_replay_needs_no_call(tmp_path: 
 
 
 async def test_moving_supersedes_through_the_model(tmp_path: Path, llm: FakeLLM) -> None:
-    llm.add("Lisbon", LISBON)
+    # the first recorded answer whose match is in the request wins: the later message first
     llm.add("Berlin", json.dumps({"facts": [{"content": "The user moved to Berlin.", "entities": ["Berlin"],
                                              "attributed_to": "user", "relation": "updates", "target": 1}]}))
+    llm.add("I live in Lisbon", LISBON)
     async with mnemex.open_runtime(config(tmp_path, llm)) as rt:
         agent = rt.agent("assistant")
         await agent.append("s1", [{"role": "user", "content": "I live in Lisbon."}])
