@@ -275,12 +275,15 @@ class MemoriesConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=
     """The k of reciprocal rank fusion (``fusion = "rrf"``)."""
     fusion_candidates: PositiveInt = 30
     """Candidates each signal gives hybrid search (at least top_k)."""
-    rank_importance_weight: NonNegativeFloat = 0.0
-    """Share of a hybrid score given to a memory's importance (0..1)."""
-    rank_recency_weight: NonNegativeFloat = 0.0
-    """Share of a hybrid score given to recency (0.5 ** (age / recency_half_life))."""
-    rank_access_weight: NonNegativeFloat = 0.0
-    """Share of a hybrid score given to use: access_count / (access_count + 10)."""
+    rank_importance_weight: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.0
+    """How much a memory's importance moves its hybrid score: the score is the relevance
+    times ``1 + w_i * (2 * importance - 1) + w_r * (2 * recency - 1) + w_a * access``,
+    kept within 0.3..1.5 (importance 0.5 is neutral)."""
+    rank_recency_weight: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.0
+    """How much recency moves it (recency: 0.5 ** (age / recency_half_life); one
+    half-life old is neutral)."""
+    rank_access_weight: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.0
+    """How much use raises it (access: access_count / (access_count + 10))."""
     recency_half_life: PositiveFloat = 2_592_000.0
     """Seconds after which a memory's recency signal halves (default 30 days)."""
     entity_boost: NonNegativeFloat = 1.0
@@ -305,10 +308,6 @@ class MemoriesConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=
         if self.fusion_fulltext_weight + self.fusion_vector_weight <= 0:
             raise self._invalid("fusion_vector_weight", "and fusion_fulltext_weight are both 0; hybrid "
                                 "search needs one above 0")
-        shares = self.rank_importance_weight + self.rank_recency_weight + self.rank_access_weight
-        if shares >= 1:
-            raise self._invalid("rank_importance_weight", f"+ rank_recency_weight + rank_access_weight is "
-                                f"{shares:g}; it must stay below 1 (the rest is the relevance's share)")
 
 
 class LLMConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -71,8 +71,8 @@ def test_good_values_pass_and_ints_stand_for_floats() -> None:
 def test_cross_field_rules_still_hold() -> None:
     with pytest.raises(mnemex.InvalidInput, match="both 0"):
         mnemex.Config(fusion_fulltext_weight=0, fusion_vector_weight=0)
-    with pytest.raises(mnemex.InvalidInput, match="below 1"):
-        mnemex.Config(rank_importance_weight=0.5, rank_recency_weight=0.5)
+    with pytest.raises(mnemex.InvalidInput, match="rank_importance_weight"):
+        mnemex.Config(rank_importance_weight=1.5)
 
 
 def test_sections_and_shortcuts_build_the_same_config() -> None:

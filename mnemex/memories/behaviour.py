@@ -1051,8 +1051,10 @@ class ScopeMemory:
             ranked = ranker.hybrid_ranked(query, query_vector, top_k, allowed, now)
             if min_score is None:
                 min_score = settings.hybrid_min_score
+        # the cut reads the relevance: a ranking factor reorders hits, it never removes one
         hits = [Hit(self._record_at(doc), round(score, 6), scores, self.app_name, self.user_id)
-                for doc, score, scores in ranked if min_score is None or score >= min_score]
+                for doc, score, scores in ranked
+                if min_score is None or scores.get("relevance", score) >= min_score]
         return self._with_graph(SearchResult(hits=hits[:top_k], mode=mode), now=now)
 
     # -- snapshots -------------------------------------------------------------------------------

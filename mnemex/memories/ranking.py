@@ -8,8 +8,10 @@ Scores are in 0..1 in every mode, so hits of different scopes compare:
   average-length memory holding each query term once, capped at 1;
 * vector: cosine similarity;
 * hybrid: the relevance (weighted sum of fulltext and vector, or reciprocal
-  rank fusion scaled to 0..1), then ``(1 - s) * relevance + w_i * importance +
-  w_r * recency + w_a * access`` with s the sum of the three weights.
+  rank fusion scaled to 0..1) times a factor in 0.3..1.5 from the memory's
+  importance, recency and use (``rank_factors``; 1 with the default weights), so
+  a hybrid score may reach 1.5. ``min_score`` cuts on the relevance: the factor
+  reorders candidates, it never removes one.
 
 A ``Ranker`` reads the scope's indexes and records; it never changes them.
 """
@@ -36,7 +38,7 @@ from mnemex.memories.protocol import MemoryRecord
 if TYPE_CHECKING:
     from mnemex.memories.behaviour import ScopeSettings
 
-__all__ = ["ACCESS_HALF", "Mask", "Ranked", "Ranker"]
+__all__ = ["ACCESS_HALF", "FACTOR_RANGE", "Mask", "Ranked", "Ranker", "rank_factors"]
 
 F32 = npt.NDArray[np.float32]
 Mask = npt.NDArray[np.bool_]
@@ -125,8 +127,8 @@ class Ranker:
 
     def hybrid_ranked(self, query: str, vector: F32, top_k: int, allowed: Mask | None,
                 now: float) -> list[Ranked]:
-        """Full-text and vector candidates fused into one relevance, ranked with the
-        importance, recency and access shares. The candidates are scored as arrays;
+        """Full-text and vector candidates fused into one relevance, ranked by it
+        times the importance, recency and access factor. The candidates are scored as arrays;
         the score breakdown is built for the ``top_k`` returned only."""
         settings = self.settings
         count = max(top_k, settings.fusion_candidates)
@@ -162,8 +164,9 @@ class Ranker:
         else:  # calibrated scores (BM25 to 0..1, cosine clipped at 0), weighted to a mean
             total = w_text + w_vector
             relevance = (w_text / total) * texts + (w_vector / total) * np.maximum(cosines, 0.0)
-        shares = settings.rank_importance_weight + settings.rank_recency_weight + settings.rank_access_weight
         half_life = settings.recency_half_life
+        weights = np.array([settings.rank_importance_weight, settings.rank_recency_weight,
+                            settings.rank_access_weight], dtype=np.float64)
 
         def parts(doc: int) -> tuple[float, float, float]:
             record = self.record_at(doc)
@@ -171,13 +174,11 @@ class Ranker:
             access = record.access_count / (record.access_count + ACCESS_HALF)
             return record.importance, recency, access
 
-        if shares > 0:
-            mixed = np.array([parts(doc) for doc in candidates], dtype=np.float64)
-            weights = np.array([settings.rank_importance_weight, settings.rank_recency_weight,
-                                settings.rank_access_weight], dtype=np.float64)
-            scores = (1.0 - shares) * relevance + mixed[:, 0] * weights[0] + mixed[:, 1] * weights[1] \
-                + mixed[:, 2] * weights[2]
+        if weights.any():
+            factors = rank_factors(np.array([parts(doc) for doc in candidates], dtype=np.float64), weights)
+            scores = relevance * factors
         else:
+            factors = None
             scores = relevance
         top = np.lexsort((docs, -scores))[:top_k]
         out: list[Ranked] = []
@@ -191,8 +192,22 @@ class Ranker:
                 "entities": float(fulltext.entity_hits.get(doc, 0)), "vector": round(cosine, 6),
                 "relevance": round(relevant, 6), "importance": importance,
                 "recency": round(recency, 6), "access": round(access, 6),
+                "factor": round(float(factors[i]), 6) if factors is not None else 1.0,
             }))
         return out
+
+
+FACTOR_RANGE: Final = (0.3, 1.5)
+"""The bounds of the factor importance, recency and use multiply relevance by."""
+
+
+def rank_factors(parts: npt.NDArray[np.float64], weights: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Each candidate's ranking factor from its (importance, recency, access) row:
+    ``1 + w_i * (2 * importance - 1) + w_r * (2 * recency - 1) + w_a * access``, within
+    FACTOR_RANGE. Importance 0.5, a half-life old and never used is 1: the relevance
+    as it is. A factor only reorders: it never takes a candidate out."""
+    deviations = np.column_stack([2.0 * parts[:, 0] - 1.0, 2.0 * parts[:, 1] - 1.0, parts[:, 2]])
+    return np.clip(1.0 + deviations @ weights, *FACTOR_RANGE)
 
 
 class _FullText(NamedTuple):

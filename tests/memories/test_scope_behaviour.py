@@ -294,9 +294,29 @@ def test_hybrid_shows_every_signal_and_its_weights() -> None:
     s = top.scores
     assert set(s) >= {"fulltext", "bm25", "vector", "relevance", "importance", "recency", "access"}
     assert s["relevance"] == pytest.approx(0.7 * s["fulltext"] + 0.3 * max(s["vector"], 0), abs=1e-5)
-    assert top.score == pytest.approx(0.7 * s["relevance"] + 0.1 * s["importance"] + 0.1 * s["recency"]
-                                      + 0.1 * s["access"], abs=1e-5)
+    factor = 1 + 0.1 * (2 * s["importance"] - 1) + 0.1 * (2 * s["recency"] - 1) + 0.1 * s["access"]
+    assert s["factor"] == pytest.approx(factor, abs=1e-5)
+    assert top.score == pytest.approx(s["relevance"] * factor, abs=1e-5)
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+def test_the_ranking_factor_is_bounded_and_never_removes_a_candidate() -> None:
+    d = corpus_driver(rank_importance_weight=1.0, rank_recency_weight=1.0, rank_access_weight=1.0)
+    plain = corpus_driver()
+    cut = 0.05
+    with_factor = d.search("charity race for mental health", "hybrid", min_score=cut).hits
+    without = plain.search("charity race for mental health", "hybrid", min_score=cut).hits
+    assert {h.memory.id for h in with_factor} == {h.memory.id for h in without}
+    assert all(0.3 - 1e-9 <= h.scores["factor"] <= 1.5 + 1e-9 for h in with_factor)
+
+
+def test_importance_reorders_hits_of_equal_relevance() -> None:
+    d = Driver(rank_importance_weight=0.5)
+    [low] = d.remember("the user likes green tea", importance=0.1)
+    [high] = d.remember("the user likes green tea a lot", importance=0.9)
+    hits = d.search("green tea", "hybrid", min_score=0.0).hits
+    assert hits[0].memory.id == high and hits[0].scores["factor"] > 1 > hits[1].scores["factor"]
+    assert {h.memory.id for h in hits} == {low, high}
 
 
 def test_hybrid_with_rrf_scores_in_0_to_1() -> None:

@@ -158,8 +158,8 @@ class ScopeAgainstBruteForce(RuleBasedStateMachine):
             relevance = (text + max(cos[record.id], 0.0)) / 2
             recency = 0.5 ** (max(0.0, d.now - record.timestamp) / 50.0)
             access = record.access_count / (record.access_count + 10)
-            expected[record.id] = (0.8 * relevance + 0.1 * record.importance + 0.05 * recency
-                                   + 0.05 * access)
+            factor = 1 + 0.1 * (2 * record.importance - 1) + 0.05 * (2 * recency - 1) + 0.05 * access
+            expected[record.id] = relevance * min(1.5, max(0.3, factor))
         hits = d.search(query, "hybrid", top_k=top_k, min_score=-1.0, filter=spec).hits
         assert_ranking([(h.memory.id, h.score) for h in hits], expected, top_k, tol=2e-5)
 

@@ -128,3 +128,41 @@ async def test_reads_and_deletes_of_what_was_never_written_leave_nothing_on_disk
     # the server has stopped: every actor it loaded was passivated, and none had anything to keep
     left = sorted(str(p.relative_to(data)) for p in data.rglob("*") if p.name != "LOCK")
     assert left == []
+
+
+async def test_extract_history_and_search_as_of_over_http(tmp_path: Path, server: Any) -> None:
+    from mnemex.testing import FakeLLM
+
+    with FakeLLM() as llm:
+        llm.add("Berlin", '{"facts": [{"content": "The user moved to Berlin.", "entities": ["Berlin"], '
+                          '"attributed_to": "user", "relation": "updates", "target": 1}]}')
+        llm.add("Lisbon", '{"facts": [{"content": "The user lives in Lisbon.", "entities": ["Lisbon"], '
+                          '"attributed_to": "user"}]}')
+        config = mnemex.Config(data_dir=str(tmp_path / "data"), llm_base_url=llm.base_url, llm_model="fake")
+        async with server(config) as http:
+            await http.post("/messages", json={"session_id": "s1", "messages": [
+                {"role": "user", "content": "I live in Lisbon"}]})
+            r = await http.post("/sessions/s1/extract", json={"user_id": "u", "app_name": "a"})
+            assert r.status_code == 200, r.text
+            first = r.json()
+            assert first["status"] == "committed" and len(first["added"]) == 1
+            await http.post("/messages", json={"session_id": "s1", "messages": [
+                {"role": "user", "content": "I moved to Berlin"}]})
+            moved = (await http.post("/sessions/s1/extract", json={"user_id": "u", "app_name": "a"})).json()
+            assert moved["superseded"] == first["added"]
+            history = await http.get(f"/memory/{moved['added'][0]}/history",
+                                     params={"user_id": "u", "app_name": "a"})
+            assert history.status_code == 200
+            assert [m["content"] for m in history.json()["related"]] == ["The user lives in Lisbon."]
+            body = {"query": "where does the user live", "user_id": "u", "app_name": "a", "mode": "fulltext"}
+            now = (await http.post("/memory/search", json=body)).json()["results"]
+            assert [x["content"] for x in now] == ["The user moved to Berlin."]
+            everything = (await http.post("/memory/search", json={**body, "include_history": True})).json()
+            assert len(everything["results"]) == 2
+            nothing_new = (await http.post("/sessions/s1/extract", json={"user_id": "u", "app_name": "a"})).json()
+            assert nothing_new["status"] == "nothing_new"
+            bad = await http.post("/sessions/s1/extract", json={"user_id": "u"})
+            assert bad.status_code in (400, 422)
+            spec = (await http.get("/openapi.json")).json()
+            assert "/sessions/{session_id}/extract" in spec["paths"]
+            assert "/memory/{memory_id}/history" in spec["paths"]
