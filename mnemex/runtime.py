@@ -66,6 +66,8 @@ class MnemexRuntime:
         self._auto: dict[tuple[str, str | None], tuple[str, str]] = {}
         for auto in self.config.knowledge.auto:
             self._auto[(auto.agent, auto.session_id)] = (auto.app_name, auto.user_id)
+        if self._auto:
+            self._check_retained()
         self._hook_appends()
 
     @property
@@ -134,6 +136,7 @@ class MnemexRuntime:
         memory blocks mnemex injected never are. Without an LLM endpoint
         (config.llm) facts are extracted by rules. ExtractionError when the extractor
         failed: the job is retried with backoff, then kept as a dead letter."""
+        self._check_retained()
         agent = self.agent(agent_name)
         scope = self.scope(user_id=user_id, app_name=app_name)
         known = (await agent.entries(session_id, None, 0, 0)).total
@@ -162,8 +165,17 @@ class MnemexRuntime:
         for what, value in (("agent_name", agent_name), ("app_name", app_name), ("user_id", user_id)):
             if not isinstance(value, str) or not value:
                 raise InvalidInput(f"{what} must be a non-empty string, got {value!r}", field=what)
+        self._check_retained()
         self._auto[(agent_name, session_id)] = (app_name, user_id)
         self._hook_appends()
+
+    def _check_retained(self) -> None:
+        """Extraction reads an agent's sessions by position: every message must stay."""
+        if self.config.conversations.retain != "all":
+            raise InvalidInput("extracting an agent's sessions needs config.conversations.retain = \"all\": "
+                               "with \"pruned\", messages could be forgotten before they are extracted "
+                               "(hosts that prune their own history can use scope.extract_from)",
+                               field="conversations.retain")
 
     def _hook_appends(self) -> None:
         """Appends tell this runtime (for automatic extraction) only once one is asked for."""

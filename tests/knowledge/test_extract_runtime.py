@@ -164,3 +164,17 @@ async def test_bad_arguments_name_the_field(tmp_path: Path, llm: FakeLLM) -> Non
         with pytest.raises(mnemex.InvalidInput) as caught:
             await rt.scope(user_id="u", app_name="a").extract_from("s", None)
         assert caught.value.field == "messages"
+
+
+async def test_agents_that_forget_pruned_messages_are_not_extracted_from(tmp_path: Path) -> None:
+    cfg = mnemex.Config(data_dir=None, embedder="hashing", agent_retain="pruned")
+    async with mnemex.open_runtime(cfg) as rt:
+        with pytest.raises(mnemex.InvalidInput) as caught:
+            await rt.extract("a", "s1", user_id="u", app_name="app")
+        assert caught.value.field == "conversations.retain"
+        with pytest.raises(mnemex.InvalidInput):
+            rt.extract_automatically("a", app_name="app", user_id="u")
+        # a host keeping its own history still can
+        done = await rt.scope(user_id="u", app_name="app").extract_from(
+            "s1", [{"role": "user", "content": "Remember that my sister is Ana."}])
+        assert done.status == "committed"
