@@ -954,6 +954,8 @@ def _embedded(clause: str, found: list[_Statement]) -> list[_Statement]:
         name = raw_name if raw_name[:1].isupper() and raw_name.lower() not in _NOT_NAMES | _NAME_STOP else ""
         if rel and (rel in seen or (name and name.lower() in seen)):
             continue
+        if rel in _UNBORN and _EXPECTING.search(clause):  # "we're expecting our first baby": not yet
+            continue
         if _contains_any(rel, _PETS):
             out.extend(_pet_statement(np, name, ""))
         elif rel in _PARENTS or rel in _OTHERS or rel in ("best friend", "bestie"):
@@ -965,6 +967,8 @@ def _embedded(clause: str, found: list[_Statement]) -> list[_Statement]:
     return out
 
 
+_UNBORN: Final = frozenset(("baby", "babies", "twins"))
+_EXPECTING: Final = re.compile(r"(?i)\b(?:expecting|having|due|pregnant|trying for)\b")
 _REL: Final = _alt(_RELATIVES)
 _PET: Final = _alt(_PETS)
 _BARE_PLURAL: Final = re.compile(rf"^(?!(?:no|not|any|zero)\b)(?:[\w'-]+\s+)?{_alt(_PLURAL_RELATIVES)}", re.I)

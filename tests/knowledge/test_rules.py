@@ -225,6 +225,10 @@ def test_it_does_not_extract(text: str) -> None:
     assert [f.content for f in facts(text)] == []
 
 
+def test_an_expected_baby_is_a_plan_not_a_relative_yet() -> None:
+    assert [slot_of(f) for f in facts("We're expecting our first baby in June!")] == ["plan"]
+
+
 def test_a_negation_never_becomes_its_positive() -> None:
     for text in ("I don't live in Paris anymore.", "I no longer work at the bank.", "I'm not married."):
         assert all("Paris" not in f.content and "bank" not in f.content and "married" not in f.content
