@@ -708,8 +708,8 @@ def _is_short(value: str, clause: str) -> bool:
     return 0 < len(value.split()) <= 8 and not _OBJECT_PRONOUNS.match(value)
 
 
-Reader = Callable[["_Rule", re.Match[str], str], list[_Statement]]
-Check = Callable[[str, str], bool]
+_Reader = Callable[["_Rule", re.Match[str], str], list[_Statement]]
+_Check = Callable[[str, str], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -721,9 +721,9 @@ class _Rule:
 
     slot: str
     pattern: re.Pattern[str]
-    read: Reader
+    read: _Reader
     stop: re.Pattern[str] = _STOP_NONE
-    check: Check | None = None
+    check: _Check | None = None
     key: str = ""
 
 
@@ -977,8 +977,8 @@ _EMBEDDED: Final = re.compile(
     rf"(?P<rel>{_REL}|{_PET}))(?:'s?)?(?:,?\s+(?:named\s+|called\s+)?(?P<name>[^\W\d_][\w'-]*))?", re.I)
 
 
-def _rule(slot: str, pattern: str, read: Reader = _read_value, *, stop: re.Pattern[str] = _STOP_NONE,
-          check: Check | None = None, key: str = "") -> _Rule:
+def _rule(slot: str, pattern: str, read: _Reader = _read_value, *, stop: re.Pattern[str] = _STOP_NONE,
+          check: _Check | None = None, key: str = "") -> _Rule:
     return _Rule(slot, re.compile(pattern, re.IGNORECASE), read, stop, check, key)
 
 
@@ -1283,6 +1283,7 @@ _RULES: Final[tuple[_Rule, ...]] = (
 
 
 def _match_rules(clause: str) -> list[_Statement]:
+    """The statements of the first rule (in ``_RULES`` order) that reads the clause."""
     for rule in _RULES:
         m = rule.pattern.match(clause)
         if m is not None:
@@ -1293,6 +1294,8 @@ def _match_rules(clause: str) -> list[_Statement]:
 
 
 def _read_clause(clause: str) -> list[_Statement]:
+    """A clause's statements: none for a conditional or hedged clause; else its rule's,
+    and the relatives and pets it mentions on the way."""
     clause = _strip_clause(clause)
     if not clause or _CONDITIONAL_CLAUSE.match(clause):
         return []
