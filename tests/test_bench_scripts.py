@@ -183,3 +183,16 @@ def test_users_smoke_run_stores_each_users_memory_under_a_low_file_limit(tmp_pat
     report = json.loads(out.read_text())
     assert (report["errors"], report["found_again_of_50"]) == ({}, 50)
     assert "bar (issue 17)" in done.stdout
+
+
+def test_rules_extractor_run_reports_both_sets_and_meets_the_bars(tmp_path: Path) -> None:
+    out = tmp_path / "rules_extractor.json"
+    done = subprocess.run([sys.executable, str(BENCH / "rules_extractor.py"), "--out", str(out)],
+                          check=False, capture_output=True, text=True, timeout=300, cwd=BENCH.parent)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert set(report["sets"]) == {"development", "held-out"}
+    bars = report["bars"]
+    for figures in report["sets"].values():
+        assert figures["precision"] >= bars["precision"] and figures["recall"] >= bars["recall"]
+    assert "bars met" in done.stdout
