@@ -111,11 +111,13 @@ class ExtractionError(ModelError):
     """Raised when an extractor could not answer: ``reason`` is ``timeout``,
     ``unreachable``, ``http`` (an error status), ``malformed`` (an answer that does
     not parse as facts, even after the retry) or ``refused``. Distinct from an
-    answer with no facts, which is "nothing to extract"."""
+    answer with no facts, which is "nothing to extract". ``usage``: the tokens the
+    calls that did answer used (a ``knowledge.Usage``), when any did."""
 
-    def __init__(self, message: str, *, reason: str = "malformed") -> None:
+    def __init__(self, message: str, *, reason: str = "malformed", usage: object = None) -> None:
         super().__init__(message)
         self.reason = reason
+        self.usage = usage
 
 
 class CorruptData(MnemexError):

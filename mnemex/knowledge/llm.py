@@ -72,14 +72,18 @@ class LLMExtractor:
             facts = parse_facts(completions[0].text, offered_numbers=offered, positions=positions,
                                 finish_reason=completions[0].finish_reason)
         except ExtractionError as first:
-            completions.append(self._complete([*messages, *_correction(completions[0], first)]))
+            try:
+                completions.append(self._complete([*messages, *_correction(completions[0], first)]))
+            except ExtractionError as failed:
+                raise ExtractionError(str(failed), reason=failed.reason,
+                                      usage=_summed(completions)) from failed
             try:
                 facts = parse_facts(completions[1].text, offered_numbers=offered, positions=positions,
                                     finish_reason=completions[1].finish_reason)
             except ExtractionError as second:
                 raise ExtractionError(f"LLM endpoint {self.client.url} gave no usable facts in two answers; "
                                       f"the second: {second}; the first: {first}",
-                                      reason="malformed") from second
+                                      reason="malformed", usage=_summed(completions)) from second
         return ExtractionResult(facts=_in_catalog(facts, request.categories), extractor=self.name,
                                 usage=_summed(completions))
 

@@ -33,6 +33,7 @@ from mnemex.knowledge.facts import (
     Extractor,
     OfferedMemory,
     SourceMessage,
+    Usage,
     strip_injected,
 )
 from mnemex.memories.extraction import (
@@ -167,7 +168,9 @@ class KnowledgeServices:
         try:
             return await self._run(job)
         except ExtractionError as exc:
-            return ExtractionFailure(exc.reason, str(exc), time.time())
+            used = exc.usage if isinstance(exc.usage, Usage) else Usage()
+            return ExtractionFailure(exc.reason, str(exc), time.time(), JobUsage(
+                used.prompt_tokens, used.completion_tokens, used.total_tokens, used.calls))
         except MnemexError as exc:
             return ExtractionFailure("error", f"{type(exc).__name__}: {exc}", time.time())
 

@@ -178,3 +178,14 @@ async def test_agents_that_forget_pruned_messages_are_not_extracted_from(tmp_pat
         done = await rt.scope(user_id="u", app_name="app").extract_from(
             "s1", [{"role": "user", "content": "Remember that my sister is Ana."}])
         assert done.status == "committed"
+
+
+async def test_a_malformed_answer_is_retried_once_and_its_usage_is_kept(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.malformed("Sure! Here you go: facts, facts.", times=2)
+    async with mnemex.open_runtime(config(tmp_path, llm, knowledge_max_attempts=1)) as rt:
+        await rt.agent("assistant").append("s1", [{"role": "user", "content": "I live in Lisbon."}])
+        with pytest.raises(mnemex.ExtractionError) as caught:
+            await rt.extract("assistant", "s1", user_id="ana", app_name="chat")
+        assert caught.value.reason == "malformed" and llm.calls == 2
+        [status] = await rt.scope(user_id="ana", app_name="chat").extraction_status()
+        assert status.failures == 1 and len(status.dead_letters) == 1

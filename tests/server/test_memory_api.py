@@ -166,3 +166,21 @@ async def test_extract_history_and_search_as_of_over_http(tmp_path: Path, server
             spec = (await http.get("/openapi.json")).json()
             assert "/sessions/{session_id}/extract" in spec["paths"]
             assert "/memory/{memory_id}/history" in spec["paths"]
+
+
+async def test_served_agents_extract_automatically_when_configured(tmp_path: Path, server: Any) -> None:
+    from mnemex.config import AutoExtract
+    from waiting import eventually
+
+    auto = (AutoExtract(agent="ark", app_name="a", user_id="u"),)
+    config = mnemex.Config(data_dir=str(tmp_path / "data"), knowledge_auto=auto, knowledge_turns=1)
+    async with server(config) as http:
+        r = await http.post("/messages", json={"session_id": "s1", "messages": [
+            {"role": "user", "content": "Please remember that I'm allergic to peanuts."}]})
+        assert r.status_code == 200
+
+        async def extracted() -> bool:
+            body = {"query": "peanuts", "user_id": "u", "app_name": "a", "mode": "keyword"}
+            return bool((await http.post("/memory/search", json=body)).json()["results"])
+
+        await eventually(extracted, what="the automatic extraction of the served agent's session")
