@@ -172,12 +172,11 @@ def _next_opening(text: str, start: int) -> int:
 _CLOSER: Final = {"{": "}", "[": "]"}
 
 
-def _closing(text: str, opening: int) -> int | None:
-    """The index of the bracket closing the one at ``opening``; None when a wrong
-    kind of bracket closes it first, -1 when the text ends before it closes."""
-    expected: list[str] = []
+def _structure(text: str, start: int = 0) -> Iterator[tuple[int, str]]:
+    """(index, character) of each character of ``text`` from ``start`` that is not
+    inside a JSON string (the quotes themselves left out)."""
     in_string = escaped = False
-    for index in range(opening, len(text)):
+    for index in range(start, len(text)):
         char = text[index]
         if in_string:
             if escaped:
@@ -188,7 +187,16 @@ def _closing(text: str, opening: int) -> int | None:
                 in_string = False
         elif char == '"':
             in_string = True
-        elif char in _CLOSER:
+        else:
+            yield index, char
+
+
+def _closing(text: str, opening: int) -> int | None:
+    """The index of the bracket closing the one at ``opening``; None when a wrong
+    kind of bracket closes it first, -1 when the text ends before it closes."""
+    expected: list[str] = []
+    for index, char in _structure(text, opening):
+        if char in _CLOSER:
             expected.append(_CLOSER[char])
         elif char in "}]":
             if char != expected.pop():
@@ -210,24 +218,10 @@ def _decode_repaired(candidate: str) -> Any:
 
 def _without_trailing_commas(text: str) -> str:
     """``text`` without the commas that only a closing bracket follows (outside strings)."""
-    out: list[str] = []
-    in_string = escaped = False
-    for index, char in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char == ",":
-            rest = text[index + 1:index + 1 + 64].lstrip()  # a bounded look ahead: indentation
-            if rest[:1] in ("}", "]"):
-                continue
-        out.append(char)
-    return "".join(out)
+    dropped = {index for index, char in _structure(text)
+               if char == "," and text[index + 1:index + 1 + 64].lstrip()[:1] in ("}", "]")}
+    # (a bounded look ahead: indentation)
+    return "".join(char for index, char in enumerate(text) if index not in dropped)
 
 
 def _facts_key(value: Any) -> str | None:
