@@ -28,8 +28,15 @@ Scores are in 0..1 in every mode, so hits of different scopes compare:
   rank fusion scaled to 0..1), then ``(1 - s) * relevance + w_i * importance +
   w_r * recency + w_a * access`` with s the sum of the three weights.
 
+Knowledge: facts extracted from conversations arrive as one journaled
+``ApplyExtraction`` per job and are consolidated into the records
+(``memories.knowledge``: reinforce, merge, supersede, link, add; a memory's
+``history`` says how it came to be); the extraction cursors of the scope's
+sessions decide when jobs start (``memories.extraction``). Reads see active
+memories unless asked for history (``include_history``) or a time (``as_of``).
+
 Slow work never runs here: the graph is built by a Job, vectors are computed
-by the ref before the command is sent.
+by the ref before the command is sent, extraction jobs run beside the actor.
 """
 
 from __future__ import annotations
