@@ -1,14 +1,23 @@
-"""The ``mnemex`` command: serve, inspect and replay a data directory.
+"""The ``mnemex`` command: serve, inspect, replay, export and import a data directory.
 
     mnemex serve [--host H] [--port P] [--data-dir DIR] [--config FILE.toml] [--token T]
     mnemex inspect DATA_DIR [--json]
     mnemex replay DATA_DIR [--until TIME] [--actor KEY] [--verify] [--kinds MODULE:FUNCTION] [--json]
+    mnemex export DATA_DIR [--scope APP/USER ...] [--output FILE|-] [--no-vectors] [--config FILE.toml]
+    mnemex import DATA_DIR FILE|- [--config FILE.toml] [--json]
 
-Both only read: they take no lock and change no file, so they are safe beside
-a running server. ``inspect`` checks every byte of every actor's files;
-``replay --verify`` does too, then rebuilds each actor. Each problem found is
-printed naming its file and line; the exit status is the worst of them
+``inspect`` and ``replay`` only read: they take no lock and change no file, so
+they are safe beside a running server. ``inspect`` checks every byte of every
+actor's files; ``replay --verify`` does too, then rebuilds each actor. Each problem
+found is printed naming its file and line; the exit status is the worst of them
 (see ``mnemex --help``).
+
+``export`` and ``import`` open a runtime on the data directory, so they take its
+lock (a running server's directory is refused: DataDirLocked) and exit 1 when they
+fail, 2 on bad usage. ``export`` writes JSONL (see ``mnemex.memories.transfer``):
+a header line, then every memory with its scope, whole record and vector;
+``import`` reads it into another data directory with ids preserved, skipping what
+is there already, so running it twice adds nothing.
 """
 
 from __future__ import annotations
@@ -17,21 +26,23 @@ import argparse
 import importlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from mnemex.config import Config, load_config
-from mnemex.errors import InvalidInput, MnemexError
+from mnemex.errors import InvalidInput, MnemexError, NotFound, StorageError
 from mnemex.kernel import ActorKind
 from mnemex.persistence import Finding, Level, find_actors, inspect_actor, worst_level
-from mnemex.runtime import _builtin_kinds
+from mnemex.runtime import MnemexRuntime, _builtin_kinds, open_runtime
 
 if TYPE_CHECKING:
     from mnemex.kernel._replay import ActorReport
 
 __all__ = ["main"]
+
+T = TypeVar("T")
 
 EXIT_DAMAGED = 1
 EXIT_USAGE = 2
@@ -47,6 +58,15 @@ exit status of inspect and replay:
   {EXIT_SIDECARS}  only snapshot sidecars (.bin) missing or damaged: each is left out at load and
      what it held rebuilt from the snapshot's lines, so nothing is lost, but the
      disk changed bytes (or a file was removed)
+"""
+
+_TRANSFER_HELP = f"""\
+exit status of export and import:
+  0  done (the summary is printed)
+  {EXIT_DAMAGED}  failed, saying why: no such data directory or scope, a data directory a running
+     runtime holds (DataDirLocked), a line of the export that is not valid (naming it;
+     nothing was imported)
+  {EXIT_USAGE}  bad usage
 """
 
 
@@ -180,14 +200,7 @@ def load_settings(args: argparse.Namespace) -> Config:
     and flags."""
     import os
 
-    import msgspec
-
-    table: dict[str, Any] = {}
-    if args.config:
-        try:
-            table = msgspec.toml.decode(Path(args.config).read_bytes())
-        except (OSError, msgspec.DecodeError) as exc:
-            raise InvalidInput(f"cannot read config {args.config}: {exc}", field="config") from None
+    table = _config_table(args.config)
     server = dict(table.pop("server", {}) or {})
     storage = dict(table.pop("storage", {}) or {})
     env = os.environ
@@ -209,6 +222,139 @@ def load_settings(args: argparse.Namespace) -> Config:
     return load_config({**table, "storage": storage, "server": server})
 
 
+def _config_table(path: str | None) -> dict[str, Any]:
+    """The TOML config file at ``path`` as a table (empty without one)."""
+    import msgspec
+
+    if not path:
+        return {}
+    try:
+        table: dict[str, Any] = msgspec.toml.decode(Path(path).read_bytes())
+    except (OSError, msgspec.DecodeError) as exc:
+        raise InvalidInput(f"cannot read config {path}: {exc}", field="config") from None
+    return table
+
+
+def _data_dir_config(data_dir: str, path: str | None) -> Config:
+    """The Config of ``export`` and ``import``: the TOML file's (embedder, limits), on
+    ``data_dir``."""
+    table = _config_table(path)
+    table.pop("data_dir", None)
+    storage = dict(table.pop("storage", {}) or {})
+    storage["data_dir"] = data_dir
+    return load_config({**table, "storage": storage})
+
+
+def _on_runtime(config: Config, work: Callable[[MnemexRuntime], Awaitable[T]]) -> T:
+    """``work(rt)`` on a runtime opened with ``config``; a MnemexError it raises comes
+    out as itself (not inside the runtime's exception group)."""
+    import trio
+
+    async def run() -> T:
+        failure: MnemexError | None = None
+        async with open_runtime(config) as rt:
+            try:
+                return await work(rt)
+            except MnemexError as exc:
+                failure = exc
+        assert failure is not None
+        raise failure
+
+    return trio.run(run)
+
+
+def _counted(n: int, noun: str, plural: str | None = None) -> str:
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
+def _scope_arg(text: str) -> tuple[str, str]:
+    """``--scope APP/USER`` as (app_name, user_id): split at the first ``/``."""
+    app_name, _, user_id = text.partition("/")
+    if not app_name or not user_id:
+        raise argparse.ArgumentTypeError(f"{text!r} is not APP/USER (an app name, '/', a user id)")
+    return app_name, user_id
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    data_dir = Path(args.data_dir)
+    if not data_dir.is_dir():
+        raise NotFound(f"data directory {data_dir} does not exist")
+    config = _data_dir_config(args.data_dir, args.config)
+    scopes: list[tuple[str, str]] | None = list(dict.fromkeys(args.scope)) or None
+    to_stdout = args.output == "-"
+
+    async def export(out: IO[str], rt: MnemexRuntime) -> str:
+        if scopes is not None:
+            known = set(rt.scope_keys())
+            for app_name, user_id in scopes:
+                if (app_name, user_id) not in known:
+                    names = ", ".join("/".join(key) for key in sorted(known)) or "none"
+                    raise NotFound(f"no scope {app_name}/{user_id} in data directory {data_dir} "
+                                   f"(its scopes: {names})")
+        try:
+            header = await rt.export_data(out, scopes, include_vectors=not args.no_vectors)
+        except OSError as exc:
+            raise StorageError(f"cannot write the export to {args.output}: {exc.strerror or exc}") from exc
+        where = "standard output" if to_stdout else args.output
+        vectors = "without vectors" if args.no_vectors else "with their vectors"
+        return (f"exported {_counted(header.memories, 'memory', 'memories')} of "
+                f"{_counted(header.scopes, 'scope')} {vectors} from {data_dir} to {where}")
+
+    if to_stdout:
+        summary = _on_runtime(config, lambda rt: export(sys.stdout, rt))
+        sys.stdout.flush()
+        print(summary, file=sys.stderr)
+        return 0
+    target = Path(args.output)
+    partial = target.with_name(f"{target.name}.partial")  # the file appears whole, or not at all
+    try:
+        with partial.open("w", encoding="utf-8") as out:
+            summary = _on_runtime(config, lambda rt: export(out, rt))
+        partial.replace(target)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise StorageError(f"cannot write {target}: {exc.strerror or exc}") from exc
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    print(summary)
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    config = _data_dir_config(args.data_dir, args.config)
+
+    def read(lines: Iterable[str]) -> dict[str, Any]:
+        async def run(rt: MnemexRuntime) -> dict[str, Any]:
+            try:
+                report = await rt.import_data(lines)
+            except UnicodeDecodeError as exc:
+                raise InvalidInput(f"the export {args.file} is not UTF-8 text: {exc}", field="file") from exc
+            except OSError as exc:
+                raise StorageError(f"cannot read the export {args.file}: {exc.strerror or exc}") from exc
+            return {"data_dir": args.data_dir, "scopes": report.scopes, "added": report.added,
+                    "skipped": report.skipped, "reembedded": report.reembedded,
+                    "embedder": rt.scope_services().embedder.name}
+
+        return _on_runtime(config, run)
+
+    if args.file == "-":
+        done = read(sys.stdin)
+    else:
+        try:
+            with open(args.file, encoding="utf-8") as lines:
+                done = read(lines)
+        except OSError as exc:
+            raise StorageError(f"cannot read the export {args.file}: {exc.strerror or exc}") from exc
+    if args.json:
+        print(json.dumps(done))
+    else:
+        print(f"imported into {done['data_dir']}: {_counted(done['scopes'], 'scope')}, "
+              f"{_counted(done['added'], 'memory', 'memories')} added, {done['skipped']:,} skipped (there "
+              f"already), {done['reembedded']:,} re-embedded ({done['embedder']})")
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import logging
 
@@ -225,7 +371,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mnemex", description="Memory for AI agents.", epilog=_EXIT_HELP,
+    parser = argparse.ArgumentParser(prog="mnemex", description="Memory for AI agents.",
+                                     epilog=f"{_EXIT_HELP}\n{_TRANSFER_HELP}",
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -259,6 +406,36 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--config", help="a TOML config file (embedder, limits) for mnemex's own kinds")
     replay.add_argument("--json", action="store_true", help="machine-readable output")
     replay.set_defaults(run=cmd_replay)
+
+    export = sub.add_parser(
+        "export", help="write the memories of a data directory as JSONL (ids, history, entities, vectors)",
+        description="Write every memory of a data directory (or of the --scope ones) as JSONL: a header\n"
+                    "line, then one line per memory with its scope, its whole record and its vector.\n"
+                    "Opens a runtime on DATA_DIR, so a directory a server is using is refused.",
+        epilog=_TRANSFER_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    export.add_argument("data_dir")
+    export.add_argument("--scope", action="append", default=[], type=_scope_arg, metavar="APP/USER",
+                        help="only this scope (app name, '/', user id); repeat for several")
+    export.add_argument("--output", "-o", default="-", metavar="FILE",
+                        help="where to write (default '-': standard output; the summary then goes to "
+                             "standard error)")
+    export.add_argument("--no-vectors", action="store_true",
+                        help="leave the vectors out (smaller; the import embeds the memories again)")
+    export.add_argument("--config", help="a TOML config file (embedder, limits) for the runtime")
+    export.set_defaults(run=cmd_export)
+
+    imports = sub.add_parser(
+        "import", help="read an export into a data directory, ids preserved (running it twice adds nothing)",
+        description="Read an export (mnemex export) into DATA_DIR, created if needed: every line is\n"
+                    "checked first, then each memory is stored as exported (id, status, history kept);\n"
+                    "one whose id or content a scope holds already is skipped. Memories exported without\n"
+                    "a vector, or by another embedder than this runtime's (--config), are embedded again.",
+        epilog=_TRANSFER_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    imports.add_argument("data_dir")
+    imports.add_argument("file", metavar="FILE", help="the export to read ('-': standard input)")
+    imports.add_argument("--config", help="a TOML config file (embedder, limits) for the runtime")
+    imports.add_argument("--json", action="store_true", help="machine-readable summary")
+    imports.set_defaults(run=cmd_import)
     return parser
 
 

@@ -15,11 +15,11 @@ through ``asyncio.to_thread``. ``timeout=`` bounds one call where it may wait lo
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import IO, Any, ParamSpec, TypeVar
 
 from mnemex.config import DEFAULT, Config, UseDefault
 from mnemex.conversations.protocol import (
@@ -56,6 +56,7 @@ from mnemex.memories.protocol import (
     SessionAdded,
 )
 from mnemex.memories.ref import ScopeRef
+from mnemex.memories.transfer import ExportedMemory, ExportHeader, ImportReport
 from mnemex.runtime import MnemexRuntime, open_runtime
 
 __all__ = ["BlockingAgent", "BlockingScope", "BlockingStream", "Client"]
@@ -167,6 +168,25 @@ class Client:
         """Extract an agent's sessions automatically (see ``MnemexRuntime.extract_automatically``)."""
         self._bridge.runtime.extract_automatically(agent_name, app_name=app_name, user_id=user_id,
                                                    session_id=session_id)
+
+    def scope_keys(self) -> list[tuple[str, str]]:
+        """Every scope as ``(app_name, user_id)``: in the data directory or loaded now."""
+        return self._bridge.runtime.scope_keys()
+
+    def export_data(self, out: IO[str], scopes: Iterable[tuple[str, str]] | None = None, *,
+                    include_vectors: bool = True, timeout: float | None = None) -> ExportHeader:
+        """Write the memories of ``scopes`` (None: every scope) to ``out`` as JSONL (see
+        ``MnemexRuntime.export_data``); returns the header written."""
+        runtime = self._bridge.runtime
+        chosen = None if scopes is None else list(scopes)
+        return self._bridge.call(functools.partial(runtime.export_data, out, chosen,
+                                                   include_vectors=include_vectors), timeout=timeout)
+
+    def import_data(self, lines: Iterable[str | bytes], *, timeout: float | None = None) -> ImportReport:
+        """Read an export into this runtime's scopes, ids preserved (see
+        ``MnemexRuntime.import_data``); returns the counts."""
+        runtime = self._bridge.runtime
+        return self._bridge.call(functools.partial(runtime.import_data, lines), timeout=timeout)
 
     def ask(self, kind: str, key: str | Key, command: Any, *,
             timeout: float | UseDefault | None = DEFAULT) -> Any:
@@ -438,3 +458,16 @@ class BlockingScope:
         """The memories relevant to ``query``, formatted for a model's context."""
         return self._client._call(self._scope.recall, query, top_k, mode=mode, min_score=min_score,
                                   filter=filter)
+
+    # -- moving memories
+    def export(self, include_vectors: bool = True) -> list[ExportedMemory]:
+        """Every memory of this scope as the lines of an export (see ``ScopeRef.export``)."""
+        return self._client._call(_collected, self._scope.export(include_vectors))
+
+    def import_records(self, memories: Iterable[ExportedMemory]) -> ImportReport:
+        """Store exported memories in this scope, ids preserved (see ``ScopeRef.import_records``)."""
+        return self._client._call(self._scope.import_records, list(memories))
+
+
+async def _collected(items: AsyncIterator[T]) -> list[T]:
+    return [item async for item in items]

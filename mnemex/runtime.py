@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any
+from typing import IO, Any
 
 import trio
 
@@ -45,8 +45,18 @@ from mnemex.knowledge.ref import (
 from mnemex.memories.extraction import ExtractSession
 from mnemex.memories.kind import SCOPE_KIND, ScopeKind, scope_kind
 from mnemex.memories.protocol import Extracted, SearchMode, SearchResult, SessionAdded
-from mnemex.memories.ref import ScopeRef, ScopeServices, archive_session, remember_in_scopes, search_scopes
+from mnemex.memories.ref import (
+    ScopeRef,
+    ScopeServices,
+    archive_session,
+    export_scopes,
+    import_lines,
+    remember_in_scopes,
+    search_scopes,
+)
+from mnemex.memories.transfer import ExportHeader, ImportReport
 from mnemex.models.batcher import EmbeddingBatcher
+from mnemex.persistence import find_actors
 
 __all__ = ["MnemexRuntime", "open_runtime"]
 
@@ -125,6 +135,36 @@ class MnemexRuntime:
         (app_name, user_id); adding it again adds nothing twice."""
         return await archive_session(self.scope_services(), AGENT_KIND, agent_name, session_id,
                                      user_id=user_id, app_name=app_name)
+
+    # -- moving memories between data directories
+    def scope_keys(self, kind: str = SCOPE_KIND) -> list[tuple[str, str]]:
+        """Every scope of this runtime as ``(app_name, user_id)``, sorted: those in the
+        data directory and those loaded now."""
+        self.scope_services(kind)  # a scope kind, or InvalidInput
+        keys = {key for _, key in self.live_keys(kind)}
+        data_dir = self.config.data_dir
+        if data_dir is not None:
+            keys.update(location.key for location in find_actors(data_dir) if location.kind == kind)
+        return sorted((key[0], key[1]) for key in keys if len(key) == 2)
+
+    async def export_data(self, out: IO[str], scopes: Iterable[tuple[str, str]] | None = None, *,
+                          include_vectors: bool = True) -> ExportHeader:
+        """Write every memory of ``scopes`` (``[(app_name, user_id), ...]``; None: every
+        scope, see ``scope_keys``) to ``out`` as JSONL: a header line, then one line per
+        memory with its scope, its whole record (id, times, status, history, entities,
+        links) and, with ``include_vectors``, its vector and embedder (see
+        ``mnemex.memories.transfer``). Returns the header (the counts written)."""
+        chosen = self.scope_keys() if scopes is None else list(scopes)
+        return await export_scopes(self.scope_services(), out, chosen, include_vectors=include_vectors)
+
+    async def import_data(self, lines: Iterable[str | bytes]) -> ImportReport:
+        """Read an export (``export_data``'s lines, a file opened for reading) into this
+        runtime's scopes, ids, statuses and history preserved. Every line is checked
+        before anything is stored (InvalidInput naming the line); memories whose id or
+        content a scope holds already are skipped, so importing again adds nothing;
+        those exported without a vector or by another embedder are embedded again.
+        Returns the counts."""
+        return await import_lines(self.scope_services(), lines)
 
     # -- knowledge
     async def extract(self, agent_name: str, session_id: str, *, user_id: str, app_name: str,

@@ -232,3 +232,118 @@ def test_a_healthy_data_dir_and_the_exit_statuses_are_documented(crashed_data_di
     for command in ([], ["inspect"], ["replay"]):
         usage = mnemex_cli(*command, "--help").stdout
         assert "exit status" in usage and "  3  only snapshot sidecars" in usage, usage
+
+
+# -- export and import ----------------------------------------------------------------------------------
+HASHING = 'embedder = "hashing"\n'
+
+
+def remember(data_dir: Path, scopes: dict[tuple[str, str], list[str]]) -> None:
+    async def run() -> None:
+        async with mnemex.open_runtime(mnemex.Config(data_dir=str(data_dir), embedder="hashing")) as rt:
+            for (app_name, user_id), contents in scopes.items():
+                await rt.scope(user_id=user_id, app_name=app_name).remember_many(
+                    [{"content": text, "entities": ["Rex"] if "Rex" in text else []} for text in contents])
+
+    trio.run(run)
+
+
+def records(data_dir: Path, **config: object) -> dict[tuple[str, str], list[mnemex.MemoryRecord]]:
+    async def run() -> dict[tuple[str, str], list[mnemex.MemoryRecord]]:
+        cfg = mnemex.Config(data_dir=str(data_dir), embedder="hashing", **config)  # type: ignore[arg-type]
+        async with mnemex.open_runtime(cfg) as rt:
+            return {(app, user): (await rt.scope(user_id=user, app_name=app).memories(
+                limit=None, include_history=True)).memories for app, user in rt.scope_keys()}
+
+    return trio.run(run)
+
+
+SOURCE = {("chat", "alice"): ["Alice writes Java", "Alice's dog is called Rex"],
+          ("chat", "bob"): ["Bob plays the guitar"], ("mail", "alice"): ["Alice lives in Lisbon"]}
+
+
+def test_export_then_import_moves_every_memory_to_another_data_dir(tmp_path: Path) -> None:
+    source, target, export = tmp_path / "source", tmp_path / "target", tmp_path / "export.jsonl"
+    remember(source, SOURCE)
+    config = tmp_path / "hashing.toml"
+    config.write_text(HASHING)
+    written = mnemex_cli("export", str(source), "--output", str(export), "--config", str(config))
+    assert written.returncode == 0, written.stderr
+    assert written.stdout.strip() == (f"exported 4 memories of 3 scopes with their vectors from {source} "
+                                      f"to {export}")
+    header, *lines = [json.loads(line) for line in export.read_text().splitlines()]
+    assert (header["format"], header["scopes"], header["memories"]) == ("mnemex-export/1", 3, 4)
+    assert all(line["vector"] and line["dim"] == 384 for line in lines)
+    assert not list(tmp_path.glob("*.partial"))
+
+    first = mnemex_cli("import", str(target), str(export), "--config", str(config), "--json")
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout) | {"embedder": ""} == {
+        "data_dir": str(target), "scopes": 3, "added": 4, "skipped": 0, "reembedded": 0, "embedder": ""}
+    again = mnemex_cli("import", str(target), str(export), "--config", str(config))
+    assert again.returncode == 0, again.stderr
+    assert f"imported into {target}: 3 scopes, 0 memories added, 4 skipped (there already), 0 re-embedded" \
+        in again.stdout
+    assert records(target) == records(source)
+
+
+def test_export_to_stdout_without_vectors_pipes_into_an_import_that_embeds_again(tmp_path: Path) -> None:
+    source, target = tmp_path / "source", tmp_path / "target"
+    remember(source, SOURCE)
+    config = tmp_path / "hashing64.toml"
+    config.write_text(HASHING + "embedder_dim = 64\n")
+    written = mnemex_cli("export", str(source), "--scope", "chat/alice", "--scope", "mail/alice", "--no-vectors",
+                         "--config", str(config))
+    assert written.returncode == 0, written.stderr
+    assert "exported 3 memories of 2 scopes without vectors" in written.stderr
+    assert all(json.loads(line).get("vector") is None for line in written.stdout.splitlines())
+    read = subprocess.run([sys.executable, "-m", "mnemex.cli", "import", str(target), "-", "--config", str(config),
+                           "--json"], input=written.stdout, env=python_env(), capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert read.returncode == 0, read.stderr
+    assert json.loads(read.stdout)["reembedded"] == 3
+    moved = records(target, embedder_dim=64)
+    assert sorted(moved) == [("chat", "alice"), ("mail", "alice")]
+    assert moved[("chat", "alice")] == records(source)[("chat", "alice")]
+
+
+def test_export_refuses_a_data_dir_a_runtime_holds(tmp_path: Path) -> None:
+    from mnemex.persistence.datadir import DataDir
+
+    remember(tmp_path, SOURCE)
+    held = DataDir(tmp_path)
+    try:
+        refused = mnemex_cli("export", str(tmp_path))
+        written = mnemex_cli("import", str(tmp_path), "-")
+    finally:
+        held.close()
+    for run in (refused, written):
+        assert run.returncode == 1 and run.stdout == ""
+        assert f"DataDirLocked: data directory {tmp_path} is in use by process" in run.stderr
+
+
+def test_export_and_import_usage_and_failures_exit_as_documented(tmp_path: Path) -> None:
+    remember(tmp_path / "source", SOURCE)
+    config = tmp_path / "hashing.toml"
+    config.write_text(HASHING)
+    assert mnemex_cli("export").returncode == 2
+    assert mnemex_cli("import", str(tmp_path)).returncode == 2
+    bad_scope = mnemex_cli("export", str(tmp_path / "source"), "--scope", "chat")
+    assert bad_scope.returncode == 2 and "is not APP/USER" in bad_scope.stderr
+    unknown = mnemex_cli("export", str(tmp_path / "source"), "--scope", "chat/carol", "--config", str(config))
+    assert unknown.returncode == 1 and "no scope chat/carol" in unknown.stderr and "chat/alice" in unknown.stderr
+    missing = mnemex_cli("export", str(tmp_path / "nope"))
+    assert missing.returncode == 1 and "does not exist" in missing.stderr and not (tmp_path / "nope").exists()
+
+    export = tmp_path / "export.jsonl"
+    assert mnemex_cli("export", str(tmp_path / "source"), "-o", str(export), "--config", str(config)).returncode == 0
+    lines = export.read_text().splitlines()
+    broken = json.loads(lines[3])
+    broken["memory"]["categories"] = "not a list"
+    export.write_text("\n".join([*lines[:3], json.dumps(broken), *lines[4:]]) + "\n")
+    failed = mnemex_cli("import", str(tmp_path / "target"), str(export), "--config", str(config))
+    assert failed.returncode == 1 and failed.stdout == ""
+    assert "InvalidInput: line 4: not a memory of an export" in failed.stderr
+    assert records(tmp_path / "target") == {}
+    absent = mnemex_cli("import", str(tmp_path / "target"), str(tmp_path / "absent.jsonl"))
+    assert absent.returncode == 1 and "cannot read the export" in absent.stderr

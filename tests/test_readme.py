@@ -3,6 +3,7 @@ line it shows names a real subcommand and real flags."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -37,9 +38,11 @@ def test_the_readme_has_python_examples() -> None:
 @pytest.mark.parametrize(("readme", "line", "code"), PYTHON, ids=[f"{r}:{n}" for r, n, _ in PYTHON])
 def test_every_python_example_runs_as_written(tmp_path: Path, readme: str, line: int, code: str) -> None:
     # a fresh working directory: the examples' mnemex-data lands there; the hashing embedder keeps it quick
+    # this checkout's mnemex first on the path (an editable install may point at another worktree)
     run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
                          timeout=300, check=False,
-                         env={"PATH": "/usr/bin:/bin", "MNEMEX_TEST_README": "1", "HOME": str(tmp_path)})
+                         env={"PATH": "/usr/bin:/bin", "MNEMEX_TEST_README": "1", "HOME": str(tmp_path),
+                              "PYTHONPATH": str(ROOT)})
     assert run.returncode == 0, f"{readme}:{line}: {code.splitlines()[0]!r} failed:\n{run.stderr[-3000:]}"
 
 
@@ -63,7 +66,7 @@ def test_every_mnemex_command_in_the_readme_names_real_flags(readme: str, line: 
     assert len(words) > 1, f"{readme}:{line}: a bare `mnemex` runs nothing"
     command = words[1]
     run = subprocess.run([sys.executable, "-m", "mnemex.cli", command, "--help"], capture_output=True,
-                         text=True, timeout=60, check=False)
+                         text=True, timeout=60, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert run.returncode == 0, f"{readme}:{line}: `mnemex {command}` is not a subcommand: {run.stderr}"
     for word in words[2:]:
         if word.startswith("--"):

@@ -100,7 +100,9 @@ from mnemex.memories.protocol import (
     GetHistory,
     GetMemory,
     GetScopeStats,
+    GetVectors,
     Hit,
+    ImportMemories,
     ListMemories,
     MemoryPage,
     MemoryRecord,
@@ -133,6 +135,7 @@ from mnemex.memories.snapshot import (
     read_vectors,
     write_snapshot,
 )
+from mnemex.memories.transfer import import_records, vectors_of
 
 __all__ = [
     "GraphReady",
@@ -450,6 +453,11 @@ class ScopeMemory:
                 return self.extractions.info(session_id)
             case GetHistory():
                 return history_of(self, command)
+            case ImportMemories():
+                imported = import_records(self, command)
+                return self._with_graph(imported) if imported.ids_added else Step(imported, unchanged=True)
+            case GetVectors():
+                return vectors_of(self, command)
             case SessionEmbedFailed(session_id=session_id, error=error):
                 raise EmbedderError(f"scope {self._name}: embedding session {session_id!r} failed: {error}")
             case _:

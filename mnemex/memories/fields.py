@@ -4,7 +4,8 @@
 bodies extend it); ``FIELD_NAMES`` names them; ``new_memory`` reads a caller's
 fields by name; ``record_of`` turns a ``NewMemory`` into the ``MemoryRecord`` the
 scope stores, checking every field against the rules below, and
-``checked_changes`` checks an update the same way. The ref runs them before it
+``checked_changes`` checks an update the same way, and ``check_record`` a whole
+record made elsewhere (an export being imported). The ref runs them before it
 embeds anything (a bad field costs no model call) and the actor runs them again at
 its edge (a command may come from anywhere: the journal, another process): the same
 functions at both edges, so the rules cannot drift apart.
@@ -19,18 +20,20 @@ from typing import Annotated, Any, Final
 
 import msgspec
 
-from mnemex._checks import check_id, check_json_object, check_text
+from mnemex._checks import check_id, check_int, check_json_object, check_text
 from mnemex._time import check_seconds, seconds
 from mnemex.errors import InvalidInput, TooLarge
 from mnemex.index import normalize_phrase
-from mnemex.memories.protocol import MemoryRecord, NewMemory
+from mnemex.memories.protocol import Change, MemoryRecord, NewMemory, SourceRef
 
 __all__ = [
     "CHANGEABLE",
     "FIELD_NAMES",
     "MAX_FIELD_BYTES",
+    "MAX_CHANGES",
     "MAX_ID_BYTES",
     "MAX_LABELS",
+    "MAX_SOURCES",
     "MemoryFields",
     "check_content",
     "check_importance",
@@ -38,6 +41,7 @@ __all__ = [
     "check_labels",
     "check_memory_id",
     "check_metadata",
+    "check_record",
     "checked_changes",
     "new_memory",
     "record_of",
@@ -48,7 +52,11 @@ MAX_ID_BYTES: Final = 256
 MAX_FIELD_BYTES: Final = 1024
 """Longest author, session_id, actor_id, source, category or entity, in UTF-8 bytes."""
 MAX_LABELS: Final = 256
-"""Most categories (or entities) of one memory."""
+"""Most categories (or entities, or links) of one memory."""
+MAX_SOURCES: Final = 16
+"""Source references a memory keeps (the oldest and the newest ones)."""
+MAX_CHANGES: Final = 64
+"""Changes a memory's history keeps (the first and the latest ones)."""
 
 
 class MemoryFields(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
@@ -238,3 +246,92 @@ def checked_changes(changes: Mapping[str, Any], max_content_bytes: int,
         else:
             out[name] = check_text(value, name, MAX_FIELD_BYTES)
     return out
+
+
+_STATUSES: Final = ("active", "superseded", "merged")
+
+
+def check_record(record: Any, max_content_bytes: int, max_metadata_bytes: int) -> MemoryRecord:
+    """A whole record made elsewhere (an export being imported) as a scope stores it:
+    id, times, status and history kept. What a caller may give is checked as
+    ``record_of`` checks it (``created_at`` standing for the time it was stored); the
+    knowledge fields by their own rules: counts >= 0, one confidence in 0..1 per
+    category (or none), a status whose pointer is set (``superseded_by`` for
+    superseded, ``merged_into`` for merged), ids for the links, at most
+    ``MAX_SOURCES`` sources and ``MAX_CHANGES`` changes. InvalidInput or TooLarge
+    naming the field otherwise."""
+    if not isinstance(record, MemoryRecord):
+        raise InvalidInput(f"a memory record must be a MemoryRecord, got {type(record).__name__}", field="")
+    created_at = check_seconds(record.created_at, "created_at")
+    given = record_of(NewMemory(
+        id=record.id, content=record.content, author=record.author, timestamp=record.timestamp,
+        importance=record.importance, session_id=record.session_id, actor_id=record.actor_id,
+        categories=record.categories, entities=record.entities, metadata=record.metadata,
+        source=record.source, kind=record.kind, attributed_to=record.attributed_to, valid_at=record.valid_at,
+        invalid_at=record.invalid_at), created_at, max_content_bytes, max_metadata_bytes)
+    confidences = _items(record.category_confidences, "category_confidences", MAX_LABELS)
+    if confidences and len(confidences) != len(given.categories):
+        raise InvalidInput(f"category_confidences has {len(confidences)} values for {len(given.categories)} "
+                           f"categories; give one per category, or none", field="category_confidences")
+    for index, confidence in enumerate(confidences):
+        if isinstance(confidence, bool) or not isinstance(confidence, int | float) or not (
+                math.isfinite(confidence) and 0.0 <= confidence <= 1.0):
+            raise InvalidInput(f"category_confidences[{index}] must be a number in 0..1, got {confidence!r}",
+                               field=f"category_confidences[{index}]")
+    status = record.status
+    if status not in _STATUSES:
+        raise InvalidInput(f"status must be active, superseded or merged, got {status!r}", field="status")
+    superseded_by = check_id(record.superseded_by, "superseded_by", MAX_ID_BYTES, optional=True)
+    merged_into = check_id(record.merged_into, "merged_into", MAX_ID_BYTES, optional=True)
+    for needed, name, pointer in (("superseded", "superseded_by", superseded_by),
+                                  ("merged", "merged_into", merged_into)):
+        if status == needed and pointer is None:
+            raise InvalidInput(f"a {status} memory must name the memory that took its place in {name}",
+                               field=name)
+    sources = _items(record.sources, "sources", MAX_SOURCES)
+    for index, source in enumerate(sources):
+        _check_source(source, f"sources[{index}]")
+    links = _items(record.links, "links", MAX_LABELS)
+    for index, link in enumerate(links):
+        check_memory_id(link, f"links[{index}]")
+    history = _items(record.history, "history", MAX_CHANGES)
+    for index, change in enumerate(history):
+        _check_change(change, f"history[{index}]")
+    return msgspec.structs.replace(
+        given, last_accessed_at=check_seconds(record.last_accessed_at, "last_accessed_at"),
+        access_count=check_int(record.access_count, "access_count", 0),
+        category_confidences=tuple(float(confidence) for confidence in confidences), status=status,
+        superseded_by=superseded_by, merged_into=merged_into,
+        sources=sources, extractor=check_text(record.extractor, "extractor", MAX_FIELD_BYTES),
+        reinforced=check_int(record.reinforced, "reinforced", 0), links=tuple(dict.fromkeys(links)),
+        history=history)
+
+
+def _items(value: Any, what: str, limit: int) -> tuple[Any, ...]:
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise InvalidInput(f"{what} must be a list, got {value!r}", field=what)
+    if len(value) > limit:
+        raise TooLarge(f"{what} has {len(value):,} values; the limit is {limit}", field=what)
+    return tuple(value)
+
+
+def _check_source(source: Any, what: str) -> None:
+    if not isinstance(source, SourceRef):
+        raise InvalidInput(f"{what} must be a SourceRef, got {type(source).__name__}", field=what)
+    for name in ("session_id", "document"):
+        check_text(getattr(source, name), f"{what}.{name}", MAX_FIELD_BYTES)
+    for name in ("first", "last", "chunk"):
+        if getattr(source, name) is not None:
+            check_int(getattr(source, name), f"{what}.{name}", 0)
+
+
+def _check_change(change: Any, what: str) -> None:
+    if not isinstance(change, Change):
+        raise InvalidInput(f"{what} must be a Change, got {type(change).__name__}", field=what)
+    check_seconds(change.at, f"{what}.at")
+    check_id(change.op, f"{what}.op", 64)
+    check_text(change.by, f"{what}.by", MAX_FIELD_BYTES)
+    check_id(change.other, f"{what}.other", MAX_ID_BYTES, optional=True)
+    check_text(change.note, f"{what}.note", MAX_FIELD_BYTES)
+    if change.source is not None:
+        _check_source(change.source, f"{what}.source")

@@ -15,14 +15,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 import msgspec
 import numpy as np
 
 from mnemex.errors import InvalidInput
 from mnemex.knowledge.consolidate import Existing, Fact, plan
-from mnemex.memories.fields import record_of
+from mnemex.memories.fields import MAX_CHANGES, MAX_SOURCES, record_of
 from mnemex.memories.protocol import (
     ApplyExtraction,
     Change,
@@ -39,11 +39,6 @@ if TYPE_CHECKING:
     from mnemex.memories.behaviour import ScopeMemory
 
 __all__ = ["Applied", "apply_facts", "check_facts", "history_of"]
-
-MAX_SOURCES: Final = 16
-"""Source references a memory keeps (the oldest and the newest ones)."""
-MAX_CHANGES: Final = 64
-"""Changes a memory's history keeps (the first and the latest ones)."""
 
 
 @dataclass(slots=True)

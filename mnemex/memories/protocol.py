@@ -28,7 +28,10 @@ __all__ = [
     "Forgotten",
     "GetMemory",
     "GetScopeStats",
+    "GetVectors",
     "Hit",
+    "ImportMemories",
+    "Imported",
     "ListMemories",
     "MemoryEntry",
     "MemoryPage",
@@ -54,6 +57,7 @@ __all__ = [
     "Touched",
     "UpdateMemory",
     "Updated",
+    "Vectors",
 ]
 
 MemoryStatus = Literal["active", "superseded", "merged"]
@@ -529,9 +533,49 @@ class MemoryHistory(Reply, frozen=True, kw_only=True, tag="scope.memory_history"
     changes: list[tuple[str, Change]]
 
 
+# -- moving memories between data directories (memories.transfer) ------------------------------
+class ImportMemories(ScopeCommand, frozen=True, tag="scope.import"):
+    """Store whole records made elsewhere (an export), each as given: id, times,
+    status, history and links kept. ``vectors[i]`` is the vector of ``records[i]``
+    (None: it has none), made by ``embedder`` (``dim`` values). A record whose id or
+    exact content the scope holds already is skipped, so importing again adds
+    nothing; the rest are all stored or, if one is refused, none."""
+
+    records: list[MemoryRecord] = msgspec.field(default_factory=list)
+    vectors: list[bytes | None] = msgspec.field(default_factory=list)
+    embedder: str | None = None
+    dim: int = 0
+    now: float = 0.0
+
+
+class Imported(Reply, frozen=True, kw_only=True, tag="scope.imported"):
+    """``ids_added``: the records stored, in the order given; ``skipped``: how many
+    were there already (by id or content)."""
+
+    ids_added: list[str]
+    skipped: int
+
+
+class GetVectors(ScopeCommand, frozen=True, tag="scope.get_vectors"):
+    """The stored vectors of memories ``ids`` (ids unknown or without a vector are
+    left out)."""
+
+    ids: list[str] = msgspec.field(default_factory=list)
+
+
+class Vectors(Reply, frozen=True, kw_only=True, tag="scope.vectors"):
+    """Vectors by memory id (float32 little-endian, unit length) of ``embedder``
+    (``dim`` values; None and 0 when the scope holds none)."""
+
+    vectors: dict[str, bytes]
+    embedder: str | None = None
+    dim: int = 0
+
+
 ScopeWrite = Remember | AddSession | UpdateMemory | Forget | ForgetWhere | Touch | ApplyExtraction | \
-    ExtractionFailed
-ScopeRead = GetMemory | CountMemories | ListMemories | GetScopeStats | Search | StoreSession | GetHistory
+    ExtractionFailed | ImportMemories
+ScopeRead = GetMemory | CountMemories | ListMemories | GetScopeStats | Search | StoreSession | GetHistory | \
+    GetVectors
 ScopeCommandType = ScopeWrite | ScopeRead
 SCOPE_WRITES: tuple[type[ScopeCommand], ...] = (Remember, AddSession, UpdateMemory, Forget, ForgetWhere,
-                                                Touch, ApplyExtraction, ExtractionFailed)
+                                                Touch, ApplyExtraction, ExtractionFailed, ImportMemories)

@@ -12,15 +12,21 @@ per scope, a count of the ids its searches returned (``ScopeServices.touch``) an
 sends one ``Touch`` command per scope every ``config.memories.touch_interval`` seconds (and
 once at shutdown), so at most one journal line per scope per interval, whatever the
 search rate. A crash loses at most one interval of access counts.
+
+Moving memories between data directories (``memories.transfer``): an export reads
+each scope's records in one ask (the actor's own frozen records, not copies) and
+their vectors a page at a time; an import checks every line first, then sends each
+scope's lines in ``ImportMemories`` of at most ``max_memories_per_command``, embedding
+again (through the batcher) those exported without a vector or by another embedder.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Final
+from typing import IO, Any, Final
 
 import msgspec
 import trio
@@ -49,7 +55,10 @@ from mnemex.memories.protocol import (
     GetHistory,
     GetMemory,
     GetScopeStats,
+    GetVectors,
     Hit,
+    Imported,
+    ImportMemories,
     ListMemories,
     MemoryHistory,
     MemoryPage,
@@ -66,13 +75,22 @@ from mnemex.memories.protocol import (
     Touch,
     Updated,
     UpdateMemory,
+    Vectors,
 )
 from mnemex.memories.sessions import session_memories
 from mnemex.memories.snapshot import encode_vector
+from mnemex.memories.transfer import (
+    ExportedMemory,
+    ExportHeader,
+    ImportReport,
+    check_exported,
+    encode_line,
+    read_export,
+)
 from mnemex.models.batcher import EmbeddingBatcher
 from mnemex.models.hashing import Embedder
 
-__all__ = ["ScopeRef", "ScopeServices", "archive_session", "search_scopes"]
+__all__ = ["ScopeRef", "ScopeServices", "archive_session", "export_scopes", "import_lines", "search_scopes"]
 
 log = logging.getLogger("mnemex.scope")
 
@@ -407,6 +425,92 @@ class ScopeRef:
         reply: MemoryHistory = await self._ref.ask(GetHistory(id=memory_id))
         return reply
 
+    # -- moving memories between data directories --------------------------------------------
+    async def export(self, include_vectors: bool = True) -> AsyncIterator[ExportedMemory]:
+        """Every memory of this scope, superseded and merged ones too, in creation (id)
+        order, as the lines of an export (see ``mnemex.memories.transfer``): the whole
+        record and, with ``include_vectors``, its stored vector and embedder. The
+        records are those held when the export starts; memories written meanwhile are
+        not in it."""
+        async for page in self._export_pages(await self._records_to_export(), include_vectors):
+            for item in page:
+                yield item
+
+    async def import_records(self, memories: Iterable[ExportedMemory]) -> ImportReport:
+        """Store exported memories in this scope, whatever scope they came from, each as
+        exported: id, times, status, history, links. One whose id or exact content the
+        scope holds already is skipped, so importing again adds nothing. A memory
+        without a vector, or with one of another embedder than this runtime's, is
+        embedded again. Every memory is checked before any is stored (InvalidInput
+        naming ``memories[i]``); then they go in batches of
+        ``config.memories.max_memories_per_command``, each all or none."""
+        limits = self._config.memories
+        items: list[ExportedMemory] = []
+        for index, item in enumerate(memories):
+            try:
+                items.append(check_exported(item, limits.max_content_bytes, limits.max_metadata_bytes))
+            except InvalidInput as exc:
+                exc.field = f"memories[{index}]" + (f".{exc.field}" if exc.field else "")
+                raise
+        return await self._import(items)
+
+    async def _records_to_export(self) -> list[MemoryRecord]:
+        page = await self.memories(limit=None, include_history=True)
+        return page.memories
+
+    async def _export_pages(self, records: Sequence[MemoryRecord],
+                            include_vectors: bool) -> AsyncIterator[list[ExportedMemory]]:
+        step = self._config.memories.max_memories_per_command
+        for start in range(0, len(records), step):
+            chunk = records[start:start + step]
+            found = Vectors(vectors={})
+            if include_vectors:
+                found = await self._ref.ask(GetVectors(ids=[record.id for record in chunk]))
+            page: list[ExportedMemory] = []
+            for record in chunk:
+                vector = found.vectors.get(record.id)
+                page.append(ExportedMemory(app_name=self.app_name, user_id=self.user_id, memory=record,
+                                           embedder=found.embedder if vector is not None else None,
+                                           dim=found.dim if vector is not None else 0, vector=vector))
+            yield page
+
+    async def _import(self, items: Sequence[ExportedMemory]) -> ImportReport:
+        """Send checked ``items``, embedding again those that need it (but not those
+        whose id or content the scope held when the import began: it skips them)."""
+        if not items:
+            return ImportReport()
+        held = await self._records_to_export()
+        held_ids = {record.id for record in held}
+        held_contents = {record.content for record in held}
+        embedder = self.embedder
+        added = skipped = reembedded = 0
+        step = self._config.memories.max_memories_per_command
+        for start in range(0, len(items), step):
+            chunk = items[start:start + step]
+            vectors: list[bytes | None] = []
+            todo: list[int] = []
+            for index, item in enumerate(chunk):
+                record = item.memory
+                if record.id in held_ids or record.content in held_contents:
+                    vectors.append(None)  # skipped by the scope: not worth embedding
+                elif item.vector is None or (item.embedder, item.dim) != (embedder.name, embedder.dim):
+                    vectors.append(None)
+                    todo.append(index)
+                else:
+                    vectors.append(item.vector)
+            if todo:
+                made = await self._embed([chunk[index].memory.content for index in todo])
+                for index, vector in zip(todo, made, strict=True):
+                    vectors[index] = vector
+            reply: Imported = await self._ref.ask(ImportMemories(
+                records=[item.memory for item in chunk], vectors=vectors, embedder=embedder.name,
+                dim=embedder.dim, now=time.time()))
+            new = set(reply.ids_added)
+            added += len(reply.ids_added)
+            skipped += reply.skipped
+            reembedded += sum(chunk[index].memory.id in new for index in todo)
+        return ImportReport(scopes=1, added=added, skipped=skipped, reembedded=reembedded)
+
     async def recall(self, query: str, top_k: int = 5, *, mode: SearchMode | UseDefault = DEFAULT,
                      min_score: float | UseDefault | None = DEFAULT,
                      filter: Mapping[str, Any] | None = None) -> str:
@@ -516,6 +620,58 @@ async def remember_in_scopes(services: ScopeServices,
                     await scope.forget_many(new_ids)
         raise
     return ids
+
+
+# -- whole data directories ---------------------------------------------------------------------
+async def export_scopes(services: ScopeServices, out: IO[str], scopes: Iterable[tuple[str, str]], *,
+                        include_vectors: bool = True) -> ExportHeader:
+    """Write the memories of ``scopes`` (``(app_name, user_id)`` pairs) to ``out`` as an
+    export (see ``mnemex.memories.transfer``): the header, then each scope's memories
+    in creation order; scopes without memories are left out. Returns the header.
+    Each scope's records are taken when the export starts, so the header's counts
+    are exact; vectors are read and lines written a page at a time."""
+    refs = [ScopeRef(services, user_id=user_id, app_name=app_name)
+            for app_name, user_id in dict.fromkeys((app_name, user_id) for app_name, user_id in scopes)]
+    taken = [(ref, await ref._records_to_export()) for ref in refs]
+    taken = [(ref, records) for ref, records in taken if records]
+    header = ExportHeader(exported_at=time.time(), scopes=len(taken),
+                          memories=sum(len(records) for _, records in taken))
+    out.write(encode_line(header))
+    for ref, records in taken:
+        async for page in ref._export_pages(records, include_vectors):
+            out.write("".join(encode_line(item) for item in page))
+    return header
+
+
+async def import_lines(services: ScopeServices, lines: Iterable[str | bytes]) -> ImportReport:
+    """Read an export (its lines) into the scopes it names, ids preserved. Every line
+    is read and checked before anything is stored (InvalidInput naming the line; the
+    export is held in memory meanwhile); then each scope's memories go in as
+    ``ScopeRef.import_records`` sends them, a batch at a time. Importing the same
+    export again adds nothing, so an import that failed half way (the disk, the
+    embedder) is finished by running it again."""
+    limits = services.config.memories
+    export = read_export(lines, limits.max_content_bytes, limits.max_metadata_bytes)
+    groups: dict[tuple[str, str], list[ExportedMemory]] = {}
+    first_line: dict[tuple[str, str], int] = {}
+    for number, item in export.memories:
+        key = (item.app_name, item.user_id)
+        groups.setdefault(key, []).append(item)
+        first_line.setdefault(key, number)
+    refs: list[tuple[ScopeRef, list[ExportedMemory]]] = []
+    for (app_name, user_id), items in groups.items():
+        try:
+            refs.append((ScopeRef(services, user_id=user_id, app_name=app_name), items))
+        except InvalidInput as exc:  # a key the kernel refuses (too long, say)
+            number = first_line[(app_name, user_id)]
+            raise InvalidInput(f"line {number}: {exc}", field=f"line {number}") from exc
+    added = skipped = reembedded = 0
+    for ref, items in refs:
+        report = await ref._import(items)
+        added += report.added
+        skipped += report.skipped
+        reembedded += report.reembedded
+    return ImportReport(scopes=len(refs), added=added, skipped=skipped, reembedded=reembedded)
 
 
 # -- sessions of agents into memory --------------------------------------------------------------
