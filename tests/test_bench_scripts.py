@@ -196,3 +196,17 @@ def test_rules_extractor_run_reports_both_sets_and_meets_the_bars(tmp_path: Path
     for figures in report["sets"].values():
         assert figures["precision"] >= bars["precision"] and figures["recall"] >= bars["recall"]
     assert "bars met" in done.stdout
+
+
+def test_extraction_smoke_run_counts_one_call_per_job_and_none_during_replay(tmp_path: Path) -> None:
+    out = tmp_path / "extraction.json"
+    done = subprocess.run([sys.executable, str(BENCH / "extraction.py"), "--quick", "--out", str(out)],
+                          check=False, capture_output=True, text=True, timeout=300, cwd=BENCH.parent)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    jobs = report["jobs"]
+    assert jobs["calls"] == jobs["jobs_committed"] == jobs["journal"]["lines"] == 8
+    assert (jobs["replay_calls"], jobs["replay_identical"], jobs["journal"]["without_usage"]) == (0, True, 0)
+    assert report["search"]["counts"]["records"] == 500 and report["search"]["counts"]["superseded"] > 0
+    assert all(run["appends"] > 0 for runs in report["appends"]["runs"].values() for run in runs)
+    assert len(report["bars"]) == 7 and "bars pass" in done.stdout
