@@ -5,7 +5,8 @@ Run: python bench/extraction.py [--quick] [--rounds 3] [--seconds 8] [--callers 
      [--sessions 50] [--jobs-sessions 50] [--memories 10000] [--queries 500] [--out FILE]
 
 1. **Appends while extraction jobs run.** One agent, ``--sessions`` sessions, each
-   extracted automatically into a scope of its own (``knowledge_turns=2``), the
+   extracted automatically into a scope of its own (``--turns``, default the
+   config's ``knowledge_turns``: one job per that many messages), the
    fake LLM answering every call after ``--slow`` (2) s with one fact, in a child
    process (a real endpoint is not in the host's process; its threads would hold
    our GIL).
@@ -175,11 +176,11 @@ async def cursor_total(rt: mnemex.MnemexRuntime, users: Sequence[str], field: st
 
 
 async def append_window(data_dir: str, llm: ChildLLM, *, auto: bool, sessions: int, callers: int,
-                        seconds: float, slow: float) -> dict[str, Any]:
+                        seconds: float, slow: float, turns: int) -> dict[str, Any]:
     """Appends/s and per-append latency of ``callers`` tasks for ``seconds``, with
     every session extracted automatically (``auto``) or not."""
     users = [f"user-{k}" for k in range(sessions)]
-    async with mnemex.open_runtime(llm_config(data_dir, llm.base_url, knowledge_turns=2)) as rt:
+    async with mnemex.open_runtime(llm_config(data_dir, llm.base_url, knowledge_turns=turns)) as rt:
         agent = rt.agent(AGENT)
         if auto:
             for k, user in enumerate(users):
@@ -240,7 +241,8 @@ def bar_appends(args: argparse.Namespace, tmp: str) -> dict[str, Any]:
             for auto in ((False, True) if r % 2 == 0 else (True, False)):
                 run = trio.run(functools.partial(
                     append_window, os.path.join(tmp, f"appends-{r}-{int(auto)}"), llm, auto=auto,
-                    sessions=args.sessions, callers=args.callers, seconds=args.seconds, slow=args.slow))
+                    sessions=args.sessions, callers=args.callers, seconds=args.seconds, slow=args.slow,
+                    turns=args.turns))
                 runs["with" if auto else "without"].append(run)
                 print(f"  round {r + 1}, {'with' if auto else 'without'} extraction: {run['rate']:,.0f} "
                       f"appends/s, p99 {run['p99_ms']:.2f} ms, {run['jobs_started']} jobs started",
@@ -258,7 +260,7 @@ def bar_appends(args: argparse.Namespace, tmp: str) -> dict[str, Any]:
             {"bar": f"appends/s with extraction >= {BAR_RATE_SHARE:.0%} of without", "value": share,
              "pass": share >= BAR_RATE_SHARE}]
     return {"sessions": args.sessions, "callers": args.callers, "seconds": args.seconds,
-            "rounds": args.rounds, "llm_delay_s": args.slow, "runs": runs,
+            "rounds": args.rounds, "llm_delay_s": args.slow, "turns": args.turns, "runs": runs,
             "medians": {side: {key: median(side, key) for key in MEDIANS} for side in ("without", "with")},
             "rate_share": share, "bars": bars}
 
@@ -577,6 +579,8 @@ def main() -> None:
     parser.add_argument("--callers", type=int, default=16, help="bar 1's concurrent appending tasks")
     parser.add_argument("--sessions", type=int, default=50, help="bar 1's sessions (a scope each)")
     parser.add_argument("--slow", type=float, default=2.0, help="seconds the fake LLM takes per call (bar 1)")
+    parser.add_argument("--turns", type=int, default=mnemex.Config().knowledge.turns,
+                        help="knowledge_turns of the automatic extraction (bar 1; default: the config's)")
     parser.add_argument("--jobs-sessions", type=int, default=50, help="bar 2's sessions, two jobs each")
     parser.add_argument("--memories", type=int, default=10_000, help="bar 3's extracted memories")
     parser.add_argument("--queries", type=int, default=500, help="bar 3's queries")

@@ -168,6 +168,7 @@ class LLMClient:
         self.backoff = backoff
         self._transport = transport
         self._lock = threading.Lock()
+        self._http: httpx.Client | None = None
         self._first_mode = 0  # index into _MODES: the strongest response_format not refused yet
 
     def __repr__(self) -> str:
@@ -184,24 +185,39 @@ class LLMClient:
         """One chat completion of ``messages`` (OpenAI chat messages). With
         ``json_schema``, structured output is asked for (see the module doc) under
         ``schema_name``; ``max_tokens`` caps the answer. Raises LLMCallError."""
-        import httpx  # imported on first use: mnemex without an LLM never loads it
-
         modes = _MODES[self._first_mode:] if json_schema is not None else ("none",)
         headers = self._request_headers()
-        timeout = httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0))
-        with httpx.Client(timeout=timeout, transport=self._transport) as client:
-            for mode in modes:
-                payload = self._payload(messages, mode, json_schema, schema_name, max_tokens)
-                status, body = self._post(client, payload, headers)
-                if status < 400:
-                    return self._completion(body, mode)
-                text = body[:2000].decode("utf-8", "replace")
-                if mode != "none" and status in (400, 422) and _is_refusal(text):
-                    self._refused(mode)
-                    continue
-                raise LLMCallError(self.url, f"answered {status}: {text[:200]!r}", reason="http",
-                                   status=status)
+        client = self._client()  # one for every call: its connections and TLS context are reused
+        for mode in modes:
+            payload = self._payload(messages, mode, json_schema, schema_name, max_tokens)
+            status, body = self._post(client, payload, headers)
+            if status < 400:
+                return self._completion(body, mode)
+            text = body[:2000].decode("utf-8", "replace")
+            if mode != "none" and status in (400, 422) and _is_refusal(text):
+                self._refused(mode)
+                continue
+            raise LLMCallError(self.url, f"answered {status}: {text[:200]!r}", reason="http",
+                               status=status)
         raise AssertionError("unreachable: the last mode sends no response_format")  # pragma: no cover
+
+    def _client(self) -> httpx.Client:
+        """The httpx client every call of this LLMClient shares (made on first use;
+        httpx's connection pool is thread-safe)."""
+        import httpx
+
+        with self._lock:
+            if self._http is None:
+                timeout = httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0))
+                self._http = httpx.Client(timeout=timeout, transport=self._transport)
+            return self._http
+
+    def close(self) -> None:
+        """Close the shared connections (a later call opens new ones)."""
+        with self._lock:
+            http, self._http = self._http, None
+        if http is not None:
+            http.close()
 
     # -- one request, retried ------------------------------------------------------------
     def _post(self, client: httpx.Client, payload: dict[str, Any],

@@ -377,6 +377,9 @@ class KnowledgeConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields
     offered: Annotated[int, msgspec.Meta(ge=0, le=50)] = 8
     """Existing memories most related to the new messages a job shows the extractor
     (numbered; the only ones a fact may update, extend or duplicate)."""
+    max_jobs: Annotated[int, msgspec.Meta(ge=1, le=256)] = 8
+    """Extraction jobs whose extractor runs at once (each holds a thread for a model
+    call); the others wait their turn."""
     auto: tuple[AutoExtract, ...] = ()
     """Agents whose sessions are extracted automatically (``[[knowledge.auto]]`` tables
     with agent, app_name, user_id and optionally session_id)."""

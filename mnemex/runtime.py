@@ -14,8 +14,9 @@ import logging
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import datetime
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 import trio
 
@@ -42,7 +43,7 @@ from mnemex.knowledge.ref import (
     extract_session,
     retry_dead_letter,
 )
-from mnemex.memories.extraction import ExtractSession
+from mnemex.memories.extraction import ExtractSession, ReadMessages
 from mnemex.memories.kind import SCOPE_KIND, ScopeKind, scope_kind
 from mnemex.memories.protocol import Extracted, SearchMode, SearchResult, SessionAdded
 from mnemex.memories.ref import (
@@ -68,12 +69,16 @@ class MnemexRuntime:
     across scopes, archiving, and the kernel's ask/tell/ref underneath."""
 
     def __init__(self, kernel: Runtime, scopes: Mapping[str, ScopeServices],
-                 agents: Mapping[str, AgentServices]) -> None:
+                 agents: Mapping[str, AgentServices], knowledge: Mapping[str, KnowledgeServices] | None = None
+                 ) -> None:
         self._kernel = kernel
+        self._knowledge = knowledge.get(SCOPE_KIND) if knowledge else None
         self._scopes = dict(scopes)
         self._agents = dict(agents)
         # automatic extraction: (agent, session or None for every session) -> (app_name, user_id)
         self._auto: dict[tuple[str, str | None], tuple[str, str]] = {}
+        # what was appended to those sessions since their scope was last told, by (agent, session)
+        self._waiting: dict[tuple[str, str], _Waiting] = {}
         for auto in self.config.knowledge.auto:
             self._auto[(auto.agent, auto.session_id)] = (auto.app_name, auto.user_id)
         if self._auto:
@@ -181,7 +186,7 @@ class MnemexRuntime:
         scope = self.scope(user_id=user_id, app_name=app_name)
         known = (await agent.entries(session_id, None, 0, 0)).total
         read = agent_reader(agent.entries, session_id)
-        return await extract_session(scope.ref.ask, session_id, read, known, scope._new_block,
+        return await extract_session(scope.ref.ask, session_id, read, known,
                                      mode="if_needed" if if_needed else "now")
 
     async def extract_if_needed(self, agent_name: str, session_id: str, *, user_id: str,
@@ -195,7 +200,7 @@ class MnemexRuntime:
         agent = self.agent(agent_name)
         scope = self.scope(user_id=user_id, app_name=app_name)
         read = agent_reader(agent.entries, session_id)
-        return await retry_dead_letter(scope.ref.ask, session_id, first, read, scope._new_block())
+        return await retry_dead_letter(scope.ref.ask, session_id, first, read)
 
     def extract_automatically(self, agent_name: str, *, app_name: str, user_id: str,
                               session_id: str | None = None) -> None:
@@ -224,20 +229,58 @@ class MnemexRuntime:
                 agent_services.after_append = self._after_append
 
     async def _after_append(self, agent_name: str, appended: Appended, tokens: int) -> None:
-        target = self._auto.get((agent_name, appended.session_id)) or self._auto.get((agent_name, None))
-        if target is None:
-            return
-        app_name, user_id = target
-        scope = self.scope(user_id=user_id, app_name=app_name)
-        agent = self.agent(agent_name)
-        command = ExtractSession(session_id=appended.session_id,
-                                 read=agent_reader(agent.entries, appended.session_id),
-                                 known=appended.message_count, first_id=scope._new_block(), now=time.time(),
-                                 tokens=tokens, mode="if_needed")
+        """Count what an append brought; tell the session's scope once the buffer is full
+        (one message per ``knowledge.turns`` appends, not one per append)."""
+        key = (agent_name, appended.session_id)
+        waiting = self._waiting.get(key)
+        if waiting is None:
+            target = self._auto.get(key) or self._auto.get((agent_name, None))
+            if target is None:
+                return
+            app_name, user_id = target
+            waiting = self._waiting[key] = _Waiting(
+                self.scope(user_id=user_id, app_name=app_name).ref,
+                agent_reader(self.agent(agent_name).entries, appended.session_id),
+                (app_name, user_id, appended.session_id))
+        waiting.count += appended.count
+        waiting.tokens += tokens
+        waiting.known = appended.message_count
+        waiting.last = time.time()
+        knowledge = self.config.knowledge
+        full = waiting.count >= knowledge.turns or waiting.tokens >= knowledge.tokens
+        if full and not self._busy(waiting):
+            await self._offer(key, waiting, "if_needed")
+
+    def _busy(self, waiting: _Waiting) -> bool:
+        """A job of the session runs: telling its scope now would only queue behind it
+        (the count goes on; the first append after the job tells the scope)."""
+        return self._knowledge is not None and waiting.job in self._knowledge.running
+
+    async def flush_idle_sessions(self) -> int:
+        """Extract what waits in sessions extracted automatically that had no message
+        for ``config.knowledge.idle`` seconds (the runtime does it every so often);
+        returns how many were started."""
+        idle = self.config.knowledge.idle
+        if idle <= 0:
+            return 0
+        now = time.time()
+        due = [(key, waiting) for key, waiting in self._waiting.items()
+               if waiting.count and now - waiting.last >= idle and not self._busy(waiting)]
+        for key, waiting in due:
+            await self._offer(key, waiting, "flush")
+        for key in [key for key, waiting in self._waiting.items() if now - waiting.last >= 4 * idle]:
+            del self._waiting[key]  # long quiet: forget it (it is made again by the next append)
+        return len(due)
+
+    async def _offer(self, key: tuple[str, str], waiting: _Waiting,
+                     mode: Literal["if_needed", "flush"]) -> None:
+        command = ExtractSession(session_id=key[1], read=waiting.read, known=waiting.known, now=time.time(),
+                                 tokens=waiting.tokens, mode=mode)
+        waiting.count = waiting.tokens = 0
         try:
-            await scope.ref.tell(command)
-        except MnemexError as exc:  # the append stands; extraction catches up at the next one
-            log.warning("automatic extraction of %s/%s not started: %s", agent_name, appended.session_id, exc)
+            await waiting.scope.tell(command)
+        except MnemexError as exc:  # the appends stand; extraction catches up at the next offer
+            log.warning("automatic extraction of %s/%s not started: %s", key[0], key[1], exc)
 
     async def flush_touches(self) -> int:
         """Send the access counts searches gathered so far now (the runtime does it every
@@ -346,7 +389,8 @@ async def open_runtime(config: Config | None = None, *,
         if isinstance(kind, ScopeKind) and kind.embedder is not None:
             batcher = EmbeddingBatcher(kind.embedder, cfg.models.embed_batch_size)
             services_of = knowledge[kind.name] = KnowledgeServices(
-                extractor, context_messages=cfg.knowledge.context_messages, offered=cfg.knowledge.offered)
+                extractor, ids, context_messages=cfg.knowledge.context_messages,
+                offered=cfg.knowledge.offered, max_jobs=cfg.knowledge.max_jobs)
             batchers[kind.name] = (kind.served_by(batcher.embed, services_of.run, services_of.timer), batcher)
             served.append(batchers[kind.name][0])
         else:
@@ -362,7 +406,7 @@ async def open_runtime(config: Config | None = None, *,
                                  (batcher.embedder.name, batcher.embedder.dim))
         agents = {kind.name: AgentServices(kernel, kind.name) for kind in served
                   if kind.name == AGENT_KIND}
-        rt = MnemexRuntime(kernel, scopes, agents)
+        rt = MnemexRuntime(kernel, scopes, agents, knowledge)
         chores = trio.CancelScope()
         services.start_soon(_chores, chores, rt, name="mnemex chores")
         try:
@@ -375,6 +419,22 @@ async def open_runtime(config: Config | None = None, *,
                 # drain and snapshot while the batchers still run: a draining scope may embed
                 await kernel.aclose()
             services.cancel_scope.cancel()
+            for services_of in knowledge.values():
+                services_of.close()
+
+
+@dataclass(slots=True)
+class _Waiting:
+    """A session extracted automatically: its scope, how its messages are read, and
+    what was appended since the scope was last told."""
+
+    scope: ActorRef
+    read: ReadMessages
+    job: tuple[str, str, str]   # its jobs' key in KnowledgeServices.running
+    count: int = 0
+    tokens: int = 0
+    known: int = 0
+    last: float = 0.0
 
 
 async def _ask_scope(kernel: Runtime, kind: str, app_name: str, user_id: str, command: Any) -> Any:
@@ -383,12 +443,15 @@ async def _ask_scope(kernel: Runtime, kind: str, app_name: str, user_id: str, co
 
 async def _chores(scope: trio.CancelScope, rt: MnemexRuntime) -> None:
     """What the runtime does every so often, until shutdown: send access counts,
-    expire idle sessions."""
+    expire idle sessions, extract idle sessions that are extracted automatically."""
     config = rt.config
     with scope:
         async with trio.open_nursery() as chores:
             if rt._scopes:
                 chores.start_soon(_every, config.memories.touch_interval, rt.flush_touches)
+                if config.knowledge.idle > 0:
+                    chores.start_soon(_every, min(30.0, max(0.5, config.knowledge.idle / 4)),
+                                      rt.flush_idle_sessions)
             for name in rt._agents:
                 chores.start_soon(_every, config.conversations.sweep_interval, sweep_expired_sessions,
                                   rt.kernel, name)

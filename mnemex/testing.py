@@ -605,6 +605,7 @@ def _last_user_text(request: dict[str, Any]) -> str:
 
 class _FakeServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # many clients at once (socketserver's default backlog is 5)
     fake: FakeLLM
 
 

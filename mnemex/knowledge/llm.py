@@ -87,6 +87,10 @@ class LLMExtractor:
         return ExtractionResult(facts=_in_catalog(facts, request.categories), extractor=self.name,
                                 usage=_summed(completions))
 
+    def close(self) -> None:
+        """Close the client's connections."""
+        self.client.close()
+
     def _complete(self, messages: Sequence[Mapping[str, str]]) -> Completion:
         try:
             return self.client.complete(messages, json_schema=EXTRACTION_SCHEMA, schema_name=_SCHEMA_NAME,

@@ -23,7 +23,7 @@ from typing import Any, Final, Literal
 import msgspec
 import trio
 
-from mnemex._ids import id_at
+from mnemex._ids import IdClock, id_at
 from mnemex.config import Config
 from mnemex.conversations.tokens import content_text
 from mnemex.errors import ExtractionError, InvalidInput, MnemexError
@@ -144,8 +144,14 @@ class KnowledgeServices:
     messages of context and related memories a job gives it, and (bound when the
     runtime opens) the way to search a scope and to embed."""
 
-    def __init__(self, extractor: Extractor, *, context_messages: int = 4, offered: int = 8) -> None:
+    def __init__(self, extractor: Extractor, ids: IdClock, *, context_messages: int = 4, offered: int = 8,
+                 max_jobs: int = 8) -> None:
         self.extractor = extractor
+        self._ids = ids
+        # extractors block a thread for a model call: their own threads, not trio's shared pool
+        self._threads = trio.CapacityLimiter(max_jobs)
+        # (app_name, user_id, session_id) -> jobs of it running now (automatic extraction waits for them)
+        self.running: dict[tuple[str, str, str], int] = {}
         self.context_messages = context_messages
         self.offered = offered
         self._search: Callable[[str, str, Search], Awaitable[Any]] | None = None
@@ -157,6 +163,12 @@ class KnowledgeServices:
              embedder: tuple[str, int] | None) -> None:
         self._search, self._embed, self._embedder = search, embed, embedder
 
+    def close(self) -> None:
+        """Release what the extractor holds (an LLM client's connections)."""
+        close = getattr(self.extractor, "close", None)
+        if callable(close):
+            close()
+
     async def timer(self, seconds: float) -> float:
         """Sleep ``seconds``, then the time (the scopes' extraction timers)."""
         await trio.sleep(max(0.0, seconds))
@@ -164,7 +176,10 @@ class KnowledgeServices:
 
     async def run(self, job: ExtractionJob) -> ExtractionOutcome | ExtractionFailure:
         """One extraction job (see the module doc). Failures the extractor or the
-        reader report come back as an ExtractionFailure, journaled and retried."""
+        reader report come back as an ExtractionFailure, journaled and retried.
+        ``running`` holds its (app_name, user_id, session_id) meanwhile."""
+        key = (job.app_name, job.user_id, job.session_id)
+        self.running[key] = self.running.get(key, 0) + 1
         try:
             return await self._run(job)
         except ExtractionError as exc:
@@ -173,6 +188,10 @@ class KnowledgeServices:
                 used.prompt_tokens, used.completion_tokens, used.total_tokens, used.calls))
         except MnemexError as exc:
             return ExtractionFailure("error", f"{type(exc).__name__}: {exc}", time.time())
+        finally:
+            left = self.running.pop(key) - 1
+            if left:
+                self.running[key] = left
 
     async def _run(self, job: ExtractionJob) -> ExtractionOutcome:
         extractor = self.extractor
@@ -194,7 +213,8 @@ class KnowledgeServices:
         offered = await self._related(job, new)
         request = ExtractionRequest(session_id=job.session_id, messages=new, context=context, offered=offered,
                                     observed_at=observed, user_id=job.user_id, app_name=job.app_name)
-        result = await trio.to_thread.run_sync(extractor.extract, request, abandon_on_cancel=True)
+        result = await trio.to_thread.run_sync(extractor.extract, request, abandon_on_cancel=True,
+                                               limiter=self._threads)
         facts = list(result.facts)
         vectors: list[bytes | None] = [None] * len(facts)
         embedder = self._embedder
@@ -203,7 +223,8 @@ class KnowledgeServices:
             vectors = [encode_vector(row) for row in matrix]
         by_number = {memory.number: memory.id for memory in offered}
         times = {m.position: m.time for m in new}
-        stored = [self._new_fact(id_at(job.first_id, i), fact, vectors[i], by_number=by_number, times=times,
+        first_id = self._ids.reserve(time.time(), max(1, len(facts)))
+        stored = [self._new_fact(id_at(first_id, i), fact, vectors[i], by_number=by_number, times=times,
                                  observed=observed, job=job)
                   for i, fact in enumerate(facts)]
         reported = result.usage
@@ -245,7 +266,7 @@ class KnowledgeServices:
 
 
 async def extract_session(ask: Callable[[Any], Awaitable[Any]], session_id: str, read: ReadMessages,
-                          known: int, first_id: Callable[[], str], *,
+                          known: int, *,
                           mode: Literal["now", "if_needed"] = "now", tokens: int = 0) -> Extracted:
     """Ask a scope to extract session ``session_id`` (``ask`` carries a command to it).
     ``now``: job after job until every message below ``known`` is covered (each
@@ -253,7 +274,7 @@ async def extract_session(ask: Callable[[Any], Awaitable[Any]], session_id: str,
     replies: list[Extracted] = []
     while True:
         reply: Extracted = await ask(ExtractSession(session_id=session_id, read=read, known=known,
-                                                    first_id=first_id(), now=time.time(), tokens=tokens,
+                                                    now=time.time(), tokens=tokens,
                                                     mode=mode))
         tokens = 0
         if reply.status in ("failed", "dead_letter", "expired"):
@@ -269,9 +290,9 @@ async def extract_session(ask: Callable[[Any], Awaitable[Any]], session_id: str,
 
 
 async def retry_dead_letter(ask: Callable[[Any], Awaitable[Any]], session_id: str, first: int,
-                            read: ReadMessages, first_id: str) -> Extracted:
+                            read: ReadMessages) -> Extracted:
     reply: Extracted = await ask(RetryDeadLetter(session_id=session_id, first=first, read=read,
-                                                 first_id=first_id, now=time.time()))
+                                                 now=time.time()))
     return reply
 
 

@@ -6,9 +6,9 @@ commands here are not journaled (they start work; they change nothing durable):
 
 * ``ExtractSession``: messages below ``known`` exist in a session; ``mode`` says
   whether to extract ``now`` (the caller waits for the job's result: the job
-  answers it) or only ``if_needed`` (when the buffer is full). It brings the
-  ``read`` callable a job reads the messages through, and a block of ids for the
-  facts. ``RetryDeadLetter`` retries a dead letter; ``CursorTick`` is the timer.
+  answers it), to ``flush`` (start a job now, answer at once) or only
+  ``if_needed`` (when the buffer is full). It brings the ``read`` callable a job
+  reads the messages through. ``RetryDeadLetter`` retries a dead letter; ``CursorTick`` is the timer.
 * a job runs ``settings.extract`` beside the actor (read the messages, ask the
   extractor, embed the facts) and comes back as the journaled ``ApplyExtraction``
   or ``ExtractionFailed``, which the behaviour applies with ``commit`` and
@@ -28,7 +28,6 @@ from typing import Any, Literal
 import msgspec
 
 from mnemex._checks import check_int
-from mnemex._ids import id_at
 from mnemex._time import check_seconds
 from mnemex.effects import Job, JobResult
 from mnemex.errors import ExtractionError, InvalidInput, NotFound
@@ -53,25 +52,21 @@ __all__ = [
 ReadMessages = Callable[[int, int], Awaitable[Sequence[SourceMessage]]]
 """Reads the messages of positions [first, upto) of a session (fewer when some are gone)."""
 
-IDS_PER_JOB = 1 << 16
-"""Ids a job's facts may take from the block its trigger brought (job k: from k * this)."""
-
-
 # -- commands (never journaled) --------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class ExtractSession:
     """Messages of session ``session_id`` below position ``known`` exist (``tokens``:
     estimated tokens of those new since the last offer). ``mode`` ``now``: extract
     what is pending (below ``upto`` if given) and answer with the job's result;
-    ``if_needed``: start a job only when the buffer is full, answer at once."""
+    ``flush``: the same, answering at once; ``if_needed``: start a job only when
+    the buffer is full, answer at once."""
 
     session_id: str
     read: ReadMessages
     known: int
-    first_id: str
     now: float
     tokens: int = 0
-    mode: Literal["now", "if_needed"] = "now"
+    mode: Literal["now", "flush", "if_needed"] = "now"
     upto: int | None = None
 
 
@@ -82,7 +77,6 @@ class RetryDeadLetter:
     session_id: str
     first: int
     read: ReadMessages
-    first_id: str
     now: float
 
 
@@ -119,8 +113,8 @@ class CursorInfo(msgspec.Struct, frozen=True, kw_only=True):
 @dataclass(frozen=True, slots=True)
 class ExtractionJob:
     """One job for ``settings.extract``: the messages [first, upto) of ``session_id``
-    in scope (app_name, user_id), read through ``read``; fact ``i`` takes the id
-    ``id_at(first_id, i)``."""
+    in scope (app_name, user_id), read through ``read``. The runner gives the facts
+    their ids (they are journaled with them)."""
 
     app_name: str
     user_id: str
@@ -129,7 +123,6 @@ class ExtractionJob:
     upto: int
     job_id: str
     attempt: int
-    first_id: str
     read: ReadMessages
 
 
@@ -168,8 +161,6 @@ Timer = Callable[[float], Awaitable[float]]
 class _Session:
     cursor: Cursor
     read: ReadMessages | None = None
-    first_id: str | None = None
-    jobs: int = 0    # jobs started from first_id's block
 
 
 class Extractions:
@@ -201,19 +192,16 @@ class Extractions:
         now = check_seconds(cmd.now, "now")
         known = check_int(cmd.known, "known", 0)
         tokens = check_int(cmd.tokens, "tokens", 0)
-        if cmd.mode not in ("now", "if_needed"):
-            raise InvalidInput(f"mode is {cmd.mode!r}; use now or if_needed", field="mode")
+        if cmd.mode not in ("now", "flush", "if_needed"):
+            raise InvalidInput(f"mode is {cmd.mode!r}; use now, flush or if_needed", field="mode")
         if self.run is None:
             raise InvalidInput("this scope kind has no extractor (open it through open_runtime)",
                                field="extract")
         if not callable(cmd.read):
             raise InvalidInput("read must be a callable giving a session's messages", field="read")
-        id_at(cmd.first_id, 0)  # a block of ids, checked before anything changes
         session = self._session(session_id)
         cursor = session.cursor
         session.read = cmd.read
-        if session.first_id != cmd.first_id:
-            session.first_id, session.jobs = cmd.first_id, 0
         start = cursor.offer(known, tokens, now)
         if cmd.mode == "if_needed":
             jobs = [self._job(session_id, session, start.ticket)] if start is not None else []
@@ -225,6 +213,9 @@ class Extractions:
         if start is None:
             status = "in_flight" if cursor.in_flight is not None else "nothing_new"
             return self._reply(session_id, status), self._timer(now)
+        if cmd.mode == "flush":
+            return self._reply(session_id, "in_flight"), [self._job(session_id, session, start.ticket),
+                                                          *self._timer(now)]
         return None, [self._job(session_id, session, start.ticket, answers=True), *self._timer(now)]
 
     def retry(self, cmd: RetryDeadLetter) -> tuple[Extracted | None, list[Job]]:
@@ -237,11 +228,8 @@ class Extractions:
         if self.run is None:
             raise InvalidInput("this scope kind has no extractor (open it through open_runtime)",
                                field="extract")
-        id_at(cmd.first_id, 0)
         start = session.cursor.retry_dead(cmd.first, now)
         session.read = cmd.read
-        if session.first_id != cmd.first_id:
-            session.first_id, session.jobs = cmd.first_id, 0
         if start is None:
             return self._reply(session_id, "in_flight"), []
         return None, [self._job(session_id, session, start.ticket, answers=True), *self._timer(now)]
@@ -264,11 +252,10 @@ class Extractions:
         return jobs + self._timer(now)
 
     def _job(self, session_id: str, session: _Session, ticket: Ticket, *, answers: bool = False) -> Job:
-        run, read, first_id = self.run, session.read, session.first_id
-        assert run is not None and read is not None and first_id is not None
+        run, read = self.run, session.read
+        assert run is not None and read is not None
         job = ExtractionJob(self.app_name, self.user_id, session_id, ticket.first, ticket.upto, ticket.job_id,
-                            ticket.attempt, id_at(first_id, session.jobs * IDS_PER_JOB), read)
-        session.jobs += 1
+                            ticket.attempt, read)
 
         async def work() -> ExtractionOutcome | ExtractionFailure:
             return await run(job)

@@ -399,11 +399,8 @@ class ScopeRef:
                 raise InvalidInput("messages must be a list of chat messages", field="messages")
             listed = list(messages or ())
             read, known = list_reader(listed), len(listed)
-        return await extract_session(self._ref.ask, session_id, read, known, self._new_block,
+        return await extract_session(self._ref.ask, session_id, read, known,
                                      mode="if_needed" if if_needed else "now")
-
-    def _new_block(self) -> str:
-        return self._services.ids.reserve(time.time())
 
     async def extraction_status(self, session_id: str | None = None) -> list[CursorInfo]:
         """Each session's extraction cursor (or ``session_id``'s): what was extracted,
@@ -417,7 +414,7 @@ class ScopeRef:
         if (messages is None) == (provider is None):
             raise InvalidInput("give the session's messages or a provider (not both)", field="messages")
         read = provider_reader(provider) if provider is not None else list_reader(list(messages or ()))
-        return await retry_dead_letter(self._ref.ask, session_id, first, read, self._new_block())
+        return await retry_dead_letter(self._ref.ask, session_id, first, read)
 
     async def history(self, memory_id: str) -> MemoryHistory:
         """How a memory came to be: its changes, and the memories it superseded or

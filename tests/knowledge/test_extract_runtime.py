@@ -134,7 +134,7 @@ async def test_automatic_extraction_runs_beside_the_appends(tmp_path: Path, llm:
         agent = rt.agent("assistant")
         await agent.append("s1", [{"role": "user", "content": "I live in Lisbon."}])
         scope = rt.scope(user_id="ana", app_name="chat")
-        assert (await scope.extraction_status())[0].done == 0  # one message: the buffer waits
+        assert await scope.extraction_status() == []  # one message: the buffer waits, the scope untold
         await agent.append("s1", [{"role": "assistant", "content": "Lovely city."}])
 
         async def stored() -> bool:
@@ -143,6 +143,19 @@ async def test_automatic_extraction_runs_beside_the_appends(tmp_path: Path, llm:
         await eventually(stored, what="the automatic job's fact")
         [status] = await scope.extraction_status()
         assert status.done == 2
+
+
+async def test_an_idle_session_is_extracted_without_a_full_buffer(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.add("Lisbon", LISBON)
+    async with mnemex.open_runtime(config(tmp_path, llm, knowledge_turns=10, knowledge_idle=0.5)) as rt:
+        rt.extract_automatically("assistant", app_name="chat", user_id="ana", session_id="s1")
+        await rt.agent("assistant").append("s1", [{"role": "user", "content": "I live in Lisbon."}])
+        scope = rt.scope(user_id="ana", app_name="chat")
+
+        async def stored() -> bool:
+            return await scope.count() == 1
+
+        await eventually(stored, what="the idle session's fact")
 
 
 async def test_the_rules_extract_without_an_endpoint(tmp_path: Path) -> None:

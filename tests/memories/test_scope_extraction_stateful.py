@@ -31,6 +31,7 @@ from mnemex.memories.extraction import (
 from mnemex.memories.protocol import ApplyExtraction, ExtractionFailed, ListMemories, NewFact
 
 SESSIONS = ("s1", "s2")
+IDS = IdClock()
 
 
 class Extractor:
@@ -46,7 +47,8 @@ class Extractor:
         if self.failing:
             return ExtractionFailure("unreachable", "connection refused", 0.0)
         messages = await job.read(job.first, job.upto)
-        facts = [NewFact(id=id_at(job.first_id, i), content=f"fact of {job.session_id} message {m.position}",
+        first_id = IDS.reserve(1.0, max(1, job.upto - job.first))
+        facts = [NewFact(id=id_at(first_id, i), content=f"fact of {job.session_id} message {m.position}",
                          first=m.position, last=m.position) for i, m in enumerate(messages)]
         return ExtractionOutcome(facts, [], "rules", finished_at=0.0)
 
@@ -65,7 +67,6 @@ class ExtractionMachine(RuleBasedStateMachine):
                                 backoff=5.0, max_backoff=20.0, max_batch=4)
         self.settings = replace(settings(), extract=self.extractor, cursor=cursor)
         self.memory = ScopeMemory(KEY, self.settings)
-        self.ids = IdClock()
         self.now = 1_000.0
         self.known = dict.fromkeys(SESSIONS, 0)
         self.jobs: list[Job] = []           # started, not yet delivered (some may be late)
@@ -90,7 +91,7 @@ class ExtractionMachine(RuleBasedStateMachine):
         self.known[session] += count
         self.now += 1.0
         self._handle(ExtractSession(session_id=session, read=reader(session), known=self.known[session],
-                                    first_id=self.ids.reserve(self.now), now=self.now, tokens=count,
+                                    now=self.now, tokens=count,
                                     mode="now" if now_mode else "if_needed"))
 
     @rule(seconds=st.sampled_from([1.0, 10.0, 40.0, 100.0]))

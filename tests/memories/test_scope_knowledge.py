@@ -174,7 +174,8 @@ class Extractor:
         answer = self.answers.pop(0)
         if isinstance(answer, ExtractionFailure):
             return answer
-        facts = [NewFact(id=id_at(job.first_id, i), content=text) for i, text in enumerate(answer)]
+        first_id = IDS.reserve(1.0, max(1, len(answer)))
+        facts = [NewFact(id=id_at(first_id, i), content=text) for i, text in enumerate(answer)]
         return ExtractionOutcome(facts, [], "rules", finished_at=500.0)
 
 
@@ -213,7 +214,7 @@ IDS = IdClock()
 
 
 def extract(known: int, *, now: float = 100.0, mode: str = "now") -> ExtractSession:
-    return ExtractSession(session_id="s1", read=_read, known=known, first_id=IDS.reserve(now), now=now,
+    return ExtractSession(session_id="s1", read=_read, known=known, now=now,
                           mode=mode)  # type: ignore[arg-type]
 
 
@@ -259,8 +260,7 @@ def test_failures_are_journaled_retried_then_dead_lettered_and_retryable() -> No
     extractor.answers += [["The user is called Ana."], ["The user has a cat."]]
     reply, _ = run(memory, extract(3, now=170.0))
     assert reply.status == "committed" and (reply.first, reply.upto) == (2, 3)
-    reply, _ = run(memory, RetryDeadLetter(session_id="s1", first=0, read=_read, first_id=IDS.reserve(180.0),
-                                         now=180.0))
+    reply, _ = run(memory, RetryDeadLetter(session_id="s1", first=0, read=_read, now=180.0))
     assert reply.status == "committed" and (reply.first, reply.upto) == (0, 2)
     assert memory.handle(GetCursors())[0].dead_letters == []
 
