@@ -79,11 +79,16 @@ _WORD = re.compile(r"\w+")
 # "'s" at its end is matched but left out of the group ("caroline's" -> "caroline").
 _TOKEN = re.compile(r"(\w+(?:'(?!s\b)\w+)*)(?:'s\b)?")
 _QUOTED = re.compile(r'"([^"]*)"')
-# Typographic apostrophes as the ASCII one; invisible characters that join or may
-# split a word (soft hyphen, ZWNJ, ZWJ, word joiner, BOM) dropped.
-_CLEANUP: Final = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\uff07": "'",
-                                 "\u00ad": None, "\u200c": None, "\u200d": None, "\u2060": None,
-                                 "\ufeff": None})
+# Typographic apostrophes as the ASCII one (NFKC makes the full-width one ASCII);
+# invisible characters that join or may split a word (soft hyphen, ZWNJ, ZWJ, word
+# joiner, BOM) dropped.
+_TYPOGRAPHY: Final = {"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\u00ad": "", "\u200c": "",
+                      "\u200d": "", "\u2060": "", "\ufeff": ""}
+# Those and every character beyond the BMP: what normalising rewrites after NFKC (a
+# search, then a substitution only where one is found: str.translate looks every
+# character of non-ASCII text up in a dict, several times slower).
+_REWRITTEN: Final = re.compile(f"[{''.join(_TYPOGRAPHY)}\U00010000-\U0010ffff]")
+_ASTRAL: Final = re.compile("[\U00010000-\U0010ffff]")
 # Every ASCII character that is not a word character (``\w`` there is [A-Za-z0-9_]) as
 # a space: for ASCII text, ``split()`` after this table gives the word runs the
 # regular expressions above find, about three times faster.
@@ -139,7 +144,7 @@ def words_scheme(fold_accents: bool = False) -> str:
     return f"words{TOKENIZATION_VERSION}:nfkc:casefold:marks:unspaced-pairs:fold={_fold_name(fold_accents)}"
 
 
-def words(text: str, *, unigrams: bool = False, fold_accents: bool = False) -> list[str]:
+def words(text: str, unigrams: bool = False, fold_accents: bool = False) -> list[str]:
     """The words of *text*, normalised, in order, repeats kept (see the module doc):
     what the classic keyword matching compares. A run of a script written without
     spaces gives its overlapping character pairs; ``unigrams=True`` (the indexed
@@ -149,15 +154,15 @@ def words(text: str, *, unigrams: bool = False, fold_accents: bool = False) -> l
     text = _normalise(text, fold_accents)
     if text.isascii():  # (accents folded away)
         return text.translate(_ASCII_BREAKS).split()
-    patterns = _patterns()
-    if patterns.special.search(text) is None:
+    patterns = _script_patterns(text)
+    if patterns is None:
         return _WORD.findall(text)
     found: list[str] = []
     for unspaced, word in patterns.word.findall(text):
         if word:
             found.append(word)
         else:
-            _add_pairs(unspaced, unigrams, found)
+            _add_pairs(patterns, unspaced, unigrams, found)
     return found
 
 
@@ -166,15 +171,15 @@ def _raw_tokens(text: str, unigrams: bool = True, fold_accents: bool = False) ->
     if not text.isascii():
         text = _normalise(text, fold_accents)
         if not text.isascii():
-            patterns = _patterns()
-            if patterns.special.search(text) is None:
+            patterns = _script_patterns(text)
+            if patterns is None:
                 return _TOKEN.findall(text)
             found: list[str] = []
             for unspaced, token in patterns.token.findall(text):
                 if token:
                     found.append(token)
                 else:
-                    _add_pairs(unspaced, unigrams, found)
+                    _add_pairs(patterns, unspaced, unigrams, found)
             return found
     lowered = text.lower()
     if "'" not in lowered:  # a token is a plain word run
@@ -195,38 +200,70 @@ def _normalise(text: str, fold_accents: bool = False) -> str:
     # ASCII text needs neither step, and it is most text, so it skips the cost.
     if text.isascii():
         return text.lower()
-    text = unicodedata.normalize("NFKC", text).translate(_CLEANUP).casefold()
-    return text.translate(_accent_table()) if fold_accents else text
+    text = unicodedata.normalize("NFKC", text)
+    if _REWRITTEN.search(text) is not None:
+        text = _REWRITTEN.sub(_rewritten, text)
+    text = text.casefold()
+    return _fold(text) if fold_accents else text
 
 
-def _fold(word: str) -> str:
-    """*word* (normalised) with its accents folded."""
-    return word if word.isascii() else word.translate(_accent_table())
+def _rewritten(match: re.Match[str]) -> str:
+    char = match.group()
+    typography = _TYPOGRAPHY.get(char)
+    if typography is not None:
+        return typography
+    # Emoji and other symbols beyond the BMP break words as a space does; as spaces they
+    # leave most text to the expressions of BMP characters (see _script_patterns).
+    return char if char.isalnum() or unicodedata.category(char)[0] == "M" else " "
+
+
+def _script_patterns(text: str) -> _Patterns | None:
+    """The expressions that read *text* (normalised, not ASCII) script by script, or
+    None when the plain ones will do (it holds no character of a script without
+    spaces and no mark). Text within the BMP gets expressions of BMP characters only,
+    which the regular-expression engine checks with one table look-up per character
+    (a class reaching beyond the BMP is checked range by range)."""
+    patterns = _patterns(_ASTRAL.search(text) is not None)
+    return patterns if patterns.special.search(text) is not None else None
+
+
+def _fold(text: str) -> str:
+    """*text* (normalised) with its accents folded."""
+    if text.isascii():
+        return text
+    accented, table = _accents()
+    return accented.sub(lambda match: table[match.group()], text) if accented.search(text) else text
 
 
 def _fold_name(fold_accents: bool) -> str:
     return "accents" if fold_accents else "none"
 
 
-def _add_pairs(run: str, unigrams: bool, out: list[str]) -> None:
+def _add_pairs(patterns: _Patterns, run: str, unigrams: bool, out: list[str]) -> None:
     """Append the tokens of *run*, a run of a script written without spaces: its
     overlapping pairs of characters, with each character before its pair when
     *unigrams*; a run of one character is that character."""
-    patterns = _patterns()
     chars: str | list[str] = run
     if patterns.unspaced_mark.search(run) is not None:
         chars = patterns.cluster.findall(run)  # a base and its marks are one character
-    n = len(chars)
-    if n == 1:
-        out.append(chars[0])
-    elif unigrams:
-        for i in range(n - 1):
-            out.append(chars[i])
-            out.append(chars[i] + chars[i + 1])
-        if n:
-            out.append(chars[-1])
+    if len(chars) <= 1:
+        out += chars  # one character (or none: marks with no base)
+        return
+    append = out.append
+    if isinstance(chars, str):  # a character per code point: a pair is a slice
+        if not unigrams:
+            out += [chars[i : i + 2] for i in range(len(chars) - 1)]
+            return
+        for i in range(len(chars) - 1):
+            append(chars[i])
+            append(chars[i : i + 2])
     else:
-        out.extend([chars[i] + chars[i + 1] for i in range(n - 1)])
+        for i in range(len(chars) - 1):
+            if unigrams:
+                append(chars[i])
+            append(chars[i] + chars[i + 1])
+    if unigrams:
+        append(chars[-1])
 
 
 class _Patterns(NamedTuple):
@@ -238,10 +275,10 @@ class _Patterns(NamedTuple):
 
 
 @functools.cache
-def _patterns() -> _Patterns:
+def _patterns(wide: bool) -> _Patterns:
     """The regular expressions of the scripts without spaces and of marks, built on
     first use from this Python's Unicode database (about 30 ms, once per process;
-    ASCII text never needs them)."""
+    ASCII text never needs them); of characters in the BMP only unless *wide*."""
     whole: list[tuple[int, int]] = []
     unspaced: list[int] = []
     unspaced_marks: list[int] = []
@@ -260,6 +297,10 @@ def _patterns() -> _Patterns:
     marks = [code for code in itertools.chain(range(0x300, 0x3400), range(0xA000, 0xAC00),
                                               range(0xD800, 0x20000), range(0xE0100, 0xE01F0))
              if unicodedata.category(chr(code))[0] == "M" and code not in taken]
+    if not wide:
+        whole = [(start, stop) for start, stop in whole if stop <= 0xFFFF]
+        unspaced, unspaced_marks, marks = ([code for code in codes if code <= 0xFFFF]
+                                           for codes in (unspaced, unspaced_marks, marks))
     big = _char_class(unspaced) + "".join(f"\\U{start:08x}-\\U{stop:08x}" for start, stop in whole)
     mark, big_mark = _char_class(marks), _char_class(unspaced_marks)
     # A word: a word character of no script without spaces, then such characters or marks.
@@ -288,18 +329,19 @@ def _char_class(codes: Iterable[int]) -> str:
 
 
 @functools.cache
-def _accent_table() -> dict[int, str | None]:
-    """``str.translate`` table of accent folding (see the module doc)."""
-    table: dict[int, str | None] = dict.fromkeys(range(0x300, 0x370))
+def _accents() -> tuple[re.Pattern[str], dict[str, str]]:
+    """Accent folding (see the module doc): the characters it changes, and what each
+    becomes."""
+    table = dict.fromkeys(map(chr, range(0x300, 0x370)), "")
     for start, stop in ((0xC0, 0x250), (0x370, 0x400), (0x1E00, 0x2000)):  # Latin, Greek
         for code in range(start, stop):
             char = chr(code)
             base = "".join(c for c in unicodedata.normalize("NFD", char) if not unicodedata.combining(c))
             base = unicodedata.normalize("NFC", base)
             if base and base != char:
-                table[code] = base
-    table.update({ord("ø"): "o", ord("đ"): "d", ord("ł"): "l", ord("ħ"): "h", ord("ŧ"): "t", 0x131: "i"})
-    return table
+                table[char] = base
+    table.update({"ø": "o", "đ": "d", "ł": "l", "ħ": "h", "ŧ": "t", "\u0131": "i"})
+    return re.compile(f"[{_char_class(sorted(map(ord, table)))}]"), table
 
 
 class Phrase(NamedTuple):
