@@ -6,6 +6,8 @@ indexed and what is asked are tokenized alike)."""
 
 from __future__ import annotations
 
+import unicodedata
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -70,6 +72,25 @@ def test_keyword_search_finds_words_in_every_script(query: str, expected: set[in
 @pytest.mark.parametrize(("query", "expected"), FOUND)
 def test_fulltext_search_finds_words_in_every_script(query: str, expected: set[int]) -> None:
     assert {doc for doc, _ in bm25_index().search(query, top_k=20)} == expected
+
+
+@pytest.mark.parametrize(("text", "query", "found"), [
+    ("ダイビングが好き", "ダイビング", True),         # kana with voicing marks
+    ("제 이름은 민준입니다", "민준", True),              # Hangul syllables, decomposed into jamo by NFD
+    ("Rendez-vous au Café", "café", True),
+    ("Встреча в кафе", "КАФЕ", True),
+    ("我喜欢深度学习", "天气预报", False),
+    ("私の名前は太郎です", "天気", False),
+])
+def test_decomposed_and_composed_forms_match_alike(text: str, query: str, found: bool) -> None:
+    for stored, asked in ((text, query), (unicodedata.normalize("NFD", text), query),
+                          (text, unicodedata.normalize("NFD", query))):
+        keyword = KeywordIndex()
+        keyword.add(0, stored, 0.0)
+        assert bool(keyword.search(asked)) is found, (stored, asked)
+        bm25 = BM25Index()
+        bm25.add(0, stored)
+        assert bool(bm25.search(asked)) is found, (stored, asked)
 
 
 def test_a_one_character_query_finds_every_text_holding_the_character() -> None:
