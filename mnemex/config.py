@@ -52,6 +52,11 @@ never the same as ``None``, which always means *none*: no timeout, no TTL, no cu
 
 
 FsyncPolicy = Literal["always", "batch", "never"]
+StemLanguage = Literal["arabic", "armenian", "basque", "catalan", "danish", "dutch", "english", "finnish",
+                       "french", "german", "greek", "hindi", "hungarian", "indonesian", "irish", "italian",
+                       "lithuanian", "nepali", "norwegian", "portuguese", "romanian", "russian", "serbian",
+                       "spanish", "swedish", "tamil", "turkish", "yiddish"]
+"""The Snowball stemmers of every snowballstemmer release from 2.2 on."""
 OverloadPolicy = Literal["wait", "fail"]
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
 PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
@@ -293,8 +298,15 @@ class MemoriesConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=
     """BM25 term-frequency saturation."""
     bm25_b: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.75
     """BM25 length normalisation, in 0..1."""
-    fulltext_stem: bool = False
-    """Stem words (Snowball English) for full-text search; needs ``snowballstemmer``."""
+    fulltext_stem: bool | StemLanguage = False
+    """Stem words for full-text search with a Snowball stemmer: ``true`` for English, or
+    the language's name (``"french"``); needs ``snowballstemmer``."""
+    fold_accents: bool = True
+    """Read accented Latin and Greek letters as their base letters in keyword, full-text
+    and entity matching, at index and query time alike: ``cafe`` finds ``café`` and
+    ``Zoë`` finds ``Zoe``, as people often type without accents (at the cost of
+    conflating the few words told apart by an accent alone, ``año``/``ano``). Other
+    scripts keep their marks. Changing it rebuilds a scope's text indexes on open."""
     context_window: Annotated[int, msgspec.Meta(ge=0, le=16)] = 2
     """Memories of one session before and after a memory (by id, that is by time) whose
     text ranks it in full-text search as its *context*, kept apart from its content

@@ -29,14 +29,16 @@ import orjson
 from mnemex._gcpause import collector_paused
 from mnemex.errors import CorruptData
 
-__all__ = ["SIDECAR_VERSION", "WORDS_SCHEME", "Sidecar", "TermsByDoc", "byte_view", "corrupt",
+__all__ = ["SIDECAR_VERSION", "Sidecar", "TermsByDoc", "byte_view", "corrupt",
            "doc_ids_checksum", "load_sidecar", "require_words_scheme",
            "pack_sidecar", "read_header", "sidecar_info", "unpack_sidecar"]
 
 SIDECAR_VERSION = 1
-# Names the tokenization of tokenizer.words (what the keyword and entity indexes
-# store); change it when words() changes, so sidecars written before are refused.
-WORDS_SCHEME = "words1:nfkc:casefold:w+"
+# The layout. What a sidecar's words are (the tokenization) is a setting in its
+# header's params instead: tokenizer.words_scheme() for the keyword and entity
+# indexes, Tokenizer.signature for BM25, both carrying TOKENIZATION_VERSION, so a
+# sidecar written before a tokenization change is refused as stale and the index
+# is rebuilt from the records.
 
 _PREAMBLE = struct.Struct("<8sII16s")
 _CHECKED = struct.Struct("<8sII")     # the part of the preamble the checksum covers
@@ -233,13 +235,13 @@ def load_sidecar(index: Any, data: bytes | memoryview, magic: bytes, what: str,
         raise corrupt(what, repr(exc)) from exc
 
 
-def require_words_scheme(what: str) -> Callable[[Any], None]:
-    """A ``check`` for :func:`load_sidecar`: the sidecar was built with this
-    version's ``words()`` tokenization."""
+def require_words_scheme(what: str, scheme: str) -> Callable[[Any], None]:
+    """A ``check`` for :func:`load_sidecar`: the sidecar was built with the ``words()``
+    tokenization *scheme* (see ``tokenizer.words_scheme``)."""
     def check(built: Any) -> None:
-        if not isinstance(built, dict) or built.get("words") != WORDS_SCHEME:
+        if not isinstance(built, dict) or built.get("words") != scheme:
             raise CorruptData(f"{what} sidecar is stale: it was built with {built!r} (this index: "
-                              f"{ {'words': WORDS_SCHEME}!r}); rebuild the index from its records")
+                              f"{ {'words': scheme}!r}); rebuild the index from its records")
     return check
 
 
@@ -250,9 +252,9 @@ def corrupt(what: str, problem: str) -> CorruptData:
 
 class SidecarIndex:
     """What the indexes kept as sidecars share: reading a sidecar's header, and (for
-    the indexes whose only setting is the ``words()`` tokenization) reading one back.
-    A subclass names its ``sidecar_magic``, ``sidecar_name`` and ``sidecar_arrays``
-    and fills itself in ``_load``."""
+    the indexes whose only setting is their ``words()`` tokenization) reading one
+    back. A subclass names its ``sidecar_magic``, ``sidecar_name`` and
+    ``sidecar_arrays`` and fills itself in ``_load``."""
 
     sidecar_magic: ClassVar[bytes]
     sidecar_name: ClassVar[str]
@@ -265,10 +267,9 @@ class SidecarIndex:
         restored), ``params`` and ``version``. CorruptData when unreadable."""
         return sidecar_info(data, cls.sidecar_magic, cls.sidecar_name)
 
-    @classmethod
-    def _from_words_sidecar(cls, data: bytes | memoryview) -> Self:
-        """An index of the default settings filled from *data* (see ``from_sidecar``)."""
-        index = cls()
-        load_sidecar(index, data, cls.sidecar_magic, cls.sidecar_name, cls.sidecar_arrays,
-                     check=require_words_scheme(cls.sidecar_name))
-        return index
+    def _load_words_sidecar(self, data: bytes | memoryview, scheme: str) -> Self:
+        """This (new, empty) index filled from *data*, which must have been built
+        with the ``words()`` tokenization *scheme* (see ``from_sidecar``)."""
+        load_sidecar(self, data, self.sidecar_magic, self.sidecar_name, self.sidecar_arrays,
+                     check=require_words_scheme(self.sidecar_name, scheme))
+        return self

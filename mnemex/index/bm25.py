@@ -80,7 +80,7 @@ _FEW_DOCS = 8                  # add_many below this: no array operations
 _MAGIC = b"MNXBM25\x00"
 _INT32, _INT64, _FLOAT64 = np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.float64)
 _SIDECAR_ARRAYS: dict[str, np.dtype[Any]] = {
-    "vocab": np.dtype(np.uint8),      # terms in id order, UTF-8, NUL-separated (terms are \w runs)
+    "vocab": np.dtype(np.uint8),      # terms in id order, UTF-8, NUL-separated (no term holds a NUL)
     "term_docs": _INT64,              # postings per term
     "posting_docs": _INT32,           # every term's doc ids, term after term
     "posting_tfs": _INT32,            # and their packed term frequencies

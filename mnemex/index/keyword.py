@@ -1,9 +1,11 @@
 """KeywordIndex: the classic matching, served from an inverted index.
 
 A document matches a query when they share at least one word (see
-:func:`~mnemex.index.tokenizer.words`: case-folded ``\\w+`` runs, nothing
-dropped). Matches rank by the number of distinct query words they contain, then
-by recency (the larger timestamp given at ``add``), then by the lower doc id.
+:func:`~mnemex.index.tokenizer.words`: normalised word runs, nothing dropped; a
+script written without spaces as character pairs, a document's single characters
+indexed too so that a one-character query is found). Matches rank by the number
+of distinct query words they contain, then by recency (the larger timestamp given
+at ``add``), then by the lower doc id.
 
 How it stays fast when a query word is in most documents: a word's postings
 live in a Python list while the word is rare and move to a dense ``uint8``
@@ -43,7 +45,6 @@ from mnemex.index._select import (
     missing,
 )
 from mnemex.index._sidecar import (
-    WORDS_SCHEME,
     Sidecar,
     SidecarIndex,
     TermsByDoc,
@@ -51,7 +52,7 @@ from mnemex.index._sidecar import (
     doc_ids_checksum,
     pack_sidecar,
 )
-from mnemex.index.tokenizer import words
+from mnemex.index.tokenizer import words, words_scheme
 
 __all__ = ["KeywordIndex"]
 
@@ -89,11 +90,13 @@ class KeywordIndex(SidecarIndex):
     _dense_share = 32      # and is dense once in more than 1/32 of the id space
     _few = 2048            # a match level this small is sorted directly
 
-    def __init__(self, *, keep_words: bool = True) -> None:
+    def __init__(self, *, keep_words: bool = True, fold_accents: bool = False) -> None:
         # A doc's distinct words; None for a doc restored from a sidecar (or added with
         # keep_words off), whose words are read off the postings when it is removed
         # without its text (see _words_of_restored).
         self.keep_words = keep_words
+        self.fold_accents = fold_accents
+        """Fold accents in documents and queries alike (see the tokenizer)."""
         self._doc_words: dict[int, tuple[str, ...] | None] = {}
         self._restored: TermsByDoc | None = None
         self._capacity = 0
@@ -151,7 +154,7 @@ class KeywordIndex(SidecarIndex):
                                    field="doc_id")
         if not docs:
             return
-        distinct_words = [dict.fromkeys(words(text)) for text in texts]
+        distinct_words = [dict.fromkeys(self._indexed_words(text)) for text in texts]
         self._ensure_capacity(max(docs) + 1)
         for doc_id, ts in zip(docs, stamps, strict=True):
             self._timestamps[doc_id] = ts
@@ -196,7 +199,7 @@ class KeywordIndex(SidecarIndex):
         if kept is not None:
             distinct: Iterable[str] = kept
         elif text is not None:
-            distinct = dict.fromkeys(words(text))
+            distinct = dict.fromkeys(self._indexed_words(text))
         elif self.keep_words:
             distinct = self._words_of_restored(doc_id)
         else:
@@ -239,7 +242,8 @@ class KeywordIndex(SidecarIndex):
         """Documents sharing a word with *query*, best first, as (doc_id, number of
         distinct query words matched). ``allowed`` filters inside the search."""
         top_k = check_top_k(top_k)
-        query_words = sorted({w for w in words(query) if w in self._dense or w in self._sparse})
+        query_words = sorted({w for w in words(query, fold_accents=self.fold_accents)
+                              if w in self._dense or w in self._sparse})
         if not query_words or not self._doc_words:
             return []
         dtype = np.uint8 if len(query_words) < 255 else np.uint16
@@ -289,7 +293,7 @@ class KeywordIndex(SidecarIndex):
             "kind": "keyword",
             "docs": len(doc_ids),
             "ids_checksum": doc_ids_checksum(doc_ids),
-            "params": {"words": WORDS_SCHEME},
+            "params": {"words": words_scheme(self.fold_accents)},
             "dense_words": len(dense),
             "sparse_words": len(sparse),
             "capacity": self._capacity,
@@ -307,14 +311,17 @@ class KeywordIndex(SidecarIndex):
         return pack_sidecar(_MAGIC, header, arrays)
 
     @classmethod
-    def from_sidecar(cls, data: bytes | memoryview) -> Self:
-        """The index serialised in *data* by :meth:`to_sidecar`. CorruptData, naming
-        what is wrong, when *data* is damaged, truncated, of another format
-        version, or was built with another tokenization (then it is stale:
-        rebuild the index from the records)."""
-        return cls._from_words_sidecar(data)
+    def from_sidecar(cls, data: bytes | memoryview, *, fold_accents: bool = False) -> Self:
+        """The index serialised in *data* by :meth:`to_sidecar`, for these settings (as
+        for the constructor). CorruptData, naming what is wrong, when *data* is
+        damaged, truncated, of another format version, or was built with another
+        tokenization (then it is stale: rebuild the index from the records)."""
+        return cls(fold_accents=fold_accents)._load_words_sidecar(data, words_scheme(fold_accents))
 
     # -- insides ---------------------------------------------------------------------
+    def _indexed_words(self, text: str) -> list[str]:
+        return words(text, unigrams=True, fold_accents=self.fold_accents)
+
     def _load(self, sidecar: Sidecar) -> None:
         header, arrays, data = sidecar.header, sidecar.arrays, sidecar.data
         capacity = int(header["capacity"])

@@ -1,10 +1,13 @@
 """Phrase and entity matching with an Aho-Corasick automaton (pyahocorasick).
 
 A phrase is compared as its words (see :func:`~mnemex.index.tokenizer.words`):
-case-folded word runs joined by single spaces, so ``"New  York"``, ``"new york"``
+normalised word runs joined by single spaces, so ``"New  York"``, ``"new york"``
 and ``"NEW-YORK"`` are one phrase, and a phrase matches only whole words
-(``"york"`` is not found in ``"yorkshire"``). One pass over a text finds every
-registered phrase in it, however many are registered.
+(``"york"`` is not found in ``"yorkshire"``). In a script written without spaces
+the words are the characters interleaved with their pairs (``"東京"`` is ``"東
+東京 京"``), whose stream for a name is a stretch of the stream of any text that
+holds it: ``"東京"`` is found in ``"東京都に住む"``. One pass over a text finds
+every registered phrase in it, however many are registered.
 
 :class:`PhraseMatcher` is the set of phrases; :class:`EntityIndex` adds which
 documents carry which entity, so a query that names an entity can boost the
@@ -25,7 +28,6 @@ import numpy.typing as npt
 from mnemex.errors import InvalidInput
 from mnemex.index._select import Allowed, allowed_ids, check_doc_id, check_top_k, missing
 from mnemex.index._sidecar import (
-    WORDS_SCHEME,
     Sidecar,
     SidecarIndex,
     TermsByDoc,
@@ -33,7 +35,7 @@ from mnemex.index._sidecar import (
     doc_ids_checksum,
     pack_sidecar,
 )
-from mnemex.index.tokenizer import words
+from mnemex.index.tokenizer import words, words_scheme
 
 __all__ = ["EntityIndex", "PhraseMatcher", "normalize_phrase"]
 
@@ -46,10 +48,11 @@ _SIDECAR_ARRAYS: dict[str, np.dtype[Any]] = {
 }
 
 
-def normalize_phrase(phrase: str) -> str:
-    """The form phrases are compared in: case-folded words joined by one space
-    (empty when *phrase* has no word characters)."""
-    return " ".join(words(phrase))
+def normalize_phrase(phrase: str, *, fold_accents: bool = False) -> str:
+    """The form phrases are compared in: normalised words (the indexed form of
+    :func:`~mnemex.index.tokenizer.words`) joined by one space; empty when *phrase*
+    has no word characters."""
+    return " ".join(words(phrase, unigrams=True, fold_accents=fold_accents))
 
 
 class PhraseMatcher:
@@ -59,7 +62,9 @@ class PhraseMatcher:
     several documents may share an entity. ``find`` rebuilds the automaton
     after changes (O(total phrase length)), then costs O(len(text) + matches)."""
 
-    def __init__(self, phrases: Iterable[str] = ()) -> None:
+    def __init__(self, phrases: Iterable[str] = (), *, fold_accents: bool = False) -> None:
+        self.fold_accents = fold_accents
+        """Fold accents in phrases and texts alike (see the tokenizer)."""
         self._counts: dict[str, int] = {}
         self._automaton: ahocorasick.Automaton | None = None
         for phrase in phrases:
@@ -69,7 +74,7 @@ class PhraseMatcher:
         return len(self._counts)
 
     def __contains__(self, phrase: object) -> bool:
-        return isinstance(phrase, str) and normalize_phrase(phrase) in self._counts
+        return isinstance(phrase, str) and self._key_of(phrase) in self._counts
 
     def phrases(self) -> list[str]:
         """Every registered phrase (normalised), sorted."""
@@ -78,15 +83,21 @@ class PhraseMatcher:
     def add(self, phrase: str) -> str:
         """Register *phrase*; returns its normalised form. InvalidInput when it has
         no words."""
-        key = _key(phrase)
-        self._counts[key] = self._counts.get(key, 0) + 1
-        if self._counts[key] == 1:
-            self._automaton = None
+        key = _key(phrase, self.fold_accents)
+        self._add_key(key)
         return key
 
     def remove(self, phrase: str) -> None:
-        """Take back one ``add`` of *phrase*; a phrase that is not registered is ignored."""
-        key = normalize_phrase(phrase)
+        """Take back one ``add`` of *phrase* (or of the phrase whose normalised form
+        *phrase* is); a phrase that is not registered is ignored."""
+        self._remove_key(self._key_of(phrase))
+
+    def _add_key(self, key: str) -> None:
+        self._counts[key] = self._counts.get(key, 0) + 1
+        if self._counts[key] == 1:
+            self._automaton = None
+
+    def _remove_key(self, key: str) -> None:
         count = self._counts.get(key)
         if count is None:
             return
@@ -108,10 +119,18 @@ class PhraseMatcher:
             automaton.make_automaton()
             self._automaton = automaton
         found: set[str] = set()
-        haystack = f" {normalize_phrase(text)} "
+        haystack = f" {self._normal(text)} "
         for _end, key in automaton.iter(haystack):
             found.add(key)
         return found
+
+    def _normal(self, text: str) -> str:
+        return normalize_phrase(text, fold_accents=self.fold_accents)
+
+    def _key_of(self, phrase: str) -> str:
+        # A registered normalised form stands for itself: normalising is not idempotent
+        # in scripts without spaces (the characters of "東 東京 京" are words again).
+        return phrase if phrase in self._counts else self._normal(phrase)
 
 
 class EntityIndex(SidecarIndex):
@@ -125,8 +144,10 @@ class EntityIndex(SidecarIndex):
     sidecar_name = "entity"
     sidecar_arrays = _SIDECAR_ARRAYS
 
-    def __init__(self) -> None:
-        self._matcher = PhraseMatcher()
+    def __init__(self, *, fold_accents: bool = False) -> None:
+        self.fold_accents = fold_accents
+        """Fold accents in names and texts alike (see the tokenizer)."""
+        self._matcher = PhraseMatcher(fold_accents=fold_accents)
         self._docs_of: dict[str, set[int]] = {}
         # A doc's names; None for a doc restored from a sidecar, whose names are
         # read off _docs_of when it is removed (see _names_of_restored).
@@ -146,11 +167,7 @@ class EntityIndex(SidecarIndex):
         doc_id = check_doc_id(doc_id)
         if doc_id in self._entities_of:
             raise InvalidInput(f"doc {doc_id} is already in the entity index; use update", field="doc_id")
-        keys = tuple(dict.fromkeys(_key(e) for e in entities))
-        for key in keys:
-            self._matcher.add(key)
-            self._docs_of.setdefault(key, set()).add(doc_id)
-        self._entities_of[doc_id] = keys
+        self._add_keys(doc_id, [_key(e, self.fold_accents) for e in entities])
 
     def remove(self, doc_id: int) -> None:
         if doc_id not in self._entities_of:
@@ -159,7 +176,7 @@ class EntityIndex(SidecarIndex):
         if keys is None:
             keys = self._names_of_restored(doc_id)
         for key in keys:
-            self._matcher.remove(key)
+            self._matcher._remove_key(key)
             holders = self._docs_of[key]
             holders.discard(doc_id)
             if not holders:
@@ -168,9 +185,17 @@ class EntityIndex(SidecarIndex):
     def update(self, doc_id: int, entities: Iterable[str]) -> None:
         if doc_id not in self._entities_of:
             raise missing(doc_id, "entity index")
-        keys = [_key(e) for e in entities]
+        keys = [_key(e, self.fold_accents) for e in entities]
         self.remove(doc_id)
-        self.add(doc_id, keys)
+        self._add_keys(doc_id, keys)
+
+    def _add_keys(self, doc_id: int, keys: Iterable[str]) -> None:
+        """Index *doc_id* as carrying the names *keys*, normalised already."""
+        distinct = tuple(dict.fromkeys(keys))
+        for key in distinct:
+            self._matcher._add_key(key)
+            self._docs_of.setdefault(key, set()).add(doc_id)
+        self._entities_of[doc_id] = distinct
 
     def find(self, text: str) -> set[str]:
         """Registered entity names (normalised) that occur in *text*."""
@@ -186,7 +211,7 @@ class EntityIndex(SidecarIndex):
             "kind": "entities",
             "docs": len(entities_of),
             "ids_checksum": doc_ids_checksum(entities_of.keys()),
-            "params": {"words": WORDS_SCHEME},
+            "params": {"words": words_scheme(self.fold_accents)},
             "names": len(docs_of),
         }
         arrays: dict[str, npt.NDArray[Any]] = {
@@ -199,12 +224,12 @@ class EntityIndex(SidecarIndex):
         return pack_sidecar(_MAGIC, header, arrays)
 
     @classmethod
-    def from_sidecar(cls, data: bytes | memoryview) -> Self:
-        """The index serialised in *data* by :meth:`to_sidecar`. CorruptData, naming
-        what is wrong, when *data* is damaged, truncated, of another format
-        version, or was built with another normalisation (then it is stale:
-        rebuild the index from the records)."""
-        return cls._from_words_sidecar(data)
+    def from_sidecar(cls, data: bytes | memoryview, *, fold_accents: bool = False) -> Self:
+        """The index serialised in *data* by :meth:`to_sidecar`, for these settings (as
+        for the constructor). CorruptData, naming what is wrong, when *data* is
+        damaged, truncated, of another format version, or was built with another
+        normalisation (then it is stale: rebuild the index from the records)."""
+        return cls(fold_accents=fold_accents)._load_words_sidecar(data, words_scheme(fold_accents))
 
     def _load(self, sidecar: Sidecar) -> None:
         header, arrays, data = sidecar.header, sidecar.arrays, sidecar.data
@@ -258,10 +283,10 @@ class EntityIndex(SidecarIndex):
         return ranked[:top_k]
 
 
-def _key(phrase: str) -> str:
+def _key(phrase: str, fold_accents: bool) -> str:
     if not isinstance(phrase, str):
         raise InvalidInput(f"a phrase must be a str, got {type(phrase).__name__}", field="phrase")
-    key = normalize_phrase(phrase)
+    key = normalize_phrase(phrase, fold_accents=fold_accents)
     if not key:
         raise InvalidInput(f"phrase {phrase!r} has no words to match", field="phrase")
     return key

@@ -202,7 +202,8 @@ class ScopeSettings:
     entity_boost: float = 1.0
     bm25_k1: float = 1.5
     bm25_b: float = 0.75
-    fulltext_stem: bool = False
+    fulltext_stem: bool | str = False
+    fold_accents: bool = True
     context_window: int = 2
     context_weight: float = 0.5
     graph_stale: float = 60.0
@@ -283,13 +284,14 @@ class ScopeMemory:
         self.doc_of: dict[str, int] = {}
         self.by_content: dict[str, int] = {}
         self.free: list[int] = []
-        self.keyword = KeywordIndex(keep_words=False)  # _unindex passes the content
+        fold = settings.fold_accents
+        self.keyword = KeywordIndex(keep_words=False, fold_accents=fold)  # _unindex passes the content
         self.bm25 = BM25Index(k1=settings.bm25_k1, b=settings.bm25_b,
-                              tokenizer=Tokenizer(stem=settings.fulltext_stem),
+                              tokenizer=Tokenizer(stem=settings.fulltext_stem, fold_accents=fold),
                               context_weight=settings.context_weight)
         # per session: its memories as (id, doc), by id; neighbours give each its context
         self.sessions: dict[str, list[tuple[str, int]]] = {}
-        self.entities = EntityIndex()
+        self.entities = EntityIndex(fold_accents=fold)
         self.table = FilterTable()
         self.embedder: str | None = None
         self.dim = 0
@@ -801,11 +803,10 @@ class ScopeMemory:
             if info["ids_checksum"] != checksum:
                 raise CorruptData(f"the {name} sidecar covers other docs than the snapshot's records")
         settings = self.settings
-        return (KeywordIndex.from_sidecar(sidecars["keyword"]),
+        return (KeywordIndex.from_sidecar(sidecars["keyword"], fold_accents=settings.fold_accents),
                 BM25Index.from_sidecar(sidecars["bm25"], k1=settings.bm25_k1, b=settings.bm25_b,
-                                       tokenizer=Tokenizer(stem=settings.fulltext_stem),
-                                       context_weight=settings.context_weight),
-                EntityIndex.from_sidecar(sidecars["entities"]))
+                                       tokenizer=self.bm25.tokenizer, context_weight=settings.context_weight),
+                EntityIndex.from_sidecar(sidecars["entities"], fold_accents=settings.fold_accents))
 
     def _touch(self, cmd: Touch) -> Touched:
         now = check_seconds(cmd.now, "now")

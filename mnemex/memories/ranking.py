@@ -61,7 +61,7 @@ class Ranker:
     record_at: Callable[[int], MemoryRecord]
 
     def keyword_ranked(self, query: str, top_k: int, allowed: Mask | None) -> list[Ranked]:
-        distinct = len(set(words(query)))
+        distinct = len(set(words(query, fold_accents=self.keyword.fold_accents)))
         if distinct == 0:
             return []
         return [(doc, matched / distinct, {"keyword": matched / distinct, "matched": float(matched)})

@@ -51,8 +51,8 @@ class Tiny(KeywordIndex):
 class LeanTiny(Tiny):
     """Tiny thresholds, and the words of a document are not kept (removal is by text)."""
 
-    def __init__(self) -> None:
-        super().__init__(keep_words=False)
+    def __init__(self, *, fold_accents: bool = False) -> None:
+        super().__init__(keep_words=False, fold_accents=fold_accents)
 
 
 def draw_docs(data: st.DataObject, live: dict[int, Any], extra: st.SearchStrategy[Any]) -> list[Doc]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import struct
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -17,7 +18,8 @@ from hypothesis import strategies as st
 from mnemex.errors import CorruptData
 from mnemex.index import BM25Index, EntityIndex, KeywordIndex, Tokenizer
 from mnemex.index._select import Allowed
-from mnemex.index._sidecar import doc_ids_checksum
+from mnemex.index._sidecar import doc_ids_checksum, pack_sidecar, unpack_sidecar
+from mnemex.index.tokenizer import TOKENIZATION_VERSION
 
 # Unicode, case and compatibility forms, stop words, apostrophes and possessives.
 WORDS = ["cat", "dog", "state", "art", "new", "york", "the", "of", "a", "and", "café", "CAFÉ", "naïve",
@@ -108,6 +110,7 @@ def test_bm25_from_sidecar_searches_and_changes_like_the_original(
     ({"tokenizer": Tokenizer(stop_words=False)}, {}, "tokenizer"),
     ({"tokenizer": Tokenizer(stop_words=["cat", "dog"])}, {"tokenizer": Tokenizer(stop_words=["cat", "art"])},
      "stop_words"),
+    ({"tokenizer": Tokenizer(fold_accents=True)}, {}, "tokenizer"),
 ])
 def test_bm25_sidecar_built_with_other_settings_is_refused_naming_them(
         built: dict[str, Any], wanted: dict[str, Any], named: str) -> None:
@@ -317,6 +320,57 @@ def test_sidecar_info_names_the_documents(make: Callable[[], Index], load: Calla
 def test_a_blob_of_another_kind_is_refused(blob: bytes, load: Callable[[bytes], object], match: str) -> None:
     with pytest.raises(CorruptData, match=match):
         load(blob)
+
+
+# -- sidecars of another tokenization ----------------------------------------------------
+OLD_SCOPE = Path(__file__).parents[1] / "fixtures" / "datadir-0.1" / "data" / "scopes" / "chat.alice"
+
+
+@pytest.mark.parametrize(("name", "load"), [
+    ("keyword", KeywordIndex.from_sidecar),
+    ("bm25", BM25Index.from_sidecar),
+    ("entities", EntityIndex.from_sidecar),
+])
+def test_a_sidecar_written_by_the_first_tokenization_is_stale(name: str,
+                                                              load: Callable[[bytes], Index]) -> None:
+    blob = (OLD_SCOPE / f"snapshot-4.{name}.bin").read_bytes()   # written by mnemex 0.1 (tokenization 1)
+    with pytest.raises(CorruptData, match=r"stale: it was built with .*(words1|tok1).*rebuild the index"):
+        load(blob)
+
+
+def with_params(index: Index, params: dict[str, Any]) -> bytes:
+    """*index*'s sidecar with other settings in its header (and a checksum to match)."""
+    kind = type(index)
+    sidecar = unpack_sidecar(index.to_sidecar(), kind.sidecar_magic, "test", kind.sidecar_arrays)
+    header = {key: value for key, value in sidecar.header.items() if key != "arrays"}
+    return pack_sidecar(kind.sidecar_magic, {**header, "params": params}, sidecar.arrays)
+
+
+@kinds
+def test_a_sidecar_of_another_tokenization_version_or_folding_is_stale(
+        make: Callable[[], Index], load: Callable[[bytes], Index], query: str) -> None:
+    index = make()
+    params = type(index).sidecar_info(index.to_sidecar())["params"]
+    assert load(with_params(index, params)).search(query) == index.search(query)   # the repacking is sound
+    key, prefix = ("tokenizer", "tok") if isinstance(index, BM25Index) else ("words", "words")
+    for other in (params[key].replace(f"{prefix}{TOKENIZATION_VERSION}:", f"{prefix}1:"),
+                  params[key].replace("fold=none", "fold=accents")):
+        assert other != params[key]
+        with pytest.raises(CorruptData, match="stale"):
+            load(with_params(index, {**params, key: other}))
+
+
+def test_keyword_and_entity_sidecars_load_only_with_the_folding_they_were_built_with() -> None:
+    keyword = KeywordIndex(fold_accents=True)
+    keyword.add(0, "Café", 0.0)
+    entities = EntityIndex(fold_accents=True)
+    entities.add(0, ["Zoë"])
+    assert KeywordIndex.from_sidecar(keyword.to_sidecar(), fold_accents=True).search("cafe") == [(0, 1)]
+    assert EntityIndex.from_sidecar(entities.to_sidecar(), fold_accents=True).search("zoe") == [(0, 1)]
+    with pytest.raises(CorruptData, match="stale"):
+        KeywordIndex.from_sidecar(keyword.to_sidecar())
+    with pytest.raises(CorruptData, match="stale"):
+        EntityIndex.from_sidecar(entities.to_sidecar())
 
 
 @pytest.mark.parametrize("enabled", [True, False])

@@ -1,4 +1,6 @@
-"""Tokenizer: the classic word matching and the full-text tokens and queries."""
+"""Tokenizer: the classic word matching and the full-text tokens and queries, in
+every script: normalisation, marks, scripts written without spaces, accents,
+stemming per language. (How the indexes match with them: test_index_languages.)"""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from hypothesis import strategies as st
 
 from mnemex.errors import InvalidInput
 from mnemex.index import ENGLISH_STOP_WORDS, ParsedQuery, Phrase, Tokenizer, words
-from mnemex.index.tokenizer import _TOKEN, _WORD, _raw_tokens
+from mnemex.index.tokenizer import _TOKEN, _WORD, TOKENIZATION_VERSION, _patterns, _raw_tokens, words_scheme
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -19,12 +21,77 @@ from mnemex.index.tokenizer import _TOKEN, _WORD, _raw_tokens
     ("Straße ÉTÉ naïve", ["strasse", "été", "naïve"]),
     ("\uff26\uff35\uff2c\uff2c width", ["full", "width"]),  # full-width letters
     ("snake_case and 42 numbers", ["snake_case", "and", "42", "numbers"]),
-    ("日本語 テキスト", ["日本語", "テキスト"]),
     ("", []),
     ("  ...  ", []),
 ])
 def test_words_are_casefolded_unicode_word_runs(text: str, expected: list[str]) -> None:
     assert words(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("\uff21\uff22\uff23 abc Abc", ["abc", "abc", "abc"]),            # full-width
+    ("\ufb01ne \ufb02ow", ["fine", "flow"]),                            # ligatures
+    ("\u2460 \u33a1", ["1", "m2"]),                                    # circled digit, squared unit
+    ("ǅemal ΣΊΣΥΦΟΣ", ["džemal", "σίσυφοσ"]),                            # title case, final sigma
+    ("soft\u00adhyphen zero\u200dwidth\u200cjoiners word\u2060joiner\ufeff",
+     ["softhyphen", "zerowidthjoiners", "wordjoiner"]),
+    ("don\u2019t O\u02bcNeil", ["don", "t", "o", "neil"]),                # read as the ASCII apostrophe
+    ("हिन्दी भाषा", ["हिन्दी", "भाषा"]),                                      # vowel signs and virama stay
+    ("مَرْحَبًا بالعالم", ["مَرْحَبًا", "بالعالم"]),                              # harakat stay
+    ("İstanbul", ["i\u0307stanbul"]),                                      # casefold's combining dot
+    ("emoji ❤️ 👩\u200d💻 ok", ["emoji", "ok"]),                            # a variation selector is no word
+])
+def test_words_are_normalised_alike_whatever_the_form(text: str, expected: list[str]) -> None:
+    assert words(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("太郎", ["太郎"]),
+    ("猫", ["猫"]),
+    ("私の名前は太郎です", ["私の", "の名", "名前", "前は", "は太", "太郎", "郎で", "です"]),
+    ("私はPythonでADKを使っています",
+     ["私は", "python", "で", "adk", "を使", "使っ", "って", "てい", "いま", "ます"]),
+    ("日本語 テキスト", ["日本", "本語", "テキ", "キス", "スト"]),
+    ("我住在北京。", ["我住", "住在", "在北", "北京"]),
+    ("서울에서 살아요", ["서울", "울에", "에서", "살아", "아요"]),
+    ("ｶﾀｶﾅ", ["カタ", "タカ", "カナ"]),                                    # half-width kana
+    ("2024年3月15日", ["2024", "年", "3", "月", "15", "日"]),
+    ("ข้าว", ["ข้า", "าว"]),                                               # marks stay on their consonant
+    ("東京タワー's", ["東京", "京タ", "タワ", "ワー", "s"]),
+])
+def test_scripts_without_spaces_are_read_as_overlapping_pairs(text: str, expected: list[str]) -> None:
+    assert words(text) == expected
+
+
+def test_the_indexed_form_interleaves_the_characters_with_their_pairs() -> None:
+    assert words("太郎です", unigrams=True) == ["太", "太郎", "郎", "郎で", "で", "です", "す"]
+    assert words("猫 cat", unigrams=True) == ["猫", "cat"]
+    assert words("ข้าว", unigrams=True) == ["ข้", "ข้า", "า", "าว", "ว"]
+    assert Tokenizer().tokens("私は猫") == ["私", "私は", "は", "は猫", "猫"]
+    assert Tokenizer().query_tokens("私は猫") == ["私は", "は猫"]
+    assert Tokenizer().positioned("the 太郎") == (["太", "太郎", "郎"], [1, 2, 3])
+
+
+@pytest.mark.parametrize(("text", "folded"), [
+    ("café CAFÉ Cafe", ["cafe", "cafe", "cafe"]),
+    ("Zoë naïve résumé Ångström", ["zoe", "naive", "resume", "angstrom"]),
+    ("Øresund Łódź Đorđe", ["oresund", "lodz", "dorde"]),
+    ("Ελλάδα ΆΝΘΡΩΠΟΣ", ["ελλαδα", "ανθρωποσ"]),
+    ("Việt Nam", ["viet", "nam"]),
+    ("q\u0303 o\u0301", ["q", "o"]),                # combining marks with no precomposed form
+    ("がぎ ข้าว йод", ["がぎ", "ข้า", "าว", "йод"]),  # other scripts keep their marks
+])
+def test_accent_folding_reads_latin_and_greek_letters_as_their_base(text: str, folded: list[str]) -> None:
+    assert words(text, fold_accents=True) == folded
+    assert Tokenizer(stop_words=False, fold_accents=True).query_tokens(text) == folded
+
+
+def test_accents_stay_unless_folding_is_asked_for() -> None:
+    assert words("café") == ["café"]
+    assert Tokenizer().tokens("café") == ["café"]
+    assert Tokenizer(fold_accents=True).tokens("Café") == ["cafe"]
+    assert Tokenizer(fold_accents=True).parse_query('"café crème" Zoë').all_terms == ("zoe", "cafe", "creme")
+    assert Tokenizer(stop_words=["Thé"], fold_accents=True).tokens("the tea") == ["tea"]
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -49,9 +116,14 @@ def test_stop_words_can_be_off_or_custom() -> None:
     assert "the" in ENGLISH_STOP_WORDS
 
 
-def test_signature_names_the_settings() -> None:
+def test_signature_names_the_settings_and_the_tokenization_version() -> None:
     assert Tokenizer().signature != Tokenizer(stop_words=False).signature
+    assert Tokenizer().signature != Tokenizer(fold_accents=True).signature
     assert Tokenizer().signature == Tokenizer().signature
+    assert Tokenizer().signature.startswith(f"tok{TOKENIZATION_VERSION}:")
+    assert words_scheme() != words_scheme(fold_accents=True)
+    assert words_scheme().startswith(f"words{TOKENIZATION_VERSION}:")
+    assert TOKENIZATION_VERSION == 2  # 1 read "太郎です" as one word: its sidecars are stale
 
 
 @pytest.mark.parametrize(("query", "terms", "phrases"), [
@@ -79,7 +151,22 @@ def test_stemming_reduces_inflections() -> None:
     pytest.importorskip("snowballstemmer")
     tokenizer = Tokenizer(stem=True)
     assert tokenizer.tokens("running runs painted paintings") == ["run", "run", "paint", "paint"]
-    assert tokenizer.signature.endswith("stem=snowball-en")
+    assert tokenizer.signature.endswith("stem=snowball-english")
+
+
+def test_stemming_takes_any_snowball_language_and_folds_after_stemming() -> None:
+    pytest.importorskip("snowballstemmer")
+    french = Tokenizer(stop_words=False, stem="french")
+    assert french.tokens("Les éléphants étaient élégants") == ["le", "éleph", "étaient", "éleg"]
+    assert french.signature.endswith("stem=snowball-french")
+    folded = Tokenizer(stop_words=False, stem="french", fold_accents=True)
+    assert folded.tokens("Les éléphants étaient élégants") == ["le", "eleph", "etaient", "eleg"]
+    assert folded.query_tokens("ELEPHANTS") == folded.tokens("éléphant")
+    spanish = Tokenizer(stop_words=False, stem="spanish", fold_accents=True)
+    assert spanish.tokens("la nación, las naciones") == spanish.tokens("la nacion las nacion")
+    assert spanish.positioned("the naciones") == (["the", "nacion"], [0, 1])
+    with pytest.raises(InvalidInput, match=r"klingon.*french"):
+        Tokenizer(stem="klingon")
 
 
 def test_stemming_without_the_package_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -103,3 +190,7 @@ def test_stemming_without_the_package_says_how_to_get_it(monkeypatch: pytest.Mon
 def test_the_ascii_fast_path_finds_what_the_regular_expressions_find(text: str) -> None:
     assert words(text) == _WORD.findall(text.casefold())
     assert _raw_tokens(text) == _TOKEN.findall(text.casefold())
+    # and what the script-aware expressions of non-ASCII text find
+    for patterns in (_patterns(False), _patterns(True)):
+        assert words(text) == [word for _, word in patterns.word.findall(text.casefold())]
+        assert _raw_tokens(text) == [token for _, token in patterns.token.findall(text.casefold())]
