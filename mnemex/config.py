@@ -208,25 +208,114 @@ class ConversationsConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fi
 
 
 class ModelsConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """What runs a model beside the actors: the embedder and its batching."""
+    """What runs a model beside the actors: the embedder and its batching, and the
+    optional reranker."""
 
     section: ClassVar[str] = "models"
-    embedder: Literal["hashing", "minilm", "minilm-torch", "use-multilingual"] = "minilm"
+    embedder: Literal["hashing", "minilm", "minilm-torch", "use-multilingual", "onnx", "openai"] = "minilm"
     """What embeds memories and queries for vector and hybrid search (see
     mnemex.embedders): ``hashing`` (no model: signed feature hashing of words and
     word pieces; lexical, it finds shared words and spellings, not meaning),
     ``minilm`` (all-MiniLM-L6-v2 sentence embeddings, English, as an int8 ONNX model
     on onnxruntime; installed with mnemex, nothing downloaded), ``minilm-torch`` (the
-    same model in float32 on PyTorch; the ``mnemex[minilm]`` extra) or
+    same model in float32 on PyTorch; the ``mnemex[minilm]`` extra),
     ``use-multilingual`` (Universal Sentence Encoder multilingual v3, 16 languages;
-    the ``mnemex[multilingual]`` extra). A scope keeps to the embedder it started
-    with and refuses vectors of another."""
+    the ``mnemex[multilingual]`` extra), ``onnx`` (your own sentence-embedding model:
+    an ONNX export on disk, ``onnx_path``) or ``openai`` (an OpenAI-compatible
+    embeddings endpoint, ``openai_base_url``). A scope keeps to the embedder it
+    started with and refuses vectors of another."""
     embedder_dim: Annotated[int, msgspec.Meta(ge=8)] = 384
     """Dimensions of the ``hashing`` embedder (the models have their own: 384 for
-    ``minilm`` and ``minilm-torch``, 512 for ``use-multilingual``)."""
+    ``minilm`` and ``minilm-torch``, 512 for ``use-multilingual``, the model's for
+    ``onnx`` and ``openai``)."""
     embed_batch_size: PositiveInt = 256
     """Most texts one embedding call takes; texts of concurrent callers are gathered
     into one call up to this many."""
+    onnx_path: Annotated[str, msgspec.Meta(pattern=r"\S")] | None = None
+    """``embedder = "onnx"``: a directory holding ``model.onnx`` (or ``onnx/model.onnx``)
+    and ``tokenizer.json``, as a Hugging Face ONNX export has them, or the ``.onnx``
+    file itself (its tokenizer beside it or one directory up). Relative paths are
+    from the working directory."""
+    onnx_tokenizer: Annotated[str, msgspec.Meta(pattern=r"\S")] | None = None
+    """The model's ``tokenizer.json``, when it is not where ``onnx_path`` finds it."""
+    onnx_sha256: Annotated[str, msgspec.Meta(pattern="^[0-9a-fA-F]{64}$")] | None = None
+    """The sha256 the model file must have (checked when it loads; None: not checked)."""
+    pooling: Literal["mean", "cls", "last"] = "mean"
+    """How the ``onnx`` embedder makes one vector of a text's token vectors: their
+    ``mean`` (sentence-transformers, e5, gte), the first (``cls``: bge) or the
+    ``last`` token's (decoder-based embedders). A graph that pools itself (its
+    output has one vector a text) is taken as it is."""
+    normalize: bool = True
+    """L2-normalise the ``onnx`` embedder's vectors. Stored vectors are compared by
+    cosine and must be unit length: false is for a graph that normalises itself,
+    checked when it loads."""
+    max_length: Annotated[int, msgspec.Meta(ge=8)] = 512
+    """Tokens of a text the ``onnx`` embedder reads (the rest is cut); at most what
+    the model was trained for."""
+    query_prefix: str = ""
+    """Put before every search query by the ``onnx`` and ``openai`` embedders
+    (``"query: "`` for e5 models, an instruction for bge)."""
+    document_prefix: str = ""
+    """Put before every stored text by the ``onnx`` and ``openai`` embedders
+    (``"passage: "`` for e5 models)."""
+    openai_base_url: Annotated[str, msgspec.Meta(pattern="^https?://")] = "https://api.openai.com/v1"
+    """``embedder = "openai"``: the API root; vectors come from ``{openai_base_url}/embeddings``."""
+    openai_model: Annotated[str, msgspec.Meta(pattern=r"\S")] = "text-embedding-3-small"
+    """The embedding model the endpoint is asked for."""
+    openai_api_key_env: str = "OPENAI_API_KEY"
+    """Environment variable holding the endpoint's API key, read at each call; unset
+    or empty sends no key (local servers)."""
+    openai_dimensions: PositiveInt | None = None
+    """Dimensions to ask for (models that shorten their vectors, like
+    text-embedding-3); None: the model's own. The answer is checked against it."""
+    openai_batch_size: Annotated[int, msgspec.Meta(ge=1, le=2048)] = 128
+    """Most texts one embeddings request carries."""
+    openai_timeout: PositiveFloat = 30.0
+    """Seconds each phase of an embeddings request may take (connect, send, each read)."""
+    openai_retries: Annotated[int, msgspec.Meta(ge=0, le=10)] = 2
+    """Attempts after a failed embeddings request (timeout, no connection, 429, 5xx)."""
+    reranker: Literal["none", "onnx", "http"] = "none"
+    """What reorders a search's best candidates by reading the query and each memory
+    together: ``none``; ``onnx``, a cross-encoder on disk (``reranker_path``); ``http``,
+    a rerank endpoint (``reranker_url``)."""
+    rerank_candidates: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 50
+    """How many of a search's best hits the reranker reads (at least top_k), before
+    the best top_k are returned."""
+    reranker_path: Annotated[str, msgspec.Meta(pattern=r"\S")] | None = None
+    """``reranker = "onnx"``: a directory holding ``model.onnx`` (or
+    ``onnx/model.onnx``) and ``tokenizer.json``, or the ``.onnx`` file itself."""
+    reranker_tokenizer: Annotated[str, msgspec.Meta(pattern=r"\S")] | None = None
+    """The cross-encoder's ``tokenizer.json``, when it is not where ``reranker_path`` finds it."""
+    reranker_sha256: Annotated[str, msgspec.Meta(pattern="^[0-9a-fA-F]{64}$")] | None = None
+    """The sha256 the cross-encoder's model file must have (None: not checked)."""
+    reranker_score: Literal["sigmoid", "logit"] = "sigmoid"
+    """A cross-encoder's score: its logit squashed into 0..1 (``sigmoid``), or the raw ``logit``."""
+    reranker_max_length: Annotated[int, msgspec.Meta(ge=8)] = 512
+    """Tokens of a (query, memory) pair the cross-encoder reads; the longer side is cut first."""
+    reranker_url: Annotated[str, msgspec.Meta(pattern="^https?://")] | None = None
+    """``reranker = "http"``: the rerank route itself (``https://api.cohere.com/v2/rerank``,
+    ``https://api.jina.ai/v1/rerank``, ``http://127.0.0.1:8000/v1/rerank`` for vLLM or
+    Infinity): POST ``{model, query, documents}``, answered ``{results: [{index,
+    relevance_score}]}``."""
+    reranker_model: str = ""
+    """The model the rerank endpoint is asked for ("": none is named, for a server of one model)."""
+    reranker_api_key_env: str = ""
+    """Environment variable holding the rerank endpoint's API key ("" or unset: none sent)."""
+    reranker_timeout: PositiveFloat = 30.0
+    """Seconds each phase of a rerank request may take."""
+    reranker_retries: Annotated[int, msgspec.Meta(ge=0, le=10)] = 2
+    """Attempts after a failed rerank request (timeout, no connection, 429, 5xx)."""
+
+    def _check(self) -> None:
+        if self.embedder == "onnx" and self.onnx_path is None:
+            raise self._invalid("onnx_path", "is not set, and embedder = \"onnx\" needs it: the directory of "
+                                "an ONNX export (model.onnx and tokenizer.json), or the .onnx file")
+        if self.reranker == "onnx" and self.reranker_path is None:
+            raise self._invalid("reranker_path", "is not set, and reranker = \"onnx\" needs it: the "
+                                "directory of a cross-encoder's ONNX export, or the .onnx file")
+        if self.reranker == "http" and self.reranker_url is None:
+            raise self._invalid("reranker_url", "is not set, and reranker = \"http\" needs it: the rerank "
+                                "route, e.g. http://127.0.0.1:8000/v1/rerank")
 
 
 class MemoriesConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -358,7 +447,7 @@ class AutoExtract(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     agent: Annotated[str, msgspec.Meta(min_length=1)]
     app_name: Annotated[str, msgspec.Meta(min_length=1)]
     user_id: Annotated[str, msgspec.Meta(min_length=1)]
-    session_id: Annotated[str, msgspec.Meta(min_length=1)] | None = None
+    session_id: Annotated[str, msgspec.Meta(pattern=r"\S")] | None = None
 
 
 class KnowledgeConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -57,6 +57,7 @@ from mnemex.memories.ref import (
 )
 from mnemex.memories.transfer import ExportHeader, ImportReport
 from mnemex.models.batcher import EmbeddingBatcher
+from mnemex.models.rerankers import reranker_from_config
 from mnemex.persistence import find_actors
 
 __all__ = ["MnemexRuntime", "open_runtime"]
@@ -385,6 +386,7 @@ async def open_runtime(config: Config | None = None, *,
     batchers: dict[str, tuple[ScopeKind, EmbeddingBatcher]] = {}
     knowledge: dict[str, KnowledgeServices] = {}
     extractor = default_extractor(cfg)
+    reranker = reranker_from_config(cfg)  # loaded as the runtime opens: a damaged model fails here
     for kind in given:
         if isinstance(kind, ScopeKind) and kind.embedder is not None:
             batcher = EmbeddingBatcher(kind.embedder, cfg.models.embed_batch_size)
@@ -399,11 +401,11 @@ async def open_runtime(config: Config | None = None, *,
             trio.open_nursery() as services:
         for name, (_, batcher) in batchers.items():
             await services.start(batcher.run, name=f"mnemex {name} embedding")
-        scopes = {name: ScopeServices(kernel, scope, batcher, ids)
+        scopes = {name: ScopeServices(kernel, scope, batcher, ids, reranker)
                   for name, (scope, batcher) in batchers.items()}
         for name, (_, batcher) in batchers.items():
             knowledge[name].bind(functools.partial(_ask_scope, kernel, name), batcher.embed,
-                                 (batcher.embedder.name, batcher.embedder.dim))
+                                 (batcher.embedder.name, batcher.embedder.dim), batcher.embed_queries)
         agents = {kind.name: AgentServices(kernel, kind.name) for kind in served
                   if kind.name == AGENT_KIND}
         rt = MnemexRuntime(kernel, scopes, agents, knowledge)

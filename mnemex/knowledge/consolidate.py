@@ -29,10 +29,11 @@ followed to the memory that replaced it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol
+
+from mnemex.index import words
 
 __all__ = [
     "Existing",
@@ -42,15 +43,16 @@ __all__ = [
     "plan",
 ]
 
-_WORD: Final = re.compile(r"\w+")
 _MAX_HOPS: Final = 16
 
 OpKind = Literal["add", "reinforce", "merge", "supersede"]
 
 
 def normalized_text(text: str) -> str:
-    """``text`` as duplicates compare: case-folded words joined by single spaces."""
-    return " ".join(_WORD.findall(text.casefold()))
+    """``text`` as duplicates compare: its words (the keyword index's tokens:
+    normalised, case-folded, scripts without spaces in character pairs) joined by
+    single spaces."""
+    return " ".join(words(text))
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +118,7 @@ def _current(known: Known, memory_id: str) -> Existing | None:
 
 
 def _overlap(a: str, b: str) -> float:
-    left, right = set(_WORD.findall(a.casefold())), set(_WORD.findall(b.casefold()))
+    left, right = set(words(a)), set(words(b))
     if not left or not right:
         return 0.0
     return len(left & right) / len(left | right)

@@ -156,12 +156,17 @@ class KnowledgeServices:
         self.offered = offered
         self._search: Callable[[str, str, Search], Awaitable[Any]] | None = None
         self._embed: Callable[[Sequence[str]], Awaitable[Any]] | None = None
+        self._embed_queries: Callable[[Sequence[str]], Awaitable[Any]] | None = None
         self._embedder: tuple[str, int] | None = None
 
     def bind(self, search: Callable[[str, str, Search], Awaitable[Any]],
              embed: Callable[[Sequence[str]], Awaitable[Any]] | None,
-             embedder: tuple[str, int] | None) -> None:
+             embedder: tuple[str, int] | None,
+             embed_queries: Callable[[Sequence[str]], Awaitable[Any]] | None = None) -> None:
+        """How jobs search a scope and embed facts (``embed``) and the related-memory
+        query (``embed_queries``, default ``embed``), and the embedder's (name, dim)."""
         self._search, self._embed, self._embedder = search, embed, embedder
+        self._embed_queries = embed_queries or embed
 
     def close(self) -> None:
         """Release what the extractor holds (an LLM client's connections)."""
@@ -255,8 +260,8 @@ class KnowledgeServices:
         query = " ".join(m.text for m in new if m.role == "user")[:2000]
         vector = None
         embedder = self._embedder
-        if self._embed is not None and embedder is not None:
-            vector = encode_vector((await self._embed([query]))[0])
+        if self._embed_queries is not None and embedder is not None:
+            vector = encode_vector((await self._embed_queries([query]))[0])
         named = embedder if vector is not None and embedder is not None else (None, 0)
         command = Search(query=query, vector=vector, embedder=named[0], dim=named[1], top_k=self.offered,
                          mode="hybrid" if vector is not None else "fulltext", min_score=-1.0, now=time.time())

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import IO, Any, Final
 
@@ -89,6 +89,7 @@ from mnemex.memories.transfer import (
 )
 from mnemex.models.batcher import EmbeddingBatcher
 from mnemex.models.hashing import Embedder
+from mnemex.models.rerankers import Reranker, rerank_beside
 
 __all__ = ["ScopeRef", "ScopeServices", "archive_session", "export_scopes", "import_lines", "search_scopes"]
 
@@ -99,17 +100,20 @@ _MODES: Final = ("keyword", "fulltext", "vector", "hybrid")
 
 class ScopeServices:
     """What a runtime keeps for the scopes of one scope kind: the host that carries
-    their commands, the kind, the embedding batcher, the id clock and the access
-    counts waiting to be sent. Made and started by the runtime; refs only use it."""
+    their commands, the kind, the embedding batcher, the reranker (None without
+    one), the id clock and the access counts waiting to be sent. Made and started by
+    the runtime; refs only use it."""
 
-    __slots__ = ("batcher", "host", "ids", "kind", "touches")
+    __slots__ = ("batcher", "host", "ids", "kind", "reranker", "touches")
 
-    def __init__(self, host: Host, kind: ScopeKind, batcher: EmbeddingBatcher, ids: IdClock) -> None:
+    def __init__(self, host: Host, kind: ScopeKind, batcher: EmbeddingBatcher, ids: IdClock,
+                 reranker: Reranker | None = None) -> None:
         self.host = host
         self.kind = kind
         self.batcher = batcher
         self.ids = ids
         self.touches: dict[Key, dict[str, int]] = {}
+        self.reranker = reranker
 
     @property
     def config(self) -> Config:
@@ -362,12 +366,13 @@ class ScopeRef:
         the mode's own cut, see config.memories.vector_min_score; ``None``: no cut);
         ``filter`` narrows inside the search. Only active memories are found, unless
         ``include_history`` (superseded and merged ones too) or ``as_of`` (what was
-        true at that time: seconds, ISO 8601 or a datetime).
+        true at that time: seconds, ISO 8601 or a datetime). With a reranker
+        (``config.models.reranker``), the hits are in its order (see ``_reranked``).
         The hits' access counts are updated in the background (batched)."""
         command = await _search_command(self._services, query, top_k, mode=mode,
                                         min_score=min_score, filter=filter,
                                         include_history=include_history, as_of=as_of)
-        result: SearchResult = await self._ref.ask(command)
+        result = await _reranked(self._services, self._ref.ask, command)
         if result.hits:
             self._services.touch(self._ref.key, result.hits)
         return result
@@ -538,11 +543,33 @@ async def _search_command(services: ScopeServices, query: Any, top_k: int, *,
     vector: bytes | None = None
     embedder = services.embedder
     if chosen in ("vector", "hybrid"):
-        vector = encode_vector((await services.batcher.embed([query]))[0])
+        vector = encode_vector((await services.batcher.embed_queries([query]))[0])
     return Search(query=query, vector=vector, embedder=embedder.name if vector is not None else None,
                   dim=embedder.dim if vector is not None else 0, top_k=top_k, mode=chosen,
                   min_score=_wire_min_score(min_score), filter=dict(filter) if filter else None,
                   now=time.time(), include_history=include_history, as_of=_as_of(as_of))
+
+
+async def _reranked(services: ScopeServices, ask: Callable[[Search], Awaitable[SearchResult]],
+                    command: Search) -> SearchResult:
+    """What ``command`` finds. With a reranker: the search's best
+    ``config.models.rerank_candidates`` (at least top_k) are scored by it in a worker
+    thread, beside the actor, and the top_k best by that score are returned in its
+    order (ties keep the search's), each with it as ``scores["rerank"]``; ``score``
+    stays the search's own (0..1, comparable across scopes)."""
+    reranker = services.reranker
+    if reranker is None:
+        return await ask(command)
+    config = services.config
+    wanted = min(max(command.top_k, config.models.rerank_candidates), config.memories.max_top_k)
+    result = await ask(msgspec.structs.replace(command, top_k=wanted))
+    if not result.hits:
+        return result
+    scores = await rerank_beside(reranker, command.query, [hit.memory.content for hit in result.hits])
+    order = sorted(range(len(result.hits)), key=lambda i: -scores[i])[:command.top_k]
+    ranked = [(result.hits[i], float(scores[i])) for i in order]
+    hits = [msgspec.structs.replace(hit, scores={**hit.scores, "rerank": score}) for hit, score in ranked]
+    return msgspec.structs.replace(result, hits=hits)
 
 
 def _wire_min_score(min_score: float | UseDefault | None) -> float | None:

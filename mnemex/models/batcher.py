@@ -8,6 +8,11 @@ embedder is measured to finish within ``inline_budget`` seconds (a short query t
 the hashing embedder: tens of microseconds) is embedded at once in the calling task
 instead: less than the thread hop would cost. A model (milliseconds per text)
 always goes to the thread.
+
+Search queries go through ``embed_queries``: an embedder whose model embeds a query
+unlike a stored text (an e5 or bge model with a query prefix) has an
+``embed_queries`` method, and queries are gathered into calls of their own for it;
+for any other embedder a query is a text like the rest.
 """
 
 from __future__ import annotations
@@ -30,10 +35,11 @@ F32 = npt.NDArray[np.float32]
 
 
 class _Request:
-    __slots__ = ("done", "error", "offset", "parts", "texts")
+    __slots__ = ("done", "error", "is_query", "offset", "parts", "texts")
 
-    def __init__(self, texts: list[str]) -> None:
+    def __init__(self, texts: list[str], is_query: bool) -> None:
         self.texts = texts
+        self.is_query = is_query
         self.offset = 0
         self.parts: list[F32] = []
         self.done = trio.Event()
@@ -62,11 +68,13 @@ class _Rate:
         return sorted(self._last)[(len(self._last) - 1) // 2]
 
 
-def embed_checked(embedder: Embedder, texts: list[str]) -> F32:
-    """``embedder.embed(texts)`` as float32 rows, checked for shape; any failure is an
-    EmbedderError naming the embedder (the one place a model's exception is translated)."""
+def embed_checked(embedder: Embedder, texts: list[str], is_query: bool = False) -> F32:
+    """``embedder.embed(texts)`` (``embed_queries`` for queries, where the embedder
+    has it) as float32 rows, checked for shape; any failure is an EmbedderError naming
+    the embedder (the one place a model's exception is translated)."""
+    embed = getattr(embedder, "embed_queries", embedder.embed) if is_query else embedder.embed
     try:
-        matrix = np.asarray(embedder.embed(texts), dtype=np.float32)
+        matrix = np.asarray(embed(texts), dtype=np.float32)
     except MnemexError:
         raise
     except Exception as exc:
@@ -77,9 +85,9 @@ def embed_checked(embedder: Embedder, texts: list[str]) -> F32:
     return matrix
 
 
-def _embed_timed(embedder: Embedder, texts: list[str]) -> tuple[F32, float]:
+def _embed_timed(embedder: Embedder, texts: list[str], is_query: bool) -> tuple[F32, float]:
     started = time.perf_counter()
-    matrix = embed_checked(embedder, texts)
+    matrix = embed_checked(embedder, texts, is_query)
     return matrix, time.perf_counter() - started
 
 
@@ -102,6 +110,8 @@ class EmbeddingBatcher:
         self._per_char_small = _Rate()
         self.calls = 0
         self.texts = 0
+        # queries need calls of their own only where the model embeds them apart
+        self._has_queries = callable(getattr(embedder, "embed_queries", None))
 
     def _observe(self, texts: Sequence[str], seconds: float) -> None:
         chars = max(1, sum(len(text) for text in texts))
@@ -112,8 +122,15 @@ class EmbeddingBatcher:
             self._per_char.observe(rate)
 
     async def embed(self, texts: Sequence[str]) -> F32:
-        """Vectors of ``texts`` (float32, one unit row each). EmbedderError when the
-        embedder fails."""
+        """Vectors of ``texts`` to store (float32, one unit row each). EmbedderError
+        when the embedder fails."""
+        return await self._embed(texts, False)
+
+    async def embed_queries(self, texts: Sequence[str]) -> F32:
+        """Vectors of search queries, as ``embed`` (see the module docstring)."""
+        return await self._embed(texts, self._has_queries)
+
+    async def _embed(self, texts: Sequence[str], is_query: bool) -> F32:
         if not texts:
             return np.zeros((0, self.embedder.dim), dtype=np.float32)
         per_char = self._per_char_small.value if len(texts) <= self._SMALL else None
@@ -122,13 +139,13 @@ class EmbeddingBatcher:
         if per_char is not None and not self._queue and \
                 per_char * sum(len(text) for text in texts) <= self.inline_budget:
             started = time.perf_counter()
-            matrix = embed_checked(self.embedder, list(texts))
+            matrix = embed_checked(self.embedder, list(texts), is_query)
             self._observe(texts, time.perf_counter() - started)
             self.calls += 1
             self.texts += len(texts)
             await trio.lowlevel.checkpoint()
             return matrix
-        request = _Request(list(texts))
+        request = _Request(list(texts), is_query)
         self._queue.append(request)
         self._wake.set()
         await request.done.wait()
@@ -149,15 +166,18 @@ class EmbeddingBatcher:
         room = self.batch_size
         taken: list[tuple[_Request, int]] = []
         texts: list[str] = []
+        is_query = self._queue[0].is_query
         for request in self._queue:
             if room <= 0:
                 break
+            if request.is_query != is_query:
+                continue
             count = min(room, len(request.texts) - request.offset)
             texts.extend(request.texts[request.offset:request.offset + count])
             taken.append((request, count))
             room -= count
         try:
-            matrix, seconds = await trio.to_thread.run_sync(_embed_timed, self.embedder, texts)
+            matrix, seconds = await trio.to_thread.run_sync(_embed_timed, self.embedder, texts, is_query)
         except MnemexError as error:
             for request, _ in taken:
                 request.error = error

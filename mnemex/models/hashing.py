@@ -35,7 +35,12 @@ class Embedder(Protocol):
     ``name`` identifies the model and its settings (a scope refuses to mix vectors
     of two names); ``embed`` returns a float32 array of shape (len(texts), dim)
     whose rows have L2 norm 1 (or 0 for a text with nothing to embed). It may be
-    slow: call it beside an actor, in batches, never inside a handler."""
+    slow: call it beside an actor, in batches, never inside a handler.
+
+    An embedder whose model embeds a search query unlike a stored text (an
+    instruction or a prefix, as e5 and bge models want) also has
+    ``embed_queries(texts)``, of the same shape; searches embed their query with it
+    (see mnemex.models.batcher)."""
 
     name: str
     dim: int

@@ -1,0 +1,74 @@
+"""The embedding batcher's query path: a search query goes to ``embed_queries``
+where the embedder has one (a model that embeds queries apart), in calls of its
+own, and is a text like any other where it has not."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import trio
+import trio.testing
+
+from mnemex.models.batcher import EmbeddingBatcher
+from mnemex.models.hashing import HashingEmbedder
+
+
+class Recording(HashingEmbedder):
+    """The hashing embedder, recording each call: ("embed" | "query", texts)."""
+
+    def __init__(self) -> None:
+        super().__init__(dim=32)
+        self.calls: list[tuple[str, list[str]]] = []
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.calls.append(("embed", list(texts)))
+        return super().embed(texts)
+
+
+class WithQueries(Recording):
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        self.calls.append(("query", list(texts)))
+        return HashingEmbedder.embed(self, [f"query: {text}" for text in texts])
+
+
+async def gather(batcher: EmbeddingBatcher, jobs: list[tuple[str, list[str]]]) -> list[np.ndarray]:
+    """Run ``jobs`` (("embed" | "query", texts)) concurrently, all queued before the
+    batcher starts, so that one call could take several."""
+    results: list[np.ndarray] = [np.zeros(0)] * len(jobs)
+
+    async def one(i: int, kind: str, texts: list[str]) -> None:
+        results[i] = await (batcher.embed_queries(texts) if kind == "query" else batcher.embed(texts))
+
+    async with trio.open_nursery() as nursery:
+        for i, (kind, texts) in enumerate(jobs):
+            nursery.start_soon(one, i, kind, texts)
+        await trio.testing.wait_all_tasks_blocked()
+        await nursery.start(batcher.run)
+        while any(result.size == 0 for result in results):
+            await trio.sleep(0.001)
+        nursery.cancel_scope.cancel()
+    return results
+
+
+JOBS = [("embed", ["I like tea", "I work as a nurse"]), ("query", ["what does she drink?"]),
+        ("embed", ["We live in Berlin"]), ("query", ["where does she work?"])]
+
+
+async def test_queries_go_to_embed_queries_in_calls_of_their_own() -> None:
+    embedder = WithQueries()
+    results = await gather(EmbeddingBatcher(embedder, batch_size=64), JOBS)
+    calls = sorted((kind, sorted(texts)) for kind, texts in embedder.calls)
+    assert calls == [("embed", ["I like tea", "I work as a nurse", "We live in Berlin"]),
+                     ("query", ["what does she drink?", "where does she work?"])]
+    plain = HashingEmbedder(dim=32)
+    np.testing.assert_allclose(results[1], plain.embed(["query: what does she drink?"]), atol=1e-6)
+    np.testing.assert_allclose(results[2], plain.embed(["We live in Berlin"]), atol=1e-6)
+
+
+async def test_without_embed_queries_a_query_is_gathered_with_the_texts() -> None:
+    embedder = Recording()
+    results = await gather(EmbeddingBatcher(embedder, batch_size=64), JOBS)
+    assert [(kind, sorted(texts)) for kind, texts in embedder.calls] == \
+        [("embed", sorted(text for _, texts in JOBS for text in texts))]
+    np.testing.assert_allclose(results[3], HashingEmbedder(dim=32).embed(["where does she work?"]), atol=1e-6)
