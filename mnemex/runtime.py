@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -229,15 +229,16 @@ class MnemexRuntime:
             for agent_services in self._agents.values():
                 agent_services.after_append = self._after_append
 
-    async def _after_append(self, agent_name: str, appended: Appended, tokens: int) -> None:
+    def _after_append(self, agent_name: str, appended: Appended, tokens: int) -> Awaitable[None] | None:
         """Count what an append brought; tell the session's scope once the buffer is full
-        (one message per ``knowledge.turns`` appends, not one per append)."""
+        (one message per ``knowledge.turns`` appends, not one per append): then the
+        telling is returned, for the append to await."""
         key = (agent_name, appended.session_id)
         waiting = self._waiting.get(key)
         if waiting is None:
             target = self._auto.get(key) or self._auto.get((agent_name, None))
             if target is None:
-                return
+                return None
             app_name, user_id = target
             waiting = self._waiting[key] = _Waiting(
                 self.scope(user_id=user_id, app_name=app_name).ref,
@@ -250,7 +251,8 @@ class MnemexRuntime:
         knowledge = self.config.knowledge
         full = waiting.count >= knowledge.turns or waiting.tokens >= knowledge.tokens
         if full and not self._busy(waiting):
-            await self._offer(key, waiting, "if_needed")
+            return self._offer(key, waiting, "if_needed")
+        return None
 
     def _busy(self, waiting: _Waiting) -> bool:
         """A job of the session runs: telling its scope now would only queue behind it

@@ -87,8 +87,9 @@ class AgentServices:
         self.host = host
         self.kind = kind
         self.applied: dict[tuple[str, str], Any] = {}
-        # told of every append through a ref (agent, reply, tokens appended): automatic extraction
-        self.after_append: Callable[[str, Appended, int], Awaitable[None]] | None = None
+        # told of every append through a ref (agent, reply, tokens appended): automatic extraction;
+        # what it returns, when not None, is awaited before the append returns
+        self.after_append: Callable[[str, Appended, int], Awaitable[None] | None] | None = None
 
 
 def _check_timeout(timeout: float) -> float:
@@ -162,7 +163,9 @@ class AgentRef:
         reply: Appended = await self._ask(command)
         hook = self._services.after_append
         if hook is not None and reply.count:
-            await hook(self.name, reply, sum(len(message) for message in raw) // 4)
+            then = hook(self.name, reply, sum(len(message) for message in raw) // 4)
+            if then is not None:
+                await then
         return reply
 
     async def complete(self, session_id: str) -> SessionCompleted:
