@@ -164,10 +164,11 @@ class Client:
                                                    user_id=user_id, app_name=app_name), timeout=timeout)
 
     def extract_automatically(self, agent_name: str, *, app_name: str, user_id: str,
-                              session_id: str | None = None) -> None:
+                              session_id: str | None = None, turns: int | None = None,
+                              tokens: int | None = None) -> None:
         """Extract an agent's sessions automatically (see ``MnemexRuntime.extract_automatically``)."""
         self._bridge.runtime.extract_automatically(agent_name, app_name=app_name, user_id=user_id,
-                                                   session_id=session_id)
+                                                   session_id=session_id, turns=turns, tokens=tokens)
 
     def scope_keys(self) -> list[tuple[str, str]]:
         """Every scope as ``(app_name, user_id)``: in the data directory or loaded now."""

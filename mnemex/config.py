@@ -442,12 +442,17 @@ class LLMConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True)
 class AutoExtract(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Automatic extraction of one agent's sessions (``config.knowledge.auto``): facts of
     ``agent``'s session ``session_id`` (every session when None) go to the long-term
-    memory of (``app_name``, ``user_id``)."""
+    memory of (``app_name``, ``user_id``), once ``turns`` messages or ``tokens``
+    tokens wait (the knowledge section's by default)."""
 
     agent: Annotated[str, msgspec.Meta(min_length=1)]
     app_name: Annotated[str, msgspec.Meta(min_length=1)]
     user_id: Annotated[str, msgspec.Meta(min_length=1)]
     session_id: Annotated[str, msgspec.Meta(pattern=r"\S")] | None = None
+    turns: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """This agent's buffer: messages (None: knowledge.turns)."""
+    tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """Or tokens (None: knowledge.tokens)."""
 
 
 class KnowledgeConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):
