@@ -404,6 +404,13 @@ class MemoriesConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=
     """Weight of a memory's context against its own content in BM25 (BM25F)."""
     touch_interval: PositiveFloat = 1.0
     """Seconds between the batched writes of what searches returned (access counts)."""
+    archive_merge_echoes: bool = True
+    """When a session is archived (``archive``, ``add_session``), store an assistant's
+    or tool's message that only restates a statement the user made earlier in the
+    session (an *echo*: "Great, so you're a nurse at St. Mary's!") merged into the
+    user's memory: kept, with its history, but hidden from reads that do not ask
+    for history, so the user's own words are what searches find. ``false`` keeps
+    the raw transcript, every message active."""
 
     def _check(self) -> None:
         if self.fusion_fulltext_weight + self.fusion_vector_weight <= 0:

@@ -139,7 +139,10 @@ class MnemexRuntime:
 
     async def archive(self, agent_name: str, session_id: str, *, user_id: str, app_name: str) -> SessionAdded:
         """Move one session of agent ``agent_name`` into the long-term memory of
-        (app_name, user_id); adding it again adds nothing twice."""
+        (app_name, user_id), one memory of kind ``message`` per message with text,
+        its author and role kept; an assistant's echo of what the user said is
+        stored merged into the user's statement (``config.memories.
+        archive_merge_echoes``). Adding it again adds nothing twice."""
         return await archive_session(self.scope_services(), AGENT_KIND, agent_name, session_id,
                                      user_id=user_id, app_name=app_name)
 

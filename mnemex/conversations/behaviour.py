@@ -306,7 +306,8 @@ class AgentMemory:
                 continue
             name = message.get("name")
             events.append(Event(author=name if isinstance(name, str) and name else entry.role, content=text,
-                                timestamp=entry.timestamp, id=f"{self.name}/{session_id}/{entry.sequence}"))
+                                timestamp=entry.timestamp, id=f"{self.name}/{session_id}/{entry.sequence}",
+                                role=entry.role))
         if not events:
             raise NotFound(f"agent {self.name!r} has no session {session_id!r} with text to archive")
         session = Session(id=session_id, app_name=command.app_name, user_id=command.user_id, events=events)
