@@ -20,6 +20,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "kernel": ("mnemex.effects", "mnemex.errors", "mnemex.persistence", "mnemex.config", "mnemex._gcpause"),
     "models": ("mnemex.index", "mnemex.errors", "mnemex.config"),
     "server": ("mnemex", "mnemex.lowlevel", "mnemex.config"),
+    "integrations": ("mnemex", "mnemex.lowlevel", "mnemex.config"),
 }
 # behaviours, codecs and ranking: no trio, no kernel, no models, no server, no runtime
 BEHAVIOUR_PACKAGES = ("conversations", "memories", "knowledge")
