@@ -23,8 +23,9 @@ install; bytes an engine cannot read are an InvalidInput naming the media type.
 A page's text comes out as paragraphs separated by a blank line, with the lines
 of a paragraph kept (text, Markdown) or joined (PDF and OCR, where a line break
 is only where the page ended a line; words hyphenated across lines are joined
-again). Nothing here keeps state between documents but one lock: PDFium is not
-thread-safe, so every call into it holds ``_PDFIUM``.
+again). Nothing here keeps state between documents but one lock (PDFium is not
+thread-safe, so every call into it holds ``_PDFIUM``) and the tesseract programs
+found.
 """
 
 from __future__ import annotations
@@ -232,13 +233,15 @@ class _PdfReader(DocumentReader):
                 self.pdf.close()
                 raise InvalidInput(f"the PDF could not be read: {exc}", field="content") from exc
         self.title = " ".join(title.split())[:300] if isinstance(title, str) and title.strip() else None
-        self.ocr = settings.ocr_pdf_pages and has_ocr()
+        self.ocr: bool | None = None if settings.ocr_pdf_pages else False  # None: not asked yet
 
     def read(self, first: int, upto: int) -> list[Page]:
         pages: list[Page] = []
         for index in range(max(0, first), min(upto, self.pages)):
             text = self._page_text(index)
             if not text.strip():
+                if self.ocr is None:
+                    self.ocr = has_ocr()
                 if self.ocr:
                     text = _ocr(self._rendered(index), self.settings)
                 else:
@@ -354,19 +357,27 @@ def _pdfium() -> Any:
 
 
 def _ocr_engine() -> Any:
-    """pytesseract, once it, Pillow and the tesseract program are all there."""
+    """pytesseract, once it, Pillow and the tesseract program are all there (the
+    program is looked for once per path it is called by; a missing one again each
+    time, so installing it needs no restart)."""
     try:
         import PIL.Image  # noqa: F401
         import pytesseract
     except ImportError:
         raise InvalidInput(f"reading images needs OCR: {_OCR_EXTRA}, and {_TESSERACT}",
                            field="media_type") from None
-    try:
-        pytesseract.get_tesseract_version()
-    except (pytesseract.TesseractNotFoundError, OSError):
-        raise InvalidInput(f"reading images needs the tesseract program, which is not installed: "
-                           f"{_TESSERACT}", field="media_type") from None
+    command = str(pytesseract.pytesseract.tesseract_cmd)
+    if command not in _TESSERACT_FOUND:
+        try:
+            pytesseract.get_tesseract_version()
+        except (pytesseract.TesseractNotFoundError, OSError):
+            raise InvalidInput(f"reading images needs the tesseract program, which is not installed: "
+                               f"{_TESSERACT}", field="media_type") from None
+        _TESSERACT_FOUND.add(command)
     return pytesseract
+
+
+_TESSERACT_FOUND: set[str] = set()
 
 
 def has_ocr() -> bool:

@@ -79,6 +79,8 @@ __all__ = [
     "Documents",
     "ExtractDocument",
     "apply_document_extraction",
+    "check_document_id",
+    "check_title",
     "document_of",
     "document_session",
     "document_source",
@@ -153,14 +155,28 @@ class Documents:
 
 
 # -- checks ----------------------------------------------------------------------------------------
+def check_document_id(value: Any) -> str:
+    """A document id: a memory id short enough for its session (``doc:<id>``) to be one."""
+    checked = check_id(value, "document_id", MAX_ID_BYTES - len(_PREFIX))
+    assert checked is not None
+    return checked
+
+
+def check_title(value: Any) -> str | None:
+    """A document's title: None, or a string of at most 1,000 characters with text."""
+    if value is not None and (not isinstance(value, str) or not value.strip() or len(value) > _MAX_TITLE):
+        raise InvalidInput(f"title must be a non-empty string of at most {_MAX_TITLE:,} characters, or None; "
+                           f"got {str(value)[:80]!r}", field="title")
+    return value
+
+
 def _check_info(info: Any, max_metadata_bytes: int) -> DocumentInfo:
     if not isinstance(info, DocumentInfo):
         raise InvalidInput(f"document must be a DocumentInfo, got {type(info).__name__}", field="document")
-    check_id(info.id, "document_id", MAX_ID_BYTES - len(_PREFIX))
+    check_document_id(info.id)
     if not isinstance(info.media_type, str) or not info.media_type:
         raise InvalidInput("document.media_type must be a media type", field="media_type")
-    if info.title is not None and (not isinstance(info.title, str) or len(info.title) > _MAX_TITLE):
-        raise InvalidInput(f"title must be a string of at most {_MAX_TITLE:,} characters", field="title")
+    check_title(info.title)
     for name in ("size", "pages", "chunks"):
         check_int(getattr(info, name), name, 0)
     check_seconds(info.ingested_at, "ingested_at")

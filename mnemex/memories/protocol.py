@@ -585,7 +585,9 @@ class Vectors(Reply, frozen=True, kw_only=True, tag="scope.vectors"):
 class DocumentInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A document ingested into a scope. ``id``: the sha256 of its bytes (hex) unless
     its caller named it; its chunks are memories of kind ``document_chunk`` whose
-    ``session_id`` is ``doc:<id>`` (facts extracted from it carry that session too).
+    ``session_id`` is ``doc:<id>`` (facts extracted from it carry that session too),
+    each with a source naming the document and chunk (a text the scope held already
+    stays that memory, which gains the source).
     ``size`` in bytes; ``pages``: a PDF's pages (1 for other documents); ``chunks``:
     how many it was cut into; ``metadata``: the caller's, copied into each chunk."""
 
@@ -625,8 +627,9 @@ class IngestDocument(ScopeCommand, frozen=True, tag="scope.ingest_document"):
 
 
 class ForgetDocument(ScopeCommand, frozen=True, tag="scope.forget_document"):
-    """Forget a document: its record, its extraction cursor and every memory of its
-    session (its chunks and the facts extracted from them)."""
+    """Forget a document: its record, its extraction cursor, the facts extracted from
+    it and its chunks, but for those another document (or the user) holds too: they
+    only lose the source naming it."""
 
     document_id: str
     now: float = 0.0

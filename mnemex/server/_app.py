@@ -598,7 +598,11 @@ class _Api:
                 elif name == "content":
                     fields[name] = value.encode()
                 elif name == "metadata":
-                    fields[name] = decode_json(value.encode(), dict[str, Any])
+                    try:
+                        fields[name] = decode_json(value.encode(), dict[str, Any])
+                    except HttpError as exc:
+                        raise HttpError(400, f"form field metadata must be a JSON object: {exc}",
+                                        field="metadata") from None
                 elif name == "extract":
                     fields[name] = _form_bool(name, value)
                 else:
