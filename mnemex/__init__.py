@@ -6,9 +6,9 @@ What people extending mnemex need (actor kinds, embedders, summarizers, token
 counters) is in ``mnemex.lowlevel``; the settings' sections are in
 ``mnemex.config``; the reply types of the less common calls (AgentStats,
 Appended, SessionInfo, TurnHit, StreamEvent, SessionStream; ScopeStats,
-MemoryPage) are in ``mnemex.conversations.protocol``/``ref`` and
-``mnemex.memories.protocol``, for annotations. Everything else is private and may
-change.
+MemoryPage, IngestProgress, DocumentInfo) are in
+``mnemex.conversations.protocol``/``ref`` and ``mnemex.memories.protocol``, for
+annotations. Everything else is private and may change.
 """
 
 from mnemex.client import Client as Client
@@ -43,8 +43,10 @@ from mnemex.errors import Timeout as Timeout
 from mnemex.errors import TooLarge as TooLarge
 from mnemex.errors import UnknownActorKind as UnknownActorKind
 from mnemex.memories.fields import MemoryFields as MemoryFields
+from mnemex.memories.protocol import DocumentStatus as DocumentStatus
 from mnemex.memories.protocol import Extracted as Extracted
 from mnemex.memories.protocol import Hit as Hit
+from mnemex.memories.protocol import IngestReport as IngestReport
 from mnemex.memories.protocol import MemoryHistory as MemoryHistory
 from mnemex.memories.protocol import MemoryRecord as MemoryRecord
 from mnemex.memories.protocol import SearchResult as SearchResult
@@ -87,6 +89,8 @@ __all__ = [
     "SEARCH_MEMORY_TOOL",
     "Extracted",
     "MemoryHistory",
+    "IngestReport",
+    "DocumentStatus",
     "REMEMBER_TOOL",
     "MEMORY_TOOLS",
     "ScopeRef",

@@ -15,6 +15,7 @@ through ``asyncio.to_thread``. ``timeout=`` bounds one call where it may wait lo
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
@@ -45,7 +46,10 @@ from mnemex.errors import ActorClosed
 from mnemex.kernel import ActorKind, BlockingBridge, BlockingRef, RuntimeStats, ShutdownReport
 from mnemex.memories.extraction import CursorInfo
 from mnemex.memories.protocol import (
+    DocumentStatus,
     Extracted,
+    IngestProgress,
+    IngestReport,
     MemoryHistory,
     MemoryPage,
     MemoryRecord,
@@ -479,6 +483,29 @@ class BlockingScope:
     def import_records(self, memories: Iterable[ExportedMemory]) -> ImportReport:
         """Store exported memories in this scope, ids preserved (see ``ScopeRef.import_records``)."""
         return self._client._call(self._scope.import_records, list(memories))
+
+    # -- documents
+    def ingest(self, source: str | os.PathLike[str] | bytes, media_type: str | None = None, *,
+               document_id: str | None = None, title: str | None = None,
+               metadata: Mapping[str, Any] | None = None, extract: bool = True,
+               progress: Callable[[IngestProgress], Any] | None = None) -> IngestReport:
+        """Store a document as searchable chunks (see ``ScopeRef.ingest``); ``progress``
+        is called on the runtime's thread."""
+        return self._client._call(self._scope.ingest, source, media_type, document_id=document_id,
+                                  title=title, metadata=metadata, extract=extract, progress=progress)
+
+    def documents(self, document_id: str | None = None) -> list[DocumentStatus]:
+        """The documents this scope holds (see ``ScopeRef.documents``)."""
+        return self._client._call(self._scope.documents, document_id)
+
+    def extract_document(self, document_id: str) -> Extracted:
+        """Extract facts from an ingested document now (see ``ScopeRef.extract_document``)."""
+        return self._client._call(self._scope.extract_document, document_id)
+
+    def forget_document(self, document_id: str) -> list[str]:
+        """Forget a document, its chunks and what was extracted from it (see
+        ``ScopeRef.forget_document``)."""
+        return self._client._call(self._scope.forget_document, document_id)
 
 
 async def _collected(items: AsyncIterator[T]) -> list[T]:

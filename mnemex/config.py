@@ -463,8 +463,9 @@ class AutoExtract(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
 
 class KnowledgeConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Facts extracted from conversations: when a session's extraction job starts, how
-    failures are retried, what a job shows the extractor. Flat shortcuts:
+    """Facts extracted from conversations and documents: when a session's extraction job
+    starts, how failures are retried, what a job shows the extractor; how documents are
+    cut into chunks and read (OCR). Flat shortcuts:
     ``knowledge_<name>`` (``Config(knowledge_turns=4)``)."""
 
     section: ClassVar[str] = "knowledge"
@@ -496,11 +497,31 @@ class KnowledgeConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields
     auto: tuple[AutoExtract, ...] = ()
     """Agents whose sessions are extracted automatically (``[[knowledge.auto]]`` tables
     with agent, app_name, user_id and optionally session_id)."""
+    chunk_chars: Annotated[int, msgspec.Meta(ge=100, le=100_000)] = 800
+    """Characters a chunk of an ingested document holds at most (800, about 200 tokens,
+    keeps a chunk within the 256-token window of the default embedder). A chunk also
+    stays within ``memories.max_content_bytes``."""
+    chunk_overlap: Annotated[int, msgspec.Meta(ge=0)] = 100
+    """Characters of a chunk's end repeated at the start of the next one in the same
+    section (whole sentences when they fit), at most half a chunk."""
+    max_document_bytes: PositiveInt = 67_108_864
+    """The largest document ``ingest`` reads (a request body is also bounded by
+    ``server.max_body_bytes``)."""
+    ocr_languages: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_]+(\+[A-Za-z0-9_]+)*$")] = "eng"
+    """Tesseract's languages for images and scanned PDF pages (``eng+deu``; each needs
+    Debian's ``tesseract-ocr-<lang>``)."""
+    ocr_timeout: PositiveFloat = 120.0
+    """Seconds OCR may take over one image or page."""
+    ocr_pdf_pages: bool = True
+    """Read PDF pages that have no text layer (scans) with OCR, when it is installed."""
 
     def _check(self) -> None:
         if self.max_backoff < self.backoff:
             raise self._invalid("max_backoff",
                                 f"({self.max_backoff}) is below knowledge.backoff ({self.backoff})")
+        if self.chunk_overlap > self.chunk_chars // 2:
+            raise self._invalid("chunk_overlap", f"({self.chunk_overlap}) is over half of "
+                                                 f"knowledge.chunk_chars ({self.chunk_chars})")
 
 
 class ServerConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):

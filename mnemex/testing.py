@@ -1,7 +1,8 @@
 """Tools for testing actors: a deterministic simulation of the runtime's delivery
 semantics, a small ``counter`` kind the kernel's own tests and benchmarks use, and
 ``FakeLLM``, an OpenAI-compatible server on 127.0.0.1 answering recorded responses
-(for testing extraction, summaries or your own agent without a model).
+(for testing extraction, summaries or your own agent without a model), and
+``text_pdf``, a PDF with text on its pages, for testing document ingestion.
 
 ``Simulation`` runs behaviours sans-io, exactly as the kernel would — per-sender
 FIFO, journal of accepted commands through the kind's codec, reload from the
@@ -65,6 +66,7 @@ __all__ = [
     "SlowDone",
     "counter_kind",
     "hypothesis_chooser",
+    "text_pdf",
 ]
 
 
@@ -658,3 +660,52 @@ class _FakeHandler(BaseHTTPRequestHandler):
             self.wfile.write(body)
         except OSError:
             pass  # the client gave up (a timeout under test): nobody is left to answer
+
+
+# -- documents ----------------------------------------------------------------------------------
+def _pdf_string(text: str) -> bytes:
+    try:
+        data = text.encode("cp1252")
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(f"text_pdf writes Windows-1252 text only: {text[exc.start:exc.end]!r} is not",
+                           field="pages") from None
+    return b"(" + data.replace(b"\\", b"\\\\").replace(b"(", b"\\(").replace(b")", b"\\)") + b")"
+
+
+def text_pdf(pages: Iterable[Iterable[str]], *, title: str | None = None, font_size: int = 11) -> bytes:
+    """A PDF whose pages hold ``pages``, each a list of lines (Windows-1252 text),
+    set in Helvetica from the top of a US-letter page, with ``title`` in its
+    metadata: what document ingestion is tested and measured on. Written here, byte
+    by byte (PDF 1.4, one content stream per page, a cross-reference table), so
+    tests need no PDF library beyond the reader under test. Keep to about 50 lines
+    of 90 characters a page for the text to stay on it."""
+    objects: list[bytes] = [b"", b""]  # the catalog and the page tree, written last
+    objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>")
+    kids: list[int] = []
+    leading = round(font_size * 1.3)
+    for lines in pages:
+        ops = [b"BT /F1 %d Tf %d TL 72 756 Td" % (font_size, leading)]
+        ops += [_pdf_string(line) + b" Tj T*" for line in lines]
+        ops.append(b"ET")
+        stream = b"\n".join(ops)
+        objects.append(b"<< /Length %d >>\nstream\n%b\nendstream" % (len(stream), stream))
+        objects.append(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
+                       b"/Resources << /Font << /F1 3 0 R >> >> /Contents %d 0 R >>" % (len(objects),))
+        kids.append(len(objects))
+    objects[0] = b"<< /Type /Catalog /Pages 2 0 R >>"
+    objects[1] = b"<< /Type /Pages /Kids [%b] /Count %d >>" % (b" ".join(b"%d 0 R" % kid for kid in kids),
+                                                              len(kids))
+    trailer = b"<< /Size %d /Root 1 0 R" % (len(objects) + (2 if title else 1))
+    if title:
+        objects.append(b"<< /Title %b >>" % _pdf_string(title))
+        trailer += b" /Info %d 0 R" % len(objects)
+    out = bytearray(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
+    offsets = []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%b\nendobj\n" % (number, body)
+    start = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n" + trailer + b" >>\nstartxref\n%d\n%%%%EOF\n" % start
+    return bytes(out)

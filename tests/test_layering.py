@@ -124,7 +124,7 @@ def test_the_public_face_is_pinned() -> None:
         "ScopeRef", "MemoryFields", "MemoryRecord", "Hit", "SearchResult", "SessionAdded",
         "SEARCH_MEMORY_TOOL", "REMEMBER_TOOL", "MEMORY_TOOLS", "execute_memory_tool",
         # knowledge
-        "Extracted", "MemoryHistory",
+        "Extracted", "MemoryHistory", "IngestReport", "DocumentStatus",
         # errors
         "MnemexError", "InvalidInput", "UnknownActorKind", "TooLarge", "NotFound", "Busy", "Timeout",
         "ActorClosed", "ActorCrashed", "ModelError", "EmbedderError", "ExtractionError", "CorruptData", "StorageError",
@@ -135,9 +135,10 @@ def test_the_public_face_is_pinned() -> None:
     # the reply types of the less common calls are where they are defined, for annotations
     from mnemex.conversations.protocol import AgentStats, Appended, SessionInfo, StreamEvent, TurnHit
     from mnemex.conversations.ref import SessionStream
-    from mnemex.memories.protocol import MemoryPage, ScopeStats
+    from mnemex.memories.protocol import DocumentInfo, IngestProgress, MemoryPage, ScopeStats
     assert all(isinstance(t, type) for t in (AgentStats, Appended, SessionInfo, StreamEvent, TurnHit,
-                                              SessionStream, MemoryPage, ScopeStats))
+                                              SessionStream, MemoryPage, ScopeStats, IngestProgress,
+                                              DocumentInfo))
 
 
 def test_the_extension_face_is_pinned() -> None:

@@ -53,8 +53,13 @@ __all__ = ["KnowledgeServices", "agent_reader", "default_extractor", "list_reade
 
 log = logging.getLogger("mnemex.knowledge")
 
-EXTRACTABLE: Final = frozenset({"user", "assistant"})
+EXTRACTABLE: Final = frozenset({"user", "assistant", "document"})
 """Roles whose messages are extracted from (system and tool messages never are)."""
+SOURCES: Final = frozenset({"user", "document"})
+"""Roles whose words can be facts: what the user said, and the chunks of a document
+the user gave (role ``document``, whose ``speaker`` is its title; the rules
+extractor reads only the user's first-person statements, so it finds nothing in a
+document: an LLM extractor does). The assistant's messages are context."""
 
 
 def _message_of(position: int, message: Any, time_: float = 0.0) -> SourceMessage:
@@ -216,7 +221,7 @@ class KnowledgeServices:
                 continue
             cleaned = msgspec.structs.replace(message, text=text) if text != message.text else message
             (new if message.position >= job.first else context).append(cleaned)
-        if not any(message.role == "user" for message in new):
+        if not any(message.role in SOURCES for message in new):
             return ExtractionOutcome([], [], extractor.name, time.time())
         observed = max((m.time for m in new), default=0.0) or time.time()
         offered = await self._related(job, new)
@@ -261,7 +266,7 @@ class KnowledgeServices:
         search = self._search
         if search is None or self.offered <= 0:
             return []
-        query = " ".join(m.text for m in new if m.role == "user")[:2000]
+        query = " ".join(m.text for m in new if m.role in SOURCES)[:2000]
         vector = None
         embedder = self._embedder
         if self._embed_queries is not None and embedder is not None:

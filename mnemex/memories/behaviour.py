@@ -71,6 +71,16 @@ from mnemex.index import (
 from mnemex.index._sidecar import doc_ids_checksum
 from mnemex.knowledge.consolidate import normalized_text
 from mnemex.knowledge.cursor import CursorSettings
+from mnemex.memories.documents import (
+    Documents,
+    ExtractDocument,
+    apply_document_extraction,
+    document_of,
+    document_statuses,
+    extract_document,
+    forget_document,
+    ingest_document,
+)
 from mnemex.memories.extraction import (
     CursorTick,
     Extractions,
@@ -97,14 +107,17 @@ from mnemex.memories.protocol import (
     Extracted,
     ExtractionFailed,
     Forget,
+    ForgetDocument,
     ForgetWhere,
     Forgotten,
+    GetDocuments,
     GetHistory,
     GetMemory,
     GetScopeStats,
     GetVectors,
     Hit,
     ImportMemories,
+    IngestDocument,
     ListMemories,
     MemoryPage,
     MemoryRecord,
@@ -343,6 +356,7 @@ class ScopeMemory:
         self.extractions = Extractions(self.app_name, self.user_id, settings.cursor, settings.extract,
                                        settings.timer)
         self.replaying = False
+        self.documents = Documents()
 
     def __repr__(self) -> str:
         return f"ScopeMemory(({self.app_name!r}, {self.user_id!r}), memories={len(self.doc_of)})"
@@ -481,6 +495,8 @@ class ScopeMemory:
                 return self._graph_ready(command)
             case StoreSession():
                 return self._store_session(command)
+            case ApplyExtraction(session_id=session_id) if document_of(session_id) is not None:
+                return apply_document_extraction(self, command)
             case ApplyExtraction():
                 return self._with_graph(self._apply_extraction(command))
             case ExtractionFailed():
@@ -500,6 +516,14 @@ class ScopeMemory:
                 return self._with_graph(imported) if imported.ids_added else Step(imported, unchanged=True)
             case GetVectors():
                 return vectors_of(self, command)
+            case IngestDocument():
+                return ingest_document(self, command)
+            case ForgetDocument():
+                return forget_document(self, command)
+            case GetDocuments(document_id=document_id):
+                return document_statuses(self, document_id)
+            case ExtractDocument():
+                return extract_document(self, command)
             case SessionEmbedFailed(session_id=session_id, error=error):
                 raise EmbedderError(f"scope {self._name}: embedding session {session_id!r} failed: {error}")
             case _:
@@ -1182,6 +1206,8 @@ class ScopeMemory:
         }
         if self.extractions.sessions:
             extra["cursors"] = self.extractions.to_extra()
+        if self.documents:
+            extra["documents"] = self.documents.to_extra()
         return write_snapshot(pairs, index, sidecars, extra)
 
     @classmethod
@@ -1201,6 +1227,7 @@ class ScopeMemory:
         memory.doc_of = {record.id: doc for doc, record in zip(docs, records, strict=True)}
         memory.free = [int(doc) for doc in extra.get("free", [])]
         memory.extractions.load_extra(extra.get("cursors") or {})
+        memory.documents.load_extra(extra.get("documents") or [], records)
         memory._reindex_all(image.sidecars)
         if isinstance(embedder, str) and dim > 0:
             memory.embedder, memory.dim = embedder, dim

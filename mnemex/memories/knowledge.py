@@ -22,6 +22,7 @@ import numpy as np
 
 from mnemex.errors import InvalidInput
 from mnemex.knowledge.consolidate import Existing, Fact, plan
+from mnemex.memories.documents import document_of, document_source
 from mnemex.memories.fields import MAX_CHANGES, MAX_SOURCES, record_of
 from mnemex.memories.protocol import (
     ApplyExtraction,
@@ -87,9 +88,10 @@ def check_facts(scope: ScopeMemory, cmd: ApplyExtraction,
             vectors.append(fact.vector)
         confidences = tuple(float(c) for c in fact.confidences[:len(fact.categories)]
                             if isinstance(c, int | float) and math.isfinite(c))
-        source = SourceRef(session_id=cmd.session_id,
-                           first=fact.first if fact.first is not None else cmd.first,
-                           last=fact.last if fact.last is not None else cmd.upto - 1)
+        first = fact.first if fact.first is not None else cmd.first
+        last = fact.last if fact.last is not None else cmd.upto - 1
+        source = document_source(cmd.session_id, first, last) if document_of(cmd.session_id) is not None \
+            else SourceRef(session_id=cmd.session_id, first=first, last=last)
         observed = fact.observed_at if fact.observed_at is not None else now
         try:
             record = record_of(NewMemory(

@@ -58,6 +58,15 @@ __all__ = [
     "UpdateMemory",
     "Updated",
     "Vectors",
+    "DocumentInfo",
+    "DocumentIngested",
+    "DocumentStatus",
+    "ForgetDocument",
+    "GetDocuments",
+    "IngestDocument",
+    "IngestProgress",
+    "IngestReport",
+    "IngestStage",
 ]
 
 MemoryStatus = Literal["active", "superseded", "merged"]
@@ -584,10 +593,114 @@ class Vectors(Reply, frozen=True, kw_only=True, tag="scope.vectors"):
     dim: int = 0
 
 
+# -- documents: text, Markdown, PDF and images stored as chunks (memories.documents) --------------
+class DocumentInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A document ingested into a scope. ``id``: the sha256 of its bytes (hex) unless
+    its caller named it; its chunks are memories of kind ``document_chunk`` whose
+    ``session_id`` is ``doc:<id>`` (facts extracted from it carry that session too),
+    each with a source naming the document and chunk (a text the scope held already
+    stays that memory, which gains the source).
+    ``size`` in bytes; ``pages``: a PDF's pages (1 for other documents); ``chunks``:
+    how many it was cut into; ``metadata``: the caller's, copied into each chunk."""
+
+    id: str
+    media_type: str
+    title: str | None = None
+    size: int = 0
+    pages: int = 0
+    chunks: int = 0
+    ingested_at: float = 0.0
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class DocumentStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """A document as a scope lists it: ``memories``: its chunks still stored (a chunk
+    whose text another document stored first is that one's); ``extracted``: chunks
+    extraction has covered; ``extraction``: its cursor's phase (idle, pending,
+    in_flight, backoff) or ``none`` before any job."""
+
+    document: DocumentInfo
+    memories: int = 0
+    extracted: int = 0
+    extraction: str = "none"
+
+
+class IngestDocument(ScopeCommand, frozen=True, tag="scope.ingest_document"):
+    """Store a document's chunks (``memories``, one per chunk, ``session_id``
+    ``doc:<id>``, ``metadata.chunk`` its index) and record the document, all or
+    nothing. A document the scope holds already (some of its chunks still stored)
+    changes nothing."""
+
+    document: DocumentInfo
+    memories: list[NewMemory] = msgspec.field(default_factory=list)
+    embedder: str | None = None
+    dim: int = 0
+    now: float = 0.0
+
+
+class ForgetDocument(ScopeCommand, frozen=True, tag="scope.forget_document"):
+    """Forget a document: its record, its extraction cursor, the facts extracted from
+    it and its chunks, but for those another document (or the user) holds too: they
+    only lose the source naming it."""
+
+    document_id: str
+    now: float = 0.0
+
+
+class GetDocuments(ScopeCommand, frozen=True, tag="scope.get_documents"):
+    """The documents of the scope (or the one ``document_id``), as DocumentStatus, in
+    the order ingested."""
+
+    document_id: str | None = None
+
+
+class DocumentIngested(Reply, frozen=True, kw_only=True, tag="scope.document_ingested"):
+    """``ids``: the memory of each chunk, in order (``created[i]`` False where that
+    text was stored already); ``unchanged``: the scope held the document already."""
+
+    document: DocumentInfo
+    ids: list[str] = msgspec.field(default_factory=list)
+    created: list[bool] = msgspec.field(default_factory=list)
+    unchanged: bool = False
+
+
+IngestStage = Literal["read", "chunk", "embed", "store", "extract", "done"]
+
+
+class IngestProgress(msgspec.Struct, frozen=True):
+    """How far an ingest is: ``stage`` read (``done`` of ``total`` pages read), chunk
+    (the document cut into ``total`` chunks), embed (``done`` of ``total`` chunks
+    embedded), store (the chunks stored), extract (extraction started over ``total``
+    chunks), done."""
+
+    document_id: str
+    stage: IngestStage
+    done: int
+    total: int
+
+
+class IngestReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``ScopeRef.ingest`` did. ``status``: ingested, or unchanged (the scope
+    held this document: nothing was read again). ``ids``: the memory of each chunk
+    (empty when unchanged); ``stored``: how many of them are new memories.
+    ``extraction``: the status of the extraction started (in_flight, nothing_new,
+    ...), ``off`` when not asked for. ``seconds``: time per stage (read, chunk, embed,
+    store, extract, total). ``warnings``: what was left out, and why."""
+
+    document: DocumentInfo
+    status: Literal["ingested", "unchanged"]
+    ids: list[str] = msgspec.field(default_factory=list)
+    stored: int = 0
+    extraction: str = "off"
+    seconds: dict[str, float] = msgspec.field(default_factory=dict)
+    warnings: list[str] = msgspec.field(default_factory=list)
+
+
 ScopeWrite = Remember | AddSession | UpdateMemory | Forget | ForgetWhere | Touch | ApplyExtraction | \
-    ExtractionFailed | ImportMemories
+    ExtractionFailed | ImportMemories | IngestDocument | ForgetDocument
 ScopeRead = GetMemory | CountMemories | ListMemories | GetScopeStats | Search | StoreSession | GetHistory | \
-    GetVectors
+    GetVectors | GetDocuments
 ScopeCommandType = ScopeWrite | ScopeRead
 SCOPE_WRITES: tuple[type[ScopeCommand], ...] = (Remember, AddSession, UpdateMemory, Forget, ForgetWhere,
-                                                Touch, ApplyExtraction, ExtractionFailed, ImportMemories)
+                                                Touch, ApplyExtraction, ExtractionFailed, ImportMemories,
+                                                IngestDocument, ForgetDocument)

@@ -22,7 +22,12 @@ again (through the batcher) those exported without a vector or by another embedd
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import inspect
 import logging
+import os
+import pathlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
@@ -32,26 +37,48 @@ import msgspec
 import trio
 
 from mnemex._host import Host
-from mnemex._ids import IdClock
+from mnemex._ids import IdClock, id_at
 from mnemex._time import seconds
 from mnemex.config import DEFAULT, Config, UseDefault
 from mnemex.conversations.protocol import ArchiveSession
 from mnemex.effects import Key
-from mnemex.errors import InvalidInput, MnemexError
+from mnemex.errors import ExtractionError, InvalidInput, MnemexError, NotFound, TooLarge
 from mnemex.kernel import ActorRef
-from mnemex.knowledge.ref import cursors, extract_session, list_reader, provider_reader, retry_dead_letter
+from mnemex.knowledge.chunks import chunk_pages, title_of
+from mnemex.knowledge.documents import Page, ReadSettings, media_type_of, open_document
+from mnemex.knowledge.ref import (
+    cursors,
+    extract_session,
+    list_reader,
+    merge_extracted,
+    provider_reader,
+    retry_dead_letter,
+)
 from mnemex.memories.context import format_as_context
+from mnemex.memories.documents import (
+    CHUNK_KIND,
+    ExtractDocument,
+    check_document_id,
+    check_title,
+    chunk_metadata,
+    document_session,
+)
 from mnemex.memories.extraction import CursorInfo
-from mnemex.memories.fields import checked_changes, new_memory, record_of
+from mnemex.memories.fields import check_metadata, checked_changes, new_memory, record_of
 from mnemex.memories.kind import ScopeKind
 from mnemex.memories.protocol import (
     AddSession,
     CountMemories,
+    DocumentInfo,
+    DocumentIngested,
+    DocumentStatus,
     Event,
     Extracted,
     Forget,
+    ForgetDocument,
     ForgetWhere,
     Forgotten,
+    GetDocuments,
     GetHistory,
     GetMemory,
     GetScopeStats,
@@ -59,6 +86,10 @@ from mnemex.memories.protocol import (
     Hit,
     Imported,
     ImportMemories,
+    IngestDocument,
+    IngestProgress,
+    IngestReport,
+    IngestStage,
     ListMemories,
     MemoryHistory,
     MemoryPage,
@@ -96,6 +127,13 @@ __all__ = ["ScopeRef", "ScopeServices", "archive_session", "export_scopes", "imp
 log = logging.getLogger("mnemex.scope")
 
 _MODES: Final = ("keyword", "fulltext", "vector", "hybrid")
+_EMBED_SLICE: Final = 2
+"""Chunks of a document sent to the embedder at a time. Chunks are long (about 200
+tokens), and the default ONNX model spends less CPU per chunk on a few at a time than
+on many (measured here, 2 cores, CPU time per 800-character chunk: 17 ms in calls of
+1, 18-19 of 2, 20 of 4, 25-28 of 8-16, 40-45 of 256; a 50-page PDF took 6.6, 7.0 and
+7.6 s of CPU in calls of 1, 2 and 4, and calls of 2 were the quickest by the clock);
+and a search's query waits behind one small call at most."""
 
 
 class ScopeServices:
@@ -530,6 +568,192 @@ class ScopeRef:
         format_as_context); empty when nothing matches."""
         result = await self.search(query, top_k, mode, min_score, filter)
         return format_as_context(result.hits)
+
+    # -- documents ---------------------------------------------------------------------------
+    async def ingest(self, source: str | os.PathLike[str] | bytes, media_type: str | None = None, *,
+                     document_id: str | None = None, title: str | None = None,
+                     metadata: Mapping[str, Any] | None = None, extract: bool = True,
+                     progress: Callable[[IngestProgress], Any] | None = None) -> IngestReport:
+        """Store a document in this scope: its text, cut into chunks, each a memory of
+        kind ``document_chunk`` searchable as soon as this returns; then (``extract``)
+        extraction of facts from it starts beside the scope, job after job.
+
+        ``source``: a file's path, or the document's bytes (text too: pass
+        ``text.encode()``). ``media_type``: text/plain, text/markdown (a ``charset=``
+        parameter is read), application/pdf (the ``documents`` extra), image/png or
+        image/jpeg (read by OCR: the ``ocr`` extra and Debian's ``tesseract-ocr``);
+        None: told from the bytes and the file name. ``document_id``: the sha256 of
+        the bytes (hex) unless given; ingesting a document the scope holds already
+        reads nothing again and stores nothing (``status`` unchanged), but resumes
+        its extraction if that stopped half way (a restart). ``title``: the caller's,
+        else the PDF's or the Markdown's own, else the file name. ``metadata`` goes
+        into every chunk's, with ``document_id``, ``chunk``, ``page`` (``page_end``
+        when a chunk runs over two pages), ``headings`` (the Markdown heading path),
+        ``title`` and ``media_type``; each chunk's ``sources`` name the document and
+        the chunk. Chunks follow ``config.knowledge.chunk_chars`` and
+        ``chunk_overlap`` (see ``mnemex.knowledge.chunks``).
+
+        ``progress``: called (and awaited, when it returns an awaitable) with an
+        ``IngestProgress`` after every 8 pages read, once the chunks are cut, after
+        every 64 chunks embedded, once they are stored, when extraction starts, and
+        when done. The document is stored all or nothing, in one journaled command.
+        InvalidInput (a media type mnemex does not read, bytes that do not read as
+        it, a missing engine: the message names what to install), TooLarge past
+        ``config.knowledge.max_document_bytes`` or ``memories.max_memories_per_command``
+        chunks, NotFound for a path with no file."""
+        started = time.perf_counter()
+        seconds_: dict[str, float] = {}
+        config = self._config
+        knowledge, limits = config.knowledge, config.memories
+        data, name = await self._document_bytes(source, knowledge.max_document_bytes)
+        media, charset = media_type_of(data, media_type, name)
+        doc_id = hashlib.sha256(data).hexdigest() if document_id is None else check_document_id(document_id)
+        check_title(title)
+        given = check_metadata(dict(metadata) if isinstance(metadata, Mapping) else metadata or {},
+                               limits.max_metadata_bytes)
+
+        async def report(stage: IngestStage, done: int, total: int) -> None:
+            if progress is not None:
+                said = progress(IngestProgress(doc_id, stage, done, total))
+                if inspect.isawaitable(said):
+                    await said
+
+        def lap(stage: str, since: float) -> float:
+            now_ = time.perf_counter()
+            seconds_[stage] = round(now_ - since, 6)
+            return now_
+
+        held: list[DocumentStatus] = await self._ref.ask(GetDocuments(document_id=doc_id))
+        if held and (held[0].memories or not held[0].document.chunks):
+            known = held[0]
+            extraction = "off"
+            if extract and known.extracted < known.document.chunks:
+                extraction = (await self._ref.ask(ExtractDocument(doc_id, time.time()))).status
+            await report("done", known.document.chunks, known.document.chunks)
+            lap("total", started)
+            return IngestReport(document=known.document, status="unchanged", extraction=extraction,
+                                seconds=seconds_)
+        # read: page by page in a worker thread (PDFium and Tesseract block)
+        settings = ReadSettings(ocr_languages=knowledge.ocr_languages, ocr_timeout=knowledge.ocr_timeout,
+                                ocr_pdf_pages=knowledge.ocr_pdf_pages)
+        reader = await trio.to_thread.run_sync(open_document, data, media, charset, settings)
+        pages: list[Page] = []
+        try:
+            for first in range(0, reader.pages, 8):
+                pages += await trio.to_thread.run_sync(reader.read, first, min(reader.pages, first + 8))
+                await report("read", len(pages), reader.pages)
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(reader.close)
+        mark = lap("read", started)
+        markdown = media == "text/markdown"
+        chunks = await trio.to_thread.run_sync(functools.partial(
+            chunk_pages, pages, markdown=markdown, max_chars=knowledge.chunk_chars,
+            overlap=knowledge.chunk_overlap, max_bytes=limits.max_content_bytes))
+        if len(chunks) > limits.max_memories_per_command:
+            raise TooLarge(f"the document makes {len(chunks):,} chunks; one document may make at most "
+                           f"{limits.max_memories_per_command:,} (config.memories.max_memories_per_command; "
+                           f"or raise config.knowledge.chunk_chars)", field="source")
+        named = title.strip() if title is not None else (
+            reader.title or title_of(pages, markdown) or (os.path.basename(name) if name else None))
+        now = time.time()
+        info = DocumentInfo(id=doc_id, media_type=media, title=named, size=len(data), pages=len(pages),
+                            chunks=len(chunks), ingested_at=now, metadata=given)
+        session = document_session(doc_id)
+        first_id = self._services.ids.reserve(now, max(1, len(chunks)))
+        memories = [self._new_memory(chunk.text, {
+            "id": id_at(first_id, chunk.index), "kind": CHUNK_KIND, "session_id": session,
+            "source": "document", "timestamp": now, "metadata": chunk_metadata(
+                given, document_id=doc_id, chunk=chunk.index, pages=chunk.pages, headings=chunk.headings,
+                title=named, media_type=media)}, now) for chunk in chunks]
+        await report("chunk", len(chunks), len(chunks))
+        mark = lap("chunk", mark)
+        vectors: list[bytes] = []
+        for first in range(0, len(memories), _EMBED_SLICE):
+            vectors += await self._embed([memory.content for memory in memories[first:first + _EMBED_SLICE]])
+            if len(vectors) % 64 < _EMBED_SLICE or len(vectors) == len(memories):
+                await report("embed", len(vectors), len(memories))
+        mark = lap("embed", mark)
+        embedder = self.embedder
+        stored: DocumentIngested = await self._ref.ask(IngestDocument(
+            document=info, memories=[msgspec.structs.replace(memory, vector=vector)
+                                     for memory, vector in zip(memories, vectors, strict=True)],
+            embedder=embedder.name, dim=embedder.dim, now=now))
+        await report("store", len(chunks), len(chunks))
+        mark = lap("store", mark)
+        extraction = "off"
+        if extract and chunks:
+            extraction = (await self._ref.ask(ExtractDocument(doc_id, time.time()))).status
+            await report("extract", 0, len(chunks))
+        lap("extract", mark)
+        await report("done", len(chunks), len(chunks))
+        lap("total", started)
+        return IngestReport(document=stored.document, status="unchanged" if stored.unchanged else "ingested",
+                            ids=stored.ids, stored=sum(stored.created), extraction=extraction,
+                            seconds=seconds_, warnings=reader.warnings)
+
+    async def documents(self, document_id: str | None = None) -> list[DocumentStatus]:
+        """The documents this scope holds (or the one ``document_id``), in the order
+        ingested: each one's info, its chunks still stored and how far extraction went."""
+        reply: list[DocumentStatus] = await self._ref.ask(GetDocuments(document_id=document_id))
+        return reply
+
+    async def extract_document(self, document_id: str) -> Extracted:
+        """Extract facts from an ingested document now: job after job (each
+        ``config.knowledge.max_batch`` chunks) until every chunk is covered; returns
+        what changed (``status`` in_flight when a job of it was running already: it
+        goes on by itself). ExtractionError when a job failed (it is retried);
+        NotFound when the scope holds no such document."""
+        replies: list[Extracted] = []
+        while True:
+            reply: Extracted = await self._ref.ask(ExtractDocument(document_id, time.time(), "now"))
+            if reply.status in ("failed", "dead_letter", "expired"):
+                raise ExtractionError(f"extracting document {document_id!r} failed: {reply.error}; it is "
+                                      f"retried (see the scope's documents())",
+                                      reason=(reply.error or "error").split(":", 1)[0])
+            if reply.status != "committed":
+                return merge_extracted(replies) if replies else reply
+            replies.append(reply)
+            known = await self.documents(document_id)
+            if not known or reply.upto >= known[0].document.chunks:
+                return merge_extracted(replies)
+
+    async def forget_document(self, document_id: str) -> list[str]:
+        """Forget a document: its chunks (but for those whose text another document, or
+        a memory of the user's, holds too: they only lose the source naming it), the
+        facts extracted from it (its session ``doc:<id>``), its extraction state and its
+        record. Returns the ids of the memories forgotten (empty, and nothing changed,
+        for a document the scope does not hold)."""
+        reply: Forgotten = await self._ref.ask(ForgetDocument(document_id=document_id, now=time.time()))
+        return reply.ids
+
+    @staticmethod
+    async def _document_bytes(source: Any, limit: int) -> tuple[bytes, str | None]:
+        """The bytes of ``source`` (bytes, or a file's path) and its file name."""
+        if isinstance(source, bytes | bytearray | memoryview):
+            data, name = bytes(source), None
+        elif isinstance(source, str | os.PathLike):
+            path = os.fspath(source)
+            try:
+                size = os.stat(path).st_size
+                if size > limit:
+                    raise TooLarge(f"{path} is {size:,} bytes; the limit is {limit:,} "
+                                   f"(config.knowledge.max_document_bytes)", field="source")
+                data = await trio.to_thread.run_sync(pathlib.Path(path).read_bytes)
+            except FileNotFoundError:
+                hint = " (to ingest text itself, pass its bytes: text.encode())" if "\n" in str(path) or \
+                    len(str(path)) > 255 else ""
+                raise NotFound(f"no file {str(path)[:200]!r}{hint}") from None
+            except OSError as exc:
+                raise InvalidInput(f"cannot read {path!r}: {exc.strerror or exc}", field="source") from exc
+            name = os.path.basename(str(path))
+        else:
+            raise InvalidInput(f"source must be a file's path or the document's bytes, got "
+                               f"{type(source).__name__}", field="source")
+        if len(data) > limit:
+            raise TooLarge(f"the document is {len(data):,} bytes; the limit is {limit:,} "
+                           f"(config.knowledge.max_document_bytes)", field="source")
+        return data, name
 
 
 def _as_of(value: float | str | datetime | None) -> float | None:

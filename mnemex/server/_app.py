@@ -13,6 +13,7 @@ request.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import logging
 import math
 import time
@@ -21,14 +22,18 @@ from contextlib import aclosing
 from typing import Any, Final
 
 import msgspec
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.formparsers import MultiPartException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from mnemex import (
     DEFAULT,
     AgentRef,
     Extracted,
+    IngestReport,
     InvalidInput,
     MemoryHistory,
     MemoryRecord,
@@ -58,6 +63,8 @@ from mnemex.server._routing import Route, Router
 from mnemex.server._schemas import (
     Archived,
     Context,
+    DocumentDeleted,
+    Documents,
     Health,
     MemoryDeleted,
     MemoryId,
@@ -67,6 +74,7 @@ from mnemex.server._schemas import (
     MessagesPage,
     MessagesStored,
     PostArchive,
+    PostDocument,
     PostExtract,
     PostMemory,
     PostMemoryBatch,
@@ -532,6 +540,95 @@ class _Api:
                                     user_id=body.user_id, app_name=body.app_name, if_needed=body.if_needed)
         return json_response(extracted)
 
+    # -- documents --------------------------------------------------------------------
+    async def post_document(self, request: Request) -> Response:
+        """A document into a scope: JSON with the content in base64, or (a server with a
+        token only: a web page can post a form) multipart/form-data."""
+        content_type = request.headers.get("content-type", "")
+        if content_type.split(";", 1)[0].strip().lower() == "multipart/form-data":
+            body = await self._document_form(request)
+        elif content_type and is_json_type(content_type):
+            body = await self.body(request, PostDocument)
+        else:
+            raise HttpError(415, f"Content-Type {content_type or 'missing'}: POST /documents takes "
+                                 f"application/json (content in base64) or multipart/form-data",
+                            field="Content-Type")
+        scope = self.rt.scope(user_id=body.user_id, app_name=body.app_name)
+        report = await self.call(scope.ingest, body.content, body.media_type, document_id=body.document_id,
+                                 title=body.title, metadata=body.metadata, extract=body.extract)
+        return json_response(report, 201 if report.status == "ingested" else 200)
+
+    async def _document_form(self, request: Request) -> PostDocument:
+        if self.settings.token is None:
+            raise HttpError(415, "multipart/form-data is taken only by a server with a token (a web page can "
+                                 "post a form to one without); send application/json with the content in "
+                                 "base64", field="Content-Type")
+        if not any(importlib.util.find_spec(name) is not None for name in ("python_multipart", "multipart")):
+            raise HttpError(415, "reading multipart/form-data needs python-multipart: pip install "
+                                 "'mnemex[documents]'; or send application/json with the content in base64",
+                            field="Content-Type")
+        raw = await read_body(request, self.settings.max_body_bytes, self.settings.body_timeout)
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if sent:
+                return {"type": "http.disconnect"}
+            sent = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+
+        try:
+            form = await Request(request.scope, replay).form(max_files=1, max_fields=16)
+        except StarletteHTTPException as exc:
+            raise HttpError(400, f"the form could not be read: {exc.detail}") from None
+        except MultiPartException as exc:
+            raise HttpError(400, f"the form could not be read: {exc.message}") from None
+        try:
+            fields: dict[str, Any] = {}
+            for name, value in form.multi_items():
+                if name in fields:
+                    raise HttpError(400, f"form field {name!r} is given twice", field=name)
+                if isinstance(value, UploadFile):
+                    if name != "content":
+                        raise HttpError(400, f"form field {name!r} is a file; only content is", field=name)
+                    fields[name] = await value.read()
+                    given_type = (value.content_type or "").split(";", 1)[0].strip().lower()
+                    if given_type and given_type != "application/octet-stream":
+                        fields.setdefault("media_type", value.content_type)
+                elif name == "content":
+                    fields[name] = value.encode()
+                elif name == "metadata":
+                    try:
+                        fields[name] = decode_json(value.encode(), dict[str, Any])
+                    except HttpError as exc:
+                        raise HttpError(400, f"form field metadata must be a JSON object: {exc}",
+                                        field="metadata") from None
+                elif name == "extract":
+                    fields[name] = _form_bool(name, value)
+                else:
+                    fields[name] = value
+        finally:
+            await form.close()
+        try:
+            return msgspec.convert(fields, PostDocument)
+        except msgspec.ValidationError as exc:
+            raise HttpError(400, f"invalid form: {exc}") from None
+
+    async def get_documents(self, request: Request) -> Response:
+        user_id, app_name = self._scope_of(request)
+        found = await self.call(self.rt.scope(user_id=user_id, app_name=app_name).documents,
+                                request.query_params.get("document_id") or None)
+        return json_response(Documents(found))
+
+    async def delete_document(self, request: Request) -> Response:
+        user_id, app_name = self._scope_of(request)
+        scope = self.rt.scope(user_id=user_id, app_name=app_name)
+        document_id = request.path_params["document_id"]
+        if not await self.call(scope.documents, document_id):
+            raise NotFound(f"no document {document_id!r} in scope {app_name}/{user_id}")
+        gone = await self.call(scope.forget_document, document_id)
+        return json_response(DocumentDeleted(status="deleted", id=document_id, memories=gone))
+
     async def archive(self, request: Request) -> Response:
         body: PostArchive = await self.body(request, PostArchive)
         session_id = request.path_params["session_id"]
@@ -637,6 +734,15 @@ class _Endpoint:
         await response(scope, receive, send)
 
 
+def _form_bool(name: str, value: str) -> bool:
+    text = value.strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise HttpError(400, f"form field {name}={value!r} is not a boolean (true or false)", field=name)
+
+
 def _check_content_type(request: Request) -> None:
     """A body on a JSON route must say it is JSON: a web page can send text/plain or a
     form to any address without asking, never application/json."""
@@ -720,6 +826,15 @@ ROUTES: Final[tuple[RouteSpec, ...]] = (
     RouteSpec("/sessions/{session_id}/archive", "POST", "archive",
               "Copy a conversation into the long-term memory of a scope", body=PostArchive, reply=Archived,
               errors=(400, 404, 422), per_agent=True),
+    RouteSpec("/documents", "POST", "post_document",
+              "Store a document (text, Markdown, PDF, PNG or JPEG) in a scope as searchable chunks, and "
+              "start extracting facts from it; 200 when the scope held it already", body=PostDocument,
+              reply=IngestReport, status=201, errors=(400, 404, 413, 422), form=True),
+    RouteSpec("/documents", "GET", "get_documents", "The documents of a scope, in the order ingested",
+              (_USER, _APP, Param("document_id", "string", "one document")), reply=Documents),
+    RouteSpec("/documents/{document_id}", "DELETE", "delete_document",
+              "Forget a document: its chunks and the facts extracted from it", (_USER, _APP),
+              reply=DocumentDeleted, errors=(400, 404)),
     RouteSpec("/health", "GET", "health",
               "OK as text; the runtime's status as JSON to Accept: application/json",
               reply=Health),
@@ -763,7 +878,7 @@ def build_app(runtime: MnemexRuntime, settings: ServerSettings | None = None, *,
     routes: list[Route] = []
     for spec in ROUTES:
         handler: Handler = getattr(api, spec.handler)
-        json_body = spec.method == "POST"
+        json_body = spec.method == "POST" and not spec.form
         for path in (spec.path, "/agents/{agent}" + spec.path) if spec.per_agent else (spec.path,):
             token = settings.token if path not in open_paths else None
             endpoint = _Endpoint(path, handler, token=token, metrics=metrics, logs=settings.access_log,

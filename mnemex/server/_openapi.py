@@ -44,6 +44,9 @@ class RouteSpec:
     errors: tuple[int, ...] = (400,)
     per_agent: bool = False
     """Also served as ``/agents/{agent}`` + path, for an agent other than the default."""
+    form: bool = False
+    """The body may also be multipart/form-data: ``body``'s fields as form fields,
+    ``content`` a file (the handler checks the content type itself)."""
 
     @property
     def names(self) -> frozenset[str]:
@@ -79,9 +82,28 @@ def _operation(spec: RouteSpec, agent: bool) -> dict[str, Any]:
         "parameters": parameters,
         "responses": {str(spec.status): {"description": spec.summary, "content": content}, **errors}}
     if spec.body is not None:
-        operation["requestBody"] = {"required": True,
-                                    "content": {"application/json": {"schema": _schema_ref(spec.body)}}}
+        content = {"application/json": {"schema": _schema_ref(spec.body)}}
+        if spec.form:
+            content["multipart/form-data"] = {"schema": _form_schema(spec.body)}
+        operation["requestBody"] = {"required": True, "content": content}
     return operation
+
+
+def _form_schema(body: type[msgspec.Struct]) -> dict[str, Any]:
+    """The multipart form of ``body``: each field a text field, ``content`` a file,
+    booleans as true or false."""
+    properties: dict[str, Any] = {}
+    required = []
+    for field in msgspec.structs.fields(body):
+        if field.name == "content":
+            properties[field.name] = {"type": "string", "format": "binary"}
+        elif field.type is bool:
+            properties[field.name] = {"type": "boolean"}
+        else:
+            properties[field.name] = {"type": "string"}
+        if field.required:
+            required.append(field.name)
+    return {"type": "object", "properties": properties, "required": required}
 
 
 def openapi_document(routes: Sequence[RouteSpec]) -> dict[str, Any]:

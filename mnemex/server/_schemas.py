@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from mnemex import MemoryFields, MemoryRecord
+from mnemex import DocumentStatus, MemoryFields, MemoryRecord
 from mnemex.config import ServerConfig
 from mnemex.server._http import HttpError, decode_json
 
@@ -183,6 +183,38 @@ class PostArchive(msgspec.Struct, forbid_unknown_fields=True):
     user_id: str
     app_name: str
     agent: str | None = None
+
+
+class PostDocument(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /documents`` as JSON: a document into the (app_name, user_id) scope.
+    ``content``: its bytes, base64; ``media_type``: text/plain, text/markdown,
+    application/pdf, image/png or image/jpeg (absent: told from the bytes); the rest as
+    ``ScopeRef.ingest`` takes them. (As multipart/form-data, the same names are form
+    fields, ``metadata`` a JSON object as text, and ``content`` the file.)"""
+
+    user_id: str
+    app_name: str
+    content: bytes
+    media_type: str | None = None
+    document_id: str | None = None
+    title: str | None = None
+    metadata: dict[str, Any] | None = None
+    extract: bool = True
+
+
+class Documents(msgspec.Struct):
+    """``GET /documents``: the scope's documents, in the order ingested."""
+
+    documents: list[DocumentStatus]
+
+
+class DocumentDeleted(msgspec.Struct):
+    """``DELETE /documents/{id}``: the memories forgotten with it (its chunks and the
+    facts extracted from them)."""
+
+    status: str
+    id: str
+    memories: list[str]
 
 
 class Sessions(msgspec.Struct):
