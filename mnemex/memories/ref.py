@@ -29,6 +29,7 @@ from datetime import datetime
 from typing import IO, Any, Final
 
 import msgspec
+import numpy as np
 import trio
 
 from mnemex._host import Host
@@ -77,6 +78,7 @@ from mnemex.memories.protocol import (
     UpdateMemory,
     Vectors,
 )
+from mnemex.memories.queries import query_texts
 from mnemex.memories.sessions import session_memories
 from mnemex.memories.snapshot import encode_vector
 from mnemex.memories.transfer import (
@@ -542,8 +544,11 @@ async def _search_command(services: ScopeServices, query: Any, top_k: int, *,
                            field="top_k")
     vector: bytes | None = None
     embedder = services.embedder
-    if chosen in ("vector", "hybrid"):
-        vector = encode_vector((await services.batcher.embed_queries([query]))[0])
+    if chosen in ("vector", "hybrid"):  # the query and its first-person wording (queries.py)
+        rows = await services.batcher.embed_queries(list(query_texts(query)))
+        mean = rows.mean(axis=0)
+        norm = float(np.linalg.norm(mean))
+        vector = encode_vector(mean / norm if norm > 0 else mean)
     return Search(query=query, vector=vector, embedder=embedder.name if vector is not None else None,
                   dim=embedder.dim if vector is not None else 0, top_k=top_k, mode=chosen,
                   min_score=_wire_min_score(min_score), filter=dict(filter) if filter else None,
