@@ -579,7 +579,7 @@ async def _reranked(services: ScopeServices, ask: Callable[[Search], Awaitable[S
 
 def _wire_min_score(min_score: float | UseDefault | None) -> float | None:
     """``Search.min_score``: None there is the mode's own cut; "no cut" is -1, below
-    every score a mode gives (cosine similarity is at least -1, the rest at least 0)."""
+    every score a mode gives (every score is at least 0)."""
     if min_score is DEFAULT:
         return None
     return -1.0 if min_score is None else min_score
