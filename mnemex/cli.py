@@ -1,6 +1,8 @@
 """The ``mnemex`` command: serve, inspect, replay, export and import a data directory.
 
     mnemex serve [--host H] [--port P] [--data-dir DIR] [--config FILE.toml] [--token T]
+    mnemex mcp --data-dir DIR --user-id U --app-name A [--agent NAME] [--allow-scope-args] [--graph-tools]
+               [--config FILE.toml] [--http [--host H] [--port P] [--token T]]
     mnemex inspect DATA_DIR [--json]
     mnemex replay DATA_DIR [--until TIME] [--actor KEY] [--verify] [--kinds MODULE:FUNCTION] [--json]
     mnemex export DATA_DIR [--scope APP/USER ...] [--output FILE|-] [--no-vectors] [--config FILE.toml]
@@ -11,6 +13,10 @@ they are safe beside a running server. ``inspect`` checks every byte of every
 actor's files; ``replay --verify`` does too, then rebuilds each actor. Each problem
 found is printed naming its file and line; the exit status is the worst of them
 (see ``mnemex --help``).
+
+``mcp`` serves one user's memory in one app to an MCP client (Claude Desktop,
+Cursor...) on stdin and stdout, or over streamable HTTP with ``--http``; it needs
+``pip install 'mnemex[mcp]'`` (see ``mnemex.integrations.mcp``).
 
 ``export`` and ``import`` open a runtime on the data directory, so they take its
 lock (a running server's directory is refused: DataDirLocked) and exit 1 when they
@@ -370,6 +376,38 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    import logging
+    import os
+
+    try:
+        from mnemex.integrations import mcp
+    except ImportError as exc:
+        print(f"mnemex mcp needs the MCP SDK ({exc}): pip install 'mnemex[mcp]'", file=sys.stderr)
+        return EXIT_USAGE
+    data_dir = args.data_dir or os.environ.get("MNEMEX_DATA_DIR")
+    if not data_dir:
+        print("mnemex mcp: give the data directory with --data-dir (or MNEMEX_DATA_DIR): an MCP client "
+              "starts the server in a directory of its own choosing", file=sys.stderr)
+        return EXIT_USAGE
+    token = args.token or os.environ.get("MNEMEX_TOKEN")
+    try:
+        config = _data_dir_config(str(Path(data_dir).expanduser()),
+                                  args.config and str(Path(args.config).expanduser()))
+        settings = mcp.McpSettings(user_id=args.user_id, app_name=args.app_name, agent=args.agent,
+                                   allow_scope_args=args.allow_scope_args, graph_tools=args.graph_tools)
+        if args.http:
+            mcp.check_http_binding(args.host, token)
+    except InvalidInput as exc:  # what the operator must fix: one line, no traceback
+        print(f"mnemex mcp: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    # stdio: stdout is the protocol's, and logs go to stderr either way
+    logging.basicConfig(level=logging.INFO if args.http else logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    mcp.run(config, settings, http=args.http, host=args.host, port=args.port, token=token)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mnemex", description="Memory for AI agents.",
                                      epilog=f"{_EXIT_HELP}\n{_TRANSFER_HELP}",
@@ -383,6 +421,34 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", help="a TOML config file; the [server] table holds server settings")
     serve.add_argument("--token", help="require this bearer token (or set MNEMEX_TOKEN)")
     serve.set_defaults(run=cmd_serve)
+
+    mcp = sub.add_parser(
+        "mcp", help="serve one user's memory to an MCP client (Claude Desktop, Cursor...) on stdio or HTTP",
+        description="Serve the memory of one user in one app as MCP tools (remember, search_memory,\n"
+                    "list_memories, forget, memory_history, append, context, extract) on stdin and stdout,\n"
+                    "or over streamable HTTP with --http. Needs pip install 'mnemex[mcp]'.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    mcp.add_argument("--data-dir", help="data directory (or MNEMEX_DATA_DIR; required: '~' is expanded)")
+    mcp.add_argument("--config", help="a TOML config file (embedder, LLM for extraction, limits)")
+    mcp.add_argument("--user-id", help="the user whose memory every call uses")
+    mcp.add_argument("--app-name", help="the app whose memory every call uses")
+    mcp.add_argument("--agent", default="mcp",
+                     help="the agent whose conversations append, context and extract use (default mcp)")
+    mcp.add_argument("--allow-scope-args", action="store_true",
+                     help="let each call name its user_id, app_name and agent (--user-id and --app-name are "
+                          "then defaults); off, one user's assistant cannot reach another user's memory")
+    mcp.add_argument("--graph-tools", action="store_true",
+                     help="also serve the reference memory server's knowledge-graph tools (create_entities, "
+                          "create_relations, add_observations, read_graph, search_nodes, open_nodes, "
+                          "delete_*)")
+    mcp.add_argument("--http", action="store_true",
+                     help="serve streamable HTTP at http://HOST:PORT/mcp, not stdio")
+    mcp.add_argument("--host", default="127.0.0.1",
+                     help="with --http: address to bind (default 127.0.0.1; another needs --token)")
+    mcp.add_argument("--port", type=int, default=8765,
+                     help="with --http: port (default 8765; 0 picks a free one)")
+    mcp.add_argument("--token", help="with --http: require this bearer token (or set MNEMEX_TOKEN)")
+    mcp.set_defaults(run=cmd_mcp)
 
     inspect = sub.add_parser(
         "inspect", help="list the actors of a data directory with counts and sizes; check every file",

@@ -164,10 +164,11 @@ class Client:
                                                    user_id=user_id, app_name=app_name), timeout=timeout)
 
     def extract_automatically(self, agent_name: str, *, app_name: str, user_id: str,
-                              session_id: str | None = None) -> None:
+                              session_id: str | None = None, turns: int | None = None,
+                              tokens: int | None = None) -> None:
         """Extract an agent's sessions automatically (see ``MnemexRuntime.extract_automatically``)."""
         self._bridge.runtime.extract_automatically(agent_name, app_name=app_name, user_id=user_id,
-                                                   session_id=session_id)
+                                                   session_id=session_id, turns=turns, tokens=tokens)
 
     def scope_keys(self) -> list[tuple[str, str]]:
         """Every scope as ``(app_name, user_id)``: in the data directory or loaded now."""
@@ -228,6 +229,17 @@ class BlockingAgent:
         """Store messages at the end of the session, all or none (see ``AgentRef.append``)."""
         return self._client._call(self._agent.append, session_id, list(messages), query_id, turn)
 
+    def append_items(self, session_id: str, items: Iterable[Any], query_id: str | None = None,
+                     turn: Turn | None = None) -> Appended:
+        """Store OpenAI Responses items at the end of the session, verbatim, all or none
+        (see ``AgentRef.append_items``)."""
+        return self._client._call(self._agent.append_items, session_id, list(items), query_id, turn)
+
+    def pop(self, session_id: str) -> StoredMessage | None:
+        """Take the newest message (or item) off the session and return it; None when
+        it has none (see ``AgentRef.pop``)."""
+        return self._client._call(self._agent.pop, session_id)
+
     def complete(self, session_id: str) -> SessionCompleted:
         """Mark the session completed: live readers get the end of the stream."""
         return self._client._call(self._agent.complete, session_id)
@@ -253,9 +265,9 @@ class BlockingAgent:
         return self._client._call(self._agent.cleanup_expired)
 
     # -- reading
-    def history(self, session_id: str) -> list[StoredMessage]:
-        """Every stored message of the session, oldest first."""
-        return self._client._call(self._agent.history, session_id)
+    def history(self, session_id: str, last: int | None = None) -> list[StoredMessage]:
+        """Every stored message of the session, oldest first (the newest ``last`` only)."""
+        return self._client._call(self._agent.history, session_id, last)
 
     def context(self, session_id: str, max_tokens: int | None = None) -> list[dict[str, Any]]:
         """The messages to send to the model next, pruned and compressed by policy."""

@@ -432,6 +432,13 @@ class MemoriesConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=
     """Weight of a memory's context against its own content in BM25 (BM25F)."""
     touch_interval: PositiveFloat = 1.0
     """Seconds between the batched writes of what searches returned (access counts)."""
+    archive_merge_echoes: bool = True
+    """When a session is archived (``archive``, ``add_session``), store an assistant's
+    or tool's message that only restates a statement the user made earlier in the
+    session (an *echo*: "Great, so you're a nurse at St. Mary's!") merged into the
+    user's memory: kept, with its history, but hidden from reads that do not ask
+    for history, so the user's own words are what searches find. ``false`` keeps
+    the raw transcript, every message active."""
 
     def _check(self) -> None:
         if self.fusion_fulltext_weight + self.fusion_vector_weight <= 0:
@@ -470,12 +477,17 @@ class LLMConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True)
 class AutoExtract(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Automatic extraction of one agent's sessions (``config.knowledge.auto``): facts of
     ``agent``'s session ``session_id`` (every session when None) go to the long-term
-    memory of (``app_name``, ``user_id``)."""
+    memory of (``app_name``, ``user_id``), once ``turns`` messages or ``tokens``
+    tokens wait (the knowledge section's by default)."""
 
     agent: Annotated[str, msgspec.Meta(min_length=1)]
     app_name: Annotated[str, msgspec.Meta(min_length=1)]
     user_id: Annotated[str, msgspec.Meta(min_length=1)]
     session_id: Annotated[str, msgspec.Meta(pattern=r"\S")] | None = None
+    turns: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """This agent's buffer: messages (None: knowledge.turns)."""
+    tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """Or tokens (None: knowledge.tokens)."""
 
 
 class KnowledgeConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -77,11 +77,12 @@ class MnemexRuntime:
         self._scopes = dict(scopes)
         self._agents = dict(agents)
         # automatic extraction: (agent, session or None for every session) -> (app_name, user_id)
-        self._auto: dict[tuple[str, str | None], tuple[str, str]] = {}
+        self._auto: dict[tuple[str, str | None], _Target] = {}
         # what was appended to those sessions since their scope was last told, by (agent, session)
         self._waiting: dict[tuple[str, str], _Waiting] = {}
         for auto in self.config.knowledge.auto:
-            self._auto[(auto.agent, auto.session_id)] = (auto.app_name, auto.user_id)
+            self._auto[(auto.agent, auto.session_id)] = _Target(auto.app_name, auto.user_id, auto.turns,
+                                                                auto.tokens)
         if self._auto:
             self._check_retained()
         self._hook_appends()
@@ -138,7 +139,10 @@ class MnemexRuntime:
 
     async def archive(self, agent_name: str, session_id: str, *, user_id: str, app_name: str) -> SessionAdded:
         """Move one session of agent ``agent_name`` into the long-term memory of
-        (app_name, user_id); adding it again adds nothing twice."""
+        (app_name, user_id), one memory of kind ``message`` per message with text,
+        its author and role kept; an assistant's echo of what the user said is
+        stored merged into the user's statement (``config.memories.
+        archive_merge_echoes``). Adding it again adds nothing twice."""
         return await archive_session(self.scope_services(), AGENT_KIND, agent_name, session_id,
                                      user_id=user_id, app_name=app_name)
 
@@ -204,15 +208,21 @@ class MnemexRuntime:
         return await retry_dead_letter(scope.ref.ask, session_id, first, read)
 
     def extract_automatically(self, agent_name: str, *, app_name: str, user_id: str,
-                              session_id: str | None = None) -> None:
+                              session_id: str | None = None, turns: int | None = None,
+                              tokens: int | None = None) -> None:
         """From now on, messages appended to ``session_id`` of agent ``agent_name`` (every
         session when None) are extracted into (app_name, user_id) once the buffer is
-        full or the session is idle (config.knowledge); appends never wait for it."""
+        full (``turns`` messages or ``tokens`` tokens; default config.knowledge's) or
+        the session is idle (config.knowledge.idle); appends never wait for it."""
         for what, value in (("agent_name", agent_name), ("app_name", app_name), ("user_id", user_id)):
             if not isinstance(value, str) or not value:
                 raise InvalidInput(f"{what} must be a non-empty string, got {value!r}", field=what)
+        for what, number in (("turns", turns), ("tokens", tokens)):
+            if number is not None and (isinstance(number, bool) or not isinstance(number, int) or number < 1):
+                raise InvalidInput(f"{what} must be an int >= 1 or None (the config's), got {number!r}",
+                                   field=what)
         self._check_retained()
-        self._auto[(agent_name, session_id)] = (app_name, user_id)
+        self._auto[(agent_name, session_id)] = _Target(app_name, user_id, turns, tokens)
         self._hook_appends()
 
     def _check_retained(self) -> None:
@@ -239,19 +249,21 @@ class MnemexRuntime:
             target = self._auto.get(key) or self._auto.get((agent_name, None))
             if target is None:
                 return None
-            app_name, user_id = target
+            knowledge = self.config.knowledge
             waiting = self._waiting[key] = _Waiting(
-                self.scope(user_id=user_id, app_name=app_name).ref,
+                self.scope(user_id=target.user_id, app_name=target.app_name).ref,
                 agent_reader(self.agent(agent_name).entries, appended.session_id),
-                (app_name, user_id, appended.session_id))
+                (target.app_name, target.user_id, appended.session_id),
+                target.turns or knowledge.turns, target.tokens or knowledge.tokens,
+                # a buffer of its own: the scope starts the job when told (its cursor's is the config's)
+                "flush" if target.turns or target.tokens else "if_needed")
         waiting.count += appended.count
         waiting.tokens += tokens
         waiting.known = appended.message_count
         waiting.last = time.time()
-        knowledge = self.config.knowledge
-        full = waiting.count >= knowledge.turns or waiting.tokens >= knowledge.tokens
+        full = waiting.count >= waiting.turns or waiting.tokens >= waiting.tokens_limit
         if full and not self._busy(waiting):
-            return self._offer(key, waiting, "if_needed")
+            return self._offer(key, waiting, waiting.mode)
         return None
 
     def _busy(self, waiting: _Waiting) -> bool:
@@ -427,6 +439,16 @@ async def open_runtime(config: Config | None = None, *,
                 services_of.close()
 
 
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """Where an automatically extracted session's facts go, and its own buffer."""
+
+    app_name: str
+    user_id: str
+    turns: int | None = None
+    tokens: int | None = None
+
+
 @dataclass(slots=True)
 class _Waiting:
     """A session extracted automatically: its scope, how its messages are read, and
@@ -435,6 +457,9 @@ class _Waiting:
     scope: ActorRef
     read: ReadMessages
     job: tuple[str, str, str]   # its jobs' key in KnowledgeServices.running
+    turns: int                  # its buffer: messages,
+    tokens_limit: int           # or tokens
+    mode: Literal["if_needed", "flush"]
     count: int = 0
     tokens: int = 0
     known: int = 0

@@ -20,6 +20,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "kernel": ("mnemex.effects", "mnemex.errors", "mnemex.persistence", "mnemex.config", "mnemex._gcpause"),
     "models": ("mnemex.index", "mnemex.errors", "mnemex.config"),
     "server": ("mnemex", "mnemex.lowlevel", "mnemex.config"),
+    "integrations": ("mnemex", "mnemex.lowlevel", "mnemex.config"),
 }
 # behaviours, codecs and ranking: no trio, no kernel, no models, no server, no runtime
 BEHAVIOUR_PACKAGES = ("conversations", "memories", "knowledge")
@@ -81,9 +82,9 @@ def test_package_imports_only_what_lies_below_it(package: str) -> None:
     for path in sorted((ROOT / package).rglob("*.py")):
         wrong = sorted(name for name in mnemex_imports(path)
                        if not inside(name, allowed) and not (name == "mnemex" and "mnemex" in allowed))
-        if package == "server":  # the public API only: `mnemex`, `mnemex.lowlevel`, `mnemex.config`
+        if package in ("server", "integrations"):  # the public API only: `mnemex`, `mnemex.lowlevel`, `mnemex.config`
             wrong = sorted(name for name in mnemex_imports(path)
-                           if name not in PACKAGES["server"] and not inside(name, ("mnemex.server",)))
+                           if name not in PACKAGES[package] and not inside(name, (f"mnemex.{package}",)))
         assert wrong == [], f"{path.relative_to(ROOT)} imports {wrong}"
         if package in NO_TRIO:
             assert "trio" not in imported_modules(path), path

@@ -37,12 +37,14 @@ from mnemex.conversations.conversation import (
     Conversation,
     Summary,
 )
+from mnemex.conversations.items import check_item, item_as_chat
 from mnemex.conversations.protocol import (
     AGENT_WRITES,
     AgentCommand,
     AgentCommandType,
     AgentStats,
     Appended,
+    AppendItems,
     AppendMessages,
     ApplySummary,
     ArchiveSession,
@@ -66,6 +68,8 @@ from mnemex.conversations.protocol import (
     MessageEntry,
     Policy,
     PolicySet,
+    PopMessage,
+    Popped,
     RelayChunk,
     SearchTurns,
     SessionCompleted,
@@ -306,7 +310,8 @@ class AgentMemory:
                 continue
             name = message.get("name")
             events.append(Event(author=name if isinstance(name, str) and name else entry.role, content=text,
-                                timestamp=entry.timestamp, id=f"{self.name}/{session_id}/{entry.sequence}"))
+                                timestamp=entry.timestamp, id=f"{self.name}/{session_id}/{entry.sequence}",
+                                role=entry.role))
         if not events:
             raise NotFound(f"agent {self.name!r} has no session {session_id!r} with text to archive")
         session = Session(id=session_id, app_name=command.app_name, user_id=command.user_id, events=events)
@@ -316,13 +321,19 @@ class AgentMemory:
     # -- dispatch --------------------------------------------------------------------
     def handle(self, command: Any) -> Any:
         match command:
-            case AppendMessages():
+            case AppendMessages() | AppendItems():
                 return self._append(command)
             case GetContext():
                 return self._context(command)
-            case GetHistory(session_id=session_id, now=now):
+            case GetHistory(session_id=session_id, now=now, last=last):
+                if last is not None:
+                    check_int(last, "last", 0)
                 conv = self._live(session_id, now)
-                return [] if conv is None else conv.entries[:]
+                if conv is None or last == 0:
+                    return []
+                return conv.entries[:] if last is None else conv.entries[-last:]
+            case PopMessage():
+                return self._pop(command)
             case ListMessages():
                 return self._messages(command)
             case CompleteSession(session_id=session_id, timestamp=timestamp):
@@ -372,27 +383,39 @@ class AgentMemory:
                 raise TypeError(f"agent {self.name!r} cannot handle {command!r}")
 
     # -- writes ----------------------------------------------------------------------
-    def _append(self, cmd: AppendMessages) -> Any:
+    def _append(self, cmd: AppendMessages | AppendItems) -> Any:
         settings = self.settings
         session_id = check_id(cmd.session_id, "session_id", settings.max_session_id_bytes)
         assert session_id is not None
         query_id = check_id(cmd.query_id, "query_id", _MAX_ID_CHARS, optional=True)
         timestamp = check_seconds(cmd.timestamp, "timestamp")
-        if type(cmd.messages) is not list and not isinstance(cmd.messages, list | tuple):
-            raise InvalidInput("messages must be a list of chat messages", field="messages")
+        as_items = type(cmd) is AppendItems
+        raws = cmd.items if isinstance(cmd, AppendItems) else cmd.messages
+        if type(raws) is not list and not isinstance(raws, list | tuple):
+            what = "items must be a list of Responses items" if as_items else \
+                "messages must be a list of chat messages"
+            raise InvalidInput(what, field="items" if as_items else "messages")
         if cmd.turn is not None:
             check_turn(cmd.turn)
         conv = self.sessions.get(session_id)
         if conv is not None and self._is_expired(conv, timestamp):
             conv = None  # removed by the sweep below; the session starts afresh
-        known = conv.calls if conv is not None else set()
-        batch_calls: set[str] = set()
         checked: list[CheckedMessage] = []
         counter, limit = settings.counter, settings.max_message_bytes
-        for index, raw in enumerate(cmd.messages):
-            item = check_message(raw, index, counter, limit, known_calls=known, batch_calls=batch_calls)
-            batch_calls.update(item.call_ids)
-            checked.append(item)
+        if as_items:
+            last = conv.entries[-1] if conv is not None and conv.entries else None
+            previous = (last.item, last.role) if last is not None else ("", "")
+            for index, raw in enumerate(raws):
+                item = check_item(raw, index, counter, limit, previous=previous)
+                previous = (item.item, item.role)
+                checked.append(item)
+        else:
+            known = conv.calls if conv is not None else set()
+            batch_calls: set[str] = set()
+            for index, raw in enumerate(raws):
+                item = check_message(raw, index, counter, limit, known_calls=known, batch_calls=batch_calls)
+                batch_calls.update(item.call_ids)
+                checked.append(item)
         if not checked:
             return Appended(session_id=session_id, first_sequence=self.sequence + 1, count=0,
                             message_count=len(conv) if conv is not None else 0)
@@ -414,7 +437,7 @@ class AgentMemory:
         new: list[MessageEntry] = []
         for offset, item in enumerate(checked):
             entry = MessageEntry(first + offset, timestamp, session_id, item.raw, query_id, item.role,
-                                 item.tokens, item.call_ids, item.tool_call_id)
+                                 item.tokens, item.call_ids, item.tool_call_id, item.item, item.joined)
             conv.add(entry)
             new.append(entry)
         self.sequence = first + len(checked) - 1
@@ -446,7 +469,8 @@ class AgentMemory:
             keep_from = conv.summary_index()
         elif isinstance(policy, MaxMessages):
             keep_from = max_messages_start(conv, policy.n)
-            while keep_from < len(conv) and conv.entries[keep_from].role in TOOL_ROLES:
+            while keep_from < len(conv) and (conv.entries[keep_from].role in TOOL_ROLES
+                                             or conv.entries[keep_from].joined):
                 keep_from += 1
         else:
             keep_from = conv.last_append
@@ -457,6 +481,31 @@ class AgentMemory:
         kept = [e for i, e in enumerate(conv.entries) if i >= keep_from or e.role in SYSTEM_ROLES]
         conv.reindex(kept)
         conv.last_append = len(conv) if last_append_seq is None else conv.index_of(last_append_seq)
+
+    def _pop(self, cmd: PopMessage) -> Any:
+        """Take the newest entry off a session. A summary standing for it is dropped
+        (asked for again by the next read); a summary being made is ignored when it
+        arrives (``pops``); a turn record loses it, and goes when it had nothing else."""
+        session_id = check_id(cmd.session_id, "session_id", self.settings.max_session_id_bytes)
+        assert session_id is not None
+        timestamp = check_seconds(cmd.timestamp, "timestamp")
+        conv = self.sessions.get(session_id)
+        if conv is None or not conv.entries or self._is_expired(conv, timestamp):
+            return Step(Popped(session_id=session_id, entry=None, message_count=0), unchanged=True)
+        self._tick(timestamp)
+        entry = conv.pop()
+        conv.pending_since = None
+        if conv.summary is not None and entry.sequence < conv.summary.through:
+            conv.set_summary(None, 0)
+        turns = conv.turns
+        if turns and turns[-1].last_sequence >= entry.sequence:
+            if turns[-1].first_sequence >= entry.sequence:
+                turns.pop()
+            else:
+                turns[-1] = msgspec.structs.replace(turns[-1], last_sequence=conv.entries[-1].sequence,
+                                                    message_count=len(conv))
+            self._turn_index = None
+        return Popped(session_id=session_id, entry=entry, message_count=len(conv))
 
     def _complete(self, session_id: Any, timestamp: Any) -> Any:
         checked = check_id(session_id, "session_id", self.settings.max_session_id_bytes)
@@ -538,8 +587,9 @@ class AgentMemory:
         conv = self.sessions.get(cmd.session_id)
         current = conv.summary.version if conv is not None and conv.summary is not None else 0
         through_now = conv.summary.through if conv is not None and conv.summary is not None else 0
-        if (conv is None or conv.generation != cmd.generation or current != cmd.base_version
-                or cmd.through <= through_now or not conv.entries or cmd.through > conv.entries[-1].sequence):
+        if (conv is None or conv.generation != cmd.generation or conv.pops != cmd.pops
+                or current != cmd.base_version or cmd.through <= through_now or not conv.entries
+                or cmd.through > conv.entries[-1].sequence):
             return SummaryApplied(session_id=cmd.session_id, applied=False)
         summary = Summary(version=current + 1, through=cmd.through, text=cmd.text, covered=cmd.covered)
         conv.set_summary(summary, self._pair_tokens(summary))
@@ -561,7 +611,7 @@ class AgentMemory:
     def _summary_failed(self, cmd: SummaryFailed) -> None:
         conv = self.sessions.get(cmd.session_id)
         self.summaries_failed += 1
-        if conv is None or conv.generation != cmd.generation:
+        if conv is None or conv.generation != cmd.generation or conv.pops != cmd.pops:
             return
         conv.pending_since = None
         conv.failures += 1
@@ -572,17 +622,23 @@ class AgentMemory:
 
     def _summary_job(self, conv: Conversation, policy: TokenBudget, cut: int) -> Job:
         start = conv.summary_index()
-        raws = [e.message for e in conv.entries[start:cut] if e.role not in SYSTEM_ROLES]
+        raws = [(e.message, bool(e.item)) for e in conv.entries[start:cut] if e.role not in SYSTEM_ROLES]
         previous = conv.summary.text if conv.summary is not None else None
         covered = (conv.summary.covered if conv.summary is not None else 0) + len(raws)
         base = conv.summary.version if conv.summary is not None else 0
         through = conv.entries[cut].sequence
-        session_id, generation = conv.session_id, conv.generation
+        session_id, generation, pops = conv.session_id, conv.generation, conv.pops
         summarizer, counter = self.settings.summarizer, self.settings.counter
         target = summary_target(policy)
 
         def work() -> str:
-            messages = [msgspec.json.decode(raw) for raw in raws]
+            messages: list[dict[str, Any]] = []
+            for raw, is_item in raws:
+                message = msgspec.json.decode(raw)
+                if is_item:  # a summarizer reads chat messages
+                    message = item_as_chat(message)
+                if message is not None:
+                    messages.append(message)
             text = summarizer.summarize(SummaryRequest(previous, messages, target, counter))
             if not isinstance(text, str):
                 raise TypeError(f"{summarizer!r} returned {type(text).__name__}, not str")
@@ -591,9 +647,9 @@ class AgentMemory:
         def deliver(result: JobResult) -> AgentCommand:
             if result.error is not None:
                 return SummaryFailed(session_id=session_id, generation=generation, base_version=base,
-                                     error=f"{type(result.error).__name__}: {result.error}")
+                                     error=f"{type(result.error).__name__}: {result.error}", pops=pops)
             return ApplySummary(session_id=session_id, generation=generation, base_version=base,
-                                through=through, text=str(result.value), covered=covered)
+                                through=through, text=str(result.value), covered=covered, pops=pops)
 
         return Job(work, deliver, name=f"agent.summarize {self.name}/{session_id}")
 

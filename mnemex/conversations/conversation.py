@@ -9,7 +9,7 @@ built by slicing, whatever the length of the history.
 from __future__ import annotations
 
 import bisect
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -39,18 +39,26 @@ class Summary(msgspec.Struct, frozen=True):
     covered: int = 0
 
 
-def summary_pair(summary: Summary) -> tuple[msgspec.Raw, msgspec.Raw]:
+def summary_pair(summary: Summary, items: bool = False) -> tuple[msgspec.Raw, msgspec.Raw]:
     """The two messages that inject a summary: an assistant call of the
-    ``memory_compress`` tool, and the tool's answer framing the summary."""
+    ``memory_compress`` tool, and the tool's answer framing the summary. With
+    ``items``, as OpenAI Responses items (``function_call`` and its output), for a
+    session stored as items."""
     call_id = f"memory_compress_{summary.version}"
-    call = {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [{"id": call_id, "type": "function",
-                        "function": {"name": "memory_compress", "arguments": "{}"}}],
-    }
-    result = {"role": "tool", "tool_call_id": call_id,
-              "content": f"{SUMMARY_OPEN}\n{summary.text}\n{SUMMARY_CLOSE}"}
+    framed = f"{SUMMARY_OPEN}\n{summary.text}\n{SUMMARY_CLOSE}"
+    call: dict[str, Any]
+    result: dict[str, Any]
+    if items:
+        call = {"type": "function_call", "call_id": call_id, "name": "memory_compress", "arguments": "{}"}
+        result = {"type": "function_call_output", "call_id": call_id, "output": framed}
+    else:
+        call = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": call_id, "type": "function",
+                            "function": {"name": "memory_compress", "arguments": "{}"}}],
+        }
+        result = {"role": "tool", "tool_call_id": call_id, "content": framed}
     return msgspec.Raw(_encode.encode(call)), msgspec.Raw(_encode.encode(result))
 
 
@@ -58,7 +66,10 @@ class Conversation:
     """A session: its entries and the indexes pruning needs. Owned by one AgentMemory.
 
     ``generation`` is the sequence the session was created at, so a result computed
-    for an earlier session of the same id is recognised and dropped.
+    for an earlier session of the same id is recognised and dropped; ``pops`` counts
+    the messages taken back (``pop``), so a summary asked for before one is dropped
+    too. ``items``: how many entries were stored as Responses items (a summary is
+    then injected as items).
     """
 
     __slots__ = (
@@ -71,12 +82,14 @@ class Conversation:
         "entries",
         "failures",
         "generation",
+        "items",
         "last_append",
         "lines",
         "pair",
         "pair_tokens",
         "pending_since",
         "policy",
+        "pops",
         "prune_logged",
         "retry_after",
         "session_id",
@@ -108,6 +121,8 @@ class Conversation:
         self.pair: tuple[msgspec.Raw, msgspec.Raw] | None = None
         self.pair_tokens = 0
         self.turns: list[TurnRecord] = []
+        self.items = 0
+        self.pops = 0
         self.cache: tuple[object, object] | None = None
         # summary jobs: transient, never persisted (a pending one is asked for again)
         self.pending_since: float | None = None
@@ -135,20 +150,63 @@ class Conversation:
             self.by_query[entry.query_id] = [index]
         else:
             bucket.append(index)
+        if entry.item:
+            self.items += 1
+            if self.items == 1:
+                self._reshape_pair()
+
+    def pop(self) -> MessageEntry:
+        """Take the newest entry off (the session must have one): every index is
+        unwound by one step, O(1). A summary or turn record that stood for it is the
+        caller's to adjust."""
+        entry = self.entries.pop()
+        index = len(self.entries)
+        if len(self.lines) > index:
+            del self.lines[index:]
+        self.cum.pop()
+        if entry.role in SYSTEM_ROLES:
+            self.sys_idx.pop()
+            self.sys_cum.pop()
+        elif entry.role == "user":
+            self.user_idx.pop()
+        self.calls.difference_update(entry.tool_call_ids)
+        bucket = self.by_query[entry.query_id]
+        bucket.pop()
+        if not bucket:
+            del self.by_query[entry.query_id]
+        if entry.item:
+            self.items -= 1
+            if not self.items:
+                self._reshape_pair()
+        if self.last_append >= index and index:
+            # the latest append is gone: the newest unit stands for it (a non-empty
+            # session never gives an empty context)
+            self.last_append = self.last_unit_start(0)
+        self.pops += 1
+        self.cache = None
+        return entry
 
     def reindex(self, entries: list[MessageEntry]) -> None:
         """Rebuild every index over ``entries`` (after old entries were dropped)."""
         calls = self.calls
         self.entries, self.lines, self.cum, self.sys_idx, self.sys_cum = [], [], [0], [], [0]
-        self.user_idx, self.by_query = [], {}
+        self.user_idx, self.by_query, self.items = [], {}, 0
         for entry in entries:
             self.add(entry)
         self.calls = calls  # a tool result may still answer a call that was dropped
+        if not self.items:
+            self._reshape_pair()
         self.cache = None
+
+    def _reshape_pair(self) -> None:
+        """The summary pair in the session's shape: items once it holds an item."""
+        if self.summary is not None:
+            self.pair = summary_pair(self.summary, items=self.items > 0)
+            self.cache = None
 
     def set_summary(self, summary: Summary | None, tokens: int) -> None:
         self.summary = summary
-        self.pair = summary_pair(summary) if summary is not None else None
+        self.pair = summary_pair(summary, items=self.items > 0) if summary is not None else None
         self.pair_tokens = tokens if summary is not None else 0
         self.cache = None
 
@@ -190,9 +248,11 @@ class Conversation:
 
     def is_chain_start(self, index: int) -> bool:
         """Whether a context may start at ``index``: not a tool result, not a system
-        message (those are kept anyway, and may sit inside a tool chain)."""
-        role = self.entries[index].role
-        return role not in TOOL_ROLES and role not in SYSTEM_ROLES
+        message (those are kept anyway, and may sit inside a tool chain), not an item
+        that joins the one before it (see ``mnemex.conversations.items``)."""
+        entry = self.entries[index]
+        role = entry.role
+        return role not in TOOL_ROLES and role not in SYSTEM_ROLES and not entry.joined
 
     def last_unit_start(self, lo: int) -> int:
         """Start of the newest unit at or after ``lo``: the latest message that is not a

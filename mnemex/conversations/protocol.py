@@ -21,6 +21,7 @@ __all__ = [
     "AgentRead",
     "AgentStats",
     "AgentWrite",
+    "AppendItems",
     "AppendMessages",
     "Appended",
     "ApplySummary",
@@ -48,6 +49,8 @@ __all__ = [
     "MessagePage",
     "Policy",
     "PolicySet",
+    "PopMessage",
+    "Popped",
     "PruningPolicy",
     "RelayChunk",
     "SearchTurns",
@@ -204,9 +207,17 @@ class TurnHit(msgspec.Struct, frozen=True):
 class MessageEntry(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """One stored message as the actor keeps it: the message JSON verbatim and what
     the actor derived from it (role, tokens, tool call ids). ``sequence`` is unique
-    and increasing across the agent, in insertion order; ``timestamp`` is seconds
-    since the epoch, given by whoever appended. Never tracked by the cyclic GC
-    (it holds no containers), so long histories cost collections nothing."""
+    and increasing across the agent, in insertion order (a popped message's number
+    is never given again); ``timestamp`` is seconds since the epoch, given by
+    whoever appended. Never tracked by the cyclic GC (it holds no containers), so
+    long histories cost collections nothing.
+
+    Entries stored as OpenAI Responses items (``AppendItems``) say so: ``item`` is
+    the item's type (``"message"`` for a message item, with ``role`` set;
+    ``"function_call"``, ``"reasoning"``... with ``role`` empty; ``"untyped"`` for an
+    object with neither a type nor a role); ``joined``: a
+    context never starts on it (see ``mnemex.conversations.items``). Chat messages
+    leave both at their defaults."""
 
     sequence: int
     timestamp: float
@@ -217,6 +228,8 @@ class MessageEntry(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     tokens: int = 0
     tool_call_ids: tuple[str, ...] = ()
     tool_call_id: str | None = None
+    item: str = ""
+    joined: bool = False
 
     def stored(self) -> StoredMessage:
         """The message as callers see it: its JSON decoded into a fresh dict."""
@@ -359,6 +372,15 @@ class Appended(Reply, frozen=True, kw_only=True, tag="agent.appended"):
     turn: TurnRecord | None = None
 
 
+class Popped(Reply, frozen=True, kw_only=True, tag="agent.popped"):
+    """The answer to PopMessage: the message taken off the end of the session (None
+    when it had none) and the session's message count after it."""
+
+    session_id: str
+    entry: MessageEntry | None
+    message_count: int
+
+
 class SessionCompleted(Reply, frozen=True, kw_only=True, tag="agent.completed"):
     session_id: str
     existed: bool
@@ -449,6 +471,28 @@ class AppendMessages(AgentCommand, frozen=True, tag="agent.append"):
     turn: Turn | None = None
 
 
+class AppendItems(AgentCommand, frozen=True, tag="agent.append_items"):
+    """Store ``items`` (OpenAI Responses input items, JSON objects, in order) in
+    ``session_id``, verbatim: items without a role (``function_call``,
+    ``function_call_output``, ``reasoning``...) as well as message items. All or
+    nothing; checked as items (``mnemex.conversations.items``), not as chat messages."""
+
+    session_id: str
+    items: list[msgspec.Raw] = msgspec.field(default_factory=list)
+    timestamp: float = 0.0
+    query_id: str | None = None
+    turn: Turn | None = None
+
+
+class PopMessage(AgentCommand, frozen=True, tag="agent.pop"):
+    """Take the newest message (or item) off the end of ``session_id`` and answer it
+    (Popped). Its sequence number is not given again; a summary that stood for it
+    is dropped (the next context read asks for a new one)."""
+
+    session_id: str
+    timestamp: float = 0.0
+
+
 class CompleteSession(AgentCommand, frozen=True, tag="agent.complete"):
     """Mark a session completed: its live subscribers get the end of the stream.
     A later append reopens it."""
@@ -509,6 +553,9 @@ class ApplySummary(AgentCommand, frozen=True, tag="agent.apply_summary"):
     through: int
     text: str
     covered: int = 0
+    pops: int = 0
+    """The session's pop count when the summary was asked for: a message popped since
+    may be one it stands for, so it is then ignored."""
 
 
 class SummaryFailed(AgentCommand, frozen=True, tag="agent.summary_failed"):
@@ -519,11 +566,15 @@ class SummaryFailed(AgentCommand, frozen=True, tag="agent.summary_failed"):
     generation: int
     base_version: int
     error: str = ""
+    pops: int = 0
 
 
 class GetHistory(AgentCommand, frozen=True, tag="agent.history"):
+    """Read: the session's entries, oldest first; ``last``: only the newest ``last``."""
+
     session_id: str
     now: float = 0.0
+    last: int | None = None
 
 
 class GetContext(AgentCommand, frozen=True, tag="agent.context"):
@@ -592,13 +643,13 @@ class ArchiveSession(AgentCommand, frozen=True, tag="agent.archive"):
 
 
 AgentWrite = (AppendMessages | CompleteSession | DeleteSession | DeleteAllSessions | SetPolicy | SetTtl
-              | ExpireSessions | ApplySummary)
+              | ExpireSessions | ApplySummary | AppendItems | PopMessage)
 AgentRead = (SummaryFailed | FindExpired | GetHistory | GetContext | ListMessages | ListSessions | GetStats
              | ListTurns | SearchTurns | WatchSession | RelayChunk | ArchiveSession)
 AgentCommandType = AgentWrite | AgentRead
 AGENT_WRITES: tuple[type[AgentCommand], ...] = (AppendMessages, CompleteSession, DeleteSession,
                                                 DeleteAllSessions, SetPolicy, SetTtl, ExpireSessions,
-                                                ApplySummary)
+                                                ApplySummary, AppendItems, PopMessage)
 
 
 def session_topic(session_id: str) -> str:

@@ -23,6 +23,7 @@ from mnemex.config import DEFAULT, UseDefault
 from mnemex.conversations.protocol import (
     AgentStats,
     Appended,
+    AppendItems,
     AppendMessages,
     ChunkRelayed,
     CompleteSession,
@@ -45,6 +46,8 @@ from mnemex.conversations.protocol import (
     MessagePage,
     Policy,
     PolicySet,
+    PopMessage,
+    Popped,
     RelayChunk,
     SearchTurns,
     SessionCompleted,
@@ -103,8 +106,9 @@ class AgentRef:
     """One agent's short-term memory, as the runtime serves it. Cheap to make; any
     number of refs to one name reach the same actor.
 
-    Messages are dicts in the OpenAI chat shape or ``mnemex.ChatMessage``; they are
-    stored verbatim (extra fields kept) and returned as dicts.
+    Messages are dicts in the OpenAI chat shape or ``mnemex.ChatMessage``
+    (``append``), or OpenAI Responses items (``append_items``); they are stored
+    verbatim (extra fields kept) and returned as dicts.
     """
 
     __slots__ = ("_configured", "_policy", "_ref", "_services", "_ttl", "name")
@@ -160,6 +164,26 @@ class AgentRef:
         raw = messages_to_raw(messages)
         command = AppendMessages(session_id=session_id, messages=raw, timestamp=time.time(),
                                  query_id=query_id, turn=turn)
+        return await self._appended(command, raw)
+
+    async def append_items(self, session_id: str, items: Iterable[Any], query_id: str | None = None,
+                           turn: Turn | None = None) -> Appended:
+        """Store OpenAI Responses input items (dicts or their JSON bytes) in order at the
+        end of the session, verbatim, all or none: messages and the items that have
+        no role (``function_call``, ``function_call_output``, ``reasoning``...). Any
+        JSON object is an item; a ``type``, if given, must be a string, and a message
+        (type "message", or a role and no type) must have a role of system,
+        developer, user or assistant; nothing else is checked. Contexts of the
+        session keep each model response whole and every output after its call (see
+        ``mnemex.conversations.items``)."""
+        if isinstance(items, Mapping | str | bytes):
+            raise InvalidInput("items must be a list of Responses items, not a single one", field="items")
+        raw = messages_to_raw(items, what="item", path="items")
+        command = AppendItems(session_id=session_id, items=raw, timestamp=time.time(), query_id=query_id,
+                              turn=turn)
+        return await self._appended(command, raw)
+
+    async def _appended(self, command: AppendMessages | AppendItems, raw: list[msgspec.Raw]) -> Appended:
         reply: Appended = await self._ask(command)
         hook = self._services.after_append
         if hook is not None and reply.count:
@@ -167,6 +191,17 @@ class AgentRef:
             if then is not None:
                 await then
         return reply
+
+    async def pop(self, session_id: str) -> StoredMessage | None:
+        """Take the newest message (or item) off the end of the session and return it;
+        None when the session is empty or unknown. O(1), journaled like an append;
+        its sequence number is not given again; live subscribers are not told. A
+        summary that stood for it is made again. Facts already extracted from it
+        stay, and extraction reads a session by position: a message appended after a
+        pop takes the popped one's position, which counts as read if extraction had
+        read that far."""
+        reply: Popped = await self._ask(PopMessage(session_id=session_id, timestamp=time.time()))
+        return reply.entry.stored() if reply.entry is not None else None
 
     async def complete(self, session_id: str) -> SessionCompleted:
         """Mark the session completed: live subscribers get the end of the stream. A
@@ -206,9 +241,11 @@ class AgentRef:
         return reply.session_ids
 
     # -- reading --------------------------------------------------------------------
-    async def history(self, session_id: str) -> list[StoredMessage]:
-        """Every stored message of the session, oldest first ([] for an unknown one)."""
-        entries: list[MessageEntry] = await self._ask(GetHistory(session_id=session_id, now=time.time()))
+    async def history(self, session_id: str, last: int | None = None) -> list[StoredMessage]:
+        """Every stored message of the session, oldest first ([] for an unknown one);
+        with ``last``, only the newest ``last`` of them (O(last))."""
+        entries: list[MessageEntry] = await self._ask(GetHistory(session_id=session_id, now=time.time(),
+                                                                 last=last))
         return [entry.stored() for entry in entries]
 
     async def context(self, session_id: str, max_tokens: int | None = None) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ from typing import Any, Final
 import msgspec
 
 from mnemex.conversations.conversation import Conversation, Summary
+from mnemex.conversations.items import recount_item_tokens
 from mnemex.conversations.protocol import MessageEntry, Policy, TurnRecord
 from mnemex.conversations.tokens import TokenCounter
 from mnemex.conversations.validation import recount_tokens
@@ -36,6 +37,7 @@ class _SessionLine(msgspec.Struct, tag="session", tag_field="type"):
     last_append: int
     completed: bool = False
     summary: Summary | None = None
+    pops: int = 0
 
 
 class _TurnLine(msgspec.Struct, tag="turn", tag_field="type"):
@@ -63,7 +65,7 @@ def encode_sessions(sessions: Iterable[Conversation], ranks: Mapping[str, int],
         last_append = entries[conv.last_append].sequence if conv.last_append < len(conv) else next_sequence
         records.append(_encode(_SessionLine(conv.session_id, conv.generation, conv.created_at,
                                             conv.updated_at, ranks.get(conv.session_id, 0), last_append,
-                                            conv.completed, conv.summary)))
+                                            conv.completed, conv.summary, conv.pops)))
         records += lines
         records += [_encode(_TurnLine(turn)) for turn in conv.turns]
     return records
@@ -93,7 +95,8 @@ def decode_sessions(name: str, records: Iterable[bytes],
                     raise CorruptData(f"agent {name!r} snapshot record {number} comes before any session")
                 entry = _decode_entry(line)
                 if recount is not None:
-                    entry = recount_tokens(entry, recount)
+                    recounted = recount_item_tokens if entry.item else recount_tokens
+                    entry = recounted(entry, recount)
                 else:
                     current.conv.lines.append(line)
                 current.conv.add(entry)
@@ -103,7 +106,7 @@ def decode_sessions(name: str, records: Iterable[bytes],
             raise CorruptData(f"agent {name!r} snapshot record {number}: {exc}") from exc
         if isinstance(item, _SessionLine):
             conv = Conversation(item.session_id, item.generation, item.created_at)
-            conv.updated_at, conv.completed = item.updated_at, item.completed
+            conv.updated_at, conv.completed, conv.pops = item.updated_at, item.completed, item.pops
             current = RestoredSession(conv, item.activity, item.last_append, item.summary)
             restored.append(current)
         elif current is None:

@@ -19,7 +19,8 @@ from mnemex.conversations.protocol import MessageEntry
 from mnemex.conversations.tokens import MESSAGE_OVERHEAD, TokenCounter, content_text, message_tokens
 from mnemex.errors import InvalidInput, TooLarge
 
-__all__ = ["ALLOWED_ROLES", "CheckedMessage", "check_message", "messages_to_raw", "recount_tokens"]
+__all__ = ["ALLOWED_ROLES", "CheckedMessage", "check_message", "check_raw", "messages_to_raw",
+           "recount_tokens"]
 
 ALLOWED_ROLES: Final = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 _PLAIN_ROLES: Final = frozenset({"system", "developer", "user", "assistant"})  # no tool_call_id to check
@@ -58,7 +59,8 @@ _encode = msgspec.json.Encoder()
 
 @dataclass(slots=True)
 class CheckedMessage:
-    """One message that passed: its raw JSON, what the agent indexes and counts."""
+    """One message that passed: its raw JSON, what the agent indexes and counts
+    (``item`` and ``joined``: see MessageEntry; a chat message leaves them unset)."""
 
     raw: msgspec.Raw
     role: str
@@ -67,6 +69,8 @@ class CheckedMessage:
     call_ids: tuple[str, ...]
     call_names: tuple[str, ...]
     tool_call_id: str | None
+    item: str = ""
+    joined: bool = False
 
 
 def _arguments_text(arguments: Any) -> str:
@@ -97,12 +101,7 @@ def check_message(raw: Any, index: int, counter: TokenCounter, limit: int, *,
             return _check_shape(shape, raw, index, counter, known_calls=known_calls,
                                 batch_calls=batch_calls)
     where = f"$.messages[{index}]"
-    if not isinstance(raw, msgspec.Raw):
-        raise InvalidInput(f"message {index} must be raw JSON (msgspec.Raw), got {type(raw).__name__}",
-                           field=where)
-    if len(raw) > limit:
-        raise TooLarge(f"message {index} is {len(raw):,} bytes; the limit is {limit:,} "
-                       f"(config.conversations.max_message_bytes)", field=where)
+    check_raw(raw, index, limit)
     try:
         shape = _decode_shape.decode(raw)
     except msgspec.ValidationError as exc:
@@ -116,6 +115,18 @@ def check_message(raw: Any, index: int, counter: TokenCounter, limit: int, *,
     except msgspec.DecodeError as exc:
         raise InvalidInput(f"message {index} is not valid JSON: {exc}", field=where) from exc
     return _check_shape(shape, raw, index, counter, known_calls=known_calls, batch_calls=batch_calls)
+
+
+def check_raw(raw: Any, index: int, limit: int, what: str = "message", path: str = "messages") -> None:
+    """InvalidInput unless ``raw`` is raw JSON (msgspec.Raw); TooLarge when it is over
+    ``limit`` bytes. ``what`` and ``path`` name it (``message 3``, ``$.messages[3]``)."""
+    where = f"$.{path}[{index}]"
+    if not isinstance(raw, msgspec.Raw):
+        raise InvalidInput(f"{what} {index} must be raw JSON (msgspec.Raw), got {type(raw).__name__}",
+                           field=where)
+    if len(raw) > limit:
+        raise TooLarge(f"{what} {index} is {len(raw):,} bytes; the limit is {limit:,} "
+                       f"(config.conversations.max_message_bytes)", field=where)
 
 
 def _check_shape(shape: _Shape, raw: msgspec.Raw, index: int, counter: TokenCounter, *,
@@ -177,27 +188,28 @@ def recount_tokens(entry: MessageEntry, counter: TokenCounter) -> MessageEntry:
     return msgspec.structs.replace(entry, tokens=message_tokens(counter, text, other, extras))
 
 
-def messages_to_raw(messages: Iterable[Any]) -> list[msgspec.Raw]:
-    """Chat messages (dicts, ChatMessage structs, JSON bytes or Raw) as raw JSON objects."""
+def messages_to_raw(messages: Iterable[Any], *, what: str = "message",
+                    path: str = "messages") -> list[msgspec.Raw]:
+    """Chat messages (dicts, ChatMessage structs, JSON bytes or Raw) as raw JSON objects
+    (``what`` and ``path`` name them in errors: ``item 2``, ``$.items[2]``)."""
     out: list[msgspec.Raw] = []
     for index, message in enumerate(messages):
+        where = f"$.{path}[{index}]"
         if isinstance(message, msgspec.Raw | bytes | bytearray | memoryview):
             data = bytes(message)
             if b"\n" in data or b"\r" in data:  # a journal line holds no line break: compact it
                 try:
                     data = _encode.encode(msgspec.json.decode(data))
                 except msgspec.MsgspecError as exc:
-                    raise InvalidInput(f"message {index} is not valid JSON: {exc}",
-                                       field=f"$.messages[{index}]") from exc
+                    raise InvalidInput(f"{what} {index} is not valid JSON: {exc}", field=where) from exc
             out.append(msgspec.Raw(data))
         elif isinstance(message, Mapping | msgspec.Struct):
             try:
                 value = message if isinstance(message, dict | msgspec.Struct) else dict(message)
                 out.append(msgspec.Raw(_encode.encode(value)))
             except (TypeError, ValueError, OverflowError) as exc:
-                raise InvalidInput(f"message {index} cannot be encoded as JSON: {exc}",
-                                   field=f"$.messages[{index}]") from exc
+                raise InvalidInput(f"{what} {index} cannot be encoded as JSON: {exc}", field=where) from exc
         else:
-            raise InvalidInput(f"message {index} must be a dict or a mnemex.ChatMessage, "
-                               f"got {type(message).__name__}", field=f"$.messages[{index}]")
+            shapes = "a dict or a mnemex.ChatMessage" if what == "message" else "a dict"
+            raise InvalidInput(f"{what} {index} must be {shapes}, got {type(message).__name__}", field=where)
     return out

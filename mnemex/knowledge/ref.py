@@ -101,12 +101,16 @@ def provider_reader(provider: Callable[[int, int], Any]) -> ReadMessages:
 
 def agent_reader(entries: Callable[..., Awaitable[Any]], session_id: str) -> ReadMessages:
     """A reader over one session of an agent (``AgentRef.entries``): position i is the
-    session's i-th stored message."""
+    session's i-th stored message. Items stored without a role (OpenAI Responses
+    ``function_call``, ``function_call_output``, ``reasoning``...) say nothing to
+    extract from: they are skipped, their positions left out."""
 
     async def read(first: int, upto: int) -> Sequence[SourceMessage]:
         page = await entries(session_id, None, upto - first, first)
         out = []
         for i, entry in enumerate(page.entries):
+            if entry.item and not entry.role:
+                continue
             message = msgspec.json.decode(entry.message)
             out.append(_message_of(first + i, message, entry.timestamp))
         return out

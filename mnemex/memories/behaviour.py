@@ -42,6 +42,7 @@ import logging
 import math
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
+from functools import partial
 from typing import Any, Literal
 
 import msgspec
@@ -81,11 +82,12 @@ from mnemex.memories.fields import (
     record_of,
 )
 from mnemex.memories.filters import FilterTable, compile_filter
-from mnemex.memories.knowledge import Applied, apply_facts, check_facts, history_of
+from mnemex.memories.knowledge import Applied, apply_facts, check_facts, history_of, with_change
 from mnemex.memories.protocol import (
     SCOPE_WRITES,
     AddSession,
     ApplyExtraction,
+    Change,
     CountMemories,
     Extracted,
     ExtractionFailed,
@@ -117,7 +119,7 @@ from mnemex.memories.protocol import (
     UpdateMemory,
 )
 from mnemex.memories.ranking import CosineScale, Ranker
-from mnemex.memories.sessions import session_memories
+from mnemex.memories.sessions import session_echoes, session_memories
 from mnemex.memories.snapshot import (
     HNSW_SIDECAR,
     SNAPSHOT_FORMAT,
@@ -206,6 +208,7 @@ class ScopeSettings:
     fold_accents: bool = True
     context_window: int = 2
     context_weight: float = 0.5
+    archive_merge_echoes: bool = True
     graph_stale: float = 60.0
     cursor: CursorSettings = dataclasses.field(default_factory=CursorSettings)
     extract: RunExtraction | None = None
@@ -251,6 +254,30 @@ def _check_session_memories(session_id: Any, memories: Any) -> None:
                                f"session_id {memory.session_id!r}", field="session_id")
 
 
+def _checked_echoes(echo_of: Any, memories: Sequence[Any]) -> list[tuple[int, int | str]]:
+    """An AddSession's ``echo_of`` as (position of the echo, position of the user's
+    memory in the command, or the id of one stored already)."""
+    if not isinstance(echo_of, Mapping):
+        raise InvalidInput("echo_of must be an object of memory id: memory id", field="echo_of")
+    if not echo_of:
+        return []
+    positions: dict[str, int] = {}
+    for position, memory in enumerate(memories):
+        if isinstance(memory, NewMemory):
+            positions.setdefault(memory.id, position)
+    echoes: list[tuple[int, int | str]] = []
+    for echo, given in echo_of.items():
+        at = positions.get(echo) if isinstance(echo, str) else None
+        if at is None:
+            raise InvalidInput(f"echo_of names {echo!r}, which is not one of the session's memories",
+                               field="echo_of")
+        target = check_memory_id(given, "echo_of")
+        if target == echo:
+            raise InvalidInput(f"echo_of says memory {echo!r} echoes itself", field="echo_of")
+        echoes.append((at, positions.get(target, target)))
+    return echoes
+
+
 # -- internal commands (never journaled) ------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class GraphReady:
@@ -267,6 +294,16 @@ class SessionEmbedFailed:
 
     session_id: str
     error: str
+
+
+# -- echoes of a session, merged (memories.sessions decides which) ---------------------------------
+def _merged_echo(record: MemoryRecord, *, into: str, now: float) -> MemoryRecord:
+    return with_change(record, Change(at=now, op="merged", by="archive", other=into, note="echo"),
+                       status="merged", merged_into=into)
+
+
+def _absorbed_echo(record: MemoryRecord, *, echo: str, now: float) -> MemoryRecord:
+    return with_change(record, Change(at=now, op="absorbed", by="archive", other=echo, note="echo"))
 
 
 # -- the behaviour ---------------------------------------------------------------------------------
@@ -352,7 +389,8 @@ class ScopeMemory:
 
     def change_record(self, memory_id: str, change: Callable[[MemoryRecord], MemoryRecord]) -> None:
         """Replace a memory's record by ``change(record)``: fields that no index but the
-        filter columns read (status, importance, links, history...); the content stays."""
+        filter columns read (status, importance, links, history...); the content stays.
+        A record placed but not indexed yet (a run of a replay) is indexed as changed."""
         doc = self.doc_of.get(memory_id)
         if doc is None:
             return
@@ -361,9 +399,12 @@ class ScopeMemory:
         if new is old:
             return
         assert new.content == old.content and new.id == old.id
-        self.table.remove(doc, old)
+        indexed = doc < self.table.capacity and bool(self.table.live[doc])
+        if indexed:
+            self.table.remove(doc, old)
         self.docs[doc] = new
-        self.table.add(doc, new)
+        if indexed:
+            self.table.add(doc, new)
 
     def place_records(self, placed: Sequence[tuple[MemoryRecord, bytes | None]], embedder: str | None,
                       dim: int) -> None:
@@ -395,9 +436,8 @@ class ScopeMemory:
             case Remember(memories=memories, embedder=embedder, dim=dim, now=now):
                 ids, created = self._remember(memories, embedder, dim, now)
                 return self._with_graph(Remembered(ids=ids, created=created))
-            case AddSession(session_id=session_id, memories=memories, embedder=embedder, dim=dim, now=now):
-                _check_session_memories(session_id, memories)
-                return self._with_graph(self._add_session(session_id, memories, embedder, dim, now))
+            case AddSession():
+                return self._with_graph(self._add_session(command))
             case GetMemory(id=memory_id):
                 record = self.record(memory_id) if isinstance(memory_id, str) else None
                 if record is None:
@@ -579,9 +619,11 @@ class ScopeMemory:
     def _replay(self, commands: Iterable[Any], placed: list[tuple[int, MemoryRecord]],
                 vectors: list[tuple[int, bytes]]) -> None:
         for command in commands:
+            echoes: list[tuple[int, int | str]] = []
             try:
                 if isinstance(command, AddSession):
                     _check_session_memories(command.session_id, command.memories)
+                    echoes = _checked_echoes(command.echo_of, command.memories)
                 elif not isinstance(command, Remember):
                     self._index_many(placed)
                     self._add_vectors(vectors)
@@ -593,6 +635,8 @@ class ScopeMemory:
                 log.warning("scope %s: replay: %s refused, as it would have been when it arrived: %s",
                             self._name, type(command).__name__, exc)
                 continue
+            if echoes:
+                self._merge_echoes(echoes, accepted[0], accepted[1], command.now)
             placed += accepted[2]
             vectors += accepted[3]
         self._index_many(placed)
@@ -616,6 +660,7 @@ class ScopeMemory:
         older neighbour whose context changed is re-ranked once."""
         if not placed:
             return
+        placed = [(doc, self._record_at(doc)) for doc, _ in placed]  # as changed since they were placed
         changed: list[tuple[int, str | None]] = []
         if contexts is None:
             contexts, changed = self._join_sessions(placed)
@@ -855,30 +900,71 @@ class ScopeMemory:
             if memory.content not in self.by_content and memory.content not in fresh:
                 fresh.add(memory.content)
                 todo.append(i)
+        echo_of = session_echoes(memories) if self.settings.archive_merge_echoes else {}
+        if not todo:  # stored already, every text of it: nothing changes
+            return self._with_graph(self._add_session(AddSession(session_id=session_id, memories=memories,
+                                                                 now=now, echo_of=echo_of)))
         embed = self.settings.embed
         name, dim = self.settings.embedder_name, self.settings.embedder_dim
-        if not todo or embed is None or name is None:
-            return self._with_graph(self._add_session(session_id, memories, None, 0, now))
         texts = [memories[i].content for i in todo]
 
-        async def work() -> npt.NDArray[np.float32]:
-            return await embed(texts)
+        async def work() -> npt.NDArray[np.float32] | None:
+            return None if embed is None or name is None else await embed(texts)
 
         def deliver(result: JobResult) -> AddSession | SessionEmbedFailed:
             if result.error is not None:
                 return SessionEmbedFailed(session_id, f"{type(result.error).__name__}: {result.error}")
+            if result.value is None:  # no embedder: stored without vectors (and journaled, as a write)
+                return AddSession(session_id=session_id, memories=memories, now=now, echo_of=echo_of)
             with_vectors = list(memories)
             for row, i in enumerate(todo):
                 vector = encode_vector(result.value[row])
                 with_vectors[i] = msgspec.structs.replace(memories[i], vector=vector)
-            return AddSession(session_id=session_id, memories=with_vectors, embedder=name, dim=dim, now=now)
+            return AddSession(session_id=session_id, memories=with_vectors, embedder=name, dim=dim, now=now,
+                              echo_of=echo_of)
 
         return Step(None, (Job(work, deliver, name=f"scope.embed-session {self.app_name}/{self.user_id}",
                                answers=True),))
 
-    def _add_session(self, session_id: str, memories: Any, embedder: Any, dim: Any, now: Any) -> SessionAdded:
-        ids, created = self._remember(memories, embedder, dim, now)
-        return SessionAdded(session_id=session_id, ids=ids, added=sum(created))
+    def _add_session(self, cmd: AddSession) -> SessionAdded:
+        """Store a session's memories; the new ones that echo a user's statement
+        (``cmd.echo_of``) are stored merged into it."""
+        _check_session_memories(cmd.session_id, cmd.memories)
+        echoes = _checked_echoes(cmd.echo_of, cmd.memories)
+        ids, created, placed, vectors = self._accept(cmd.memories, cmd.embedder, cmd.dim, cmd.now)
+        merged = self._merge_echoes(echoes, ids, created, cmd.now) if echoes else []
+        self._index_many(placed)
+        self._add_vectors(vectors)
+        return SessionAdded(session_id=cmd.session_id, ids=ids, added=sum(created), merged=merged)
+
+    def _merge_echoes(self, echoes: Sequence[tuple[int, int | str]], ids: Sequence[str],
+                      created: Sequence[bool], now: float) -> list[str]:
+        """Mark each new echo merged into the user's memory it restates (followed to
+        the active memory that replaced it, if it was merged or superseded; an echo
+        whose statement is gone stays active), with a Change on both; the ids of
+        those merged. Runs after the command was accepted: never raises."""
+        merged: list[str] = []
+        for at, target in echoes:
+            if not created[at]:
+                continue  # stored before: left as it is
+            echo = ids[at]
+            head = self._active_head(ids[target] if isinstance(target, int) else target)
+            if head is None or head == echo:
+                continue
+            self.change_record(echo, partial(_merged_echo, into=head, now=now))
+            self.change_record(head, partial(_absorbed_echo, echo=echo, now=now))
+            merged.append(echo)
+        return merged
+
+    def _active_head(self, memory_id: str) -> str | None:
+        """The memory, or the active one that replaced it (None: neither is stored)."""
+        record = self.record(memory_id)
+        for _ in range(16):
+            if record is None or record.active:
+                break
+            successor = record.merged_into or record.superseded_by
+            record = self.record(successor) if successor is not None else None
+        return record.id if record is not None and record.active else None
 
     # -- the knowledge layer ------------------------------------------------------------------------
     def _apply_extraction(self, cmd: ApplyExtraction) -> Any:

@@ -38,7 +38,7 @@ from mnemex.memories.snapshot import decode_vector
 if TYPE_CHECKING:
     from mnemex.memories.behaviour import ScopeMemory
 
-__all__ = ["Applied", "apply_facts", "check_facts", "history_of"]
+__all__ = ["Applied", "apply_facts", "check_facts", "history_of", "with_change"]
 
 
 @dataclass(slots=True)
@@ -59,7 +59,9 @@ def _capped(items: tuple[object, ...], limit: int) -> tuple[object, ...]:
     return items[:1] + items[len(items) - limit + 1:]
 
 
-def _with_change(record: MemoryRecord, change: Change, **changes: object) -> MemoryRecord:
+def with_change(record: MemoryRecord, change: Change, **changes: object) -> MemoryRecord:
+    """``record`` with ``change`` appended to its history (the first and the latest
+    ``MAX_CHANGES`` kept) and ``changes`` made."""
     history = _capped((*record.history, change), MAX_CHANGES)
     return msgspec.structs.replace(record, history=history, **changes)
 
@@ -161,7 +163,7 @@ def apply_facts(scope: ScopeMemory, cmd: ApplyExtraction, facts: Sequence[tuple[
             continue
         if op.kind == "merge":
             assert op.target is not None
-            record = _with_change(record, Change(at=cmd.now, op="merged", by=by, other=op.target,
+            record = with_change(record, Change(at=cmd.now, op="merged", by=by, other=op.target,
                                                  source=source), status="merged", merged_into=op.target)
             scope.change_record(op.target, partial(_absorbed, wording=record, by=by, now=cmd.now,
                                                    op="absorbed"))
@@ -169,7 +171,7 @@ def apply_facts(scope: ScopeMemory, cmd: ApplyExtraction, facts: Sequence[tuple[
         elif op.kind == "supersede":
             assert op.target is not None
             ended = record.valid_at if record.valid_at is not None else record.timestamp
-            record = _with_change(record, Change(at=cmd.now, op="supersedes", by=by, other=op.target,
+            record = with_change(record, Change(at=cmd.now, op="supersedes", by=by, other=op.target,
                                                  source=source))
             scope.change_record(op.target, partial(_superseded, by_id=record.id, ended=ended, source=source,
                                                    by=by, now=cmd.now))
@@ -195,7 +197,7 @@ def apply_facts(scope: ScopeMemory, cmd: ApplyExtraction, facts: Sequence[tuple[
 def _absorbed(old: MemoryRecord, *, wording: MemoryRecord, by: str, now: float, op: str) -> MemoryRecord:
     """``old`` stated again (``op`` reinforced) or absorbing a merged wording."""
     source = wording.sources[0] if wording.sources else None
-    return _with_change(old, Change(at=now, op=op, by=by, other=wording.id if op == "absorbed" else None,
+    return with_change(old, Change(at=now, op=op, by=by, other=wording.id if op == "absorbed" else None,
                                     source=source),
                         reinforced=old.reinforced + 1, importance=max(old.importance, wording.importance),
                         sources=_capped((*old.sources, *wording.sources), MAX_SOURCES))
@@ -204,13 +206,13 @@ def _absorbed(old: MemoryRecord, *, wording: MemoryRecord, by: str, now: float, 
 def _superseded(old: MemoryRecord, *, by_id: str, ended: float, source: SourceRef | None, by: str,
                 now: float) -> MemoryRecord:
     began = old.valid_at if old.valid_at is not None else old.timestamp
-    return _with_change(old, Change(at=now, op="superseded", by=by, other=by_id, source=source),
+    return with_change(old, Change(at=now, op="superseded", by=by, other=by_id, source=source),
                         status="superseded", superseded_by=by_id, invalid_at=max(ended, began))
 
 
 def _reactivated(old: MemoryRecord, *, since: float, source: SourceRef | None, by: str,
                  now: float) -> MemoryRecord:
-    return _with_change(old, Change(at=now, op="reactivated", by=by, source=source), status="active",
+    return with_change(old, Change(at=now, op="reactivated", by=by, source=source), status="active",
                         superseded_by=None, invalid_at=None, valid_at=since)
 
 

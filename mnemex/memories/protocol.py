@@ -81,8 +81,10 @@ class Change(msgspec.Struct, frozen=True, omit_defaults=True):
     merged into it), merged (it was merged into ``other``), superseded (by
     ``other``), supersedes (it replaced ``other``), linked (to ``other``: it extends
     it, or conflicts with it when ``note`` says so), reactivated, updated. ``by``:
-    the extractor (``rules``, ``llm:<model>:<prompt>``) or ``user``; ``source``: the
-    messages that said so."""
+    the extractor (``rules``, ``llm:<model>:<prompt>``), ``archive`` (an
+    assistant's echo of the user's statement merged into it when its session was
+    archived, ``note`` ``echo``) or ``user``; ``source``: the messages that said
+    so."""
 
     at: float
     op: str
@@ -155,12 +157,16 @@ class Event(msgspec.Struct, frozen=True, omit_defaults=True):
     """One event of a finished session: who said it, what, and when (seconds since
     the epoch). ``content`` is text, or a message content in the chat shapes (a list
     of parts, or an object with ``parts``/``text``); events without text are skipped
-    when the session goes into memory."""
+    when the session goes into memory. ``role``: the speaker's role (``user``,
+    ``assistant``, ``tool``...) when the author is a name; None reads it from the
+    author (``user``, or the session's user id, is the user; an agent's name an
+    assistant)."""
 
     author: str
     content: Any = None
     timestamp: float = 0.0
     id: str | None = None
+    role: str | None = None
 
 
 class Session(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -236,13 +242,17 @@ class Remember(ScopeCommand, frozen=True, tag="scope.remember"):
 
 
 class AddSession(ScopeCommand, frozen=True, tag="scope.add_session"):
-    """Store the text events of a finished session (``memories``, one per event)."""
+    """Store the text events of a finished session (``memories``, one per event).
+    ``echo_of``: memories that only restate a user's statement (the id of one of
+    ``memories`` -> the id of the user's memory, among ``memories`` or stored
+    already), stored merged into it when they are new (``memories.sessions``)."""
 
     session_id: str
     memories: list[NewMemory] = msgspec.field(default_factory=list)
     embedder: str | None = None
     dim: int = 0
     now: float = 0.0
+    echo_of: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class UpdateMemory(ScopeCommand, frozen=True, tag="scope.update"):
@@ -347,11 +357,13 @@ class Remembered(Reply, frozen=True, kw_only=True, tag="scope.remembered"):
 
 
 class SessionAdded(Reply, frozen=True, kw_only=True, tag="scope.session_added"):
-    """``ids``: the memory of each text event; ``added``: how many were new."""
+    """``ids``: the memory of each text event; ``added``: how many were new;
+    ``merged``: the new ones stored merged into the user's statement they echo."""
 
     session_id: str
     ids: list[str]
     added: int
+    merged: list[str] = msgspec.field(default_factory=list)
 
 
 class Updated(Reply, frozen=True, kw_only=True, tag="scope.updated"):

@@ -79,7 +79,7 @@ from mnemex.memories.protocol import (
     Vectors,
 )
 from mnemex.memories.queries import query_texts
-from mnemex.memories.sessions import session_memories
+from mnemex.memories.sessions import session_echoes, session_memories
 from mnemex.memories.snapshot import encode_vector
 from mnemex.memories.transfer import (
     ExportedMemory,
@@ -294,9 +294,12 @@ class ScopeRef:
 
     async def add_session(self, session: Session) -> SessionAdded:
         """Store every event of a finished session that has text as a memory of this
-        scope (author, timestamp and session id kept; a text past the content limit
-        is cut at whitespace into several memories). Adding a session again adds
-        nothing twice."""
+        scope (kind ``message``; author, timestamp, session id and the speaker's role,
+        ``metadata["role"]``, kept; a text past the content limit is cut at whitespace
+        into several memories). An assistant's message that only restates what the
+        user said is stored merged into the user's (``config.memories.
+        archive_merge_echoes``; see ``mnemex.memories.sessions``). Adding a session
+        again adds nothing twice."""
         if not isinstance(session, Session):
             raise InvalidInput(f"add_session takes a mnemex.Session, got {type(session).__name__}",
                                field="session")
@@ -314,21 +317,28 @@ class ScopeRef:
         now = time.time()
         memories = session_memories(msgspec.structs.replace(session, events=events),
                                     self._services.ids.reserve(now), self._config.memories.max_content_bytes)
+        echo_of = session_echoes(memories) if self._config.memories.archive_merge_echoes else {}
         embedder = self.embedder
         ids: list[str] = []
         added = 0
+        merged: list[str] = []
+        stored: dict[str, str] = {}  # id in an earlier command -> the id stored (its content's, if known)
         step = self._config.memories.max_memories_per_command
         for start in range(0, max(1, len(memories)), step):
             chunk = memories[start:start + step]
             vectors = await self._embed([memory.content for memory in chunk])
             with_vectors = [msgspec.structs.replace(memory, vector=vector)
                             for memory, vector in zip(chunk, vectors, strict=True)]
+            echoes = {memory.id: stored.get(echo_of[memory.id], echo_of[memory.id])
+                      for memory in chunk if memory.id in echo_of}
             reply: SessionAdded = await self._ref.ask(AddSession(
                 session_id=session.id, memories=with_vectors, embedder=embedder.name, dim=embedder.dim,
-                now=now))
+                now=now, echo_of=echoes))
             ids.extend(reply.ids)
             added += reply.added
-        return SessionAdded(session_id=session.id, ids=ids, added=added)
+            merged.extend(reply.merged)
+            stored.update(zip((memory.id for memory in chunk), reply.ids, strict=True))
+        return SessionAdded(session_id=session.id, ids=ids, added=added, merged=merged)
 
     # -- reading ----------------------------------------------------------------------------
     async def get(self, memory_id: str) -> MemoryRecord:
@@ -708,9 +718,11 @@ async def archive_session(services: ScopeServices, agent_kind: str, agent_name: 
                           user_id: str, app_name: str) -> SessionAdded:
     """Move one session of an agent's short-term memory into the long-term memory of
     (app_name, user_id), actor to actor: the agent sends the session's user and
-    assistant messages with text (author: the message's name or role) to the scope,
-    which embeds them beside itself and stores them; the answer comes from the
-    scope. The agent keeps the session. Adding it again adds nothing twice.
+    assistant messages with text (author: the message's name or role; the role
+    kept too) to the scope, which embeds them beside itself and stores them, an
+    assistant's echo of the user's statement merged into it (as ``add_session``);
+    the answer comes from the scope. The agent keeps the session. Adding it again
+    adds nothing twice.
     NotFound when the agent has no such session (or it has no text)."""
     for value, what in ((user_id, "user_id"), (app_name, "app_name")):
         if not isinstance(value, str) or not value:

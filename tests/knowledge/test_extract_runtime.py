@@ -202,3 +202,19 @@ async def test_a_malformed_answer_is_retried_once_and_its_usage_is_kept(tmp_path
         assert caught.value.reason == "malformed" and llm.calls == 2
         [status] = await rt.scope(user_id="ana", app_name="chat").extraction_status()
         assert status.failures == 1 and len(status.dead_letters) == 1
+
+
+async def test_an_agent_may_have_a_buffer_of_its_own(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.add("Lisbon", LISBON)
+    async with mnemex.open_runtime(config(tmp_path, llm, knowledge_turns=50)) as rt:
+        rt.extract_automatically("assistant", app_name="chat", user_id="ana", turns=1)
+        await rt.agent("assistant").append("s1", [{"role": "user", "content": "I live in Lisbon."}])
+        scope = rt.scope(user_id="ana", app_name="chat")
+
+        async def stored() -> bool:
+            return await scope.count() == 1
+
+        await eventually(stored, what="the fact of a one-message buffer")
+        with pytest.raises(mnemex.InvalidInput) as caught:
+            rt.extract_automatically("assistant", app_name="chat", user_id="ana", turns=0)
+        assert caught.value.field == "turns"

@@ -475,7 +475,7 @@ async def test_archive_embeds_beside_the_scope_while_agent_and_scope_keep_servin
         memories = (await scope.memories(limit=None)).memories
         assert [(m.author, m.content) for m in memories] == [("ann", "My sister lives in Oslo"),
                                                               ("assistant", "Nice, Norway!")]
-        assert memories[0].metadata == {"event_id": "assistant/s1/1"}
+        assert memories[0].metadata == {"event_id": "assistant/s1/1", "role": "user"}
         assert memories[0].id < memories[1].id  # ids from one block, in order
         # the second archive embeds only the message that is new
         calls = embedder.calls
