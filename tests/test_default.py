@@ -35,7 +35,7 @@ async def test_a_search_cuts_at_the_modes_score_by_default_and_nowhere_under_non
         scope = rt.scope(user_id="u", app_name="app")
         await scope.remember("the user writes Java at a bank in Lisbon")
         await scope.remember("a cat sleeps on the sofa")
-        # the hashing embedder's vector cut is 0.7: an unrelated query finds nothing
+        # the vector cut (0.25 on the calibrated scale): an unrelated query finds nothing
         assert (await scope.search("weather forecast", mode="vector")).hits == []
         everything = await scope.search("weather forecast", mode="vector", min_score=None)
         assert len(everything.hits) == 2

@@ -17,16 +17,11 @@ memory has a dense int doc id in the indexes; doc ids are part of the state
 (snapshotted with the records, freed ids reused last-in first-out), so ties
 break the same way after a restart.
 
-Scores are in 0..1 in every mode, so hits of different scopes compare:
-
-* keyword: distinct query words matched / distinct query words;
-* fulltext: BM25 (plus ``entity_boost`` per named entity, in units of the
-  query's average term weight) over the query's "ideal" score, the BM25 of an
-  average-length memory holding each query term once, capped at 1;
-* vector: cosine similarity;
-* hybrid: the relevance (weighted sum of fulltext and vector, or reciprocal
-  rank fusion scaled to 0..1), then ``(1 - s) * relevance + w_i * importance +
-  w_r * recency + w_a * access`` with s the sum of the three weights.
+Scores are in 0..1 in every mode and mean the same in every scope and with every
+embedder (keyword: words matched; fulltext: the query's weight of words held;
+vector: the cosine calibrated for the embedder; hybrid: their fusion, with a full-text
+weight that adapts to the query, and a lift for memories from a period the query
+names): :mod:`mnemex.memories.ranking` says how.
 
 Knowledge: facts extracted from conversations arrive as one journaled
 ``ApplyExtraction`` per job and are consolidated into the records
@@ -136,7 +131,7 @@ from mnemex.memories.protocol import (
     Updated,
     UpdateMemory,
 )
-from mnemex.memories.ranking import Ranker
+from mnemex.memories.ranking import CosineScale, Ranker
 from mnemex.memories.sessions import session_echoes, session_memories
 from mnemex.memories.snapshot import (
     HNSW_SIDECAR,
@@ -203,13 +198,18 @@ class ScopeSettings:
     hnsw_sidecar: bool = True
     hnsw_threads: int = 1
     search_mode: Literal["keyword", "fulltext", "vector", "hybrid"] = "hybrid"
-    vector_min_score: float = 0.7
-    hybrid_min_score: float = 0.1
+    vector_min_score: float | None = 0.25
+    hybrid_min_score: float | None = 0.25
+    cosine_floor: float = 0.2
+    cosine_ceiling: float = 0.65
+    cosine_crowded: float = 0.44
     fusion: Literal["weighted", "rrf"] = "weighted"
     fusion_fulltext_weight: float = 0.7
     fusion_vector_weight: float = 0.3
+    fusion_adaptive: bool = True
     fusion_rrf_k: float = 60.0
     fusion_candidates: int = 30
+    date_weight: float = 0.2
     rank_importance_weight: float = 0.0
     rank_recency_weight: float = 0.0
     rank_access_weight: float = 0.0
@@ -217,7 +217,7 @@ class ScopeSettings:
     entity_boost: float = 1.0
     bm25_k1: float = 1.5
     bm25_b: float = 0.75
-    fulltext_stem: bool | str = False
+    fulltext_stem: bool | str = True
     fold_accents: bool = True
     context_window: int = 2
     context_weight: float = 0.5
@@ -229,25 +229,24 @@ class ScopeSettings:
 
     @classmethod
     def from_config(cls, config: Config, *, embedder_name: str | None = None, embedder_dim: int = 0,
-                    embedder_min_score: float = 0.7, embed: EmbedTexts | None = None) -> ScopeSettings:
+                    embedder_cosines: CosineScale | None = None,
+                    embed: EmbedTexts | None = None) -> ScopeSettings:
         """Every setting of ``config.memories`` (the names are the same) and the batch
-        size of ``config.models``, with the configured model's name, dimension, default
-        vector cut and ``embed``."""
+        size of ``config.models``, with the configured model's name, dimension, cosine
+        scale (the ``cosine_*`` settings left None take it) and ``embed``."""
         section = config.memories
         shared: dict[str, Any] = {f.name: getattr(section, f.name) for f in fields(cls)
                                   if f.name in section.__struct_fields__}
+        own = embedder_cosines if embedder_cosines is not None else CosineScale()
+        for name in ("floor", "ceiling", "crowded"):
+            if shared.get(f"cosine_{name}") is None:
+                shared[f"cosine_{name}"] = float(getattr(own, name))
         shared["embed_batch_size"] = config.models.embed_batch_size
         knowledge = config.knowledge
         shared["cursor"] = CursorSettings(
             turns=knowledge.turns, tokens=knowledge.tokens, idle=knowledge.idle,
             job_timeout=knowledge.job_timeout, max_attempts=knowledge.max_attempts, backoff=knowledge.backoff,
             max_backoff=knowledge.max_backoff, max_batch=knowledge.max_batch)
-        if shared.get("vector_min_score") is None:  # the embedder's own
-            shared["vector_min_score"] = float(embedder_min_score)
-        if shared.get("hybrid_min_score") is None:
-            weights = config.memories.fusion_vector_weight + config.memories.fusion_fulltext_weight
-            share = config.memories.fusion_vector_weight / weights
-            shared["hybrid_min_score"] = round(min(0.1, share * shared["vector_min_score"]), 6)
         return cls(embedder_name=embedder_name, embedder_dim=embedder_dim, embed=embed, **shared)
 
     def vector_params(self) -> dict[str, Any]:
@@ -1162,7 +1161,8 @@ class ScopeMemory:
         allowed = self._allowed(cmd.filter, cmd.include_history, cmd.as_of)
         if allowed is not None and not allowed.any():
             return SearchResult(hits=[], mode=mode)
-        ranker = Ranker(self.keyword, self.bm25, self.entities, self.vectors, settings, self._record_at)
+        ranker = Ranker(self.keyword, self.bm25, self.entities, self.vectors, self.table, settings,
+                        self._record_at)
         if mode == "keyword":
             ranked = ranker.keyword_ranked(query, top_k, allowed)
         elif mode == "fulltext":

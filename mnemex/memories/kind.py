@@ -20,9 +20,10 @@ from mnemex.errors import InvalidInput
 from mnemex.kernel import ActorKind
 from mnemex.memories.behaviour import EmbedTexts, ScopeMemory, ScopeSettings, is_scope_write, scope_codec
 from mnemex.memories.extraction import RunExtraction, Timer
+from mnemex.memories.ranking import CosineScale
 from mnemex.models.hashing import Embedder
 
-__all__ = ["SCOPE_KIND", "ScopeKind", "scope_kind"]
+__all__ = ["SCOPE_KIND", "ScopeKind", "cosine_scale_of", "scope_kind"]
 
 SCOPE_KIND: Final = "scope"
 
@@ -61,6 +62,16 @@ def _build(name: str, embedder: Embedder | None, settings: ScopeSettings) -> Sco
                      embedder=embedder, settings=settings)
 
 
+def cosine_scale_of(embedder: object) -> CosineScale:
+    """How ``embedder``'s cosines read: its ``cosine_scale`` (floor, ceiling, crowded),
+    or all-MiniLM-L6-v2's when it declares none."""
+    scale = getattr(embedder, "cosine_scale", None)
+    if isinstance(scale, tuple) and len(scale) == 3 and all(
+            isinstance(x, int | float) and not isinstance(x, bool) for x in scale):
+        return CosineScale(*(float(x) for x in scale))
+    return CosineScale()
+
+
 def scope_kind(config: Config | None = None, embedder: Embedder | None = None, *,
                name: str = SCOPE_KIND) -> ScopeKind:
     """The ``scope`` actor kind: ScopeMemory behaviours set up from ``config``, embedding
@@ -77,5 +88,5 @@ def scope_kind(config: Config | None = None, embedder: Embedder | None = None, *
         raise InvalidInput(f"{embedder!r} is not an Embedder (name: str, dim: int, embed(texts))",
                            field="embedder")
     settings = ScopeSettings.from_config(cfg, embedder_name=embedder.name, embedder_dim=embedder.dim,
-                                         embedder_min_score=float(getattr(embedder, "min_score", 0.7)))
+                                         embedder_cosines=cosine_scale_of(embedder))
     return _build(name, embedder, settings)

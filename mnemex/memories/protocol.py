@@ -390,8 +390,9 @@ class Touched(Reply, frozen=True, kw_only=True, tag="scope.touched"):
 class Hit(msgspec.Struct, frozen=True, omit_defaults=True):
     """One search result: the memory, its final ``score`` (higher is better; in 0..1
     for every mode, so hits of different scopes compare) and every signal that made
-    it (``scores``: keyword, bm25, fulltext, entities, vector, relevance, importance,
-    recency, access, ...). ``app_name``/``user_id`` name the scope it came from."""
+    it (``scores``: keyword, bm25, fulltext, entities, vector (the calibrated cosine),
+    cosine, text_weight, crowding, date, relevance, importance, recency, access, ...;
+    see memories.ranking). ``app_name``/``user_id`` name the scope it came from."""
 
     memory: MemoryRecord
     score: float

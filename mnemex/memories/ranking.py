@@ -1,17 +1,43 @@
 """How a scope ranks its memories for a query, in each search mode.
 
-Scores are in 0..1 in every mode, so hits of different scopes compare:
+Scores are in 0..1 in every mode and mean the same in every scope and with every
+embedder, so hits of different scopes compare and one ``min_score`` fits all:
 
 * keyword: distinct query words matched / distinct query words;
-* fulltext: BM25 (plus ``entity_boost`` per named entity, in units of the
-  query's average term weight) over the query's "ideal" score, the BM25 of an
-  average-length memory holding each query term once, capped at 1;
-* vector: cosine similarity;
-* hybrid: the relevance (weighted sum of fulltext and vector, or reciprocal
-  rank fusion scaled to 0..1) times a factor in 0.3..1.5 from the memory's
-  importance, recency and use (``rank_factors``; 1 with the default weights), so
-  a hybrid score may reach 1.5. ``min_score`` cuts on the relevance: the factor
-  reorders candidates, it never removes one.
+* fulltext: how much of the query a memory holds, by weight of word: BM25 (plus
+  ``entity_boost`` per named entity, in units of the query's average term weight)
+  over the query's "ideal" score, the BM25 of an average-length memory holding
+  each query term once, capped at 1. A memory's session context (its neighbours'
+  text, a second BM25 field) ranks it too, but a memory that holds none of the
+  query's words itself gets only ``CONTEXT_ONLY`` of that credit: its neighbours
+  can lift it, not make it look relevant;
+* vector: the cosine similarity calibrated for the embedder
+  (:func:`calibrated_cosine`): about 0 at ``cosine_floor``, the cosine an
+  unrelated memory reaches as a query's best match, about 1 at
+  ``cosine_ceiling``, where nearly every match is a right one (``scores["cosine"]``
+  keeps the cosine itself);
+* hybrid: the relevance, a weighted mean of the fulltext and vector scores whose
+  full-text weight adapts to each query and memory (:func:`text_weights`), moved
+  toward 1 for a memory observed in or near a period the query names
+  (``date_weight``, :mod:`mnemex.memories.periods`); or reciprocal rank fusion
+  scaled to 0..1. Then times a factor in 0.3..1.5 from the memory's importance,
+  recency and use (``rank_factors``; 1 with the default weights), so a hybrid
+  score may reach 1.5. ``min_score`` cuts on the relevance: the factor reorders
+  candidates, it never removes one.
+
+Why the full-text weight adapts: on a conversation (LoCoMo), where every memory is
+near the query's subject, cosine similarity cannot single out the answer and words
+do (hybrid needs text weight 0.5-0.7 there); on a scope of varied facts asked in
+other words (the paraphrase set), a shared everyday word ("work", "smoke") points
+to the wrong memory, and any fixed text weight loses to the vector alone. So the
+full-text weight is ``fusion_fulltext_weight`` times the larger of the scope's
+*crowding* around the query (the mean cosine of the query's ten nearest memories,
+from three quarters of ``cosine_crowded`` to ``cosine_crowded``: on LoCoMo 95% of the
+questions have their ten nearest turns above 0.43, on the paraphrase set 90% below
+0.33, around a newcomer's dozen memories below 0.18) and the memory's own
+*coverage* of the query (its fulltext score, from ``COVERAGE_RAMP[0]`` to
+``COVERAGE_RAMP[1]``): a memory holding nearly all the query's words is trusted on
+its words anywhere.
 
 A ``Ranker`` reads the scope's indexes and records; it never changes them.
 """
@@ -33,30 +59,76 @@ from mnemex.index import (
     reciprocal_rank_fusion,
     words,
 )
+from mnemex.memories.filters import FilterTable
+from mnemex.memories.periods import DAY, named_periods, period_match
 from mnemex.memories.protocol import MemoryRecord
 
 if TYPE_CHECKING:
     from mnemex.memories.behaviour import ScopeSettings
 
-__all__ = ["ACCESS_HALF", "FACTOR_RANGE", "Mask", "Ranked", "Ranker", "rank_factors"]
+__all__ = ["ACCESS_HALF", "CONTEXT_ONLY", "COVERAGE_RAMP", "CROWDING_NEIGHBOURS", "DATE_SLACK",
+           "FACTOR_RANGE", "CosineScale", "Mask", "Ranked", "Ranker", "calibrated_cosine", "crowding",
+           "rank_factors", "text_weights"]
 
 F32 = npt.NDArray[np.float32]
+F64 = npt.NDArray[np.float64]
 Mask = npt.NDArray[np.bool_]
 Ranked = tuple[int, float, dict[str, float]]   # (doc, score, signals)
 
 ACCESS_HALF: Final = 10.0
 """Uses at which a memory's access signal is one half: access_count / (access_count + 10)."""
 
+CONTEXT_ONLY: Final = 0.25
+"""Share of its full-text score a memory keeps when only its session context holds
+query words (LoCoMo recall@10 is the same from 0 to 0.5; 0.25 keeps such a memory
+findable below those that hold the words themselves)."""
+
+COVERAGE_RAMP: Final = (0.5, 0.9)
+"""Fulltext scores over which a memory's own coverage of the query raises its
+full-text weight from nothing to full (see :func:`text_weights`)."""
+
+DATE_SLACK: Final = 7 * DAY
+"""How far outside a period the query names a memory's time still counts, falling
+linearly (a conversation on 10 April tells what happened "last weekend")."""
+
+CROWDING_NEIGHBOURS: Final = 10
+"""How many of a query's nearest memories tell how crowded the scope is around it."""
+
+_SMOOTHING: Final = 0.02
+"""Width, in cosine, of the rounded corners of :func:`calibrated_cosine`."""
+
+
+class CosineScale(NamedTuple):
+    """How one embedder's cosine similarities read (an embedder declares its own as
+    ``cosine_scale = (floor, ceiling, crowded)``; config's ``cosine_*`` override it).
+    The defaults are all-MiniLM-L6-v2's, measured by bench/quality.py on its dev sets
+    (queries embedded as a search embeds them, :mod:`mnemex.memories.queries`): the median best cosine
+    of a query without an answer is 0.20 (floor), 90% of LoCoMo evidence turns score
+    below 0.65 (ceiling); the ten nearest turns of a LoCoMo question have a mean
+    cosine of 0.54 (median; 95% above 0.43), the ten nearest memories of a paraphrase
+    question 0.27 (90% below 0.33): from 0.33 to 0.44 (crowded) the full-text weight
+    rises."""
+
+    floor: float = 0.2
+    """The cosine an unrelated memory reaches as the best match of a query with no
+    answer: calibrated to about 0."""
+    ceiling: float = 0.65
+    """The cosine where nearly every match is a right one: calibrated to about 1."""
+    crowded: float = 0.44
+    """The mean cosine of a query's ten nearest memories from which the scope is
+    crowded around it (<= 0: always)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Ranker:
-    """Ranks one scope's docs for one query: the scope's indexes, its settings and a
-    way to read a doc's record."""
+    """Ranks one scope's docs for one query: the scope's indexes, its filter table
+    (times and live docs), its settings and a way to read a doc's record."""
 
     keyword: KeywordIndex
     bm25: BM25Index
     entities: EntityIndex
     vectors: VectorIndex | None
+    table: FilterTable
     settings: ScopeSettings
     record_at: Callable[[int], MemoryRecord]
 
@@ -68,13 +140,18 @@ class Ranker:
                 for doc, matched in self.keyword.search(query, top_k, allowed)]
 
     def _fulltext(self, query: str, allowed: Mask | None) -> tuple[dict[int, float], dict[int, int],
-                                                                   npt.NDArray[np.float64] | None, float]:
+                                                                   F64 | None, F64 | None, float]:
         """The entity part of the full-text score of each doc naming a query entity,
-        those entity matches, the BM25 score array (None: no term matches), and the
+        those entity matches, the BM25 score array (None: no term matches), that
+        array with context-only matches cut to CONTEXT_ONLY of their score, and the
         query's ideal score (what a normalised score of 1 stands for)."""
         bm25 = self.bm25
         parsed = bm25.tokenizer.parse_query(query)
         array = bm25.score_all(parsed, allowed) if len(bm25) else None
+        ranking = None
+        if array is not None:
+            ranking = array.copy()
+            ranking[~bm25.content_holders(parsed)[: len(array)]] *= CONTEXT_ONLY
         ideal, terms = _ideal_score(bm25, parsed.all_terms)
         boosts: dict[int, float] = {}
         entity_hits: dict[int, int] = {}
@@ -88,30 +165,33 @@ class Ranker:
                     continue  # quoted phrases are required in full-text search
                 entity_hits[doc] = matched
                 boosts[doc] = unit * matched
+                if ranking is not None and doc < len(ranking):
+                    ranking[doc] = array[doc]  # type: ignore[index]  # the memory names it: its own match
             if not terms:
                 ideal = unit * len(named)
-        return boosts, entity_hits, array, ideal
+        return boosts, entity_hits, array, ranking, ideal
 
     def _fulltext_candidates(self, query: str, count: int,
                              allowed: Mask | None) -> tuple[list[tuple[int, float]], _FullText]:
-        """The ``count`` best docs by full-text score (BM25 plus entity boosts, best
-        first, ties by lower doc), and what scores any doc (see _FullText)."""
-        boosts, entity_hits, array, ideal = self._fulltext(query, allowed)
+        """The ``count`` best docs by full-text score (BM25, context-only matches cut,
+        plus entity boosts, best first, ties by lower doc), and what scores any doc
+        (see _FullText)."""
+        boosts, entity_hits, array, ranking, ideal = self._fulltext(query, allowed)
         pool = np.array(sorted(boosts), dtype=np.int64)
-        if array is not None:
-            positive = np.flatnonzero(array > 0)
-            pool = np.union1d(_best(positive, array[positive], count), pool)
-        totals = array[pool] if array is not None else np.zeros(len(pool), dtype=np.float64)
+        if ranking is not None:
+            positive = np.flatnonzero(ranking > 0)
+            pool = np.union1d(_best(positive, ranking[positive], count), pool)
+        totals = ranking[pool] if ranking is not None else np.zeros(len(pool), dtype=np.float64)
         if boosts:
             totals = totals + np.array([boosts.get(doc, 0.0) for doc in pool.tolist()], dtype=np.float64)
         best = _best(pool, totals, count)
         best_totals = totals[np.searchsorted(pool, best)]
         order = np.lexsort((best, -best_totals))
         ranked = list(zip(best[order].tolist(), best_totals[order].tolist(), strict=True))
-        return ranked, _FullText(array, boosts, entity_hits, ideal)
+        return ranked, _FullText(array, ranking, boosts, entity_hits, ideal)
 
     def fulltext_ranked(self, query: str, top_k: int,
-                      allowed: Mask | None) -> list[Ranked]:
+                        allowed: Mask | None) -> list[Ranked]:
         ranked, fulltext = self._fulltext_candidates(query, top_k, allowed)
         docs = [doc for doc, _ in ranked]
         texts, bm25s = fulltext.scores(np.array(docs, dtype=np.int64))
@@ -122,22 +202,36 @@ class Ranker:
     def vector_ranked(self, query: F32, top_k: int, allowed: Mask | None) -> list[Ranked]:
         if self.vectors is None or not len(self.vectors):
             return []
-        return [(doc, cosine, {"vector": cosine})
-                for doc, cosine in self.vectors.search(query, top_k, allowed)]
+        found = self.vectors.search(query, top_k, allowed)
+        settings = self.settings
+        calibrated = calibrated_cosine(np.array([cosine for _, cosine in found], dtype=np.float64),
+                                       settings.cosine_floor, settings.cosine_ceiling)
+        return [(doc, score, {"vector": round(score, 6), "cosine": round(cosine, 6)})
+                for (doc, cosine), score in zip(found, calibrated.tolist(), strict=True)]
 
     def hybrid_ranked(self, query: str, vector: F32, top_k: int, allowed: Mask | None,
-                now: float) -> list[Ranked]:
-        """Full-text and vector candidates fused into one relevance, ranked by it
-        times the importance, recency and access factor. The candidates are scored as arrays;
+                      now: float) -> list[Ranked]:
+        """Full-text and vector candidates (and the best of those observed near a
+        period the query names) fused into one relevance, ranked by it times the
+        importance, recency and access factor. The candidates are scored as arrays;
         the score breakdown is built for the ``top_k`` returned only."""
         settings = self.settings
         count = max(top_k, settings.fusion_candidates)
         text_ranked, fulltext = self._fulltext_candidates(query, count, allowed)
-        index = self.vectors
-        vector_ranked: list[tuple[int, float]] = []
-        if index is not None and len(index):
-            vector_ranked = index.search(vector, count, allowed)
-        candidates = list(dict.fromkeys([doc for doc, _ in text_ranked] + [doc for doc, _ in vector_ranked]))
+        index = self.vectors if self.vectors is not None and len(self.vectors) else None
+        vector_ranked = index.search(vector, count, allowed) if index is not None else []
+        dated = self._dated(query)
+        extra: list[int] = []
+        if dated is not None:  # the best of the memories near a named period join the candidates
+            near = _visible(dated > 0, allowed)
+            if near.any():
+                if index is not None:
+                    extra += [doc for doc, _ in index.search(vector, count, near)]
+                if fulltext.ranking is not None:
+                    inside = np.flatnonzero(near[: len(fulltext.ranking)] & (fulltext.ranking > 0))
+                    extra += _best(inside, fulltext.ranking[inside], count).tolist()
+        candidates = list(dict.fromkeys([doc for doc, _ in text_ranked] + [doc for doc, _ in vector_ranked]
+                                        + sorted(extra)))
         if not candidates:
             return []
         docs = np.array(candidates, dtype=np.int64)
@@ -146,27 +240,40 @@ class Ranker:
         position = {doc: i for i, doc in enumerate(candidates)}
         for doc, cosine in vector_ranked:
             cosines[position[doc]] = cosine
+        unit_query = _unit(vector)
         if index is not None and len(vector_ranked) < len(candidates):
-            # full-text candidates the vector list missed: their cosines, in one product
+            # candidates the vector list missed: their cosines, in one product
             missed = np.ones(len(docs), dtype=np.bool_)
             missed[[position[doc] for doc, _ in vector_ranked]] = False
             rows = np.flatnonzero(missed & index.holds(docs))
             if len(rows):
-                norm = float(np.sqrt(vector.dot(vector)))  # np.linalg.norm's own sum, without its checks
-                unit_query = vector / norm if norm > 0 else vector
                 cosines[rows] = index.vectors(docs[rows]) @ unit_query
+        calibrated = calibrated_cosine(cosines, settings.cosine_floor, settings.cosine_ceiling)
         w_text, w_vector = settings.fusion_fulltext_weight, settings.fusion_vector_weight
+        weights = np.full(len(docs), w_text / (w_text + w_vector))
+        if index is None:  # nothing to fuse: the words alone
+            calibrated[:] = 0.0
+            weights[:] = 1.0
+        crowded = 1.0
         if settings.fusion == "rrf":  # ranks only, scaled so a first place in both lists is 1.0
             k = settings.fusion_rrf_k
             fused = dict(reciprocal_rank_fusion([text_ranked, vector_ranked], [w_text, w_vector], k=k))
             best = (w_text + w_vector) / (k + 1.0)
             relevance = np.array([fused.get(doc, 0.0) / best for doc in candidates], dtype=np.float64)
-        else:  # calibrated scores (BM25 to 0..1, cosine clipped at 0), weighted to a mean
-            total = w_text + w_vector
-            relevance = (w_text / total) * texts + (w_vector / total) * np.maximum(cosines, 0.0)
+        else:  # calibrated scores, weighted to a mean; the text weight adapts (module doc)
+            if settings.fusion_adaptive and index is not None and w_vector > 0:
+                nearest = [cosine for _, cosine in vector_ranked[:CROWDING_NEIGHBOURS]]
+                crowded = crowding(float(np.mean(nearest)) if nearest else 0.0, settings.cosine_crowded)
+                weights = text_weights(texts, crowded, weights[0])
+            relevance = weights * texts + (1.0 - weights) * calibrated
+        near_period = np.zeros(len(docs), dtype=np.float64)
+        if dated is not None:
+            held = docs < len(dated)
+            near_period[held] = dated[docs[held]]
+            relevance = relevance + (1.0 - relevance) * settings.date_weight * near_period
         half_life = settings.recency_half_life
-        weights = np.array([settings.rank_importance_weight, settings.rank_recency_weight,
-                            settings.rank_access_weight], dtype=np.float64)
+        factor_weights = np.array([settings.rank_importance_weight, settings.rank_recency_weight,
+                                   settings.rank_access_weight], dtype=np.float64)
 
         def parts(doc: int) -> tuple[float, float, float]:
             record = self.record_at(doc)
@@ -174,68 +281,142 @@ class Ranker:
             access = record.access_count / (record.access_count + ACCESS_HALF)
             return record.importance, recency, access
 
-        if weights.any():
-            factors = rank_factors(np.array([parts(doc) for doc in candidates], dtype=np.float64), weights)
+        if factor_weights.any():
+            factors = rank_factors(np.array([parts(doc) for doc in candidates], dtype=np.float64),
+                                   factor_weights)
             scores = relevance * factors
         else:
             factors = None
             scores = relevance
         top = np.lexsort((docs, -scores))[:top_k]
         out: list[Ranked] = []
-        for i, score, text, bm25, cosine, relevant in zip(
-                top.tolist(), scores[top].tolist(), texts[top].tolist(), bm25s[top].tolist(),
-                cosines[top].tolist(), relevance[top].tolist(), strict=True):
+        for i in top.tolist():
             doc = candidates[i]
             importance, recency, access = parts(doc)
-            out.append((doc, score, {
-                "fulltext": round(text, 6), "bm25": round(bm25, 6),
-                "entities": float(fulltext.entity_hits.get(doc, 0)), "vector": round(cosine, 6),
-                "relevance": round(relevant, 6), "importance": importance,
+            out.append((doc, float(scores[i]), {
+                "fulltext": round(float(texts[i]), 6), "bm25": round(float(bm25s[i]), 6),
+                "entities": float(fulltext.entity_hits.get(doc, 0)), "vector": round(float(calibrated[i]), 6),
+                "cosine": round(float(cosines[i]), 6), "text_weight": round(float(weights[i]), 6),
+                "crowding": round(crowded, 6), "date": round(float(near_period[i]), 6),
+                "relevance": round(float(relevance[i]), 6), "importance": importance,
                 "recency": round(recency, 6), "access": round(access, 6),
                 "factor": round(float(factors[i]), 6) if factors is not None else 1.0,
             }))
         return out
+
+    def _dated(self, query: str) -> F64 | None:
+        """How near each doc slot's time is to a period the query names (see
+        ``periods.period_match``), 0 for slots that hold no memory; None when the
+        query names no period or dates weigh nothing."""
+        if self.settings.date_weight <= 0:
+            return None
+        periods = named_periods(query)
+        if not periods:
+            return None
+        table = self.table
+        near = period_match(table.timestamp, periods, DATE_SLACK)
+        near[~table.live] = 0.0
+        return near
+
+
+def calibrated_cosine(cosines: F64, floor: float, ceiling: float) -> F64:
+    """Cosine similarities on the 0..1 scale every embedder shares: a ramp from
+    ``floor`` to ``ceiling`` with rounded corners, so it rises strictly everywhere
+    (cosines below the floor keep their order, at scores near 0)::
+
+        (softplus(c - floor) - softplus(c - ceiling)) / (ceiling - floor),
+        softplus(x) = s * ln(1 + exp(x / s)),  s = 0.02
+
+    ``floor`` is the cosine an unrelated memory reaches as the best match of a query
+    that has no answer, ``ceiling`` the cosine where nearly every match is a right
+    one; the embedders carry theirs (measured by bench/quality.py)."""
+    span = max(ceiling - floor, 1e-6)
+    s = _SMOOTHING
+    rise = s * (np.logaddexp(0.0, (cosines - floor) / s) - np.logaddexp(0.0, (cosines - ceiling) / s))
+    out: F64 = np.clip(rise / span, 0.0, 1.0)
+    return out
+
+
+def crowding(nearest: float, crowded: float) -> float:
+    """How crowded a scope is around a query, 0..1, from the mean cosine of the
+    query's CROWDING_NEIGHBOURS nearest memories: 0 up to three quarters of
+    ``crowded``, rising to 1 at ``crowded`` (always 1 when ``crowded`` <= 0: an
+    embedder whose cosines say nothing about crowding)."""
+    if crowded <= 0:
+        return 1.0
+    return float(np.clip((nearest - 0.75 * crowded) / (0.25 * crowded), 0.0, 1.0))
+
+
+def text_weights(texts: F64, crowded: float, weight: float) -> F64:
+    """The full-text weight of each candidate in hybrid fusion: ``weight`` times the
+    larger of the scope's crowding around the query and the candidate's coverage of
+    the query (its fulltext score over COVERAGE_RAMP). See the module doc."""
+    low, high = COVERAGE_RAMP
+    coverage = np.clip((texts - low) / (high - low), 0.0, 1.0)
+    out: F64 = weight * np.maximum(crowded, coverage)
+    return out
 
 
 FACTOR_RANGE: Final = (0.3, 1.5)
 """The bounds of the factor importance, recency and use multiply relevance by."""
 
 
-def rank_factors(parts: npt.NDArray[np.float64], weights: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+def rank_factors(parts: F64, weights: F64) -> F64:
     """Each candidate's ranking factor from its (importance, recency, access) row:
     ``1 + w_i * (2 * importance - 1) + w_r * (2 * recency - 1) + w_a * access``, within
     FACTOR_RANGE. Importance 0.5, a half-life old and never used is 1: the relevance
     as it is. A factor only reorders: it never takes a candidate out."""
     deviations = np.column_stack([2.0 * parts[:, 0] - 1.0, 2.0 * parts[:, 1] - 1.0, parts[:, 2]])
-    return np.clip(1.0 + deviations @ weights, *FACTOR_RANGE)
+    out: F64 = np.clip(1.0 + deviations @ weights, *FACTOR_RANGE)
+    return out
 
 
 class _FullText(NamedTuple):
     """A query's full-text scores: the BM25 array over doc slots (None: no term
-    matched), entity boosts and matches by doc, and the ideal score (what a
-    normalised score of 1 stands for)."""
+    matched), the same with context-only matches cut (what ranks and scores), entity
+    boosts and matches by doc, and the ideal score (what a normalised score of 1
+    stands for)."""
 
-    array: npt.NDArray[np.float64] | None
+    array: F64 | None
+    ranking: F64 | None
     boosts: dict[int, float]
     entity_hits: dict[int, int]
     ideal: float
 
-    def scores(self, docs: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-        """(normalised scores, BM25 scores) of ``docs``: BM25 plus entity boosts over
-        the ideal score, at most 1 (0 when the ideal is 0)."""
-        array = self.array
+    def scores(self, docs: npt.NDArray[np.int64]) -> tuple[F64, F64]:
+        """(normalised scores, BM25 scores) of ``docs``: BM25 (context-only matches
+        cut) plus entity boosts over the ideal score, at most 1 (0 when the ideal is
+        0); the BM25 scores as the index gives them."""
+        array, ranking = self.array, self.ranking
         bm25 = np.zeros(len(docs), dtype=np.float64)
-        if array is not None:
+        ranked = np.zeros(len(docs), dtype=np.float64)
+        if array is not None and ranking is not None:
             inside = docs < len(array)
             bm25[inside] = array[docs[inside]]
-        totals = bm25 + np.array([self.boosts.get(doc, 0.0) for doc in docs.tolist()], dtype=np.float64) \
-            if self.boosts else bm25
+            ranked[inside] = ranking[docs[inside]]
+        totals = ranked + np.array([self.boosts.get(doc, 0.0) for doc in docs.tolist()], dtype=np.float64) \
+            if self.boosts else ranked
         if self.ideal > 0:
             return np.minimum(1.0, totals / self.ideal), bm25
         return np.zeros(len(docs), dtype=np.float64), bm25
 
 
-def _best(ids: npt.NDArray[np.int64], scores: npt.NDArray[np.float64], count: int) -> npt.NDArray[np.int64]:
+def _visible(mask: Mask, allowed: Mask | None) -> Mask:
+    """``mask`` (over doc slots) limited to the slots ``allowed`` lets through (a
+    copy; slots beyond the shorter of the two are not allowed)."""
+    out = mask.copy()
+    if allowed is not None:
+        out[: len(allowed)] &= allowed[: len(out)]
+        out[len(allowed):] = False
+    return out
+
+
+def _unit(vector: F32) -> F32:
+    norm = float(np.sqrt(vector.dot(vector)))  # np.linalg.norm's own sum, without its checks
+    return vector / norm if norm > 0 else vector
+
+
+def _best(ids: npt.NDArray[np.int64], scores: F64, count: int) -> npt.NDArray[np.int64]:
     """The ``count`` ids of highest score, equal scores by lower id (exact at the cut),
     in no particular order. O(n) to find the cut, then a sort of the few above it."""
     if len(ids) <= count:
@@ -254,5 +435,3 @@ def _ideal_score(bm25: BM25Index, terms: Iterable[str]) -> tuple[float, int]:
     so a partial match scores below 1 in every scope alike. Returns (score, terms)."""
     idfs = [bm25.idf(term) for term in terms]
     return sum(idfs), len(idfs)
-
-

@@ -34,6 +34,7 @@ from datetime import datetime
 from typing import IO, Any, Final
 
 import msgspec
+import numpy as np
 import trio
 
 from mnemex._host import Host
@@ -108,6 +109,7 @@ from mnemex.memories.protocol import (
     UpdateMemory,
     Vectors,
 )
+from mnemex.memories.queries import query_texts
 from mnemex.memories.sessions import session_echoes, session_memories
 from mnemex.memories.snapshot import encode_vector
 from mnemex.memories.transfer import (
@@ -776,8 +778,11 @@ async def _search_command(services: ScopeServices, query: Any, top_k: int, *,
                            field="top_k")
     vector: bytes | None = None
     embedder = services.embedder
-    if chosen in ("vector", "hybrid"):
-        vector = encode_vector((await services.batcher.embed_queries([query]))[0])
+    if chosen in ("vector", "hybrid"):  # the query and its first-person wording (queries.py)
+        rows = await services.batcher.embed_queries(list(query_texts(query)))
+        mean = rows.mean(axis=0)
+        norm = float(np.linalg.norm(mean))
+        vector = encode_vector(mean / norm if norm > 0 else mean)
     return Search(query=query, vector=vector, embedder=embedder.name if vector is not None else None,
                   dim=embedder.dim if vector is not None else 0, top_k=top_k, mode=chosen,
                   min_score=_wire_min_score(min_score), filter=dict(filter) if filter else None,
@@ -808,7 +813,7 @@ async def _reranked(services: ScopeServices, ask: Callable[[Search], Awaitable[S
 
 def _wire_min_score(min_score: float | UseDefault | None) -> float | None:
     """``Search.min_score``: None there is the mode's own cut; "no cut" is -1, below
-    every score a mode gives (cosine similarity is at least -1, the rest at least 0)."""
+    every score a mode gives (every score is at least 0)."""
     if min_score is DEFAULT:
         return None
     return -1.0 if min_score is None else min_score

@@ -141,7 +141,12 @@ class OnnxMiniLMEmbedder(LazyModel):
 
     name = "minilm-l6-v2-int8"
     dim = 384
-    min_score = 0.25  # related texts score 0.2-0.6, unrelated ones mostly below 0.3
+    cosine_scale = (0.2, 0.65, 0.44)
+    """(floor, ceiling, crowded) of its cosines, measured by bench/quality.py on its dev
+    sets (mnemex.memories.ranking.CosineScale): the best match of a query with no
+    answer scores 0.20 (median), 90% of LoCoMo evidence turns below 0.65; a LoCoMo
+    question's ten nearest turns are above 0.43 (95%), a paraphrase question's ten
+    nearest memories below 0.33 (90%)."""
     max_tokens: Final = 256
     batch_size: Final = 32
 
@@ -256,7 +261,8 @@ class MiniLMEmbedder(LazyModel):
 
     name = "minilm-l6-v2"
     dim = 384
-    min_score = 0.25  # related texts score 0.2-0.6, unrelated ones mostly below 0.3
+    cosine_scale = (0.2, 0.65, 0.44)
+    """As the int8 model's (the same model; their cosines agree to 0.999)."""
 
     def __repr__(self) -> str:
         return "MiniLMEmbedder()"
@@ -293,7 +299,9 @@ class UseMultilingualEmbedder(LazyModel):
 
     name = "use-multilingual-v3"
     dim = 512
-    min_score = 0.25  # related texts score 0.2-0.6, unrelated ones mostly below 0.3
+    cosine_scale = (0.2, 0.65, 0.44)
+    """Not measured here (its extra is not installed in the bench's environment): the
+    MiniLM models' (set ``config.memories.cosine_*`` from a bench/quality.py run)."""
 
     def __init__(self, *, threads: int | None = None) -> None:
         self.threads = threads if threads is not None else max(1, min(4, os.cpu_count() or 1))
@@ -356,9 +364,11 @@ class OnnxEmbedder:
     scope, and moving or renaming the model's directory changes nothing.
     Thread-safe."""
 
-    min_score = 0.25
-    """Default least cosine of a vector search (as for the built-in sentence models;
-    models differ: set ``config.memories.vector_min_score`` for yours)."""
+    cosine_scale = (0.2, 0.65, 0.44)
+    """How its cosines read (mnemex.memories.ranking.CosineScale): the MiniLM models'.
+    Models differ (e5 and bge put unrelated texts near 0.7): set
+    ``config.memories.cosine_floor``, ``cosine_ceiling`` and ``cosine_crowded`` for
+    yours; bench/quality.py measures them."""
 
     def __init__(self, path: str | os.PathLike[str], *, tokenizer: str | os.PathLike[str] | None = None,
                  sha256: str | None = None, pooling: Pooling = "mean", normalize: bool = True,
@@ -442,8 +452,9 @@ class OpenAIEmbedder:
     fails there. ``name`` is ``openai:<model>:<dim>`` (then a settings digest when a
     prefix is set). Thread-safe."""
 
-    min_score = 0.25
-    """Default least cosine of a vector search (set ``config.memories.vector_min_score`` for your model)."""
+    cosine_scale = (0.2, 0.65, 0.44)
+    """How its cosines read: the MiniLM models' (set ``config.memories.cosine_floor``,
+    ``cosine_ceiling`` and ``cosine_crowded`` for your model; bench/quality.py measures them)."""
 
     def __init__(self, *, base_url: str, model: str, api_key_env: str | None = "OPENAI_API_KEY",
                  dimensions: int | None = None, batch_size: int = 128, timeout: float = 30.0,

@@ -278,12 +278,18 @@ def test_fulltext_uses_bm25_phrases_and_entities() -> None:
     assert all(0.0 <= h.score <= 1.0 for h in named)
 
 
-def test_vector_mode_defaults_to_min_score_0_7() -> None:
+def test_vector_mode_scores_calibrated_cosines_and_cuts_at_0_25_by_default() -> None:
     d = corpus_driver()
-    assert all(h.score >= 0.7 for h in d.search("Melanie painted a sunrise over the lake", "vector").hits)
+    found = d.search("Melanie painted a sunrise over the lake", "vector").hits
+    assert found and all(h.score >= 0.25 for h in found)
     hits = d.search("painted sunrise", "vector", min_score=-1.0).hits
     assert hits[0].memory.id == "c1" and len(hits) == len(CORPUS)
     assert hits[0].scores["vector"] == pytest.approx(hits[0].score, abs=1e-6)
+    # the score rises with the cosine, which the breakdown keeps
+    by_cosine = sorted(hits, key=lambda h: -h.scores["cosine"])
+    assert [h.memory.id for h in hits] == [h.memory.id for h in by_cosine]
+    everything = d.search("Melanie painted a sunrise over the lake", "vector", min_score=None).hits
+    assert [h.memory.id for h in found] == [h.memory.id for h in everything if h.score >= 0.25]
 
 
 def test_hybrid_shows_every_signal_and_its_weights() -> None:

@@ -4,6 +4,7 @@ a plain model gives, and journal replay must rebuild the same state."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import msgspec
@@ -23,7 +24,7 @@ from scope_support import (
     restored,
 )
 
-from mnemex.memories.behaviour import ScopeMemory, scope_codec
+from mnemex.memories.behaviour import ScopeMemory, ScopeSettings, scope_codec
 from mnemex.memories.protocol import CountMemories, Forget, GetMemory, MemoryRecord, Touch, UpdateMemory
 from mnemex.memories.snapshot import encode_vector
 
@@ -34,7 +35,20 @@ FILTERS: list[dict[str, Any] | None] = [None, {"min_importance": 0.5}, {"categor
                                         {"entities": "Paris"}, {"timestamp_after": 1_010.0},
                                         {"metadata": {"n": {"$gte": 1}}}]
 WEIGHTS = {"rank_importance_weight": 0.1, "rank_recency_weight": 0.05, "rank_access_weight": 0.05,
-           "fusion_fulltext_weight": 0.5, "fusion_vector_weight": 0.5}
+           "fusion_fulltext_weight": 0.5, "fusion_vector_weight": 0.5,
+           # the brute force below models unstemmed BM25 and fixed fusion weights (test_scope_ranking
+           # checks the adaptive weights, dates and stemming)
+           "fulltext_stem": False, "fusion_adaptive": False, "date_weight": 0.0}
+
+def vector_score(cosine: float, scope: ScopeSettings) -> float:
+    """The calibrated vector score, written out (ranking.calibrated_cosine)."""
+    def softplus(x: float) -> float:
+        s = 0.02
+        return s * math.log1p(math.exp(x / s)) if x < 0.5 else x + s * math.log1p(math.exp(-x / s))
+
+    floor, ceiling = scope.cosine_floor, scope.cosine_ceiling
+    return min(1.0, max(0.0, (softplus(cosine - floor) - softplus(cosine - ceiling)) / (ceiling - floor)))
+
 
 texts = st.lists(st.sampled_from(VOCABULARY), min_size=1, max_size=6).map(" ".join)
 queries = st.lists(st.sampled_from([*VOCABULARY, "zebra"]), min_size=1, max_size=4).map(" ".join)
@@ -144,7 +158,7 @@ class ScopeAgainstBruteForce(RuleBasedStateMachine):
         allowed = allowed_records(self.model.values(), spec)
         expected = self._cosines(allowed, query)
         hits = self.driver.search(query, "vector", top_k=top_k, min_score=-1.0, filter=spec).hits
-        assert_ranking([(h.memory.id, h.score) for h in hits], expected, top_k)
+        assert_ranking([(h.memory.id, h.scores["cosine"]) for h in hits], expected, top_k)
 
     @rule(query=queries, top_k=st.integers(1, 8), spec=st.sampled_from(FILTERS))
     def search_hybrid(self, query: str, top_k: int, spec: dict[str, Any] | None) -> None:
@@ -155,7 +169,7 @@ class ScopeAgainstBruteForce(RuleBasedStateMachine):
         expected = {}
         for record in allowed:
             text = min(1.0, raw.get(record.id, 0.0) / ideal) if ideal > 0 else 0.0
-            relevance = (text + max(cos[record.id], 0.0)) / 2
+            relevance = (text + vector_score(cos[record.id], d.memory.settings)) / 2
             recency = 0.5 ** (max(0.0, d.now - record.timestamp) / 50.0)
             access = record.access_count / (record.access_count + 10)
             factor = 1 + 0.1 * (2 * record.importance - 1) + 0.05 * (2 * recency - 1) + 0.05 * access
