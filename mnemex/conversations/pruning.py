@@ -138,6 +138,8 @@ def view_of(conv: Conversation, policy: Policy, max_tokens: int | None) -> View:
             return View(0, start, False, tokens, over)
         case Stateless():
             lo = conv.last_append
+            while 0 < lo < len(conv) and conv.entries[lo].joined:
+                lo -= 1  # an item joined to the one before it brings that one (one model response)
             start, tokens, over = _fit(conv, lo, lo, max_tokens, 0)
             return View(lo, start, False, tokens, over)
         case _:
