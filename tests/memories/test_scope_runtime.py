@@ -20,6 +20,7 @@ from mnemex._ids import IdClock
 from mnemex.memories.context import format_as_context
 from mnemex.memories.protocol import Event, SearchRequest, Session
 from mnemex.memories.service import MemoryService
+from mnemex.models import batcher as batcher_module
 from mnemex.models.batcher import EmbeddingBatcher
 from mnemex.models.hashing import HashingEmbedder
 
@@ -289,6 +290,19 @@ async def test_one_preempted_query_embed_does_not_send_the_next_queries_through_
         return await run_sync(*args, **kwargs)
 
     monkeypatch.setattr(trio.to_thread, "run_sync", counted)
+
+    class SteadyClock:
+        """Every timed call takes 2 microseconds: this machine's load (a test suite
+        beside, CI) must not decide what the test is about, the batcher's reading of
+        one slow call among fast ones."""
+
+        now = 0.0
+
+        def perf_counter(self) -> float:
+            self.now += 1e-6
+            return self.now
+
+    monkeypatch.setattr(batcher_module, "time", SteadyClock())
     batcher = EmbeddingBatcher(HashingEmbedder(dim=64), batch_size=64)
     query = "what is the dog called?"
     async with trio.open_nursery() as nursery:
