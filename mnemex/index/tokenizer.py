@@ -157,13 +157,7 @@ def words(text: str, unigrams: bool = False, fold_accents: bool = False) -> list
     patterns = _script_patterns(text)
     if patterns is None:
         return _WORD.findall(text)
-    found: list[str] = []
-    for unspaced, word in patterns.word.findall(text):
-        if word:
-            found.append(word)
-        else:
-            _add_pairs(patterns, unspaced, unigrams, found)
-    return found
+    return _split_scripts(patterns, patterns.word, text, unigrams)
 
 
 def _raw_tokens(text: str, unigrams: bool = True, fold_accents: bool = False) -> list[str]:
@@ -174,13 +168,7 @@ def _raw_tokens(text: str, unigrams: bool = True, fold_accents: bool = False) ->
             patterns = _script_patterns(text)
             if patterns is None:
                 return _TOKEN.findall(text)
-            found: list[str] = []
-            for unspaced, token in patterns.token.findall(text):
-                if token:
-                    found.append(token)
-                else:
-                    _add_pairs(patterns, unspaced, unigrams, found)
-            return found
+            return _split_scripts(patterns, patterns.token, text, unigrams)
     lowered = text.lower()
     if "'" not in lowered:  # a token is a plain word run
         return lowered.translate(_ASCII_BREAKS).split()
@@ -237,6 +225,18 @@ def _fold(text: str) -> str:
 
 def _fold_name(fold_accents: bool) -> str:
     return "accents" if fold_accents else "none"
+
+
+def _split_scripts(patterns: _Patterns, pattern: re.Pattern[str], text: str, unigrams: bool) -> list[str]:
+    """The runs ``pattern`` finds in ``text``: a word (or token) as it is, a run of a
+    script without spaces as its character pairs."""
+    found: list[str] = []
+    for unspaced, word in pattern.findall(text):
+        if word:
+            found.append(word)
+        else:
+            _add_pairs(patterns, unspaced, unigrams, found)
+    return found
 
 
 def _add_pairs(patterns: _Patterns, run: str, unigrams: bool, out: list[str]) -> None:

@@ -291,6 +291,15 @@ def _checked_echoes(echo_of: Any, memories: Sequence[Any]) -> list[tuple[int, in
     return echoes
 
 
+def _job_range(cmd: ApplyExtraction | ExtractionFailed) -> tuple[float, int]:
+    """An extraction result's ``now`` and ``first``, checked with its session and range."""
+    now = check_seconds(cmd.now, "now")
+    check_memory_id(cmd.session_id, "session_id")
+    first = check_int(cmd.first, "first", 0)
+    check_int(cmd.upto, "upto", first + 1)
+    return now, first
+
+
 # -- internal commands (never journaled) ------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class GraphReady:
@@ -995,10 +1004,7 @@ class ScopeMemory:
         """An extraction job's facts, consolidated (memories.knowledge), and the session's
         cursor advanced past [first, upto); a late result of an expired job changes
         nothing."""
-        now = check_seconds(cmd.now, "now")
-        check_memory_id(cmd.session_id, "session_id")
-        first = check_int(cmd.first, "first", 0)
-        check_int(cmd.upto, "upto", first + 1)
+        now, first = _job_range(cmd)
         facts, dropped = check_facts(self, cmd, now)
         job = None if self.replaying else cmd.job
         if not self.extractions.accepts(cmd.session_id, job) or \
@@ -1018,10 +1024,7 @@ class ScopeMemory:
                          extractor=cmd.extractor, usage=cmd.usage)
 
     def _extraction_failed(self, cmd: ExtractionFailed) -> Any:
-        now = check_seconds(cmd.now, "now")
-        check_memory_id(cmd.session_id, "session_id")
-        first = check_int(cmd.first, "first", 0)
-        check_int(cmd.upto, "upto", first + 1)
+        now, first = _job_range(cmd)
         job = None if self.replaying else cmd.job
         if not self.extractions.accepts(cmd.session_id, job):
             return Step(Extracted(session_id=cmd.session_id, status="expired", first=first, upto=cmd.upto,

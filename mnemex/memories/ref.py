@@ -64,7 +64,7 @@ from mnemex.memories.documents import (
     chunk_metadata,
     document_session,
 )
-from mnemex.memories.extraction import CursorInfo
+from mnemex.memories.extraction import CursorInfo, ReadMessages
 from mnemex.memories.fields import check_metadata, checked_changes, new_memory, record_of
 from mnemex.memories.kind import ScopeKind
 from mnemex.memories.protocol import (
@@ -440,20 +440,7 @@ class ScopeRef:
         tokens) is full, without waiting. Returns what changed once committed;
         ExtractionError when the extractor failed (the job is retried, then
         dead-lettered)."""
-        if (messages is None) == (provider is None):
-            raise InvalidInput("give the session's messages or a provider (not both)", field="messages")
-        if provider is not None:
-            if not callable(provider):
-                raise InvalidInput("provider must be a callable (first, upto) -> messages", field="provider")
-            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-                raise InvalidInput(f"count (the session's number of messages) must be an int >= 0 with a "
-                                   f"provider, got {count!r}", field="count")
-            read, known = provider_reader(provider), count
-        else:
-            if isinstance(messages, str | bytes | Mapping):
-                raise InvalidInput("messages must be a list of chat messages", field="messages")
-            listed = list(messages or ())
-            read, known = list_reader(listed), len(listed)
+        read, known = _session_reader(messages, provider, count, counted=True)
         return await extract_session(self._ref.ask, session_id, read, known,
                                      mode="if_needed" if if_needed else "now")
 
@@ -466,9 +453,7 @@ class ScopeRef:
                                 provider: Callable[[int, int], Any] | None = None) -> Extracted:
         """Extract the dead letter of ``session_id`` that starts at position ``first``
         again, reading the messages as ``extract_from`` does."""
-        if (messages is None) == (provider is None):
-            raise InvalidInput("give the session's messages or a provider (not both)", field="messages")
-        read = provider_reader(provider) if provider is not None else list_reader(list(messages or ()))
+        read, _ = _session_reader(messages, provider, None, counted=False)
         return await retry_dead_letter(self._ref.ask, session_id, first, read)
 
     async def history(self, memory_id: str) -> MemoryHistory:
@@ -756,6 +741,26 @@ class ScopeRef:
             raise TooLarge(f"the document is {len(data):,} bytes; the limit is {limit:,} "
                            f"(config.knowledge.max_document_bytes)", field="source")
         return data, name
+
+
+def _session_reader(messages: Sequence[Any] | None, provider: Callable[[int, int], Any] | None,
+                    count: int | None, *, counted: bool) -> tuple[ReadMessages, int]:
+    """How a job reads a session a host keeps, and how many messages it has: its
+    ``messages`` (a list) or a ``provider(first, upto)`` with ``count`` (needed when
+    ``counted``). InvalidInput naming what is wrong."""
+    if (messages is None) == (provider is None):
+        raise InvalidInput("give the session's messages or a provider (not both)", field="messages")
+    if provider is not None:
+        if not callable(provider):
+            raise InvalidInput("provider must be a callable (first, upto) -> messages", field="provider")
+        if counted and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
+            raise InvalidInput(f"count (the session's number of messages) must be an int >= 0 with a "
+                               f"provider, got {count!r}", field="count")
+        return provider_reader(provider), count or 0
+    if isinstance(messages, str | bytes | Mapping):
+        raise InvalidInput("messages must be a list of chat messages", field="messages")
+    listed = list(messages or ())
+    return list_reader(listed), len(listed)
 
 
 def _as_of(value: float | str | datetime | None) -> float | None:
