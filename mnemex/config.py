@@ -231,6 +231,10 @@ class ModelsConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     embed_batch_size: PositiveInt = 256
     """Most texts one embedding call takes; texts of concurrent callers are gathered
     into one call up to this many."""
+    query_cache_size: Annotated[int, msgspec.Meta(ge=0)] = 1024
+    """Search queries whose vectors are kept (the least recently used dropped first),
+    so that a query asked again is not embedded again: about 1.5 KB each with a
+    384-dimension model; 0 keeps none."""
     onnx_path: Annotated[str, msgspec.Meta(pattern=r"\S")] | None = None
     """``embedder = "onnx"``: a directory holding ``model.onnx`` (or ``onnx/model.onnx``)
     and ``tokenizer.json``, as a Hugging Face ONNX export has them, or the ``.onnx``

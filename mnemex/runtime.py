@@ -403,7 +403,8 @@ async def open_runtime(config: Config | None = None, *,
     reranker = reranker_from_config(cfg)  # loaded as the runtime opens: a damaged model fails here
     for kind in given:
         if isinstance(kind, ScopeKind) and kind.embedder is not None:
-            batcher = EmbeddingBatcher(kind.embedder, cfg.models.embed_batch_size)
+            batcher = EmbeddingBatcher(kind.embedder, cfg.models.embed_batch_size,
+                                       query_cache_size=cfg.models.query_cache_size)
             services_of = knowledge[kind.name] = KnowledgeServices(
                 extractor, ids, context_messages=cfg.knowledge.context_messages,
                 offered=cfg.knowledge.offered, max_jobs=cfg.knowledge.max_jobs)

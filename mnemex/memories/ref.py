@@ -35,6 +35,7 @@ from typing import IO, Any, Final
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 import trio
 
 from mnemex._host import Host
@@ -242,21 +243,12 @@ class ScopeRef:
     async def _store_reporting(self, memories: list[NewMemory]) -> tuple[list[str], list[bool]]:
         """Embed and store; the ids in order, and whether each was new (not a
         duplicate of a stored memory)."""
-        now = time.time()
-        embedder = self.embedder
-        ids: list[str] = []
-        created: list[bool] = []
         step = self._config.memories.max_memories_per_command
-        for start in range(0, len(memories), step):
-            chunk = memories[start:start + step]
-            vectors = await self._embed([memory.content for memory in chunk])
-            with_vectors = [msgspec.structs.replace(memory, vector=vector)
-                            for memory, vector in zip(chunk, vectors, strict=True)]
-            reply: Remembered = await self._ref.ask(Remember(memories=with_vectors, embedder=embedder.name,
-                                                             dim=embedder.dim, now=now))
-            ids.extend(reply.ids)
-            created.extend(reply.created)
-        return ids, created
+        replies: list[Remembered] = []
+        await _remember_batches(self._services, [(self._ref, memories[start:start + step])
+                                                 for start in range(0, len(memories), step)], replies)
+        return ([memory_id for reply in replies for memory_id in reply.ids],
+                [new for reply in replies for new in reply.created])
 
     def _checked_many(self, memories: Iterable[str | Mapping[str, Any]], now: float,
                       positions: Sequence[int] | None = None) -> list[NewMemory]:
@@ -864,7 +856,9 @@ async def remember_in_scopes(services: ScopeServices,
     """Store memories in several scopes, ``[(app_name, user_id, {"content": ..., ...})]``,
     all or none: every memory of every scope is checked before any is stored (an
     error names ``memories[i]``); if storing in one scope fails, what the earlier
-    scopes newly stored is forgotten again. Returns the ids in the order given."""
+    scopes newly stored is forgotten again. Returns the ids in the order given.
+    The scopes' texts are embedded together, those of the next scopes while one
+    stores (see ``_remember_batches``)."""
     now = time.time()
     groups: dict[tuple[str, str], list[int]] = {}
     for index, (app_name, user_id, _) in enumerate(items):
@@ -873,21 +867,49 @@ async def remember_in_scopes(services: ScopeServices,
     for (app_name, user_id), indexes in groups.items():
         scope = ScopeRef(services, user_id=user_id, app_name=app_name)
         prepared.append((scope, indexes, scope._checked_many([items[i][2] for i in indexes], now, indexes)))
-    ids: list[str] = [""] * len(items)
-    stored: list[tuple[ScopeRef, list[str]]] = []
+    batches: list[tuple[ActorRef, list[NewMemory]]] = []
+    owners: list[tuple[ScopeRef, list[int]]] = []  # each batch's scope, and its memories' places in items
+    step = services.config.memories.max_memories_per_command
+    for scope, indexes, checked in prepared:
+        for start in range(0, len(checked), step):
+            batches.append((scope.ref, checked[start:start + step]))
+            owners.append((scope, indexes[start:start + step]))
+    replies: list[Remembered] = []
     try:
-        for scope, indexes, checked in prepared:
-            scope_ids, created = await scope._store_reporting(checked)
-            stored.append((scope, [i for i, new in zip(scope_ids, created, strict=True) if new]))
-            for i, memory_id in zip(indexes, scope_ids, strict=True):
-                ids[i] = memory_id
+        await _remember_batches(services, batches, replies)
     except BaseException:
         with trio.CancelScope(shield=True):
-            for scope, new_ids in stored:
+            for (scope, _), reply in zip(owners, replies, strict=False):
+                new_ids = [memory_id for memory_id, new in zip(reply.ids, reply.created, strict=True) if new]
                 if new_ids:
                     await scope.forget_many(new_ids)
         raise
+    ids: list[str] = [""] * len(items)
+    for (_, indexes), reply in zip(owners, replies, strict=True):
+        for i, memory_id in zip(indexes, reply.ids, strict=True):
+            ids[i] = memory_id
     return ids
+
+
+async def _remember_batches(services: ScopeServices, batches: Sequence[tuple[ActorRef, list[NewMemory]]],
+                            replies: list[Remembered]) -> None:
+    """Embed each batch's memories and send them to its scope in one Remember, batch
+    after batch, appending each reply to ``replies`` (so that a caller whose batch
+    failed knows what the ones before it stored). The texts of the batches after
+    the one being stored are embedded meanwhile (``EmbeddingBatcher.embed_each``):
+    the model does not wait for the actors, nor they for it."""
+    embedder = services.embedder
+    now = time.time()
+
+    async def store(index: int, vectors: npt.NDArray[np.float32]) -> None:
+        scope, memories = batches[index]
+        with_vectors = [msgspec.structs.replace(memory, vector=encode_vector(vector))
+                        for memory, vector in zip(memories, vectors, strict=True)]
+        replies.append(await scope.ask(Remember(memories=with_vectors, embedder=embedder.name,
+                                                dim=embedder.dim, now=now)))
+
+    await services.batcher.embed_each([[memory.content for memory in memories] for _, memories in batches],
+                                      store)
 
 
 # -- whole data directories ---------------------------------------------------------------------

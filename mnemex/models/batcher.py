@@ -1,25 +1,40 @@
 """The one embedding path: every text mnemex embeds (memories a ref stores, queries,
 sessions a scope embeds in a job) goes through an ``EmbeddingBatcher``.
 
-It embeds in a worker thread, one call at a time, gathering the texts of every
-caller waiting into one ``embed`` call of up to ``batch_size`` texts (a larger
-request is cut into such calls, interleaved fairly with the others). A request the
-embedder is measured to finish within ``inline_budget`` seconds (a short query to
-the hashing embedder: tens of microseconds) is embedded at once in the calling task
-instead: less than the thread hop would cost. A model (milliseconds per text)
-always goes to the thread.
+It has two lanes, each served one call at a time in a worker thread:
 
-Search queries go through ``embed_queries``: an embedder whose model embeds a query
-unlike a stored text (an e5 or bge model with a query prefix) has an
-``embed_queries`` method, and queries are gathered into calls of their own for it;
-for any other embedder a query is a text like the rest.
+* **texts to store** (``embed``, ``embed_nowait``, ``embed_each``): the texts of
+  every caller waiting are gathered into one ``embed`` call of up to ``batch_size``.
+  A request larger than what is left of a call is cut, and its rest goes to the
+  back of the queue, so that a caller of 10,000 texts does not hold up one of 4 for
+  minutes.
+* **search queries** (``embed_queries``): in calls of their own, through the
+  embedder's ``embed_queries`` where it has one (a model that embeds a query
+  unlike a stored text: an e5 or bge model with a query prefix), beside the texts
+  to store: a search does not wait behind an ingest's call (hundreds of
+  milliseconds with a model). The vectors of recent queries are kept
+  (``query_cache_size`` of them, see :class:`QueryCache`), so a query asked again
+  is not embedded again.
+
+The model never waits for a timer or a full batch: a call starts as soon as the one
+before it ends, with whatever is queued by then. How many texts a call has matters
+little to the model (the ONNX embedders cut a call into runs of texts of similar
+length, see ``mnemex.models.onnx``), so small calls of many callers cost about
+what one large call does. ``embed_each`` keeps the next chunk of a caller's texts
+queued while it handles the one embedded, so that the model embeds one while the
+actor stores the other. A text repeated in one call is embedded once.
+
+A request the embedder is measured to finish within ``inline_budget`` seconds (a
+short query to the hashing embedder: tens of microseconds) is embedded at once in
+the calling task instead: less than the thread hop would cost. A model
+(milliseconds per text) always goes to a thread.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
 import numpy as np
@@ -28,22 +43,99 @@ import trio
 
 from mnemex.errors import EmbedderError, MnemexError
 from mnemex.models.hashing import Embedder
+from mnemex.models.query_cache import QueryCache
 
-__all__ = ["EmbeddingBatcher", "embed_checked"]
+__all__ = ["EmbeddingBatcher", "PendingEmbedding", "embed_checked"]
 
 F32 = npt.NDArray[np.float32]
 
 
-class _Request:
-    __slots__ = ("done", "error", "is_query", "offset", "parts", "texts")
+class _Lane:
+    """The requests waiting for one kind of call, oldest first."""
 
-    def __init__(self, texts: list[str], is_query: bool) -> None:
-        self.texts = texts
+    __slots__ = ("is_query", "queue", "wake")
+
+    def __init__(self, is_query: bool) -> None:
         self.is_query = is_query
-        self.offset = 0
-        self.parts: list[F32] = []
-        self.done = trio.Event()
-        self.error: BaseException | None = None
+        self.queue: list[PendingEmbedding] = []
+        self.wake = trio.Event()
+
+    def add(self, request: PendingEmbedding) -> None:
+        self.queue.append(request)
+        self.wake.set()
+
+    def take(self, room: int) -> list[tuple[PendingEmbedding, int]]:
+        """How many texts of each waiting request the next call embeds: the oldest
+        first, as many as fit in ``room``."""
+        taken: list[tuple[PendingEmbedding, int]] = []
+        for request in self.queue:
+            if room <= 0:
+                break
+            count = min(room, request.remaining)
+            taken.append((request, count))
+            room -= count
+        return taken
+
+
+class PendingEmbedding:
+    """Texts handed to an ``EmbeddingBatcher`` (``embed_nowait``) and not yet
+    waited for: ``await vectors()`` gives their rows, in order; ``withdraw()`` takes
+    them out of the queue when they are no longer wanted."""
+
+    __slots__ = ("_dim", "_done", "_error", "_lane", "_offset", "_out", "texts")
+
+    def __init__(self, texts: list[str], dim: int, lane: _Lane | None) -> None:
+        self.texts = texts
+        self._dim = dim
+        self._out: F32 | None = None  # a view of the call's rows when one call embedded them all
+        self._offset = 0
+        self._done = trio.Event()
+        self._error: MnemexError | None = None
+        self._lane = lane
+
+    @property
+    def remaining(self) -> int:
+        return len(self.texts) - self._offset
+
+    async def vectors(self) -> F32:
+        """The vectors of ``texts`` (float32, one row each); EmbedderError when the
+        embedder failed. Cancelling the wait withdraws what is not embedded yet."""
+        try:
+            await self._done.wait()
+        finally:
+            if not self._done.is_set():
+                self.withdraw()
+        if self._error is not None:
+            raise self._error
+        if self._out is None:  # no texts
+            return np.zeros((0, self._dim), dtype=np.float32)
+        return self._out
+
+    def withdraw(self) -> None:
+        """Leave the queue: what is not embedded yet will not be (a call already
+        running finishes, and its rows are dropped)."""
+        lane, self._lane = self._lane, None
+        if lane is not None and self in lane.queue:
+            lane.queue.remove(self)
+
+    def _put(self, rows: F32) -> None:
+        if self._offset == 0 and len(rows) == len(self.texts):
+            self._out = rows
+        else:
+            if self._out is None:
+                self._out = np.empty((len(self.texts), self._dim), dtype=np.float32)
+            self._out[self._offset:self._offset + len(rows)] = rows
+        self._offset += len(rows)
+        if self._offset >= len(self.texts):
+            self._finish()
+
+    def _fail(self, error: MnemexError) -> None:
+        self._error = error
+        self._finish()
+
+    def _finish(self) -> None:
+        self.withdraw()
+        self._done.set()
 
 
 class _Rate:
@@ -93,25 +185,25 @@ def _embed_timed(embedder: Embedder, texts: list[str], is_query: bool) -> tuple[
 
 class EmbeddingBatcher:
     """Batched embedding beside the actors (see the module docstring). ``run`` is a
-    task of the runtime's nursery; ``embed`` may be called from any task of that run."""
+    task of the runtime's nursery; the other methods may be called from any task of
+    that run. ``query_cache_size`` is how many query vectors are kept (0: none)."""
 
     inline_budget: Final = 0.0002
     _SMALL: Final = 4
 
-    def __init__(self, embedder: Embedder, batch_size: int) -> None:
+    def __init__(self, embedder: Embedder, batch_size: int, *, query_cache_size: int = 0) -> None:
         self.embedder = embedder
         self.batch_size = batch_size
-        self._queue: list[_Request] = []
-        self._wake = trio.Event()
+        self._texts = _Lane(is_query=False)
+        self._queries = _Lane(is_query=True)
         # measured seconds per character of text, for bulk calls and for small ones
         # (queries) apart: a bulk call timed while the actors index beside it reads
         # several times slower than a lone query is
         self._per_char = _Rate()
         self._per_char_small = _Rate()
+        self.query_cache = QueryCache(query_cache_size)
         self.calls = 0
         self.texts = 0
-        # queries need calls of their own only where the model embeds them apart
-        self._has_queries = callable(getattr(embedder, "embed_queries", None))
 
     def _observe(self, texts: Sequence[str], seconds: float) -> None:
         chars = max(1, sum(len(text) for text in texts))
@@ -124,76 +216,125 @@ class EmbeddingBatcher:
     async def embed(self, texts: Sequence[str]) -> F32:
         """Vectors of ``texts`` to store (float32, one unit row each). EmbedderError
         when the embedder fails."""
-        return await self._embed(texts, False)
+        return await self._request(list(texts), self._texts).vectors()
+
+    def embed_nowait(self, texts: Sequence[str]) -> PendingEmbedding:
+        """Queue ``texts`` to store without waiting for them (see PendingEmbedding)."""
+        return self._request(list(texts), self._texts)
+
+    async def embed_each(self, chunks: Sequence[Sequence[str]],
+                         handle: Callable[[int, F32], Awaitable[None]]) -> None:
+        """Embed each chunk of texts to store and ``await handle(index, vectors)`` for
+        it, in order. While a chunk is handled, the ones after it are queued (a
+        call's worth of texts at least, one chunk at least), so the model goes on
+        embedding them meanwhile; when ``handle`` raises (or the caller is
+        cancelled) they are withdrawn."""
+        pending: deque[PendingEmbedding] = deque()
+        queued = 0
+        waiting = 0  # texts of the chunks in ``pending``
+        try:
+            for index in range(len(chunks)):
+                while queued < len(chunks) and (len(pending) < 2 or
+                                                waiting - len(pending[0].texts) < self.batch_size):
+                    pending.append(self.embed_nowait(chunks[queued]))
+                    waiting += len(pending[-1].texts)
+                    queued += 1
+                current = pending.popleft()
+                waiting -= len(current.texts)
+                await handle(index, await current.vectors())
+        finally:
+            for request in pending:
+                request.withdraw()
 
     async def embed_queries(self, texts: Sequence[str]) -> F32:
-        """Vectors of search queries, as ``embed`` (see the module docstring)."""
-        return await self._embed(texts, self._has_queries)
-
-    async def _embed(self, texts: Sequence[str], is_query: bool) -> F32:
-        if not texts:
+        """Vectors of search queries, as ``embed`` (see the module docstring); a
+        query whose vector is kept is not embedded again."""
+        wanted = list(texts)
+        cache, name = self.query_cache, self.embedder.name
+        if cache.size == 0:
+            return await self._request(wanted, self._queries).vectors()
+        rows = [cache.get(name, text) for text in wanted]
+        missing = list(dict.fromkeys(text for text, row in zip(wanted, rows, strict=True) if row is None))
+        found: dict[str, F32] = {}
+        if missing:
+            made = await self._request(missing, self._queries).vectors()
+            found = dict(zip(missing, made, strict=True))
+            for text, vector in found.items():
+                cache.put(name, text, vector)
+        else:
+            await trio.lowlevel.checkpoint()
+        if not wanted:
             return np.zeros((0, self.embedder.dim), dtype=np.float32)
+        return np.stack([found[text] if row is None else row for text, row in zip(wanted, rows, strict=True)])
+
+    def _request(self, texts: list[str], lane: _Lane) -> PendingEmbedding:
+        """``texts`` queued in ``lane``, or embedded at once when they are measured to
+        take less than ``inline_budget`` (or there are none)."""
+        if texts and not self._is_quick(texts, lane):
+            request = PendingEmbedding(texts, self.embedder.dim, lane)
+            lane.add(request)
+            return request
+        done = PendingEmbedding(texts, self.embedder.dim, None)
+        if not texts:
+            done._finish()
+            return done
+        started = time.perf_counter()
+        try:
+            matrix = embed_checked(self.embedder, texts, lane.is_query)
+        except MnemexError as error:
+            done._fail(error)
+            return done
+        self._observe(texts, time.perf_counter() - started)
+        self.calls += 1
+        self.texts += len(texts)
+        done._put(matrix)
+        return done
+
+    def _is_quick(self, texts: list[str], lane: _Lane) -> bool:
         per_char = self._per_char_small.value if len(texts) <= self._SMALL else None
         if per_char is None:
             per_char = self._per_char.value
-        if per_char is not None and not self._queue and \
-                per_char * sum(len(text) for text in texts) <= self.inline_budget:
-            started = time.perf_counter()
-            matrix = embed_checked(self.embedder, list(texts), is_query)
-            self._observe(texts, time.perf_counter() - started)
-            self.calls += 1
-            self.texts += len(texts)
-            await trio.lowlevel.checkpoint()
-            return matrix
-        request = _Request(list(texts), is_query)
-        self._queue.append(request)
-        self._wake.set()
-        await request.done.wait()
-        if request.error is not None:
-            raise request.error
-        return request.parts[0] if len(request.parts) == 1 else np.concatenate(request.parts)
+        return per_char is not None and not lane.queue and \
+            per_char * sum(len(text) for text in texts) <= self.inline_budget
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve embedding requests until cancelled."""
-        task_status.started()
-        while True:
-            await self._wake.wait()
-            self._wake = trio.Event()
-            while self._queue:
-                await self._one_call()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._serve, self._texts)
+            nursery.start_soon(self._serve, self._queries)
+            task_status.started()
 
-    async def _one_call(self) -> None:
-        room = self.batch_size
-        taken: list[tuple[_Request, int]] = []
-        texts: list[str] = []
-        is_query = self._queue[0].is_query
-        for request in self._queue:
-            if room <= 0:
-                break
-            if request.is_query != is_query:
-                continue
-            count = min(room, len(request.texts) - request.offset)
-            texts.extend(request.texts[request.offset:request.offset + count])
-            taken.append((request, count))
-            room -= count
+    async def _serve(self, lane: _Lane) -> None:
+        while True:
+            await lane.wake.wait()
+            lane.wake = trio.Event()
+            while lane.queue:
+                await self._one_call(lane)
+
+    async def _one_call(self, lane: _Lane) -> None:
+        taken = lane.take(self.batch_size)
+        texts = [text for request, count in taken
+                 for text in request.texts[request._offset:request._offset + count]]
+        distinct = list(dict.fromkeys(texts))
         try:
-            matrix, seconds = await trio.to_thread.run_sync(_embed_timed, self.embedder, texts, is_query)
+            matrix, seconds = await trio.to_thread.run_sync(_embed_timed, self.embedder, distinct,
+                                                            lane.is_query)
         except MnemexError as error:
             for request, _ in taken:
-                request.error = error
-                self._finish(request)
+                request._fail(error)
             return
-        self._observe(texts, seconds)
+        self._observe(distinct, seconds)
         self.calls += 1
-        self.texts += len(texts)
+        self.texts += len(distinct)
+        if len(distinct) < len(texts):
+            where = {text: row for row, text in enumerate(distinct)}
+            matrix = matrix[[where[text] for text in texts]]
         row = 0
         for request, count in taken:
-            request.parts.append(matrix[row:row + count])
+            request._put(matrix[row:row + count])
             row += count
-            request.offset += count
-            if request.offset >= len(request.texts):
-                self._finish(request)
-
-    def _finish(self, request: _Request) -> None:
-        self._queue.remove(request)
-        request.done.set()
+        last, _ = taken[-1]
+        if last.remaining and last in lane.queue:
+            # cut: its rest waits behind the requests that came meanwhile
+            lane.queue.remove(last)
+            lane.queue.append(last)

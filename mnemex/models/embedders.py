@@ -135,9 +135,10 @@ class OnnxMiniLMEmbedder(LazyModel):
     threads one call may use (default: the CPUs, at most 4); threads wait
     without spinning, so an idle embedder leaves the cores to the agent.
 
-    Thread-safe: one loaded model serves concurrent ``embed`` calls. A large call
-    is sorted by length and run in batches of ``batch_size``, so that short texts
-    are not padded to the longest one; the rows come back in the caller's order."""
+    Thread-safe: one loaded model serves concurrent ``embed`` calls. A call is
+    sorted by length and run as runs of texts of similar length (see
+    ``mnemex.models.onnx.runs_by_length``), so that short texts are not padded to
+    the longest one; the rows come back in the caller's order."""
 
     name = "minilm-l6-v2-int8"
     dim = 384
@@ -148,7 +149,6 @@ class OnnxMiniLMEmbedder(LazyModel):
     question's ten nearest turns are above 0.43 (95%), a paraphrase question's ten
     nearest memories below 0.33 (90%)."""
     max_tokens: Final = 256
-    batch_size: Final = 32
 
     def __init__(self, model_path: str | os.PathLike[str] | None = None, *,
                  threads: int | None = None) -> None:
@@ -182,7 +182,7 @@ class OnnxMiniLMEmbedder(LazyModel):
                                remedy="choose another embedder with config.embedder (\"hashing\" needs no "
                                       "model)")
         return TokenGraph(session, tokenizer, output="last_hidden_state", pad_id=0, source=str(path),
-                          field="embedder", batch_size=self.batch_size)
+                          field="embedder")
 
     def embed(self, texts: Sequence[str]) -> F32Matrix:
         """Vectors of ``texts``: float32, shape (len(texts), 384), unit rows (zero

@@ -4,9 +4,9 @@ sentence-embedding model on disk, and a cross-encoder reranker share.
 
 A :class:`TokenGraph` takes the inputs a Hugging Face export has (``input_ids``,
 ``attention_mask`` and optionally ``token_type_ids``, int64 or int32) and reads one
-output. It runs a large call in batches of texts of similar length (sorted, so a
-short text is not padded to the longest one), pads on the right, and gives the
-rows back in the caller's order. A graph that asks for other inputs, or has no
+output. It runs a call as model runs of texts of similar length (see
+:func:`runs_by_length`), pads on the right, and gives the rows back in the caller's
+order. A graph that asks for other inputs, or has no
 output of the expected shape, is refused when it is opened, naming the setting
 that chose it.
 """
@@ -25,7 +25,7 @@ import numpy.typing as npt
 from mnemex.errors import InvalidInput, ModelError
 
 __all__ = ["Pooling", "TokenGraph", "default_threads", "file_sha256", "model_digest", "model_files",
-           "onnx_session", "read_tokenizer"]
+           "onnx_session", "read_tokenizer", "runs_by_length"]
 
 F32Matrix = npt.NDArray[np.float32]
 I64Matrix = npt.NDArray[np.int64]
@@ -134,6 +134,37 @@ def onnx_session(model: bytes | Path, *, source: Path, threads: int, error: type
                     f"{remedy}") from exc
 
 
+def runs_by_length(lengths: Sequence[int], *, max_texts: int, max_tokens: int,
+                   run_cost: int) -> list[int]:
+    """Where to cut texts sorted by ``lengths`` (ascending, in tokens) into model
+    runs: the end index of each run, the last being ``len(lengths)``.
+
+    A run costs about its padded tokens (texts x the longest) plus a fixed
+    ``run_cost``, in tokens: what one more run costs onnxruntime (measured for
+    MiniLM on two cores: about 1 ms, what 12 tokens of text cost; padding costs as
+    much as text, and runs of 8 texts cost per token what runs of 32 do). So a
+    text starts a new run when it would add more padding to the texts before it
+    than a run costs, or when the run would pass ``max_texts`` texts or
+    ``max_tokens`` padded tokens (past a thousand or two a run leaves the CPU's
+    caches and each token costs more). A call of a few texts of scattered lengths
+    then runs as a few short runs instead of one padded to the longest: LoCoMo
+    turns in calls of 32 texts run 1.09 tokens per token of text, against 2.09 when
+    cut every 32 texts (calls of 8: 1.09 against 1.64; of 256: 1.03 against 1.17).
+    """
+    cuts: list[int] = []
+    count = width = 0
+    for index, length in enumerate(lengths):
+        if count and (count >= max_texts or (count + 1) * length > max_tokens
+                      or count * (length - width) > run_cost):
+            cuts.append(index)
+            count = 0
+        count += 1
+        width = length
+    if count:
+        cuts.append(len(lengths))
+    return cuts
+
+
 def default_threads() -> int:
     """Threads one model call uses unless told: the CPUs, at most 4."""
     return max(1, min(4, os.cpu_count() or 1))
@@ -145,14 +176,18 @@ class TokenGraph:
     ``output`` is the output read: ``rank`` 3 (batch, tokens, dim) for token
     vectors, 2 (batch, n) for one row per text. ``dim`` is that output's last
     dimension when the graph declares it (None when it is symbolic). A call runs
-    in batches of ``batch_size`` texts. ``source`` says where the graph came from,
-    ``sha256`` is its file's digest (None when it was given as bytes).
+    as model runs of at most ``batch_size`` texts and ``run_tokens`` padded tokens,
+    cut by :func:`runs_by_length` with ``run_cost``. ``source`` says where the graph
+    came from, ``sha256`` is its file's digest (None when it was given as bytes).
     Thread-safe: onnxruntime sessions and tokenizers serve concurrent calls."""
 
     def __init__(self, session: Any, tokenizer: Any, *, output: str, pad_id: int, source: str,
-                 field: str, batch_size: int = 32, sha256: str | None = None) -> None:
+                 field: str, batch_size: int = 64, sha256: str | None = None, run_tokens: int = 1024,
+                 run_cost: int = 12) -> None:
         self.session = session
         self.batch_size = batch_size
+        self.run_tokens = run_tokens
+        self.run_cost = run_cost
         self.sha256 = sha256
         self.tokenizer = tokenizer
         self.pad_id = pad_id
@@ -237,8 +272,11 @@ class TokenGraph:
             has_words = np.fromiter((0 in e.special_tokens_mask for e in encodings), dtype=bool,
                                     count=len(encodings))
             order = order[has_words[order]]
-        for start in range(0, len(order), self.batch_size):
-            rows = order[start:start + self.batch_size]
+        start = 0
+        for end in runs_by_length(lengths[order].tolist(), max_texts=self.batch_size,
+                                  max_tokens=self.run_tokens, run_cost=self.run_cost):
+            rows = order[start:end]
+            start = end
             width = int(lengths[rows[-1]])
             ids = np.full((len(rows), width), self.pad_id, dtype=np.int64)
             types = np.zeros((len(rows), width), dtype=np.int64)

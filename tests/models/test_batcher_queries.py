@@ -1,6 +1,6 @@
-"""The embedding batcher's query path: a search query goes to ``embed_queries``
-where the embedder has one (a model that embeds queries apart), in calls of its
-own, and is a text like any other where it has not."""
+"""The embedding batcher's query path: a search query goes in calls of its own
+(it never waits behind texts to store), to ``embed_queries`` where the embedder
+has one (a model that embeds queries apart) and to ``embed`` where it has not."""
 
 from __future__ import annotations
 
@@ -66,9 +66,10 @@ async def test_queries_go_to_embed_queries_in_calls_of_their_own() -> None:
     np.testing.assert_allclose(results[2], plain.embed(["We live in Berlin"]), atol=1e-6)
 
 
-async def test_without_embed_queries_a_query_is_gathered_with_the_texts() -> None:
+async def test_without_embed_queries_queries_still_go_in_calls_of_their_own_through_embed() -> None:
     embedder = Recording()
     results = await gather(EmbeddingBatcher(embedder, batch_size=64), JOBS)
-    assert [(kind, sorted(texts)) for kind, texts in embedder.calls] == \
-        [("embed", sorted(text for _, texts in JOBS for text in texts))]
+    assert sorted((kind, sorted(texts)) for kind, texts in embedder.calls) == \
+        [("embed", ["I like tea", "I work as a nurse", "We live in Berlin"]),
+         ("embed", ["what does she drink?", "where does she work?"])]
     np.testing.assert_allclose(results[3], HashingEmbedder(dim=32).embed(["where does she work?"]), atol=1e-6)

@@ -77,10 +77,10 @@ def test_a_batch_comes_back_in_the_callers_order(minilm: OnnxMiniLMEmbedder) -> 
 
 
 def test_a_batch_larger_than_one_model_call_keeps_its_order(minilm: OnnxMiniLMEmbedder) -> None:
-    texts = [f"{text} ({i})" for i in range(7) for text in MIXED]  # 42 texts: two model calls
-    assert len(texts) > minilm.batch_size
+    texts = [f"{text} ({i})" for i in range(12) for text in MIXED]  # 72 texts: several model runs
+    assert len(texts) > minilm._loaded().batch_size
     batch = minilm.embed(texts)
-    for i in (0, 5, 17, 33, 41):
+    for i in (0, 5, 17, 33, 41, 71):
         np.testing.assert_allclose(batch[i], minilm.embed([texts[i]])[0], rtol=0, atol=1e-6)
 
 
