@@ -22,7 +22,8 @@ b 0.75, lower-cased word tokens, nothing dropped: the reference figure of
 minus the stop words mnemex drops, OR-ed: the query bench/compare.py gives it).
 
 Paraphrases (bench/data/paraphrases.json, and the held-out
-bench/data/paraphrases_heldout.json, ``{"pairs": [{"question", "passage"}],
+bench/data/paraphrases_heldout.json and paraphrases_heldout2.json (written blind, after the last
+setting was chosen), ``{"pairs": [{"question", "passage"}],
 "distractors": [...]}``; skipped when absent): every passage and distractor a
 memory of one scope; recall@1 and MRR of each question's passage.
 
@@ -102,7 +103,9 @@ from mnemex.models.embedders import embedder_from_config  # noqa: E402
 
 MODES = ("keyword", "fulltext", "vector", "hybrid")
 PARAPHRASES = _BENCH / "data" / "paraphrases.json"
-PARAPHRASES_HELD_OUT = _BENCH / "data" / "paraphrases_heldout.json"
+PARAPHRASES_HELD_OUT = {"paraphrases held out": _BENCH / "data" / "paraphrases_heldout.json",
+                        "paraphrases held out 2": _BENCH / "data" / "paraphrases_heldout2.json"}
+PARAPHRASE_KEYS = ("paraphrases", *PARAPHRASES_HELD_OUT)
 NEWCOMER = {"dev": _BENCH / "data" / "newcomer.json", "held out": _BENCH / "data" / "newcomer_heldout.json",
             "held out 2": _BENCH / "data" / "newcomer_heldout2.json"}
 CUTS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4)
@@ -440,7 +443,8 @@ def main() -> None:
     questions = locomo_questions(conversations)
     turn_texts = [turn.memory for c in conversations for turn in locomo_turns(c)]
     paraphrases, paraphrase_note = load_paraphrases(args.paraphrases)
-    held_out, _ = load_paraphrases(PARAPHRASES_HELD_OUT)
+    held_out = {key: data for key, path in PARAPHRASES_HELD_OUT.items()
+                if (data := load_paraphrases(path)[0]) is not None}
     newcomers = {label: data for label, path in NEWCOMER.items() if (data := load_newcomer(path)) is not None}
     report: dict[str, Any] = machine() | {"questions": len(questions), "memories": len(turn_texts),
                                           "paraphrases": str(args.paraphrases), "embedders": {},
@@ -466,8 +470,8 @@ def main() -> None:
             entry["locomo"]["hybrid (rrf)"] = rrf["hybrid"]
         if paraphrases is not None:
             entry["paraphrases"] = trio.run(paraphrase_mnemex, paraphrases, name, MODES)
-        if held_out is not None:
-            entry["paraphrases held out"] = trio.run(paraphrase_mnemex, held_out, name, MODES)
+        for key, data in held_out.items():
+            entry[key] = trio.run(paraphrase_mnemex, data, name, MODES)
         entry["newcomer"] = {label: trio.run(newcomer_mnemex, data, name)
                              for label, data in newcomers.items()}
         entry["cosine_scale"] = cosine_scale_measured(embedder, conversations, questions,
@@ -480,7 +484,7 @@ def main() -> None:
         print(f"  LoCoMo: {done}", flush=True)
     for label, build in BASELINES.items():
         baseline: dict[str, Any] = {"locomo": locomo_baseline(build, conversations, questions)}
-        for key, data in (("paraphrases", paraphrases), ("paraphrases held out", held_out)):
+        for key, data in (("paraphrases", paraphrases), *held_out.items()):
             if data is not None:
                 memories = list(dict.fromkeys(paraphrase_memories(data)))
                 ranker = build(memories)
@@ -513,14 +517,13 @@ def print_report(report: dict[str, Any]) -> None:
                 continue  # the same with every embedder
             label = f"mnemex {mode}" if lexical else f"mnemex {mode} [{name}]"
             rows.append(_quality_row(label, figures, categories))
-            cells = [entry[key][mode] if mode in entry.get(key, {}) else None
-                     for key in ("paraphrases", "paraphrases held out")]
+            cells = [entry[key][mode] if mode in entry.get(key, {}) else None for key in PARAPHRASE_KEYS]
             if any(cells):
                 paraphrase_rows.append([label, *_paraphrase_cells(cells)])
         seen_lexical = True
     for label, baseline in report["baselines"].items():
         rows.append(_quality_row(label, baseline["locomo"], categories))
-        cells = [baseline.get("paraphrases"), baseline.get("paraphrases held out")]
+        cells = [baseline.get(key) for key in PARAPHRASE_KEYS]
         if any(cells):
             paraphrase_rows.append([label, *_paraphrase_cells(cells)])
     print(f"\n{report['date']}, {report['cpus']} cores. LoCoMo dev retrieval: {report['questions']} "
@@ -530,8 +533,10 @@ def print_report(report: dict[str, Any]) -> None:
     print("questions per category: "
           + ", ".join(f"{c} {counts[c]['questions']}" for c in categories if c in counts))
     if paraphrase_rows:
-        print("\nparaphrases (one scope of passages and distractors; held out: chosen nothing):")
-        print(table(["method", "R@1", "MRR", "held out R@1", "held out MRR"], paraphrase_rows))
+        print("\nparaphrases (one scope of passages and distractors; held out 2 written blind after "
+              "the last choice):")
+        print(table(["method", "R@1", "MRR", "held out R@1", "held out MRR", "held out 2 R@1",
+                     "held out 2 MRR"], paraphrase_rows))
     else:
         print(f"\nparaphrases: {report.get('paraphrases_note', 'not run')}")
     for name, entry in report["embedders"].items():
@@ -614,13 +619,13 @@ def rewrite_readme(report: dict[str, Any]) -> None:
     categories = [CATEGORY_NAMES[c] for c in (1, 2, 3, 4)]
     lines = [f"Measured by `python bench/quality.py --readme` ({report['date']}, embedder `{name}`, "
              "default settings; LoCoMo dev: 760 questions, recall@10 of the evidence turns; "
-             "paraphrases: recall@1, dev / held out):", "",
+             "paraphrases: recall@1, dev / held out / held out 2):", "",
              "| search | LoCoMo R@10 | " + " | ".join(categories) + " | paraphrases R@1 |",
              "|---|---|" + "---|" * len(categories) + "---|"]
     for mode, figures in entry["locomo"].items():
         by = figures["by_category"]
         para = [entry[key][mode]["recall@1"] if mode in entry.get(key, {}) else None
-                for key in ("paraphrases", "paraphrases held out")]
+                for key in PARAPHRASE_KEYS]
         cells = " / ".join("-" if p is None else f"{p:.3f}" for p in para)
         bold = "**" if mode == "hybrid" else ""
         lines.append(f"| {bold}{mode}{bold} | {bold}{figures['recall@10']:.3f}{bold} | "

@@ -436,16 +436,16 @@ class BM25Index(SidecarIndex):
             scores[~keep] = 0.0
         return scores
 
-    def content_holders(self, query: str | ParsedQuery) -> npt.NDArray[np.bool_]:
-        """For every doc id slot, whether its content (not its context) holds at least
-        one term of *query*: a doc that :meth:`score_all` scores through its context
-        alone has False here. One pass over the query terms' postings."""
+    def content_matches(self, query: str | ParsedQuery) -> npt.NDArray[np.int32]:
+        """For every doc id slot, how many distinct terms of *query* its content (not
+        its context) holds: a doc that :meth:`score_all` scores through its context
+        alone has 0 here. One pass over the query terms' postings."""
         parsed = self.tokenizer.parse_query(query) if isinstance(query, str) else query
-        holds = np.zeros(self._capacity, dtype=np.bool_)
+        counts = np.zeros(self._capacity, dtype=np.int32)
         for term_id in sorted({self._vocab[t] for t in parsed.all_terms if t in self._vocab}):
             docs, tf_content, _ = self._postings[term_id].arrays()
-            holds[docs[tf_content > 0]] = True
-        return holds
+            counts[docs[tf_content > 0]] += 1
+        return counts
 
     def phrase_docs(self, phrase: Phrase) -> list[int]:
         """Doc ids whose content holds *phrase* (tokenized by this index's tokenizer)."""

@@ -422,6 +422,13 @@ class Tokenizer:
         stem = f"snowball-{self.stem}" if self.stem else "none"
         return f"tok{TOKENIZATION_VERSION}:stops={stops}:fold={_fold_name(self.fold_accents)}:stem={stem}"
 
+    def worded(self, query: str) -> bool:
+        """Whether *query* is worded as a sentence (it holds a stop word: "Which bike
+        is his?") rather than a list of keywords ("bike", "Python ADK")."""
+        stops = self.stop_words
+        return any(word in stops or _fold(word) in stops
+                   for word in _raw_tokens(query, True, self._fold_text))
+
     def tokens(self, text: str) -> list[str]:
         """Index terms of *text*, in order, repeats kept (a script without spaces
         gives its characters and their pairs, see the module doc)."""

@@ -194,3 +194,13 @@ def test_the_ascii_fast_path_finds_what_the_regular_expressions_find(text: str) 
     for patterns in (_patterns(False), _patterns(True)):
         assert words(text) == [word for _, word in patterns.word.findall(text.casefold())]
         assert _raw_tokens(text) == [token for _, token in patterns.token.findall(text.casefold())]
+
+
+@pytest.mark.parametrize(("query", "worded"), [
+    ("Which bike is his?", True), ("What is the user's job?", True), ("where do I live", True),
+    ("bike", False), ("Python ADK", False), ("太郎", False), ("Café crème", False), ("", False),
+    ("THE Bike", True),
+])
+def test_a_query_is_worded_when_it_holds_a_stop_word(query: str, worded: bool) -> None:
+    assert Tokenizer().worded(query) is worded
+    assert Tokenizer(stop_words=False).worded(query) is False

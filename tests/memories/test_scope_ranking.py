@@ -23,6 +23,7 @@ from mnemex.memories.protocol import NewMemory, Remember, Search
 from mnemex.memories.queries import first_person, query_texts
 from mnemex.memories.ranking import (
     CONTEXT_ONLY,
+    COVERAGE_MIN_TERMS,
     COVERAGE_RAMP,
     DATE_SLACK,
     CosineScale,
@@ -65,9 +66,39 @@ def test_crowding_rises_from_three_quarters_of_crowded_to_crowded(nearest: float
 def test_the_text_weight_is_the_larger_of_crowding_and_coverage() -> None:
     low, high = COVERAGE_RAMP
     texts = np.array([0.0, 0.3, low, (low + high) / 2, high, 1.0])
-    assert text_weights(texts, 0.0, 0.7) == pytest.approx([0, 0, 0, 0.35, 0.7, 0.7])
-    assert text_weights(texts, 1.0, 0.7) == pytest.approx([0.7] * 6)
-    assert text_weights(texts, 0.4, 0.7) == pytest.approx([0.28, 0.28, 0.28, 0.35, 0.7, 0.7])
+    matched = np.full(len(texts), float(COVERAGE_MIN_TERMS))
+    assert text_weights(texts, 0.0, 0.7, matched, 2) == pytest.approx([0, 0, 0, 0.35, 0.7, 0.7])
+    assert text_weights(texts, 1.0, 0.7, matched, 2) == pytest.approx([0.7] * 6)
+    assert text_weights(texts, 0.4, 0.7, matched, 2) == pytest.approx([0.28, 0.28, 0.28, 0.35, 0.7, 0.7])
+
+
+def test_coverage_of_a_sentence_counts_only_for_a_memory_holding_several_of_its_words() -> None:
+    texts = np.array([1.0, 1.0, 1.0, 1.0])
+    matched = np.array([0.0, 1.0, 2.0, 5.0])
+    assert COVERAGE_MIN_TERMS == 2
+    assert text_weights(texts, 0.0, 0.7, matched, 2) == pytest.approx([0.0, 0.0, 0.7, 0.7])
+    assert text_weights(texts, 0.5, 0.7, matched, 2) == pytest.approx([0.35, 0.35, 0.7, 0.7])
+    assert text_weights(texts, 0.0, 0.7, matched, 1) == pytest.approx([0.0, 0.7, 0.7, 0.7])
+
+
+async def test_one_shared_word_does_not_outrank_the_memory_that_answers() -> None:
+    """Default embedder: the memory sharing the query's only word ("bike") but not its
+    meaning no longer takes the first place from the one that answers."""
+    async with mnemex.open_runtime(mnemex.Config(data_dir=None)) as rt:
+        scope = rt.scope(user_id="u", app_name="ranking")
+        await scope.remember_many([
+            "Somebody left a bike chained to our front railings all week.",
+            "I cycle to the office on a carbon road racer I bought last spring.",
+            "My sister moved to Leeds in March.",
+            "We had pasta for dinner on Sunday.",
+        ])
+        hits = (await scope.search("Which bike is his?", min_score=-1.0)).hits
+        assert hits[0].memory.content.startswith("I cycle to the office")
+        chained = next(hit for hit in hits if hit.memory.content.startswith("Somebody"))
+        assert chained.scores["text_weight"] == 0.0
+        # asked as a keyword, the word is what is wanted
+        hits = (await scope.search("bike")).hits
+        assert hits[0].memory.content.startswith("Somebody") and hits[0].scores["text_weight"] > 0.5
 
 
 def test_every_embedder_declares_a_cosine_scale_the_scope_reads() -> None:
