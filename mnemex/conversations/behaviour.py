@@ -207,6 +207,16 @@ class AgentSettings:
         )
 
 
+AGENT_BYTES: Final = 2_500
+"""What a live agent costs besides its sessions, its cell in the kernel included
+(tracemalloc: 5.2 KB an agent over 300 agents of one message)."""
+SESSION_BYTES: Final = 2_000
+"""What each session costs besides its messages: the conversation and its indexes."""
+ENTRY_BYTES: Final = 700
+"""What each stored message costs besides its JSON: the entry, its journal line
+kept for snapshots, its places in the token sums and indexes."""
+
+
 # -- the behaviour ----------------------------------------------------------------------
 class AgentMemory:
     """The short-term memory of one agent. Synchronous and deterministic; see module doc."""
@@ -226,6 +236,13 @@ class AgentMemory:
         self.clock = 0.0  # the latest time any command carried (transient)
         self._turn_index: TurnIndex | None = None
         self._tokenizer: Tokenizer | None = None
+
+    def live_bytes(self) -> int:
+        """An estimate of the memory this agent holds while live, for the runtime's
+        ``kernel.max_live_bytes`` budget: constants per agent, session and message,
+        and the messages' JSON twice (the entry and its journal line)."""
+        return AGENT_BYTES + sum(SESSION_BYTES + len(c.entries) * ENTRY_BYTES + 2 * c.size
+                                 for c in self.sessions.values())
 
     def __repr__(self) -> str:
         return f"AgentMemory({self.name!r}, sessions={len(self.sessions)}, sequence={self.sequence})"

@@ -649,7 +649,8 @@ class _Api:
             status="ok", uptime_seconds=round(time.time() - self.started, 3),
             data_dir=self.rt.config.storage.data_dir if authorized else None,
             actors={"live": stats.live, "spawned": stats.spawns, "passivations": stats.passivations,
-                    "crashes": stats.crashes, "mailbox_depth": stats.mailbox_depth},
+                    "crashes": stats.crashes, "mailbox_depth": stats.mailbox_depth,
+                    "live_bytes": stats.live_bytes, "budget_passivations": stats.budget_passivations},
             streams=len(self.streams), journal=self.rt.journal_health()))
 
     async def metrics_text(self, request: Request) -> Response:
