@@ -253,7 +253,7 @@ class ScopeRef:
             with_vectors = [msgspec.structs.replace(memory, vector=vector)
                             for memory, vector in zip(chunk, vectors, strict=True)]
             reply: Remembered = await self._ref.ask(Remember(memories=with_vectors, embedder=embedder.name,
-                                                             dim=embedder.dim, now=now))
+                                                             dim=embedder.dim, now=now, classify=True))
             ids.extend(reply.ids)
             created.extend(reply.created)
         return ids, created
@@ -371,7 +371,7 @@ class ScopeRef:
                       for memory in chunk if memory.id in echo_of}
             reply: SessionAdded = await self._ref.ask(AddSession(
                 session_id=session.id, memories=with_vectors, embedder=embedder.name, dim=embedder.dim,
-                now=now, echo_of=echoes))
+                now=now, echo_of=echoes, classify=True))
             ids.extend(reply.ids)
             added += reply.added
             merged.extend(reply.merged)
@@ -665,7 +665,7 @@ class ScopeRef:
         stored: DocumentIngested = await self._ref.ask(IngestDocument(
             document=info, memories=[msgspec.structs.replace(memory, vector=vector)
                                      for memory, vector in zip(memories, vectors, strict=True)],
-            embedder=embedder.name, dim=embedder.dim, now=now))
+            embedder=embedder.name, dim=embedder.dim, now=now, classify=True))
         await report("store", len(chunks), len(chunks))
         mark = lap("store", mark)
         extraction = "off"
