@@ -44,6 +44,7 @@ __all__ = [
     "MAX_CATEGORIES",
     "MAX_CATALOG",
     "MISC",
+    "RELATIVE",
     "Category",
     "Classifier",
     "check_catalog",
@@ -59,6 +60,9 @@ CUE_WEIGHT: Final = 1.0
 DESCRIPTION_WEIGHT: Final = 0.35
 DEFAULT_THRESHOLD: Final = 0.5
 """``knowledge.category_threshold``'s default (see the module doc)."""
+RELATIVE: Final = 0.75
+"""A category besides the best one is kept only when its cues weigh at least this
+share of the best one's (one cue beside two is noise more often than not)."""
 MAX_CATEGORIES: Final = 3
 """Categories the offline classifier gives one memory at most."""
 MAX_CATALOG: Final = 256
@@ -86,13 +90,13 @@ def _c(name: str, description: str, keywords: str) -> Category:
 DEFAULT_CATEGORIES: Final[tuple[Category, ...]] = (
     _c("personal_details", "Who the person is: name, age, birthday, where they live or come from, "
        "languages, looks",
-       "name named called age old birthday born live lives living moved home address hometown country "
+       "name named age aged birthday born live lives living moved home address hometown country "
        "nationality citizen speak speaks language languages tall height"),
     _c("preferences", "What someone likes, loves, prefers or dislikes; tastes and favourites",
        "like likes liked love loves loved prefer prefers preferred favourite favorite enjoy enjoys fan "
-       "hate hates dislike dislikes dislike taste tastes rather adore can't stand"),
+       "hate hates dislike dislikes taste tastes rather adore"),
     _c("plans", "Intentions, goals and arrangements for the future",
-       "plan plans planning going intend intends will tomorrow next upcoming schedule scheduled "
+       "plan plans planning going intend intends will tomorrow upcoming schedule scheduled "
        "appointment goal goals hope hopes want wants wish trip booked booking someday later soon"),
     _c("relationships", "Family, friends, partners, pets and how people are related",
        "wife husband partner girlfriend boyfriend married marry engaged divorced sister brother "
@@ -110,24 +114,23 @@ DEFAULT_CATEGORIES: Final[tuple[Category, ...]] = (
        "surgery pain injury injured diagnosed diabetes asthma diet vegan vegetarian gluten "
        "exercise gym run running sleep therapy therapist pregnant"),
     _c("events", "Things that happened at a time: meetings, trips, celebrations, incidents",
-       "happened yesterday last week ago visited went attended wedding party celebrated "
-       "ceremony funeral concert festival trip accident met arrived returned battle fought"),
+       "happened yesterday ago visited went attended wedding celebrated ceremony funeral "
+       "concert festival accident met arrived battle fought"),
     _c("lore", "The world's history, myths, legends, gods, factions and magic",
        "legend legends myth myths ancient history kingdom empire realm god gods goddess deity "
        "prophecy artifact artefact relic magic curse cursed dragon dragons order guild cult "
-       "faction war age era founded"),
+       "faction war age era"),
     _c("rules", "Game rules, house rules and mechanics: dice, checks, turns, what is allowed",
        "rule rules house roll rolls dice die d20 d6 check checks saving throw advantage "
        "disadvantage initiative turn turns round action bonus modifier spell slot slots "
        "allowed forbidden must mechanic mechanics damage hit points hp"),
     _c("quests", "Quests, missions and tasks: objectives, rewards, who gave them",
        "quest quests mission missions task tasks objective objectives reward rewards bounty "
-       "retrieve rescue escort deliver hunt investigate recover assignment contract"),
+       "retrieve rescue escort deliver hunt hunting investigate assignment contract"),
     _c("npc_relationship", "How a non-player character stands with the party: ally, rival, "
        "enemy, trust, grudges",
        "npc npcs ally allies allied enemy enemies rival rivals trust trusts distrust hostile "
-       "friendly loyal loyalty betrayed betrayal grudge suspicious reputation attitude respect "
-       "fears hates"),
+       "friendly loyal loyalty betrayed betrayal grudge suspicious reputation attitude respect"),
     _c("location", "Places: towns, buildings, regions, landmarks, where things are",
        "place town city village tower castle keep fortress tavern inn temple shrine dungeon cave "
        "forest mountain mountains river lake sea harbor harbour port road bridge north south "
@@ -234,20 +237,24 @@ class Classifier:
 
     def scores(self, text: str) -> list[tuple[str, float]]:
         """Every category the text holds a cue of, with its confidence, best first."""
+        return [(self.names[index], round(1.0 - math.exp(-total), 4)) for index, total in self._weights(text)]
+
+    def _weights(self, text: str) -> list[tuple[int, float]]:
         totals: dict[int, float] = {}
         for token in set(self.tokenizer.tokens(text)):
             for index, weight in self.cues.get(token, ()):
                 totals[index] = totals.get(index, 0.0) + weight
-        ranked = sorted(totals.items(), key=lambda item: (-item[1], item[0]))
-        return [(self.names[index], round(1.0 - math.exp(-total), 4)) for index, total in ranked]
+        return sorted(totals.items(), key=lambda item: (-item[1], item[0]))
 
     def classify(self, text: str) -> tuple[tuple[str, ...], tuple[float, ...]]:
-        """The categories of ``text`` at or above the threshold (at most
-        ``MAX_CATEGORIES``, best first) with their confidences; ``misc`` with
-        ``1 - best`` when none is."""
-        scores = self.scores(text)
-        kept = [(name, score) for name, score in scores if score >= self.threshold][:MAX_CATEGORIES]
+        """The categories of ``text`` at or above the threshold and within
+        ``RELATIVE`` of the best (at most ``MAX_CATEGORIES``, best first) with their
+        confidences; ``misc`` with ``1 - best`` when none is."""
+        weights = self._weights(text)
+        best = weights[0][1] if weights else 0.0
+        kept = [(self.names[index], round(1.0 - math.exp(-total), 4)) for index, total in weights
+                if total >= RELATIVE * best][:MAX_CATEGORIES]
+        kept = [(name, score) for name, score in kept if score >= self.threshold]
         if not kept:
-            best = scores[0][1] if scores else 0.0
-            return (MISC,), (round(1.0 - best, 4),)
+            return (MISC,), (round(math.exp(-best), 4),)
         return tuple(name for name, _ in kept), tuple(score for _, score in kept)
