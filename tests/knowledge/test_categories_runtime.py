@@ -21,7 +21,7 @@ def config(data_dir: Path, **more: Any) -> mnemex.Config:
     return mnemex.Config(data_dir=str(data_dir), embedder="hashing", **more)
 
 
-async def test_a_reclassification_interrupted_by_a_restart_finishes_after_it(tmp_path: Path) -> None:
+async def test_a_reclassification_goes_on_across_a_restart_and_its_result_stays(tmp_path: Path) -> None:
     texts = [f"Spell {i} is a fireball" if i % 3 == 0 else f"Entry {i} of the log" for i in range(BATCH + 500)]
     async with mnemex.open_runtime(config(tmp_path)) as rt:
         scope = rt.scope(user_id="gm", app_name="campaign")
