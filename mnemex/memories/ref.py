@@ -56,6 +56,7 @@ from mnemex.knowledge.ref import (
     provider_reader,
     retry_dead_letter,
 )
+from mnemex.memories.categories import facets_of_hits
 from mnemex.memories.context import format_as_context
 from mnemex.memories.documents import (
     CHUNK_KIND,
@@ -884,7 +885,8 @@ async def _reranked(services: ScopeServices, ask: Callable[[Search], Awaitable[S
     order = sorted(range(len(result.hits)), key=lambda i: -scores[i])[:command.top_k]
     ranked = [(result.hits[i], float(scores[i])) for i in order]
     hits = [msgspec.structs.replace(hit, scores={**hit.scores, "rerank": score}) for hit, score in ranked]
-    return msgspec.structs.replace(result, hits=hits)
+    facets = facets_of_hits(hits) if command.facets == "hits" else result.facets
+    return msgspec.structs.replace(result, hits=hits, facets=facets)
 
 
 def _wire_min_score(min_score: float | UseDefault | None) -> float | None:
