@@ -145,6 +145,9 @@ class ScopeCategories:
         self.covered = 0                  # memories it covered so far
         self.planned_at: float | None = None  # transient: a job in flight since then
         self._classifier: Classifier | None = None
+        # transient: the ids still to cover, in order, from ``_next`` on (sorted once per run)
+        self._queue: list[str] | None = None
+        self._next = 0
 
     @property
     def classifier(self) -> Classifier:
@@ -209,13 +212,18 @@ class ScopeCategories:
         if self.planned_at is not None and now - self.planned_at < _STALE:
             return ()
         after = self.after
-        ids = sorted(memory_id for memory_id in scope.doc_of if after is None or memory_id > after)
-        batch = ids[:BATCH]
-        last = len(ids) <= BATCH
+        queue = self._queue
+        if queue is None:  # memories stored later were classified with this catalog already
+            queue = self._queue = sorted(memory_id for memory_id in scope.doc_of
+                                         if after is None or memory_id > after)
+            self._next = 0
+        while self._next < len(queue) and after is not None and queue[self._next] <= after:
+            self._next += 1
+        batch = [memory_id for memory_id in queue[self._next:self._next + BATCH] if memory_id in scope.doc_of]
+        last = self._next + BATCH >= len(queue)
         records = [scope.docs_record(scope.doc_of[memory_id]) for memory_id in batch]
         self.planned_at = now
         version, catalog, threshold, tokenizer = self.version, self.catalog, self.threshold, self.tokenizer
-        upto = batch[-1] if batch else (after or "")
 
         def work() -> list[Classified]:
             classifier = Classifier(catalog, threshold, tokenizer)
@@ -227,6 +235,8 @@ class ScopeCategories:
                                                                   record.category_confidences):
                     out.append(Classified(record.id, found[0], found[1], found[2]))
             return out
+
+        upto = queue[min(len(queue), self._next + BATCH) - 1] if queue[self._next:] else (after or "")
 
         def deliver(result: JobResult) -> ApplyClassification | ClassificationFailed:
             if result.error is not None:
@@ -258,6 +268,7 @@ class ScopeCategories:
         self.after = after if isinstance(after, str) else None
         self.covered = int(data.get("covered", 0))
         self._classifier = None
+        self._queue = None
 
 
 # -- handlers (inside ScopeMemory.handle) -------------------------------------------------------------
@@ -284,6 +295,7 @@ def set_categories(scope: ScopeMemory, cmd: SetCategories) -> Any:
     state.after = None
     state.covered = 0
     state.planned_at = None
+    state._queue = None
     return Step(state.info(scope), state.jobs(scope, now))
 
 
@@ -324,6 +336,7 @@ def apply_classification(scope: ScopeMemory, cmd: ApplyClassification) -> Any:
     state.planned_at = None
     if cmd.last:
         state.reclassifying = False
+        state._queue = None
     return Step(None, state.jobs(scope, now))
 
 
