@@ -381,8 +381,9 @@ def get_facets(scope: ScopeMemory, cmd: GetFacets) -> Facets:
 # -- actors ------------------------------------------------------------------------------------------
 def graph_docs(scope: ScopeMemory, actor_id: str) -> set[int]:
     """The docs of memories the entity graph links to actor ``actor_id`` (memories that
-    mention its entity by any alias). The hook the entity graph fills in: without a
-    graph, none."""
+    mention its entity by any alias). The hook for the entity graph: a scope whose
+    ``graph`` attribute has ``actor_docs(actor_id) -> Iterable[int]`` adds those docs to
+    ``actor_memories``; without a graph, none."""
     graph = getattr(scope, "graph", None)
     docs = getattr(graph, "actor_docs", None)
     return set(docs(actor_id)) if callable(docs) else set()
