@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from types import TracebackType
-from typing import IO, Any, ParamSpec, TypeVar
+from typing import IO, Any, Literal, ParamSpec, TypeVar
 
 from mnemex.config import DEFAULT, Config, UseDefault
 from mnemex.conversations.protocol import (
@@ -44,10 +44,13 @@ from mnemex.conversations.ref import AgentRef, SessionStream
 from mnemex.effects import Key
 from mnemex.errors import ActorClosed
 from mnemex.kernel import ActorKind, BlockingBridge, BlockingRef, RuntimeStats, ShutdownReport
+from mnemex.knowledge.categories import Category
 from mnemex.memories.extraction import CursorInfo
 from mnemex.memories.protocol import (
+    CategoryCatalog,
     DocumentStatus,
     Extracted,
+    Facets,
     IngestProgress,
     IngestReport,
     MemoryHistory,
@@ -442,10 +445,38 @@ class BlockingScope:
     def search(self, query: str, top_k: int = 10, mode: SearchMode | UseDefault = DEFAULT,
                min_score: float | UseDefault | None = DEFAULT,
                filter: Mapping[str, Any] | None = None, *, include_history: bool = False,
-               as_of: float | str | datetime | None = None) -> SearchResult:
+               as_of: float | str | datetime | None = None, scopes: Iterable[str] | None = None,
+               scope_ids: Mapping[str, str] | None = None,
+               facets: Literal["hits", "scope"] | None = None) -> SearchResult:
         """Search this scope (see ``ScopeRef.search``)."""
         return self._client._call(self._scope.search, query, top_k, mode, min_score, filter,
+                                  include_history=include_history, as_of=as_of,
+                                  scopes=None if scopes is None else list(scopes), scope_ids=scope_ids,
+                                  facets=facets)
+
+    # -- categories and actors
+    def categories(self) -> CategoryCatalog:
+        """The category catalog (see ``ScopeRef.categories``)."""
+        return self._client._call(self._scope.categories)
+
+    def set_categories(self, categories: Iterable[Category | Mapping[str, Any]] = (), *,
+                       remove: Iterable[str] = (), replace: bool = False,
+                       reclassify: bool = False) -> CategoryCatalog:
+        """Extend or change the catalog (see ``ScopeRef.set_categories``)."""
+        return self._client._call(self._scope.set_categories, list(categories), remove=list(remove),
+                                  replace=replace, reclassify=reclassify)
+
+    def facets(self, filter: Mapping[str, Any] | None = None, *, min_confidence: float = 0.0,
+               include_history: bool = False, as_of: float | str | datetime | None = None) -> Facets:
+        """Memories per category (see ``ScopeRef.facets``)."""
+        return self._client._call(self._scope.facets, filter, min_confidence=min_confidence,
                                   include_history=include_history, as_of=as_of)
+
+    def actor_memories(self, actor_id: str, limit: int | None = 100, offset: int = 0, *,
+                       include_history: bool = False) -> MemoryPage:
+        """The memories linked to an actor (see ``ScopeRef.actor_memories``)."""
+        return self._client._call(self._scope.actor_memories, actor_id, limit, offset,
+                                  include_history=include_history)
 
     def extract_from(self, session_id: str, messages: Sequence[Any] | None = None, *,
                      provider: Callable[[int, int], Any] | None = None, count: int | None = None,

@@ -553,6 +553,10 @@ class KnowledgeConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields
     """Seconds OCR may take over one image or page."""
     ocr_pdf_pages: bool = True
     """Read PDF pages that have no text layer (scans) with OCR, when it is installed."""
+    category_threshold: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.5
+    """The confidence a category needs for a memory to get it (from the extractor or
+    the offline classifier); a memory no category reaches gets ``misc``. Chosen on a
+    labelled set (bench/knowledge.py)."""
 
     def _check(self) -> None:
         if self.max_backoff < self.backoff:

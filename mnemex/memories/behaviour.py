@@ -64,8 +64,19 @@ from mnemex.index import (
     VectorIndex,
 )
 from mnemex.index._sidecar import doc_ids_checksum
+from mnemex.knowledge.categories import DEFAULT_THRESHOLD
 from mnemex.knowledge.consolidate import normalized_text
 from mnemex.knowledge.cursor import CursorSettings
+from mnemex.memories.categories import (
+    ClassificationFailed,
+    ScopeCategories,
+    actor_memories,
+    apply_classification,
+    facets_of_hits,
+    facets_of_mask,
+    get_facets,
+    set_categories,
+)
 from mnemex.memories.documents import (
     Documents,
     ExtractDocument,
@@ -96,6 +107,7 @@ from mnemex.memories.knowledge import Applied, apply_facts, check_facts, history
 from mnemex.memories.protocol import (
     SCOPE_WRITES,
     AddSession,
+    ApplyClassification,
     ApplyExtraction,
     Change,
     CountMemories,
@@ -105,7 +117,10 @@ from mnemex.memories.protocol import (
     ForgetDocument,
     ForgetWhere,
     Forgotten,
+    GetActorMemories,
+    GetCategories,
     GetDocuments,
+    GetFacets,
     GetHistory,
     GetMemory,
     GetScopeStats,
@@ -125,6 +140,7 @@ from mnemex.memories.protocol import (
     SearchResult,
     Session,
     SessionAdded,
+    SetCategories,
     StoreSession,
     Touch,
     Touched,
@@ -223,6 +239,7 @@ class ScopeSettings:
     context_weight: float = 0.5
     archive_merge_echoes: bool = True
     graph_stale: float = 60.0
+    category_threshold: float = DEFAULT_THRESHOLD
     cursor: CursorSettings = dataclasses.field(default_factory=CursorSettings)
     extract: RunExtraction | None = None
     timer: Timer | None = None
@@ -243,6 +260,7 @@ class ScopeSettings:
                 shared[f"cosine_{name}"] = float(getattr(own, name))
         shared["embed_batch_size"] = config.models.embed_batch_size
         knowledge = config.knowledge
+        shared["category_threshold"] = knowledge.category_threshold
         shared["cursor"] = CursorSettings(
             turns=knowledge.turns, tokens=knowledge.tokens, idle=knowledge.idle,
             job_timeout=knowledge.job_timeout, max_attempts=knowledge.max_attempts, backoff=knowledge.backoff,
@@ -374,6 +392,8 @@ class ScopeMemory:
                                        settings.timer)
         self.replaying = False
         self.documents = Documents()
+        self.categories = ScopeCategories(settings.category_threshold, self.bm25.tokenizer)
+        self.extractions.catalog = self.categories.as_dict
 
     def live_bytes(self) -> int:
         """An estimate of the memory this scope holds while live, for the runtime's
@@ -480,7 +500,7 @@ class ScopeMemory:
                 # a graph may lag behind deferred vectors (after a replay, say): catch it up
                 return self._with_graph(self._search(command))
             case Remember(memories=memories, embedder=embedder, dim=dim, now=now):
-                ids, created = self._remember(memories, embedder, dim, now)
+                ids, created = self._remember(memories, embedder, dim, now, command.classify)
                 return self._with_graph(Remembered(ids=ids, created=created))
             case AddSession():
                 return self._with_graph(self._add_session(command))
@@ -553,6 +573,18 @@ class ScopeMemory:
                 return forget_document(self, command)
             case GetDocuments(document_id=document_id):
                 return document_statuses(self, document_id)
+            case SetCategories():
+                return set_categories(self, command)
+            case ApplyClassification():
+                return apply_classification(self, command)
+            case ClassificationFailed():
+                return self.categories.failed(command)
+            case GetCategories():
+                return self._with_graph(self.categories.info(self))
+            case GetFacets():
+                return get_facets(self, command)
+            case GetActorMemories():
+                return actor_memories(self, command)
             case ExtractDocument():
                 return extract_document(self, command)
             case SessionEmbedFailed(session_id=session_id, error=error):
@@ -584,20 +616,22 @@ class ScopeMemory:
                                f"(dim {self.dim}); {what} carries vectors of {embedder!r} (dim {dim}), "
                                f"and vectors of two models are never mixed{hint}", field="embedder")
 
-    def _new_record(self, memory: Any, now: float) -> tuple[MemoryRecord, bytes | None]:
+    def _new_record(self, memory: Any, now: float,
+                    classify: bool = False) -> tuple[MemoryRecord, bytes | None]:
         settings = self.settings
         if not isinstance(memory, NewMemory):
             raise InvalidInput(f"memories must be NewMemory, got {type(memory).__name__}", field="memories")
-        return record_of(memory, now, settings.max_content_bytes, settings.max_metadata_bytes), memory.vector
+        record = record_of(memory, now, settings.max_content_bytes, settings.max_metadata_bytes)
+        return (self.categories.classify_new(record) if classify else record), memory.vector
 
     def _remember(self, memories: Any, embedder: Any, dim: Any,
-                  now: Any) -> tuple[list[str], list[bool]]:
-        ids, created, placed, vectors = self._accept(memories, embedder, dim, now)
+                  now: Any, classify: bool = False) -> tuple[list[str], list[bool]]:
+        ids, created, placed, vectors = self._accept(memories, embedder, dim, now, classify)
         self._index_many(placed)
         self._add_vectors(vectors)
         return ids, created
 
-    def _accept(self, memories: Any, embedder: Any, dim: Any, now: Any) -> tuple[
+    def _accept(self, memories: Any, embedder: Any, dim: Any, now: Any, classify: bool = False) -> tuple[
             list[str], list[bool], list[tuple[int, MemoryRecord]], list[tuple[int, bytes]]]:
         """Check a command's memories, then give each new one a doc (known by id and
         content from here on): the ids answered, which were created, the placed
@@ -609,7 +643,7 @@ class ScopeMemory:
         if len(memories) > limit:
             raise TooLarge(f"{len(memories):,} memories in one command; the limit is {limit:,} "
                            f"(config.memories.max_memories_per_command)", field="memories")
-        checked = [self._new_record(memory, now) for memory in memories]
+        checked = [self._new_record(memory, now, classify is True) for memory in memories]
         has_vectors = any(vector is not None for _, vector in checked)
         if has_vectors:
             self._check_embedder(embedder, dim, "the command")
@@ -686,7 +720,8 @@ class ScopeMemory:
                     placed, vectors = [], []
                     self.handle(command)
                     continue
-                accepted = self._accept(command.memories, command.embedder, command.dim, command.now)
+                accepted = self._accept(command.memories, command.embedder, command.dim, command.now,
+                                        command.classify)
             except MnemexError as exc:
                 log.warning("scope %s: replay: %s refused, as it would have been when it arrived: %s",
                             self._name, type(command).__name__, exc)
@@ -837,7 +872,7 @@ class ScopeMemory:
                                "would no longer match", field="vector")
         # valid: from here on the state changes
         self.clock = max(self.clock, now)
-        record = msgspec.structs.replace(old, **changes)
+        record = self.categories.updated(old, msgspec.structs.replace(old, **changes), changes)
         self._unindex(doc)
         self.docs[doc] = record
         self._index_many([(doc, record)])
@@ -959,7 +994,7 @@ class ScopeMemory:
         echo_of = session_echoes(memories) if self.settings.archive_merge_echoes else {}
         if not todo:  # stored already, every text of it: nothing changes
             return self._with_graph(self._add_session(AddSession(session_id=session_id, memories=memories,
-                                                                 now=now, echo_of=echo_of)))
+                                                                 now=now, echo_of=echo_of, classify=True)))
         embed = self.settings.embed
         name, dim = self.settings.embedder_name, self.settings.embedder_dim
         texts = [memories[i].content for i in todo]
@@ -971,12 +1006,14 @@ class ScopeMemory:
             if result.error is not None:
                 return SessionEmbedFailed(session_id, f"{type(result.error).__name__}: {result.error}")
             if result.value is None:  # no embedder: stored without vectors (and journaled, as a write)
-                return AddSession(session_id=session_id, memories=memories, now=now, echo_of=echo_of)
+                return AddSession(session_id=session_id, memories=memories, now=now, echo_of=echo_of,
+                                  classify=True)
             with_vectors = list(memories)
             for row, i in enumerate(todo):
                 vector = encode_vector(result.value[row])
                 with_vectors[i] = msgspec.structs.replace(memories[i], vector=vector)
             return AddSession(session_id=session_id, memories=with_vectors, embedder=name, dim=dim, now=now,
+                              classify=True,
                               echo_of=echo_of)
 
         return Step(None, (Job(work, deliver, name=f"scope.embed-session {self.app_name}/{self.user_id}",
@@ -987,7 +1024,8 @@ class ScopeMemory:
         (``cmd.echo_of``) are stored merged into it."""
         _check_session_memories(cmd.session_id, cmd.memories)
         echoes = _checked_echoes(cmd.echo_of, cmd.memories)
-        ids, created, placed, vectors = self._accept(cmd.memories, cmd.embedder, cmd.dim, cmd.now)
+        ids, created, placed, vectors = self._accept(cmd.memories, cmd.embedder, cmd.dim, cmd.now,
+                                                     cmd.classify)
         merged = self._merge_echoes(echoes, ids, created, cmd.now) if echoes else []
         self._index_many(placed)
         self._add_vectors(vectors)
@@ -1064,9 +1102,16 @@ class ScopeMemory:
 
     # -- the HNSW graph, built beside the actor ------------------------------------------------------
     def _with_graph(self, reply: Any, now: float | None = None) -> Any:
-        """Answer ``reply``, with a Job building the HNSW graph if one is wanted now."""
-        job = self._graph_job(self.clock if now is None else now)
-        return reply if job is None else Step(reply, (job,))
+        """Answer ``reply``, with a Job building the HNSW graph if one is wanted now (and
+        the next re-classification job, when one is due: memories.categories)."""
+        when = self.clock if now is None else now
+        job = self._graph_job(when)
+        jobs = ((job,) if job is not None else ()) + self.categories.jobs(self, when)
+        if not jobs:
+            return reply
+        if isinstance(reply, Step):
+            return dataclasses.replace(reply, effects=(*reply.effects, *jobs))
+        return Step(reply, jobs)
 
     def _graph_job(self, now: float) -> Job | None:
         index = self.vectors
@@ -1107,6 +1152,11 @@ class ScopeMemory:
         return self._with_graph(None)
 
     # -- reads ----------------------------------------------------------------------------------
+    def allowed_docs(self, spec: Any, include_history: Any = False, as_of: Any = None
+                     ) -> npt.NDArray[np.bool_] | None:
+        """The docs a read may see (None: all), as ``_allowed``."""
+        return self._allowed(spec, include_history, as_of)
+
     def _allowed(self, spec: Any, include_history: Any, as_of: Any) -> npt.NDArray[np.bool_] | None:
         """The docs a read may see (None: all): the filter's, among the memories that
         are active (or, with include_history, any; with as_of, true at that time)."""
@@ -1184,9 +1234,11 @@ class ScopeMemory:
                                    field="vector")
             self._check_embedder(cmd.embedder, cmd.dim, "the query")
             query_vector = decode_vector(cmd.vector, cmd.dim)
+        if cmd.facets not in (None, "hits", "scope"):
+            raise InvalidInput(f"facets is {cmd.facets!r}; use hits, scope or null", field="facets")
         allowed = self._allowed(cmd.filter, cmd.include_history, cmd.as_of)
         if allowed is not None and not allowed.any():
-            return SearchResult(hits=[], mode=mode)
+            return SearchResult(hits=[], mode=mode, facets={} if cmd.facets else None)
         ranker = Ranker(self.keyword, self.bm25, self.entities, self.vectors, self.table, settings,
                         self._record_at)
         if mode == "keyword":
@@ -1207,7 +1259,10 @@ class ScopeMemory:
         hits = [Hit(self._record_at(doc), round(score, 6), scores, self.app_name, self.user_id)
                 for doc, score, scores in ranked
                 if min_score is None or scores.get("relevance", score) >= min_score]
-        return self._with_graph(SearchResult(hits=hits[:top_k], mode=mode), now=now)
+        hits = hits[:top_k]
+        facets = None if cmd.facets is None else (
+            facets_of_hits(hits) if cmd.facets == "hits" else facets_of_mask(self, allowed))
+        return self._with_graph(SearchResult(hits=hits, mode=mode, facets=facets), now=now)
 
     # -- snapshots -------------------------------------------------------------------------------
     def snapshot(self) -> SnapshotData:
@@ -1234,6 +1289,9 @@ class ScopeMemory:
             extra["cursors"] = self.extractions.to_extra()
         if self.documents:
             extra["documents"] = self.documents.to_extra()
+        categories = self.categories.to_extra()
+        if categories is not None:
+            extra["categories"] = categories
         return write_snapshot(pairs, index, sidecars, extra)
 
     @classmethod
@@ -1254,6 +1312,7 @@ class ScopeMemory:
         memory.free = [int(doc) for doc in extra.get("free", [])]
         memory.extractions.load_extra(extra.get("cursors") or {})
         memory.documents.load_extra(extra.get("documents") or [], records)
+        memory.categories.load_extra(extra.get("categories"))
         memory._reindex_all(image.sidecars)
         if isinstance(embedder, str) and dim > 0:
             memory.embedder, memory.dim = embedder, dim

@@ -42,6 +42,7 @@ __all__ = [
     "check_memory_id",
     "check_metadata",
     "check_record",
+    "check_scope_part",
     "checked_changes",
     "new_memory",
     "record_of",
@@ -73,6 +74,9 @@ class MemoryFields(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unkn
     * ``attributed_to``: whom it is about ("user", a name).
     * ``valid_at``, ``invalid_at``: when what it says became and stopped being true
       (as ``timestamp``; default unknown).
+    * ``scope_kind``, ``scope_id``: the part of the user's memory it belongs to
+      (``campaign`` and ``ash``, ``session`` and ``s1``, ``actor`` and ``gandros``...;
+      default ``global``, no id).
     """
 
     author: str | None = None
@@ -88,6 +92,8 @@ class MemoryFields(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unkn
     attributed_to: str | None = None
     valid_at: float | str | None = None
     invalid_at: float | str | None = None
+    scope_kind: str | None = None
+    scope_id: str | None = None
 
     def given(self) -> dict[str, Any]:
         """The fields that were given (not None), by name: what ``remember`` takes."""
@@ -143,14 +149,29 @@ def check_content(value: Any, limit: int) -> str:
     return value
 
 
-def check_kind(value: Any) -> str:
+def check_kind(value: Any, what: str = "kind") -> str:
     """A memory's kind: a short label of letters, digits, ``_`` or ``-``."""
-    text = check_text(value, "kind", 64, optional=False)
+    text = check_text(value, what, 64, optional=False)
     assert text is not None
     if not _KIND.fullmatch(text):
-        raise InvalidInput(f"kind must be a short label of letters, digits, _ or - (such as fact, "
-                           f"preference, event, plan), got {text!r}", field="kind")
+        raise InvalidInput(f"{what} must be a short label of letters, digits, _ or - (such as fact, "
+                           f"preference, event, plan), got {text!r}", field=what)
     return text
+
+
+def check_scope_part(scope_kind: Any, scope_id: Any) -> tuple[str, str | None]:
+    """A memory's part of its scope: ``global`` without an id, or a kind (a label as
+    ``kind`` is: campaign, session, actor...) with an id."""
+    kind = "global" if scope_kind is None else check_kind(scope_kind, "scope_kind")
+    if kind == "global":
+        if scope_id is not None:
+            raise InvalidInput(f"scope_id {scope_id!r} needs a scope_kind other than global (campaign, "
+                               f"session, actor...)", field="scope_id")
+        return kind, None
+    part = check_text(scope_id, "scope_id", MAX_FIELD_BYTES, optional=False)
+    if part is None or ":" in kind:
+        raise InvalidInput(f"a memory of scope_kind {kind!r} needs its scope_id", field="scope_id")
+    return kind, part
 
 
 def _check_validity(valid_at: Any, invalid_at: Any) -> tuple[float | None, float | None]:
@@ -167,6 +188,7 @@ def record_of(memory: NewMemory, now: float, max_content_bytes: int, max_metadat
     defaulting to ``now``. InvalidInput or TooLarge naming the field otherwise."""
     timestamp = now if memory.timestamp is None else check_seconds(memory.timestamp, "timestamp")
     valid_at, invalid_at = _check_validity(memory.valid_at, memory.invalid_at)
+    scope_kind, scope_id = check_scope_part(memory.scope_kind, memory.scope_id)
     return MemoryRecord(
         id=check_memory_id(memory.id),
         content=check_content(memory.content, max_content_bytes),
@@ -184,6 +206,8 @@ def record_of(memory: NewMemory, now: float, max_content_bytes: int, max_metadat
         attributed_to=check_text(memory.attributed_to, "attributed_to", MAX_FIELD_BYTES),
         valid_at=valid_at,
         invalid_at=invalid_at,
+        scope_kind=scope_kind,
+        scope_id=scope_id,
     )
 
 
@@ -227,7 +251,14 @@ def checked_changes(changes: Mapping[str, Any], max_content_bytes: int,
     for the others it is refused), as the record will hold them."""
     _unknown(changes, CHANGEABLE)
     out: dict[str, Any] = {}
+    if "scope_kind" in changes or "scope_id" in changes:
+        if "scope_kind" not in changes:
+            raise InvalidInput("give scope_kind with scope_id (global, or a kind with its id)",
+                               field="scope_kind")
+        out["scope_kind"], out["scope_id"] = check_scope_part(changes["scope_kind"], changes.get("scope_id"))
     for name, given in changes.items():
+        if name in ("scope_kind", "scope_id"):
+            continue
         value = _as_given(name, given)
         if name == "content":
             out[name] = check_content(value, max_content_bytes)
@@ -268,7 +299,8 @@ def check_record(record: Any, max_content_bytes: int, max_metadata_bytes: int) -
         importance=record.importance, session_id=record.session_id, actor_id=record.actor_id,
         categories=record.categories, entities=record.entities, metadata=record.metadata,
         source=record.source, kind=record.kind, attributed_to=record.attributed_to, valid_at=record.valid_at,
-        invalid_at=record.invalid_at), created_at, max_content_bytes, max_metadata_bytes)
+        invalid_at=record.invalid_at, scope_kind=record.scope_kind, scope_id=record.scope_id), created_at,
+        max_content_bytes, max_metadata_bytes)
     confidences = _items(record.category_confidences, "category_confidences", MAX_LABELS)
     if confidences and len(confidences) != len(given.categories):
         raise InvalidInput(f"category_confidences has {len(confidences)} values for {len(given.categories)} "
@@ -304,7 +336,7 @@ def check_record(record: Any, max_content_bytes: int, max_metadata_bytes: int) -
         superseded_by=superseded_by, merged_into=merged_into,
         sources=sources, extractor=check_text(record.extractor, "extractor", MAX_FIELD_BYTES),
         reinforced=check_int(record.reinforced, "reinforced", 0), links=tuple(dict.fromkeys(links)),
-        history=history)
+        history=history, classified_by=check_text(record.classified_by, "classified_by", MAX_FIELD_BYTES))
 
 
 def _items(value: Any, what: str, limit: int) -> tuple[Any, ...]:

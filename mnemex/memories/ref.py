@@ -31,7 +31,7 @@ import pathlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import IO, Any, Final
+from typing import IO, Any, Final, Literal
 
 import msgspec
 import numpy as np
@@ -46,6 +46,7 @@ from mnemex.conversations.protocol import ArchiveSession
 from mnemex.effects import Key
 from mnemex.errors import ExtractionError, InvalidInput, MnemexError, NotFound, TooLarge
 from mnemex.kernel import ActorRef
+from mnemex.knowledge.categories import Category
 from mnemex.knowledge.chunks import chunk_pages, title_of
 from mnemex.knowledge.documents import Page, ReadSettings, media_type_of, open_document
 from mnemex.knowledge.ref import (
@@ -56,6 +57,7 @@ from mnemex.knowledge.ref import (
     provider_reader,
     retry_dead_letter,
 )
+from mnemex.memories.categories import facets_of_hits
 from mnemex.memories.context import format_as_context
 from mnemex.memories.documents import (
     CHUNK_KIND,
@@ -70,17 +72,22 @@ from mnemex.memories.fields import check_metadata, checked_changes, new_memory, 
 from mnemex.memories.kind import ScopeKind
 from mnemex.memories.protocol import (
     AddSession,
+    CategoryCatalog,
     CountMemories,
     DocumentInfo,
     DocumentIngested,
     DocumentStatus,
     Event,
     Extracted,
+    Facets,
     Forget,
     ForgetDocument,
     ForgetWhere,
     Forgotten,
+    GetActorMemories,
+    GetCategories,
     GetDocuments,
+    GetFacets,
     GetHistory,
     GetMemory,
     GetScopeStats,
@@ -105,6 +112,7 @@ from mnemex.memories.protocol import (
     SearchResult,
     Session,
     SessionAdded,
+    SetCategories,
     Touch,
     Updated,
     UpdateMemory,
@@ -113,6 +121,7 @@ from mnemex.memories.protocol import (
 from mnemex.memories.queries import query_texts
 from mnemex.memories.sessions import session_echoes, session_memories
 from mnemex.memories.snapshot import encode_vector
+from mnemex.memories.subscopes import scope_labels, with_scope_labels
 from mnemex.memories.transfer import (
     ExportedMemory,
     ExportHeader,
@@ -363,7 +372,7 @@ class ScopeRef:
                       for memory in chunk if memory.id in echo_of}
             reply: SessionAdded = await self._ref.ask(AddSession(
                 session_id=session.id, memories=with_vectors, embedder=embedder.name, dim=embedder.dim,
-                now=now, echo_of=echoes))
+                now=now, echo_of=echoes, classify=True))
             ids.extend(reply.ids)
             added += reply.added
             merged.extend(reply.merged)
@@ -402,7 +411,9 @@ class ScopeRef:
     async def search(self, query: str, top_k: int = 10, mode: SearchMode | UseDefault = DEFAULT,
                      min_score: float | UseDefault | None = DEFAULT,
                      filter: Mapping[str, Any] | None = None, *, include_history: bool = False,
-                     as_of: float | str | datetime | None = None) -> SearchResult:
+                     as_of: float | str | datetime | None = None, scopes: Iterable[str] | None = None,
+                     scope_ids: Mapping[str, str] | None = None,
+                     facets: Literal["hits", "scope"] | None = None) -> SearchResult:
         """Search this scope: ``mode`` keyword, fulltext, vector or hybrid (``DEFAULT``:
         ``config.memories.search_mode``); hits score at least ``min_score`` (``DEFAULT``:
         the mode's own cut, see config.memories.vector_min_score; ``None``: no cut);
@@ -410,14 +421,64 @@ class ScopeRef:
         ``include_history`` (superseded and merged ones too) or ``as_of`` (what was
         true at that time: seconds, ISO 8601 or a datetime). With a reranker
         (``config.models.reranker``), the hits are in its order (see ``_reranked``).
-        The hits' access counts are updated in the background (batched)."""
+        The hits' access counts are updated in the background (batched).
+
+        ``scopes``: search only these parts of the scope, as one ranking
+        (``["global", "campaign:ash", "session:s1"]``, or bare kinds with their ids
+        in ``scope_ids``; see ``mnemex.memories.subscopes``); each hit's
+        ``memory.scope_label`` says which. ``facets``: count the memories per
+        category over the ``hits``, or over every memory the filter lets through in
+        the ``scope`` (``SearchResult.facets``). A category filter with a confidence:
+        ``filter={"categories": ["quests"], "min_category_confidence": 0.6}``."""
+        labels = None if scopes is None else scope_labels(scopes, scope_ids)
         command = await _search_command(self._services, query, top_k, mode=mode,
-                                        min_score=min_score, filter=filter,
-                                        include_history=include_history, as_of=as_of)
+                                        min_score=min_score, filter=with_scope_labels(filter, labels),
+                                        include_history=include_history, as_of=as_of, facets=facets)
         result = await _reranked(self._services, self._ref.ask, command)
         if result.hits:
             self._services.touch(self._ref.key, result.hits)
         return result
+
+    # -- categories and actors ------------------------------------------------------------------
+    async def categories(self) -> CategoryCatalog:
+        """The scope's category catalog, with the memories each holds and how far a
+        re-classification is (see ``mnemex.memories.categories``)."""
+        reply: CategoryCatalog = await self._ref.ask(GetCategories())
+        return reply
+
+    async def set_categories(self, categories: Iterable[Category | Mapping[str, Any]] = (), *,
+                             remove: Iterable[str] = (), replace: bool = False,
+                             reclassify: bool = False) -> CategoryCatalog:
+        """Extend or change the catalog: each category (a ``Category``, or a dict with
+        name, description and keywords) replaces the one of its name or is added;
+        ``remove`` drops categories; ``replace`` makes ``categories`` the whole catalog.
+        A change (or ``reclassify``) re-classifies the scope's memories beside the
+        actor, a batch at a time (``categories().reclassifying``); a caller's own
+        categories are never changed. Returns the new catalog."""
+        given = [item if isinstance(item, Category) else _category(item, i)
+                 for i, item in enumerate(categories)]
+        reply: CategoryCatalog = await self._ref.ask(SetCategories(
+            categories=given, remove=list(remove), replace=replace, reclassify=reclassify, now=time.time()))
+        return reply
+
+    async def facets(self, filter: Mapping[str, Any] | None = None, *, min_confidence: float = 0.0,
+                     include_history: bool = False, as_of: float | str | datetime | None = None) -> Facets:
+        """Active memories per category (those ``filter`` lets through; a category
+        counted where its confidence is at least ``min_confidence``)."""
+        reply: Facets = await self._ref.ask(GetFacets(filter=dict(filter) if filter else None,
+                                                      include_history=include_history, as_of=_as_of(as_of),
+                                                      min_confidence=min_confidence))
+        return reply
+
+    async def actor_memories(self, actor_id: str, limit: int | None = 100, offset: int = 0, *,
+                             include_history: bool = False) -> MemoryPage:
+        """The memories linked to an actor (an NPC, an agent, a person): those stored
+        with its ``actor_id`` and those in its own part of the scope (``scope_kind``
+        actor, ``scope_id`` the actor), in creation order. To search them, filter
+        ``{"actor_id": ...}``."""
+        reply: MemoryPage = await self._ref.ask(GetActorMemories(
+            actor_id=actor_id, limit=limit, offset=offset, include_history=include_history))
+        return reply
 
     # -- knowledge ---------------------------------------------------------------------------
     async def extract_from(self, session_id: str, messages: Sequence[Any] | None = None, *,
@@ -657,7 +718,7 @@ class ScopeRef:
         stored: DocumentIngested = await self._ref.ask(IngestDocument(
             document=info, memories=[msgspec.structs.replace(memory, vector=vector)
                                      for memory, vector in zip(memories, vectors, strict=True)],
-            embedder=embedder.name, dim=embedder.dim, now=now))
+            embedder=embedder.name, dim=embedder.dim, now=now, classify=True))
         await report("store", len(chunks), len(chunks))
         mark = lap("store", mark)
         extraction = "off"
@@ -759,10 +820,21 @@ def _as_of(value: float | str | datetime | None) -> float | None:
     return None if value is None else seconds(value, "as_of")
 
 
+def _category(item: Any, index: int) -> Category:
+    if not isinstance(item, Mapping):
+        raise InvalidInput(f"categories[{index}] must be a Category or a dict (name, description, keywords), "
+                           f"got {type(item).__name__}", field=f"categories[{index}]")
+    try:
+        return msgspec.convert(dict(item), Category)
+    except msgspec.ValidationError as exc:
+        raise InvalidInput(f"categories[{index}]: {exc}", field=f"categories[{index}]") from exc
+
+
 async def _search_command(services: ScopeServices, query: Any, top_k: int, *,
                           mode: SearchMode | UseDefault, min_score: float | UseDefault | None,
                           filter: Mapping[str, Any] | None, include_history: bool = False,
-                          as_of: float | str | datetime | None = None) -> Search:
+                          as_of: float | str | datetime | None = None,
+                          facets: Literal["hits", "scope"] | None = None) -> Search:
     config = services.config
     if not isinstance(query, str):
         raise InvalidInput(f"query must be a string, got {type(query).__name__}", field="query")
@@ -783,7 +855,7 @@ async def _search_command(services: ScopeServices, query: Any, top_k: int, *,
     return Search(query=query, vector=vector, embedder=embedder.name if vector is not None else None,
                   dim=embedder.dim if vector is not None else 0, top_k=top_k, mode=chosen,
                   min_score=_wire_min_score(min_score), filter=dict(filter) if filter else None,
-                  now=time.time(), include_history=include_history, as_of=_as_of(as_of))
+                  now=time.time(), include_history=include_history, as_of=_as_of(as_of), facets=facets)
 
 
 async def _reranked(services: ScopeServices, ask: Callable[[Search], Awaitable[SearchResult]],
@@ -805,7 +877,8 @@ async def _reranked(services: ScopeServices, ask: Callable[[Search], Awaitable[S
     order = sorted(range(len(result.hits)), key=lambda i: -scores[i])[:command.top_k]
     ranked = [(result.hits[i], float(scores[i])) for i in order]
     hits = [msgspec.structs.replace(hit, scores={**hit.scores, "rerank": score}) for hit, score in ranked]
-    return msgspec.structs.replace(result, hits=hits)
+    facets = facets_of_hits(hits) if command.facets == "hits" else result.facets
+    return msgspec.structs.replace(result, hits=hits, facets=facets)
 
 
 def _wire_min_score(min_score: float | UseDefault | None) -> float | None:
@@ -906,7 +979,7 @@ async def _remember_batches(services: ScopeServices, batches: Sequence[tuple[Act
         with_vectors = [msgspec.structs.replace(memory, vector=encode_vector(vector))
                         for memory, vector in zip(memories, vectors, strict=True)]
         replies.append(await scope.ask(Remember(memories=with_vectors, embedder=embedder.name,
-                                                dim=embedder.dim, now=now)))
+                                                dim=embedder.dim, now=now, classify=True)))
 
     await services.batcher.embed_each([[memory.content for memory in memories] for _, memories in batches],
                                       store)
