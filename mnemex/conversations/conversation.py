@@ -93,6 +93,7 @@ class Conversation:
         "prune_logged",
         "retry_after",
         "session_id",
+        "state",
         "summary",
         "sys_cum",
         "sys_idx",
@@ -121,6 +122,7 @@ class Conversation:
         self.pair: tuple[msgspec.Raw, msgspec.Raw] | None = None
         self.pair_tokens = 0
         self.turns: list[TurnRecord] = []
+        self.state: dict[str, msgspec.Raw] = {}  # the session's key-value state (JSON values)
         self.items = 0
         self.pops = 0
         self.cache: tuple[object, object] | None = None
