@@ -77,6 +77,7 @@ log = logging.getLogger("mnemex.integrations.adk")
 
 EVENT_ITEM_TYPE: Final = "adk_event"
 """The ``type`` of the items that hold ADK events in a mnemex session."""
+_FORGOTTEN_PREFIX: Final = "adk-memory:"
 
 
 class _EventItem(msgspec.Struct):
@@ -321,13 +322,15 @@ class MnemexMemoryService(BaseMemoryService):
     """ADK's memory service on mnemex: each (app_name, user_id) a memory scope.
 
     ``search_memory`` answers the ``top_k`` best memories (ADK's own service gives at
-    most ten) by mnemex's search in ``mode`` (``"keyword"``, ``"fulltext"``,
-    ``"vector"``, ``"hybrid"``; ``DEFAULT``: ``config.memories.search_mode``) with
-    ``min_score`` (``DEFAULT``: the config's cut). Keyword and full-text search read
-    Chinese, Japanese, Korean and Thai written without spaces.
+    most ten) by mnemex's search in ``mode``: ``"keyword"`` (the default: ADK's own
+    matching, memories sharing the most words with the query first, ties in the
+    order they were stored), ``"fulltext"`` (BM25), ``"vector"`` or ``"hybrid"``
+    (finds paraphrases too), or ``DEFAULT`` (``config.memories.search_mode``); with
+    ``min_score`` (``DEFAULT``: the mode's cut). Every mode reads Chinese, Japanese,
+    Korean and Thai written without spaces.
     """
 
-    def __init__(self, client: mnemex.Client, *, top_k: int = 10, mode: Any = DEFAULT,
+    def __init__(self, client: mnemex.Client, *, top_k: int = 10, mode: Any = "keyword",
                  min_score: float | UseDefault | None = DEFAULT) -> None:
         if not isinstance(client, mnemex.Client):
             raise mnemex.InvalidInput("MnemexMemoryService takes a mnemex.Client, got "
@@ -355,14 +358,28 @@ class MnemexMemoryService(BaseMemoryService):
     async def add_events_to_memory(self, *, app_name: str, user_id: str, events: Sequence[Event],
                                    session_id: str | None = None,
                                    custom_metadata: Mapping[str, object] | None = None) -> None:
-        """The events with text as memories (a delta: what was stored stays);
+        """The events with text as memories (a delta: what was stored stays; an event
+        whose id the scope holds already, or held and forgot, is not stored again);
         ``custom_metadata`` (a JSON object) goes into each memory's metadata."""
+        await run_write(self._add_events, app_name, user_id, events, session_id, custom_metadata)
+
+    def _add_events(self, app_name: str, user_id: str, events: Sequence[Event], session_id: str | None,
+                    custom_metadata: Mapping[str, object] | None) -> None:
+        scope = self._scope(app_name, user_id)
+        texts = [(event, _event_text(event.content)) for event in events]
+        wanted = [(event, text) for event, text in texts if text is not None and text.strip()]
+        ids = sorted({event.id for event, _ in wanted if event.id})
+        known: set[str] = set()
+        if ids:
+            page = scope.memories({"metadata": {"event_id": {"$in": ids}}}, None, include_history=True)
+            known = {str(memory.metadata.get("event_id")) for memory in page.memories}
+            known.update(self._forgotten(app_name, user_id).get(ids))
         memories = []
         extra = dict(custom_metadata or {})
-        for event in events:
-            text = _event_text(event.content)
-            if text is None or not text.strip():
+        for event, text in wanted:
+            if event.id and event.id in known:
                 continue
+            known.add(event.id)
             metadata: dict[str, Any] = {**extra, "event_id": event.id}
             if event.invocation_id:
                 metadata["invocation_id"] = event.invocation_id
@@ -375,7 +392,7 @@ class MnemexMemoryService(BaseMemoryService):
                 fields["session_id"] = session_id
             memories.append(fields)
         if memories:
-            await run_write(self._scope(app_name, user_id).remember_many, memories)
+            scope.remember_many(memories)
 
     async def add_memory(self, *, app_name: str, user_id: str, memories: Sequence[MemoryEntry],
                          custom_metadata: Mapping[str, object] | None = None) -> None:
@@ -414,8 +431,24 @@ class MnemexMemoryService(BaseMemoryService):
 
     async def delete_memory(self, *, app_name: str, user_id: str, memory_id: str | None = None) -> None:
         """Forget one memory by the id ``search_memory`` gave (nothing when None or
-        unknown)."""
+        unknown). The event it came from is not stored again when its session is
+        added again (its id is kept in the key-value state of app
+        ``"adk-memory:" + app_name`` for the user)."""
         if not memory_id:
             return
-        await run_write(self._scope(app_name, user_id).forget, memory_id)
+        await run_write(self._delete, app_name, user_id, memory_id)
+
+    def _forgotten(self, app_name: str, user_id: str) -> Any:
+        return self.client.state(app_name=_FORGOTTEN_PREFIX + app_name, user_id=user_id)
+
+    def _delete(self, app_name: str, user_id: str, memory_id: str) -> None:
+        scope = self._scope(app_name, user_id)
+        try:
+            memory = scope.get(memory_id)
+        except mnemex.NotFound:
+            return
+        event_id = memory.metadata.get("event_id")
+        if isinstance(event_id, str) and event_id:
+            self._forgotten(app_name, user_id).update({event_id: memory_id})
+        scope.forget(memory_id)
 
