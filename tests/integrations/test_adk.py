@@ -254,6 +254,39 @@ def test_errors_of_the_contract_and_bad_input(client: mnemex.Client) -> None:
     run(main)
 
 
+def test_concurrent_appends_to_one_session_are_all_kept_with_their_state(client: mnemex.Client) -> None:
+    async def main() -> None:
+        service = MnemexSessionService(client)
+        session = await service.create_session(app_name="a", user_id="u", session_id="s")
+        await asyncio.gather(*(service.append_event(session, event("user", f"m{n}", timestamp=1000.0 + n,
+                                                                   state_delta={f"k{n}": n, "user:last": n}))
+                               for n in range(20)))
+        got = await service.get_session(app_name="a", user_id="u", session_id="s")
+        assert got is not None and sorted(e.content.parts[0].text for e in got.events) == sorted(
+            f"m{n}" for n in range(20))
+        assert {k: v for k, v in got.state.items() if k.startswith("k")} == {f"k{n}": n for n in range(20)}
+        assert got.state["user:last"] in range(20)
+
+    run(main)
+
+
+def test_an_append_cancelled_in_flight_is_stored_before_the_cancellation_is_raised(
+        client: mnemex.Client) -> None:
+    async def main() -> None:
+        service = MnemexSessionService(client)
+        session = await service.create_session(app_name="a", user_id="u", session_id="s")
+        task = asyncio.create_task(service.append_event(session, event("user", "kept", state_delta={"k": 1})))
+        await asyncio.sleep(0)  # the write is handed to the runtime
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        got = await service.get_session(app_name="a", user_id="u", session_id="s")
+        assert got is not None and [e.content.parts[0].text for e in got.events] == ["kept"]
+        assert got.state == {"k": 1}
+
+    run(main)
+
+
 def test_a_client_that_prunes_stored_messages_is_refused() -> None:
     with mnemex.Client(mnemex.Config(data_dir=None, embedder="hashing", agent_retain="pruned")) as client, \
             pytest.raises(mnemex.InvalidInput, match="retain"):
