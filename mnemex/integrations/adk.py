@@ -32,7 +32,10 @@ a crash between the two leaves the event stored and those keys unchanged.
 
 Memory: each (app_name, user_id) is a mnemex memory scope; every event with text
 becomes a memory (kind ``message``, its author, timestamp and session; the event id
-in ``metadata["event_id"]``), stored once however often the session is added.
+in ``metadata["event_id"]``), stored once however often the session is added: the
+event ids a scope holds, or forgot (``delete_memory``), are indexed in the key-value
+state of app ``"adk-memory:" + app_name`` for the user, so adding a session looks up
+its events' ids and nothing else.
 
 Both services take a ``mnemex.Client`` (one may serve both and any number of other
 callers). The runtime runs on trio, on the Client's thread; each call is handed to
@@ -77,7 +80,9 @@ log = logging.getLogger("mnemex.integrations.adk")
 
 EVENT_ITEM_TYPE: Final = "adk_event"
 """The ``type`` of the items that hold ADK events in a mnemex session."""
-_FORGOTTEN_PREFIX: Final = "adk-memory:"
+_INDEX_PREFIX: Final = "adk-memory:"
+"""The events a memory scope holds or forgot are indexed, by event id, in the key-value
+state of app ``_INDEX_PREFIX + app_name`` for the user."""
 
 
 class _EventItem(msgspec.Struct):
@@ -365,19 +370,16 @@ class MnemexMemoryService(BaseMemoryService):
 
     def _add_events(self, app_name: str, user_id: str, events: Sequence[Event], session_id: str | None,
                     custom_metadata: Mapping[str, object] | None) -> None:
-        scope = self._scope(app_name, user_id)
+        scope, index = self._scope(app_name, user_id), self._index(app_name, user_id)
         texts = [(event, _event_text(event.content)) for event in events]
         wanted = [(event, text) for event, text in texts if text is not None and text.strip()]
-        ids = sorted({event.id for event, _ in wanted if event.id})
-        known: set[str] = set()
-        if ids:
-            page = scope.memories({"metadata": {"event_id": {"$in": ids}}}, None, include_history=True)
-            known = {str(memory.metadata.get("event_id")) for memory in page.memories}
-            known.update(self._forgotten(app_name, user_id).get(ids))
-        memories = []
+        ids = sorted({event.id for event, _ in wanted if _indexable(event.id)})
+        known: set[str] = set(index.get(ids)) if ids else set()
+        memories: list[dict[str, Any]] = []
+        added: list[str] = []
         extra = dict(custom_metadata or {})
         for event, text in wanted:
-            if event.id and event.id in known:
+            if event.id in known:
                 continue
             known.add(event.id)
             metadata: dict[str, Any] = {**extra, "event_id": event.id}
@@ -391,8 +393,13 @@ class MnemexMemoryService(BaseMemoryService):
             if session_id:
                 fields["session_id"] = session_id
             memories.append(fields)
+            added.append(event.id)
         if memories:
-            scope.remember_many(memories)
+            memory_ids = scope.remember_many(memories)
+            stored = {event_id: memory_id for event_id, memory_id in zip(added, memory_ids, strict=True)
+                      if _indexable(event_id)}
+            if stored:
+                index.update(stored)
 
     async def add_memory(self, *, app_name: str, user_id: str, memories: Sequence[MemoryEntry],
                          custom_metadata: Mapping[str, object] | None = None) -> None:
@@ -432,14 +439,13 @@ class MnemexMemoryService(BaseMemoryService):
     async def delete_memory(self, *, app_name: str, user_id: str, memory_id: str | None = None) -> None:
         """Forget one memory by the id ``search_memory`` gave (nothing when None or
         unknown). The event it came from is not stored again when its session is
-        added again (its id is kept in the key-value state of app
-        ``"adk-memory:" + app_name`` for the user)."""
+        added again."""
         if not memory_id:
             return
         await run_write(self._delete, app_name, user_id, memory_id)
 
-    def _forgotten(self, app_name: str, user_id: str) -> Any:
-        return self.client.state(app_name=_FORGOTTEN_PREFIX + app_name, user_id=user_id)
+    def _index(self, app_name: str, user_id: str) -> Any:
+        return self.client.state(app_name=_INDEX_PREFIX + _check_name(app_name, "app_name"), user_id=user_id)
 
     def _delete(self, app_name: str, user_id: str, memory_id: str) -> None:
         scope = self._scope(app_name, user_id)
@@ -448,7 +454,12 @@ class MnemexMemoryService(BaseMemoryService):
         except mnemex.NotFound:
             return
         event_id = memory.metadata.get("event_id")
-        if isinstance(event_id, str) and event_id:
-            self._forgotten(app_name, user_id).update({event_id: memory_id})
+        if _indexable(event_id):  # kept: the event is not stored again
+            self._index(app_name, user_id).update({event_id: None})
         scope.forget(memory_id)
 
+
+def _indexable(event_id: Any) -> bool:
+    """Whether an event id can be a key of the events' index (at most 256 characters,
+    none a control character: every id ADK makes)."""
+    return isinstance(event_id, str) and 0 < len(event_id) <= 256 and event_id.isprintable()
