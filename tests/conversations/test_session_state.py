@@ -229,3 +229,25 @@ class SessionStates(RuleBasedStateMachine):
 
 TestSessionStates = SessionStates.TestCase
 TestSessionStates.settings = settings(max_examples=60, stateful_step_count=25, deadline=None)
+
+
+async def test_the_agent_ref_keeps_session_state_on_disk_across_a_restart(tmp_path: Any) -> None:
+    config = mnemex.Config(data_dir=str(tmp_path / "data"), embedder="hashing")
+    async with mnemex.open_runtime(config) as rt:
+        agent = rt.agent("bot")
+        made = await agent.create_session("u/1", {"cart": ["book"], "when": None})
+        assert made.created and not (await agent.create_session("u/1", {"cart": []})).created
+        await agent.append_items("u/1", [{"type": "note", "n": 1}], state={"cart": ["book", "pen"]},
+                                 existing=True, timestamp=50.0)
+        header = await agent.update_state("u/1", {"paid": True}, remove="when")
+        assert header.values() == {"cart": ["book", "pen"], "paid": True} and header.last_entry_at == 50.0
+        await agent.create_session("v/1")
+        with pytest.raises(mnemex.NotFound):
+            await agent.update_state("nobody", {"x": 1})
+    async with mnemex.open_runtime(config) as rt:
+        agent = rt.agent("bot")
+        read = await agent.read_session("u/1", last=1)
+        assert read is not None and read.header.values() == {"cart": ["book", "pen"], "paid": True}
+        assert [entry.stored().message for entry in read.entries] == [{"type": "note", "n": 1}]
+        assert [h.session_id for h in await agent.session_headers("u/")] == ["u/1"]
+        assert await agent.read_session("nobody") is None
