@@ -31,7 +31,10 @@ from mnemex.conversations.protocol import (
     Policy,
     PolicySet,
     SessionCompleted,
+    SessionCreated,
+    SessionHeader,
     SessionInfo,
+    SessionRead,
     SessionsDeleted,
     StoredMessage,
     StreamEvent,
@@ -65,8 +68,10 @@ from mnemex.memories.protocol import (
 from mnemex.memories.ref import ScopeRef
 from mnemex.memories.transfer import ExportedMemory, ExportHeader, ImportReport
 from mnemex.runtime import MnemexRuntime, open_runtime
+from mnemex.state.protocol import StateValues
+from mnemex.state.ref import StateRef
 
-__all__ = ["BlockingAgent", "BlockingScope", "BlockingStream", "Client"]
+__all__ = ["BlockingAgent", "BlockingScope", "BlockingState", "BlockingStream", "Client"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -125,6 +130,11 @@ class Client:
     def scope(self, *, user_id: str, app_name: str) -> BlockingScope:
         """The long-term memory of ``user_id`` in ``app_name``, blocking."""
         return BlockingScope(self, self._bridge.runtime.scope(user_id=user_id, app_name=app_name))
+
+    def state(self, *, app_name: str, user_id: str | None = None) -> BlockingState:
+        """The key-value state of an app (``user_id`` None) or of one user in an app,
+        blocking (see ``MnemexRuntime.state``)."""
+        return BlockingState(self, self._bridge.runtime.state(app_name=app_name, user_id=user_id))
 
     def ref(self, kind: str, key: str | Key) -> BlockingRef:
         """A blocking ref to an actor of any registered kind (``ask``/``tell`` raw commands)."""
@@ -237,10 +247,32 @@ class BlockingAgent:
         return self._client._call(self._agent.append, session_id, list(messages), query_id, turn)
 
     def append_items(self, session_id: str, items: Iterable[Any], query_id: str | None = None,
-                     turn: Turn | None = None) -> Appended:
-        """Store OpenAI Responses items at the end of the session, verbatim, all or none
-        (see ``AgentRef.append_items``)."""
-        return self._client._call(self._agent.append_items, session_id, list(items), query_id, turn)
+                     turn: Turn | None = None, *, state: Mapping[str, Any] | None = None,
+                     existing: bool = False, timestamp: float | None = None) -> Appended:
+        """Store OpenAI Responses items at the end of the session, verbatim, all or none,
+        with a change of the session's state (see ``AgentRef.append_items``)."""
+        return self._client._call(self._agent.append_items, session_id, list(items), query_id, turn,
+                                  state=state, existing=existing, timestamp=timestamp)
+
+    def create_session(self, session_id: str, state: Mapping[str, Any] | None = None) -> SessionCreated:
+        """Create an empty session with a key-value state, unless it exists (see
+        ``AgentRef.create_session``)."""
+        return self._client._call(self._agent.create_session, session_id, state)
+
+    def update_state(self, session_id: str, values: Mapping[str, Any] | None = None, *,
+                     remove: Iterable[str] = ()) -> SessionHeader:
+        """Change the session's key-value state (see ``AgentRef.update_state``)."""
+        return self._client._call(self._agent.update_state, session_id, values, remove=remove)
+
+    def read_session(self, session_id: str, last: int | None = None,
+                     after: float | None = None) -> SessionRead | None:
+        """One session's header and entries, or None (see ``AgentRef.read_session``)."""
+        return self._client._call(self._agent.read_session, session_id, last, after)
+
+    def session_headers(self, prefix: str | None = None) -> list[SessionHeader]:
+        """The headers of the sessions whose id starts with ``prefix`` (see
+        ``AgentRef.session_headers``)."""
+        return self._client._call(self._agent.session_headers, prefix)
 
     def pop(self, session_id: str) -> StoredMessage | None:
         """Take the newest message (or item) off the session and return it; None when
@@ -371,6 +403,44 @@ class BlockingStream:
             self._client._call(self._stream.aclose)
         except ActorClosed:
             pass  # the runtime is gone: so is the subscription
+
+
+class BlockingState:
+    """The key-value state of an app or of one user in an app, blocking: every call of
+    ``StateRef``."""
+
+    __slots__ = ("_client", "_state")
+
+    def __init__(self, client: Client, state: StateRef) -> None:
+        self._client = client
+        self._state = state
+
+    def __repr__(self) -> str:
+        return f"BlockingState(app_name={self.app_name!r}, user_id={self.user_id!r})"
+
+    @property
+    def app_name(self) -> str:
+        return self._state.app_name
+
+    @property
+    def user_id(self) -> str | None:
+        return self._state.user_id
+
+    def get(self, keys: Iterable[str] | None = None) -> dict[str, Any]:
+        """The values of ``keys`` that exist (every key when None), decoded."""
+        return self._client._call(self._state.get, None if keys is None else list(keys))
+
+    def values(self) -> StateValues:
+        """Every value as raw JSON, with the time of the latest change."""
+        return self._client._call(self._state.values)
+
+    def update(self, values: Mapping[str, Any] | None = None, *, remove: Iterable[str] = ()) -> None:
+        """Set values and remove keys, all or nothing (see ``StateRef.update``)."""
+        self._client._call(self._state.update, values, remove=remove)
+
+    def clear(self) -> None:
+        """Remove every key."""
+        self._client._call(self._state.clear)
 
 
 class BlockingScope:

@@ -59,6 +59,8 @@ from mnemex.memories.transfer import ExportHeader, ImportReport
 from mnemex.models.batcher import EmbeddingBatcher
 from mnemex.models.rerankers import reranker_from_config
 from mnemex.persistence import find_actors
+from mnemex.state.kind import STATE_KIND, state_kind
+from mnemex.state.ref import StateRef
 
 __all__ = ["MnemexRuntime", "open_runtime"]
 
@@ -113,6 +115,12 @@ class MnemexRuntime:
         keeps its sessions forever.
         """
         return AgentRef(self._agent_services(AGENT_KIND), name, policy=policy, ttl=ttl)
+
+    # -- key-value state
+    def state(self, *, app_name: str, user_id: str | None = None) -> StateRef:
+        """The key-value state of ``app_name`` (``user_id`` None) or of one user in it:
+        JSON values by key, journaled, read without replaying anything."""
+        return StateRef(self._kernel, app_name=app_name, user_id=user_id)
 
     # -- long-term memory
     def scope(self, *, user_id: str, app_name: str) -> ScopeRef:
@@ -372,6 +380,8 @@ def _builtin_kinds(config: Config, replaced: Iterable[str] = ()) -> list[ActorKi
         kinds.append(agent_kind(config))
     if SCOPE_KIND not in skip:
         kinds.append(scope_kind(config))
+    if STATE_KIND not in skip:
+        kinds.append(state_kind(config))
     return kinds
 
 

@@ -23,7 +23,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "integrations": ("mnemex", "mnemex.lowlevel", "mnemex.config"),
 }
 # behaviours, codecs and ranking: no trio, no kernel, no models, no server, no runtime
-BEHAVIOUR_PACKAGES = ("conversations", "memories", "knowledge")
+BEHAVIOUR_PACKAGES = ("conversations", "memories", "knowledge", "state")
 BEHAVIOUR_BANNED = ("trio", "mnemex.kernel", "mnemex.models", "mnemex.server", "mnemex.runtime",
                     "mnemex.lowlevel", "mnemex._host")
 # only these modules of a behaviour package join it to the runtime

@@ -94,6 +94,7 @@ class Conversation:
         "retry_after",
         "session_id",
         "size",
+        "state",
         "summary",
         "sys_cum",
         "sys_idx",
@@ -123,6 +124,7 @@ class Conversation:
         self.pair: tuple[msgspec.Raw, msgspec.Raw] | None = None
         self.pair_tokens = 0
         self.turns: list[TurnRecord] = []
+        self.state: dict[str, msgspec.Raw] = {}  # the session's key-value state (JSON values)
         self.items = 0
         self.pops = 0
         self.cache: tuple[object, object] | None = None
