@@ -131,6 +131,7 @@ from mnemex.memories.transfer import (
     read_export,
 )
 from mnemex.models.batcher import EmbeddingBatcher
+from mnemex.models.embedders import readable
 from mnemex.models.hashing import Embedder
 from mnemex.models.rerankers import Reranker, rerank_beside
 
@@ -830,6 +831,14 @@ def _category(item: Any, index: int) -> Category:
         raise InvalidInput(f"categories[{index}]: {exc}", field=f"categories[{index}]") from exc
 
 
+MIN_READABLE: Final = 0.5
+"""A hybrid search whose query the embedder cannot read (fewer than half its word
+pieces known to the model: "咖啡", "ส้มตำ" with the default English model) searches
+by words alone, and says so (``SearchResult.mode`` is ``fulltext``): the vector of
+a text of unknown tokens is alike for every such text, and it found a Thai memory
+first for a Chinese query."""
+
+
 async def _search_command(services: ScopeServices, query: Any, top_k: int, *,
                           mode: SearchMode | UseDefault, min_score: float | UseDefault | None,
                           filter: Mapping[str, Any] | None, include_history: bool = False,
@@ -849,9 +858,12 @@ async def _search_command(services: ScopeServices, query: Any, top_k: int, *,
     embedder = services.embedder
     if chosen in ("vector", "hybrid"):  # the query and its first-person wording (queries.py)
         rows = await services.batcher.embed_queries(list(query_texts(query)))
-        mean = rows.mean(axis=0)
-        norm = float(np.linalg.norm(mean))
-        vector = encode_vector(mean / norm if norm > 0 else mean)
+        if chosen == "hybrid" and readable(embedder, query) < MIN_READABLE:
+            chosen = "fulltext"  # the model cannot read the query: its vector would mislead
+        else:
+            mean = rows.mean(axis=0)
+            norm = float(np.linalg.norm(mean))
+            vector = encode_vector(mean / norm if norm > 0 else mean)
     return Search(query=query, vector=vector, embedder=embedder.name if vector is not None else None,
                   dim=embedder.dim if vector is not None else 0, top_k=top_k, mode=chosen,
                   min_score=_wire_min_score(min_score), filter=dict(filter) if filter else None,
