@@ -14,14 +14,17 @@ through ``asyncio.to_thread``. ``timeout=`` bounds one call where it may wait lo
 
 from __future__ import annotations
 
+import builtins
 import functools
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from types import TracebackType
-from typing import IO, Any, ParamSpec, TypeVar
+from typing import IO, Any, Literal, ParamSpec, TypeVar
 
+from mnemex.checkpoints.protocol import Blob, ChannelValue, CheckpointEntry, Version, WriteValue
+from mnemex.checkpoints.ref import Checkpoints
 from mnemex.config import DEFAULT, Config, UseDefault
 from mnemex.conversations.protocol import (
     AgentStats,
@@ -63,7 +66,7 @@ from mnemex.memories.ref import ScopeRef
 from mnemex.memories.transfer import ExportedMemory, ExportHeader, ImportReport
 from mnemex.runtime import MnemexRuntime, open_runtime
 
-__all__ = ["BlockingAgent", "BlockingScope", "BlockingStream", "Client"]
+__all__ = ["BlockingAgent", "BlockingCheckpoints", "BlockingScope", "BlockingStream", "Client"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -122,6 +125,10 @@ class Client:
     def scope(self, *, user_id: str, app_name: str) -> BlockingScope:
         """The long-term memory of ``user_id`` in ``app_name``, blocking."""
         return BlockingScope(self, self._bridge.runtime.scope(user_id=user_id, app_name=app_name))
+
+    def checkpoints(self) -> BlockingCheckpoints:
+        """The checkpoints of graph threads, blocking (see ``MnemexRuntime.checkpoints``)."""
+        return BlockingCheckpoints(self, self._bridge.runtime.checkpoints())
 
     def ref(self, kind: str, key: str | Key) -> BlockingRef:
         """A blocking ref to an actor of any registered kind (``ask``/``tell`` raw commands)."""
@@ -368,6 +375,64 @@ class BlockingStream:
             self._client._call(self._stream.aclose)
         except ActorClosed:
             pass  # the runtime is gone: so is the subscription
+
+
+class BlockingCheckpoints:
+    """The checkpoints of graph threads, blocking: each call is the ``Checkpoints``
+    call of the same name, run in the runtime's thread."""
+
+    def __init__(self, client: Client, checkpoints: Checkpoints) -> None:
+        self._client = client
+        self._checkpoints = checkpoints
+
+    def __repr__(self) -> str:
+        return f"Blocking{self._checkpoints!r}"
+
+    def put(self, thread_id: str, checkpoint_id: str, checkpoint: Blob, *, ns: str = "",
+            parent_id: str | None = None, metadata: Mapping[str, Any] | None = None,
+            versions: Mapping[str, Version] | None = None, values: Iterable[ChannelValue] = ()) -> None:
+        """Store a checkpoint; durable when this returns."""
+        self._client._call(self._checkpoints.put, thread_id, checkpoint_id, checkpoint, ns=ns,
+                           parent_id=parent_id, metadata=metadata, versions=versions, values=list(values))
+
+    def put_writes(self, thread_id: str, checkpoint_id: str, task_id: str, writes: Iterable[WriteValue], *,
+                   ns: str = "", task_path: str = "") -> None:
+        """Store writes pending on a checkpoint; durable when this returns."""
+        self._client._call(self._checkpoints.put_writes, thread_id, checkpoint_id, task_id, list(writes),
+                           ns=ns, task_path=task_path)
+
+    def get(self, thread_id: str, checkpoint_id: str | None = None, *,
+            ns: str = "") -> CheckpointEntry | None:
+        """One checkpoint (None: the newest of ``ns``), or None."""
+        return self._client._call(self._checkpoints.get, thread_id, checkpoint_id, ns=ns)
+
+    def list(self, thread_id: str | None = None, *, ns: str | None = None, checkpoint_id: str | None = None,
+             before: str | None = None, filter: Mapping[str, Any] | None = None,
+             limit: int | None = None) -> list[CheckpointEntry]:
+        """Checkpoints newest first, of one thread or of every thread."""
+        return self._client._call(self._checkpoints.list, thread_id, ns=ns, checkpoint_id=checkpoint_id,
+                                  before=before, filter=filter, limit=limit)
+
+    def threads(self) -> builtins.list[str]:
+        """Every thread id, sorted."""
+        return self._client._call(self._checkpoints.threads)
+
+    def delete_thread(self, thread_id: str) -> int:
+        """Delete everything of a thread; how many checkpoints went."""
+        return self._client._call(self._checkpoints.delete_thread, thread_id)
+
+    def delete_runs(self, run_ids: Sequence[str]) -> int:
+        """Delete what runs ``run_ids`` made, in every thread; how many checkpoints went."""
+        return self._client._call(self._checkpoints.delete_runs, run_ids)
+
+    def copy_thread(self, source: str, target: str) -> None:
+        """Copy a thread's checkpoints and writes into another thread."""
+        self._client._call(self._checkpoints.copy_thread, source, target)
+
+    def prune(self, thread_ids: Sequence[str],
+              strategy: Literal["keep_latest", "delete"] = "keep_latest") -> int:
+        """Keep the newest checkpoint per namespace, or delete all; how many went."""
+        return self._client._call(self._checkpoints.prune, thread_ids, strategy)
 
 
 class BlockingScope:
