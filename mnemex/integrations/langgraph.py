@@ -201,7 +201,7 @@ class MnemexSaver(BaseCheckpointSaver[str]):
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) of runs ``run_ids``, in every thread."""
-        self._checkpoints.delete_runs(list(run_ids))
+        self._checkpoints.delete_runs(run_ids)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and write of one thread into another."""
@@ -214,6 +214,9 @@ class MnemexSaver(BaseCheckpointSaver[str]):
         if strategy not in ("keep_latest", "delete"):
             raise mnemex.InvalidInput(f"prune strategy must be 'keep_latest' or 'delete', got {strategy!r}",
                                       field="strategy")
+        if isinstance(thread_ids, str):
+            raise mnemex.InvalidInput("thread_ids must be a list of thread ids, not one string",
+                                      field="thread_ids")
         self._checkpoints.prune([_thread_id({"thread_id": t}) for t in thread_ids],
                                 "delete" if strategy == "delete" else "keep_latest")
 
