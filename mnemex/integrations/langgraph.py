@@ -50,7 +50,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 import mnemex
-from mnemex.lowlevel import Blob, CheckpointEntry, ChannelValue, WriteValue
+from mnemex.lowlevel import Blob, ChannelValue, CheckpointEntry, WriteValue
 
 __all__ = ["MnemexSaver"]
 
@@ -92,6 +92,10 @@ def _thread_id(configurable: dict[str, Any]) -> str:
     return thread_id
 
 
+def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
+
+
 class MnemexSaver(BaseCheckpointSaver[str]):
     """A LangGraph checkpointer on mnemex (see the module docstring).
 
@@ -122,17 +126,16 @@ class MnemexSaver(BaseCheckpointSaver[str]):
         checkpoint: Checkpoint = self._load(entry.checkpoint)
         checkpoint["channel_values"] = {value.channel: self._load(value.value)
                                         for value in entry.values if value.value is not None}
-        configurable = {"thread_id": entry.thread_id, "checkpoint_ns": entry.ns,
-                        "checkpoint_id": entry.checkpoint_id}
-        parent = ({"configurable": {"thread_id": entry.thread_id, "checkpoint_ns": entry.ns,
-                                    "checkpoint_id": entry.parent_id}}
-                  if entry.parent_id is not None else None)
+        parent = (_config(entry.thread_id, entry.ns, entry.parent_id) if entry.parent_id is not None
+                  else None)
+        metadata: CheckpointMetadata = dict(entry.metadata)  # type: ignore[assignment]
         return CheckpointTuple(
-            config={"configurable": configurable},
+            config=_config(entry.thread_id, entry.ns, entry.checkpoint_id),
             checkpoint=checkpoint,
-            metadata=dict(entry.metadata),  # type: ignore[typeddict-item]
-            parent_config=parent,  # type: ignore[typeddict-item]
-            pending_writes=[(write.task_id, write.channel, self._load(write.value)) for write in entry.writes],
+            metadata=metadata,
+            parent_config=parent,
+            pending_writes=[(write.task_id, write.channel, self._load(write.value))
+                            for write in entry.writes],
         )
 
     # -- the sync interface
@@ -176,11 +179,12 @@ class MnemexSaver(BaseCheckpointSaver[str]):
         try:
             meta = msgspec.to_builtins(get_checkpoint_metadata(config, metadata))
         except TypeError as exc:
-            raise mnemex.InvalidInput(f"checkpoint metadata must be JSON-like: {exc}", field="metadata") from exc
+            raise mnemex.InvalidInput(f"checkpoint metadata must be JSON-like: {exc}",
+                                      field="metadata") from exc
         self._checkpoints.put(thread_id, checkpoint["id"], self._blob(stored), ns=ns,
                               parent_id=configurable.get("checkpoint_id"), metadata=meta,
                               versions=checkpoint["channel_versions"], values=new)
-        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
+        return _config(thread_id, ns, checkpoint["id"])
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
