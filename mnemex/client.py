@@ -53,6 +53,7 @@ from mnemex.memories.protocol import (
     Extracted,
     IngestProgress,
     IngestReport,
+    MemoriesPut,
     MemoryHistory,
     MemoryPage,
     MemoryRecord,
@@ -511,6 +512,39 @@ class BlockingScope:
         """Search this scope (see ``ScopeRef.search``)."""
         return self._client._call(self._scope.search, query, top_k, mode, min_score, filter,
                                   include_history=include_history, as_of=as_of)
+
+    # -- keyed memories (see ScopeRef.put)
+    def put(self, memories: Iterable[Mapping[str, Any]], *, forget: Iterable[str] = (),
+            vectors_of: tuple[str, int] | None = None) -> MemoriesPut:
+        """Create or replace memories by id and forget others, all or none (see ``ScopeRef.put``)."""
+        return self._client._call(self._scope.put, list(memories), forget=list(forget), vectors_of=vectors_of)
+
+    def search_vector(self, vector: Sequence[float], top_k: int = 10, *, vectors_of: tuple[str, int],
+                      namespace: Sequence[str] | None = None,
+                      filter: Mapping[str, Any] | None = None) -> SearchResult:
+        """The memories nearest a caller's query vector (see ``ScopeRef.search_vector``)."""
+        return self._client._call(self._scope.search_vector, vector, top_k, vectors_of=vectors_of,
+                                  namespace=namespace, filter=filter)
+
+    def memories_in(self, namespace: Sequence[str] = (), filter: Mapping[str, Any] | None = None,
+                    limit: int | None = 100, offset: int = 0) -> MemoryPage:
+        """A page of the keyed memories under ``namespace`` (see ``ScopeRef.memories_in``)."""
+        return self._client._call(self._scope.memories_in, namespace, filter, limit, offset)
+
+    def list_namespaces(self, prefix: Sequence[str] = (), suffix: Sequence[str] = (), *,
+                        max_depth: int | None = None, limit: int = 100,
+                        offset: int = 0) -> builtins.list[tuple[str, ...]]:
+        """The namespaces of the scope's keyed memories (see ``ScopeRef.list_namespaces``)."""
+        return self._client._call(self._scope.list_namespaces, prefix, suffix, max_depth=max_depth,
+                                  limit=limit, offset=offset)
+
+    def refresh_expiry(self, memory_ids: Iterable[str]) -> int:
+        """Push back the expiry of these memories to now + their ttl; how many."""
+        return self._client._call(self._scope.refresh_expiry, list(memory_ids))
+
+    def forget_expired(self) -> builtins.list[str]:
+        """Forget the memories whose expiry has passed; their ids."""
+        return self._client._call(self._scope.forget_expired)
 
     def extract_from(self, session_id: str, messages: Sequence[Any] | None = None, *,
                      provider: Callable[[int, int], Any] | None = None, count: int | None = None,

@@ -231,6 +231,9 @@ def put_memories(scope: ScopeMemory, cmd: PutMemories) -> MemoriesPut:
     vectors += [extra for record, _ in checked for extra in record.vectors]
     if vectors:
         scope.check_vectors_of(cmd.embedder, cmd.dim, vectors, "the command")
+        rows = np.frombuffer(b"".join(vectors), dtype="<f4").reshape(len(vectors), int(cmd.dim))
+        if not np.isfinite(rows).all() or not rows.any(axis=1).all():
+            raise InvalidInput("a vector is all zeros or not finite", field="vector")
     latest = {record.id: i for i, (record, _) in enumerate(checked)}
     # the doc of each id replaced or forgotten: their content no longer holds a place
     leaving = {memory_id for memory_id in [*forget_ids, *latest] if memory_id in scope.doc_of}
