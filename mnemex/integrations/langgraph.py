@@ -1,5 +1,5 @@
 """mnemex as LangGraph's persistence: ``MnemexSaver`` (a checkpointer) and
-``MnemexStore`` (a long-term memory store).
+``MnemexStore`` (a long-term memory store, LangGraph's ``BaseStore``).
 
 ``MnemexSaver`` is a ``BaseCheckpointSaver`` on mnemex's ``checkpoint`` actors, one
 per thread: a checkpoint is stored as the bytes of the saver's serializer, each
@@ -19,6 +19,17 @@ It implements every method of the interface, sync and async: ``get_tuple``,
 ``copy_thread`` and ``prune``. ``list`` without a thread and ``delete_for_runs``
 visit every thread of the data directory.
 
+``MnemexStore`` keeps a store's items as keyed memories of one mnemex scope
+(``(app_name, user_id)``, default ``("langgraph", "store")``): an item is a memory
+whose id comes from its namespace and key, whose metadata is its value (so filters
+are metadata filters, on the value's top-level keys) and whose content is the text
+it is indexed by. A batch's puts and deletes are one command: all or none, and
+concurrent batches never interleave. With ``index={"embed": ..., "dims": ...,
+"fields": [...]}`` each indexed field of an item is embedded with the caller's
+model (one vector per text) and a search scores an item by the best of them
+(``item.score`` is that cosine); ``ttl`` (LangGraph's TTLConfig) expires items,
+refreshed on reads. Values are limited by ``config.memories.max_metadata_bytes``.
+
 The runtime runs on trio, on the thread of its ``mnemex.Client``; LangGraph's
 async methods run on asyncio. Each async call is handed to the Client (thread-safe)
 from a worker thread (``asyncio.to_thread``), so the event loop never blocks; a
@@ -31,8 +42,12 @@ Needs the ``langgraph`` package: ``pip install 'mnemex[langgraph]'``.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import random
-from collections.abc import AsyncIterator, Awaitable, Iterator, Sequence
+import threading
+from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Sequence
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import msgspec
@@ -48,11 +63,28 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    IndexConfig,
+    Item,
+    ListNamespacesOp,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+    TTLConfig,
+    ensure_embeddings,
+    get_text_at_path,
+    tokenize_path,
+    validate_op_namespace,
+)
 
 import mnemex
 from mnemex.lowlevel import Blob, ChannelValue, CheckpointEntry, WriteValue
 
-__all__ = ["MnemexSaver"]
+__all__ = ["MnemexSaver", "MnemexStore"]
 
 T = TypeVar("T")
 
@@ -267,3 +299,299 @@ class MnemexSaver(BaseCheckpointSaver[str]):
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await _settled(asyncio.to_thread(self.prune, thread_ids, strategy=strategy))
+
+
+# -- the store ----------------------------------------------------------------------------------
+def _item_id(namespace: tuple[str, ...], key: str) -> str:
+    """The memory id of an item: stable, from its namespace and key."""
+    digest = hashlib.sha256(json.dumps([list(namespace), key], ensure_ascii=False).encode()).hexdigest()
+    return f"lg-{digest[:40]}"
+
+
+def _utc(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+def _clipped(text: str, limit: int) -> str:
+    """``text`` within ``limit`` UTF-8 bytes (cut at a character)."""
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= limit:
+        return text
+    return data[:limit].decode("utf-8", "ignore")
+
+
+class _Batch:
+    """A store batch checked and planned: the reads, and the puts as one write."""
+
+    def __init__(self) -> None:
+        self.puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
+        self.texts: list[str] = []           # to embed, in order
+        self.owners: list[tuple[tuple[str, ...], str]] = []  # the item of each text
+        self.queries: dict[str, list[float] | None] = {}
+        self.vectors: dict[tuple[tuple[str, ...], str], list[list[float]]] = {}  # of each item, in order
+
+
+class MnemexStore(BaseStore):
+    """LangGraph's ``BaseStore`` on a mnemex scope (see the module docstring).
+
+    ``client``: the ``mnemex.Client`` keeping it (the caller's; it stays open).
+    ``app_name``/``user_id``: the scope holding the items. ``index``: LangGraph's
+    IndexConfig (``embed``: an Embeddings, a function or a provider string; ``dims``;
+    ``fields``, default ``["$"]``, the whole value); ``embedder_name`` names that
+    model in the scope (its vectors are never mixed with another model's; default
+    from the Embeddings' class and ``dims``). ``ttl``: LangGraph's TTLConfig
+    (minutes); ``sweep_interval_minutes`` starts a sweeper thread that forgets
+    expired items (``stop_ttl_sweeper``, or ``close``)."""
+
+    supports_ttl: bool = True
+
+    def __init__(self, client: mnemex.Client, *, app_name: str = "langgraph", user_id: str = "store",
+                 index: IndexConfig | None = None, ttl: TTLConfig | None = None,
+                 embedder_name: str | None = None) -> None:
+        if not isinstance(client, mnemex.Client):
+            raise mnemex.InvalidInput(f"MnemexStore needs a mnemex.Client, got {type(client).__name__}",
+                                      field="client")
+        self.client = client
+        self.scope = client.scope(user_id=user_id, app_name=app_name)
+        self.ttl_config = ttl
+        self.index_config = dict(index) if index else None
+        self.embeddings = None
+        self._fields: list[tuple[str, str | list[str]]] = []
+        self._vectors_of: tuple[str, int] | None = None
+        if index:
+            dims = index.get("dims")
+            if isinstance(dims, bool) or not isinstance(dims, int) or dims < 1:
+                raise mnemex.InvalidInput(f"index dims must be a positive int, got {dims!r}",
+                                          field="index.dims")
+            self.embeddings = ensure_embeddings(index.get("embed"))
+            self._fields = [(path, path if path == "$" else tokenize_path(path))
+                            for path in (index.get("fields") or ["$"])]
+            self._vectors_of = (embedder_name or f"langgraph:{type(self.embeddings).__name__}:{dims}", dims)
+        self._content_limit = client.config.memories.max_content_bytes
+        self._sweeper: threading.Thread | None = None
+        self._stop_sweeper = threading.Event()
+        interval = (ttl or {}).get("sweep_interval_minutes")
+        if interval:
+            self.start_ttl_sweeper(float(interval) * 60)
+
+    def __repr__(self) -> str:
+        return f"MnemexStore(app_name={self.scope.app_name!r}, user_id={self.scope.user_id!r})"
+
+    # -- batches
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """Run ``ops`` (GetOp, SearchOp, ListNamespacesOp, PutOp) in order of their
+        results: the reads see the store as it was before the batch's puts, which are
+        stored together, all or none."""
+        ops = list(ops)
+        plan = self._plan(ops)
+        if self.embeddings is not None:
+            if plan.texts:
+                self._take_vectors(plan, self.embeddings.embed_documents(plan.texts))
+            for query in plan.queries:
+                plan.queries[query] = self.embeddings.embed_query(query)
+        return self._run(ops, plan)
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """``batch`` for asyncio: embeddings through the model's async calls, the rest
+        from a worker thread (a write cancelled in flight still completes)."""
+        ops = list(ops)
+        plan = self._plan(ops)
+        if self.embeddings is not None:
+            if plan.texts:
+                self._take_vectors(plan, await self.embeddings.aembed_documents(plan.texts))
+            queries = list(plan.queries)
+            for query, vector in zip(queries, await asyncio.gather(
+                    *(self.embeddings.aembed_query(q) for q in queries)), strict=True):
+                plan.queries[query] = vector
+        return await _settled(asyncio.to_thread(self._run, ops, plan))
+
+    def _plan(self, ops: Sequence[Op]) -> _Batch:
+        plan = _Batch()
+        for op in ops:
+            if not isinstance(op, GetOp | SearchOp | ListNamespacesOp | PutOp):
+                raise mnemex.InvalidInput(f"unknown store operation {type(op).__name__}", field="ops")
+            try:
+                validate_op_namespace(op)
+            except ValueError as exc:
+                raise mnemex.InvalidInput(str(exc), field="namespace") from exc
+            if isinstance(op, PutOp):
+                if not op.namespace:
+                    raise mnemex.InvalidInput("a namespace cannot be empty", field="namespace")
+                if op.value is not None and not isinstance(op.value, dict):
+                    raise mnemex.InvalidInput(f"a value must be a dict, got {type(op.value).__name__}",
+                                              field="value")
+                plan.puts[(op.namespace, op.key)] = op
+            elif isinstance(op, SearchOp) and op.query and self.embeddings is not None:
+                plan.queries[op.query] = None
+        for (namespace, key), op in plan.puts.items():
+            for text in self._texts_of(op):
+                plan.texts.append(text)
+                plan.owners.append((namespace, key))
+        return plan
+
+    def _texts_of(self, op: PutOp) -> list[str]:
+        if op.value is None or op.index is False or self.embeddings is None:
+            return []
+        fields = self._fields if op.index is None else [(path, tokenize_path(path)) for path in op.index]
+        texts: list[str] = []
+        for _, field in fields:
+            texts += [text for text in get_text_at_path(op.value, field) if text]
+        return texts
+
+    @staticmethod
+    def _take_vectors(plan: _Batch, vectors: Sequence[Sequence[float]]) -> None:
+        if len(vectors) != len(plan.texts):
+            raise mnemex.EmbedderError(f"the store's model returned {len(vectors)} vectors for "
+                                       f"{len(plan.texts)} texts")
+        for owner, vector in zip(plan.owners, vectors, strict=True):
+            plan.vectors.setdefault(owner, []).append(list(vector))
+
+    def _run(self, ops: Sequence[Op], plan: _Batch) -> list[Result]:
+        results: list[Result] = []
+        refresh: list[str] = []
+        now = datetime.now(UTC).timestamp()
+        for op in ops:
+            if isinstance(op, GetOp):
+                results.append(self._get(op, now, refresh))
+            elif isinstance(op, SearchOp):
+                results.append(self._search(op, plan, refresh))
+            elif isinstance(op, ListNamespacesOp):
+                results.append(self._list_namespaces(op))
+            else:
+                results.append(None)
+        if plan.puts:
+            self._write(plan)
+        if refresh:
+            self.scope.refresh_expiry(dict.fromkeys(refresh))
+        return results
+
+    def _write(self, plan: _Batch) -> None:
+        vectors = plan.vectors
+        memories: list[dict[str, Any]] = []
+        forget: list[str] = []
+        for (namespace, key), op in plan.puts.items():
+            memory_id = _item_id(namespace, key)
+            if op.value is None:
+                forget.append(memory_id)
+                continue
+            texts = self._texts_of(op)
+            content = "\n".join(texts) if texts else json.dumps(op.value, ensure_ascii=False, default=str)
+            memory: dict[str, Any] = {
+                "id": memory_id, "content": _clipped(content or key, self._content_limit) or key,
+                "namespace": list(namespace), "key": key, "metadata": dict(op.value), "dedupe": False}
+            if op.ttl is not None:
+                memory["ttl"] = float(op.ttl) * 60
+            found = vectors.get((namespace, key))
+            if found:
+                memory["vector"] = found[0]
+                if len(found) > 1:
+                    memory["vectors"] = found[1:]
+            memories.append(memory)
+        self.scope.put(memories, forget=forget, vectors_of=self._vectors_of)
+
+    @staticmethod
+    def _search_item(record: mnemex.MemoryRecord, score: float | None) -> SearchItem:
+        return SearchItem(namespace=tuple(record.namespace), key=str(record.key), value=dict(record.metadata),
+                          created_at=_utc(record.created_at), updated_at=_utc(record.timestamp), score=score)
+
+    @staticmethod
+    def _item(record: mnemex.MemoryRecord) -> Item:
+        namespace = tuple(record.namespace)
+        return Item(value=dict(record.metadata), key=str(record.key), namespace=namespace,
+                    created_at=_utc(record.created_at), updated_at=_utc(record.timestamp))
+
+    def _get(self, op: GetOp, now: float, refresh: list[str]) -> Item | None:
+        memory_id = _item_id(op.namespace, op.key)
+        try:
+            record = self.scope.get(memory_id)
+        except mnemex.NotFound:
+            return None
+        if record.expires_at is not None and record.expires_at <= now:
+            return None
+        if op.refresh_ttl and record.ttl is not None:
+            refresh.append(memory_id)
+        return self._item(record)
+
+    def _search(self, op: SearchOp, plan: _Batch, refresh: list[str]) -> list[SearchItem]:
+        if op.limit < 0 or op.offset < 0:
+            raise mnemex.InvalidInput("search limit and offset must be >= 0", field="limit")
+        metadata_filter = {"metadata": dict(op.filter)} if op.filter else None
+        wanted = op.offset + op.limit
+        found: list[SearchItem] = []
+        vector = plan.queries.get(op.query) if op.query else None
+        if vector is not None and self._vectors_of is not None and wanted > 0:
+            asked = min(wanted, self.client.config.memories.max_top_k)
+            result = self.scope.search_vector(vector, asked, vectors_of=self._vectors_of,
+                                              namespace=op.namespace_prefix, filter=metadata_filter)
+            found = [self._search_item(hit.memory, hit.scores.get("cosine", hit.score))
+                     for hit in result.hits[op.offset:]]
+            if len(result.hits) < asked:
+                # every matching item with a vector is among the hits: the others (not
+                # indexed) come after them, unscored, as in LangGraph's own stores
+                seen = {hit.memory.id for hit in result.hits}
+                page = self.scope.memories_in(op.namespace_prefix, metadata_filter, limit=None)
+                rest = [record for record in page.memories if record.id not in seen]
+                skip = max(0, op.offset - len(result.hits))
+                found += [self._search_item(record, None)
+                          for record in rest[skip:skip + op.limit - len(found)]]
+        else:
+            page = self.scope.memories_in(op.namespace_prefix, metadata_filter, limit=op.limit,
+                                          offset=op.offset)
+            found = [self._search_item(record, None) for record in page.memories]
+        if op.refresh_ttl:
+            refresh += [_item_id(item.namespace, item.key) for item in found]
+        return found
+
+    def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
+        prefixes = [c.path for c in op.match_conditions or () if c.match_type == "prefix"]
+        suffixes = [c.path for c in op.match_conditions or () if c.match_type == "suffix"]
+        if len(prefixes) <= 1 and len(suffixes) <= 1:
+            return self.scope.list_namespaces(prefixes[0] if prefixes else (),
+                                              suffixes[0] if suffixes else (), max_depth=op.max_depth,
+                                              limit=op.limit, offset=op.offset)
+        every = self.scope.list_namespaces(limit=2**31)
+        kept = [ns for ns in every
+                if all(_label_match(ns, p) for p in prefixes)
+                and all(_label_match(tuple(reversed(ns)), tuple(reversed(s))) for s in suffixes)]
+        if op.max_depth is not None:
+            kept = sorted({ns[:op.max_depth] for ns in kept})
+        return kept[op.offset:op.offset + op.limit]
+
+    # -- TTL
+    def sweep_ttl(self) -> int:
+        """Forget the items whose TTL has passed; how many."""
+        return len(self.scope.forget_expired())
+
+    async def asweep_ttl(self) -> int:
+        return await asyncio.to_thread(self.sweep_ttl)
+
+    def start_ttl_sweeper(self, interval_seconds: float = 300.0) -> None:
+        """Sweep expired items every ``interval_seconds`` on a daemon thread."""
+        if self._sweeper is not None:
+            return
+        self._stop_sweeper.clear()
+
+        def sweep() -> None:
+            while not self._stop_sweeper.wait(interval_seconds):
+                try:
+                    self.sweep_ttl()
+                except mnemex.MnemexError:
+                    if self._stop_sweeper.is_set():
+                        return
+
+        self._sweeper = threading.Thread(target=sweep, name="mnemex-store-ttl", daemon=True)
+        self._sweeper.start()
+
+    def stop_ttl_sweeper(self) -> None:
+        self._stop_sweeper.set()
+        if self._sweeper is not None:
+            self._sweeper.join()
+            self._sweeper = None
+
+    def close(self) -> None:
+        """Stop the TTL sweeper (the Client stays open)."""
+        self.stop_ttl_sweeper()
+
+
+def _label_match(namespace: tuple[str, ...], path: tuple[str, ...]) -> bool:
+    return len(namespace) >= len(path) and all(p in ("*", n) for n, p in zip(namespace, path, strict=False))
