@@ -518,11 +518,13 @@ class MnemexStore(BaseStore):
         metadata_filter = {"metadata": dict(op.filter)} if op.filter else None
         wanted = op.offset + op.limit
         found: list[SearchItem] = []
+        records: list[mnemex.MemoryRecord] = []
         vector = plan.queries.get(op.query) if op.query else None
         if vector is not None and self._vectors_of is not None and wanted > 0:
             asked = min(wanted, self.client.config.memories.max_top_k)
             result = self.scope.search_vector(vector, asked, vectors_of=self._vectors_of,
                                               namespace=op.namespace_prefix, filter=metadata_filter)
+            records = [hit.memory for hit in result.hits[op.offset:]]
             found = [self._search_item(hit.memory, hit.scores.get("cosine", hit.score))
                      for hit in result.hits[op.offset:]]
             if len(result.hits) < asked:
@@ -532,14 +534,16 @@ class MnemexStore(BaseStore):
                 page = self.scope.memories_in(op.namespace_prefix, metadata_filter, limit=None)
                 rest = [record for record in page.memories if record.id not in seen]
                 skip = max(0, op.offset - len(result.hits))
+                records += rest[skip:skip + op.limit - len(found)]
                 found += [self._search_item(record, None)
                           for record in rest[skip:skip + op.limit - len(found)]]
         else:
             page = self.scope.memories_in(op.namespace_prefix, metadata_filter, limit=op.limit,
                                           offset=op.offset)
-            found = [self._search_item(record, None) for record in page.memories]
+            records = list(page.memories)
+            found = [self._search_item(record, None) for record in records]
         if op.refresh_ttl:
-            refresh += [_item_id(item.namespace, item.key) for item in found]
+            refresh += [record.id for record in records if record.ttl is not None]
         return found
 
     def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:

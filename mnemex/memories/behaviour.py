@@ -1133,6 +1133,8 @@ class ScopeMemory:
         with ``namespace``, only keyed memories under it; with ``now``, none expired."""
         allowed = self._allowed_by_filter(spec, include_history, as_of)
         keyed = self.keyed
+        if namespace is not None and keyed.holds_all(check_namespace(namespace), len(self.doc_of)):
+            namespace = None  # every memory is under it: no narrowing (and searches stay unfiltered)
         if not keyed or (namespace is None and not (now and keyed.expires)):
             return allowed
         size = len(self.docs)

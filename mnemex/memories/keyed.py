@@ -127,6 +127,12 @@ class KeyedIndex:
         self.most_rows = max(self.most_rows, len(rows))
 
     # -- reads
+    def holds_all(self, prefix: tuple[str, ...], count: int) -> bool:
+        """Whether all ``count`` memories of the scope are under ``prefix``."""
+        if not prefix:
+            return sum(self.counts.values()) == count
+        return len(self.by_prefix.get(prefix, ())) == count
+
     def namespace_mask(self, prefix: tuple[str, ...], size: int) -> Mask:
         """The docs (of ``size``) whose namespace starts with ``prefix``."""
         mask = np.zeros(size, dtype=np.bool_)
