@@ -44,9 +44,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import random
 import threading
 from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -145,6 +147,19 @@ class MnemexSaver(BaseCheckpointSaver[str]):
 
     def __repr__(self) -> str:
         return f"MnemexSaver({self.client.config.data_dir!r})"
+
+    @classmethod
+    @contextmanager
+    def from_data_dir(cls, data_dir: str | os.PathLike[str] | mnemex.Config, *,
+                      serde: SerializerProtocol | None = None) -> Iterator[MnemexSaver]:
+        """A saver on a Client of its own, opened on ``data_dir`` (a path or a Config)
+        and closed (drained, snapshotted) when the block ends, as
+        ``SqliteSaver.from_conn_string`` is used. A data directory is open in one
+        Client at a time: to use a store too, give both the same Client."""
+        config = (data_dir if isinstance(data_dir, mnemex.Config)
+                  else mnemex.Config(data_dir=os.fspath(data_dir)))
+        with mnemex.Client(config) as client:
+            yield cls(client, serde=serde)
 
     # -- values to and from the serializer
     def _blob(self, value: Any) -> Blob:

@@ -165,3 +165,11 @@ def test_metadata_json_cannot_hold_is_refused_and_nothing_is_stored(tmp_path: Pa
 def test_the_saver_needs_a_client() -> None:
     with warnings.catch_warnings(), pytest.raises(mnemex.InvalidInput):
         MnemexSaver("mnemex-data")  # type: ignore[arg-type]
+
+
+def test_a_saver_may_open_and_close_its_own_client(tmp_path: Path) -> None:
+    config = {"configurable": {"thread_id": "t"}}
+    with MnemexSaver.from_data_dir(tmp_path / "data") as saver:
+        graph_builder().compile(checkpointer=saver).invoke({"items": ["a"], "count": 0}, config)
+    with MnemexSaver.from_data_dir(on_disk(tmp_path)) as saver:
+        assert saver.get_tuple(config).checkpoint["channel_values"]["count"] == 1  # type: ignore[union-attr]
