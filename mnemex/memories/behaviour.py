@@ -1133,16 +1133,18 @@ class ScopeMemory:
         with ``namespace``, only keyed memories under it; with ``now``, none expired."""
         allowed = self._allowed_by_filter(spec, include_history, as_of)
         keyed = self.keyed
-        if namespace is not None and keyed.holds_all(check_namespace(namespace), len(self.doc_of)):
-            namespace = None  # every memory is under it: no narrowing (and searches stay unfiltered)
-        if not keyed or (namespace is None and not (now and keyed.expires)):
+        if namespace is not None:
+            namespace = check_namespace(namespace)
+            if keyed.holds_all(namespace, len(self.doc_of)):
+                namespace = None  # every memory is under it: no narrowing (searches stay unfiltered)
+        if namespace is None and not (now and keyed.expires):
             return allowed
         size = len(self.docs)
         mask = np.ones(size, dtype=np.bool_) if allowed is None else allowed[:size].copy()
         if len(mask) < size:
             mask = np.concatenate([mask, np.zeros(size - len(mask), dtype=np.bool_)])
         if namespace is not None:
-            mask &= keyed.namespace_mask(check_namespace(namespace), size)
+            mask &= keyed.namespace_mask(namespace, size)
         if now:
             expired = keyed.expired_docs(now)
             if expired:

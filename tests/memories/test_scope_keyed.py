@@ -239,3 +239,12 @@ def test_a_snapshot_read_from_its_lines_alone_restores_memories_without_a_vector
     back = restored(memory, sidecars=False)
     assert list(back.records()) == list(memory.records())
     assert back.vectors is not None and 0 in back.vectors and 1 not in back.vectors
+
+
+def test_a_namespace_read_never_sees_memories_without_a_namespace() -> None:
+    memory = scope()
+    memory.handle(Remember(memories=[NewMemory(id="plain", content="plain memory")], now=1.0))
+    assert listed(memory, ("docs",)) == [] and listed(memory, ()) == []
+    put(memory, item("k", "keyed"))
+    assert listed(memory, ("docs",)) == ["k"] and listed(memory, ()) == ["k"]
+    assert [r.id for r in memory.handle(ListMemories(limit=None)).memories] == ["k", "plain"]
