@@ -2,14 +2,14 @@
 ``InMemoryStore``, and ``MnemexSaver`` put/get beside ``SqliteSaver``, measured in one
 run.
 
-Run: python bench/integrations_langgraph.py [--quick] [--items N] [--queries N] [--steps N]
+Run: python bench/integrations_langgraph.py [--quick] [--items N] [--queries N] [--steps N] [--fields F]
 
 Prints a table and writes bench/results/integrations_langgraph.json; ``run(args)``
 returns the same report (for a combined integrations bench).
 
 1. Store search: ``--items`` items (default 10,000; a text of a few words from a
    fixed vocabulary, two tags, a number; every text unique, as InMemoryStore needs) in 100 namespaces ``("users", "u<k>")``,
-   indexed on ``["text", "tags[*]"]`` (three vectors an item) with one embedder, the
+   indexed on ``["text", "tags[*]"]`` (three vectors an item; ``--fields text``: one) with one embedder, the
    same object for both stores (mnemex's ``HashingEmbedder``, 384 dimensions, as a
    LangChain ``Embeddings``; its query embedding is in both timings). Both stores are
    filled first (not timed), then each answers the same ``--queries`` searches
@@ -86,17 +86,18 @@ def _fill(store: Any, items: list[tuple[tuple[str, ...], str, dict[str, Any]]]) 
     return time.perf_counter() - started
 
 
-def bench_store(items: int, queries: int, tmp: Path) -> dict[str, Any]:
+def bench_store(items: int, queries: int, tmp: Path, fields: list[str]) -> dict[str, Any]:
     from langgraph.store.memory import InMemoryStore
 
     import mnemex
     from mnemex.integrations.langgraph import MnemexStore
 
-    index: Any = {"embed": _embeddings(384), "dims": 384, "fields": ["text", "tags[*]"]}
+    index: Any = {"embed": _embeddings(384), "dims": 384, "fields": fields}
     data = _items(items)
     rng = random.Random(2)
     asked = [" ".join(rng.sample(WORDS, 3)) for _ in range(queries)]
-    report: dict[str, Any] = {"items": items, "queries": queries, "vectors_per_item": 3}
+    report: dict[str, Any] = {"items": items, "queries": queries, "fields": fields,
+                              "vectors_per_item": 3 if "tags[*]" in fields else 1}
     with mnemex.Client(mnemex.Config(data_dir=str(tmp / "store"))) as client:
         theirs = InMemoryStore(index=index)
         ours = MnemexStore(client, index=index)
@@ -175,7 +176,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Both measurements, as the report written to bench/results/integrations_langgraph.json."""
     with tempfile.TemporaryDirectory(prefix="mnemex-bench-langgraph-") as folder:
         tmp = Path(folder)
-        store = bench_store(args.items, args.queries, tmp)
+        store = bench_store(args.items, args.queries, tmp, args.fields.split(","))
         saver = bench_saver(args.steps, tmp)
     bars = {
         "store_search_speedup_at_least_20x": store["search"]["speedup"] >= 20,
@@ -191,6 +192,8 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=10_000)
     parser.add_argument("--queries", type=int, default=50)
     parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--fields", default="text,tags[*]",
+                        help="the fields indexed (comma-separated): 'text' alone makes one vector an item")
     args = parser.parse_args()
     if args.quick:
         args.items, args.queries, args.steps = 2_000, 20, 100
@@ -199,7 +202,7 @@ def main() -> None:
     rows = []
     for name in ("search", "filtered search"):
         row = store[name]
-        rows.append((f"store {name} ({store['items']:,} items)", fmt_ms(row["InMemoryStore"]["p50"]),
+        rows.append((f"store {name} ({store['items']:,} items x {store['vectors_per_item']} vectors)", fmt_ms(row["InMemoryStore"]["p50"]),
                      fmt_ms(row["MnemexStore"]["p50"]), fmt_ratio(row["speedup"]), row["same_scores"]))
     for what in ("put", "get"):
         row = saver[what]
