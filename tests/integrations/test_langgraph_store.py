@@ -286,3 +286,20 @@ def test_bad_input_is_refused() -> None:
             MnemexStore(client, index={"embed": LetterEmbeddings(), "dims": 0})
         with pytest.raises(mnemex.InvalidInput):
             MnemexStore("data")  # type: ignore[arg-type]
+
+
+def test_an_async_store_embeds_with_an_async_model() -> None:
+    model = LetterEmbeddings()
+
+    async def aembed(texts: list[str]) -> list[list[float]]:
+        await asyncio.sleep(0)
+        return model.embed_documents(texts)
+
+    async def main(store: MnemexStore) -> list[str]:
+        await store.aput(("docs",), "tea", {"text": "green tea"})
+        await store.aput(("docs",), "chess", {"text": "chess openings"})
+        return [item.key for item in await store.asearch(("docs",), query="tea", limit=1)]
+
+    with mnemex.Client(memory()) as client:
+        store = MnemexStore(client, index={"embed": aembed, "dims": 24, "fields": ["text"]})
+        assert asyncio.run(main(store)) == ["tea"]
