@@ -15,6 +15,7 @@ through ``asyncio.to_thread``. ``timeout=`` bounds one call where it may wait lo
 from __future__ import annotations
 
 import builtins
+import concurrent.futures
 import functools
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
@@ -116,6 +117,15 @@ class Client:
 
     def _call(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
         return self._bridge.call(functools.partial(fn, *args, **kwargs))
+
+    def submit(self, fn: Callable[P, Awaitable[T]], /, *args: P.args,
+               **kwargs: P.kwargs) -> concurrent.futures.Future[T]:
+        """Start ``await fn(*args, **kwargs)`` (a call of the async API: ``client.runtime``'s
+        refs) in the runtime's thread without waiting: a Future of its outcome. From
+        asyncio, ``await asyncio.wrap_future(client.submit(...))`` waits without blocking
+        the event loop or taking a worker thread. The call runs to its end even if the
+        Future is no longer awaited."""
+        return self._bridge.submit(functools.partial(fn, *args, **kwargs))
 
     # -- refs
     def agent(self, name: str, *, policy: Policy | UseDefault | None = DEFAULT,

@@ -31,10 +31,11 @@ model (one vector per text) and a search scores an item by the best of them
 refreshed on reads. Values are limited by ``config.memories.max_metadata_bytes``.
 
 The runtime runs on trio, on the thread of its ``mnemex.Client``; LangGraph's
-async methods run on asyncio. Each async call is handed to the Client (thread-safe)
-from a worker thread (``asyncio.to_thread``), so the event loop never blocks; a
-write cancelled in flight still completes, and the cancellation is raised once it
-is settled.
+async methods run on asyncio. The saver's async calls are started in the runtime's
+thread straight from the event loop (``Client.submit``: no worker thread, the loop
+never blocks); the store's go through a worker thread (``asyncio.to_thread``), as
+its embedding calls may block. A write cancelled in flight still completes, and the
+cancellation is raised once it is settled.
 
 Needs the ``langgraph`` package: ``pip install 'mnemex[langgraph]'``.
 """
@@ -47,7 +48,7 @@ import json
 import os
 import random
 import threading
-from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -144,6 +145,7 @@ class MnemexSaver(BaseCheckpointSaver[str]):
                                       field="client")
         self.client = client
         self._checkpoints = client.checkpoints()
+        self._async = client.runtime.checkpoints()  # called only in the runtime's thread (submit)
 
     def __repr__(self) -> str:
         return f"MnemexSaver({self.client.config.data_dir!r})"
@@ -185,37 +187,27 @@ class MnemexSaver(BaseCheckpointSaver[str]):
                             for write in entry.writes],
         )
 
-    # -- the sync interface
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """The checkpoint ``config`` names (its ``checkpoint_id``, or the newest of its
-        thread and namespace), with its pending writes; None if there is none."""
+    # -- requests: what each call asks of the checkpoints (the sync and async calls share them)
+    def _get_request(self, config: RunnableConfig) -> tuple[tuple[Any, ...], dict[str, Any]]:
         configurable = _configurable(config)
-        entry = self._checkpoints.get(_thread_id(configurable), get_checkpoint_id(config),
-                                      ns=configurable.get("checkpoint_ns", "") or "")
-        return None if entry is None else self._tuple(entry)
+        return ((_thread_id(configurable), get_checkpoint_id(config)),
+                {"ns": configurable.get("checkpoint_ns", "") or ""})
 
-    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
-             before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
-        """Checkpoints newest first: of ``config``'s thread (and namespace, and id, when
-        it names them) or of every thread (None); only those before ``before``,
-        whose metadata has ``filter``'s values; at most ``limit``."""
+    def _list_request(self, config: RunnableConfig | None, filter: dict[str, Any] | None,
+                      before: RunnableConfig | None, limit: int | None
+                      ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         thread_id = ns = checkpoint_id = None
         if config is not None:
             configurable = _configurable(config)
             thread_id = _thread_id(configurable)
             ns = configurable.get("checkpoint_ns")
             checkpoint_id = get_checkpoint_id(config)
-        entries = self._checkpoints.list(thread_id, ns=ns, checkpoint_id=checkpoint_id,
-                                         before=get_checkpoint_id(before) if before else None,
-                                         filter=filter, limit=limit)
-        for entry in entries:
-            yield self._tuple(entry)
+        return ((thread_id,), {"ns": ns, "checkpoint_id": checkpoint_id,
+                               "before": get_checkpoint_id(before) if before else None,
+                               "filter": filter, "limit": limit})
 
-    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
-            new_versions: ChannelVersions) -> RunnableConfig:
-        """Store ``checkpoint`` (child of the checkpoint ``config`` names) with the
-        channel values new at ``new_versions``; durable when this returns. Returns
-        the config of the stored checkpoint."""
+    def _put_request(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+                     new_versions: ChannelVersions) -> tuple[tuple[Any, ...], dict[str, Any], RunnableConfig]:
         configurable = _configurable(config)
         thread_id = _thread_id(configurable)
         ns = configurable.get("checkpoint_ns", "") or ""
@@ -228,23 +220,64 @@ class MnemexSaver(BaseCheckpointSaver[str]):
         except TypeError as exc:
             raise mnemex.InvalidInput(f"checkpoint metadata must be JSON-like: {exc}",
                                       field="metadata") from exc
-        self._checkpoints.put(thread_id, checkpoint["id"], self._blob(stored), ns=ns,
-                              parent_id=configurable.get("checkpoint_id"), metadata=meta,
-                              versions=checkpoint["channel_versions"], values=new)
-        return _config(thread_id, ns, checkpoint["id"])
+        return ((thread_id, checkpoint["id"], self._blob(stored)),
+                {"ns": ns, "parent_id": configurable.get("checkpoint_id"), "metadata": meta,
+                 "versions": checkpoint["channel_versions"], "values": new},
+                _config(thread_id, ns, checkpoint["id"]))
 
-    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
-                   task_path: str = "") -> None:
-        """Store the writes of task ``task_id`` pending on the checkpoint ``config``
-        names; durable when this returns."""
+    def _writes_request(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                        task_path: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
         configurable = _configurable(config)
         checkpoint_id = configurable.get("checkpoint_id")
         if not isinstance(checkpoint_id, str) or not checkpoint_id:
             raise mnemex.InvalidInput("put_writes needs configurable.checkpoint_id", field="checkpoint_id")
         stored = [WriteValue(WRITES_IDX_MAP.get(channel, idx), channel, self._blob(value))
                   for idx, (channel, value) in enumerate(writes)]
-        self._checkpoints.put_writes(_thread_id(configurable), checkpoint_id, task_id, stored,
-                                     ns=configurable.get("checkpoint_ns", "") or "", task_path=task_path)
+        return ((_thread_id(configurable), checkpoint_id, task_id, stored),
+                {"ns": configurable.get("checkpoint_ns", "") or "", "task_path": task_path})
+
+    @staticmethod
+    def _prune_request(thread_ids: Sequence[str], strategy: str) -> tuple[list[str], str]:
+        if strategy not in ("keep_latest", "delete"):
+            raise mnemex.InvalidInput(f"prune strategy must be 'keep_latest' or 'delete', got {strategy!r}",
+                                      field="strategy")
+        if isinstance(thread_ids, str):
+            raise mnemex.InvalidInput("thread_ids must be a list of thread ids, not one string",
+                                      field="thread_ids")
+        return [_thread_id({"thread_id": t}) for t in thread_ids], strategy
+
+    # -- the sync interface
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint ``config`` names (its ``checkpoint_id``, or the newest of its
+        thread and namespace), with its pending writes; None if there is none."""
+        args, kwargs = self._get_request(config)
+        entry = self._checkpoints.get(*args, **kwargs)
+        return None if entry is None else self._tuple(entry)
+
+    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+             before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first: of ``config``'s thread (and namespace, and id, when
+        it names them) or of every thread (None); only those before ``before``,
+        whose metadata has ``filter``'s values; at most ``limit``."""
+        args, kwargs = self._list_request(config, filter, before, limit)
+        for entry in self._checkpoints.list(*args, **kwargs):
+            yield self._tuple(entry)
+
+    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+            new_versions: ChannelVersions) -> RunnableConfig:
+        """Store ``checkpoint`` (child of the checkpoint ``config`` names) with the
+        channel values new at ``new_versions``; durable when this returns. Returns
+        the config of the stored checkpoint."""
+        args, kwargs, stored = self._put_request(config, checkpoint, metadata, new_versions)
+        self._checkpoints.put(*args, **kwargs)
+        return stored
+
+    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                   task_path: str = "") -> None:
+        """Store the writes of task ``task_id`` pending on the checkpoint ``config``
+        names; durable when this returns."""
+        args, kwargs = self._writes_request(config, writes, task_id, task_path)
+        self._checkpoints.put_writes(*args, **kwargs)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint and write of ``thread_id``."""
@@ -262,14 +295,8 @@ class MnemexSaver(BaseCheckpointSaver[str]):
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: keep the newest checkpoint of each namespace (and its
         writes); ``delete``: delete every checkpoint of ``thread_ids``."""
-        if strategy not in ("keep_latest", "delete"):
-            raise mnemex.InvalidInput(f"prune strategy must be 'keep_latest' or 'delete', got {strategy!r}",
-                                      field="strategy")
-        if isinstance(thread_ids, str):
-            raise mnemex.InvalidInput("thread_ids must be a list of thread ids, not one string",
-                                      field="thread_ids")
-        self._checkpoints.prune([_thread_id({"thread_id": t}) for t in thread_ids],
-                                "delete" if strategy == "delete" else "keep_latest")
+        threads, chosen = self._prune_request(thread_ids, strategy)
+        self._checkpoints.prune(threads, "delete" if chosen == "delete" else "keep_latest")
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """A version greater than ``current``: a counter and a random tail, so that a
@@ -282,38 +309,50 @@ class MnemexSaver(BaseCheckpointSaver[str]):
             counter = int(current.split(".")[0])
         return f"{counter + 1:032}.{random.random():016}"
 
-    # -- the async interface: the same calls, from a worker thread
+    # -- the async interface: the same requests, started in the runtime's thread from
+    # the event loop (no worker thread); a write runs to its end even when cancelled
+    async def _read(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        return await asyncio.wrap_future(self.client.submit(fn, *args, **kwargs))
+
+    async def _write(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        return await _settled(asyncio.wrap_future(self.client.submit(fn, *args, **kwargs)))
+
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await asyncio.to_thread(self.get_tuple, config)
+        args, kwargs = self._get_request(config)
+        entry = await self._read(self._async.get, *args, **kwargs)
+        return None if entry is None else self._tuple(entry)
 
     async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
                     before: RunnableConfig | None = None, limit: int | None = None
                     ) -> AsyncIterator[CheckpointTuple]:
-        def collect() -> list[CheckpointTuple]:
-            return list(self.list(config, filter=filter, before=before, limit=limit))
-
-        for item in await asyncio.to_thread(collect):
-            yield item
+        args, kwargs = self._list_request(config, filter, before, limit)
+        for entry in await self._read(self._async.list, *args, **kwargs):
+            yield self._tuple(entry)
 
     async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
                    new_versions: ChannelVersions) -> RunnableConfig:
-        return await _settled(asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions))
+        args, kwargs, stored = self._put_request(config, checkpoint, metadata, new_versions)
+        await self._write(self._async.put, *args, **kwargs)
+        return stored
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                           task_path: str = "") -> None:
-        await _settled(asyncio.to_thread(self.put_writes, config, writes, task_id, task_path))
+        args, kwargs = self._writes_request(config, writes, task_id, task_path)
+        await self._write(self._async.put_writes, *args, **kwargs)
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await _settled(asyncio.to_thread(self.delete_thread, thread_id))
+        await self._write(self._async.delete_thread, _thread_id({"thread_id": thread_id}))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await _settled(asyncio.to_thread(self.delete_for_runs, run_ids))
+        await self._write(self._async.delete_runs, run_ids)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await _settled(asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id))
+        await self._write(self._async.copy_thread, _thread_id({"thread_id": source_thread_id}),
+                          _thread_id({"thread_id": target_thread_id}))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await _settled(asyncio.to_thread(self.prune, thread_ids, strategy=strategy))
+        threads, chosen = self._prune_request(thread_ids, strategy)
+        await self._write(self._async.prune, threads, "delete" if chosen == "delete" else "keep_latest")
 
 
 # -- the store ----------------------------------------------------------------------------------

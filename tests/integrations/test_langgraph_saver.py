@@ -173,3 +173,31 @@ def test_a_saver_may_open_and_close_its_own_client(tmp_path: Path) -> None:
         graph_builder().compile(checkpointer=saver).invoke({"items": ["a"], "count": 0}, config)
     with MnemexSaver.from_data_dir(on_disk(tmp_path)) as saver:
         assert saver.get_tuple(config).checkpoint["channel_values"]["count"] == 1  # type: ignore[union-attr]
+
+
+def test_async_calls_take_no_worker_thread_and_a_cancelled_put_still_lands(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    def no_threads(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the saver's async calls must not use a worker thread")
+
+    monkeypatch.setattr(asyncio, "to_thread", no_threads)
+
+    async def main(saver: MnemexSaver) -> None:
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"a": 1}
+        checkpoint["channel_versions"] = {"a": saver.get_next_version(None, None)}
+        config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        put = asyncio.ensure_future(saver.aput(config, checkpoint, {"step": 0},  # type: ignore[typeddict-unknown-key]
+                                               checkpoint["channel_versions"]))
+        await asyncio.sleep(0)
+        put.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await put
+        got = await saver.aget_tuple(config)
+        assert got is not None and got.checkpoint["id"] == checkpoint["id"]
+        assert [t.checkpoint["id"] async for t in saver.alist(config)] == [checkpoint["id"]]
+
+    with mnemex.Client(on_disk(tmp_path)) as client:
+        asyncio.run(main(MnemexSaver(client)))
