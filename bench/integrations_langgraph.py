@@ -22,6 +22,8 @@ returns the same report (for a combined integrations bench).
    (WAL, as it sets itself up) and ``MnemexSaver`` on a data directory there
    (``fsync=batch``, the default: both durable at each put). Steps alternate between
    the two savers; medians. Bar: mnemex within 2x of SqliteSaver for put and for get.
+   The same steps through the async interface beside ``AsyncSqliteSaver`` are reported
+   too (no bar).
 
 ``--quick``: 2,000 items, 20 queries, 100 steps (a smoke run; the bars are still
 computed).
@@ -172,18 +174,64 @@ def bench_saver(steps: int, tmp: Path) -> dict[str, Any]:
     return report
 
 
+def bench_async_saver(steps: int, tmp: Path) -> dict[str, Any]:
+    """The same steps through the async interface: ``AsyncSqliteSaver`` beside
+    ``MnemexSaver``'s ``aput``/``aget_tuple``, in one event loop, alternating."""
+    import asyncio
+
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    import mnemex
+    from mnemex.integrations.langgraph import MnemexSaver
+
+    times: dict[str, dict[str, list[float]]] = {"AsyncSqliteSaver": {"put": [], "get": []},
+                                                "MnemexSaver": {"put": [], "get": []}}
+
+    async def main(client: mnemex.Client) -> None:
+        async with AsyncSqliteSaver.from_conn_string(str(tmp / "async.sqlite")) as theirs:
+            savers = {"AsyncSqliteSaver": theirs, "MnemexSaver": MnemexSaver(client)}
+            configs: dict[str, Any] = {label: {"configurable": {"thread_id": "a1", "checkpoint_ns": ""}}
+                                       for label in savers}
+            versions: dict[str, dict[str, Any]] = {label: {} for label in savers}
+            messages = [{"role": "user", "content": "x" * 180} for _ in range(20)]
+            for step in range(steps):
+                for label, saver in savers.items():
+                    mine = versions[label]
+                    for channel in ("messages", "step"):
+                        mine[channel] = saver.get_next_version(mine.get(channel), None)
+                    checkpoint = _checkpoint(step, messages, mine)
+                    started = time.perf_counter()
+                    configs[label] = await saver.aput(configs[label], checkpoint,  # type: ignore[arg-type]
+                                                      {"source": "loop", "step": step, "parents": {}},
+                                                      {c: mine[c] for c in ("messages", "step")})
+                    times[label]["put"].append((time.perf_counter() - started) * 1000)
+                    started = time.perf_counter()
+                    got = await saver.aget_tuple({"configurable": {"thread_id": "a1", "checkpoint_ns": ""}})
+                    times[label]["get"].append((time.perf_counter() - started) * 1000)
+                    assert got is not None
+
+    with mnemex.Client(mnemex.Config(data_dir=str(tmp / "async-saver"))) as client:
+        asyncio.run(main(client))
+    report: dict[str, Any] = {"steps": steps}
+    for what in ("put", "get"):
+        report[what] = {label: latency_summary(times[label][what]) for label in times}
+        report[what]["ratio"] = report[what]["MnemexSaver"]["p50"] / report[what]["AsyncSqliteSaver"]["p50"]
+    return report
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Both measurements, as the report written to bench/results/integrations_langgraph.json."""
     with tempfile.TemporaryDirectory(prefix="mnemex-bench-langgraph-") as folder:
         tmp = Path(folder)
         store = bench_store(args.items, args.queries, tmp, args.fields.split(","))
         saver = bench_saver(args.steps, tmp)
+        async_saver = bench_async_saver(args.steps, tmp)
     bars = {
         "store_search_speedup_at_least_20x": store["search"]["speedup"] >= 20,
         "saver_put_within_2x": saver["put"]["ratio"] <= 2,
         "saver_get_within_2x": saver["get"]["ratio"] <= 2,
     }
-    return {"machine": machine(), "store": store, "saver": saver, "bars": bars}
+    return {"machine": machine(), "store": store, "saver": saver, "async_saver": async_saver, "bars": bars}
 
 
 def main() -> None:
@@ -208,6 +256,11 @@ def main() -> None:
         row = saver[what]
         rows.append((f"checkpointer {what} ({saver['steps']} steps)", fmt_ms(row["SqliteSaver"]["p50"]),
                      fmt_ms(row["MnemexSaver"]["p50"]), fmt_ratio(row["ratio"]) + " (mnemex/theirs)", ""))
+    for what in ("put", "get"):
+        row = report["async_saver"][what]
+        rows.append((f"async checkpointer a{what} ({saver['steps']} steps)",
+                     fmt_ms(row["AsyncSqliteSaver"]["p50"]), fmt_ms(row["MnemexSaver"]["p50"]),
+                     fmt_ratio(row["ratio"]) + " (mnemex/theirs)", ""))
     print(table(("median ms", "LangGraph's", "mnemex", "ratio", "same scores"), rows))
     print("bars:", ", ".join(f"{name}: {'met' if ok else 'NOT met'}" for name, ok in report["bars"].items()))
     print(f"written to {write_results('integrations_langgraph', report)}")
