@@ -14,6 +14,8 @@ through ``asyncio.to_thread``. ``timeout=`` bounds one call where it may wait lo
 
 from __future__ import annotations
 
+import builtins
+import concurrent.futures
 import functools
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
@@ -22,6 +24,8 @@ from datetime import datetime
 from types import TracebackType
 from typing import IO, Any, Literal, ParamSpec, TypeVar
 
+from mnemex.checkpoints.protocol import Blob, ChannelValue, CheckpointEntry, Version, WriteValue
+from mnemex.checkpoints.ref import Checkpoints
 from mnemex.config import DEFAULT, Config, UseDefault
 from mnemex.conversations.protocol import (
     AgentStats,
@@ -56,6 +60,7 @@ from mnemex.memories.protocol import (
     Facets,
     IngestProgress,
     IngestReport,
+    MemoriesPut,
     MemoryHistory,
     MemoryPage,
     MemoryRecord,
@@ -71,7 +76,8 @@ from mnemex.runtime import MnemexRuntime, open_runtime
 from mnemex.state.protocol import StateValues
 from mnemex.state.ref import StateRef
 
-__all__ = ["BlockingAgent", "BlockingScope", "BlockingState", "BlockingStream", "Client"]
+__all__ = ["BlockingAgent", "BlockingCheckpoints", "BlockingScope", "BlockingState", "BlockingStream",
+           "Client"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -121,6 +127,15 @@ class Client:
     def _call(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
         return self._bridge.call(functools.partial(fn, *args, **kwargs))
 
+    def submit(self, fn: Callable[P, Awaitable[T]], /, *args: P.args,
+               **kwargs: P.kwargs) -> concurrent.futures.Future[T]:
+        """Start ``await fn(*args, **kwargs)`` (a call of the async API: ``client.runtime``'s
+        refs) in the runtime's thread without waiting: a Future of its outcome. From
+        asyncio, ``await asyncio.wrap_future(client.submit(...))`` waits without blocking
+        the event loop or taking a worker thread. The call runs to its end even if the
+        Future is no longer awaited."""
+        return self._bridge.submit(functools.partial(fn, *args, **kwargs))
+
     # -- refs
     def agent(self, name: str, *, policy: Policy | UseDefault | None = DEFAULT,
               ttl: float | UseDefault | None = DEFAULT) -> BlockingAgent:
@@ -135,6 +150,10 @@ class Client:
         """The key-value state of an app (``user_id`` None) or of one user in an app,
         blocking (see ``MnemexRuntime.state``)."""
         return BlockingState(self, self._bridge.runtime.state(app_name=app_name, user_id=user_id))
+
+    def checkpoints(self) -> BlockingCheckpoints:
+        """The checkpoints of graph threads, blocking (see ``MnemexRuntime.checkpoints``)."""
+        return BlockingCheckpoints(self, self._bridge.runtime.checkpoints())
 
     def ref(self, kind: str, key: str | Key) -> BlockingRef:
         """A blocking ref to an actor of any registered kind (``ask``/``tell`` raw commands)."""
@@ -443,6 +462,64 @@ class BlockingState:
         self._client._call(self._state.clear)
 
 
+class BlockingCheckpoints:
+    """The checkpoints of graph threads, blocking: each call is the ``Checkpoints``
+    call of the same name, run in the runtime's thread."""
+
+    def __init__(self, client: Client, checkpoints: Checkpoints) -> None:
+        self._client = client
+        self._checkpoints = checkpoints
+
+    def __repr__(self) -> str:
+        return f"Blocking{self._checkpoints!r}"
+
+    def put(self, thread_id: str, checkpoint_id: str, checkpoint: Blob, *, ns: str = "",
+            parent_id: str | None = None, metadata: Mapping[str, Any] | None = None,
+            versions: Mapping[str, Version] | None = None, values: Iterable[ChannelValue] = ()) -> None:
+        """Store a checkpoint; durable when this returns."""
+        self._client._call(self._checkpoints.put, thread_id, checkpoint_id, checkpoint, ns=ns,
+                           parent_id=parent_id, metadata=metadata, versions=versions, values=list(values))
+
+    def put_writes(self, thread_id: str, checkpoint_id: str, task_id: str, writes: Iterable[WriteValue], *,
+                   ns: str = "", task_path: str = "") -> None:
+        """Store writes pending on a checkpoint; durable when this returns."""
+        self._client._call(self._checkpoints.put_writes, thread_id, checkpoint_id, task_id, list(writes),
+                           ns=ns, task_path=task_path)
+
+    def get(self, thread_id: str, checkpoint_id: str | None = None, *,
+            ns: str = "") -> CheckpointEntry | None:
+        """One checkpoint (None: the newest of ``ns``), or None."""
+        return self._client._call(self._checkpoints.get, thread_id, checkpoint_id, ns=ns)
+
+    def list(self, thread_id: str | None = None, *, ns: str | None = None, checkpoint_id: str | None = None,
+             before: str | None = None, filter: Mapping[str, Any] | None = None,
+             limit: int | None = None) -> list[CheckpointEntry]:
+        """Checkpoints newest first, of one thread or of every thread."""
+        return self._client._call(self._checkpoints.list, thread_id, ns=ns, checkpoint_id=checkpoint_id,
+                                  before=before, filter=filter, limit=limit)
+
+    def threads(self) -> builtins.list[str]:
+        """Every thread id, sorted."""
+        return self._client._call(self._checkpoints.threads)
+
+    def delete_thread(self, thread_id: str) -> int:
+        """Delete everything of a thread; how many checkpoints went."""
+        return self._client._call(self._checkpoints.delete_thread, thread_id)
+
+    def delete_runs(self, run_ids: Sequence[str]) -> int:
+        """Delete what runs ``run_ids`` made, in every thread; how many checkpoints went."""
+        return self._client._call(self._checkpoints.delete_runs, run_ids)
+
+    def copy_thread(self, source: str, target: str) -> None:
+        """Copy a thread's checkpoints and writes into another thread."""
+        self._client._call(self._checkpoints.copy_thread, source, target)
+
+    def prune(self, thread_ids: Sequence[str],
+              strategy: Literal["keep_latest", "delete"] = "keep_latest") -> int:
+        """Keep the newest checkpoint per namespace, or delete all; how many went."""
+        return self._client._call(self._checkpoints.prune, thread_ids, strategy)
+
+
 class BlockingScope:
     """One user's long-term memory in one app, blocking: every call of ``ScopeRef``."""
 
@@ -547,6 +624,39 @@ class BlockingScope:
         """The memories linked to an actor (see ``ScopeRef.actor_memories``)."""
         return self._client._call(self._scope.actor_memories, actor_id, limit, offset,
                                   include_history=include_history)
+
+    # -- keyed memories (see ScopeRef.put)
+    def put(self, memories: Iterable[Mapping[str, Any]], *, forget: Iterable[str] = (),
+            vectors_of: tuple[str, int] | None = None) -> MemoriesPut:
+        """Create or replace memories by id and forget others, all or none (see ``ScopeRef.put``)."""
+        return self._client._call(self._scope.put, list(memories), forget=list(forget), vectors_of=vectors_of)
+
+    def search_vector(self, vector: Sequence[float], top_k: int = 10, *, vectors_of: tuple[str, int],
+                      namespace: Sequence[str] | None = None,
+                      filter: Mapping[str, Any] | None = None) -> SearchResult:
+        """The memories nearest a caller's query vector (see ``ScopeRef.search_vector``)."""
+        return self._client._call(self._scope.search_vector, vector, top_k, vectors_of=vectors_of,
+                                  namespace=namespace, filter=filter)
+
+    def memories_in(self, namespace: Sequence[str] = (), filter: Mapping[str, Any] | None = None,
+                    limit: int | None = 100, offset: int = 0) -> MemoryPage:
+        """A page of the keyed memories under ``namespace`` (see ``ScopeRef.memories_in``)."""
+        return self._client._call(self._scope.memories_in, namespace, filter, limit, offset)
+
+    def list_namespaces(self, prefix: Sequence[str] = (), suffix: Sequence[str] = (), *,
+                        max_depth: int | None = None, limit: int = 100,
+                        offset: int = 0) -> builtins.list[tuple[str, ...]]:
+        """The namespaces of the scope's keyed memories (see ``ScopeRef.list_namespaces``)."""
+        return self._client._call(self._scope.list_namespaces, prefix, suffix, max_depth=max_depth,
+                                  limit=limit, offset=offset)
+
+    def refresh_expiry(self, memory_ids: Iterable[str]) -> int:
+        """Push back the expiry of these memories to now + their ttl; how many."""
+        return self._client._call(self._scope.refresh_expiry, list(memory_ids))
+
+    def forget_expired(self) -> builtins.list[str]:
+        """Forget the memories whose expiry has passed; their ids."""
+        return self._client._call(self._scope.forget_expired)
 
     def extract_from(self, session_id: str, messages: Sequence[Any] | None = None, *,
                      provider: Callable[[int, int], Any] | None = None, count: int | None = None,

@@ -21,6 +21,8 @@ from typing import IO, Any, Literal
 import trio
 
 from mnemex._ids import IdClock
+from mnemex.checkpoints.kind import CHECKPOINT_KIND, checkpoint_kind
+from mnemex.checkpoints.ref import Checkpoints
 from mnemex.config import DEFAULT, Config, UseDefault
 from mnemex.conversations.kind import AGENT_KIND, agent_kind, sweep_expired_sessions
 from mnemex.conversations.protocol import Appended, Policy
@@ -121,6 +123,14 @@ class MnemexRuntime:
         """The key-value state of ``app_name`` (``user_id`` None) or of one user in it:
         JSON values by key, journaled, read without replaying anything."""
         return StateRef(self._kernel, app_name=app_name, user_id=user_id)
+
+    # -- graph checkpoints
+    def checkpoints(self, kind: str = CHECKPOINT_KIND) -> Checkpoints:
+        """The checkpoints of graph threads (one actor per thread id; see
+        ``mnemex.checkpoints``): what ``mnemex.integrations.langgraph.MnemexSaver`` keeps."""
+        if kind not in self._kernel.kinds:
+            raise InvalidInput(f"actor kind {kind!r} is not registered", field="kind")
+        return Checkpoints(self._kernel, kind)
 
     # -- long-term memory
     def scope(self, *, user_id: str, app_name: str) -> ScopeRef:
@@ -382,6 +392,8 @@ def _builtin_kinds(config: Config, replaced: Iterable[str] = ()) -> list[ActorKi
         kinds.append(scope_kind(config))
     if STATE_KIND not in skip:
         kinds.append(state_kind(config))
+    if CHECKPOINT_KIND not in skip:
+        kinds.append(checkpoint_kind())
     return kinds
 
 
@@ -400,7 +412,7 @@ async def open_runtime(config: Config | None = None, *,
     snapshot is logged at ERROR).
 
     ``kinds`` registers extra actor kinds beside mnemex's own (tests, plugins); a kind
-    named like a built-in one (``"agent"``, ``"scope"``) takes its place.
+    named like a built-in one (``"agent"``, ``"scope"``, ``"checkpoint"``) takes its place.
     """
     cfg = config if config is not None else Config()
     extra = list(kinds)

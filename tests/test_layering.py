@@ -23,7 +23,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "integrations": ("mnemex", "mnemex.lowlevel", "mnemex.config"),
 }
 # behaviours, codecs and ranking: no trio, no kernel, no models, no server, no runtime
-BEHAVIOUR_PACKAGES = ("conversations", "memories", "knowledge", "state")
+BEHAVIOUR_PACKAGES = ("conversations", "memories", "knowledge", "state", "checkpoints")
 BEHAVIOUR_BANNED = ("trio", "mnemex.kernel", "mnemex.models", "mnemex.server", "mnemex.runtime",
                     "mnemex.lowlevel", "mnemex._host")
 # only these modules of a behaviour package join it to the runtime
@@ -149,6 +149,9 @@ def test_the_extension_face_is_pinned() -> None:
         "rebuild_behaviour", "replay_actor", "replay_data_dir", "scope_kind",
         # what plugs into the built-in kinds
         "Embedder", "HashingEmbedder", "Summarizer", "ExtractiveSummarizer", "LLMSummarizer", "TokenCounter",
+        # graph checkpoints (the checkpoint kind, what LangGraph's saver keeps)
+        "Blob", "BlockingCheckpoints", "ChannelValue", "CheckpointEntry", "Checkpoints", "PendingWrite",
+        "WriteValue", "checkpoint_kind",
     ])
     for name in mnemex.lowlevel.__all__:
         assert getattr(mnemex.lowlevel, name) is not None

@@ -99,10 +99,12 @@ from mnemex.memories.extraction import (
 from mnemex.memories.fields import (
     CHANGEABLE,
     check_memory_id,
+    check_namespace,
     checked_changes,
     record_of,
 )
 from mnemex.memories.filters import FilterTable, compile_filter
+from mnemex.memories.keyed import KeyedIndex, forget_expired, list_namespaces, put_memories, refresh_expiry
 from mnemex.memories.knowledge import Applied, apply_facts, check_facts, history_of, with_change
 from mnemex.memories.protocol import (
     SCOPE_WRITES,
@@ -115,6 +117,7 @@ from mnemex.memories.protocol import (
     ExtractionFailed,
     Forget,
     ForgetDocument,
+    ForgetExpired,
     ForgetWhere,
     Forgotten,
     GetActorMemories,
@@ -129,9 +132,12 @@ from mnemex.memories.protocol import (
     ImportMemories,
     IngestDocument,
     ListMemories,
+    ListNamespaces,
     MemoryPage,
     MemoryRecord,
     NewMemory,
+    PutMemories,
+    RefreshExpiry,
     Remember,
     Remembered,
     ScopeCommandType,
@@ -368,6 +374,9 @@ class ScopeMemory:
         self.docs: list[MemoryRecord | None] = []
         self.doc_of: dict[str, int] = {}
         self.by_content: dict[str, int] = {}
+        # the other docs of a content stored more than once (a write without dedupe)
+        self.twins: dict[str, set[int]] = {}
+        self.keyed = KeyedIndex()
         self.free: list[int] = []
         fold = settings.fold_accents
         self.keyword = KeywordIndex(keep_words=False, fold_accents=fold)  # _unindex passes the content
@@ -511,6 +520,14 @@ class ScopeMemory:
                 return record
             case Touch():
                 return self._touch(command)
+            case PutMemories():
+                return self._with_graph(put_memories(self, command))
+            case RefreshExpiry():
+                return refresh_expiry(self, command)
+            case ForgetExpired():
+                return forget_expired(self, command)
+            case ListNamespaces():
+                return list_namespaces(self, command)
             case UpdateMemory():
                 return self._with_graph(self._update(command))
             case Forget(ids=ids, now=now):
@@ -644,6 +661,7 @@ class ScopeMemory:
             raise TooLarge(f"{len(memories):,} memories in one command; the limit is {limit:,} "
                            f"(config.memories.max_memories_per_command)", field="memories")
         checked = [self._new_record(memory, now, classify is True) for memory in memories]
+        deduped = [memory.dedupe for memory in memories]
         has_vectors = any(vector is not None for _, vector in checked)
         if has_vectors:
             self._check_embedder(embedder, dim, "the command")
@@ -654,10 +672,10 @@ class ScopeMemory:
         fresh: list[tuple[MemoryRecord, bytes | None]] = []
         fresh_content: dict[str, str] = {}
         fresh_ids: dict[str, str] = {}
-        for record, vector in checked:
-            existing = self.by_content.get(record.content)
+        for (record, vector), dedupe in zip(checked, deduped, strict=True):
+            existing = self.by_content.get(record.content) if dedupe else None
             same = self._record_at(existing).id if existing is not None else fresh_content.get(record.content)
-            if same is not None:
+            if same is not None and dedupe:
                 ids.append(same)
                 created.append(False)
                 continue
@@ -679,7 +697,7 @@ class ScopeMemory:
             doc = self._allocate()
             self.docs[doc] = record
             self.doc_of[record.id] = doc
-            self.by_content[record.content] = doc
+            self._hold_content(doc, record.content)
             placed.append((doc, record))
             if vector is not None:
                 vectors.append((doc, vector))
@@ -757,7 +775,8 @@ class ScopeMemory:
             contexts, changed = self._join_sessions(placed)
         texts = self._texts
         for doc, record in placed:
-            self.by_content[record.content] = doc
+            self._hold_content(doc, record.content)
+            self.keyed.add(doc, record)
             if texts is not None:
                 texts.setdefault(normalized_text(record.content), doc)
             if record.entities:
@@ -824,13 +843,34 @@ class ScopeMemory:
         if record.entities:
             self.entities.remove(doc)
         self.table.remove(doc, record)
-        del self.by_content[record.content]
+        self._release_content(doc, record.content)
+        self.keyed.remove(doc, record)
         if self._texts is not None:
             key = normalized_text(record.content)
             if self._texts.get(key) == doc:
                 del self._texts[key]
         self.content_bytes -= len(record.content)
         return record
+
+    def _hold_content(self, doc: int, content: str) -> None:
+        """Index ``doc`` by its content: the first doc of a content is the one writes
+        deduplicate against; the others (stored without dedupe) are its twins."""
+        holder = self.by_content.setdefault(content, doc)
+        if holder != doc:
+            self.twins.setdefault(content, set()).add(doc)
+
+    def _release_content(self, doc: int, content: str) -> None:
+        twins = self.twins.get(content)
+        if self.by_content.get(content) == doc:
+            if twins:
+                self.by_content[content] = min(twins)
+                twins.discard(min(twins))
+            else:
+                del self.by_content[content]
+        elif twins is not None:
+            twins.discard(doc)
+        if twins is not None and not twins:
+            del self.twins[content]
 
     def _forget(self, ids: Sequence[str]) -> None:
         for memory_id in ids:
@@ -902,7 +942,9 @@ class ScopeMemory:
                 members.sort()
         items = [(doc, record) for doc, record in enumerate(self.docs) if record is not None]
         if self._load_text_sidecars(sidecars):
-            self.by_content = {record.content: doc for doc, record in items}
+            for doc, record in items:
+                self._hold_content(doc, record.content)
+                self.keyed.add(doc, record)
             self.table.add_many(items)
             self.content_bytes = sum(len(record.content) for _, record in items)
             return
@@ -1157,9 +1199,32 @@ class ScopeMemory:
         """The docs a read may see (None: all), as ``_allowed``."""
         return self._allowed(spec, include_history, as_of)
 
-    def _allowed(self, spec: Any, include_history: Any, as_of: Any) -> npt.NDArray[np.bool_] | None:
+    def _allowed(self, spec: Any, include_history: Any, as_of: Any, namespace: Any = None,
+                 now: float = 0.0) -> npt.NDArray[np.bool_] | None:
         """The docs a read may see (None: all): the filter's, among the memories that
-        are active (or, with include_history, any; with as_of, true at that time)."""
+        are active (or, with include_history, any; with as_of, true at that time);
+        with ``namespace``, only keyed memories under it; with ``now``, none expired."""
+        allowed = self._allowed_by_filter(spec, include_history, as_of)
+        keyed = self.keyed
+        if namespace is not None:
+            namespace = check_namespace(namespace)
+            if keyed.holds_all(namespace, len(self.doc_of)):
+                namespace = None  # every memory is under it: no narrowing (searches stay unfiltered)
+        if namespace is None and not (now and keyed.expires):
+            return allowed
+        size = len(self.docs)
+        mask = np.ones(size, dtype=np.bool_) if allowed is None else allowed[:size].copy()
+        if len(mask) < size:
+            mask = np.concatenate([mask, np.zeros(size - len(mask), dtype=np.bool_)])
+        if namespace is not None:
+            mask &= keyed.namespace_mask(namespace, size)
+        if now:
+            expired = keyed.expired_docs(now)
+            if expired:
+                mask[expired] = False
+        return mask
+
+    def _allowed_by_filter(self, spec: Any, include_history: Any, as_of: Any) -> npt.NDArray[np.bool_] | None:
         if not isinstance(include_history, bool):
             raise InvalidInput(f"include_history must be true or false, got {include_history!r}",
                                field="include_history")
@@ -1176,7 +1241,8 @@ class ScopeMemory:
         if limit is not None:
             check_int(limit, "limit", 0)
         offset = check_int(cmd.offset, "offset", 0)
-        allowed = self._allowed(cmd.filter, cmd.include_history, cmd.as_of)
+        allowed = self._allowed(cmd.filter, cmd.include_history, cmd.as_of, cmd.namespace,
+                                check_seconds(cmd.now, "now"))
         if allowed is None:
             ids = sorted(self.doc_of)
         else:
@@ -1236,11 +1302,11 @@ class ScopeMemory:
             query_vector = decode_vector(cmd.vector, cmd.dim)
         if cmd.facets not in (None, "hits", "scope"):
             raise InvalidInput(f"facets is {cmd.facets!r}; use hits, scope or null", field="facets")
-        allowed = self._allowed(cmd.filter, cmd.include_history, cmd.as_of)
+        allowed = self._allowed(cmd.filter, cmd.include_history, cmd.as_of, cmd.namespace, now)
         if allowed is not None and not allowed.any():
             return SearchResult(hits=[], mode=mode, facets={} if cmd.facets else None)
-        ranker = Ranker(self.keyword, self.bm25, self.entities, self.vectors, self.table, settings,
-                        self._record_at)
+        ranker = Ranker(self.keyword, self.bm25, self.entities, self.keyed.vector_search(self.vectors),
+                        self.table, settings, self._record_at)
         if mode == "keyword":
             ranked = ranker.keyword_ranked(query, top_k, allowed)
         elif mode == "fulltext":

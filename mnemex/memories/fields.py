@@ -37,6 +37,7 @@ __all__ = [
     "MemoryFields",
     "check_content",
     "check_importance",
+    "check_keyed",
     "check_kind",
     "check_labels",
     "check_memory_id",
@@ -58,6 +59,10 @@ MAX_SOURCES: Final = 16
 """Source references a memory keeps (the oldest and the newest ones)."""
 MAX_CHANGES: Final = 64
 """Changes a memory's history keeps (the first and the latest ones)."""
+MAX_NAMESPACE_DEPTH: Final = 32
+"""Most labels in a keyed memory's namespace."""
+MAX_VECTORS: Final = 256
+"""Most extra vectors of one keyed memory."""
 
 
 class MemoryFields(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
@@ -182,6 +187,42 @@ def _check_validity(valid_at: Any, invalid_at: Any) -> tuple[float | None, float
     return start, end
 
 
+def check_namespace(value: Any, what: str = "namespace") -> tuple[str, ...]:
+    """A namespace: a list of at most 32 non-empty labels (no control character)."""
+    if not isinstance(value, tuple | list) or len(value) > MAX_NAMESPACE_DEPTH:
+        raise InvalidInput(f"{what} must be a list of at most {MAX_NAMESPACE_DEPTH} labels, got {value!r}",
+                           field=what)
+    return tuple(str(check_id(label, f"{what} label", MAX_FIELD_BYTES)) for label in value)
+
+
+def check_keyed(memory: NewMemory, now: float) -> dict[str, Any]:
+    """The keyed fields of a record made from ``memory`` at ``now`` (see MemoryRecord),
+    checked; only those that are set."""
+    found: dict[str, Any] = {}
+    if memory.namespace:
+        found["namespace"] = check_namespace(memory.namespace)
+    if memory.key is not None:
+        found["key"] = check_text(memory.key, "key", MAX_FIELD_BYTES, optional=False)
+    if memory.vectors:
+        if not isinstance(memory.vectors, tuple | list) or len(memory.vectors) > MAX_VECTORS or not all(
+                isinstance(vector, bytes) for vector in memory.vectors):
+            raise InvalidInput(f"vectors must be a list of at most {MAX_VECTORS} vectors (bytes)",
+                               field="vectors")
+        if memory.vector is None:
+            raise InvalidInput("a memory with extra vectors needs its first vector in 'vector'",
+                               field="vectors")
+        found["vectors"] = tuple(memory.vectors)
+    if memory.ttl is not None:
+        ttl = memory.ttl
+        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl) or ttl <= 0:
+            raise InvalidInput(f"ttl must be a positive number of seconds or null, got {ttl!r}", field="ttl")
+        found["ttl"] = float(ttl)
+        found["expires_at"] = now + float(ttl)
+    if not isinstance(memory.dedupe, bool):
+        raise InvalidInput(f"dedupe must be true or false, got {memory.dedupe!r}", field="dedupe")
+    return found
+
+
 def record_of(memory: NewMemory, now: float, max_content_bytes: int, max_metadata_bytes: int) -> MemoryRecord:
     """The record a scope stores for ``memory`` at ``now``: every field checked (the
     limits named by their config settings), labels de-duplicated, the timestamp
@@ -208,6 +249,7 @@ def record_of(memory: NewMemory, now: float, max_content_bytes: int, max_metadat
         invalid_at=invalid_at,
         scope_kind=scope_kind,
         scope_id=scope_id,
+        **check_keyed(memory, now),
     )
 
 

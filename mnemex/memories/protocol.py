@@ -11,6 +11,13 @@ from mnemex._protocol import Command, Reply
 from mnemex.knowledge.categories import Category
 
 __all__ = [
+    "ForgetExpired",
+    "KEYED_WRITES",
+    "ListNamespaces",
+    "MemoriesPut",
+    "Namespaces",
+    "PutMemories",
+    "RefreshExpiry",
     "AddSession",
     "ApplyExtraction",
     "Change",
@@ -137,6 +144,13 @@ class MemoryRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     NPC, an agent, a person) it is linked to. ``scope_kind``/``scope_id``: the part of
     the user's memory it belongs to (``global``, or ``campaign``/``ash``...), see
     ``scope_label``.
+
+    Keyed memories (stored by ``PutMemories``, a key-value store's items):
+    ``namespace`` (a path) and ``key`` name it; ``vectors`` are embeddings of its
+    other parts beside the one in the vector index (a search scores a memory by
+    the best of them); ``ttl`` (seconds) and ``expires_at``: it is hidden from
+    reads after ``expires_at`` and forgotten by ``ForgetExpired``, and a read that
+    refreshes it moves ``expires_at`` to ``ttl`` seconds later.
     """
 
     id: str
@@ -170,6 +184,12 @@ class MemoryRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     classified_by: str | None = None
     scope_kind: str = "global"
     scope_id: str | None = None
+    # keyed memories (a key-value store's items; see ``PutMemories``)
+    namespace: tuple[str, ...] = ()
+    key: str | None = None
+    vectors: tuple[bytes, ...] = ()
+    ttl: float | None = None
+    expires_at: float | None = None
 
     @property
     def active(self) -> bool:
@@ -263,6 +283,13 @@ class NewMemory(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     invalid_at: float | None = None
     scope_kind: str | None = None
     scope_id: str | None = None
+    # keyed memories: see MemoryRecord; ``dedupe`` False stores a content the scope
+    # holds already as a memory of its own (a key-value store's value under two keys)
+    namespace: tuple[str, ...] = ()
+    key: str | None = None
+    vectors: tuple[bytes, ...] = ()
+    ttl: float | None = None
+    dedupe: bool = True
 
 
 class ScopeCommand(Command, frozen=True, kw_only=True):
@@ -368,6 +395,8 @@ class ListMemories(ScopeCommand, frozen=True, tag="scope.list"):
     offset: int = 0
     include_history: bool = False
     as_of: float | None = None
+    namespace: tuple[str, ...] | None = None
+    now: float = 0.0
 
 
 class GetScopeStats(ScopeCommand, frozen=True, tag="scope.get_stats"):
@@ -392,6 +421,7 @@ class Search(ScopeCommand, frozen=True, tag="scope.search"):
     include_history: bool = False
     as_of: float | None = None
     facets: Literal["hits", "scope"] | None = None
+    namespace: tuple[str, ...] | None = None
 
 
 class Remembered(Reply, frozen=True, kw_only=True, tag="scope.remembered"):
@@ -832,12 +862,70 @@ class GetActorMemories(ScopeCommand, frozen=True, tag="scope.actor_memories"):
     include_history: bool = False
 
 
+# -- keyed memories: a key-value store's items (memories.keyed) -----------------------------------
+class PutMemories(ScopeCommand, frozen=True, tag="scope.put"):
+    """Create or replace memories by id and forget ``forget``, all or none: a memory
+    of ``memories`` whose id the scope holds replaces it (its ``created_at`` kept),
+    the others are new; content is deduplicated only for those with ``dedupe``.
+    An id given twice: the last one counts. Forgetting an id the scope does not
+    hold does nothing."""
+
+    memories: list[NewMemory] = msgspec.field(default_factory=list)
+    forget: list[str] = msgspec.field(default_factory=list)
+    embedder: str | None = None
+    dim: int = 0
+    now: float = 0.0
+
+
+class RefreshExpiry(ScopeCommand, frozen=True, tag="scope.refresh_expiry"):
+    """Move the expiry of memories ``ids`` that have a ``ttl`` to ``now + ttl``."""
+
+    ids: list[str] = msgspec.field(default_factory=list)
+    now: float = 0.0
+
+
+class ForgetExpired(ScopeCommand, frozen=True, tag="scope.forget_expired"):
+    """Forget every memory whose ``expires_at`` is before ``now``."""
+
+    now: float = 0.0
+
+
+class ListNamespaces(ScopeCommand, frozen=True, tag="scope.list_namespaces"):
+    """The namespaces of the scope's keyed memories, sorted: those starting with
+    ``prefix`` and ending with ``suffix`` (``"*"`` matches any one label), cut to
+    their first ``max_depth`` labels (and deduplicated); ``offset``/``limit`` page."""
+
+    prefix: tuple[str, ...] = ()
+    suffix: tuple[str, ...] = ()
+    max_depth: int | None = None
+    limit: int = 100
+    offset: int = 0
+    now: float = 0.0
+
+
+class MemoriesPut(Reply, frozen=True, kw_only=True, tag="scope.put"):
+    """The id of each memory put, in order; which replaced a memory; the ids forgotten."""
+
+    ids: list[str] = msgspec.field(default_factory=list)
+    replaced: list[bool] = msgspec.field(default_factory=list)
+    forgotten: list[str] = msgspec.field(default_factory=list)
+
+
+class Namespaces(Reply, frozen=True, kw_only=True, tag="scope.namespaces"):
+    namespaces: list[tuple[str, ...]] = msgspec.field(default_factory=list)
+
+
+KeyedWrite = PutMemories | RefreshExpiry | ForgetExpired
+KEYED_WRITES: tuple[type[ScopeCommand], ...] = (PutMemories, RefreshExpiry, ForgetExpired)
+
+
 ScopeWrite = Remember | AddSession | UpdateMemory | Forget | ForgetWhere | Touch | ApplyExtraction | \
-    ExtractionFailed | ImportMemories | IngestDocument | ForgetDocument | SetCategories | ApplyClassification
+    ExtractionFailed | ImportMemories | IngestDocument | ForgetDocument | SetCategories | \
+    ApplyClassification | KeyedWrite
 ScopeRead = GetMemory | CountMemories | ListMemories | GetScopeStats | Search | StoreSession | GetHistory | \
-    GetVectors | GetDocuments | GetCategories | GetFacets | GetActorMemories
+    GetVectors | GetDocuments | GetCategories | GetFacets | GetActorMemories | ListNamespaces
 ScopeCommandType = ScopeWrite | ScopeRead
 SCOPE_WRITES: tuple[type[ScopeCommand], ...] = (Remember, AddSession, UpdateMemory, Forget, ForgetWhere,
                                                 Touch, ApplyExtraction, ExtractionFailed, ImportMemories,
                                                 IngestDocument, ForgetDocument, SetCategories,
-                                                ApplyClassification)
+                                                ApplyClassification, *KEYED_WRITES)

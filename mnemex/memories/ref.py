@@ -82,6 +82,7 @@ from mnemex.memories.protocol import (
     Facets,
     Forget,
     ForgetDocument,
+    ForgetExpired,
     ForgetWhere,
     Forgotten,
     GetActorMemories,
@@ -100,10 +101,15 @@ from mnemex.memories.protocol import (
     IngestReport,
     IngestStage,
     ListMemories,
+    ListNamespaces,
+    MemoriesPut,
     MemoryHistory,
     MemoryPage,
     MemoryRecord,
+    Namespaces,
     NewMemory,
+    PutMemories,
+    RefreshExpiry,
     Remember,
     Remembered,
     ScopeStats,
@@ -480,6 +486,108 @@ class ScopeRef:
         reply: MemoryPage = await self._ref.ask(GetActorMemories(
             actor_id=actor_id, limit=limit, offset=offset, include_history=include_history))
         return reply
+
+    # -- keyed memories: a key-value store's items (memories.keyed) --------------------------
+    async def put(self, memories: Iterable[Mapping[str, Any]], *, forget: Iterable[str] = (),
+                  vectors_of: tuple[str, int] | None = None) -> MemoriesPut:
+        """Create or replace memories by id and forget the ids ``forget``, all or none,
+        in one command (see ``PutMemories``). Each memory is a dict with ``id`` (the
+        caller's), ``content`` and any field of ``remember``, plus ``namespace`` (a
+        list of labels), ``key``, ``ttl`` (seconds), ``dedupe`` (default True: a
+        content the scope holds comes back as that memory's id). Vectors: by default
+        each content is embedded with the scope's model; with ``vectors_of=(name,
+        dim)`` they are the caller's, of that model: ``vector`` (the memory's first,
+        a list of floats) and ``vectors`` (its others), and a memory without
+        ``vector`` has none."""
+        now = time.time()
+        items = list(memories)
+        forget_ids = list(forget)
+        if isinstance(forget, str) or any(not isinstance(i, str) for i in forget_ids):
+            raise InvalidInput("forget must be a list of memory ids", field="forget")
+        batch: list[NewMemory] = []
+        for index, item in enumerate(items):
+            if not isinstance(item, Mapping) or "id" not in item or "content" not in item:
+                raise InvalidInput("each memory to put is a dict with an id and a content",
+                                   field=f"memories[{index}]")
+            fields = dict(item)
+            vector = _caller_vector(fields.pop("vector", None), vectors_of, f"memories[{index}].vector")
+            extra = fields.pop("vectors", None) or ()
+            if extra and vectors_of is None:
+                raise InvalidInput("extra vectors are the caller's: pass vectors_of=(model name, dim)",
+                                   field=f"memories[{index}].vectors")
+            keyed = {name: fields.pop(name) for name in ("namespace", "key", "ttl", "dedupe")
+                     if name in fields}
+            if "namespace" in keyed:
+                keyed["namespace"] = tuple(keyed["namespace"])
+            try:
+                memory = msgspec.structs.replace(
+                    self._new_memory(fields.pop("content"), fields, now), vector=vector,
+                    vectors=tuple(_caller_vector(v, vectors_of, f"memories[{index}].vectors") for v in extra),
+                    **keyed)
+                config = self._config
+                record_of(memory, now, config.memories.max_content_bytes, config.memories.max_metadata_bytes)
+            except InvalidInput as exc:
+                exc.field = f"memories[{index}]" + (f".{exc.field}" if exc.field else "")
+                raise
+            batch.append(memory)
+        if vectors_of is None and batch:
+            vectors = await self._embed([memory.content for memory in batch])
+            batch = [msgspec.structs.replace(memory, vector=vector) for memory, vector in zip(batch, vectors,
+                                                                                            strict=True)]
+            vectors_of = (self.embedder.name, self.embedder.dim)
+        name, dim = vectors_of if vectors_of is not None else (None, 0)
+        reply: MemoriesPut = await self._ref.ask(PutMemories(memories=batch, forget=forget_ids, embedder=name,
+                                                             dim=dim, now=now))
+        return reply
+
+    async def search_vector(self, vector: Sequence[float], top_k: int = 10, *, vectors_of: tuple[str, int],
+                            namespace: Sequence[str] | None = None, filter: Mapping[str, Any] | None = None
+                            ) -> SearchResult:
+        """The memories nearest ``vector`` (the caller's embedding of a query, of model
+        ``vectors_of=(name, dim)``), best first, each scored by the best of its vectors
+        (``hit.scores["cosine"]``); only those under ``namespace`` (keyed memories)
+        and not expired, matching ``filter``. No score cut."""
+        query = _caller_vector(vector, vectors_of, "vector")
+        config = self._config
+        most = config.memories.max_top_k
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= most:
+            raise InvalidInput(f"top_k must be an integer in 1..{most:,}, got {top_k!r}", field="top_k")
+        reply: SearchResult = await self._ref.ask(Search(
+            query="", vector=query, embedder=vectors_of[0], dim=vectors_of[1], top_k=top_k, mode="vector",
+            min_score=-1.0, filter=dict(filter) if filter else None, now=time.time(),
+            namespace=None if namespace is None else tuple(namespace)))
+        return reply
+
+    async def memories_in(self, namespace: Sequence[str] = (), filter: Mapping[str, Any] | None = None,
+                          limit: int | None = 100, offset: int = 0) -> MemoryPage:
+        """A page of the keyed memories under ``namespace`` (every one for ``()``), in id
+        order, not expired, matching ``filter``."""
+        reply: MemoryPage = await self._ref.ask(ListMemories(
+            filter=dict(filter) if filter else None, limit=limit, offset=offset,
+            namespace=tuple(namespace), now=time.time()))
+        return reply
+
+    async def list_namespaces(self, prefix: Sequence[str] = (), suffix: Sequence[str] = (), *,
+                              max_depth: int | None = None, limit: int = 100,
+                              offset: int = 0) -> list[tuple[str, ...]]:
+        """The namespaces of the scope's keyed memories (see ``ListNamespaces``), sorted."""
+        reply: Namespaces = await self._ref.ask(ListNamespaces(
+            prefix=tuple(prefix), suffix=tuple(suffix), max_depth=max_depth, limit=limit, offset=offset,
+            now=time.time()))
+        return reply.namespaces
+
+    async def refresh_expiry(self, memory_ids: Iterable[str]) -> int:
+        """Push back the expiry of these memories (those with a ttl) to now + ttl; how many."""
+        ids = list(memory_ids)
+        if not ids:
+            return 0
+        changed: int = await self._ref.ask(RefreshExpiry(ids=ids, now=time.time()))
+        return changed
+
+    async def forget_expired(self) -> list[str]:
+        """Forget the memories whose expiry has passed; their ids."""
+        reply: Forgotten = await self._ref.ask(ForgetExpired(now=time.time()))
+        return reply.ids
 
     # -- knowledge ---------------------------------------------------------------------------
     async def extract_from(self, session_id: str, messages: Sequence[Any] | None = None, *,
@@ -1070,3 +1178,20 @@ async def archive_session(services: ScopeServices, agent_kind: str, agent_name: 
     return reply
 
 
+def _caller_vector(vector: Any, vectors_of: tuple[str, int] | None, what: str) -> bytes | None:
+    """A caller's vector (floats, of model ``vectors_of``) as a command carries it:
+    float32 bytes, checked finite, non-zero and of the model's dimension."""
+    if vector is None:
+        return None
+    if vectors_of is None:
+        raise InvalidInput(f"{what} is the caller's: pass vectors_of=(model name, dim)", field=what)
+    name, dim = vectors_of
+    if not isinstance(name, str) or not name or isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+        raise InvalidInput(f"vectors_of must be (model name, dim), got {vectors_of!r}", field="vectors_of")
+    try:
+        row = np.asarray(vector, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"{what} must be a list of numbers", field=what) from exc
+    if row.shape != (dim,) or not np.isfinite(row).all() or not row.any():
+        raise InvalidInput(f"{what} must be {dim} finite numbers, not all zero (model {name!r})", field=what)
+    return encode_vector(row)
