@@ -66,6 +66,7 @@ from mnemex.index import (
 from mnemex.index._sidecar import doc_ids_checksum
 from mnemex.knowledge.consolidate import normalized_text
 from mnemex.knowledge.cursor import CursorSettings
+from mnemex.knowledge.graph import EntityGraph
 from mnemex.memories.documents import (
     Documents,
     ExtractDocument,
@@ -92,6 +93,15 @@ from mnemex.memories.fields import (
     record_of,
 )
 from mnemex.memories.filters import FilterTable, compile_filter
+from mnemex.memories.graph import (
+    declare_entity,
+    entity_detail,
+    graph_stats,
+    list_entities,
+    merge_entities,
+    related_entities,
+    unmerge_entity,
+)
 from mnemex.memories.knowledge import Applied, apply_facts, check_facts, history_of, with_change
 from mnemex.memories.protocol import (
     SCOPE_WRITES,
@@ -99,6 +109,7 @@ from mnemex.memories.protocol import (
     ApplyExtraction,
     Change,
     CountMemories,
+    DeclareEntity,
     Extracted,
     ExtractionFailed,
     Forget,
@@ -106,16 +117,21 @@ from mnemex.memories.protocol import (
     ForgetWhere,
     Forgotten,
     GetDocuments,
+    GetEntity,
+    GetGraphStats,
     GetHistory,
     GetMemory,
+    GetRelated,
     GetScopeStats,
     GetVectors,
     Hit,
     ImportMemories,
     IngestDocument,
+    ListEntities,
     ListMemories,
     MemoryPage,
     MemoryRecord,
+    MergeEntities,
     NewMemory,
     Remember,
     Remembered,
@@ -128,10 +144,11 @@ from mnemex.memories.protocol import (
     StoreSession,
     Touch,
     Touched,
+    UnmergeEntity,
     Updated,
     UpdateMemory,
 )
-from mnemex.memories.ranking import CosineScale, Ranker
+from mnemex.memories.ranking import CosineScale, Ranker, found_by
 from mnemex.memories.sessions import session_echoes, session_memories
 from mnemex.memories.snapshot import (
     HNSW_SIDECAR,
@@ -223,6 +240,13 @@ class ScopeSettings:
     context_weight: float = 0.5
     archive_merge_echoes: bool = True
     graph_stale: float = 60.0
+    entity_detection: bool = True
+    expansion: bool = True
+    expansion_alias_weight: float = 1.0
+    expansion_neighbour_weight: float = 0.25
+    expansion_neighbours: int = 3
+    expansion_graph_weight: float = 0.1
+    expansion_candidates: int = 30
     cursor: CursorSettings = dataclasses.field(default_factory=CursorSettings)
     extract: RunExtraction | None = None
     timer: Timer | None = None
@@ -350,6 +374,7 @@ class ScopeMemory:
         # per session: its memories as (id, doc), by id; neighbours give each its context
         self.sessions: dict[str, list[tuple[str, int]]] = {}
         self.entities = EntityIndex(fold_accents=fold)
+        self.graph = EntityGraph(detect=settings.entity_detection, fold_accents=fold)
         self.table = FilterTable()
         self.embedder: str | None = None
         self.dim = 0
@@ -530,6 +555,20 @@ class ScopeMemory:
                 return forget_document(self, command)
             case GetDocuments(document_id=document_id):
                 return document_statuses(self, document_id)
+            case DeclareEntity():
+                return declare_entity(self, command)
+            case MergeEntities():
+                return merge_entities(self, command)
+            case UnmergeEntity():
+                return unmerge_entity(self, command)
+            case ListEntities():
+                return list_entities(self, command)
+            case GetEntity():
+                return entity_detail(self, command)
+            case GetRelated():
+                return related_entities(self, command)
+            case GetGraphStats():
+                return graph_stats(self)
             case ExtractDocument():
                 return extract_document(self, command)
             case SessionEmbedFailed(session_id=session_id, error=error):
@@ -704,6 +743,7 @@ class ScopeMemory:
                 texts.setdefault(normalized_text(record.content), doc)
             if record.entities:
                 self.entities.add(doc, record.entities)
+            self.graph.add(doc, record.content, record.author, record.entities)
         docs = [doc for doc, _ in placed]
         self.keyword.add_many(docs, [record.content for _, record in placed],
                               [record.timestamp for _, record in placed])
@@ -765,6 +805,7 @@ class ScopeMemory:
         self._leave_session(record, doc)
         if record.entities:
             self.entities.remove(doc)
+        self.graph.remove(doc)
         self.table.remove(doc, record)
         del self.by_content[record.content]
         if self._texts is not None:
@@ -844,6 +885,8 @@ class ScopeMemory:
                 members.sort()
         items = [(doc, record) for doc, record in enumerate(self.docs) if record is not None]
         if self._load_text_sidecars(sidecars):
+            for doc, record in items:
+                self.graph.add(doc, record.content, record.author, record.entities)
             self.by_content = {record.content: doc for doc, record in items}
             self.table.add_many(items)
             self.content_bytes = sum(len(record.content) for _, record in items)
@@ -1165,7 +1208,7 @@ class ScopeMemory:
         if allowed is not None and not allowed.any():
             return SearchResult(hits=[], mode=mode)
         ranker = Ranker(self.keyword, self.bm25, self.entities, self.vectors, self.table, settings,
-                        self._record_at)
+                        self._record_at, self.graph if settings.expansion else None)
         if mode == "keyword":
             ranked = ranker.keyword_ranked(query, top_k, allowed)
         elif mode == "fulltext":
@@ -1181,7 +1224,8 @@ class ScopeMemory:
             if min_score is None:
                 min_score = settings.hybrid_min_score
         # the cut reads the relevance: a ranking factor reorders hits, it never removes one
-        hits = [Hit(self._record_at(doc), round(score, 6), scores, self.app_name, self.user_id)
+        hits = [Hit(self._record_at(doc), round(score, 6), scores, self.app_name, self.user_id,
+                    found_by(scores))
                 for doc, score, scores in ranked
                 if min_score is None or scores.get("relevance", score) >= min_score]
         return self._with_graph(SearchResult(hits=hits[:top_k], mode=mode), now=now)
@@ -1211,6 +1255,9 @@ class ScopeMemory:
             extra["cursors"] = self.extractions.to_extra()
         if self.documents:
             extra["documents"] = self.documents.to_extra()
+        declared = self.graph.to_extra()
+        if declared:
+            extra["graph"] = declared
         return write_snapshot(pairs, index, sidecars, extra)
 
     @classmethod
@@ -1231,6 +1278,7 @@ class ScopeMemory:
         memory.free = [int(doc) for doc in extra.get("free", [])]
         memory.extractions.load_extra(extra.get("cursors") or {})
         memory.documents.load_extra(extra.get("documents") or [], records)
+        memory.graph.load_extra(extra.get("graph") or {})
         memory._reindex_all(image.sidecars)
         if isinstance(embedder, str) and dim > 0:
             memory.embedder, memory.dim = embedder, dim

@@ -59,6 +59,7 @@ from mnemex.index import (
     reciprocal_rank_fusion,
     words,
 )
+from mnemex.knowledge.graph import EntityGraph, Expansion
 from mnemex.memories.filters import FilterTable
 from mnemex.memories.periods import DAY, named_periods, period_match
 from mnemex.memories.protocol import MemoryRecord
@@ -68,7 +69,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ACCESS_HALF", "CONTEXT_ONLY", "COVERAGE_RAMP", "CROWDING_NEIGHBOURS", "DATE_SLACK",
            "FACTOR_RANGE", "CosineScale", "Mask", "Ranked", "Ranker", "calibrated_cosine", "crowding",
-           "rank_factors", "text_weights"]
+           "found_by", "rank_factors", "text_weights"]
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -131,6 +132,8 @@ class Ranker:
     table: FilterTable
     settings: ScopeSettings
     record_at: Callable[[int], MemoryRecord]
+    graph: EntityGraph | None = None
+    """The scope's entity graph, for query expansion in hybrid search (None: off)."""
 
     def keyword_ranked(self, query: str, top_k: int, allowed: Mask | None) -> list[Ranked]:
         distinct = len(set(words(query, fold_accents=self.keyword.fold_accents)))
@@ -139,8 +142,28 @@ class Ranker:
         return [(doc, matched / distinct, {"keyword": matched / distinct, "matched": float(matched)})
                 for doc, matched in self.keyword.search(query, top_k, allowed)]
 
-    def _fulltext(self, query: str, allowed: Mask | None) -> tuple[dict[int, float], dict[int, int],
-                                                                   F64 | None, F64 | None, float]:
+    def _expanded(self, expansion: Expansion, allowed: Mask | None) -> F64 | None:
+        """The BM25 scores of an expansion's terms, weighted: the aliases of the
+        entities the query names at ``expansion_alias_weight``, their neighbours'
+        names at ``expansion_neighbour_weight`` (context-only matches cut as for the
+        query); None when no memory holds one."""
+        bm25, settings = self.bm25, self.settings
+        total: F64 | None = None
+        for terms, weight in ((expansion.aliases, settings.expansion_alias_weight),
+                              (expansion.neighbours, settings.expansion_neighbour_weight)):
+            if not terms or weight <= 0:
+                continue
+            parsed = bm25.tokenizer.parse_query(" ".join(terms))
+            scores = bm25.score_all(parsed, allowed)
+            if scores is None:
+                continue
+            scores = scores * weight
+            scores[~bm25.content_holders(parsed)[: len(scores)]] *= CONTEXT_ONLY
+            total = scores if total is None else total + scores
+        return total
+
+    def _fulltext(self, query: str, allowed: Mask | None, expansion: Expansion | None = None) -> tuple[
+            dict[int, float], dict[int, int], F64 | None, F64 | None, float, F64 | None]:
         """The entity part of the full-text score of each doc naming a query entity,
         those entity matches, the BM25 score array (None: no term matches), that
         array with context-only matches cut to CONTEXT_ONLY of their score, and the
@@ -152,6 +175,12 @@ class Ranker:
         if array is not None:
             ranking = array.copy()
             ranking[~bm25.content_holders(parsed)[: len(array)]] *= CONTEXT_ONLY
+        expanded = self._expanded(expansion, allowed) if expansion is not None and len(bm25) else None
+        if expanded is not None:  # the expansion's terms count as the query's, at their weights
+            if array is None or ranking is None:
+                array, ranking = np.zeros(len(expanded)), np.zeros(len(expanded))
+            array = array + expanded
+            ranking = ranking + expanded
         ideal, terms = _ideal_score(bm25, parsed.all_terms)
         boosts: dict[int, float] = {}
         entity_hits: dict[int, int] = {}
@@ -169,14 +198,14 @@ class Ranker:
                     ranking[doc] = array[doc]  # type: ignore[index]  # the memory names it: its own match
             if not terms:
                 ideal = unit * len(named)
-        return boosts, entity_hits, array, ranking, ideal
+        return boosts, entity_hits, array, ranking, ideal, expanded
 
-    def _fulltext_candidates(self, query: str, count: int,
-                             allowed: Mask | None) -> tuple[list[tuple[int, float]], _FullText]:
+    def _fulltext_candidates(self, query: str, count: int, allowed: Mask | None,
+                             expansion: Expansion | None = None) -> tuple[list[tuple[int, float]], _FullText]:
         """The ``count`` best docs by full-text score (BM25, context-only matches cut,
         plus entity boosts, best first, ties by lower doc), and what scores any doc
         (see _FullText)."""
-        boosts, entity_hits, array, ranking, ideal = self._fulltext(query, allowed)
+        boosts, entity_hits, array, ranking, ideal, expanded = self._fulltext(query, allowed, expansion)
         pool = np.array(sorted(boosts), dtype=np.int64)
         if ranking is not None:
             positive = np.flatnonzero(ranking > 0)
@@ -188,7 +217,7 @@ class Ranker:
         best_totals = totals[np.searchsorted(pool, best)]
         order = np.lexsort((best, -best_totals))
         ranked = list(zip(best[order].tolist(), best_totals[order].tolist(), strict=True))
-        return ranked, _FullText(array, ranking, boosts, entity_hits, ideal)
+        return ranked, _FullText(array, ranking, boosts, entity_hits, ideal, expanded)
 
     def fulltext_ranked(self, query: str, top_k: int,
                         allowed: Mask | None) -> list[Ranked]:
@@ -217,11 +246,23 @@ class Ranker:
         the score breakdown is built for the ``top_k`` returned only."""
         settings = self.settings
         count = max(top_k, settings.fusion_candidates)
-        text_ranked, fulltext = self._fulltext_candidates(query, count, allowed)
+        graph = self.graph
+        expansion = graph.expansion(query, neighbours=settings.expansion_neighbours) \
+            if graph is not None and graph.mentions else None
+        text_ranked, fulltext = self._fulltext_candidates(query, count, allowed, expansion)
         index = self.vectors if self.vectors is not None and len(self.vectors) else None
         vector_ranked = index.search(vector, count, allowed) if index is not None else []
+        unit_query = _unit(vector)
         dated = self._dated(query)
         extra: list[int] = []
+        mentioned: set[int] = set()
+        graph_found: list[int] = []
+        if expansion is not None and expansion.docs:  # the memories of the query's entities join
+            named = np.array(sorted(expansion.docs), dtype=np.int64)
+            if allowed is not None:
+                named = named[(named < len(allowed)) & allowed[np.minimum(named, len(allowed) - 1)]]
+            mentioned = set(named.tolist())
+            graph_found = self._best_of(named, unit_query, fulltext, index, settings.expansion_candidates)
         if dated is not None:  # the best of the memories near a named period join the candidates
             near = _visible(dated > 0, allowed)
             if near.any():
@@ -231,7 +272,7 @@ class Ranker:
                     inside = np.flatnonzero(near[: len(fulltext.ranking)] & (fulltext.ranking > 0))
                     extra += _best(inside, fulltext.ranking[inside], count).tolist()
         candidates = list(dict.fromkeys([doc for doc, _ in text_ranked] + [doc for doc, _ in vector_ranked]
-                                        + sorted(extra)))
+                                        + sorted(extra) + graph_found))
         if not candidates:
             return []
         docs = np.array(candidates, dtype=np.int64)
@@ -240,7 +281,6 @@ class Ranker:
         position = {doc: i for i, doc in enumerate(candidates)}
         for doc, cosine in vector_ranked:
             cosines[position[doc]] = cosine
-        unit_query = _unit(vector)
         if index is not None and len(vector_ranked) < len(candidates):
             # candidates the vector list missed: their cosines, in one product
             missed = np.ones(len(docs), dtype=np.bool_)
@@ -271,6 +311,14 @@ class Ranker:
             held = docs < len(dated)
             near_period[held] = dated[docs[held]]
             relevance = relevance + (1.0 - relevance) * settings.date_weight * near_period
+        names_entity = np.zeros(len(docs), dtype=np.float64)
+        if mentioned:
+            names_entity[[position[doc] for doc in candidates if doc in mentioned]] = 1.0
+            relevance = relevance + (1.0 - relevance) * settings.expansion_graph_weight * names_entity
+        expanded = fulltext.expanded_scores(docs)
+        sources = (("fulltext", {doc for doc, _ in text_ranked}),
+                   ("vector", {doc for doc, _ in vector_ranked}),
+                   ("date", set(extra)), ("graph", set(graph_found) | mentioned))
         half_life = settings.recency_half_life
         factor_weights = np.array([settings.rank_importance_weight, settings.rank_recency_weight,
                                    settings.rank_access_weight], dtype=np.float64)
@@ -301,8 +349,27 @@ class Ranker:
                 "relevance": round(float(relevance[i]), 6), "importance": importance,
                 "recency": round(recency, 6), "access": round(access, 6),
                 "factor": round(float(factors[i]), 6) if factors is not None else 1.0,
+                "graph": float(names_entity[i]), "expansion": round(float(expanded[i]), 6),
+                **{f"found.{name}": 1.0 for name, found in sources
+                   if doc in found or (name == "graph" and expanded[i] > 0)},
             }))
         return out
+
+    def _best_of(self, docs: npt.NDArray[np.int64], unit_query: F32, fulltext: _FullText,
+                 index: VectorIndex | None, count: int) -> list[int]:
+        """The ``count`` best of ``docs`` (the memories of the query's entities) by
+        their full-text score (the expansion's terms included) plus their cosine to
+        the query, ties by lower doc."""
+        if len(docs) == 0:
+            return []
+        score = fulltext.scores(docs)[0]
+        if index is not None:
+            held = index.holds(docs)
+            if held.any():
+                score = score.copy()
+                score[held] += index.vectors(docs[held]) @ unit_query
+        best: list[int] = _best(docs, score, count).tolist()
+        return best
 
     def _dated(self, query: str) -> F64 | None:
         """How near each doc slot's time is to a period the query names (see
@@ -317,6 +384,15 @@ class Ranker:
         near = period_match(table.timestamp, periods, DATE_SLACK)
         near[~table.live] = 0.0
         return near
+
+
+def found_by(scores: dict[str, float]) -> tuple[str, ...]:
+    """Take the ``found.<list>`` marks out of a hit's signals: the candidate lists
+    that brought it (see ``Hit.found_by``)."""
+    marks = [key for key in scores if key.startswith("found.")]
+    for key in marks:
+        del scores[key]
+    return tuple(key[6:] for key in marks)
 
 
 def calibrated_cosine(cosines: F64, floor: float, ceiling: float) -> F64:
@@ -382,6 +458,15 @@ class _FullText(NamedTuple):
     boosts: dict[int, float]
     entity_hits: dict[int, int]
     ideal: float
+    expanded: F64 | None = None
+
+    def expanded_scores(self, docs: npt.NDArray[np.int64]) -> F64:
+        """The part of ``docs``' normalised full-text scores the query expansion gave."""
+        out = np.zeros(len(docs), dtype=np.float64)
+        if self.expanded is not None and self.ideal > 0:
+            inside = docs < len(self.expanded)
+            out[inside] = np.minimum(1.0, self.expanded[docs[inside]] / self.ideal)
+        return out
 
     def scores(self, docs: npt.NDArray[np.int64]) -> tuple[F64, F64]:
         """(normalised scores, BM25 scores) of ``docs``: BM25 (context-only matches
