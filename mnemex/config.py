@@ -455,9 +455,12 @@ class MemoriesConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=
     """Weight of a neighbour's name (an entity sharing memories with a named one)."""
     expansion_neighbours: Annotated[int, msgspec.Meta(ge=0, le=32)] = 3
     """How many of each named entity's strongest neighbours join the query."""
-    expansion_graph_weight: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.1
-    """How far toward 1 a memory that mentions an entity the query names moves its
-    relevance: ``relevance + (1 - relevance) * weight``."""
+    expansion_graph_weight: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.4
+    """How far toward 1 a memory about the entities the query names moves its relevance:
+    ``relevance + (1 - relevance) * weight * about``, where ``about`` is the share of
+    those entities the memory is said by (or names, for an entity that never speaks).
+    Chosen on LoCoMo dev (hashing embedder, multi-hop recall@10): 0.399 without
+    expansion; 0.441 at 0.25, 0.451 at 0.4 and 0.5, with no category losing."""
     expansion_candidates: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 30
     """How many memories of the named entities join the candidates (the best by
     full-text score plus cosine)."""

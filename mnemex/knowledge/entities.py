@@ -32,8 +32,9 @@ __all__ = ["ARTICLES", "COMMON_CAPITALISED", "Mention", "initials", "is_acronym"
 ARTICLES: Final = frozenset({"the", "a", "an"})
 """Words a name key never starts with."""
 
-_JOINERS: Final = frozenset({"of", "the", "de", "du", "la", "le", "von", "van", "der", "da", "di", "and",
-                             "&"})
+_JOINERS: Final = frozenset({"of", "the", "de", "du", "la", "le", "von", "van", "der", "da", "di"})
+"""Small words inside a name (``Lord of the Rings``); ``and`` parts two names."""
+_INITIAL_SKIPS: Final = _JOINERS | {"and", "&", "for"}
 
 _COMMON_WORDS: Final = """
 yeah yes yep yup no nope ok okay oh ah aw aww wow hey hi hello bye thanks thank congrats congratulations
@@ -63,7 +64,10 @@ _POSSESSIVE = re.compile(r"['\u2019]s?$")
 
 class Mention(NamedTuple):
     """One name in a text: as written (``surface``, possessive cut) and its ``kind``:
-    ``speaker`` (a label ``"Name: "`` at the start), ``acronym`` or ``name``."""
+    ``speaker`` (a label ``"Name: "`` at the start, or the author), ``acronym``,
+    ``name``, or ``weak``: one capitalised word opening a sentence, which may be
+    any word (``"Appreciate it!"``): the graph counts it only for a name that some
+    memory writes as one elsewhere."""
 
     surface: str
     kind: str
@@ -88,7 +92,7 @@ def initials(key: str) -> str:
     """The acronym of a multi-word name key (the first letters of its words but the
     joiners): ``"national aeronautics and space administration"`` -> ``"nasa"``;
     empty for a name of one word."""
-    parts = [p for p in key.split(" ") if p and p not in _JOINERS]
+    parts = [p for p in key.split(" ") if p and p not in _INITIAL_SKIPS]
     return "".join(p[0] for p in parts) if len(parts) >= 2 else ""
 
 
@@ -143,8 +147,10 @@ def mentions(text: str, author: str | None = None, *, max_words: int = 6) -> lis
                 word = run[0]
                 if is_acronym(word):
                     note(word, "acronym")
-                elif not _common(word) and (not run_at_start or _name_like(word)):
+                elif not _common(word) and not run_at_start:
                     note(word, "name")
+                elif not _common(word) and _name_like(word):
+                    note(word, "weak")  # a name only if written so elsewhere too
             else:
                 while run and _common(run[0]) and run_at_start:
                     run = run[1:]
@@ -162,10 +168,13 @@ def mentions(text: str, author: str | None = None, *, max_words: int = 6) -> lis
         raw = match.group(0)
         ends_sentence = raw.endswith((".", "!", "?")) and not is_acronym(raw.rstrip("."))
         token = _clean(raw)
-        if _SENTENCE_END.search(gap) or (gap.strip(" \t") not in ("", "-", "&") and run):
+        if _SENTENCE_END.search(gap) or (gap.strip(" \t") not in ("", "-") and run):
             close()
         if gap and re.search(r"[.!?…]\s*$|\n", gap):
             sentence_start = True
+        if run and token and _common(token) and token.lower() not in _JOINERS:
+            close()  # "Knowing I'm", "OK They're": a common word ends a name
+            run_at_start = False
         if token and (_is_capitalised(token) or (run and token.lower() in _JOINERS)):
             if not run:
                 run_at_start = sentence_start

@@ -48,6 +48,9 @@ DEFAULT_TYPE: Final = "other"
 """The type of an entity nobody declared and nothing typed (speakers are ``person``)."""
 
 _MIN_TYPO_LENGTH: Final = 6
+_STRONG: Final = 1
+_SPEAKER: Final = 2
+_ACRONYM: Final = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +83,26 @@ class Expansion:
     aliases: tuple[str, ...]
     neighbours: tuple[str, ...]
     docs: frozenset[int]
+    spoken: frozenset[int] = frozenset()
+    """Of ``docs``, those whose speaker (or author) is a named entity."""
+    each: tuple[tuple[frozenset[int], frozenset[int]], ...] = ()
+    named_words: frozenset[str] = frozenset()
+    """The query's words that name the entities (normalised)."""
+    """Per named entity: the docs that mention it, and those it says."""
+
+    def lift(self, doc: int, mention_only: float) -> float:
+        """How much of the query's entities a doc is about, 0..1: the mean over the
+        named entities of 1 (it says it), ``mention_only`` (it names it: 1 for an
+        entity that says no memory) or 0."""
+        if not self.each:
+            return 0.0
+        total = 0.0
+        for mentioning, saying in self.each:
+            if doc in saying:
+                total += 1.0
+            elif doc in mentioning:  # an entity that never speaks is only ever named
+                total += mention_only if saying else 1.0
+        return total / len(self.each)
 
 
 @dataclass(slots=True)
@@ -95,10 +118,12 @@ class EntityGraph:
         self.detect = detect
         self.fold_accents = fold_accents
         self._doc_names: dict[int, tuple[str, ...]] = {}
+        self._doc_flags: dict[int, tuple[int, ...]] = {}  # per name of a doc: _STRONG | _SPEAKER | _ACRONYM
         self._name_docs: dict[str, set[int]] = {}
         self._surfaces: dict[str, Counter[str]] = {}
-        self._speakers: Counter[str] = Counter()     # keys named as a speaker, by docs
-        self._acronyms: Counter[str] = Counter()     # keys written as an acronym, by docs
+        self._strong: Counter[str] = Counter()       # docs naming a key otherwise than as a weak mention
+        self._speakers: Counter[str] = Counter()     # docs naming a key as their speaker
+        self._acronyms: Counter[str] = Counter()     # docs writing a key as an acronym
         self.declared: dict[str, Declared] = {}      # key -> declaration, in declaration order
         self.merges: dict[str, Merge] = {}           # key of name -> merge, in merge order
         self._gazetteer: ahocorasick.Automaton | None = None
@@ -111,8 +136,9 @@ class EntityGraph:
 
     @property
     def mentions(self) -> int:
-        """Memory-mentions-entity edges (a memory naming two keys of one entity counts twice)."""
-        return sum(len(names) for names in self._doc_names.values())
+        """Memory-mentions-entity edges (a memory naming two names of one entity counts twice)."""
+        root = self._resolved().root
+        return sum(key in root for names in self._doc_names.values() for key in names)
 
     def key(self, name: str) -> str:
         return name_key(name, fold_accents=self.fold_accents)
@@ -122,7 +148,7 @@ class EntityGraph:
         """Index the mentions of memory ``doc`` (replacing what it had)."""
         if doc in self._doc_names:
             self.remove(doc)
-        keys: dict[str, None] = {}
+        keys: dict[str, int] = {}
         for name in entities:
             self._note(keys, name, "entity")
         if self.detect:
@@ -130,11 +156,15 @@ class EntityGraph:
                 self._note(keys, mention.surface, mention.kind)
         if self.declared:
             for key in self._gazetteer_find(content):
-                keys.setdefault(key, None)
+                keys[key] = keys.get(key, 0) | _STRONG
         if not keys:
             return
         names = tuple(keys)
+        flags = tuple(keys.values())
         self._doc_names[doc] = names
+        self._doc_flags[doc] = flags
+        for key, flag in keys.items():
+            self._count(key, flag, 1)
         for key in names:
             holders = self._name_docs.get(key)
             if holders is None:
@@ -143,29 +173,42 @@ class EntityGraph:
             else:
                 holders.add(doc)
 
-    def _note(self, keys: dict[str, None], surface: str, kind: str) -> None:
+    def _note(self, keys: dict[str, int], surface: str, kind: str) -> None:
         key = self.key(surface)
-        if len(key) < 2 or key in keys:
+        if len(key) < 2:
             return
-        keys[key] = None
-        self._surfaces.setdefault(key, Counter())[surface.strip()] += 1
+        flag = 0 if kind == "weak" else _STRONG
         if kind == "speaker":
-            self._speakers[key] += 1
+            flag |= _SPEAKER
         elif kind == "acronym" or is_acronym(surface.strip()):
-            self._acronyms[key] += 1
+            flag |= _ACRONYM
+        if key not in keys:
+            self._surfaces.setdefault(key, Counter())[surface.strip()] += 1
+        keys[key] = keys.get(key, 0) | flag
+
+    def _count(self, key: str, flag: int, step: int) -> None:
+        for bit, counter in ((_STRONG, self._strong), (_SPEAKER, self._speakers), (_ACRONYM, self._acronyms)):
+            if flag & bit:
+                counter[key] += step
+                if counter[key] <= 0:
+                    del counter[key]
+                if step > 0 and counter[key] == 1 and bit == _STRONG:
+                    self._resolution = self._finder = None  # a weak name became a name
+                elif step < 0 and key not in counter and bit == _STRONG:
+                    self._resolution = self._finder = None
 
     def remove(self, doc: int) -> None:
         names = self._doc_names.pop(doc, None)
         if names is None:
             return
+        for key, flag in zip(names, self._doc_flags.pop(doc), strict=True):
+            self._count(key, flag, -1)
         for key in names:
             holders = self._name_docs[key]
             holders.discard(doc)
             if not holders:
                 del self._name_docs[key]
                 self._surfaces.pop(key, None)
-                self._speakers.pop(key, None)
-                self._acronyms.pop(key, None)
                 self._resolution = self._finder = None
 
     def names_of(self, doc: int) -> tuple[str, ...]:
@@ -175,6 +218,8 @@ class EntityGraph:
         """Index every memory again (after the gazetteer changed): (doc, content,
         author, entities) of each."""
         self._doc_names.clear()
+        self._doc_flags.clear()
+        self._strong.clear()
         self._name_docs.clear()
         self._surfaces.clear()
         self._speakers.clear()
@@ -238,7 +283,7 @@ class EntityGraph:
         return self._resolution
 
     def _resolve(self) -> _Resolution:
-        keys: set[str] = set(self._name_docs)
+        keys: set[str] = set(self._strong)  # a name only ever met as a weak mention is no entity
         for key, declared in self.declared.items():
             keys.add(key)
             keys.update(k for k in map(self.key, declared.aliases) if len(k) >= 2)
@@ -274,6 +319,12 @@ class EntityGraph:
                     if shorter in parent and " " not in shorter:
                         union(shorter, key)
                         break
+        speakers = sorted(key for key in ordered if self._speakers.get(key) and " " not in key)
+        for key in ordered:  # a short form of exactly one person's name ("mel", "melanie")
+            if " " not in key and 3 <= len(key) <= 5 and not self._speakers.get(key):
+                longer = [name for name in speakers if len(name) > len(key) and name.startswith(key)]
+                if len(longer) == 1:
+                    union(key, longer[0])
         acronyms = {key for key in ordered if self._acronyms.get(key)}
         if acronyms:
             for key in ordered:
@@ -324,7 +375,7 @@ class EntityGraph:
         pairs: set[tuple[str, str]] = set()
         for names in self._doc_names.values():
             if len(names) > 1:
-                entities = sorted({root.get(key, key) for key in names})
+                entities = sorted({root[key] for key in names if key in root})
                 pairs.update((a, b) for i, a in enumerate(entities) for b in entities[i + 1:])
         return len(pairs)
 
@@ -341,6 +392,20 @@ class EntityGraph:
         for key in self.keys_of(entity):
             docs |= self._name_docs.get(key, set())
         return docs
+
+    def spoken_by(self, entity: str) -> set[int]:
+        """The memories the entity is the speaker (or author) of."""
+        keys = set(self.keys_of(entity))
+        out: set[int] = set()
+        for key in keys:
+            if not self._speakers.get(key):
+                continue
+            for doc in self._name_docs.get(key, ()):
+                flags = self._doc_flags[doc]
+                if any(flag & _SPEAKER for name, flag in zip(self._doc_names[doc], flags, strict=True)
+                       if name == key):
+                    out.add(doc)
+        return out
 
     def display_name(self, entity: str) -> str:
         """How the entity is written: its declaration, else its representative key's
@@ -433,8 +498,8 @@ class EntityGraph:
         root = self._resolved().root
         shared: dict[str, list[int]] = {}
         for doc in sorted(self.docs_of(entity)):
-            for other in dict.fromkeys(root[key] for key in self._doc_names.get(doc, ())):
-                if other != entity:
+            for other in dict.fromkeys(root.get(key) for key in self._doc_names.get(doc, ())):
+                if other is not None and other != entity:
                     shared.setdefault(other, []).append(doc)
         if not shared:
             return []
@@ -475,18 +540,26 @@ class EntityGraph:
         if not found:
             return None
         asked = set(normalize_phrase(query, fold_accents=self.fold_accents).split(" "))
+        named_words = {word for entity in found for key in self.keys_of(entity) for word in key.split(" ")
+                       if word in asked}
         aliases: dict[str, None] = {}
         near: dict[str, None] = {}
         docs: set[int] = set()
+        spoken: set[int] = set()
+        each = []
         for entity in found:
-            docs |= self.docs_of(entity)
+            mentioning, saying = self.docs_of(entity), self.spoken_by(entity)
+            docs |= mentioning
+            spoken |= saying
+            each.append((frozenset(mentioning), frozenset(saying)))
             for key in self.keys_of(entity):
                 if not set(key.split(" ")) <= asked:
                     aliases.setdefault(key, None)
             for other, _weight, _docs in self.neighbours(entity, limit=neighbours):
                 if other not in found:
                     near.setdefault(other, None)
-        return Expansion(tuple(found), tuple(aliases), tuple(near), frozenset(docs))
+        return Expansion(tuple(found), tuple(aliases), tuple(near), frozenset(docs), frozenset(spoken),
+                         tuple(each), frozenset(named_words))
 
     # -- persistence ------------------------------------------------------------------------------
     def to_extra(self) -> dict[str, Any]:

@@ -245,7 +245,7 @@ class ScopeSettings:
     expansion_alias_weight: float = 1.0
     expansion_neighbour_weight: float = 0.25
     expansion_neighbours: int = 3
-    expansion_graph_weight: float = 0.1
+    expansion_graph_weight: float = 0.4
     expansion_candidates: int = 30
     cursor: CursorSettings = dataclasses.field(default_factory=CursorSettings)
     extract: RunExtraction | None = None

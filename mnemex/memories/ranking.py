@@ -79,6 +79,14 @@ Ranked = tuple[int, float, dict[str, float]]   # (doc, score, signals)
 ACCESS_HALF: Final = 10.0
 """Uses at which a memory's access signal is one half: access_count / (access_count + 10)."""
 
+MENTION_ONLY: Final = 0.0
+"""Share of the graph's lift (``expansion_graph_weight``) a memory gets for naming an
+entity of the query that speaks in other memories without being said by it (Caroline
+thanking Mel is no memory about Mel); an entity that is never a speaker (an NPC in a
+game master's notes) lifts every memory naming it fully. LoCoMo dev, hashing
+embedder: multi-hop recall@10 0.451 at 0, 0.448 at 0.25, 0.445 at 0.5 (graph weight
+0.5)."""
+
 CONTEXT_ONLY: Final = 0.25
 """Share of its full-text score a memory keeps when only its session context holds
 query words (LoCoMo recall@10 is the same from 0 to 0.5; 0.25 keeps such a memory
@@ -313,7 +321,10 @@ class Ranker:
             relevance = relevance + (1.0 - relevance) * settings.date_weight * near_period
         names_entity = np.zeros(len(docs), dtype=np.float64)
         if mentioned:
-            names_entity[[position[doc] for doc in candidates if doc in mentioned]] = 1.0
+            assert expansion is not None
+            for doc in candidates:  # a memory the named entity says counts fully, one naming it half
+                if doc in mentioned:
+                    names_entity[position[doc]] = expansion.lift(doc, MENTION_ONLY)
             relevance = relevance + (1.0 - relevance) * settings.expansion_graph_weight * names_entity
         expanded = fulltext.expanded_scores(docs)
         sources = (("fulltext", {doc for doc, _ in text_ranked}),

@@ -118,7 +118,9 @@ class Purged(msgspec.Struct, omit_defaults=True):
 
 class Health(msgspec.Struct, omit_defaults=True):
     """``GET /health`` asked for JSON (``Accept: application/json``); plain clients get ``OK``.
-    ``data_dir`` only to a request carrying the token."""
+    ``data_dir`` only to a request carrying the token. ``graph``: the entity graphs of
+    the scopes loaded now, summed (scopes, entities, mentions, relations, declared,
+    merges)."""
 
     status: str
     uptime_seconds: float
@@ -126,6 +128,26 @@ class Health(msgspec.Struct, omit_defaults=True):
     streams: int
     journal: dict[str, Any]
     data_dir: str | None = None
+    graph: dict[str, int] | None = None
+
+
+class PostEntity(msgspec.Struct, forbid_unknown_fields=True):
+    """``POST /entities``: declare an entity of (app_name, user_id): its name, type and
+    aliases (every memory naming one of them, stored or to come, mentions it)."""
+
+    user_id: str
+    app_name: str
+    name: str
+    type: str = "other"
+    aliases: list[str] = msgspec.field(default_factory=list)
+
+
+class PostAliases(msgspec.Struct, forbid_unknown_fields=True):
+    """``POST /entities/{name}/aliases``: make ``names`` aliases of the entity (merge)."""
+
+    user_id: str
+    app_name: str
+    names: list[str]
 
 
 # the server's section of Config, under the name earlier versions gave it
