@@ -34,7 +34,10 @@ ARTICLES: Final = frozenset({"the", "a", "an"})
 
 _JOINERS: Final = frozenset({"of", "the", "de", "du", "la", "le", "von", "van", "der", "da", "di"})
 """Small words inside a name (``Lord of the Rings``); ``and`` parts two names."""
-_INITIAL_SKIPS: Final = _JOINERS | {"and", "&", "for"}
+_LONG_JOINERS: Final = frozenset({"and", "for"})
+"""Joiners inside a name of two words or more only (``National Aeronautics and Space
+Administration``), where ``Luna and Oliver`` are two."""
+_INITIAL_SKIPS: Final = _JOINERS | _LONG_JOINERS | {"&"}
 
 _COMMON_WORDS: Final = """
 yeah yes yep yup no nope ok okay oh ah aw aww wow hey hi hello bye thanks thank congrats congratulations
@@ -140,7 +143,7 @@ def mentions(text: str, author: str | None = None, *, max_words: int = 6) -> lis
 
     def close() -> None:
         nonlocal run
-        while run and run[-1].lower() in _JOINERS:
+        while run and (run[-1].lower() in _JOINERS or run[-1].lower() in _LONG_JOINERS):
             run.pop()
         if run:
             if len(run) == 1:
@@ -172,10 +175,12 @@ def mentions(text: str, author: str | None = None, *, max_words: int = 6) -> lis
             close()
         if gap and re.search(r"[.!?…]\s*$|\n", gap):
             sentence_start = True
-        if run and token and _common(token) and token.lower() not in _JOINERS:
+        if run and token and _common(token) and token.lower() not in _JOINERS and \
+                not (len(run) >= 2 and token.lower() in _LONG_JOINERS):
             close()  # "Knowing I'm", "OK They're": a common word ends a name
             run_at_start = False
-        if token and (_is_capitalised(token) or (run and token.lower() in _JOINERS)):
+        if token and (_is_capitalised(token) or (run and token.lower() in _JOINERS)
+                      or (len(run) >= 2 and token.lower() in _LONG_JOINERS)):
             if not run:
                 run_at_start = sentence_start
             run.append(token)

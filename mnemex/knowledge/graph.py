@@ -21,7 +21,8 @@ longer than another of at least six letters (a typo: ``"gandross"``), an acronym
 and the multi-word name whose initials it is (``"nasa"`` and ``"national
 aeronautics and space administration"``), a declared entity and its aliases,
 and the merges. Each entity is named by its representative key: the declared
-one, else the merge target, else its most mentioned name.
+one, else the merge target, else the name it speaks under most, else its most
+mentioned name.
 
 Edges: a memory mentions an entity; two entities relate when one memory mentions
 both (the memory states the relation; the edge's weight is how many do). Queries
@@ -358,7 +359,8 @@ class EntityGraph:
         targets = [key for key in keys if key in merge_targets and key not in self.merges]
         if targets:
             return targets[0]
-        return min(keys, key=lambda key: (-len(self._name_docs.get(key, ())), len(key), key))
+        return min(keys, key=lambda key: (-self._speakers.get(key, 0), -len(self._name_docs.get(key, ())),
+                                          len(key), key))
 
     def resolve(self, name: str) -> str | None:
         """The entity (representative key) of a name or any alias; None when unknown."""

@@ -650,7 +650,8 @@ class _Api:
         page = await self.call(self.rt.scope(user_id=user_id, app_name=app_name).entities,
                                request.query_params.get("type") or None,
                                name=request.query_params.get("name") or None,
-                               limit=_query_int(request, "limit", 100), offset=_query_int(request, "offset", 0))
+                               limit=_query_int(request, "limit", 100),
+                               offset=_query_int(request, "offset", 0))
         return json_response(page)
 
     async def get_entity(self, request: Request) -> Response:
