@@ -1,12 +1,16 @@
 """Entity names in a text without a model: the offline half of the entity graph.
 
 ``mentions(text, author)`` finds the names a memory mentions with a few patterns
-that need no LLM and no dictionary beyond a short list of common words:
+that need no LLM, a short list of common words and the English words of the
+package's WordPiece vocabulary:
 
 * a speaker label at the start (``"Caroline: ..."``) names a person;
 * runs of capitalised words (``"Gandros"``, ``"Black Tower"``, ``"Lord of Ash"``:
-  ``of``/``the``/``de``... may join two of them), where a single word at the start
-  of a sentence counts only when it is no common word (``"Yeah"``, ``"Thanks"``);
+  ``of``/``the``/``de``... may join two of them, ``and``/``for`` a longer name);
+  a single word opening a sentence is no name when it is a common word
+  (``"Yeah"``, ``"Thanks"``) or a verb form, and only a *weak* one when it is an
+  English word (``"Appreciate"``: it counts where another memory writes it as a
+  name);
 * acronyms (``"NASA"``, ``"LGBTQ+"``): two to eight capitals, digits after them;
 * possessives are the name (``"Gandros's"`` is ``"Gandros"``).
 
@@ -22,6 +26,8 @@ Pure functions: no clock, no I/O, the same answer for the same text.
 
 from __future__ import annotations
 
+import functools
+import importlib.resources
 import re
 from typing import Final, NamedTuple
 
@@ -70,7 +76,8 @@ class Mention(NamedTuple):
     ``speaker`` (a label ``"Name: "`` at the start, or the author), ``acronym``,
     ``name``, or ``weak``: one capitalised word opening a sentence, which may be
     any word (``"Appreciate it!"``): the graph counts it only for a name that some
-    memory writes as one elsewhere."""
+    memory writes as one elsewhere (a word of no English vocabulary, ``Gandros``, is a
+  ``name`` there too)."""
 
     surface: str
     kind: str
@@ -106,6 +113,15 @@ def _clean(token: str) -> str:
 
 def _is_capitalised(token: str) -> bool:
     return token[:1].isupper()
+
+
+@functools.cache
+def _known_words() -> frozenset[str]:
+    """Common English words: the whole words of BERT's uncased vocabulary (the
+    package's data/vocab.txt), about 20,000 of them. A capitalised word opening a
+    sentence that is none of them (``Gandros``) is taken for a name at once."""
+    text = (importlib.resources.files("mnemex") / "data" / "vocab.txt").read_text(encoding="utf-8")
+    return frozenset(line for line in text.splitlines() if line.isalpha() and line.islower())
 
 
 def _name_like(word: str) -> bool:
@@ -153,7 +169,8 @@ def mentions(text: str, author: str | None = None, *, max_words: int = 6) -> lis
                 elif not _common(word) and not run_at_start:
                     note(word, "name")
                 elif not _common(word) and _name_like(word):
-                    note(word, "weak")  # a name only if written so elsewhere too
+                    # a known word opening a sentence is a name only if written so elsewhere too
+                    note(word, "weak" if word.lower() in _known_words() else "name")
             else:
                 while run and _common(run[0]) and run_at_start:
                     run = run[1:]

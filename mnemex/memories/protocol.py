@@ -734,7 +734,7 @@ class EntityInfo(msgspec.Struct, frozen=True, omit_defaults=True):
     declared: bool = False
 
 
-class EntityLink(msgspec.Struct, frozen=True, omit_defaults=True):
+class EntityLink(msgspec.Struct, frozen=True):
     """An entity related to another: ``weight`` memories mention both (``memories``:
     the ids of the newest of them, which state the relation); ``hops`` away (1 or 2),
     reached ``via`` that entity's name."""

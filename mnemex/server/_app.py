@@ -517,7 +517,8 @@ class _Api:
                                      include_history=body.include_history, as_of=body.as_of)
         return json_response(SearchResults(mode=result.mode, results=[SearchHitOut(
             id=hit.memory.id, content=hit.memory.content, score=hit.score, scores=hit.scores,
-            user_id=hit.user_id or scopes[0][1], app_name=hit.app_name or scopes[0][0], memory=hit.memory)
+            user_id=hit.user_id or scopes[0][1], app_name=hit.app_name or scopes[0][0], memory=hit.memory,
+            found_by=hit.found_by)
             for hit in result.hits]))
 
     async def get_memory(self, request: Request) -> Response:

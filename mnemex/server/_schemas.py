@@ -333,6 +333,9 @@ class MemoryIds(msgspec.Struct):
 
 
 class SearchHitOut(msgspec.Struct):
+    """One hit; ``found_by``: the candidate lists that brought it (fulltext, vector,
+    date, graph: see ``mnemex.Hit``)."""
+
     id: str
     content: str
     score: float
@@ -340,6 +343,7 @@ class SearchHitOut(msgspec.Struct):
     user_id: str
     app_name: str
     memory: MemoryRecord
+    found_by: tuple[str, ...] = ()
 
 
 class SearchResults(msgspec.Struct):
