@@ -135,6 +135,10 @@ class EntityGraph:
         """How many entities the graph holds."""
         return len(self._resolved().members)
 
+    def __bool__(self) -> bool:
+        """Whether the graph has an entity (cheap: no resolution)."""
+        return bool(self._strong) or bool(self.declared)
+
     @property
     def mentions(self) -> int:
         """Memory-mentions-entity edges (a memory naming two names of one entity counts twice)."""
@@ -509,7 +513,7 @@ class EntityGraph:
 
         def strength(item: tuple[str, list[int]]) -> tuple[float, str]:
             other, docs = item
-            spread = max(1, len(self.docs_of(other)))
+            spread = max(1, sum(len(self._name_docs.get(key, ())) for key in self.keys_of(other)))
             return -len(docs) * math.log(1.0 + count / spread), other
 
         ranked = sorted(shared.items(), key=strength)

@@ -256,7 +256,7 @@ class Ranker:
         count = max(top_k, settings.fusion_candidates)
         graph = self.graph
         expansion = graph.expansion(query, neighbours=settings.expansion_neighbours) \
-            if graph is not None and graph.mentions else None
+            if graph is not None and graph else None
         text_ranked, fulltext = self._fulltext_candidates(query, count, allowed, expansion)
         index = self.vectors if self.vectors is not None and len(self.vectors) else None
         vector_ranked = index.search(vector, count, allowed) if index is not None else []
