@@ -225,3 +225,33 @@ def test_related_reaches_two_hops_and_stats_count_the_graph() -> None:
     stats = driver.send(GetGraphStats())
     assert isinstance(stats, GraphStats)
     assert (stats.entities, stats.relations, stats.declared, stats.merges) == (4, 2, 1, 0)
+
+
+# -- expansion against the plain ranking ------------------------------------------------------------
+TEXTS = ["Gandros owes the party a debt.", "The tower by the sea is empty.", "Aria sings in Saltmere.",
+         "the party sleeps at the inn", "NASA sent a probe to the sea", "a debt is a debt",
+         "Caroline: I painted the sea again.", "Melanie: the kids love the sea."]
+
+
+@given(st.lists(st.sampled_from(TEXTS), min_size=1, max_size=8, unique=True),
+       st.sampled_from(["the sea", "a debt", "what does Gandros owe", "songs of Saltmere",
+                        "Caroline painting", "sea NASA probe", "inn"]))
+def test_expansion_changes_only_queries_that_name_an_entity(texts: list[str], query: str) -> None:
+    plain, expanded = Driver(expansion=False), Driver(expansion=True)
+    for driver in (plain, expanded):
+        driver.remember(*texts)
+    without = [(h.memory.id, h.score) for h in plain.search(query, top_k=8).hits]
+    hits = expanded.search(query, top_k=8).hits
+    named = expanded.memory.graph.find(query)
+    if not named:
+        assert [(h.memory.id, h.score) for h in hits] == without
+        assert all("graph" not in h.found_by for h in hits)
+        return
+    # every memory about a named entity is found, and scores at least what it did without the graph
+    graph, docs = expanded.memory.graph, expanded.memory.docs
+    about = {docs[doc].id for entity in named for doc in graph.docs_of(entity)}
+    assert about <= {h.memory.id for h in hits}
+    before = dict(without)
+    for hit in hits:
+        if hit.memory.id in about:
+            assert "graph" in hit.found_by and hit.score >= before.get(hit.memory.id, 0.0) - 1e-9
