@@ -195,7 +195,8 @@ def print_report(report: dict[str, Any]) -> None:
         speed = report["speed"]
         graph = speed["graph"]
         print(f"\n{speed['memories']:,} memories, {graph['entities']:,} entities, "
-              f"{graph['mentions']:,} mentions, {graph['relations']:,} relations (hashing embedder; stored in {speed['store_seconds']} s)")
+              f"{graph['mentions']:,} mentions, {graph['relations']:,} relations "
+              f"(hashing embedder; stored in {speed['store_seconds']} s)")
         rows = [[label, f"{speed[key]['p50']:.2f}", f"{speed[key]['p99']:.2f}"] for label, key in (
             ("scope.entity (20 memories, 10 neighbours)", "entity_ms"),
             ("scope.related depth 2", "related_depth2_ms"),

@@ -127,6 +127,7 @@ class EntityGraph:
         self._acronyms: Counter[str] = Counter()     # docs writing a key as an acronym
         self.declared: dict[str, Declared] = {}      # key -> declaration, in declaration order
         self.merges: dict[str, Merge] = {}           # key of name -> merge, in merge order
+        self.types: dict[str, dict[str, int]] = {}   # key -> type -> times an extractor gave it
         self._gazetteer: ahocorasick.Automaton | None = None
         self._resolution: _Resolution | None = None
         self._finder: ahocorasick.Automaton | None = None
@@ -240,6 +241,15 @@ class EntityGraph:
         self.declared[key] = declared
         self._gazetteer = None
         self._resolution = self._finder = None
+
+    def note_types(self, types: Mapping[str, str]) -> None:
+        """Types an extractor gave names (journaled with its facts): an entity's type
+        is the one given most often to its names, unless it was declared."""
+        for name, kind in types.items():
+            key = self.key(name)
+            if len(key) >= 2 and kind:
+                given = self.types.setdefault(key, {})
+                given[kind] = given.get(kind, 0) + 1
 
     def merge(self, merge: Merge) -> None:
         self.merges[self.key(merge.name)] = merge
@@ -466,6 +476,11 @@ class EntityGraph:
             owner = self.declared.get(key)
             if owner is not None:
                 return owner.type
+        given: Counter[str] = Counter()
+        for key in self.keys_of(entity):
+            given.update(self.types.get(key, {}))
+        if given:
+            return min(given.items(), key=lambda item: (-item[1], item[0]))[0]
         if any(self._speakers.get(key) for key in self.keys_of(entity)):
             return "person"
         return DEFAULT_TYPE
@@ -576,6 +591,8 @@ class EntityGraph:
                                for d in self.declared.values()]
         if self.merges:
             out["merges"] = [{"name": m.name, "into": m.into, "at": m.at} for m in self.merges.values()]
+        if self.types:
+            out["types"] = {key: dict(given) for key, given in self.types.items()}
         return out
 
     def load_extra(self, extra: Mapping[str, Any]) -> None:
@@ -585,4 +602,6 @@ class EntityGraph:
                                   float(item.get("at") or 0.0)))
         for item in extra.get("merges") or ():
             self.merge(Merge(str(item["name"]), str(item["into"]), float(item.get("at") or 0.0)))
+        for key, given in (extra.get("types") or {}).items():
+            self.types[str(key)] = {str(kind): int(count) for kind, count in given.items()}
 

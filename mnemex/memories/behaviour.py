@@ -132,6 +132,7 @@ from mnemex.memories.protocol import (
     MemoryPage,
     MemoryRecord,
     MergeEntities,
+    NewFact,
     NewMemory,
     Remember,
     Remembered,
@@ -529,9 +530,9 @@ class ScopeMemory:
             case StoreSession():
                 return self._store_session(command)
             case ApplyExtraction(session_id=session_id) if document_of(session_id) is not None:
-                return apply_document_extraction(self, command)
+                return self._typed(command, apply_document_extraction(self, command))
             case ApplyExtraction():
-                return self._with_graph(self._apply_extraction(command))
+                return self._typed(command, self._with_graph(self._apply_extraction(command)))
             case ExtractionFailed():
                 return self._extraction_failed(command)
             case ExtractSession():
@@ -1065,6 +1066,16 @@ class ScopeMemory:
                          added=applied.added, reinforced=applied.reinforced, merged=applied.merged,
                          superseded=applied.superseded, linked=applied.linked, dropped=applied.dropped,
                          extractor=cmd.extractor, usage=cmd.usage)
+
+    def _typed(self, cmd: ApplyExtraction, out: Any) -> Any:
+        """Give the entity graph the types the extractor gave the entities of a
+        committed job's facts."""
+        reply = out.reply if isinstance(out, Step) else out
+        if isinstance(reply, Extracted) and reply.status == "committed":
+            for fact in cmd.facts:
+                if isinstance(fact, NewFact) and fact.entity_types:
+                    self.graph.note_types(fact.entity_types)
+        return out
 
     def _extraction_failed(self, cmd: ExtractionFailed) -> Any:
         now, first = _job_range(cmd)

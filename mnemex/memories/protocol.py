@@ -484,6 +484,8 @@ class NewFact(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     observed_at: float | None = None
     first: int | None = None
     last: int | None = None
+    entity_types: dict[str, str] = msgspec.field(default_factory=dict)
+    """Types of ``entities`` by name, as the extractor gave them (the entity graph's)."""
 
 
 class JobUsage(msgspec.Struct, frozen=True, omit_defaults=True):

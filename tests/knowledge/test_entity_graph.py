@@ -14,8 +14,11 @@ from mnemex.effects import Step
 from mnemex.errors import InvalidInput, NotFound
 from mnemex.knowledge.entities import initials, mentions, name_key
 from mnemex.knowledge.graph import Declared, EntityGraph, Merge
+from mnemex.knowledge.parse import parse_facts
+from mnemex.knowledge.prompt import EXTRACTION_SCHEMA
 from mnemex.memories.behaviour import ScopeMemory, is_scope_write
 from mnemex.memories.protocol import (
+    ApplyExtraction,
     DeclareEntity,
     EntityChanged,
     EntityDetail,
@@ -26,6 +29,7 @@ from mnemex.memories.protocol import (
     GraphStats,
     ListEntities,
     MergeEntities,
+    NewFact,
     RelatedEntities,
     UnmergeEntity,
 )
@@ -255,3 +259,30 @@ def test_expansion_changes_only_queries_that_name_an_entity(texts: list[str], qu
     for hit in hits:
         if hit.memory.id in about:
             assert "graph" in hit.found_by and hit.score >= before.get(hit.memory.id, 0.0) - 1e-9
+
+
+# -- entities from the LLM extractor ---------------------------------------------------------------
+def test_the_parser_reads_typed_entities_and_plain_names_alike() -> None:
+    answer = ('{"facts": [{"content": "The user owes Gandros a favour.", "entities": '
+              '[{"name": "Gandros", "type": "Person"}, "Black Tower", {"name": "Oakvale", "type": 3}]}]}')
+    fact, = parse_facts(answer, offered_numbers=(), positions=(0,))
+    assert fact.entities == ("Gandros", "Black Tower", "Oakvale")
+    assert fact.entity_types == {"Gandros": "person"}
+    assert "entities" in EXTRACTION_SCHEMA["properties"]["facts"]["items"]["required"]
+
+
+def test_types_from_an_extraction_job_type_the_graph_and_survive_a_restore() -> None:
+    driver = Driver()
+    facts = [NewFact(id="f1", content="The user owes Gandros a favour for the rescue.", entities=("Gandros",),
+                     entity_types={"Gandros": "person"}),
+             NewFact(id="f2", content="Gandros lives in the Black Tower.",
+                     entities=("Gandros", "Black Tower"),
+                     entity_types={"Gandros": "person", "Black Tower": "place"})]
+    reply = driver.send(ApplyExtraction(session_id="s1", first=0, upto=2, facts=facts, now=driver.tick()))
+    assert reply.status == "committed"
+    assert driver.send(GetEntity(name="gandros")).entity.type == "person"
+    assert driver.send(ListEntities(entity_type="place")).entities[0].name == "Black Tower"
+    driver.send(DeclareEntity(name="Gandros", entity_type="npc", now=driver.tick()))  # a declaration wins
+    for memory in (driver.memory, restored(driver.memory)):
+        assert memory.handle(GetEntity(name="Gandros")).entity.type == "npc"
+        assert memory.handle(GetEntity(name="Black Tower")).entity.type == "place"
