@@ -371,7 +371,7 @@ class Ranker:
         """The ``count`` best of ``docs`` (the memories of the query's entities) by
         their full-text score (the expansion's terms included) plus their cosine to
         the query, ties by lower doc."""
-        if len(docs) == 0:
+        if len(docs) == 0 or count <= 0:
             return []
         score = fulltext.scores(docs)[0]
         if index is not None:

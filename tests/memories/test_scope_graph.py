@@ -89,3 +89,11 @@ async def test_the_graph_survives_a_restart(tmp_path: Path) -> None:
         assert (await scope.entity("drowned rat")).entity.name == "Drowned Rat"
         assert (await scope.graph_stats()).merges == 0
         assert (await rt.graph_stats())["declared"] == 1
+
+
+async def test_expansion_without_candidates_still_expands_the_words() -> None:
+    async with mnemex.open_runtime(config(expansion_candidates=0, expansion_graph_weight=0.0)) as rt:
+        scope = await campaign(rt)
+        result = await scope.search("what does the wizard owe", top_k=8, min_score=None)
+        debt = next(hit for hit in result.hits if hit.memory.content == DEBT)
+        assert debt.scores["expansion"] > 0 and "graph" in debt.found_by and debt.scores["graph"] == 1.0
