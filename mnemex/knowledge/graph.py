@@ -131,6 +131,8 @@ class EntityGraph:
         self._gazetteer: ahocorasick.Automaton | None = None
         self._resolution: _Resolution | None = None
         self._finder: ahocorasick.Automaton | None = None
+        self._changes = 0  # memories added or removed: what the relation count depends on
+        self._relations: tuple[tuple[int, int], int] | None = None
 
     def __len__(self) -> int:
         """How many entities the graph holds."""
@@ -154,6 +156,7 @@ class EntityGraph:
         """Index the mentions of memory ``doc`` (replacing what it had)."""
         if doc in self._doc_names:
             self.remove(doc)
+        self._changes += 1
         keys: dict[str, int] = {}
         for name in entities:
             self._note(keys, name, "entity")
@@ -207,6 +210,7 @@ class EntityGraph:
         names = self._doc_names.pop(doc, None)
         if names is None:
             return
+        self._changes += 1
         for key, flag in zip(names, self._doc_flags.pop(doc), strict=True):
             self._count(key, flag, -1)
         for key in names:
@@ -386,13 +390,18 @@ class EntityGraph:
         return self._resolved().root.get(key, key)
 
     def relations(self) -> int:
-        """Entity-relates-entity edges: the pairs of entities some memory names both."""
+        """Entity-relates-entity edges: the pairs of entities some memory names both
+        (counted again only after a change)."""
+        state = (self._changes, id(self._resolved()))
+        if self._relations is not None and self._relations[0] == state:
+            return self._relations[1]
         root = self._resolved().root
         pairs: set[tuple[str, str]] = set()
         for names in self._doc_names.values():
             if len(names) > 1:
                 entities = sorted({root[key] for key in names if key in root})
                 pairs.update((a, b) for i, a in enumerate(entities) for b in entities[i + 1:])
+        self._relations = (state, len(pairs))
         return len(pairs)
 
     def entities(self) -> list[str]:
