@@ -132,6 +132,7 @@ class EntityGraph:
         self._resolution: _Resolution | None = None
         self._finder: ahocorasick.Automaton | None = None
         self._changes = 0  # memories added or removed: what the relation count depends on
+        self._resolutions = 0
         self._relations: tuple[tuple[int, int], int] | None = None
 
     def __len__(self) -> int:
@@ -299,6 +300,7 @@ class EntityGraph:
     def _resolved(self) -> _Resolution:
         if self._resolution is None:
             self._resolution = self._resolve()
+            self._resolutions += 1
         return self._resolution
 
     def _resolve(self) -> _Resolution:
@@ -392,7 +394,8 @@ class EntityGraph:
     def relations(self) -> int:
         """Entity-relates-entity edges: the pairs of entities some memory names both
         (counted again only after a change)."""
-        state = (self._changes, id(self._resolved()))
+        self._resolved()
+        state = (self._changes, self._resolutions)
         if self._relations is not None and self._relations[0] == state:
             return self._relations[1]
         root = self._resolved().root
