@@ -99,6 +99,7 @@ from mnemex.memories.graph import (
     graph_stats,
     list_entities,
     merge_entities,
+    reindex_graph,
     related_entities,
     unmerge_entity,
 )
@@ -376,6 +377,7 @@ class ScopeMemory:
         self.sessions: dict[str, list[tuple[str, int]]] = {}
         self.entities = EntityIndex(fold_accents=fold)
         self.graph = EntityGraph(detect=settings.entity_detection, fold_accents=fold)
+        self.graph_stale = False  # declarations replayed, mentions not found again yet
         self.table = FilterTable()
         self.embedder: str | None = None
         self.dim = 0
@@ -688,6 +690,8 @@ class ScopeMemory:
             self._replay(commands, placed, vectors)
         finally:
             self.replaying = False
+            if self.graph_stale:  # declarations replayed: the gazetteer's mentions, found once
+                reindex_graph(self)
 
     def _replay(self, commands: Iterable[Any], placed: list[tuple[int, MemoryRecord]],
                 vectors: list[tuple[int, bytes]]) -> None:

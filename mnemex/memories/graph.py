@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from mnemex.memories.behaviour import ScopeMemory
 
 __all__ = ["MAX_ALIASES", "declare_entity", "entity_detail", "graph_stats", "list_entities",
-           "merge_entities", "related_entities", "unmerge_entity"]
+           "merge_entities", "reindex_graph", "related_entities", "unmerge_entity"]
 
 MAX_ALIASES: Final = 64
 MAX_NAME_CHARS: Final = 200
@@ -161,7 +161,16 @@ def graph_stats(scope: ScopeMemory) -> GraphStats:
 
 # -- writing (journaled) ---------------------------------------------------------------------------
 def _reindex(scope: ScopeMemory) -> None:
-    """Find every memory's mentions again (the gazetteer changed)."""
+    """Find every memory's mentions again (the gazetteer changed); in a replay, once
+    at its end (``reindex_graph``)."""
+    if scope.replaying:
+        scope.graph_stale = True
+        return
+    reindex_graph(scope)
+
+
+def reindex_graph(scope: ScopeMemory) -> None:
+    scope.graph_stale = False
     scope.graph.rebuild((doc, record.content, record.author, record.entities)
                         for doc, record in enumerate(scope.docs) if record is not None)
 
