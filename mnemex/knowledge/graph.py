@@ -120,6 +120,7 @@ class EntityGraph:
         self.fold_accents = fold_accents
         self._doc_names: dict[int, tuple[str, ...]] = {}
         self._doc_flags: dict[int, tuple[int, ...]] = {}  # per name of a doc: _STRONG | _SPEAKER | _ACRONYM
+        self._doc_surfaces: dict[int, tuple[str, ...]] = {}  # per name of a doc: as written ("": gazetteer)
         self._name_docs: dict[str, set[int]] = {}
         self._surfaces: dict[str, Counter[str]] = {}
         self._strong: Counter[str] = Counter()       # docs naming a key otherwise than as a weak mention
@@ -129,7 +130,8 @@ class EntityGraph:
         self.merges: dict[str, Merge] = {}           # key of name -> merge, in merge order
         self.types: dict[str, dict[str, int]] = {}   # key -> type -> times an extractor gave it
         self._gazetteer: ahocorasick.Automaton | None = None
-        self._resolution: _Resolution | None = None
+        self._groups: list[list[str]] | None = None   # how names group: changes with the names
+        self._resolution: _Resolution | None = None   # groups with representatives: with the counts
         self._finder: ahocorasick.Automaton | None = None
         self._changes = 0  # memories added or removed: what the relation count depends on
         self._resolutions = 0
@@ -158,7 +160,7 @@ class EntityGraph:
         if doc in self._doc_names:
             self.remove(doc)
         self._changes += 1
-        keys: dict[str, int] = {}
+        keys: dict[str, tuple[int, str]] = {}
         for name in entities:
             self._note(keys, name, "entity")
         if self.detect:
@@ -166,24 +168,21 @@ class EntityGraph:
                 self._note(keys, mention.surface, mention.kind)
         if self.declared:
             for key in self._gazetteer_find(content):
-                keys[key] = keys.get(key, 0) | _STRONG
+                flag, surface = keys.get(key, (0, ""))
+                keys[key] = (flag | _STRONG, surface)
         if not keys:
             return
-        names = tuple(keys)
-        flags = tuple(keys.values())
-        self._doc_names[doc] = names
-        self._doc_flags[doc] = flags
-        for key, flag in keys.items():
+        self._resolution = None  # mention counts choose the representatives
+        self._doc_names[doc] = tuple(keys)
+        self._doc_flags[doc] = tuple(flag for flag, _ in keys.values())
+        self._doc_surfaces[doc] = tuple(surface for _, surface in keys.values())
+        for key, (flag, surface) in keys.items():
             self._count(key, flag, 1)
-        for key in names:
-            holders = self._name_docs.get(key)
-            if holders is None:
-                self._name_docs[key] = {doc}
-                self._resolution = self._finder = None
-            else:
-                holders.add(doc)
+            if surface:
+                self._surfaces.setdefault(key, Counter())[surface] += 1
+            self._name_docs.setdefault(key, set()).add(doc)
 
-    def _note(self, keys: dict[str, int], surface: str, kind: str) -> None:
+    def _note(self, keys: dict[str, tuple[int, str]], surface: str, kind: str) -> None:
         key = self.key(surface)
         if len(key) < 2:
             return
@@ -192,35 +191,45 @@ class EntityGraph:
             flag |= _SPEAKER
         elif kind == "acronym" or is_acronym(surface.strip()):
             flag |= _ACRONYM
-        if key not in keys:
-            self._surfaces.setdefault(key, Counter())[surface.strip()] += 1
-        keys[key] = keys.get(key, 0) | flag
+        had, written = keys.get(key, (0, ""))
+        keys[key] = (had | flag, written or surface.strip())
 
     def _count(self, key: str, flag: int, step: int) -> None:
+        """Count a doc's mention of ``key`` in (or out); a key's first or last strong,
+        speaker or acronym mention changes how names group."""
         for bit, counter in ((_STRONG, self._strong), (_SPEAKER, self._speakers), (_ACRONYM, self._acronyms)):
             if flag & bit:
                 counter[key] += step
                 if counter[key] <= 0:
                     del counter[key]
-                if step > 0 and counter[key] == 1 and bit == _STRONG:
-                    self._resolution = self._finder = None  # a weak name became a name
-                elif step < 0 and key not in counter and bit == _STRONG:
-                    self._resolution = self._finder = None
+                    self._regroup()
+                elif step > 0 and counter[key] == 1:
+                    self._regroup()
+
+    def _regroup(self) -> None:
+        self._groups = None
+        self._resolution = self._finder = None
 
     def remove(self, doc: int) -> None:
         names = self._doc_names.pop(doc, None)
         if names is None:
             return
         self._changes += 1
-        for key, flag in zip(names, self._doc_flags.pop(doc), strict=True):
+        self._resolution = None
+        flags, surfaces = self._doc_flags.pop(doc), self._doc_surfaces.pop(doc)
+        for key, flag, surface in zip(names, flags, surfaces, strict=True):
             self._count(key, flag, -1)
-        for key in names:
+            written = self._surfaces.get(key)
+            if surface and written is not None:
+                written[surface] -= 1
+                if written[surface] <= 0:
+                    del written[surface]
+                if not written:
+                    del self._surfaces[key]
             holders = self._name_docs[key]
             holders.discard(doc)
             if not holders:
                 del self._name_docs[key]
-                self._surfaces.pop(key, None)
-                self._resolution = self._finder = None
 
     def names_of(self, doc: int) -> tuple[str, ...]:
         return self._doc_names.get(doc, ())
@@ -230,12 +239,13 @@ class EntityGraph:
         author, entities) of each."""
         self._doc_names.clear()
         self._doc_flags.clear()
+        self._doc_surfaces.clear()
         self._strong.clear()
         self._name_docs.clear()
         self._surfaces.clear()
         self._speakers.clear()
         self._acronyms.clear()
-        self._resolution = self._finder = None
+        self._regroup()
         for doc, content, author, entities in items:
             self.add(doc, content, author, entities)
 
@@ -245,7 +255,7 @@ class EntityGraph:
         key = self.key(declared.name)
         self.declared[key] = declared
         self._gazetteer = None
-        self._resolution = self._finder = None
+        self._regroup()
 
     def note_types(self, types: Mapping[str, str]) -> None:
         """Types an extractor gave names (journaled with its facts): an entity's type
@@ -258,7 +268,7 @@ class EntityGraph:
 
     def merge(self, merge: Merge) -> None:
         self.merges[self.key(merge.name)] = merge
-        self._resolution = self._finder = None
+        self._regroup()
 
     def unmerge(self, name: str) -> Merge | Declared | None:
         """Undo what made ``name`` an alias: its merge record, or its place among a
@@ -267,7 +277,7 @@ class EntityGraph:
         key = self.key(name)
         merge = self.merges.pop(key, None)
         if merge is not None:
-            self._resolution = self._finder = None
+            self._regroup()
             return merge
         for owner, declared in self.declared.items():
             kept = tuple(alias for alias in declared.aliases if self.key(alias) != key)
@@ -275,7 +285,7 @@ class EntityGraph:
                 changed = Declared(declared.name, declared.type, kept, declared.at)
                 self.declared[owner] = changed
                 self._gazetteer = None
-                self._resolution = self._finder = None
+                self._regroup()
                 return changed
         return None
 
@@ -304,6 +314,19 @@ class EntityGraph:
         return self._resolution
 
     def _resolve(self) -> _Resolution:
+        if self._groups is None:
+            self._groups = self._grouped()
+        merge_targets = {self.key(merge.into) for merge in self.merges.values()}
+        out = _Resolution()
+        for keys_of in self._groups:
+            representative = self._representative(keys_of, merge_targets)
+            out.members[representative] = keys_of
+            for key in keys_of:
+                out.root[key] = representative
+        return out
+
+    def _grouped(self) -> list[list[str]]:
+        """The name keys, grouped into entities (each group sorted)."""
         keys: set[str] = set(self._strong)  # a name only ever met as a weak mention is no entity
         for key, declared in self.declared.items():
             keys.add(key)
@@ -363,14 +386,7 @@ class EntityGraph:
         groups: dict[str, list[str]] = {}
         for key in ordered:
             groups.setdefault(find(key), []).append(key)
-        merge_targets = {self.key(merge.into) for merge in self.merges.values()}
-        out = _Resolution()
-        for keys_of in groups.values():
-            representative = self._representative(keys_of, merge_targets)
-            out.members[representative] = keys_of
-            for key in keys_of:
-                out.root[key] = representative
-        return out
+        return list(groups.values())
 
     def _representative(self, keys: list[str], merge_targets: set[str]) -> str:
         declared = [key for key in self.declared if key in keys]
@@ -503,8 +519,8 @@ class EntityGraph:
         automaton = self._finder
         if automaton is None:
             automaton = ahocorasick.Automaton()
-            for key, entity in self._resolved().root.items():
-                automaton.add_word(f" {key} ", (key, entity))
+            for key in self._resolved().root:
+                automaton.add_word(f" {key} ", key)
             if len(automaton):
                 automaton.make_automaton()
             self._finder = automaton
@@ -513,7 +529,8 @@ class EntityGraph:
         haystack = f" {normalize_phrase(text, fold_accents=self.fold_accents)} "
         found: dict[str, None] = {}
         # the longest name wins where names overlap ("black tower" over "tower")
-        spans = sorted(((end - len(key), end, entity) for end, (key, entity) in automaton.iter(haystack)),
+        root = self._resolved().root
+        spans = sorted(((end - len(key), end, root[key]) for end, key in automaton.iter(haystack)),
                        key=lambda span: (span[0], span[0] - span[1]))
         reach = -1
         for start, end, entity in spans:

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from memories.scope_support import KEY, Driver, restored
 
 from mnemex.effects import Step
@@ -286,3 +287,63 @@ def test_types_from_an_extraction_job_type_the_graph_and_survive_a_restore() -> 
     for memory in (driver.memory, restored(driver.memory)):
         assert memory.handle(GetEntity(name="Gandros")).entity.type == "npc"
         assert memory.handle(GetEntity(name="Black Tower")).entity.type == "place"
+
+
+# -- the incremental graph is the graph rebuilt from scratch ----------------------------------------
+PHRASES = ["Gandros came.", "We met Gandross at NASA.", "Caroline: hi Mel!", "Melanie: the Black Tower fell.",
+           "The Blacktower is cold.", "National Aeronautics and Space Administration called.",
+           "Appreciate it, Aria.", "Appreciate it.", "Aria and Oliver sang in Saltmere.",
+           "the old mage smiled"]
+NAMES = ["Gandros", "Mel", "Black Tower", "NASA", "Aria", "Saltmere", "old mage", "Oliver"]
+
+
+class GraphMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.graph = EntityGraph()
+        self.docs: dict[int, str] = {}
+
+    @rule(doc=st.integers(0, 7), text=st.sampled_from(PHRASES))
+    def add(self, doc: int, text: str) -> None:
+        self.graph.add(doc, text)
+        self.docs[doc] = text
+
+    @rule(doc=st.integers(0, 7))
+    def remove(self, doc: int) -> None:
+        self.graph.remove(doc)
+        self.docs.pop(doc, None)
+
+    @rule(name=st.sampled_from(NAMES), into=st.sampled_from(NAMES))
+    def merge(self, name: str, into: str) -> None:
+        if self.graph.key(name) != self.graph.key(into):
+            self.graph.merge(Merge(name, into))
+
+    @rule(name=st.sampled_from(NAMES))
+    def unmerge(self, name: str) -> None:
+        if self.graph.unmerge(name) is not None:
+            self._rebuild(self.graph)
+
+    @rule(name=st.sampled_from(NAMES), aliases=st.lists(st.sampled_from(NAMES), max_size=2))
+    def declare(self, name: str, aliases: list[str]) -> None:
+        self.graph.declare(Declared(name, "npc", tuple(a for a in aliases if a != name)))
+        self._rebuild(self.graph)
+
+    def _rebuild(self, graph: EntityGraph) -> None:
+        graph.rebuild((doc, text, None, ()) for doc, text in sorted(self.docs.items()))
+
+    @invariant()
+    def same_as_rebuilt(self) -> None:
+        fresh = EntityGraph()
+        fresh.load_extra(self.graph.to_extra())
+        self._rebuild(fresh)
+        assert self.graph.entities() == fresh.entities()
+        for entity in fresh.entities():
+            assert self.graph.keys_of(entity) == fresh.keys_of(entity)
+            assert self.graph.docs_of(entity) == fresh.docs_of(entity)
+            assert self.graph.type_of(entity) == fresh.type_of(entity)
+            assert self.graph.neighbours(entity) == fresh.neighbours(entity)
+        assert self.graph.relations() == fresh.relations() and self.graph.mentions == fresh.mentions
+
+
+TestGraphMachine = GraphMachine.TestCase
+TestGraphMachine.settings = settings(max_examples=40, stateful_step_count=25, deadline=None)
