@@ -319,7 +319,7 @@ class EntityGraph:
         merge_targets = {self.key(merge.into) for merge in self.merges.values()}
         out = _Resolution()
         for keys_of in self._groups:
-            representative = self._representative(keys_of, merge_targets)
+            representative = keys_of[0] if len(keys_of) == 1 else self._representative(keys_of, merge_targets)
             out.members[representative] = keys_of
             for key in keys_of:
                 out.root[key] = representative
