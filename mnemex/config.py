@@ -464,6 +464,11 @@ class MemoriesConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=
     expansion_candidates: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 30
     """How many memories of the named entities join the candidates (the best by
     full-text score plus cosine)."""
+    expansion_vector_weight: Annotated[float, msgspec.Meta(ge=0, le=4)] = 0.0
+    """Move the query's vector toward the named entities (the mean vector of the
+    memories they say, or name) by this much before the vector search. Off: on
+    LoCoMo dev it costs the hashing embedder 0.007 recall@10 at 0.15 and leaves
+    MiniLM where it was (0.789 to 0.788)."""
 
     def _check(self) -> None:
         if self.fusion_fulltext_weight + self.fusion_vector_weight <= 0:

@@ -249,6 +249,7 @@ class ScopeSettings:
     expansion_neighbours: int = 3
     expansion_graph_weight: float = 0.4
     expansion_candidates: int = 30
+    expansion_vector_weight: float = 0.0
     cursor: CursorSettings = dataclasses.field(default_factory=CursorSettings)
     extract: RunExtraction | None = None
     timer: Timer | None = None

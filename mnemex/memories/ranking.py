@@ -259,6 +259,8 @@ class Ranker:
             if graph is not None and graph else None
         text_ranked, fulltext = self._fulltext_candidates(query, count, allowed, expansion)
         index = self.vectors if self.vectors is not None and len(self.vectors) else None
+        if expansion is not None and index is not None and settings.expansion_vector_weight > 0:
+            vector = self._expanded_vector(vector, expansion, index)
         vector_ranked = index.search(vector, count, allowed) if index is not None else []
         unit_query = _unit(vector)
         dated = self._dated(query)
@@ -365,6 +367,17 @@ class Ranker:
                    if doc in found or (name == "graph" and expanded[i] > 0)},
             }))
         return out
+
+    def _expanded_vector(self, vector: F32, expansion: Expansion, index: VectorIndex) -> F32:
+        """The query's vector moved toward the named entities' memories (the mean of
+        their vectors: the entity as the scope knows it)."""
+        docs = np.array(sorted(expansion.spoken or expansion.docs), dtype=np.int64)[:2000]
+        held = docs[index.holds(docs)] if len(docs) else docs
+        if not len(held):
+            return vector
+        centroid = _unit(index.vectors(held).mean(axis=0).astype(np.float32))
+        moved: F32 = (_unit(vector) + self.settings.expansion_vector_weight * centroid).astype(np.float32)
+        return _unit(moved)
 
     def _best_of(self, docs: npt.NDArray[np.int64], unit_query: F32, fulltext: _FullText,
                  index: VectorIndex | None, count: int) -> list[int]:

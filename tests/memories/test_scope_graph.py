@@ -97,3 +97,13 @@ async def test_expansion_without_candidates_still_expands_the_words() -> None:
         result = await scope.search("what does the wizard owe", top_k=8, min_score=None)
         debt = next(hit for hit in result.hits if hit.memory.content == DEBT)
         assert debt.scores["expansion"] > 0 and "graph" in debt.found_by and debt.scores["graph"] == 1.0
+
+
+async def test_vector_expansion_moves_the_query_toward_the_named_entity() -> None:
+    cosines = []
+    for weight in (0.0, 1.0):
+        async with mnemex.open_runtime(config(expansion_vector_weight=weight)) as rt:
+            scope = await campaign(rt)
+            result = await scope.search("wizard favor", top_k=8, min_score=None)
+            cosines.append(next(hit.scores["cosine"] for hit in result.hits if hit.memory.content == DEBT))
+    assert cosines[1] > cosines[0] + 0.1
