@@ -33,7 +33,12 @@ from typing import Final, NamedTuple
 
 from mnemex.index import ENGLISH_STOP_WORDS, normalize_phrase
 
-__all__ = ["ARTICLES", "COMMON_CAPITALISED", "Mention", "initials", "is_acronym", "mentions", "name_key"]
+__all__ = ["ARTICLES", "COMMON_CAPITALISED", "DETECTION_VERSION", "Mention", "initials", "is_acronym",
+           "mentions", "name_key"]
+
+DETECTION_VERSION: Final = 1
+"""Changes whenever ``mentions`` or ``name_key`` would answer differently for some
+text: a graph sidecar of another version is not used (the mentions are found again)."""
 
 ARTICLES: Final = frozenset({"the", "a", "an"})
 """Words a name key never starts with."""

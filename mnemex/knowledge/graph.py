@@ -39,9 +39,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import ahocorasick
+import msgspec
 
 from mnemex.index import normalize_phrase
-from mnemex.knowledge.entities import initials, is_acronym, mentions, name_key
+from mnemex.knowledge.entities import DETECTION_VERSION, initials, is_acronym, mentions, name_key
 
 __all__ = ["DEFAULT_TYPE", "Declared", "EntityGraph", "Expansion", "Merge"]
 
@@ -170,8 +171,12 @@ class EntityGraph:
             for key in self._gazetteer_find(content):
                 flag, surface = keys.get(key, (0, ""))
                 keys[key] = (flag | _STRONG, surface)
-        if not keys:
-            return
+        if keys:
+            self._place(doc, keys)
+
+    def _place(self, doc: int, keys: Mapping[str, tuple[int, str]]) -> None:
+        """Index the mentions of ``doc`` (key -> (flags, spelling))."""
+        self._changes += 1
         self._resolution = None  # mention counts choose the representatives
         self._doc_names[doc] = tuple(keys)
         self._doc_flags[doc] = tuple(flag for flag, _ in keys.values())
@@ -612,6 +617,43 @@ class EntityGraph:
                          tuple(each), frozenset(named_words))
 
     # -- persistence ------------------------------------------------------------------------------
+    def to_sidecar(self) -> bytes:
+        """The mentions of every memory, so a restart need not find them again (see
+        ``load_sidecar``)."""
+        docs = sorted(self._doc_names)
+        return _encode_sidecar(_Sidecar(
+            version=DETECTION_VERSION, detect=self.detect, fold_accents=self.fold_accents,
+            gazetteer=self._gazetteer_signature(), docs=docs,
+            names=[self._doc_names[doc] for doc in docs], flags=[self._doc_flags[doc] for doc in docs],
+            surfaces=[self._doc_surfaces[doc] for doc in docs]))
+
+    def load_sidecar(self, data: bytes | memoryview, docs: Iterable[int]) -> bool:
+        """Take the mentions from a sidecar of ``to_sidecar`` when it was made with
+        these settings and declarations over exactly ``docs`` (the memories that have
+        mentions are among them); False, changing nothing, otherwise."""
+        try:
+            sidecar = _decode_sidecar(data)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return False
+        if (sidecar.version, sidecar.detect, sidecar.fold_accents, sidecar.gazetteer) != (
+                DETECTION_VERSION, self.detect, self.fold_accents, self._gazetteer_signature()):
+            return False
+        if not set(sidecar.docs) <= set(docs) or not len(sidecar.docs) == len(sidecar.names) == \
+                len(sidecar.flags) == len(sidecar.surfaces):
+            return False
+        rows = zip(sidecar.names, sidecar.flags, sidecar.surfaces, strict=True)
+        if any(not len(n) == len(f) == len(s) for n, f, s in rows):
+            return False
+        self.rebuild(())
+        for doc, names, flags, surfaces in zip(sidecar.docs, sidecar.names, sidecar.flags, sidecar.surfaces,
+                                               strict=True):
+            self._place(doc, {key: (flag, surface) for key, flag, surface in zip(names, flags, surfaces,
+                                                                                 strict=True)})
+        return True
+
+    def _gazetteer_signature(self) -> list[list[str]]:
+        return [[declared.name, *declared.aliases] for declared in self.declared.values()]
+
     def to_extra(self) -> dict[str, Any]:
         """The journaled part, for a snapshot's header (empty when there is none)."""
         out: dict[str, Any] = {}
@@ -634,3 +676,18 @@ class EntityGraph:
         for key, given in (extra.get("types") or {}).items():
             self.types[str(key)] = {str(kind): int(count) for kind, count in given.items()}
 
+
+
+class _Sidecar(msgspec.Struct, array_like=True):
+    version: int
+    detect: bool
+    fold_accents: bool
+    gazetteer: list[list[str]]
+    docs: list[int]
+    names: list[tuple[str, ...]]
+    flags: list[tuple[int, ...]]
+    surfaces: list[tuple[str, ...]]
+
+
+_encode_sidecar = msgspec.msgpack.Encoder().encode
+_decode_sidecar = msgspec.msgpack.Decoder(_Sidecar).decode

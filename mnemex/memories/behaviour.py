@@ -176,6 +176,9 @@ __all__ = [
 
 log = logging.getLogger("mnemex.memories")
 
+GRAPH_SIDECAR = "graph"
+"""The snapshot sidecar holding each memory's entity mentions (knowledge.graph)."""
+
 F32 = npt.NDArray[np.float32]
 
 
@@ -379,6 +382,7 @@ class ScopeMemory:
         self.entities = EntityIndex(fold_accents=fold)
         self.graph = EntityGraph(detect=settings.entity_detection, fold_accents=fold)
         self.graph_stale = False  # declarations replayed, mentions not found again yet
+        self.graph_restored = False  # a restore took the mentions from the snapshot's sidecar
         self.table = FilterTable()
         self.embedder: str | None = None
         self.dim = 0
@@ -749,7 +753,8 @@ class ScopeMemory:
                 texts.setdefault(normalized_text(record.content), doc)
             if record.entities:
                 self.entities.add(doc, record.entities)
-            self.graph.add(doc, record.content, record.author, record.entities)
+            if not self.graph_restored:
+                self.graph.add(doc, record.content, record.author, record.entities)
         docs = [doc for doc, _ in placed]
         self.keyword.add_many(docs, [record.content for _, record in placed],
                               [record.timestamp for _, record in placed])
@@ -891,8 +896,9 @@ class ScopeMemory:
                 members.sort()
         items = [(doc, record) for doc, record in enumerate(self.docs) if record is not None]
         if self._load_text_sidecars(sidecars):
-            for doc, record in items:
-                self.graph.add(doc, record.content, record.author, record.entities)
+            if not self.graph_restored:
+                for doc, record in items:
+                    self.graph.add(doc, record.content, record.author, record.entities)
             self.by_content = {record.content: doc for doc, record in items}
             self.table.add_many(items)
             self.content_bytes = sum(len(record.content) for _, record in items)
@@ -1253,7 +1259,8 @@ class ScopeMemory:
         pairs = [(doc, record) for doc, record in enumerate(self.docs) if record is not None]
         index = self.vectors
         sidecars = {"keyword": self.keyword.to_sidecar(), "bm25": self.bm25.to_sidecar(),
-                    "entities": self.entities.to_sidecar()} if pairs else {}
+                    "entities": self.entities.to_sidecar(),
+                    GRAPH_SIDECAR: self.graph.to_sidecar()} if pairs else {}
         graph = index.to_sidecar() if index is not None and self.settings.hnsw_sidecar else None
         if graph is not None:
             sidecars[HNSW_SIDECAR] = graph
@@ -1295,7 +1302,15 @@ class ScopeMemory:
         memory.extractions.load_extra(extra.get("cursors") or {})
         memory.documents.load_extra(extra.get("documents") or [], records)
         memory.graph.load_extra(extra.get("graph") or {})
-        memory._reindex_all(image.sidecars)
+        graph = image.sidecars.get(GRAPH_SIDECAR)
+        memory.graph_restored = graph is not None and memory.graph.load_sidecar(graph, docs)
+        if graph is not None and not memory.graph_restored:
+            log.info("scope %s: entity graph sidecar not used (other settings, declarations or detection "
+                     "version); finding the memories' mentions again", memory._name)
+        try:
+            memory._reindex_all(image.sidecars)
+        finally:
+            memory.graph_restored = False
         if isinstance(embedder, str) and dim > 0:
             memory.embedder, memory.dim = embedder, dim
             matrix = read_vectors(memory._name, image, vector_docs, dim)

@@ -3,21 +3,23 @@ merges journaled as scope commands (replayed and snapshotted), and reads."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-from memories.scope_support import KEY, Driver, restored
+from memories.scope_support import KEY, Driver, restored, snapshot_image
 
-from mnemex.effects import Step
+import mnemex.knowledge.graph as graph_module
+from mnemex.effects import Image, Step
 from mnemex.errors import InvalidInput, NotFound
 from mnemex.knowledge.entities import initials, mentions, name_key
 from mnemex.knowledge.graph import Declared, EntityGraph, Merge
 from mnemex.knowledge.parse import parse_facts
 from mnemex.knowledge.prompt import EXTRACTION_SCHEMA
-from mnemex.memories.behaviour import ScopeMemory, is_scope_write
+from mnemex.memories.behaviour import GRAPH_SIDECAR, ScopeMemory, is_scope_write
 from mnemex.memories.protocol import (
     ApplyExtraction,
     DeclareEntity,
@@ -347,3 +349,30 @@ class GraphMachine(RuleBasedStateMachine):
 
 TestGraphMachine = GraphMachine.TestCase
 TestGraphMachine.settings = settings(max_examples=40, stateful_step_count=25, deadline=None)
+
+
+# -- the graph sidecar: a restart need not find the mentions again -----------------------------------
+def graph_summary(memory: ScopeMemory) -> list[Any]:
+    page = memory.handle(ListEntities(limit=1000))
+    return [(e, memory.handle(GetEntity(name=e.name, memories=100))) for e in page.entities]
+
+
+def test_a_restore_takes_the_mentions_from_the_sidecar_and_falls_back_when_it_cannot(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    driver = campaign()
+    driver.remember("Caroline: I met Mel at NASA.", "Melanie: the Black Tower fell.")
+    driver.send(MergeEntities(names=["Grey Mage"], into="Gandros", now=driver.tick()))
+    expected = graph_summary(driver.memory)
+    image = snapshot_image(driver.memory)
+    assert GRAPH_SIDECAR in image.sidecars
+
+    def no_detection(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the mentions were found again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(graph_module, "mentions", no_detection)
+        assert graph_summary(ScopeMemory.restore(KEY, image, driver.memory.settings)) == expected
+    damaged = Image(image.records, image.extra, {**image.sidecars, GRAPH_SIDECAR: b"\x93not a sidecar"})
+    assert graph_summary(ScopeMemory.restore(KEY, damaged, driver.memory.settings)) == expected
+    other = ScopeMemory.restore(KEY, image, replace(driver.memory.settings, entity_detection=False))
+    assert "Black Tower" not in {e.name for e in other.handle(ListEntities()).entities}
