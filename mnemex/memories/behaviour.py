@@ -67,6 +67,7 @@ from mnemex.index._sidecar import doc_ids_checksum
 from mnemex.knowledge.categories import DEFAULT_THRESHOLD
 from mnemex.knowledge.consolidate import normalized_text
 from mnemex.knowledge.cursor import CursorSettings
+from mnemex.knowledge.graph import EntityGraph
 from mnemex.memories.categories import (
     ClassificationFailed,
     ScopeCategories,
@@ -104,6 +105,16 @@ from mnemex.memories.fields import (
     record_of,
 )
 from mnemex.memories.filters import FilterTable, compile_filter
+from mnemex.memories.graph import (
+    declare_entity,
+    entity_detail,
+    graph_stats,
+    list_entities,
+    merge_entities,
+    reindex_graph,
+    related_entities,
+    unmerge_entity,
+)
 from mnemex.memories.keyed import KeyedIndex, forget_expired, list_namespaces, put_memories, refresh_expiry
 from mnemex.memories.knowledge import Applied, apply_facts, check_facts, history_of, with_change
 from mnemex.memories.protocol import (
@@ -113,6 +124,7 @@ from mnemex.memories.protocol import (
     ApplyExtraction,
     Change,
     CountMemories,
+    DeclareEntity,
     Extracted,
     ExtractionFailed,
     Forget,
@@ -123,18 +135,24 @@ from mnemex.memories.protocol import (
     GetActorMemories,
     GetCategories,
     GetDocuments,
+    GetEntity,
     GetFacets,
+    GetGraphStats,
     GetHistory,
     GetMemory,
+    GetRelated,
     GetScopeStats,
     GetVectors,
     Hit,
     ImportMemories,
     IngestDocument,
+    ListEntities,
     ListMemories,
     ListNamespaces,
     MemoryPage,
     MemoryRecord,
+    MergeEntities,
+    NewFact,
     NewMemory,
     PutMemories,
     RefreshExpiry,
@@ -150,10 +168,11 @@ from mnemex.memories.protocol import (
     StoreSession,
     Touch,
     Touched,
+    UnmergeEntity,
     Updated,
     UpdateMemory,
 )
-from mnemex.memories.ranking import CosineScale, Ranker
+from mnemex.memories.ranking import CosineScale, Ranker, found_by
 from mnemex.memories.sessions import session_echoes, session_memories
 from mnemex.memories.snapshot import (
     HNSW_SIDECAR,
@@ -178,6 +197,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("mnemex.memories")
+
+GRAPH_SIDECAR = "graph"
+"""The snapshot sidecar holding each memory's entity mentions (knowledge.graph)."""
 
 F32 = npt.NDArray[np.float32]
 
@@ -246,6 +268,14 @@ class ScopeSettings:
     archive_merge_echoes: bool = True
     graph_stale: float = 60.0
     category_threshold: float = DEFAULT_THRESHOLD
+    entity_detection: bool = True
+    expansion: bool = True
+    expansion_alias_weight: float = 1.0
+    expansion_neighbour_weight: float = 0.25
+    expansion_neighbours: int = 3
+    expansion_graph_weight: float = 0.4
+    expansion_candidates: int = 30
+    expansion_vector_weight: float = 0.0
     cursor: CursorSettings = dataclasses.field(default_factory=CursorSettings)
     extract: RunExtraction | None = None
     timer: Timer | None = None
@@ -386,6 +416,9 @@ class ScopeMemory:
         # per session: its memories as (id, doc), by id; neighbours give each its context
         self.sessions: dict[str, list[tuple[str, int]]] = {}
         self.entities = EntityIndex(fold_accents=fold)
+        self.graph = EntityGraph(detect=settings.entity_detection, fold_accents=fold)
+        self.graph_stale = False  # declarations replayed, mentions not found again yet
+        self.graph_restored = False  # a restore took the mentions from the snapshot's sidecar
         self.table = FilterTable()
         self.embedder: str | None = None
         self.dim = 0
@@ -564,9 +597,9 @@ class ScopeMemory:
             case StoreSession():
                 return self._store_session(command)
             case ApplyExtraction(session_id=session_id) if document_of(session_id) is not None:
-                return apply_document_extraction(self, command)
+                return self._typed(command, apply_document_extraction(self, command))
             case ApplyExtraction():
-                return self._with_graph(self._apply_extraction(command))
+                return self._typed(command, self._with_graph(self._apply_extraction(command)))
             case ExtractionFailed():
                 return self._extraction_failed(command)
             case ExtractSession():
@@ -602,6 +635,20 @@ class ScopeMemory:
                 return get_facets(self, command)
             case GetActorMemories():
                 return actor_memories(self, command)
+            case DeclareEntity():
+                return declare_entity(self, command)
+            case MergeEntities():
+                return merge_entities(self, command)
+            case UnmergeEntity():
+                return unmerge_entity(self, command)
+            case ListEntities():
+                return list_entities(self, command)
+            case GetEntity():
+                return entity_detail(self, command)
+            case GetRelated():
+                return related_entities(self, command)
+            case GetGraphStats():
+                return graph_stats(self)
             case ExtractDocument():
                 return extract_document(self, command)
             case SessionEmbedFailed(session_id=session_id, error=error):
@@ -723,6 +770,8 @@ class ScopeMemory:
             self._replay(commands, placed, vectors)
         finally:
             self.replaying = False
+            if self.graph_stale:  # declarations replayed: the gazetteer's mentions, found once
+                reindex_graph(self)
 
     def _replay(self, commands: Iterable[Any], placed: list[tuple[int, MemoryRecord]],
                 vectors: list[tuple[int, bytes]]) -> None:
@@ -781,6 +830,8 @@ class ScopeMemory:
                 texts.setdefault(normalized_text(record.content), doc)
             if record.entities:
                 self.entities.add(doc, record.entities)
+            if not self.graph_restored:
+                self.graph.add(doc, record.content, record.author, record.entities)
         docs = [doc for doc, _ in placed]
         self.keyword.add_many(docs, [record.content for _, record in placed],
                               [record.timestamp for _, record in placed])
@@ -842,6 +893,7 @@ class ScopeMemory:
         self._leave_session(record, doc)
         if record.entities:
             self.entities.remove(doc)
+        self.graph.remove(doc)
         self.table.remove(doc, record)
         self._release_content(doc, record.content)
         self.keyed.remove(doc, record)
@@ -942,6 +994,9 @@ class ScopeMemory:
                 members.sort()
         items = [(doc, record) for doc, record in enumerate(self.docs) if record is not None]
         if self._load_text_sidecars(sidecars):
+            if not self.graph_restored:
+                for doc, record in items:
+                    self.graph.add(doc, record.content, record.author, record.entities)
             for doc, record in items:
                 self._hold_content(doc, record.content)
                 self.keyed.add(doc, record)
@@ -1126,6 +1181,16 @@ class ScopeMemory:
                          superseded=applied.superseded, linked=applied.linked, dropped=applied.dropped,
                          extractor=cmd.extractor, usage=cmd.usage)
 
+    def _typed(self, cmd: ApplyExtraction, out: Any) -> Any:
+        """Give the entity graph the types the extractor gave the entities of a
+        committed job's facts."""
+        reply = out.reply if isinstance(out, Step) else out
+        if isinstance(reply, Extracted) and reply.status == "committed":
+            for fact in cmd.facts:
+                if isinstance(fact, NewFact) and fact.entity_types:
+                    self.graph.note_types(fact.entity_types)
+        return out
+
     def _extraction_failed(self, cmd: ExtractionFailed) -> Any:
         now, first = _job_range(cmd)
         job = None if self.replaying else cmd.job
@@ -1306,7 +1371,7 @@ class ScopeMemory:
         if allowed is not None and not allowed.any():
             return SearchResult(hits=[], mode=mode, facets={} if cmd.facets else None)
         ranker = Ranker(self.keyword, self.bm25, self.entities, self.keyed.vector_search(self.vectors),
-                        self.table, settings, self._record_at)
+                        self.table, settings, self._record_at, self.graph if settings.expansion else None)
         if mode == "keyword":
             ranked = ranker.keyword_ranked(query, top_k, allowed)
         elif mode == "fulltext":
@@ -1322,7 +1387,8 @@ class ScopeMemory:
             if min_score is None:
                 min_score = settings.hybrid_min_score
         # the cut reads the relevance: a ranking factor reorders hits, it never removes one
-        hits = [Hit(self._record_at(doc), round(score, 6), scores, self.app_name, self.user_id)
+        hits = [Hit(self._record_at(doc), round(score, 6), scores, self.app_name, self.user_id,
+                    found_by(scores))
                 for doc, score, scores in ranked
                 if min_score is None or scores.get("relevance", score) >= min_score]
         hits = hits[:top_k]
@@ -1337,7 +1403,8 @@ class ScopeMemory:
         pairs = [(doc, record) for doc, record in enumerate(self.docs) if record is not None]
         index = self.vectors
         sidecars = {"keyword": self.keyword.to_sidecar(), "bm25": self.bm25.to_sidecar(),
-                    "entities": self.entities.to_sidecar()} if pairs else {}
+                    "entities": self.entities.to_sidecar(),
+                    GRAPH_SIDECAR: self.graph.to_sidecar()} if pairs else {}
         graph = index.to_sidecar() if index is not None and self.settings.hnsw_sidecar else None
         if graph is not None:
             sidecars[HNSW_SIDECAR] = graph
@@ -1358,6 +1425,9 @@ class ScopeMemory:
         categories = self.categories.to_extra()
         if categories is not None:
             extra["categories"] = categories
+        declared = self.graph.to_extra()
+        if declared:
+            extra["graph"] = declared
         return write_snapshot(pairs, index, sidecars, extra)
 
     @classmethod
@@ -1379,7 +1449,16 @@ class ScopeMemory:
         memory.extractions.load_extra(extra.get("cursors") or {})
         memory.documents.load_extra(extra.get("documents") or [], records)
         memory.categories.load_extra(extra.get("categories"))
-        memory._reindex_all(image.sidecars)
+        memory.graph.load_extra(extra.get("graph") or {})
+        graph = image.sidecars.get(GRAPH_SIDECAR)
+        memory.graph_restored = graph is not None and memory.graph.load_sidecar(graph, docs)
+        if graph is not None and not memory.graph_restored:
+            log.info("scope %s: entity graph sidecar not used (other settings, declarations or detection "
+                     "version); finding the memories' mentions again", memory._name)
+        try:
+            memory._reindex_all(image.sidecars)
+        finally:
+            memory.graph_restored = False
         if isinstance(embedder, str) and dim > 0:
             memory.embedder, memory.dim = embedder, dim
             matrix = read_vectors(memory._name, image, vector_docs, dim)

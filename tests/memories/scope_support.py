@@ -44,8 +44,10 @@ def run_work(work: Any) -> Any:
 
 
 def settings(**overrides: Any) -> ScopeSettings:
+    # the brute-force references model the ranking without the entity graph's query
+    # expansion (tests/knowledge/test_entity_graph.py checks expansion against it)
     base = ScopeSettings(embedder_name=EMBEDDER.name, embedder_dim=EMBEDDER.dim, embed=embed,
-                         hnsw_threshold=10_000, fusion_candidates=1000)
+                         hnsw_threshold=10_000, fusion_candidates=1000, expansion=False)
     return replace(base, **overrides)
 
 
