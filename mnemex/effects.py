@@ -20,6 +20,7 @@ __all__ = [
     "Job",
     "JobResult",
     "Key",
+    "Sidecar",
     "SidecarWriter",
     "SnapshotData",
     "Step",
@@ -29,8 +30,12 @@ __all__ = [
 Key = tuple[str, ...]
 
 SidecarWriter = Callable[[str], None]
-"""Writes a sidecar's bytes into the file at the path it is given (in the writer's
-thread): a large sidecar streams to disk instead of being one bytes object."""
+"""Writes a sidecar into the file at the path it is given (a library's own save)."""
+
+Sidecar = bytes | SidecarWriter | Iterable[bytes]
+"""A sidecar as a snapshot gives it: bytes, a writer, or chunks of bytes made as they
+are written (in the writer's thread): a large sidecar streams to disk instead of
+being one bytes object."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +43,7 @@ class SnapshotData:
     """A consistent copy of an actor's state, taken inside the actor (cheaply) and
     written beside it. ``records`` may be a callable that encodes the lines: it runs
     in a worker thread, so it must only read what was copied. ``sidecars`` likewise;
-    a sidecar may be bytes or a :data:`SidecarWriter`. ``required`` names sidecars
+    a sidecar may be bytes, chunks or a writer (:data:`Sidecar`). ``required`` names sidecars
     without which the snapshot cannot be restored (a recovery that finds one missing
     or damaged uses an older snapshot); the others only make a restart fast. ``done``,
     when given, is called in the writer's thread once the write ended (written or
@@ -46,8 +51,7 @@ class SnapshotData:
 
     records: Sequence[bytes] | Callable[[], Iterable[bytes]]
     extra: Mapping[str, Any] = field(default_factory=dict)
-    sidecars: (Mapping[str, bytes | SidecarWriter]
-               | Callable[[], Mapping[str, bytes | SidecarWriter]] | None) = None
+    sidecars: Mapping[str, Sidecar] | Callable[[], Mapping[str, Sidecar]] | None = None
     required: frozenset[str] = frozenset()
     done: Callable[[], None] | None = None
 

@@ -47,6 +47,7 @@ import functools
 import hashlib
 import math
 import struct
+import weakref
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -68,7 +69,7 @@ from mnemex.index._select import (
 )
 from mnemex.index._sidecar import byte_view
 
-__all__ = ["GraphBuild", "SidecarStatus", "VectorIndex"]
+__all__ = ["GraphBuild", "SidecarStatus", "VectorIndex", "VectorsView", "read_vectors_file"]
 
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
@@ -77,6 +78,9 @@ SidecarStatus = Literal["none", "loaded", "absent", "stale", "corrupt"]
 
 _MAGIC = b"MNXHNSW1"
 _SIDECAR_VERSION = 3
+_GRAPH_FILE_VERSION = 1
+_VECTORS_MAGIC = b"MNXVEC01"
+_WRITE_BLOCK = 8192
 _MIN_ROWS = 1
 _VERIFY_CHUNK = 8192
 _GATHER_BLOCK = 1024
@@ -170,6 +174,9 @@ class VectorIndex:
         self._touched: set[int] | None = None               # ids changed since the live plan
         self._pending: dict[int, None] = {}                 # live docs not in the graph yet (deferred)
         self._pending_block: _PendingBlock | None = None    # their vectors, contiguous; None: to rebuild
+        self._views: list[weakref.ref[VectorsView]] = []   # snapshots being written from this index
+        self._free_later: list[int] = []                    # rows freed while a view reads them
+        self._marks_later: list[int] = []                   # graph tombstones to mark once no view reads it
         self.sidecar_status: SidecarStatus = "none"
 
     # -- reading ---------------------------------------------------------------------
@@ -272,7 +279,7 @@ class VectorIndex:
         if self._touched is not None:
             self._touched.update(ids)
         if self._graph is not None:
-            if self.defer_inserts:
+            if self.defer_inserts or self._viewed():
                 self._pending.update(dict.fromkeys(ids))
                 if self._pending_block is not None:
                     self._pending_block.append(id_array, matrix)
@@ -285,10 +292,11 @@ class VectorIndex:
         """Forget *doc_id*; NotFound when it is not indexed."""
         row = self._row(doc_id)
         doc_id = int(doc_id)
+        viewed = self._viewed()
         self._row_ids[row] = -1
         self._row_of[doc_id] = -1
-        self._rows[row] = 0.0
-        self._free.append(row)
+        # a row is reused only once no snapshot being written reads it
+        (self._free_later if viewed else self._free).append(row)
         self._count -= 1
         if self._touched is not None:
             self._touched.add(doc_id)
@@ -300,7 +308,10 @@ class VectorIndex:
                 self._pending_block = None
                 self._maybe_build()
                 return
-            self._graph.mark_deleted(doc_id)
+            if viewed:
+                self._marks_later.append(doc_id)  # searches leave it out meanwhile
+            else:
+                self._graph.mark_deleted(doc_id)
             self._tombstones.add(doc_id)
         self._maybe_build()
 
@@ -321,6 +332,7 @@ class VectorIndex:
         query = self._as_matrix(vector, 1)[0]
         if self._count == 0:
             return []
+        self._viewed()
         if allowed is not None:
             ids = allowed_ids(allowed)
             ids = ids[ids < len(self._row_of)]
@@ -431,6 +443,14 @@ class VectorIndex:
                     pass  # the clone was taken after the live graph had marked it
                 tombstones.add(doc_id)
         readd = [d for d in changed if d in self]
+        for doc_id in self._marks_later:  # removed while a snapshot read the old graph
+            if doc_id in labels:
+                try:
+                    graph.mark_deleted(doc_id)
+                except RuntimeError:
+                    pass  # marked already
+                tombstones.add(doc_id)
+        self._marks_later = []
         self._graph, self._graph_size, self._tombstones = graph, int(graph.get_current_count()), tombstones
         self._touched = None
         build.graph = None
@@ -455,6 +475,7 @@ class VectorIndex:
 
     def drop_graph(self) -> None:
         """Go back to exact search (frees the graph)."""
+        self._marks_later = []
         self._graph, self._graph_size, self._tombstones = None, 0, set()
         self._touched = None
         self._pending = {}
@@ -532,7 +553,102 @@ class VectorIndex:
         })
         return b"".join([_MAGIC, struct.pack("<Q", len(header)), header, *parts])
 
+    def snapshot_view(self) -> VectorsView:
+        """What a snapshot writes of this index, read later in the writer's thread
+        without a copy of the vectors: until the view is released (or dropped), rows
+        it reads are not reused, the graph it saves is not changed (removals are
+        marked in it afterwards; searches leave them out meanwhile) and inserts wait
+        beside the graph as deferred ones do."""
+        self._viewed()
+        live_rows = np.flatnonzero(self._row_ids[: self._high] >= 0)
+        view = VectorsView(self.dim, self._rows, live_rows, self._row_ids[live_rows], graph=self._graph,
+                           tombstones=sorted(self._tombstones), pending=sorted(self._pending),
+                           graph_size=self._graph_size, ids_checksum=self._ids_checksum())
+        self._views.append(weakref.ref(view))
+        return view
+
+    @classmethod
+    def from_snapshot(cls, doc_ids: I64, vectors: npt.ArrayLike, dim: int, *,
+                      graph: str | None, meta: bytes | memoryview | None,
+                      **params: Any) -> VectorIndex:
+        """An index over the vectors a :class:`VectorsView` wrote (rows as the index held
+        them), with its graph loaded from the file hnswlib saved (its path)
+        when ``meta`` shows it was saved from exactly these vectors; otherwise the
+        graph is rebuilt (if wanted). ``sidecar_status`` says what happened."""
+        index = cls(dim, **params)
+        auto = index.auto_build
+        index.auto_build = False
+        index._adopt_unit_rows(doc_ids, vectors)
+        index.auto_build = auto
+        if graph is None or meta is None:
+            index.sidecar_status = "absent"
+        else:
+            index.sidecar_status = index._load_graph_file(graph, meta)
+        index._maybe_build()
+        return index
+
     # -- insides ---------------------------------------------------------------------
+    def _viewed(self) -> bool:
+        """Whether a snapshot being written reads this index now. Once none does, what
+        waited for it is done: freed rows become reusable, removals are marked in the graph."""
+        if not self._views:
+            return False
+        self._views = [ref for ref in self._views if (view := ref()) is not None and not view.done]
+        if self._views:
+            return True
+        self._free.extend(self._free_later)
+        self._free_later = []
+        if self._graph is not None:
+            for doc_id in self._marks_later:
+                try:
+                    self._graph.mark_deleted(doc_id)
+                except RuntimeError:
+                    pass  # marked already
+        self._marks_later = []
+        return False
+
+    def _load_graph_file(self, graph: str, meta_data: bytes | memoryview) -> SidecarStatus:
+        try:
+            meta = orjson.loads(meta_data)
+            if not isinstance(meta, dict):
+                return "corrupt"
+            if meta.get("version") != _GRAPH_FILE_VERSION or meta.get("space") != "ip":
+                return "stale"
+            if (meta["dim"] != self.dim or meta["count"] != self._count
+                    or meta["ids_checksum"] != self._ids_checksum()
+                    or meta["rows_crc"] != f"{zlib.crc32(byte_view(self._rows[: self._count])):08x}"):
+                return "stale"
+            tombstones = np.asarray(meta["tombstones"], dtype=np.int64)
+            pending = np.asarray(meta["pending"], dtype=np.int64)
+            graph_size = int(meta["graph_size"])
+        except (ValueError, KeyError, TypeError, orjson.JSONDecodeError):
+            return "corrupt"
+        live = self._sorted_ids()
+        if len(pending) and not bool(self.holds(pending).all()):
+            return "stale"
+        expected = np.union1d(np.setdiff1d(live, pending, assume_unique=True), tombstones)
+        index = hnswlib.Index(space="ip", dim=self.dim)
+        try:
+            index.load_index(graph, max_elements=0)
+        except (RuntimeError, ValueError, OSError):
+            return "corrupt"
+        labels = np.sort(np.asarray(index.get_ids_list(), dtype=np.int64))
+        if int(index.get_current_count()) != graph_size or not np.array_equal(labels, expected):
+            return "stale"
+        for doc_id in tombstones.tolist():
+            try:
+                index.mark_deleted(doc_id)
+            except RuntimeError:
+                pass  # marked in the file already
+        index.set_num_threads(self._params.num_threads)
+        self._graph = index
+        self._graph_size = graph_size
+        self._tombstones = set(tombstones.tolist())
+        self._pending = dict.fromkeys(pending.tolist())
+        self._pending_block = None
+        self._touched = None
+        return "loaded"
+
     def _load_sidecar(self, data: bytes | memoryview) -> SidecarStatus:
         try:
             if data[: len(_MAGIC)] != _MAGIC:
@@ -645,8 +761,10 @@ class VectorIndex:
         ef = max(k, min(max(self.ef_search, math.ceil(self.ef_search * k / 10)), _MAX_EF))
         self._graph.set_ef(ef)
         allowed_filter = None if allowed is None else allowed.tobytes().__getitem__
+        unmarked = len(self._marks_later)
         try:
-            labels, _ = self._graph.knn_query(query, k=k, num_threads=1, filter=allowed_filter)
+            labels, _ = self._graph.knn_query(query, k=min(k + unmarked, self._graph_size), num_threads=1,
+                                              filter=allowed_filter)
         except RuntimeError:
             # hnswlib found fewer than k reachable elements: answer exactly instead.
             if allowed is None:
@@ -655,6 +773,8 @@ class VectorIndex:
             return self._exact_rows(query, rows[rows >= 0], top_k)
         ids = labels[0].astype(np.int64)
         rows = self._row_of[ids]
+        if unmarked:  # removed while a snapshot was written from the graph: not marked in it yet
+            ids, rows = ids[rows >= 0], rows[rows >= 0]
         scores = (self._rows[rows] @ query).astype(np.float64)
         return top_k_by_score(ids, scores, top_k)
 
@@ -666,7 +786,7 @@ class VectorIndex:
     def _exact_all(self, query: F32, top_k: int) -> list[tuple[int, float]]:
         scores = (self._rows[: self._high] @ query).astype(np.float64)
         ids = self._row_ids[: self._high]
-        if self._free:
+        if self._high != self._count:
             live = ids >= 0
             ids, scores = ids[live], scores[live]
         return top_k_by_score(ids, scores, top_k)
@@ -687,6 +807,7 @@ class VectorIndex:
 
     def _take_rows(self, count: int) -> I64:
         """``count`` rows for new vectors: freed ones first, then fresh ones in a block."""
+        self._viewed()
         reused = [self._free.pop() for _ in range(min(count, len(self._free)))]
         fresh = count - len(reused)
         if fresh and self._high + fresh > len(self._rows):
@@ -728,6 +849,84 @@ class VectorIndex:
             safe = np.where(norms[rescale] > 0, norms[rescale], 1.0)
             result[rescale] = matrix[rescale] / safe[:, None]
         return result
+
+
+class VectorsView:
+    """A snapshot's view of a :class:`VectorIndex` (see ``snapshot_view``): gives the
+    vectors and the graph to the snapshot's writer, in its thread, then ``release()``.
+
+    The vectors file: ``MNXVEC01``, the dimension (u32), the dtype (4 bytes, ``<f4``),
+    the count (u64), the doc ids (int64), the rows (little-endian): see
+    :func:`read_vectors_file`. The graph: hnswlib's own file (``save_index``) and a
+    small JSON ``meta_chunks`` naming the ids, rows and tombstones it belongs to."""
+
+    __slots__ = ("__weakref__", "_graph", "_graph_size", "_ids", "_ids_checksum", "_live_rows", "_pending",
+                 "_rows", "_rows_crc", "_tombstones", "dim", "done")
+
+    def __init__(self, dim: int, rows: F32, live_rows: I64, ids: I64, *, graph: Any, tombstones: list[int],
+                 pending: list[int], graph_size: int, ids_checksum: str) -> None:
+        self.dim = dim
+        self._rows, self._live_rows, self._ids = rows, live_rows, ids
+        self._graph, self._graph_size = graph, graph_size
+        self._tombstones, self._pending = tombstones, pending
+        self._ids_checksum = ids_checksum
+        self._rows_crc: int | None = None
+        self.done = False
+
+    @property
+    def doc_ids(self) -> I64:
+        """The doc ids in the order the vectors file holds them."""
+        return self._ids
+
+    @property
+    def has_graph(self) -> bool:
+        return self._graph is not None
+
+    def vector_chunks(self) -> Iterator[bytes]:
+        """The vectors file, a block of rows at a time."""
+        count = len(self._ids)
+        yield _VECTORS_MAGIC + struct.pack("<I4sQ", self.dim, b"<f4 ", count)
+        yield bytes(byte_view(self._ids.astype("<i8", copy=False)))
+        crc = 0
+        for start in range(0, count, _WRITE_BLOCK):
+            rows = self._live_rows[start : start + _WRITE_BLOCK]
+            data = np.ascontiguousarray(self._rows[rows], dtype="<f4").tobytes()
+            crc = zlib.crc32(data, crc)
+            yield data
+        self._rows_crc = crc
+
+    def write_graph(self, path: str) -> None:
+        """The graph as hnswlib saves it into the file at ``path``."""
+        assert self._graph is not None
+        self._graph.save_index(path)
+
+    def meta_chunks(self) -> Iterator[bytes]:
+        """What the graph file belongs to (read after ``vector_chunks``: it names their checksum)."""
+        assert self._rows_crc is not None, "vector_chunks first"
+        yield orjson.dumps({
+            "version": _GRAPH_FILE_VERSION, "space": "ip", "dim": self.dim, "count": len(self._ids),
+            "ids_checksum": self._ids_checksum, "rows_crc": f"{self._rows_crc:08x}",
+            "tombstones": self._tombstones, "pending": self._pending, "graph_size": self._graph_size,
+        })
+
+    def release(self) -> None:
+        """The writer is done reading: the index may reuse what the view held."""
+        self.done = True
+        self._graph = None
+
+
+def read_vectors_file(data: bytes | memoryview) -> tuple[I64, F32]:
+    """The doc ids and rows of a file :meth:`VectorsView.write_vectors` wrote (views
+    of ``data``, no copy); ValueError when it is not one."""
+    head = 8 + struct.calcsize("<I4sQ")
+    if len(data) < head or bytes(data[:8]) != _VECTORS_MAGIC:
+        raise ValueError("not a vectors file")
+    dim, dtype, count = struct.unpack_from("<I4sQ", data, 8)
+    if dtype != b"<f4 " or len(data) != head + 8 * count + 4 * dim * count:
+        raise ValueError(f"vectors file of {len(data):,} bytes does not hold {count:,} rows of {dim} float32")
+    ids = np.frombuffer(data, dtype="<i8", count=count, offset=head)
+    rows = np.frombuffer(data, dtype="<f4", count=count * dim, offset=head + 8 * count).reshape(count, dim)
+    return ids.astype(np.int64, copy=False), rows
 
 
 class _PendingBlock:

@@ -134,7 +134,6 @@ from mnemex.memories.protocol import (
 from mnemex.memories.ranking import CosineScale, Ranker
 from mnemex.memories.sessions import session_echoes, session_memories
 from mnemex.memories.snapshot import (
-    HNSW_SIDECAR,
     SNAPSHOT_FORMAT,
     TEXT_SIDECARS,
     check_format,
@@ -142,7 +141,7 @@ from mnemex.memories.snapshot import (
     decode_vector,
     encode_vector,
     read_records,
-    read_vectors,
+    restore_vectors,
     write_snapshot,
 )
 from mnemex.memories.transfer import import_records, vectors_of
@@ -1194,9 +1193,6 @@ class ScopeMemory:
         index = self.vectors
         sidecars = {"keyword": self.keyword.to_sidecar(), "bm25": self.bm25.to_sidecar(),
                     "entities": self.entities.to_sidecar()} if pairs else {}
-        graph = index.to_sidecar() if index is not None and self.settings.hnsw_sidecar else None
-        if graph is not None:
-            sidecars[HNSW_SIDECAR] = graph
         extra = {
             "format": SNAPSHOT_FORMAT,
             "scope": [self.app_name, self.user_id],
@@ -1211,7 +1207,7 @@ class ScopeMemory:
             extra["cursors"] = self.extractions.to_extra()
         if self.documents:
             extra["documents"] = self.documents.to_extra()
-        return write_snapshot(pairs, index, sidecars, extra)
+        return write_snapshot(pairs, index, sidecars, extra, graph=self.settings.hnsw_sidecar)
 
     @classmethod
     def restore(cls, key: Key, image: Image, settings: ScopeSettings) -> ScopeMemory:
@@ -1234,12 +1230,8 @@ class ScopeMemory:
         memory._reindex_all(image.sidecars)
         if isinstance(embedder, str) and dim > 0:
             memory.embedder, memory.dim = embedder, dim
-            matrix = read_vectors(memory._name, image, vector_docs, dim)
-            sidecar = image.sidecars.get(HNSW_SIDECAR)
-            vector_ids = np.array(vector_docs, dtype=np.int64)
-            # the rows as the index held them when the snapshot was taken (checksummed)
-            memory.vectors = VectorIndex.from_sidecar(sidecar, vector_ids, matrix, dim, unit_rows=True,
-                                                      **settings.vector_params())
+            memory.vectors = restore_vectors(memory._name, image, vector_docs, dim, settings.vector_params(),
+                                             graph=settings.hnsw_sidecar)
             status = memory.vectors.sidecar_status
             if status in ("stale", "corrupt") or (status == "absent" and memory.vectors.wants_graph):
                 log.info("scope %s: HNSW sidecar %s; the graph is rebuilt beside the actor on first use "

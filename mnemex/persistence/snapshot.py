@@ -39,7 +39,7 @@ from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Se
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 import numpy as np
 import orjson
@@ -56,6 +56,7 @@ from mnemex.persistence._files import (
 
 __all__ = [
     "FORMAT",
+    "Sidecar",
     "SidecarWriter",
     "SnapshotHeader",
     "SnapshotLines",
@@ -67,6 +68,7 @@ __all__ = [
     "load_newest_snapshot",
     "read_sidecars",
     "sidecar_problems",
+    "in_temporary_file",
     "sidecar_bytes",
     "start_newest_sidecar_reads",
     "sidecar_name",
@@ -78,8 +80,14 @@ __all__ = [
 FORMAT = 1
 """Snapshot format version written; readers refuse a newer one."""
 
+_T = TypeVar("_T")
+
 SidecarWriter = Callable[[str], None]
-"""Writes a sidecar into the file at the path it is given."""
+"""Writes a sidecar into the file at the path it is given (a library's own save)."""
+
+Sidecar = bytes | SidecarWriter | Iterable[bytes]
+"""A sidecar as a snapshot is given it: bytes, a writer, or chunks of bytes (read
+once, as they are written)."""
 
 _SNAPSHOT = re.compile(r"snapshot-(0|[1-9][0-9]*)\.jsonl")
 _SIDECAR_NAME = re.compile(r"[a-z0-9_-]{1,64}")
@@ -224,30 +232,44 @@ def _check_sidecar_name(name: object, blob: object) -> None:
     if not isinstance(name, str) or not _SIDECAR_NAME.fullmatch(name):
         raise InvalidInput(f"sidecar name {name!r} must be 1 to 64 characters of [a-z0-9_-]",
                            field="sidecars")
-    if not (isinstance(blob, bytes | bytearray | memoryview) or callable(blob)):
-        raise InvalidInput(f"sidecar {name!r} must be bytes or a writer, not {type(blob).__name__}",
-                           field="sidecars")
+    usable = isinstance(blob, bytes | bytearray | memoryview | Iterable) or callable(blob)
+    if isinstance(blob, str) or not usable:
+        raise InvalidInput(f"sidecar {name!r} must be bytes, chunks of bytes or a writer, not "
+                           f"{type(blob).__name__}", field="sidecars")
 
 
 _READ_BACK = 1 << 23
 
 
-def _write_sidecar_file(path: Path, blob: bytes | bytearray | memoryview | SidecarWriter,
-                        ) -> tuple[int, int]:
+def _write_sidecar_file(path: Path, blob: Sidecar | bytearray | memoryview) -> tuple[int, int]:
     """Write one sidecar atomically (``.tmp``, fsync, rename; the folder is synced by
     the caller); its (bytes, crc32). A writer's file is read back for its checksum."""
-    if not callable(blob):
-        write_atomic(path, [bytes(blob) if isinstance(blob, bytearray) else blob], sync_dir=False)
+    if isinstance(blob, bytes | bytearray | memoryview):
+        write_atomic(path, [blob if isinstance(blob, bytes) else bytes(blob)], sync_dir=False)
         return len(blob), zlib.crc32(blob)
     tmp = path.with_name(path.name + ".tmp")
+    crc = size = 0
     try:
-        blob(str(tmp))
-        crc = size = 0
-        with open(tmp, "rb", buffering=0) as handle:
-            while chunk := handle.read(_READ_BACK):
-                crc = zlib.crc32(chunk, crc)
-                size += len(chunk)
-            os.fsync(handle.fileno())
+        if callable(blob):
+            blob(str(tmp))
+            with open(tmp, "rb", buffering=0) as handle:
+                while chunk := handle.read(_READ_BACK):
+                    crc = zlib.crc32(chunk, crc)
+                    size += len(chunk)
+                os.fsync(handle.fileno())
+        else:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+            try:
+                for chunk in blob:
+                    if not isinstance(chunk, bytes | bytearray | memoryview):
+                        raise InvalidInput(f"sidecar {path.name}: a chunk is {type(chunk).__name__}, "
+                                           f"not bytes", field="sidecars")
+                    write_all(fd, [chunk])
+                    crc = zlib.crc32(chunk, crc)
+                    size += len(chunk)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         remove_quietly(tmp)
@@ -255,11 +277,13 @@ def _write_sidecar_file(path: Path, blob: bytes | bytearray | memoryview | Sidec
     return size, crc
 
 
-def sidecar_bytes(blob: bytes | bytearray | memoryview | SidecarWriter) -> bytes:
-    """A sidecar as bytes: a writer's output read back from a temporary file (for
-    stores and simulations that keep snapshots in memory)."""
-    if not callable(blob):
+def sidecar_bytes(blob: Sidecar | bytearray | memoryview) -> bytes:
+    """A sidecar as bytes: chunks joined, a writer's output read back from a temporary
+    file (for stores and simulations that keep snapshots in memory)."""
+    if isinstance(blob, bytes | bytearray | memoryview):
         return bytes(blob)
+    if not callable(blob):
+        return b"".join(blob)
     handle, name = tempfile.mkstemp(prefix="mnemex-sidecar-")
     os.close(handle)
     try:
@@ -269,9 +293,18 @@ def sidecar_bytes(blob: bytes | bytearray | memoryview | SidecarWriter) -> bytes
         os.unlink(name)
 
 
+def in_temporary_file(blob: bytes | memoryview, load: Callable[[str], _T]) -> _T:
+    """``load(path)`` of a temporary file holding ``blob``: for a library that reads
+    only files (hnswlib's ``load_index``), given a sidecar kept in memory."""
+    with tempfile.TemporaryDirectory(prefix="mnemex-sidecar-") as folder:
+        path = Path(folder) / "sidecar.bin"
+        path.write_bytes(blob)
+        return load(str(path))
+
+
 def write_snapshot_stream(folder: Path, records: Iterable[bytes], *, kind: str, key: tuple[str, ...],
                           seq: int, ts: int, created: int, extra: Mapping[str, object] | None = None,
-                          sidecars: Mapping[str, bytes | SidecarWriter] | None = None,
+                          sidecars: Mapping[str, Sidecar] | None = None,
                           required: Iterable[str] = ()) -> int:
     """Write a snapshot into ``folder`` as :func:`encode_snapshot` would encode it,
     without holding it: sidecars first (each streamed to its file, checksummed),

@@ -44,8 +44,8 @@ from mnemex.persistence.journal import (
 from mnemex.persistence.layout import KEY_MANIFEST, actor_dir, check_key, check_kind
 from mnemex.persistence.openfiles import OpenFile, OpenFiles
 from mnemex.persistence.snapshot import (
+    Sidecar,
     SidecarReads,
-    SidecarWriter,
     SnapshotHeader,
     decode_snapshot,
     encode_snapshot,
@@ -165,7 +165,7 @@ class ActorStore(abc.ABC):
     @abc.abstractmethod
     def write_snapshot(self, seq: int, ts: int, records: Iterable[bytes], *, created: int,
                        extra: Mapping[str, object] | None = None,
-                       sidecars: Mapping[str, bytes | SidecarWriter] | None = None,
+                       sidecars: Mapping[str, Sidecar] | None = None,
                        required: Iterable[str] = ()) -> int:
         """Persist the state at ``seq`` (``ts`` = time of that command, ``created`` =
         now, both epoch ms), then move journal lines up to ``seq`` to an archive
@@ -559,7 +559,7 @@ class FileStore(ActorStore):
 
     def write_snapshot(self, seq: int, ts: int, records: Iterable[bytes], *, created: int,
                        extra: Mapping[str, object] | None = None,
-                       sidecars: Mapping[str, bytes | SidecarWriter] | None = None,
+                       sidecars: Mapping[str, Sidecar] | None = None,
                        required: Iterable[str] = ()) -> int:
         with self._snapshot_lock:
             existing = list_snapshots(self.path)
@@ -762,7 +762,7 @@ class MemoryStore(ActorStore):
 
     def write_snapshot(self, seq: int, ts: int, records: Iterable[bytes], *, created: int,
                        extra: Mapping[str, object] | None = None,
-                       sidecars: Mapping[str, bytes | SidecarWriter] | None = None,
+                       sidecars: Mapping[str, Sidecar] | None = None,
                        required: Iterable[str] = ()) -> int:
         blobs = {name: sidecar_bytes(blob) for name, blob in (sidecars or {}).items()}
         header_line, body = encode_snapshot(self.kind, self.key, seq, ts, records, created=created,
