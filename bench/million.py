@@ -147,10 +147,16 @@ def child_ingest(args: argparse.Namespace) -> dict[str, Any]:
                     figures["exact_recall@10"] = float(np.mean(recalls))
                 out[mode] = figures
             out["rss_after_search_mb"] = rss_bytes() / MB
+            await rt.flush_touches()  # the searches' access counts, which would load the scope again
             sampler.enter("snapshot")
             started = time.perf_counter()
             await rt.passivate("scope", (APP, USER))
             out["snapshot_s"] = time.perf_counter() - started
+            out["live_after_passivate"] = [list(key) for _kind, key in rt.live_keys("scope")]
+            out["files_mb"] = {p.name: round(p.stat().st_size / MB, 1)
+                               for p in sorted(Path(args.data_dir).rglob("*")) if p.is_file()}
+            sampler.enter("passivated")
+            await trio.sleep(1.0)
             sampler.enter("closing")
 
     trio.run(main)

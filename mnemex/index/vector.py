@@ -47,10 +47,12 @@ import functools
 import hashlib
 import math
 import struct
+import tempfile
 import weakref
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import hnswlib
@@ -98,14 +100,18 @@ class _GraphParams:
 
 @dataclass(slots=True)
 class GraphBuild:
-    """A graph to build beside the index: ``run()`` may go to a worker thread (it
-    reads only the copies held here), then :meth:`VectorIndex.adopt` attaches the
-    result. ``token`` ties it to the plan that made it."""
+    """A graph to build beside the index: ``run()`` may go to a worker thread, then
+    :meth:`VectorIndex.adopt` attaches the result. ``token`` ties it to the plan that
+    made it. A fresh build reads the index's rows through a view (no copy: rows it
+    reads are not reused until it is done); a catch-up clones the live graph through
+    hnswlib's own file (one more graph in memory, not two) and adds the deferred
+    vectors, copied here."""
 
     token: int
     ids: I64
-    vectors: F32
+    vectors: F32 | None
     params: _GraphParams
+    view: VectorsView | None = field(default=None, repr=False)
     graph: Any = field(default=None, repr=False)
     base: Any = field(default=None, repr=False)
     """For a catch-up: the live graph, cloned by ``run`` before ``ids`` are added."""
@@ -114,12 +120,19 @@ class GraphBuild:
 
     def run(self) -> GraphBuild:
         """Build the graph (slow: about 0.5 ms per vector per thread); returns self."""
-        if self.graph is None:
-            if self.base is None:
-                self.graph = _build_graph(self.ids, self.vectors, self.params)
-            else:
-                self.graph = _extend_graph(self.base, self.ids, self.vectors, self.params)
-                self.base = None
+        try:
+            if self.graph is None:
+                if self.base is None:
+                    assert self.view is not None
+                    self.graph = _build_graph(self.view, self.params)
+                else:
+                    assert self.vectors is not None
+                    self.graph = _extend_graph(self.base, self.ids, self.vectors, self.params)
+                    self.base = None
+        finally:
+            if self.view is not None:
+                self.view.release()
+                self.view = None
         return self
 
 
@@ -415,12 +428,11 @@ class VectorIndex:
             vectors = self._rows[self._row_of[ids]].copy()
             docs = self._row_ids[: self._high]
             labels = frozenset(docs[docs >= 0].tolist()).difference(self._pending) | self._tombstones
-            return GraphBuild(self._plan_token, ids, vectors, self._params, base=graph,
-                              base_labels=labels, base_tombstones=frozenset(self._tombstones))
-        live = self._row_ids[: self._high] >= 0
-        ids = self._row_ids[: self._high][live].copy()
-        vectors = self._rows[: self._high][live].copy()
-        return GraphBuild(self._plan_token, ids, vectors, self._params)
+            # the view keeps the live graph unchanged while the builder clones it
+            return GraphBuild(self._plan_token, ids, vectors, self._params, view=self.snapshot_view(),
+                              base=graph, base_labels=labels, base_tombstones=frozenset(self._tombstones))
+        view = self.snapshot_view()
+        return GraphBuild(self._plan_token, view.doc_ids, None, self._params, view=view)
 
     def adopt(self, build: GraphBuild) -> bool:
         """Attach a finished build, replaying the changes made since its plan.
@@ -563,7 +575,7 @@ class VectorIndex:
         live_rows = np.flatnonzero(self._row_ids[: self._high] >= 0)
         view = VectorsView(self.dim, self._rows, live_rows, self._row_ids[live_rows], graph=self._graph,
                            tombstones=sorted(self._tombstones), pending=sorted(self._pending),
-                           graph_size=self._graph_size, ids_checksum=self._ids_checksum())
+                           graph_size=self._graph_size)
         self._views.append(weakref.ref(view))
         return view
 
@@ -721,8 +733,7 @@ class VectorIndex:
         self._high = self._count = count
 
     def _ids_checksum(self) -> str:
-        ids = self._sorted_ids()
-        return hashlib.blake2b(ids.tobytes(), digest_size=16).hexdigest()
+        return _ids_checksum(self._sorted_ids())
 
     def _vectors_checksum(self) -> str:
         """CRC-32 of the stored vectors in doc id order (float32 little-endian)."""
@@ -860,16 +871,15 @@ class VectorsView:
     :func:`read_vectors_file`. The graph: hnswlib's own file (``save_index``) and a
     small JSON ``meta_chunks`` naming the ids, rows and tombstones it belongs to."""
 
-    __slots__ = ("__weakref__", "_graph", "_graph_size", "_ids", "_ids_checksum", "_live_rows", "_pending",
+    __slots__ = ("__weakref__", "_graph", "_graph_size", "_ids", "_live_rows", "_pending",
                  "_rows", "_rows_crc", "_tombstones", "dim", "done")
 
     def __init__(self, dim: int, rows: F32, live_rows: I64, ids: I64, *, graph: Any, tombstones: list[int],
-                 pending: list[int], graph_size: int, ids_checksum: str) -> None:
+                 pending: list[int], graph_size: int) -> None:
         self.dim = dim
         self._rows, self._live_rows, self._ids = rows, live_rows, ids
         self._graph, self._graph_size = graph, graph_size
         self._tombstones, self._pending = tombstones, pending
-        self._ids_checksum = ids_checksum
         self._rows_crc: int | None = None
         self.done = False
 
@@ -881,6 +891,13 @@ class VectorsView:
     @property
     def has_graph(self) -> bool:
         return self._graph is not None
+
+    def blocks(self) -> Iterator[tuple[I64, F32]]:
+        """(doc ids, float32 rows) a block at a time, in the vectors file's order."""
+        for start in range(0, len(self._ids), _WRITE_BLOCK):
+            rows = self._live_rows[start : start + _WRITE_BLOCK]
+            block = np.ascontiguousarray(self._rows[rows], dtype=np.float32)
+            yield self._ids[start : start + _WRITE_BLOCK], block
 
     def vector_chunks(self) -> Iterator[bytes]:
         """The vectors file, a block of rows at a time."""
@@ -905,7 +922,7 @@ class VectorsView:
         assert self._rows_crc is not None, "vector_chunks first"
         yield orjson.dumps({
             "version": _GRAPH_FILE_VERSION, "space": "ip", "dim": self.dim, "count": len(self._ids),
-            "ids_checksum": self._ids_checksum, "rows_crc": f"{self._rows_crc:08x}",
+            "ids_checksum": _ids_checksum(np.sort(self._ids)), "rows_crc": f"{self._rows_crc:08x}",
             "tombstones": self._tombstones, "pending": self._pending, "graph_size": self._graph_size,
         })
 
@@ -983,30 +1000,41 @@ def _release_freed_memory() -> None:
         trim(0)
 
 
+def _ids_checksum(sorted_ids: I64) -> str:
+    return hashlib.blake2b(sorted_ids.astype(np.int64, copy=False).tobytes(), digest_size=16).hexdigest()
+
+
 def _crc(data: bytes | memoryview) -> str:
     return f"{zlib.crc32(data):08x}"
 
 
 def _extend_graph(base: Any, ids: I64, vectors: F32, params: _GraphParams) -> Any:
     """A clone of ``base`` with ``ids`` added (a catch-up). The clone is taken here,
-    in the builder's thread: the owner only reads ``base`` meanwhile (searches, and
-    tombstones it marks again on the clone when adopting)."""
-    graph = hnswlib.Index.__new__(hnswlib.Index)
-    graph.__setstate__(base.__getstate__())
-    needed = graph.get_current_count() + len(ids)
-    if needed > graph.get_max_elements():
-        graph.resize_index(max(needed, 2 * graph.get_max_elements()))
+    in the builder's thread, through hnswlib's own file (its pickled state would be a
+    third copy of the graph in memory): the owner leaves ``base`` unchanged meanwhile
+    (it only searches it; removals wait for the build's view)."""
+    needed = base.get_current_count() + len(ids)
+    capacity = max(needed, 2 * base.get_max_elements()) if needed > base.get_max_elements() else \
+        base.get_max_elements()
+    with tempfile.TemporaryDirectory(prefix="mnemex-hnsw-") as folder:
+        path = str(Path(folder) / "graph.bin")
+        base.save_index(path)
+        graph = hnswlib.Index(space="ip", dim=params.dim)
+        graph.load_index(path, max_elements=capacity)
     graph.set_num_threads(params.num_threads)
     if len(ids):
         graph.add_items(vectors, ids, num_threads=params.num_threads)
     return graph
 
 
-def _build_graph(ids: I64, vectors: F32, params: _GraphParams) -> Any:
+def _build_graph(view: VectorsView, params: _GraphParams) -> Any:
+    """A graph over the rows ``view`` reads, added a block at a time (one thread adds
+    them in the same order as one call would: the same graph)."""
+    count = len(view.doc_ids)
     graph = hnswlib.Index(space="ip", dim=params.dim)
-    graph.init_index(max_elements=max(_MIN_ROWS, len(ids) + len(ids) // 2),
+    graph.init_index(max_elements=max(_MIN_ROWS, count + count // 2),
                      ef_construction=params.ef_construction, M=params.m, random_seed=params.seed)
     graph.set_num_threads(params.num_threads)
-    if len(ids):
-        graph.add_items(vectors, ids, num_threads=params.num_threads)
+    for ids, rows in view.blocks():
+        graph.add_items(rows, ids, num_threads=params.num_threads)
     return graph
