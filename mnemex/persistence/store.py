@@ -13,7 +13,7 @@ import abc
 import itertools
 import os
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -607,17 +607,17 @@ class FileStore(ActorStore):
             with self._lock:
                 copied = self._journal_size(reader)
                 cuts = self._cuts
-            data = reader.read(copied)
-            offset, first, last = cut_offset(data, seq)
+            # read a chunk at a time: a journal can be far larger than what is worth holding
+            offset, first, last = _cut_offset_of_file(reader, copied, seq)
             if first is None or last is None:
                 return
-            write_atomic(self.path / archive_name(first, last), [data[:offset]])
+            write_atomic(self.path / archive_name(first, last), _file_chunks(reader, 0, offset))
             tmp = self._journal.with_name(JOURNAL + ".tmp")
             fd = os.open(tmp, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC | _CLOEXEC, 0o644)
             handed_over = False
             try:
-                size = write_all(fd, (data[offset:],))
-                del data
+                size = write_all(fd, _file_chunks(reader, offset, copied))
+                reader.seek(copied)
                 # Catch up with lines appended meanwhile without holding the lock,
                 # so that the locked swap below only has a few lines left to copy.
                 for _round in range(4):
@@ -682,6 +682,42 @@ class FileStore(ActorStore):
         for _first, last, path in list_archives(self.path):
             if last <= oldest:
                 remove_quietly(path)
+
+
+_CUT_CHUNK = 1 << 23
+
+
+def _cut_offset_of_file(reader: BinaryIO, size: int, seq: int) -> tuple[int, int | None, int | None]:
+    """:func:`cut_offset` of the first ``size`` bytes of the file, read a chunk at a time."""
+    reader.seek(0)
+    offset, first, last = 0, None, None
+    pending = b""  # read from ``offset`` on, not yet passed
+    read = 0
+    while True:
+        if read < size:
+            more = reader.read(min(_CUT_CHUNK, size - read))
+            read += len(more)
+            pending += more
+        part, part_first, part_last = cut_offset(pending, seq)
+        if part_first is not None:
+            first = part_first if first is None else first
+            last = part_last
+        offset += part
+        pending = pending[part:]
+        # stopped before a whole line: at the end of what is read so far, or for good
+        if read >= size or b"\n" in pending:
+            return offset, first, last
+
+
+def _file_chunks(reader: BinaryIO, start: int, end: int) -> Iterator[bytes]:
+    """Bytes ``start`` to ``end`` of the file, a chunk at a time."""
+    fd = reader.fileno()
+    while start < end:
+        chunk = os.pread(fd, min(_CUT_CHUNK, end - start), start)
+        if not chunk:
+            raise OSError(f"{reader.name}: ended at byte {start:,}, expected {end:,}")
+        start += len(chunk)
+        yield chunk
 
 
 class MemoryStore(ActorStore):

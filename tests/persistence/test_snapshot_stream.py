@@ -145,3 +145,25 @@ def test_a_memory_store_keeps_streamed_sidecars_as_bytes() -> None:
     recovered = store.recover()
     assert recovered.header is not None and recovered.header.required == ("g",)
     assert recovered.sidecars == {"g": b"saved", "c": b"ab"} and recovered.sidecar_paths == {}
+
+
+@pytest.mark.parametrize("chunk", [7, 64, 1 << 23])
+def test_the_journal_is_cut_a_chunk_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    import mnemex.persistence.store as store_module
+
+    monkeypatch.setattr(store_module, "_CUT_CHUNK", chunk)
+    store = FileStore(tmp_path, "scope", KEY, keep=2)
+    store.append([(seq, 1_000 + seq, b'{"n":%d,"pad":"%s"}' % (seq, b"x" * (seq % 13))) for seq in range(1, 41)])
+    store.sync()
+    before = (store.path / "journal.jsonl").read_bytes()
+    lines = before.splitlines(keepends=True)
+    store.write_snapshot(10, 1_010, [b"{}"], created=1)
+    store.write_snapshot(25, 1_025, [b"{}"], created=1)
+    # the lines between the two snapshots kept are archived, the rest stay in the journal
+    assert (store.path / "journal-11-25.jsonl").read_bytes() == b"".join(lines[10:25])
+    assert (store.path / "journal.jsonl").read_bytes() == b"".join(lines[25:])
+    store.append([(41, 1_041, b'{"n":41}')])
+    store.sync()
+    recovered = store.recover()
+    assert recovered.header is not None and [e.seq for e in recovered.journal] == list(range(26, 42))
+    store.close()
