@@ -192,7 +192,7 @@ class ScopeSettings:
     hnsw_threshold: int = 20_000
     hnsw_m: int = 16
     hnsw_ef_construction: int = 100
-    hnsw_ef_search: int = 256
+    hnsw_ef_search: int = 320
     hnsw_tombstone_ratio: float = 0.2
     hnsw_sidecar: bool = True
     hnsw_threads: int = 1
