@@ -43,6 +43,7 @@ from exactly these ids and vectors, rebuilding otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import math
@@ -50,7 +51,8 @@ import struct
 import tempfile
 import weakref
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -83,6 +85,7 @@ _SIDECAR_VERSION = 3
 _GRAPH_FILE_VERSION = 1
 _VECTORS_MAGIC = b"MNXVEC01"
 _WRITE_BLOCK = 8192
+_IN_PLACE_BATCH = 128  # vectors a catch-up in place adds per hold of the guard (~40 ms at 384 dims)
 _MIN_ROWS = 1
 _VERIFY_CHUNK = 8192
 _GATHER_BLOCK = 1024
@@ -117,6 +120,10 @@ class GraphBuild:
     """For a catch-up: the live graph, cloned by ``run`` before ``ids`` are added."""
     base_labels: frozenset[int] = frozenset()
     base_tombstones: frozenset[int] = frozenset()
+    guard: AbstractContextManager[Any] | None = field(default=None, repr=False)
+    """For a catch-up in place: the lock searches of the live graph hold."""
+    current: Callable[[], int] | None = field(default=None, repr=False)
+    """The index's newest plan token (an in-place catch-up stops once it is stale)."""
 
     def run(self) -> GraphBuild:
         """Build the graph (slow: about 0.5 ms per vector per thread); returns self."""
@@ -125,6 +132,10 @@ class GraphBuild:
                 if self.base is None:
                     assert self.view is not None
                     self.graph = _build_graph(self.view, self.params)
+                elif self.guard is not None:
+                    assert self.vectors is not None
+                    self.graph = self._add_in_place()
+                    self.base = None
                 else:
                     assert self.vectors is not None
                     self.graph = _extend_graph(self.base, self.ids, self.vectors, self.params)
@@ -134,6 +145,23 @@ class GraphBuild:
                 self.view.release()
                 self.view = None
         return self
+
+    def _add_in_place(self) -> Any:
+        """The live graph with ``ids`` added, a batch at a time under the guard (a
+        search waits for one batch at most); None when the plan went stale."""
+        graph, guard, vectors = self.base, self.guard, self.vectors
+        assert guard is not None and vectors is not None
+        with guard:
+            needed = graph.get_current_count() + len(self.ids)
+            if needed > graph.get_max_elements():
+                graph.resize_index(max(needed, 2 * graph.get_max_elements()))
+        for start in range(0, len(self.ids), _IN_PLACE_BATCH):
+            if self.current is not None and self.current() != self.token:
+                return None  # a newer plan covers these
+            with guard:
+                batch = slice(start, start + _IN_PLACE_BATCH)
+                graph.add_items(vectors[batch], self.ids[batch], num_threads=self.params.num_threads)
+        return graph
 
 
 class VectorIndex:
@@ -154,7 +182,7 @@ class VectorIndex:
                  ef_construction: int = 200, ef_search: int = 320, tombstone_ratio: float = 0.2,
                  exact_filter_max: int = 4096, seed: int = 100, num_threads: int = 1,
                  auto_build: bool = True, defer_inserts: bool = False, catch_up_min: int = 1024,
-                 catch_up_share: float = 0.05) -> None:
+                 catch_up_share: float = 0.05, guard: AbstractContextManager[Any] | None = None) -> None:
         for name, value, low in (("dim", dim, 1), ("hnsw_threshold", hnsw_threshold, 1), ("m", m, 2),
                                  ("ef_construction", ef_construction, 1), ("ef_search", ef_search, 1),
                                  ("exact_filter_max", exact_filter_max, 0), ("seed", seed, 0),
@@ -190,6 +218,11 @@ class VectorIndex:
         self._views: list[weakref.ref[VectorsView]] = []   # snapshots being written from this index
         self._free_later: list[int] = []                    # rows freed while a view reads them
         self._marks_later: list[int] = []                   # graph tombstones to mark once no view reads it
+        # A lock shared with builder threads (given by an owner that runs builds beside
+        # it): with one, a catch-up adds to the live graph in place, in small batches
+        # between searches, instead of cloning it (one graph in memory, not two).
+        self._guard: AbstractContextManager[Any] = guard if guard is not None else contextlib.nullcontext()
+        self._in_place = guard is not None
         self.sidecar_status: SidecarStatus = "none"
 
     # -- reading ---------------------------------------------------------------------
@@ -324,7 +357,8 @@ class VectorIndex:
             if viewed:
                 self._marks_later.append(doc_id)  # searches leave it out meanwhile
             else:
-                self._graph.mark_deleted(doc_id)
+                with self._guard:
+                    self._graph.mark_deleted(doc_id)
             self._tombstones.add(doc_id)
         self._maybe_build()
 
@@ -428,9 +462,12 @@ class VectorIndex:
             vectors = self._rows[self._row_of[ids]].copy()
             docs = self._row_ids[: self._high]
             labels = frozenset(docs[docs >= 0].tolist()).difference(self._pending) | self._tombstones
-            # the view keeps the live graph unchanged while the builder clones it
+            # the view keeps removals from the live graph while the builder clones it (or
+            # adds to it in place, between searches)
             return GraphBuild(self._plan_token, ids, vectors, self._params, view=self.snapshot_view(),
-                              base=graph, base_labels=labels, base_tombstones=frozenset(self._tombstones))
+                              base=graph, base_labels=labels, base_tombstones=frozenset(self._tombstones),
+                              guard=self._guard if self._in_place else None,
+                              current=functools.partial(getattr, self, "_plan_token"))
         view = self.snapshot_view()
         return GraphBuild(self._plan_token, view.doc_ids, None, self._params, view=view)
 
@@ -444,25 +481,32 @@ class VectorIndex:
         labels = planned | build.base_labels
         tombstones = set(build.base_tombstones - planned)
         changed = sorted(self._touched)
+        # the live graph, grown in place, may be read by a snapshot being written: its
+        # tombstones are marked once that is done (searches leave them out meanwhile)
+        later = graph is self._graph and self._viewed()
+        marks: list[int] = []
         # Docs changed since the plan: a removed one is a tombstone of the new graph; one
         # added (or re-added) since is inserted now, or left pending when inserts defer.
         for doc_id in changed:
             if doc_id in labels and doc_id not in tombstones and (
                     doc_id not in self or self.defer_inserts or doc_id in self._pending):
-                try:
-                    graph.mark_deleted(doc_id)
-                except RuntimeError:
-                    pass  # the clone was taken after the live graph had marked it
+                marks.append(doc_id)
                 tombstones.add(doc_id)
         readd = [d for d in changed if d in self]
-        for doc_id in self._marks_later:  # removed while a snapshot read the old graph
+        for doc_id in self._marks_later:  # removed while a snapshot or build read the graph
             if doc_id in labels:
-                try:
-                    graph.mark_deleted(doc_id)
-                except RuntimeError:
-                    pass  # marked already
+                marks.append(doc_id)
                 tombstones.add(doc_id)
-        self._marks_later = []
+        if later:
+            self._marks_later = marks
+        else:
+            self._marks_later = []
+            with self._guard:
+                for doc_id in marks:
+                    try:
+                        graph.mark_deleted(doc_id)
+                    except RuntimeError:
+                        pass  # marked already (the clone was taken after the live graph marked it)
         self._graph, self._graph_size, self._tombstones = graph, int(graph.get_current_count()), tombstones
         self._touched = None
         build.graph = None
@@ -574,6 +618,7 @@ class VectorIndex:
         self._viewed()
         live_rows = np.flatnonzero(self._row_ids[: self._high] >= 0)
         view = VectorsView(self.dim, self._rows, live_rows, self._row_ids[live_rows], graph=self._graph,
+                           guard=self._guard,
                            tombstones=sorted(self._tombstones), pending=sorted(self._pending),
                            graph_size=self._graph_size)
         self._views.append(weakref.ref(view))
@@ -610,12 +655,13 @@ class VectorIndex:
             return True
         self._free.extend(self._free_later)
         self._free_later = []
-        if self._graph is not None:
-            for doc_id in self._marks_later:
-                try:
-                    self._graph.mark_deleted(doc_id)
-                except RuntimeError:
-                    pass  # marked already
+        if self._graph is not None and self._marks_later:
+            with self._guard:
+                for doc_id in self._marks_later:
+                    try:
+                        self._graph.mark_deleted(doc_id)
+                    except RuntimeError:
+                        pass  # marked already
         self._marks_later = []
         return False
 
@@ -760,9 +806,10 @@ class VectorIndex:
         graph = self._graph
         needed = self._graph_size + new
         capacity = graph.get_max_elements()
-        if needed > capacity:
-            graph.resize_index(max(needed, 2 * capacity))
-        graph.add_items(matrix, ids, num_threads=self._params.num_threads)
+        with self._guard:
+            if needed > capacity:
+                graph.resize_index(max(needed, 2 * capacity))
+            graph.add_items(matrix, ids, num_threads=self._params.num_threads)
         self._tombstones.difference_update(ids.tolist())
         self._graph_size = needed
 
@@ -774,8 +821,9 @@ class VectorIndex:
         allowed_filter = None if allowed is None else allowed.tobytes().__getitem__
         unmarked = len(self._marks_later)
         try:
-            labels, _ = self._graph.knn_query(query, k=min(k + unmarked, self._graph_size), num_threads=1,
-                                              filter=allowed_filter)
+            with self._guard:
+                labels, _ = self._graph.knn_query(query, k=min(k + unmarked, self._graph_size), num_threads=1,
+                                                  filter=allowed_filter)
         except RuntimeError:
             # hnswlib found fewer than k reachable elements: answer exactly instead.
             if allowed is None:
@@ -783,9 +831,12 @@ class VectorIndex:
             rows = self._row_of[np.flatnonzero(allowed)]
             return self._exact_rows(query, rows[rows >= 0], top_k)
         ids = labels[0].astype(np.int64)
-        rows = self._row_of[ids]
-        if unmarked:  # removed while a snapshot was written from the graph: not marked in it yet
-            ids, rows = ids[rows >= 0], rows[rows >= 0]
+        rows = self._row_of[ids[ids < len(self._row_of)]]
+        if len(rows) < len(ids) or (rows < 0).any():
+            # removed while a snapshot or a build read the graph (not marked in it yet),
+            # or added to it in place by a build not adopted (yet)
+            ids = ids[: len(rows)][rows >= 0]
+            rows = rows[rows >= 0]
         scores = (self._rows[rows] @ query).astype(np.float64)
         return top_k_by_score(ids, scores, top_k)
 
@@ -871,12 +922,14 @@ class VectorsView:
     :func:`read_vectors_file`. The graph: hnswlib's own file (``save_index``) and a
     small JSON ``meta_chunks`` naming the ids, rows and tombstones it belongs to."""
 
-    __slots__ = ("__weakref__", "_graph", "_graph_size", "_ids", "_live_rows", "_pending",
+    __slots__ = ("__weakref__", "_graph", "_graph_size", "_guard", "_ids", "_live_rows", "_pending",
                  "_rows", "_rows_crc", "_tombstones", "dim", "done")
 
     def __init__(self, dim: int, rows: F32, live_rows: I64, ids: I64, *, graph: Any, tombstones: list[int],
-                 pending: list[int], graph_size: int) -> None:
+                 pending: list[int], graph_size: int,
+                 guard: AbstractContextManager[Any] | None = None) -> None:
         self.dim = dim
+        self._guard = guard if guard is not None else contextlib.nullcontext()
         self._rows, self._live_rows, self._ids = rows, live_rows, ids
         self._graph, self._graph_size = graph, graph_size
         self._tombstones, self._pending = tombstones, pending
@@ -915,7 +968,8 @@ class VectorsView:
     def write_graph(self, path: str) -> None:
         """The graph as hnswlib saves it into the file at ``path``."""
         assert self._graph is not None
-        self._graph.save_index(path)
+        with self._guard:  # a build adding to it in place waits (searches do not)
+            self._graph.save_index(path)
 
     def meta_chunks(self) -> Iterator[bytes]:
         """What the graph file belongs to (read after ``vector_chunks``: it names their checksum)."""

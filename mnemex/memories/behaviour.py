@@ -92,6 +92,7 @@ from mnemex.memories.fields import (
     record_of,
 )
 from mnemex.memories.filters import FilterTable, compile_filter
+from mnemex.memories.graphlock import TurnLock
 from mnemex.memories.knowledge import Applied, apply_facts, check_facts, history_of, with_change
 from mnemex.memories.protocol import (
     SCOPE_WRITES,
@@ -249,10 +250,13 @@ class ScopeSettings:
         return cls(embedder_name=embedder_name, embedder_dim=embedder_dim, embed=embed, **shared)
 
     def vector_params(self) -> dict[str, Any]:
+        """A scope's VectorIndex settings: graphs built beside the actor (the job's
+        thread and the actor share the index's guard, so a catch-up adds to the live
+        graph in place instead of cloning it)."""
         return {"hnsw_threshold": self.hnsw_threshold, "m": self.hnsw_m,
                 "ef_construction": self.hnsw_ef_construction, "ef_search": self.hnsw_ef_search,
                 "tombstone_ratio": self.hnsw_tombstone_ratio, "num_threads": self.hnsw_threads,
-                "auto_build": False, "defer_inserts": True}
+                "auto_build": False, "defer_inserts": True, "guard": TurnLock()}
 
 
 # -- validation ------------------------------------------------------------------------------

@@ -150,3 +150,72 @@ def test_a_vectors_file_is_checked() -> None:
     for bad in (raw[:-1], b"MNXVEC00" + raw[8:], raw + b"\0"):
         with pytest.raises(ValueError, match="vectors file"):
             read_vectors_file(bad)
+
+
+def test_a_catch_up_with_a_guard_adds_to_the_live_graph_in_place_between_searches() -> None:
+    import threading
+
+    from mnemex.memories.graphlock import TurnLock
+
+    rng = np.random.default_rng(5)
+    vectors = unit(rng, 900)
+    index = VectorIndex(DIM, hnsw_threshold=300, m=8, ef_construction=40, ef_search=400, auto_build=False,
+                        defer_inserts=True, catch_up_min=100, guard=TurnLock())
+    index.add_many(list(range(300)), vectors[:300])
+    index.adopt(index.plan_graph().run())
+    live_graph = index._graph
+    index.add_many(list(range(300, 800)), vectors[300:800])
+    assert index.wants_graph and index.pending == 500
+    build = index.plan_graph()
+    assert build.guard is not None and build.base is live_graph
+    worker = threading.Thread(target=build.run)
+    worker.start()
+    removed = {305, 410, 12}
+    for doc in removed:
+        index.remove(doc)
+    index.add(850, vectors[850])
+    live = set(range(800)) - removed | {850}
+    while worker.is_alive():  # searches go on while the build adds batch after batch
+        query = vectors[int(rng.integers(0, 800))]
+        assert {doc for doc, _ in index.search(query, 10)} <= live
+    worker.join()
+    assert build.graph is live_graph  # in place: no second graph
+    assert index.adopt(build) and index._graph is live_graph
+    assert index.pending == 1 and 850 in index
+    for doc in removed:
+        assert doc not in {d for d, _ in index.search(vectors[doc], 10)}
+    for doc in (0, 450, 799, 850):
+        assert index.search(vectors[doc], 1)[0][0] == doc
+    # a snapshot of it loads back
+    assert set(index.doc_ids()) == live
+
+
+def test_turns_are_taken_so_a_busy_builder_never_starves_a_searcher() -> None:
+    import threading
+
+    from mnemex.memories.graphlock import TurnLock
+
+    lock = TurnLock()
+    order: list[str] = []
+    stop = threading.Event()
+
+    def builder() -> None:
+        while not stop.is_set():
+            with lock:
+                order.append("b")
+                sum(range(2000))  # a batch of work while holding it
+
+    worker = threading.Thread(target=builder)
+    worker.start()
+    try:
+        for _ in range(30):
+            with lock:
+                order.append("a")
+    finally:
+        stop.set()
+        worker.join()
+    assert order.count("a") == 30
+    # once both ask, they take turns: a batch of the builder's between two searches at most
+    turns = "".join(order[order.index("a"):])
+    between = [len(run) for run in turns.split("a")[1:-1]]
+    assert max(between) <= 2, turns
