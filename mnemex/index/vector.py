@@ -122,6 +122,8 @@ class GraphBuild:
     base_tombstones: frozenset[int] = frozenset()
     guard: AbstractContextManager[Any] | None = field(default=None, repr=False)
     """For a catch-up in place: the lock searches of the live graph hold."""
+    save_guard: AbstractContextManager[Any] | None = field(default=None, repr=False)
+    """...and the one a snapshot saving it holds."""
     current: Callable[[], int] | None = field(default=None, repr=False)
     """The index's newest plan token (an in-place catch-up stops once it is stale)."""
 
@@ -149,16 +151,16 @@ class GraphBuild:
     def _add_in_place(self) -> Any:
         """The live graph with ``ids`` added, a batch at a time under the guard (a
         search waits for one batch at most); None when the plan went stale."""
-        graph, guard, vectors = self.base, self.guard, self.vectors
-        assert guard is not None and vectors is not None
-        with guard:
+        graph, guard, saving, vectors = self.base, self.guard, self.save_guard, self.vectors
+        assert guard is not None and saving is not None and vectors is not None
+        with saving, guard:
             needed = graph.get_current_count() + len(self.ids)
             if needed > graph.get_max_elements():
                 graph.resize_index(max(needed, 2 * graph.get_max_elements()))
         for start in range(0, len(self.ids), _IN_PLACE_BATCH):
             if self.current is not None and self.current() != self.token:
                 return None  # a newer plan covers these
-            with guard:
+            with saving, guard:
                 batch = slice(start, start + _IN_PLACE_BATCH)
                 graph.add_items(vectors[batch], self.ids[batch], num_threads=self.params.num_threads)
         return graph
@@ -182,7 +184,8 @@ class VectorIndex:
                  ef_construction: int = 200, ef_search: int = 320, tombstone_ratio: float = 0.2,
                  exact_filter_max: int = 4096, seed: int = 100, num_threads: int = 1,
                  auto_build: bool = True, defer_inserts: bool = False, catch_up_min: int = 1024,
-                 catch_up_share: float = 0.05, guard: AbstractContextManager[Any] | None = None) -> None:
+                 catch_up_share: float = 0.05, guard: AbstractContextManager[Any] | None = None,
+                 save_guard: AbstractContextManager[Any] | None = None) -> None:
         for name, value, low in (("dim", dim, 1), ("hnsw_threshold", hnsw_threshold, 1), ("m", m, 2),
                                  ("ef_construction", ef_construction, 1), ("ef_search", ef_search, 1),
                                  ("exact_filter_max", exact_filter_max, 0), ("seed", seed, 0),
@@ -221,8 +224,12 @@ class VectorIndex:
         # A lock shared with builder threads (given by an owner that runs builds beside
         # it): with one, a catch-up adds to the live graph in place, in small batches
         # between searches, instead of cloning it (one graph in memory, not two).
+        # ``save_guard`` keeps such a build and a snapshot saving the graph apart (searches
+        # go on while the graph is saved; the build waits).
         self._guard: AbstractContextManager[Any] = guard if guard is not None else contextlib.nullcontext()
-        self._in_place = guard is not None
+        self._save_guard: AbstractContextManager[Any] = (save_guard if save_guard is not None
+                                                         else contextlib.nullcontext())
+        self._in_place = guard is not None and save_guard is not None
         self.sidecar_status: SidecarStatus = "none"
 
     # -- reading ---------------------------------------------------------------------
@@ -466,7 +473,7 @@ class VectorIndex:
             # adds to it in place, between searches)
             return GraphBuild(self._plan_token, ids, vectors, self._params, view=self.snapshot_view(),
                               base=graph, base_labels=labels, base_tombstones=frozenset(self._tombstones),
-                              guard=self._guard if self._in_place else None,
+                              guard=self._guard if self._in_place else None, save_guard=self._save_guard,
                               current=functools.partial(getattr, self, "_plan_token"))
         view = self.snapshot_view()
         return GraphBuild(self._plan_token, view.doc_ids, None, self._params, view=view)
@@ -618,7 +625,7 @@ class VectorIndex:
         self._viewed()
         live_rows = np.flatnonzero(self._row_ids[: self._high] >= 0)
         view = VectorsView(self.dim, self._rows, live_rows, self._row_ids[live_rows], graph=self._graph,
-                           guard=self._guard,
+                           save_guard=self._save_guard,
                            tombstones=sorted(self._tombstones), pending=sorted(self._pending),
                            graph_size=self._graph_size)
         self._views.append(weakref.ref(view))
@@ -691,8 +698,12 @@ class VectorIndex:
         except (RuntimeError, ValueError, OSError):
             return "corrupt"
         labels = np.sort(np.asarray(index.get_ids_list(), dtype=np.int64))
-        if int(index.get_current_count()) != graph_size or not np.array_equal(labels, expected):
+        # deferred docs a catch-up in place had added when the graph was saved are in it
+        # too (they stay deferred: searched exactly as well, and added again)
+        extra = np.setdiff1d(labels, expected, assume_unique=True)
+        if len(np.setdiff1d(expected, labels, assume_unique=True)) or not np.isin(extra, pending).all():
             return "stale"
+        graph_size = int(index.get_current_count())
         for doc_id in tombstones.tolist():
             try:
                 index.mark_deleted(doc_id)
@@ -922,14 +933,14 @@ class VectorsView:
     :func:`read_vectors_file`. The graph: hnswlib's own file (``save_index``) and a
     small JSON ``meta_chunks`` naming the ids, rows and tombstones it belongs to."""
 
-    __slots__ = ("__weakref__", "_graph", "_graph_size", "_guard", "_ids", "_live_rows", "_pending",
-                 "_rows", "_rows_crc", "_tombstones", "dim", "done")
+    __slots__ = ("__weakref__", "_graph", "_graph_size", "_ids", "_live_rows", "_pending", "_rows",
+                 "_rows_crc", "_save_guard", "_tombstones", "dim", "done")
 
     def __init__(self, dim: int, rows: F32, live_rows: I64, ids: I64, *, graph: Any, tombstones: list[int],
                  pending: list[int], graph_size: int,
-                 guard: AbstractContextManager[Any] | None = None) -> None:
+                 save_guard: AbstractContextManager[Any] | None = None) -> None:
         self.dim = dim
-        self._guard = guard if guard is not None else contextlib.nullcontext()
+        self._save_guard = save_guard if save_guard is not None else contextlib.nullcontext()
         self._rows, self._live_rows, self._ids = rows, live_rows, ids
         self._graph, self._graph_size = graph, graph_size
         self._tombstones, self._pending = tombstones, pending
@@ -968,7 +979,9 @@ class VectorsView:
     def write_graph(self, path: str) -> None:
         """The graph as hnswlib saves it into the file at ``path``."""
         assert self._graph is not None
-        with self._guard:  # a build adding to it in place waits (searches do not)
+        # a build adding to it in place waits; searches do not (the owner changes
+        # nothing in a graph a view reads: removals wait, inserts are deferred)
+        with self._save_guard:
             self._graph.save_index(path)
 
     def meta_chunks(self) -> Iterator[bytes]:

@@ -40,6 +40,7 @@ import bisect
 import dataclasses
 import logging
 import math
+import threading
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from functools import partial
@@ -256,7 +257,8 @@ class ScopeSettings:
         return {"hnsw_threshold": self.hnsw_threshold, "m": self.hnsw_m,
                 "ef_construction": self.hnsw_ef_construction, "ef_search": self.hnsw_ef_search,
                 "tombstone_ratio": self.hnsw_tombstone_ratio, "num_threads": self.hnsw_threads,
-                "auto_build": False, "defer_inserts": True, "guard": TurnLock()}
+                "auto_build": False, "defer_inserts": True,
+                "guard": TurnLock(), "save_guard": threading.Lock()}
 
 
 # -- validation ------------------------------------------------------------------------------

@@ -160,7 +160,7 @@ def test_a_catch_up_with_a_guard_adds_to_the_live_graph_in_place_between_searche
     rng = np.random.default_rng(5)
     vectors = unit(rng, 900)
     index = VectorIndex(DIM, hnsw_threshold=300, m=8, ef_construction=40, ef_search=400, auto_build=False,
-                        defer_inserts=True, catch_up_min=100, guard=TurnLock())
+                        defer_inserts=True, catch_up_min=100, guard=TurnLock(), save_guard=threading.Lock())
     index.add_many(list(range(300)), vectors[:300])
     index.adopt(index.plan_graph().run())
     live_graph = index._graph
@@ -219,3 +219,33 @@ def test_turns_are_taken_so_a_busy_builder_never_starves_a_searcher() -> None:
     turns = "".join(order[order.index("a"):])
     between = [len(run) for run in turns.split("a")[1:-1]]
     assert max(between) <= 2, turns
+
+
+def test_a_snapshot_saved_while_a_catch_up_adds_in_place_loads_back(tmp_path: Path) -> None:
+    import threading
+
+    from mnemex.memories.graphlock import TurnLock
+
+    rng = np.random.default_rng(6)
+    vectors = unit(rng, 700)
+    params = {"hnsw_threshold": 300, "m": 8, "ef_construction": 40, "ef_search": 400, "auto_build": False,
+              "defer_inserts": True, "catch_up_min": 100}
+    index = VectorIndex(DIM, guard=TurnLock(), save_guard=threading.Lock(), **params)
+    index.add_many(list(range(300)), vectors[:300])
+    index.adopt(index.plan_graph().run())
+    index.add_many(list(range(300, 700)), vectors[300:700])
+    build = index.plan_graph()
+    worker = threading.Thread(target=build.run)
+    worker.start()
+    view = index.snapshot_view()  # taken while the build may have added some of the deferred docs
+    raw, path, meta = save(view, tmp_path)
+    view.release()
+    worker.join()
+    assert index.adopt(build) and index.pending == 0
+    ids, rows = read_vectors_file(raw)
+    loaded = VectorIndex.from_snapshot(ids, rows, DIM, graph=path, meta=meta, **params)
+    assert loaded.sidecar_status == "loaded" and loaded.pending == 400
+    for doc in (0, 299, 300, 699):
+        assert loaded.search(vectors[doc], 1)[0][0] == doc
+    loaded.adopt(loaded.plan_graph().run())
+    assert loaded.pending == 0 and loaded.search(vectors[650], 1)[0][0] == 650
