@@ -169,9 +169,8 @@ async def test_extract_history_and_search_as_of_over_http(tmp_path: Path, server
 
 
 async def test_served_agents_extract_automatically_when_configured(tmp_path: Path, server: Any) -> None:
-    from waiting import eventually
-
     from mnemex.config import AutoExtract
+    from waiting import eventually
 
     auto = (AutoExtract(agent="ark", app_name="a", user_id="u"),)
     config = mnemex.Config(data_dir=str(tmp_path / "data"), knowledge_auto=auto, knowledge_turns=1)
