@@ -35,10 +35,21 @@ Determinism: graphs are built with one thread (``num_threads=1``) and a fixed
 ``seed``, so the same operations give the same graph and the same results.
 ``num_threads>1`` builds faster but the graph then depends on thread timing.
 
-Persistence: the raw vectors are the truth (the JSONL snapshot stores them);
-:meth:`VectorIndex.to_sidecar` serialises the graph, and
-:meth:`VectorIndex.from_sidecar` reattaches it after checking that it was made
-from exactly these ids and vectors, rebuilding otherwise.
+Persistence: the raw vectors are the truth. :meth:`VectorIndex.snapshot_view` gives
+a snapshot's writer the vectors (a raw file, block by block) and the graph
+(hnswlib's own ``save_index``) without copying them: while the view is read, rows
+it covers are not reused, removals are marked in the graph only afterwards
+(searches leave them out meanwhile) and inserts wait beside the graph.
+:meth:`VectorIndex.from_snapshot` loads the graph with ``load_index`` after
+checking that it was saved from exactly these ids and rows, rebuilding otherwise.
+:meth:`VectorIndex.to_sidecar` / :meth:`VectorIndex.from_sidecar` are the older
+format (the graph's pickled state), still read.
+
+Graph builds beside the owner read the rows through such a view too. A catch-up
+clones the live graph through hnswlib's file, or, when the owner gives a ``guard``
+(the lock its searches hold) and a ``save_guard`` (the one snapshots saving the
+graph hold), adds to the live graph in place, a few vectors per hold of the guard:
+one graph in memory instead of two.
 """
 
 from __future__ import annotations
