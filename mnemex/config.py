@@ -348,8 +348,11 @@ class MemoriesConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=
     """HNSW links per node (memory grows by about 8 bytes per link)."""
     hnsw_ef_construction: PositiveInt = 100
     """HNSW build breadth: higher is better recall and slower ingest."""
-    hnsw_ef_search: PositiveInt = 256
-    """HNSW search breadth per 10 results: higher is better recall and slower search."""
+    hnsw_ef_search: PositiveInt = 320
+    """HNSW search breadth per 10 results: higher is better recall and slower search.
+    Measured at 100,000 LoCoMo-like memories (hashing embedder, M 16, ef_construction
+    100): recall@10 against exact 0.955 at 192, 0.960 at 256, 0.971 at 320, 0.976 at
+    400; a graph grown by catch-ups loses about 0.01 against one built at once."""
     hnsw_tombstone_ratio: Annotated[float, msgspec.Meta(gt=0, lt=1)] = 0.2
     """Share of deleted nodes at which the HNSW graph is rebuilt, in (0, 1)."""
     hnsw_sidecar: bool = True

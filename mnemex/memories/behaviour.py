@@ -40,6 +40,7 @@ import bisect
 import dataclasses
 import logging
 import math
+import threading
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from functools import partial
@@ -115,6 +116,7 @@ from mnemex.memories.graph import (
     related_entities,
     unmerge_entity,
 )
+from mnemex.memories.graphlock import TurnLock
 from mnemex.memories.keyed import KeyedIndex, forget_expired, list_namespaces, put_memories, refresh_expiry
 from mnemex.memories.knowledge import Applied, apply_facts, check_facts, history_of, with_change
 from mnemex.memories.protocol import (
@@ -175,7 +177,6 @@ from mnemex.memories.protocol import (
 from mnemex.memories.ranking import CosineScale, Ranker, found_by
 from mnemex.memories.sessions import session_echoes, session_memories
 from mnemex.memories.snapshot import (
-    HNSW_SIDECAR,
     SNAPSHOT_FORMAT,
     TEXT_SIDECARS,
     check_format,
@@ -183,7 +184,7 @@ from mnemex.memories.snapshot import (
     decode_vector,
     encode_vector,
     read_records,
-    read_vectors,
+    restore_vectors,
     write_snapshot,
 )
 from mnemex.memories.transfer import import_records, vectors_of
@@ -237,7 +238,7 @@ class ScopeSettings:
     hnsw_threshold: int = 20_000
     hnsw_m: int = 16
     hnsw_ef_construction: int = 100
-    hnsw_ef_search: int = 256
+    hnsw_ef_search: int = 320
     hnsw_tombstone_ratio: float = 0.2
     hnsw_sidecar: bool = True
     hnsw_threads: int = 1
@@ -304,10 +305,14 @@ class ScopeSettings:
         return cls(embedder_name=embedder_name, embedder_dim=embedder_dim, embed=embed, **shared)
 
     def vector_params(self) -> dict[str, Any]:
+        """A scope's VectorIndex settings: graphs built beside the actor (the job's
+        thread and the actor share the index's guard, so a catch-up adds to the live
+        graph in place instead of cloning it)."""
         return {"hnsw_threshold": self.hnsw_threshold, "m": self.hnsw_m,
                 "ef_construction": self.hnsw_ef_construction, "ef_search": self.hnsw_ef_search,
                 "tombstone_ratio": self.hnsw_tombstone_ratio, "num_threads": self.hnsw_threads,
-                "auto_build": False, "defer_inserts": True}
+                "auto_build": False, "defer_inserts": True,
+                "guard": TurnLock(), "save_guard": threading.Lock()}
 
 
 # -- validation ------------------------------------------------------------------------------
@@ -1405,9 +1410,6 @@ class ScopeMemory:
         sidecars = {"keyword": self.keyword.to_sidecar(), "bm25": self.bm25.to_sidecar(),
                     "entities": self.entities.to_sidecar(),
                     GRAPH_SIDECAR: self.graph.to_sidecar()} if pairs else {}
-        graph = index.to_sidecar() if index is not None and self.settings.hnsw_sidecar else None
-        if graph is not None:
-            sidecars[HNSW_SIDECAR] = graph
         extra = {
             "format": SNAPSHOT_FORMAT,
             "scope": [self.app_name, self.user_id],
@@ -1428,7 +1430,7 @@ class ScopeMemory:
         declared = self.graph.to_extra()
         if declared:
             extra["graph"] = declared
-        return write_snapshot(pairs, index, sidecars, extra)
+        return write_snapshot(pairs, index, sidecars, extra, graph=self.settings.hnsw_sidecar)
 
     @classmethod
     def restore(cls, key: Key, image: Image, settings: ScopeSettings) -> ScopeMemory:
@@ -1461,12 +1463,8 @@ class ScopeMemory:
             memory.graph_restored = False
         if isinstance(embedder, str) and dim > 0:
             memory.embedder, memory.dim = embedder, dim
-            matrix = read_vectors(memory._name, image, vector_docs, dim)
-            sidecar = image.sidecars.get(HNSW_SIDECAR)
-            vector_ids = np.array(vector_docs, dtype=np.int64)
-            # the rows as the index held them when the snapshot was taken (checksummed)
-            memory.vectors = VectorIndex.from_sidecar(sidecar, vector_ids, matrix, dim, unit_rows=True,
-                                                      **settings.vector_params())
+            memory.vectors = restore_vectors(memory._name, image, vector_docs, dim, settings.vector_params(),
+                                             graph=settings.hnsw_sidecar)
             status = memory.vectors.sidecar_status
             if status in ("stale", "corrupt") or (status == "absent" and memory.vectors.wants_graph):
                 log.info("scope %s: HNSW sidecar %s; the graph is rebuilt beside the actor on first use "
