@@ -442,6 +442,12 @@ class EntityGraph:
             docs |= self._name_docs.get(key, set())
         return docs
 
+    def actor_docs(self, actor_id: str) -> set[int]:
+        """The memories that mention the entity ``actor_id`` names, by any of its
+        names: an actor's memories through the graph (``scope.actor_memories``)."""
+        entity = self.resolve(actor_id)
+        return self.docs_of(entity) if entity is not None else set()
+
     def spoken_by(self, entity: str) -> set[int]:
         """The memories the entity is the speaker (or author) of."""
         keys = set(self.keys_of(entity))

@@ -54,6 +54,21 @@ async def test_wizard_favor_finds_the_memories_about_gandros_debt() -> None:
         assert all("graph" not in hit.found_by for hit in plain.hits)
 
 
+async def test_an_actors_memories_include_those_naming_it_by_any_alias() -> None:
+    """``actor_memories`` through the graph: "the old mage" is Gandros, so a memory
+    that only says that is one of his; so is one stored with his actor_id."""
+    async with mnemex.open_runtime(config()) as rt:
+        scope = await campaign(rt)
+        await scope.remember("The old mage hums while he brews tea.")
+        await scope.remember("Owes the smith three silver coins.", actor_id="gandros")
+        page = await scope.actor_memories("gandros")
+        contents = {memory.content for memory in page.memories}
+        assert "The old mage hums while he brews tea." in contents
+        assert "Owes the smith three silver coins." in contents
+        assert DEBT in contents and CAMPAIGN[4] not in contents
+        assert (await scope.actor_memories("nobody")).memories == []
+
+
 async def test_entity_reads_through_the_ref() -> None:
     async with mnemex.open_runtime(config()) as rt:
         scope = await campaign(rt)
