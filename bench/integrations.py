@@ -26,10 +26,10 @@ PARTS = {"ADK": "integrations_adk", "LangGraph": "integrations_langgraph"}
 
 
 def bars_of(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """A part's bars: its ``bar`` (one) or ``bars`` (several), each {"text", "ok"}."""
+    """A part's bars as {"text", "ok"}: its ``bar`` (one such), or ``bars`` (a dict of
+    name -> met)."""
     if "bars" in report:
-        bars = report["bars"]
-        return list(bars.values()) if isinstance(bars, dict) else list(bars)
+        return [{"text": name.replace("_", " "), "ok": bool(ok)} for name, ok in report["bars"].items()]
     return [report["bar"]] if "bar" in report else []
 
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import random
 import sqlite3
-import statistics
 import sys
 import tempfile
 import time
@@ -49,8 +48,11 @@ sys.path.append(str(_BENCH))
 
 from _common import fmt_ms, fmt_ratio, latency_summary, machine, table, write_results  # noqa: E402
 
-WORDS = ("python rust garden pasta chess travel music coffee tea bike river mountain book film dog cat "
-         "sunday work family school city beach rain snow winter summer doctor piano guitar paint").split()
+WORDS = [
+    "python", "rust", "garden", "pasta", "chess", "travel", "music", "coffee", "tea", "bike",
+    "river", "mountain", "book", "film", "dog", "cat", "sunday", "work", "family", "school", "city",
+    "beach", "rain", "snow", "winter", "summer", "doctor", "piano", "guitar", "paint",
+]
 
 
 def _embeddings(dim: int) -> Any:
@@ -219,7 +221,7 @@ def bench_async_saver(steps: int, tmp: Path) -> dict[str, Any]:
     return report
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Both measurements, as the report written to bench/results/integrations_langgraph.json."""
     with tempfile.TemporaryDirectory(prefix="mnemex-bench-langgraph-") as folder:
         tmp = Path(folder)
@@ -234,24 +236,30 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {"machine": machine(), "store": store, "saver": saver, "async_saver": async_saver, "bars": bars}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="2,000 items, 20 queries, 100 steps")
-    parser.add_argument("--items", type=int, default=10_000)
-    parser.add_argument("--queries", type=int, default=50)
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--fields", default="text,tags[*]",
+def parser() -> argparse.ArgumentParser:
+    parsed = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parsed.add_argument("--quick", action="store_true", help="2,000 items, 20 queries, 100 steps")
+    parsed.add_argument("--items", type=int, default=10_000)
+    parsed.add_argument("--queries", type=int, default=50)
+    parsed.add_argument("--steps", type=int, default=300)
+    parsed.add_argument("--fields", default="text,tags[*]",
                         help="the fields indexed (comma-separated): 'text' alone makes one vector an item")
-    args = parser.parse_args()
+    return parsed
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Measure, print the table, write bench/results/integrations_langgraph.json; the
+    report (for bench/integrations.py)."""
     if args.quick:
         args.items, args.queries, args.steps = 2_000, 20, 100
-    report = run(args)
+    report = measure(args)
     store, saver = report["store"], report["saver"]
     rows = []
     for name in ("search", "filtered search"):
         row = store[name]
-        rows.append((f"store {name} ({store['items']:,} items x {store['vectors_per_item']} vectors)", fmt_ms(row["InMemoryStore"]["p50"]),
-                     fmt_ms(row["MnemexStore"]["p50"]), fmt_ratio(row["speedup"]), row["same_scores"]))
+        rows.append((f"store {name} ({store['items']:,} items x {store['vectors_per_item']} vectors)",
+                     fmt_ms(row["InMemoryStore"]["p50"]), fmt_ms(row["MnemexStore"]["p50"]),
+                     fmt_ratio(row["speedup"]), row["same_scores"]))
     for what in ("put", "get"):
         row = saver[what]
         rows.append((f"checkpointer {what} ({saver['steps']} steps)", fmt_ms(row["SqliteSaver"]["p50"]),
@@ -264,6 +272,11 @@ def main() -> None:
     print(table(("median ms", "LangGraph's", "mnemex", "ratio", "same scores"), rows))
     print("bars:", ", ".join(f"{name}: {'met' if ok else 'NOT met'}" for name, ok in report["bars"].items()))
     print(f"written to {write_results('integrations_langgraph', report)}")
+    return report
+
+
+def main() -> None:
+    run(parser().parse_args())
 
 
 if __name__ == "__main__":
