@@ -113,6 +113,10 @@ class _Resolution:
     members: dict[str, list[str]] = field(default_factory=dict)  # representative -> keys, sorted
 
 
+_MEMO_MAX: Final = 4096
+"""Entries the graph's memo of neighbours and speakers' memories holds at most."""
+
+
 class EntityGraph:
     """The entity graph of one scope; see the module doc."""
 
@@ -136,6 +140,10 @@ class EntityGraph:
         self._finder: ahocorasick.Automaton | None = None
         self._changes = 0  # memories added or removed: what the relation count depends on
         self._resolutions = 0
+        # neighbours and speakers' memories, by entity, as of (changes, resolutions): a
+        # query naming an entity of thousands of memories reads them once per change
+        self._memo_state: tuple[int, int] = (-1, -1)
+        self._memo: dict[tuple[Any, ...], Any] = {}
         self._relations: tuple[tuple[int, int], int] | None = None
 
     def __len__(self) -> int:
@@ -448,8 +456,24 @@ class EntityGraph:
         entity = self.resolve(actor_id)
         return self.docs_of(entity) if entity is not None else set()
 
-    def spoken_by(self, entity: str) -> set[int]:
-        """The memories the entity is the speaker (or author) of."""
+    def _memoized(self) -> dict[tuple[Any, ...], Any]:
+        """The memo of derived answers, emptied when the graph changed since."""
+        self._resolved()
+        state = (self._changes, self._resolutions)
+        if state != self._memo_state or len(self._memo) >= _MEMO_MAX:
+            self._memo_state, self._memo = state, {}
+        return self._memo
+
+    def spoken_by(self, entity: str) -> frozenset[int]:
+        """The memories the entity is the speaker (or author) of (memoized until the
+        graph changes)."""
+        memo = self._memoized()
+        found: frozenset[int] | None = memo.get(("spoken", entity))
+        if found is None:
+            found = memo[("spoken", entity)] = frozenset(self._spoken_by(entity))
+        return found
+
+    def _spoken_by(self, entity: str) -> set[int]:
         keys = set(self.keys_of(entity))
         out: set[int] = set()
         for key in keys:
@@ -555,7 +579,15 @@ class EntityGraph:
         """The entities that share a memory with ``entity``: (entity, how many memories
         mention both, those memories, oldest doc first), strongest first: by shared
         memories weighted by how specific the neighbour is (an entity every memory
-        names tells little), then by name."""
+        names tells little), then by name. Memoized until the graph changes (the
+        lists are shared: do not change them)."""
+        memo = self._memoized()
+        ranked: list[tuple[str, int, list[int]]] | None = memo.get(("neighbours", entity, total))
+        if ranked is None:
+            ranked = memo[("neighbours", entity, total)] = self._neighbours(entity, total)
+        return ranked if limit is None else ranked[:limit]
+
+    def _neighbours(self, entity: str, total: int | None) -> list[tuple[str, int, list[int]]]:
         root = self._resolved().root
         shared: dict[str, list[int]] = {}
         for doc in sorted(self.docs_of(entity)):
@@ -571,10 +603,7 @@ class EntityGraph:
             spread = max(1, sum(len(self._name_docs.get(key, ())) for key in self.keys_of(other)))
             return -len(docs) * math.log(1.0 + count / spread), other
 
-        ranked = sorted(shared.items(), key=strength)
-        if limit is not None:
-            ranked = ranked[:limit]
-        return [(other, len(docs), docs) for other, docs in ranked]
+        return [(other, len(docs), docs) for other, docs in sorted(shared.items(), key=strength)]
 
     def related(self, entity: str, depth: int = 1, *,
                 limit: int = 50) -> list[tuple[str, int, str, int]]:
