@@ -59,6 +59,7 @@ from mnemex.server._http import (
 )
 from mnemex.server._metrics import Metrics
 from mnemex.server._openapi import Param, RouteSpec, openapi_document
+from mnemex.server._remote import REMOTE_ROUTES, RemoteRoutes
 from mnemex.server._routing import Route, Router
 from mnemex.server._schemas import (
     Archived,
@@ -192,7 +193,7 @@ def _record(entry: Any) -> MessageRecord:
                          entry.message)
 
 
-class _Api:
+class _Api(RemoteRoutes):
     def __init__(self, runtime: MnemexRuntime, settings: ServerSettings, metrics: Metrics,
                  bridge: Bridge | None) -> None:
         self.rt = runtime
@@ -835,6 +836,7 @@ ROUTES: Final[tuple[RouteSpec, ...]] = (
     RouteSpec("/documents/{document_id}", "DELETE", "delete_document",
               "Forget a document: its chunks and the facts extracted from it", (_USER, _APP),
               reply=DocumentDeleted, errors=(400, 404)),
+    *REMOTE_ROUTES,
     RouteSpec("/health", "GET", "health",
               "OK as text; the runtime's status as JSON to Accept: application/json",
               reply=Health),
