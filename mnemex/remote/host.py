@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
+from contextlib import aclosing
 from typing import Any, Final
 
 import httpx
@@ -179,11 +180,11 @@ class RemoteHost:
         request = self._http.build_request(
             "POST", f"/v1/actors/{kind}/stream", content=body, headers={"content-type": "application/json"},
             timeout=httpx.Timeout(self._config.kernel.ask_timeout, read=None))
-        started: list[bool] = []
+        feed = _Feed(subscription)
 
         def start(reply: Any) -> None:
             subscription.initial = reply
-            started.append(True)
+            feed.started = True
             task_status.started()
 
         with subscription.reader:
@@ -195,36 +196,61 @@ class RemoteHost:
             except httpx.TransportError as exc:
                 raise ActorClosed(f"mnemex server {self.url} is unreachable: {exc!r}") from exc
             try:
-                await self._pump(response, subscription, start)
-            except (MnemexError, httpx.TransportError) as exc:
-                failure = exc if isinstance(exc, MnemexError) else ActorClosed(
-                    f"the session feed from {self.url} broke: {exc!r}")
-                if not started:
-                    raise failure from exc
-                subscription._end(failure)
+                if response.status_code != 200:
+                    raise wire.error_of(response.status_code, await response.aread())
+                await self._pump(response, feed, start)
+            except httpx.TransportError as exc:
+                feed.outcome.append(ActorClosed(f"the session feed from {self.url} broke: {exc!r}"))
             finally:
-                subscription._end()
                 with trio.CancelScope(shield=True):
                     await response.aclose()
+        if feed.outcome:
+            error = feed.outcome[0]
+        elif subscription.closed:
+            error = None
+        else:
+            error = ActorClosed(f"{self.url} ended the session feed before its end")
+        if not feed.started:
+            raise error or MnemexError(f"{self.url} closed the session feed before it started")
+        subscription._end(error)
 
-    async def _pump(self, response: httpx.Response, subscription: RemoteSubscription,
-                    start: Callable[[Any], None]) -> None:
-        if response.status_code != 200:
-            raise wire.error_of(response.status_code, await response.aread())
-        async for text in response.aiter_lines():
-            if not text.strip():
-                continue  # a heartbeat
-            try:
-                line = _line_decoder.decode(text)
-            except msgspec.MsgspecError as exc:
-                raise MnemexError(f"{self.url} sent a session feed line that does not parse: {exc}") from exc
-            if isinstance(line, wire.Started):
-                start(line.reply)
-            elif isinstance(line, wire.Entries | wire.Chunk | wire.Ended):
-                if subscription.closed or not subscription._push(line.event):
-                    return
-            elif isinstance(line, wire.Failed):
-                raise wire.error_of(500, _encoder.encode({"error": line.error, "type": line.type}))
-            else:  # Finished
-                return
-        raise ActorClosed(f"{self.url} ended the session feed before its end")
+    async def _pump(self, response: httpx.Response, feed: _Feed, start: Callable[[Any], None]) -> None:
+        """Read the feed's lines until it ends or ``feed.stop``: stopping cancels the
+        read, so that httpx's own generators end inside it (and not in the collector)."""
+        subscription = feed.subscription
+        async with aclosing(response.aiter_lines()) as lines:  # type: ignore[type-var]  # a generator
+            async for text in lines:
+                if feed.stopping or not text.strip():
+                    continue  # stopped (the cancellation lands at the next read), or a heartbeat
+                try:
+                    line = _line_decoder.decode(text)
+                except msgspec.MsgspecError as exc:
+                    feed.stop(MnemexError(f"{self.url} sent a session feed line that does not parse: {exc}"))
+                    continue
+                if isinstance(line, wire.Started):
+                    start(line.reply)
+                elif isinstance(line, wire.Entries | wire.Chunk | wire.Ended):
+                    if subscription.closed or not subscription._push(line.event):
+                        feed.stop(None)
+                elif isinstance(line, wire.Failed):
+                    feed.stop(wire.error_of(500, _encoder.encode({"error": line.error, "type": line.type})))
+                else:  # Finished
+                    feed.stop(None)
+
+
+class _Feed:
+    """Where one session feed stands: started, stopping, and how it ended."""
+
+    __slots__ = ("outcome", "started", "stopping", "subscription")
+
+    def __init__(self, subscription: RemoteSubscription) -> None:
+        self.subscription = subscription
+        self.started = False
+        self.stopping = False
+        self.outcome: list[MnemexError | None] = []
+
+    def stop(self, error: MnemexError | None) -> None:
+        if not self.stopping:
+            self.stopping = True
+            self.outcome.append(error)
+            self.subscription.reader.cancel()
