@@ -288,30 +288,33 @@ async def connect(url: str, *, token: str | None = None, config: Config | None =
     if token is not None:
         headers["authorization"] = f"Bearer {token}"
     async with httpx.AsyncClient(base_url=base, headers=headers, limits=_POOL,
-                                 timeout=httpx.Timeout(timeout)) as http, trio.open_nursery() as nursery:
+                                 timeout=httpx.Timeout(timeout)) as http:
+        # checked before the nursery opens: a refusal is raised as itself, not in a group
         info = await _server_info(http, base)
         cfg = _effective_config(info, config)
         model = embedder if embedder is not None else await trio.to_thread.run_sync(embedder_from_config, cfg)
         _check_embedder(base, info, model)
-        host = RemoteHost(base, http, cfg, nursery)
-        batcher = EmbeddingBatcher(model, cfg.models.embed_batch_size,
-                                   query_cache_size=cfg.models.query_cache_size)
-        await nursery.start(batcher.run)
-        scopes = ScopeServices(host, scope_kind(cfg, model), batcher, IdClock(), reranker_from_config(cfg))
-        agents = AgentServices(host, AGENT_KIND)
-        runtime = RemoteRuntime(host, scopes, agents, info)
-        nursery.start_soon(_send_touches, scopes, cfg.memories.touch_interval)
-        try:
-            yield runtime
-        finally:
-            with trio.CancelScope(shield=True) as last:
-                last.deadline = trio.current_time() + timeout
-                try:
-                    await scopes.flush()
-                except MnemexError:
-                    pass  # the server is gone: those counts with it
-            host.closed = True
-            nursery.cancel_scope.cancel()
+        kind, reranker = scope_kind(cfg, model), reranker_from_config(cfg)
+        async with trio.open_nursery() as nursery:
+            host = RemoteHost(base, http, cfg, nursery)
+            batcher = EmbeddingBatcher(model, cfg.models.embed_batch_size,
+                                       query_cache_size=cfg.models.query_cache_size)
+            await nursery.start(batcher.run)
+            scopes = ScopeServices(host, kind, batcher, IdClock(), reranker)
+            agents = AgentServices(host, AGENT_KIND)
+            runtime = RemoteRuntime(host, scopes, agents, info)
+            nursery.start_soon(_send_touches, scopes, cfg.memories.touch_interval)
+            try:
+                yield runtime
+            finally:
+                with trio.CancelScope(shield=True) as last:
+                    last.deadline = trio.current_time() + timeout
+                    try:
+                        await scopes.flush()
+                    except MnemexError:
+                        pass  # the server is gone: those counts with it
+                host.closed = True
+                nursery.cancel_scope.cancel()
 
 
 async def _send_touches(scopes: ScopeServices, interval: float) -> None:
