@@ -82,8 +82,8 @@ async def scope_session(rt: Runtime) -> dict[str, Any]:
     out["across"] = hits(await rt.search("tea", [("chat", "alice"), ("chat", "bob")], 5, mode="fulltext"))
     out["many_scopes"] = len(await rt.remember_many([("chat", "bob", {"content": "Bob likes tea"}),
                                                      ("chat", "carol", {"content": "Carol likes coffee"})]))
-    out["across_after"] = hits(await rt.search("likes", [("chat", "alice"), ("chat", "bob"), ("chat", "carol")],
-                                                5, mode="keyword"))
+    everyone = [("chat", "alice"), ("chat", "bob"), ("chat", "carol")]
+    out["across_after"] = hits(await rt.search("likes", everyone, 5, mode="keyword"))
     out["export"] = (await _export(rt))
     return out
 
@@ -105,7 +105,8 @@ async def agent_session(rt: Runtime) -> dict[str, Any]:
                                                           "name": "f", "arguments": "{}"},
                                                          {"type": "function_call_output", "call_id": "c1",
                                                           "output": "42"}]))
-    await agent.append("s1", [{"role": "user", "content": "what is my name?", "extra": [1, 2]}], query_id="q1")
+    await agent.append("s1", [{"role": "user", "content": "what is my name?", "extra": [1, 2]}],
+                       query_id="q1")
     out["history"] = plain(await agent.history("s1"))
     out["history_last"] = plain(await agent.history("s1", last=2))
     out["context"] = await agent.context("s1")
