@@ -176,7 +176,8 @@ def _union(kind: str) -> Any:
 
 ScopeAsk = _union(SCOPE)
 AgentAsk = _union(AGENT)
-_Timeout = Annotated[float, msgspec.Meta(gt=0, le=3600)]
+# ge, not gt: OpenAPI 3.0 has no numeric exclusiveMinimum
+_Timeout = Annotated[float, msgspec.Meta(ge=0.001, le=3600)]
 ScopeKey = tuple[Annotated[str, msgspec.Meta(min_length=1)], Annotated[str, msgspec.Meta(min_length=1)]]
 AgentKey = tuple[Annotated[str, msgspec.Meta(min_length=1)]]
 
@@ -209,10 +210,12 @@ class WatchAgent(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class AskBody(msgspec.Struct, frozen=True):
     """What ``POST /v1/actors/{kind}/ask`` takes, for the OpenAPI document: ``key`` the
     actor's key (``[app_name, user_id]`` for a scope, ``[name]`` for an agent),
-    ``command`` one of the whitelisted commands of that kind (mnemex.remote.wire.ASK)."""
+    ``command`` one of the whitelisted commands of that kind, tagged by its ``type``
+    (``"scope.search"``...; ``mnemex.remote.wire.ASK`` lists them with their replies;
+    the route decodes it as exactly one of them, AskScope or AskAgent)."""
 
     key: list[str]
-    command: ScopeAsk | AgentAsk  # type: ignore[valid-type]
+    command: dict[str, Any]
     timeout: _Timeout | None = None
 
 
