@@ -5,7 +5,11 @@ clients; every answer must be 201. Reports errors, the rate, and the server's
 RSS before and after (and per user), then checks that a sample of users' memories
 come back from a search.
 
-Run: python bench/users.py [--users 20000] [--connections 16] [--limit 1024] [--out FILE]
+With --max-live-mb N the server runs with ``kernel.max_live_bytes`` at N MB, and the
+table shows what its budget did (the live actors' estimate at the end, and how many
+actors it passivated).
+
+Run: python bench/users.py [--users 20000] [--connections 16] [--limit 1024] [--max-live-mb N] [--out FILE]
 
 Prints a table and writes bench/results/users.json. Exits 1 when any request
 failed.
@@ -50,11 +54,12 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
-def start(port: int, data: Path, limit: int, log: Path) -> subprocess.Popen[bytes]:
+def start(port: int, data: Path, limit: int, log: Path, max_live_mb: float | None) -> subprocess.Popen[bytes]:
     limited = (f"import resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, {limit})); "
                f"from mnemex.cli import main; sys.exit(main(sys.argv[1:]))")
     config = data.parent / "users.toml"
-    config.write_text('embedder = "hashing"\n')
+    budget = "" if max_live_mb is None else f"\n[kernel]\nmax_live_bytes = {int(max_live_mb * 2**20)}\n"
+    config.write_text('embedder = "hashing"\n' + budget)
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("MNEMEX_")}, "PYTHONPATH": str(ROOT)}
     with log.open("w") as out:
         return subprocess.Popen([sys.executable, "-c", limited, "serve", "--port", str(port), "--data-dir",
@@ -98,6 +103,14 @@ async def store(base: str, users: int, connections: int) -> dict[str, Any]:
     return {"seconds": time.perf_counter() - started, "errors": errors}
 
 
+async def actors(base: str) -> dict[str, int]:
+    """The server's actor counts (GET /health as JSON)."""
+    async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+        r = await http.get("/health", headers={"accept": "application/json"})
+        counts: dict[str, int] = r.json()["actors"]
+        return counts
+
+
 async def sample(base: str, users: int) -> int:
     """How many of 50 users spread over the range find their memory again."""
     found = 0
@@ -117,18 +130,22 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--limit", type=int, default=1024,
                         help="the server's open-file limit (soft and hard)")
+    parser.add_argument("--max-live-mb", type=float, default=None,
+                        help="the server's kernel.max_live_bytes, in MB (default: the server's own)")
     parser.add_argument("--out", type=Path, default=None, help="write the JSON here instead")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="mnemex-users-") as tmp:
         port = free_port()
         log = Path(tmp) / "serve.log"
-        server = start(port, Path(tmp) / "data", args.limit, log)
+        server = start(port, Path(tmp) / "data", args.limit, log, args.max_live_mb)
         base = f"http://127.0.0.1:{port}"
         try:
             asyncio.run(wait_serving(base))
             before = rss_mb(server.pid)
             stored = asyncio.run(store(base, args.users, args.connections))
             after = rss_mb(server.pid)
+            time.sleep(2.5)  # the budget counts every second
+            counts = asyncio.run(actors(base))
             found = asyncio.run(sample(base, args.users))
         finally:
             server.terminate()
@@ -136,10 +153,15 @@ def main() -> None:
         server_log = log.read_text()
     failed = sum(stored["errors"].values())
     per_user_kb = (after - before) * 1024 / args.users
-    rows = [[args.users, args.connections, args.limit, fmt_num(args.users / stored["seconds"]), failed,
-             f"{before:,.0f}", f"{after:,.0f}", f"{per_user_kb:.1f}", f"{found}/50"]]
-    print(table(["users", "conns", "file limit", "memories/s", "errors", "RSS before MB", "RSS after MB",
-                 "KB/user", "found again"], rows))
+    budget = "default" if args.max_live_mb is None else f"{args.max_live_mb:g}"
+    rate = fmt_num(args.users / stored["seconds"])
+    rows = [[args.users, args.connections, args.limit, budget, rate, failed, f"{before:,.0f}",
+             f"{after:,.0f}", f"{per_user_kb:.1f}", counts.get("live", 0),
+             f"{counts.get('live_bytes', 0) / 2**20:,.1f}", counts.get("budget_passivations", 0),
+             f"{found}/50"]]
+    print(table(["users", "conns", "file limit", "budget MB", "memories/s", "errors", "RSS before MB",
+                 "RSS after MB", "KB/user", "live actors", "their estimate MB", "passivated for budget",
+                 "found again"], rows))
     verdict = "pass" if failed == 0 and after <= BAR_RSS_MB else "FAIL"
     print(f"\nbar (issue 17): {args.users:,} users, 0 errors, RSS <= {BAR_RSS_MB} MB: "
           f"{failed} errors, {after:,.0f} MB -> {verdict}")
@@ -147,6 +169,7 @@ def main() -> None:
         print("WARNING: the server's log says 'Too many open files'")
     report = {"machine": machine(), "users": args.users, "connections": args.connections,
               "file_limit": args.limit, "seconds": stored["seconds"], "errors": stored["errors"],
+              "max_live_mb": args.max_live_mb, "actors": counts,
               "rss_before_mb": before, "rss_after_mb": after, "kb_per_user": per_user_kb,
               "found_again_of_50": found, "bar": verdict}
     if args.out is not None:

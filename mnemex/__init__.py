@@ -6,7 +6,7 @@ What people extending mnemex need (actor kinds, embedders, summarizers, token
 counters) is in ``mnemex.lowlevel``; the settings' sections are in
 ``mnemex.config``; the reply types of the less common calls (AgentStats,
 Appended, SessionInfo, TurnHit, StreamEvent, SessionStream; ScopeStats,
-MemoryPage, IngestProgress, DocumentInfo) are in
+MemoryPage, IngestProgress, DocumentInfo, CategoryCatalog, Facets) are in
 ``mnemex.conversations.protocol``/``ref`` and ``mnemex.memories.protocol``, for
 annotations. Everything else is private and may change.
 """
@@ -42,6 +42,7 @@ from mnemex.errors import SummaryError as SummaryError
 from mnemex.errors import Timeout as Timeout
 from mnemex.errors import TooLarge as TooLarge
 from mnemex.errors import UnknownActorKind as UnknownActorKind
+from mnemex.knowledge.categories import Category as Category
 from mnemex.memories.fields import MemoryFields as MemoryFields
 from mnemex.memories.protocol import DocumentStatus as DocumentStatus
 from mnemex.memories.protocol import Extracted as Extracted
@@ -63,6 +64,7 @@ from mnemex.runtime import open_runtime as open_runtime
 __version__ = "0.1.0"
 
 __all__ = [
+    "Category",
     "ActorClosed",
     "ActorCrashed",
     "AgentRef",

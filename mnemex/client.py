@@ -18,14 +18,18 @@ that run several worker processes, which cannot each open the data directory.
 
 from __future__ import annotations
 
+import builtins
+import concurrent.futures
 import functools
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from types import TracebackType
-from typing import IO, Any, ParamSpec, TypeVar
+from typing import IO, Any, Literal, ParamSpec, TypeVar
 
+from mnemex.checkpoints.protocol import Blob, ChannelValue, CheckpointEntry, Version, WriteValue
+from mnemex.checkpoints.ref import Checkpoints
 from mnemex.config import DEFAULT, Config, UseDefault
 from mnemex.conversations.protocol import (
     AgentStats,
@@ -35,7 +39,10 @@ from mnemex.conversations.protocol import (
     Policy,
     PolicySet,
     SessionCompleted,
+    SessionCreated,
+    SessionHeader,
     SessionInfo,
+    SessionRead,
     SessionsDeleted,
     StoredMessage,
     StreamEvent,
@@ -48,12 +55,16 @@ from mnemex.conversations.ref import AgentRef, SessionStream
 from mnemex.effects import Key
 from mnemex.errors import ActorClosed, InvalidInput
 from mnemex.kernel import ActorKind, BlockingBridge, BlockingRef, RuntimeStats, ShutdownReport
+from mnemex.knowledge.categories import Category
 from mnemex.memories.extraction import CursorInfo
 from mnemex.memories.protocol import (
+    CategoryCatalog,
     DocumentStatus,
     Extracted,
+    Facets,
     IngestProgress,
     IngestReport,
+    MemoriesPut,
     MemoryHistory,
     MemoryPage,
     MemoryRecord,
@@ -67,8 +78,11 @@ from mnemex.memories.ref import ScopeRef
 from mnemex.memories.transfer import ExportedMemory, ExportHeader, ImportReport
 from mnemex.remote.runtime import RemoteRuntime, connect
 from mnemex.runtime import MnemexRuntime, open_runtime
+from mnemex.state.protocol import StateValues
+from mnemex.state.ref import StateRef
 
-__all__ = ["BlockingAgent", "BlockingScope", "BlockingStream", "Client"]
+__all__ = ["BlockingAgent", "BlockingCheckpoints", "BlockingScope", "BlockingState", "BlockingStream",
+           "Client"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -132,6 +146,15 @@ class Client:
     def _call(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
         return self._bridge.call(functools.partial(fn, *args, **kwargs))
 
+    def submit(self, fn: Callable[P, Awaitable[T]], /, *args: P.args,
+               **kwargs: P.kwargs) -> concurrent.futures.Future[T]:
+        """Start ``await fn(*args, **kwargs)`` (a call of the async API: ``client.runtime``'s
+        refs) in the runtime's thread without waiting: a Future of its outcome. From
+        asyncio, ``await asyncio.wrap_future(client.submit(...))`` waits without blocking
+        the event loop or taking a worker thread. The call runs to its end even if the
+        Future is no longer awaited."""
+        return self._bridge.submit(functools.partial(fn, *args, **kwargs))
+
     # -- refs
     def agent(self, name: str, *, policy: Policy | UseDefault | None = DEFAULT,
               ttl: float | UseDefault | None = DEFAULT) -> BlockingAgent:
@@ -141,6 +164,15 @@ class Client:
     def scope(self, *, user_id: str, app_name: str) -> BlockingScope:
         """The long-term memory of ``user_id`` in ``app_name``, blocking."""
         return BlockingScope(self, self._bridge.runtime.scope(user_id=user_id, app_name=app_name))
+
+    def state(self, *, app_name: str, user_id: str | None = None) -> BlockingState:
+        """The key-value state of an app (``user_id`` None) or of one user in an app,
+        blocking (see ``MnemexRuntime.state``)."""
+        return BlockingState(self, self._bridge.runtime.state(app_name=app_name, user_id=user_id))
+
+    def checkpoints(self) -> BlockingCheckpoints:
+        """The checkpoints of graph threads, blocking (see ``MnemexRuntime.checkpoints``)."""
+        return BlockingCheckpoints(self, self._bridge.runtime.checkpoints())
 
     def ref(self, kind: str, key: str | Key) -> BlockingRef:
         """A blocking ref to an actor of any registered kind (``ask``/``tell`` raw commands)."""
@@ -256,10 +288,32 @@ class BlockingAgent:
         return self._client._call(self._agent.append, session_id, list(messages), query_id, turn)
 
     def append_items(self, session_id: str, items: Iterable[Any], query_id: str | None = None,
-                     turn: Turn | None = None) -> Appended:
-        """Store OpenAI Responses items at the end of the session, verbatim, all or none
-        (see ``AgentRef.append_items``)."""
-        return self._client._call(self._agent.append_items, session_id, list(items), query_id, turn)
+                     turn: Turn | None = None, *, state: Mapping[str, Any] | None = None,
+                     existing: bool = False, timestamp: float | None = None) -> Appended:
+        """Store OpenAI Responses items at the end of the session, verbatim, all or none,
+        with a change of the session's state (see ``AgentRef.append_items``)."""
+        return self._client._call(self._agent.append_items, session_id, list(items), query_id, turn,
+                                  state=state, existing=existing, timestamp=timestamp)
+
+    def create_session(self, session_id: str, state: Mapping[str, Any] | None = None) -> SessionCreated:
+        """Create an empty session with a key-value state, unless it exists (see
+        ``AgentRef.create_session``)."""
+        return self._client._call(self._agent.create_session, session_id, state)
+
+    def update_state(self, session_id: str, values: Mapping[str, Any] | None = None, *,
+                     remove: Iterable[str] = ()) -> SessionHeader:
+        """Change the session's key-value state (see ``AgentRef.update_state``)."""
+        return self._client._call(self._agent.update_state, session_id, values, remove=remove)
+
+    def read_session(self, session_id: str, last: int | None = None,
+                     after: float | None = None) -> SessionRead | None:
+        """One session's header and entries, or None (see ``AgentRef.read_session``)."""
+        return self._client._call(self._agent.read_session, session_id, last, after)
+
+    def session_headers(self, prefix: str | None = None) -> list[SessionHeader]:
+        """The headers of the sessions whose id starts with ``prefix`` (see
+        ``AgentRef.session_headers``)."""
+        return self._client._call(self._agent.session_headers, prefix)
 
     def pop(self, session_id: str) -> StoredMessage | None:
         """Take the newest message (or item) off the session and return it; None when
@@ -392,6 +446,102 @@ class BlockingStream:
             pass  # the runtime is gone: so is the subscription
 
 
+class BlockingState:
+    """The key-value state of an app or of one user in an app, blocking: every call of
+    ``StateRef``."""
+
+    __slots__ = ("_client", "_state")
+
+    def __init__(self, client: Client, state: StateRef) -> None:
+        self._client = client
+        self._state = state
+
+    def __repr__(self) -> str:
+        return f"BlockingState(app_name={self.app_name!r}, user_id={self.user_id!r})"
+
+    @property
+    def app_name(self) -> str:
+        return self._state.app_name
+
+    @property
+    def user_id(self) -> str | None:
+        return self._state.user_id
+
+    def get(self, keys: Iterable[str] | None = None) -> dict[str, Any]:
+        """The values of ``keys`` that exist (every key when None), decoded."""
+        return self._client._call(self._state.get, None if keys is None else list(keys))
+
+    def values(self) -> StateValues:
+        """Every value as raw JSON, with the time of the latest change."""
+        return self._client._call(self._state.values)
+
+    def update(self, values: Mapping[str, Any] | None = None, *, remove: Iterable[str] = ()) -> None:
+        """Set values and remove keys, all or nothing (see ``StateRef.update``)."""
+        self._client._call(self._state.update, values, remove=remove)
+
+    def clear(self) -> None:
+        """Remove every key."""
+        self._client._call(self._state.clear)
+
+
+class BlockingCheckpoints:
+    """The checkpoints of graph threads, blocking: each call is the ``Checkpoints``
+    call of the same name, run in the runtime's thread."""
+
+    def __init__(self, client: Client, checkpoints: Checkpoints) -> None:
+        self._client = client
+        self._checkpoints = checkpoints
+
+    def __repr__(self) -> str:
+        return f"Blocking{self._checkpoints!r}"
+
+    def put(self, thread_id: str, checkpoint_id: str, checkpoint: Blob, *, ns: str = "",
+            parent_id: str | None = None, metadata: Mapping[str, Any] | None = None,
+            versions: Mapping[str, Version] | None = None, values: Iterable[ChannelValue] = ()) -> None:
+        """Store a checkpoint; durable when this returns."""
+        self._client._call(self._checkpoints.put, thread_id, checkpoint_id, checkpoint, ns=ns,
+                           parent_id=parent_id, metadata=metadata, versions=versions, values=list(values))
+
+    def put_writes(self, thread_id: str, checkpoint_id: str, task_id: str, writes: Iterable[WriteValue], *,
+                   ns: str = "", task_path: str = "") -> None:
+        """Store writes pending on a checkpoint; durable when this returns."""
+        self._client._call(self._checkpoints.put_writes, thread_id, checkpoint_id, task_id, list(writes),
+                           ns=ns, task_path=task_path)
+
+    def get(self, thread_id: str, checkpoint_id: str | None = None, *,
+            ns: str = "") -> CheckpointEntry | None:
+        """One checkpoint (None: the newest of ``ns``), or None."""
+        return self._client._call(self._checkpoints.get, thread_id, checkpoint_id, ns=ns)
+
+    def list(self, thread_id: str | None = None, *, ns: str | None = None, checkpoint_id: str | None = None,
+             before: str | None = None, filter: Mapping[str, Any] | None = None,
+             limit: int | None = None) -> list[CheckpointEntry]:
+        """Checkpoints newest first, of one thread or of every thread."""
+        return self._client._call(self._checkpoints.list, thread_id, ns=ns, checkpoint_id=checkpoint_id,
+                                  before=before, filter=filter, limit=limit)
+
+    def threads(self) -> builtins.list[str]:
+        """Every thread id, sorted."""
+        return self._client._call(self._checkpoints.threads)
+
+    def delete_thread(self, thread_id: str) -> int:
+        """Delete everything of a thread; how many checkpoints went."""
+        return self._client._call(self._checkpoints.delete_thread, thread_id)
+
+    def delete_runs(self, run_ids: Sequence[str]) -> int:
+        """Delete what runs ``run_ids`` made, in every thread; how many checkpoints went."""
+        return self._client._call(self._checkpoints.delete_runs, run_ids)
+
+    def copy_thread(self, source: str, target: str) -> None:
+        """Copy a thread's checkpoints and writes into another thread."""
+        self._client._call(self._checkpoints.copy_thread, source, target)
+
+    def prune(self, thread_ids: Sequence[str],
+              strategy: Literal["keep_latest", "delete"] = "keep_latest") -> int:
+        """Keep the newest checkpoint per namespace, or delete all; how many went."""
+        return self._client._call(self._checkpoints.prune, thread_ids, strategy)
+
+
 class BlockingScope:
     """One user's long-term memory in one app, blocking: every call of ``ScopeRef``."""
 
@@ -464,10 +614,71 @@ class BlockingScope:
     def search(self, query: str, top_k: int = 10, mode: SearchMode | UseDefault = DEFAULT,
                min_score: float | UseDefault | None = DEFAULT,
                filter: Mapping[str, Any] | None = None, *, include_history: bool = False,
-               as_of: float | str | datetime | None = None) -> SearchResult:
+               as_of: float | str | datetime | None = None, scopes: Iterable[str] | None = None,
+               scope_ids: Mapping[str, str] | None = None,
+               facets: Literal["hits", "scope"] | None = None) -> SearchResult:
         """Search this scope (see ``ScopeRef.search``)."""
         return self._client._call(self._scope.search, query, top_k, mode, min_score, filter,
+                                  include_history=include_history, as_of=as_of,
+                                  scopes=None if scopes is None else list(scopes), scope_ids=scope_ids,
+                                  facets=facets)
+
+    # -- categories and actors
+    def categories(self) -> CategoryCatalog:
+        """The category catalog (see ``ScopeRef.categories``)."""
+        return self._client._call(self._scope.categories)
+
+    def set_categories(self, categories: Iterable[Category | Mapping[str, Any]] = (), *,
+                       remove: Iterable[str] = (), replace: bool = False,
+                       reclassify: bool = False) -> CategoryCatalog:
+        """Extend or change the catalog (see ``ScopeRef.set_categories``)."""
+        return self._client._call(self._scope.set_categories, list(categories), remove=list(remove),
+                                  replace=replace, reclassify=reclassify)
+
+    def facets(self, filter: Mapping[str, Any] | None = None, *, min_confidence: float = 0.0,
+               include_history: bool = False, as_of: float | str | datetime | None = None) -> Facets:
+        """Memories per category (see ``ScopeRef.facets``)."""
+        return self._client._call(self._scope.facets, filter, min_confidence=min_confidence,
                                   include_history=include_history, as_of=as_of)
+
+    def actor_memories(self, actor_id: str, limit: int | None = 100, offset: int = 0, *,
+                       include_history: bool = False) -> MemoryPage:
+        """The memories linked to an actor (see ``ScopeRef.actor_memories``)."""
+        return self._client._call(self._scope.actor_memories, actor_id, limit, offset,
+                                  include_history=include_history)
+
+    # -- keyed memories (see ScopeRef.put)
+    def put(self, memories: Iterable[Mapping[str, Any]], *, forget: Iterable[str] = (),
+            vectors_of: tuple[str, int] | None = None) -> MemoriesPut:
+        """Create or replace memories by id and forget others, all or none (see ``ScopeRef.put``)."""
+        return self._client._call(self._scope.put, list(memories), forget=list(forget), vectors_of=vectors_of)
+
+    def search_vector(self, vector: Sequence[float], top_k: int = 10, *, vectors_of: tuple[str, int],
+                      namespace: Sequence[str] | None = None,
+                      filter: Mapping[str, Any] | None = None) -> SearchResult:
+        """The memories nearest a caller's query vector (see ``ScopeRef.search_vector``)."""
+        return self._client._call(self._scope.search_vector, vector, top_k, vectors_of=vectors_of,
+                                  namespace=namespace, filter=filter)
+
+    def memories_in(self, namespace: Sequence[str] = (), filter: Mapping[str, Any] | None = None,
+                    limit: int | None = 100, offset: int = 0) -> MemoryPage:
+        """A page of the keyed memories under ``namespace`` (see ``ScopeRef.memories_in``)."""
+        return self._client._call(self._scope.memories_in, namespace, filter, limit, offset)
+
+    def list_namespaces(self, prefix: Sequence[str] = (), suffix: Sequence[str] = (), *,
+                        max_depth: int | None = None, limit: int = 100,
+                        offset: int = 0) -> builtins.list[tuple[str, ...]]:
+        """The namespaces of the scope's keyed memories (see ``ScopeRef.list_namespaces``)."""
+        return self._client._call(self._scope.list_namespaces, prefix, suffix, max_depth=max_depth,
+                                  limit=limit, offset=offset)
+
+    def refresh_expiry(self, memory_ids: Iterable[str]) -> int:
+        """Push back the expiry of these memories to now + their ttl; how many."""
+        return self._client._call(self._scope.refresh_expiry, list(memory_ids))
+
+    def forget_expired(self) -> builtins.list[str]:
+        """Forget the memories whose expiry has passed; their ids."""
+        return self._client._call(self._scope.forget_expired)
 
     def extract_from(self, session_id: str, messages: Sequence[Any] | None = None, *,
                      provider: Callable[[int, int], Any] | None = None, count: int | None = None,

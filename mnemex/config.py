@@ -102,6 +102,13 @@ class KernelConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Seconds without a message after which a live actor is snapshotted and unloaded."""
     max_live_actors: PositiveInt = 100_000
     """Live actors kept at once; past it the least recently used is passivated."""
+    max_live_bytes: PositiveInt | None = None
+    """Bytes the live actors may hold, by their own estimates (``live_bytes()``: a
+    scope counts its memories, texts and vectors; an agent its sessions and
+    messages), counted every second; past it the least recently used idle actors
+    are passivated until the total is under nine tenths of it. None: half the
+    machine's physical memory. An actor in use is never passivated for it, so one
+    scope larger than the budget still serves."""
     shutdown_timeout: PositiveFloat = 30.0
     """Seconds a clean shutdown may take to drain mailboxes and write snapshots."""
     restore_attempts: PositiveInt = 3
@@ -546,6 +553,10 @@ class KnowledgeConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields
     """Seconds OCR may take over one image or page."""
     ocr_pdf_pages: bool = True
     """Read PDF pages that have no text layer (scans) with OCR, when it is installed."""
+    category_threshold: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.5
+    """The confidence a category needs for a memory to get it (from the extractor or
+    the offline classifier); a memory no category reaches gets ``misc``. Chosen on a
+    labelled set (bench/knowledge.py)."""
 
     def _check(self) -> None:
         if self.max_backoff < self.backoff:

@@ -10,6 +10,10 @@ actors with ``rt.ref(kind, key)``.
 
 from mnemex._host import Host
 from mnemex._protocol import Command, JsonCodec, Reply
+from mnemex.checkpoints.kind import checkpoint_kind
+from mnemex.checkpoints.protocol import Blob, ChannelValue, CheckpointEntry, PendingWrite, WriteValue
+from mnemex.checkpoints.ref import Checkpoints
+from mnemex.client import BlockingCheckpoints
 from mnemex.conversations.kind import agent_kind
 from mnemex.conversations.summaries import ExtractiveSummarizer, LLMSummarizer, Summarizer
 from mnemex.conversations.tokens import TokenCounter
@@ -42,6 +46,14 @@ from mnemex.models.hashing import Embedder, HashingEmbedder
 from mnemex.persistence.snapshot import encode_snapshot
 
 __all__ = [
+    "Blob",
+    "BlockingCheckpoints",
+    "ChannelValue",
+    "CheckpointEntry",
+    "Checkpoints",
+    "PendingWrite",
+    "WriteValue",
+    "checkpoint_kind",
     "TokenCounter",
     "Summarizer",
     "LLMSummarizer",

@@ -21,6 +21,8 @@ from typing import IO, Any, Literal
 import trio
 
 from mnemex._ids import IdClock
+from mnemex.checkpoints.kind import CHECKPOINT_KIND, checkpoint_kind
+from mnemex.checkpoints.ref import Checkpoints
 from mnemex.config import DEFAULT, Config, UseDefault
 from mnemex.conversations.kind import AGENT_KIND, agent_kind, sweep_expired_sessions
 from mnemex.conversations.protocol import Appended, Policy
@@ -59,6 +61,8 @@ from mnemex.memories.transfer import ExportHeader, ImportReport
 from mnemex.models.batcher import EmbeddingBatcher
 from mnemex.models.rerankers import reranker_from_config
 from mnemex.persistence import find_actors
+from mnemex.state.kind import STATE_KIND, state_kind
+from mnemex.state.ref import StateRef
 
 __all__ = ["MnemexRuntime", "open_runtime"]
 
@@ -113,6 +117,20 @@ class MnemexRuntime:
         keeps its sessions forever.
         """
         return AgentRef(self._agent_services(AGENT_KIND), name, policy=policy, ttl=ttl)
+
+    # -- key-value state
+    def state(self, *, app_name: str, user_id: str | None = None) -> StateRef:
+        """The key-value state of ``app_name`` (``user_id`` None) or of one user in it:
+        JSON values by key, journaled, read without replaying anything."""
+        return StateRef(self._kernel, app_name=app_name, user_id=user_id)
+
+    # -- graph checkpoints
+    def checkpoints(self, kind: str = CHECKPOINT_KIND) -> Checkpoints:
+        """The checkpoints of graph threads (one actor per thread id; see
+        ``mnemex.checkpoints``): what ``mnemex.integrations.langgraph.MnemexSaver`` keeps."""
+        if kind not in self._kernel.kinds:
+            raise InvalidInput(f"actor kind {kind!r} is not registered", field="kind")
+        return Checkpoints(self._kernel, kind)
 
     # -- long-term memory
     def scope(self, *, user_id: str, app_name: str) -> ScopeRef:
@@ -372,6 +390,10 @@ def _builtin_kinds(config: Config, replaced: Iterable[str] = ()) -> list[ActorKi
         kinds.append(agent_kind(config))
     if SCOPE_KIND not in skip:
         kinds.append(scope_kind(config))
+    if STATE_KIND not in skip:
+        kinds.append(state_kind(config))
+    if CHECKPOINT_KIND not in skip:
+        kinds.append(checkpoint_kind())
     return kinds
 
 
@@ -390,7 +412,7 @@ async def open_runtime(config: Config | None = None, *,
     snapshot is logged at ERROR).
 
     ``kinds`` registers extra actor kinds beside mnemex's own (tests, plugins); a kind
-    named like a built-in one (``"agent"``, ``"scope"``) takes its place.
+    named like a built-in one (``"agent"``, ``"scope"``, ``"checkpoint"``) takes its place.
     """
     cfg = config if config is not None else Config()
     extra = list(kinds)

@@ -22,11 +22,12 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "server": ("mnemex", "mnemex.lowlevel", "mnemex.config", "mnemex.remote"),
     # the runtime protocol over HTTP: the refs of the behaviour packages over a remote host
     "remote": ("mnemex", "mnemex.errors", "mnemex.config", "mnemex.effects", "mnemex.kernel", "mnemex.persistence",
-               "mnemex.conversations", "mnemex.memories", "mnemex.models", "mnemex._ids"),
+               "mnemex.conversations", "mnemex.memories", "mnemex.models", "mnemex._ids", "mnemex.state",
+               "mnemex.checkpoints"),
     "integrations": ("mnemex", "mnemex.lowlevel", "mnemex.config"),
 }
 # behaviours, codecs and ranking: no trio, no kernel, no models, no server, no runtime
-BEHAVIOUR_PACKAGES = ("conversations", "memories", "knowledge")
+BEHAVIOUR_PACKAGES = ("conversations", "memories", "knowledge", "state", "checkpoints")
 BEHAVIOUR_BANNED = ("trio", "mnemex.kernel", "mnemex.models", "mnemex.server", "mnemex.runtime",
                     "mnemex.lowlevel", "mnemex._host")
 # only these modules of a behaviour package join it to the runtime
@@ -128,7 +129,7 @@ def test_the_public_face_is_pinned() -> None:
         "ScopeRef", "MemoryFields", "MemoryRecord", "Hit", "SearchResult", "SessionAdded",
         "SEARCH_MEMORY_TOOL", "REMEMBER_TOOL", "MEMORY_TOOLS", "execute_memory_tool",
         # knowledge
-        "Extracted", "MemoryHistory", "IngestReport", "DocumentStatus",
+        "Extracted", "MemoryHistory", "IngestReport", "DocumentStatus", "Category",
         # errors
         "MnemexError", "InvalidInput", "UnknownActorKind", "TooLarge", "NotFound", "Busy", "Timeout",
         "ActorClosed", "ActorCrashed", "ModelError", "EmbedderError", "ExtractionError", "CorruptData", "StorageError",
@@ -153,6 +154,9 @@ def test_the_extension_face_is_pinned() -> None:
         "rebuild_behaviour", "replay_actor", "replay_data_dir", "scope_kind",
         # what plugs into the built-in kinds
         "Embedder", "HashingEmbedder", "Summarizer", "ExtractiveSummarizer", "LLMSummarizer", "TokenCounter",
+        # graph checkpoints (the checkpoint kind, what LangGraph's saver keeps)
+        "Blob", "BlockingCheckpoints", "ChannelValue", "CheckpointEntry", "Checkpoints", "PendingWrite",
+        "WriteValue", "checkpoint_kind",
     ])
     for name in mnemex.lowlevel.__all__:
         assert getattr(mnemex.lowlevel, name) is not None

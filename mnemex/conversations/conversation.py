@@ -93,6 +93,8 @@ class Conversation:
         "prune_logged",
         "retry_after",
         "session_id",
+        "size",
+        "state",
         "summary",
         "sys_cum",
         "sys_idx",
@@ -109,6 +111,7 @@ class Conversation:
         self.completed = False
         self.policy: Policy | None = None
         self.entries: list[MessageEntry] = []
+        self.size = 0  # bytes of the messages' JSON held in entries
         self.lines: list[bytes] = []  # encoded entries[:len(lines)], kept for snapshots
         self.cum: list[int] = [0]  # cum[i]: tokens of the non-system entries before i
         self.sys_idx: list[int] = []
@@ -121,6 +124,7 @@ class Conversation:
         self.pair: tuple[msgspec.Raw, msgspec.Raw] | None = None
         self.pair_tokens = 0
         self.turns: list[TurnRecord] = []
+        self.state: dict[str, msgspec.Raw] = {}  # the session's key-value state (JSON values)
         self.items = 0
         self.pops = 0
         self.cache: tuple[object, object] | None = None
@@ -134,6 +138,7 @@ class Conversation:
     def add(self, entry: MessageEntry) -> None:
         index = len(self.entries)
         self.entries.append(entry)
+        self.size += len(entry.message)
         cum = self.cum
         if entry.role in SYSTEM_ROLES:
             self.sys_idx.append(index)
@@ -160,6 +165,7 @@ class Conversation:
         unwound by one step, O(1). A summary or turn record that stood for it is the
         caller's to adjust."""
         entry = self.entries.pop()
+        self.size -= len(entry.message)
         index = len(self.entries)
         if len(self.lines) > index:
             del self.lines[index:]
@@ -190,7 +196,7 @@ class Conversation:
         """Rebuild every index over ``entries`` (after old entries were dropped)."""
         calls = self.calls
         self.entries, self.lines, self.cum, self.sys_idx, self.sys_cum = [], [], [0], [], [0]
-        self.user_idx, self.by_query, self.items = [], {}, 0
+        self.user_idx, self.by_query, self.items, self.size = [], {}, 0, 0
         for entry in entries:
             self.add(entry)
         self.calls = calls  # a tool result may still answer a call that was dropped

@@ -31,6 +31,7 @@ __all__ = [
     "CompleteSession",
     "ContextView",
     "ContextWindow",
+    "CreateSession",
     "DeleteAllSessions",
     "DeleteSession",
     "EntriesAppended",
@@ -39,8 +40,10 @@ __all__ = [
     "FindExpired",
     "GetContext",
     "GetHistory",
+    "GetSession",
     "GetStats",
     "ListMessages",
+    "ListSessionHeaders",
     "ListSessions",
     "KeepAll",
     "ListTurns",
@@ -56,7 +59,10 @@ __all__ = [
     "SearchTurns",
     "SessionCompleted",
     "SessionCounts",
+    "SessionCreated",
     "SessionEnded",
+    "SessionHeader",
+    "SessionRead",
     "SessionInfo",
     "SessionsDeleted",
     "SetPolicy",
@@ -71,8 +77,10 @@ __all__ = [
     "Turn",
     "TurnHit",
     "TurnRecord",
+    "UpdateSessionState",
     "WatchSession",
     "WatchStart",
+    "decode_state",
     "session_topic",
 ]
 
@@ -338,6 +346,46 @@ class SessionInfo(Reply, frozen=True, kw_only=True, tag="agent.session"):
     policy: Policy | None = None
 
 
+def decode_state(state: dict[str, msgspec.Raw]) -> dict[str, Any]:
+    """A key-value state as the actor keeps it (each value's JSON, verbatim) decoded
+    into Python values, in one pass over the whole object."""
+    return _decode_message(_encode_raws(state)) if state else {}
+
+
+class SessionHeader(Reply, frozen=True, kw_only=True, tag="agent.session_header"):
+    """One session without its messages: times (seconds since the epoch; ``updated_at``
+    is its latest append or state change, ``last_entry_at`` the stamp of its newest
+    entry, None without one), how many messages it holds, and its key-value state
+    (each value's JSON, verbatim: ``values()`` decodes them)."""
+
+    session_id: str
+    created_at: float
+    updated_at: float
+    message_count: int
+    state: dict[str, msgspec.Raw] = msgspec.field(default_factory=dict)
+    last_entry_at: float | None = None
+
+    def values(self) -> dict[str, Any]:
+        """The session's state as Python values."""
+        return decode_state(self.state)
+
+
+class SessionRead(Reply, frozen=True, kw_only=True, tag="agent.session_read"):
+    """The answer to GetSession: the session's header and the entries asked for,
+    oldest first."""
+
+    header: SessionHeader
+    entries: list[MessageEntry] = msgspec.field(default_factory=list)
+
+
+class SessionCreated(Reply, frozen=True, kw_only=True, tag="agent.session_created"):
+    """The answer to CreateSession: ``created`` is False when the session existed
+    already (it was left as it was; ``header`` is the existing one)."""
+
+    created: bool
+    header: SessionHeader
+
+
 class SessionCounts(msgspec.Struct, frozen=True):
     message_count: int
     query_count: int
@@ -462,13 +510,18 @@ class AgentCommand(Command, frozen=True, kw_only=True):
 
 
 class AppendMessages(AgentCommand, frozen=True, tag="agent.append"):
-    """Store ``messages`` (JSON objects, in order) in ``session_id``. All or nothing."""
+    """Store ``messages`` (JSON objects, in order) in ``session_id``. All or nothing.
+    ``state``: keys of the session's state set in the same step (see
+    UpdateSessionState); ``existing``: NotFound, storing nothing, when the session
+    does not exist (else the append creates it)."""
 
     session_id: str
     messages: list[msgspec.Raw] = msgspec.field(default_factory=list)
     timestamp: float = 0.0
     query_id: str | None = None
     turn: Turn | None = None
+    state: dict[str, msgspec.Raw] | None = None
+    existing: bool = False
 
 
 class AppendItems(AgentCommand, frozen=True, tag="agent.append_items"):
@@ -482,6 +535,28 @@ class AppendItems(AgentCommand, frozen=True, tag="agent.append_items"):
     timestamp: float = 0.0
     query_id: str | None = None
     turn: Turn | None = None
+    state: dict[str, msgspec.Raw] | None = None
+    existing: bool = False
+
+
+class CreateSession(AgentCommand, frozen=True, tag="agent.create_session"):
+    """Create ``session_id`` empty, with ``state`` as its key-value state (each value
+    JSON). A session that exists is left as it is (SessionCreated says so)."""
+
+    session_id: str
+    state: dict[str, msgspec.Raw] = msgspec.field(default_factory=dict)
+    timestamp: float = 0.0
+
+
+class UpdateSessionState(AgentCommand, frozen=True, tag="agent.update_state"):
+    """Set keys of a session's key-value state (``set``: key to JSON value, null
+    included: a null is stored, not a removal) and remove others (``remove``); NotFound
+    when the session does not exist. All or nothing."""
+
+    session_id: str
+    set: dict[str, msgspec.Raw] = msgspec.field(default_factory=dict)
+    remove: list[str] = msgspec.field(default_factory=list)
+    timestamp: float = 0.0
 
 
 class PopMessage(AgentCommand, frozen=True, tag="agent.pop"):
@@ -577,6 +652,25 @@ class GetHistory(AgentCommand, frozen=True, tag="agent.history"):
     last: int | None = None
 
 
+class GetSession(AgentCommand, frozen=True, tag="agent.get_session"):
+    """Read: one session's header and entries (None when it does not exist). ``last``:
+    only the newest ``last`` entries; ``after``: then only the newest run of entries
+    stamped at or after ``after`` (read back from the end, so O(entries returned))."""
+
+    session_id: str
+    last: int | None = None
+    after: float | None = None
+    now: float = 0.0
+
+
+class ListSessionHeaders(AgentCommand, frozen=True, tag="agent.session_headers"):
+    """Read: the header of every live session whose id starts with ``prefix`` (every
+    session when None), in no particular order; no message is read."""
+
+    prefix: str | None = None
+    now: float = 0.0
+
+
 class GetContext(AgentCommand, frozen=True, tag="agent.context"):
     session_id: str
     now: float = 0.0
@@ -643,13 +737,15 @@ class ArchiveSession(AgentCommand, frozen=True, tag="agent.archive"):
 
 
 AgentWrite = (AppendMessages | CompleteSession | DeleteSession | DeleteAllSessions | SetPolicy | SetTtl
-              | ExpireSessions | ApplySummary | AppendItems | PopMessage)
+              | ExpireSessions | ApplySummary | AppendItems | PopMessage | CreateSession | UpdateSessionState)
 AgentRead = (SummaryFailed | FindExpired | GetHistory | GetContext | ListMessages | ListSessions | GetStats
-             | ListTurns | SearchTurns | WatchSession | RelayChunk | ArchiveSession)
+             | ListTurns | SearchTurns | WatchSession | RelayChunk | ArchiveSession | GetSession
+             | ListSessionHeaders)
 AgentCommandType = AgentWrite | AgentRead
 AGENT_WRITES: tuple[type[AgentCommand], ...] = (AppendMessages, CompleteSession, DeleteSession,
                                                 DeleteAllSessions, SetPolicy, SetTtl, ExpireSessions,
-                                                ApplySummary, AppendItems, PopMessage)
+                                                ApplySummary, AppendItems, PopMessage, CreateSession,
+                                                UpdateSessionState)
 
 
 def session_topic(session_id: str) -> str:

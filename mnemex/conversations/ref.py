@@ -29,6 +29,7 @@ from mnemex.conversations.protocol import (
     CompleteSession,
     ContextView,
     ContextWindow,
+    CreateSession,
     DeleteAllSessions,
     DeleteSession,
     EntriesAppended,
@@ -36,9 +37,11 @@ from mnemex.conversations.protocol import (
     ExpireSessions,
     GetContext,
     GetHistory,
+    GetSession,
     GetStats,
     KeepAll,
     ListMessages,
+    ListSessionHeaders,
     ListSessions,
     ListTurns,
     MaxMessages,
@@ -51,8 +54,11 @@ from mnemex.conversations.protocol import (
     RelayChunk,
     SearchTurns,
     SessionCompleted,
+    SessionCreated,
     SessionEnded,
+    SessionHeader,
     SessionInfo,
+    SessionRead,
     SessionsDeleted,
     SetPolicy,
     SetTtl,
@@ -64,6 +70,7 @@ from mnemex.conversations.protocol import (
     Turn,
     TurnHit,
     TurnRecord,
+    UpdateSessionState,
     WatchSession,
     WatchStart,
     session_topic,
@@ -71,6 +78,7 @@ from mnemex.conversations.protocol import (
 from mnemex.conversations.validation import messages_to_raw
 from mnemex.errors import Busy, InvalidInput, NotFound, Timeout
 from mnemex.kernel import ActorRef, Subscription
+from mnemex.state.values import encode_values
 
 __all__ = ["AgentRef", "AgentServices", "SessionStream"]
 
@@ -167,7 +175,8 @@ class AgentRef:
         return await self._appended(command, raw)
 
     async def append_items(self, session_id: str, items: Iterable[Any], query_id: str | None = None,
-                           turn: Turn | None = None) -> Appended:
+                           turn: Turn | None = None, *, state: Mapping[str, Any] | None = None,
+                           existing: bool = False, timestamp: float | None = None) -> Appended:
         """Store OpenAI Responses input items (dicts or their JSON bytes) in order at the
         end of the session, verbatim, all or none: messages and the items that have
         no role (``function_call``, ``function_call_output``, ``reasoning``...). Any
@@ -175,12 +184,19 @@ class AgentRef:
         (type "message", or a role and no type) must have a role of system,
         developer, user or assistant; nothing else is checked. Contexts of the
         session keep each model response whole and every output after its call (see
-        ``mnemex.conversations.items``)."""
+        ``mnemex.conversations.items``).
+
+        ``state``: keys of the session's key-value state set in the same journaled
+        step (see ``update_state``); ``existing``: NotFound, storing nothing, when
+        the session does not exist (else the append creates it); ``timestamp``:
+        seconds since the epoch the items are stamped with (default now)."""
         if isinstance(items, Mapping | str | bytes):
             raise InvalidInput("items must be a list of Responses items, not a single one", field="items")
         raw = messages_to_raw(items, what="item", path="items")
-        command = AppendItems(session_id=session_id, items=raw, timestamp=time.time(), query_id=query_id,
-                              turn=turn)
+        command = AppendItems(session_id=session_id, items=raw,
+                              timestamp=time.time() if timestamp is None else timestamp, query_id=query_id,
+                              turn=turn, state=None if not state else encode_values(state),
+                              existing=existing)
         return await self._appended(command, raw)
 
     async def _appended(self, command: AppendMessages | AppendItems, raw: list[msgspec.Raw]) -> Appended:
@@ -202,6 +218,40 @@ class AgentRef:
         read that far."""
         reply: Popped = await self._ask(PopMessage(session_id=session_id, timestamp=time.time()))
         return reply.entry.stored() if reply.entry is not None else None
+
+    async def create_session(self, session_id: str, state: Mapping[str, Any] | None = None) -> SessionCreated:
+        """Create an empty session with ``state`` as its key-value state (any JSON
+        values). A session that exists is left as it is: ``created`` says which."""
+        reply: SessionCreated = await self._ask(CreateSession(session_id=session_id,
+                                                              state=encode_values(state or {}),
+                                                              timestamp=time.time()))
+        return reply
+
+    async def update_state(self, session_id: str, values: Mapping[str, Any] | None = None, *,
+                           remove: Iterable[str] = ()) -> SessionHeader:
+        """Set keys of the session's key-value state (a None value is stored, not a
+        removal) and remove others, all or nothing, journaled; NotFound when the
+        session does not exist. Returns the session's header."""
+        removed = [remove] if isinstance(remove, str) else list(remove)
+        reply: SessionHeader = await self._ask(UpdateSessionState(
+            session_id=session_id, set=encode_values(values or {}), remove=removed, timestamp=time.time()))
+        return reply
+
+    async def read_session(self, session_id: str, last: int | None = None,
+                           after: float | None = None) -> SessionRead | None:
+        """One session's header (times, message count, key-value state) and its
+        entries, oldest first; None when it does not exist. ``last``: only the newest
+        ``last``; ``after``: then only the newest run stamped at or after ``after``.
+        Costs O(entries returned), whatever the session's length."""
+        reply: SessionRead | None = await self._ask(GetSession(session_id=session_id, last=last, after=after,
+                                                               now=time.time()))
+        return reply
+
+    async def session_headers(self, prefix: str | None = None) -> list[SessionHeader]:
+        """The header of every live session whose id starts with ``prefix`` (all when
+        None), with its state; no message is read or decoded."""
+        reply: list[SessionHeader] = await self._ask(ListSessionHeaders(prefix=prefix, now=time.time()))
+        return reply
 
     async def complete(self, session_id: str) -> SessionCompleted:
         """Mark the session completed: live subscribers get the end of the stream. A

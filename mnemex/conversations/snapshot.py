@@ -38,6 +38,7 @@ class _SessionLine(msgspec.Struct, tag="session", tag_field="type"):
     completed: bool = False
     summary: Summary | None = None
     pops: int = 0
+    state: dict[str, msgspec.Raw] = msgspec.field(default_factory=dict)
 
 
 class _TurnLine(msgspec.Struct, tag="turn", tag_field="type"):
@@ -65,7 +66,7 @@ def encode_sessions(sessions: Iterable[Conversation], ranks: Mapping[str, int],
         last_append = entries[conv.last_append].sequence if conv.last_append < len(conv) else next_sequence
         records.append(_encode(_SessionLine(conv.session_id, conv.generation, conv.created_at,
                                             conv.updated_at, ranks.get(conv.session_id, 0), last_append,
-                                            conv.completed, conv.summary, conv.pops)))
+                                            conv.completed, conv.summary, conv.pops, conv.state)))
         records += lines
         records += [_encode(_TurnLine(turn)) for turn in conv.turns]
     return records
@@ -107,6 +108,7 @@ def decode_sessions(name: str, records: Iterable[bytes],
         if isinstance(item, _SessionLine):
             conv = Conversation(item.session_id, item.generation, item.created_at)
             conv.updated_at, conv.completed, conv.pops = item.updated_at, item.completed, item.pops
+            conv.state = {key: msgspec.Raw(bytes(value)) for key, value in item.state.items()}
             current = RestoredSession(conv, item.activity, item.last_append, item.summary)
             restored.append(current)
         elif current is None:

@@ -32,9 +32,9 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Awaitable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar, cast
 
 import msgspec
 from agents.items import TResponseInputItem
@@ -42,30 +42,11 @@ from agents.memory import SessionSettings
 from agents.memory.session_settings import coerce_session_settings
 
 import mnemex
+from mnemex.integrations._common import settled as _settled
 
 __all__ = ["MnemexSession"]
 
-T = TypeVar("T")
-
 _encode = msgspec.json.Encoder()
-
-
-async def _settled(call: Awaitable[T]) -> T:
-    """The outcome of a write already handed to the runtime, waited for even when the
-    caller is cancelled meanwhile; the cancellation is raised after it (an outcome
-    of the write, an error, is then dropped: the caller asked not to hear it)."""
-    task = asyncio.ensure_future(call)
-    cancelled: asyncio.CancelledError | None = None
-    while not task.done():
-        try:
-            await asyncio.wait({task})
-        except asyncio.CancelledError as exc:
-            cancelled = cancelled or exc
-    if cancelled is not None:
-        if not task.cancelled():
-            task.exception()  # retrieved: asyncio would otherwise log it as never retrieved
-        raise cancelled
-    return task.result()
 
 
 class _OwnedClients:

@@ -8,6 +8,7 @@ runtime down cleanly (drain, snapshot) and joins the thread.
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import threading
 from collections.abc import Awaitable, Callable
@@ -113,6 +114,36 @@ class BlockingBridge(Generic[R]):
                 self._thread.join()
                 self._raise_failure()
             raise
+
+    def submit(self, fn: Callable[..., Awaitable[T]], *args: Any) -> concurrent.futures.Future[T]:
+        """Start ``await fn(*args)`` in the runtime's thread and return at once: a
+        Future settled with its outcome (``asyncio.wrap_future`` awaits it from an event
+        loop without a worker thread). The call runs to its end even if nobody waits
+        for the Future any more; cancelling the Future does not stop it."""
+        self._raise_failure()
+        token = self._token
+        if self._closed or token is None:
+            raise ActorClosed("the client is closed")
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        future.set_running_or_notify_cancel()  # from here on it can only be settled
+
+        async def run() -> None:
+            try:
+                result = await fn(*args)
+            except trio.Cancelled:
+                future.set_exception(ActorClosed("the client's runtime stopped during the call"))
+                raise
+            except Exception as exc:  # to the caller, through the Future
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+
+        try:
+            token.run_sync_soon(functools.partial(trio.lowlevel.spawn_system_task, run,
+                                                  name=getattr(fn, "__name__", "call")))
+        except trio.RunFinishedError as exc:
+            raise ActorClosed("the client's runtime has stopped") from exc
+        return future
 
     def close(self) -> None:
         """Shut the runtime down cleanly and join its thread. Idempotent."""

@@ -19,6 +19,7 @@ import gc
 import inspect
 import logging
 import math
+import os
 import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -242,6 +243,7 @@ class _Cell(Lifecycle):
         "key",
         "kind",
         "last_active",
+        "live_bytes",
         "mailbox",
         "previous",
         "redo",
@@ -274,6 +276,7 @@ class _Cell(Lifecycle):
         # set while a snapshot is written beside the actor; done when it is
         self.snapshot_done: trio.Event | None = None
         self.last_active = now
+        self.live_bytes = 0  # the behaviour's live_bytes() estimate (kernel.max_live_bytes)
         self.previous: _Cell | None = None
         self.active = False
         self.closed_event: trio.Event | None = None
@@ -328,9 +331,28 @@ class RuntimeStats:
     spawns: int = 0
     passivations: int = 0
     crashes: int = 0
+    live_bytes: int = 0
+    """The live actors' estimated bytes at the last count (kernel.max_live_bytes)."""
+    budget_passivations: int = 0
+    """Actors passivated to keep within kernel.max_live_bytes."""
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.__slots__}
+
+
+BUDGET_PERIOD: Final = 1.0
+"""Seconds between two counts of the live actors' bytes against kernel.max_live_bytes."""
+
+
+def live_bytes_budget(configured: int | None) -> int:
+    """The live actors' byte budget: ``configured``, or (None) half the machine's
+    physical memory (1 GiB where that cannot be read)."""
+    if configured is not None:
+        return configured
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    except (AttributeError, ValueError, OSError):
+        return 1 << 30
 
 
 _FEW_JOURNALS = 4
@@ -390,7 +412,12 @@ class Runtime:
         self._all_closed = trio.Event()
         self._all_closed.set()
         self._deadlines = AskDeadlines(_overdue)
-        self._stats = {"asks": 0, "tells": 0, "spawns": 0, "passivations": 0, "crashes": 0}
+        # kernel.max_live_bytes: the live actors' estimates added up, and the actors
+        # that handled messages since they were last measured
+        self._live_bytes = 0
+        self._unmeasured: set[_Cell] = set()
+        self._stats = {"asks": 0, "tells": 0, "spawns": 0, "passivations": 0, "crashes": 0,
+                       "live_bytes": 0, "budget_passivations": 0}
         self._store_threads = trio.CapacityLimiter(_STORE_THREADS)
         self._shutdown: ShutdownTally | None = None  # counts closes once aclose() began
         self.shutdown_report: ShutdownReport | None = None
@@ -724,6 +751,7 @@ class Runtime:
                 except trio.WouldBlock:
                     break
             cell.last_active = trio.current_time()
+            self._unmeasured.add(cell)
             stop = await self._process(cell, batch)
             del batch
             if cell.acks:
@@ -997,6 +1025,7 @@ class Runtime:
         after it failed)."""
         await self._flush(cell)
         must_cut = cell.diverged or cell.store.needs_recovery
+        self._forget_bytes(cell)
         cell.behaviour = None
         try:
             if must_cut:
@@ -1212,6 +1241,7 @@ class Runtime:
             tally.closed += 1
         if passivated:
             self._stats["passivations"] += 1
+        self._forget_bytes(cell)
         cell.behaviour = None
 
     async def passivate(self, kind: str, key: str | Key) -> None:
@@ -1247,6 +1277,55 @@ class Runtime:
                     expired.append(ident)
             for ident in expired:
                 del self._cells[ident]
+
+    async def _budget(self) -> None:
+        """Keep the live actors within ``config.kernel.max_live_bytes``: every
+        BUDGET_PERIOD seconds, count the live actors' ``live_bytes()`` estimates
+        and, when the total is over the budget, passivate the least recently used
+        idle actors until it is under nine tenths of it."""
+        budget = live_bytes_budget(self.config.kernel.max_live_bytes)
+        while True:
+            await trio.sleep(BUDGET_PERIOD)
+            total = self.measure_live_bytes()
+            if total > budget:
+                self._shed(total - int(0.9 * budget))
+
+    def measure_live_bytes(self) -> int:
+        """The live actors' estimated bytes (see ``_budget``), now: the estimate is
+        taken again for the actors that handled messages since the last count only,
+        so a count costs what changed, not what is live."""
+        unmeasured, self._unmeasured = self._unmeasured, set()
+        total = self._live_bytes
+        for cell in unmeasured:
+            behaviour = cell.behaviour
+            if behaviour is None or cell.state is not _RUNNING:
+                continue
+            measure = getattr(behaviour, "live_bytes", None)
+            size = int(measure()) if measure is not None else 0
+            total += size - cell.live_bytes
+            cell.live_bytes = size
+        self._live_bytes = total
+        self._stats["live_bytes"] = total
+        return total
+
+    def _forget_bytes(self, cell: _Cell) -> None:
+        """``cell``'s behaviour is let go: its estimate leaves the total."""
+        self._live_bytes -= cell.live_bytes
+        cell.live_bytes = 0
+        self._unmeasured.discard(cell)
+
+    def _shed(self, excess: int) -> None:
+        """Passivate idle actors, least recently used first, until ``excess`` bytes
+        of estimates are let go (or no idle actor is left)."""
+        shed = 0
+        for cell in self._cells.values():
+            if excess <= 0:
+                break
+            if (cell.state is _RUNNING and cell.behaviour is not None and not cell.subscribers
+                    and len(cell.mailbox) == 0 and not cell.active and self._post(cell, _PASSIVATE)):
+                excess -= cell.live_bytes
+                shed += 1
+        self._stats["budget_passivations"] += shed
 
     # -- introspection -------------------------------------------------------------
     def stats(self) -> RuntimeStats:
@@ -1408,6 +1487,7 @@ async def open_actor_runtime(config: Config, kinds: Iterable[ActorKind] = (), *,
             for kind in kinds:
                 runtime.register(kind)
             nursery.start_soon(runtime._janitor, name="mnemex janitor")
+            nursery.start_soon(runtime._budget, name="mnemex memory budget")
             nursery.start_soon(runtime._deadlines.run, name="mnemex ask timeouts")
             nursery.start_soon(runtime._committer.run, name="mnemex group commit")
             try:

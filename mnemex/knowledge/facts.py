@@ -102,7 +102,8 @@ class ExtractedFact(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     ``relation`` to the offered memory numbered ``target``; ``attributed_to``: whom
     the fact is about or who stated it ("user", a name); ``valid_at``: when it became
     true, seconds since the epoch, when stated; ``messages``: positions of the
-    messages it came from."""
+    messages it came from; ``actor_id``: the actor (an NPC, an agent) the fact is
+    linked to, when the extractor knows one."""
 
     content: str
     kind: str = "fact"
@@ -115,6 +116,7 @@ class ExtractedFact(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     attributed_to: str | None = None
     valid_at: float | None = None
     messages: tuple[int, ...] = ()
+    actor_id: str | None = None
 
 
 class Usage(msgspec.Struct, frozen=True, omit_defaults=True):

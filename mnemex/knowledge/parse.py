@@ -293,6 +293,7 @@ def _fact(item: Any, offered: Collection[int], positions: Collection[int]) -> Ex
         relation, target = None, None
     kind = item.get("kind")
     attributed = item.get("attributed_to")
+    actor = item.get("actor_id", item.get("actor"))
     return ExtractedFact(
         content=content,
         kind=kind.strip().lower() if isinstance(kind, str) and kind.strip() else "fact",
@@ -305,6 +306,7 @@ def _fact(item: Any, offered: Collection[int], positions: Collection[int]) -> Ex
         attributed_to=(attributed.strip() or None) if isinstance(attributed, str) else None,
         valid_at=_moment(item.get("valid_at")),
         messages=_positions(item.get("messages"), positions),
+        actor_id=(actor.strip()[:256] or None) if isinstance(actor, str) else None,
     )
 
 

@@ -226,7 +226,8 @@ class KnowledgeServices:
         observed = max((m.time for m in new), default=0.0) or time.time()
         offered = await self._related(job, new)
         request = ExtractionRequest(session_id=job.session_id, messages=new, context=context, offered=offered,
-                                    observed_at=observed, user_id=job.user_id, app_name=job.app_name)
+                                    observed_at=observed, user_id=job.user_id, app_name=job.app_name,
+                                    categories=dict(job.categories))
         result = await trio.to_thread.run_sync(extractor.extract, request, abandon_on_cancel=True,
                                                limiter=self._threads)
         facts = list(result.facts)
@@ -259,7 +260,7 @@ class KnowledgeServices:
                        entities=fact.entities, relation=fact.relation if target is not None else None,
                        target=target, attributed_to=fact.attributed_to, valid_at=fact.valid_at,
                        observed_at=when, first=min(positions) if positions else None,
-                       last=max(positions) if positions else None)
+                       last=max(positions) if positions else None, actor_id=fact.actor_id)
 
     async def _related(self, job: ExtractionJob, new: Sequence[SourceMessage]) -> list[OfferedMemory]:
         """The scope's memories closest to what the user said, numbered from 1."""

@@ -43,7 +43,7 @@ import math
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from functools import partial
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import msgspec
 import numpy as np
@@ -64,8 +64,19 @@ from mnemex.index import (
     VectorIndex,
 )
 from mnemex.index._sidecar import doc_ids_checksum
+from mnemex.knowledge.categories import DEFAULT_THRESHOLD
 from mnemex.knowledge.consolidate import normalized_text
 from mnemex.knowledge.cursor import CursorSettings
+from mnemex.memories.categories import (
+    ClassificationFailed,
+    ScopeCategories,
+    actor_memories,
+    apply_classification,
+    facets_of_hits,
+    facets_of_mask,
+    get_facets,
+    set_categories,
+)
 from mnemex.memories.documents import (
     Documents,
     ExtractDocument,
@@ -88,14 +99,17 @@ from mnemex.memories.extraction import (
 from mnemex.memories.fields import (
     CHANGEABLE,
     check_memory_id,
+    check_namespace,
     checked_changes,
     record_of,
 )
 from mnemex.memories.filters import FilterTable, compile_filter
+from mnemex.memories.keyed import KeyedIndex, forget_expired, list_namespaces, put_memories, refresh_expiry
 from mnemex.memories.knowledge import Applied, apply_facts, check_facts, history_of, with_change
 from mnemex.memories.protocol import (
     SCOPE_WRITES,
     AddSession,
+    ApplyClassification,
     ApplyExtraction,
     Change,
     CountMemories,
@@ -103,9 +117,13 @@ from mnemex.memories.protocol import (
     ExtractionFailed,
     Forget,
     ForgetDocument,
+    ForgetExpired,
     ForgetWhere,
     Forgotten,
+    GetActorMemories,
+    GetCategories,
     GetDocuments,
+    GetFacets,
     GetHistory,
     GetMemory,
     GetScopeStats,
@@ -114,9 +132,12 @@ from mnemex.memories.protocol import (
     ImportMemories,
     IngestDocument,
     ListMemories,
+    ListNamespaces,
     MemoryPage,
     MemoryRecord,
     NewMemory,
+    PutMemories,
+    RefreshExpiry,
     Remember,
     Remembered,
     ScopeCommandType,
@@ -125,6 +146,7 @@ from mnemex.memories.protocol import (
     SearchResult,
     Session,
     SessionAdded,
+    SetCategories,
     StoreSession,
     Touch,
     Touched,
@@ -223,6 +245,7 @@ class ScopeSettings:
     context_weight: float = 0.5
     archive_merge_echoes: bool = True
     graph_stale: float = 60.0
+    category_threshold: float = DEFAULT_THRESHOLD
     cursor: CursorSettings = dataclasses.field(default_factory=CursorSettings)
     extract: RunExtraction | None = None
     timer: Timer | None = None
@@ -243,6 +266,7 @@ class ScopeSettings:
                 shared[f"cosine_{name}"] = float(getattr(own, name))
         shared["embed_batch_size"] = config.models.embed_batch_size
         knowledge = config.knowledge
+        shared["category_threshold"] = knowledge.category_threshold
         shared["cursor"] = CursorSettings(
             turns=knowledge.turns, tokens=knowledge.tokens, idle=knowledge.idle,
             job_timeout=knowledge.job_timeout, max_attempts=knowledge.max_attempts, backoff=knowledge.backoff,
@@ -328,6 +352,15 @@ def _absorbed_echo(record: MemoryRecord, *, echo: str, now: float) -> MemoryReco
     return with_change(record, Change(at=now, op="absorbed", by="archive", other=echo, note="echo"))
 
 
+SCOPE_BYTES: Final = 14_000
+"""What a live scope costs besides its memories: the settings, indexes and tables,
+its cell in the kernel (tracemalloc: 20.9 KB a scope over 300 scopes of one memory)."""
+MEMORY_BYTES: Final = 5_500
+"""What each memory costs besides its text and vector: the record and its history,
+the keyword, BM25 and filter entries, the id maps (tracemalloc: 7.4 KB a memory in
+a scope of 5,000 short memories of 384 dims, 1.5 KB of it the vector)."""
+
+
 # -- the behaviour ---------------------------------------------------------------------------------
 class ScopeMemory:
     """The long-term memory of one (app_name, user_id). Synchronous, deterministic;
@@ -341,6 +374,9 @@ class ScopeMemory:
         self.docs: list[MemoryRecord | None] = []
         self.doc_of: dict[str, int] = {}
         self.by_content: dict[str, int] = {}
+        # the other docs of a content stored more than once (a write without dedupe)
+        self.twins: dict[str, set[int]] = {}
+        self.keyed = KeyedIndex()
         self.free: list[int] = []
         fold = settings.fold_accents
         self.keyword = KeywordIndex(keep_words=False, fold_accents=fold)  # _unindex passes the content
@@ -365,6 +401,22 @@ class ScopeMemory:
                                        settings.timer)
         self.replaying = False
         self.documents = Documents()
+        self.categories = ScopeCategories(settings.category_threshold, self.bm25.tokenizer)
+        self.extractions.catalog = self.categories.as_dict
+
+    def live_bytes(self) -> int:
+        """An estimate of the memory this scope holds while live, for the runtime's
+        ``kernel.max_live_bytes`` budget: a constant per scope and per memory, the
+        texts, and 4 bytes a dimension for each vector (twice once the HNSW graph
+        holds its own copy, plus its links)."""
+        size = SCOPE_BYTES + len(self.doc_of) * MEMORY_BYTES + self.content_bytes
+        vectors = self.vectors
+        if vectors is not None and len(vectors):
+            per_vector = 4 * self.dim
+            if vectors.mode == "hnsw":
+                per_vector = 2 * per_vector + 8 * self.settings.hnsw_m + 16
+            size += len(vectors) * per_vector
+        return size
 
     def __repr__(self) -> str:
         return f"ScopeMemory(({self.app_name!r}, {self.user_id!r}), memories={len(self.doc_of)})"
@@ -457,7 +509,7 @@ class ScopeMemory:
                 # a graph may lag behind deferred vectors (after a replay, say): catch it up
                 return self._with_graph(self._search(command))
             case Remember(memories=memories, embedder=embedder, dim=dim, now=now):
-                ids, created = self._remember(memories, embedder, dim, now)
+                ids, created = self._remember(memories, embedder, dim, now, command.classify)
                 return self._with_graph(Remembered(ids=ids, created=created))
             case AddSession():
                 return self._with_graph(self._add_session(command))
@@ -468,6 +520,14 @@ class ScopeMemory:
                 return record
             case Touch():
                 return self._touch(command)
+            case PutMemories():
+                return self._with_graph(put_memories(self, command))
+            case RefreshExpiry():
+                return refresh_expiry(self, command)
+            case ForgetExpired():
+                return forget_expired(self, command)
+            case ListNamespaces():
+                return list_namespaces(self, command)
             case UpdateMemory():
                 return self._with_graph(self._update(command))
             case Forget(ids=ids, now=now):
@@ -530,6 +590,18 @@ class ScopeMemory:
                 return forget_document(self, command)
             case GetDocuments(document_id=document_id):
                 return document_statuses(self, document_id)
+            case SetCategories():
+                return set_categories(self, command)
+            case ApplyClassification():
+                return apply_classification(self, command)
+            case ClassificationFailed():
+                return self.categories.failed(command)
+            case GetCategories():
+                return self._with_graph(self.categories.info(self))
+            case GetFacets():
+                return get_facets(self, command)
+            case GetActorMemories():
+                return actor_memories(self, command)
             case ExtractDocument():
                 return extract_document(self, command)
             case SessionEmbedFailed(session_id=session_id, error=error):
@@ -561,20 +633,22 @@ class ScopeMemory:
                                f"(dim {self.dim}); {what} carries vectors of {embedder!r} (dim {dim}), "
                                f"and vectors of two models are never mixed{hint}", field="embedder")
 
-    def _new_record(self, memory: Any, now: float) -> tuple[MemoryRecord, bytes | None]:
+    def _new_record(self, memory: Any, now: float,
+                    classify: bool = False) -> tuple[MemoryRecord, bytes | None]:
         settings = self.settings
         if not isinstance(memory, NewMemory):
             raise InvalidInput(f"memories must be NewMemory, got {type(memory).__name__}", field="memories")
-        return record_of(memory, now, settings.max_content_bytes, settings.max_metadata_bytes), memory.vector
+        record = record_of(memory, now, settings.max_content_bytes, settings.max_metadata_bytes)
+        return (self.categories.classify_new(record) if classify else record), memory.vector
 
     def _remember(self, memories: Any, embedder: Any, dim: Any,
-                  now: Any) -> tuple[list[str], list[bool]]:
-        ids, created, placed, vectors = self._accept(memories, embedder, dim, now)
+                  now: Any, classify: bool = False) -> tuple[list[str], list[bool]]:
+        ids, created, placed, vectors = self._accept(memories, embedder, dim, now, classify)
         self._index_many(placed)
         self._add_vectors(vectors)
         return ids, created
 
-    def _accept(self, memories: Any, embedder: Any, dim: Any, now: Any) -> tuple[
+    def _accept(self, memories: Any, embedder: Any, dim: Any, now: Any, classify: bool = False) -> tuple[
             list[str], list[bool], list[tuple[int, MemoryRecord]], list[tuple[int, bytes]]]:
         """Check a command's memories, then give each new one a doc (known by id and
         content from here on): the ids answered, which were created, the placed
@@ -586,7 +660,8 @@ class ScopeMemory:
         if len(memories) > limit:
             raise TooLarge(f"{len(memories):,} memories in one command; the limit is {limit:,} "
                            f"(config.memories.max_memories_per_command)", field="memories")
-        checked = [self._new_record(memory, now) for memory in memories]
+        checked = [self._new_record(memory, now, classify is True) for memory in memories]
+        deduped = [memory.dedupe for memory in memories]
         has_vectors = any(vector is not None for _, vector in checked)
         if has_vectors:
             self._check_embedder(embedder, dim, "the command")
@@ -597,10 +672,10 @@ class ScopeMemory:
         fresh: list[tuple[MemoryRecord, bytes | None]] = []
         fresh_content: dict[str, str] = {}
         fresh_ids: dict[str, str] = {}
-        for record, vector in checked:
-            existing = self.by_content.get(record.content)
+        for (record, vector), dedupe in zip(checked, deduped, strict=True):
+            existing = self.by_content.get(record.content) if dedupe else None
             same = self._record_at(existing).id if existing is not None else fresh_content.get(record.content)
-            if same is not None:
+            if same is not None and dedupe:
                 ids.append(same)
                 created.append(False)
                 continue
@@ -622,7 +697,7 @@ class ScopeMemory:
             doc = self._allocate()
             self.docs[doc] = record
             self.doc_of[record.id] = doc
-            self.by_content[record.content] = doc
+            self._hold_content(doc, record.content)
             placed.append((doc, record))
             if vector is not None:
                 vectors.append((doc, vector))
@@ -663,7 +738,8 @@ class ScopeMemory:
                     placed, vectors = [], []
                     self.handle(command)
                     continue
-                accepted = self._accept(command.memories, command.embedder, command.dim, command.now)
+                accepted = self._accept(command.memories, command.embedder, command.dim, command.now,
+                                        command.classify)
             except MnemexError as exc:
                 log.warning("scope %s: replay: %s refused, as it would have been when it arrived: %s",
                             self._name, type(command).__name__, exc)
@@ -699,7 +775,8 @@ class ScopeMemory:
             contexts, changed = self._join_sessions(placed)
         texts = self._texts
         for doc, record in placed:
-            self.by_content[record.content] = doc
+            self._hold_content(doc, record.content)
+            self.keyed.add(doc, record)
             if texts is not None:
                 texts.setdefault(normalized_text(record.content), doc)
             if record.entities:
@@ -766,13 +843,34 @@ class ScopeMemory:
         if record.entities:
             self.entities.remove(doc)
         self.table.remove(doc, record)
-        del self.by_content[record.content]
+        self._release_content(doc, record.content)
+        self.keyed.remove(doc, record)
         if self._texts is not None:
             key = normalized_text(record.content)
             if self._texts.get(key) == doc:
                 del self._texts[key]
         self.content_bytes -= len(record.content)
         return record
+
+    def _hold_content(self, doc: int, content: str) -> None:
+        """Index ``doc`` by its content: the first doc of a content is the one writes
+        deduplicate against; the others (stored without dedupe) are its twins."""
+        holder = self.by_content.setdefault(content, doc)
+        if holder != doc:
+            self.twins.setdefault(content, set()).add(doc)
+
+    def _release_content(self, doc: int, content: str) -> None:
+        twins = self.twins.get(content)
+        if self.by_content.get(content) == doc:
+            if twins:
+                self.by_content[content] = min(twins)
+                twins.discard(min(twins))
+            else:
+                del self.by_content[content]
+        elif twins is not None:
+            twins.discard(doc)
+        if twins is not None and not twins:
+            del self.twins[content]
 
     def _forget(self, ids: Sequence[str]) -> None:
         for memory_id in ids:
@@ -814,7 +912,7 @@ class ScopeMemory:
                                "would no longer match", field="vector")
         # valid: from here on the state changes
         self.clock = max(self.clock, now)
-        record = msgspec.structs.replace(old, **changes)
+        record = self.categories.updated(old, msgspec.structs.replace(old, **changes), changes)
         self._unindex(doc)
         self.docs[doc] = record
         self._index_many([(doc, record)])
@@ -844,7 +942,9 @@ class ScopeMemory:
                 members.sort()
         items = [(doc, record) for doc, record in enumerate(self.docs) if record is not None]
         if self._load_text_sidecars(sidecars):
-            self.by_content = {record.content: doc for doc, record in items}
+            for doc, record in items:
+                self._hold_content(doc, record.content)
+                self.keyed.add(doc, record)
             self.table.add_many(items)
             self.content_bytes = sum(len(record.content) for _, record in items)
             return
@@ -936,7 +1036,7 @@ class ScopeMemory:
         echo_of = session_echoes(memories) if self.settings.archive_merge_echoes else {}
         if not todo:  # stored already, every text of it: nothing changes
             return self._with_graph(self._add_session(AddSession(session_id=session_id, memories=memories,
-                                                                 now=now, echo_of=echo_of)))
+                                                                 now=now, echo_of=echo_of, classify=True)))
         embed = self.settings.embed
         name, dim = self.settings.embedder_name, self.settings.embedder_dim
         texts = [memories[i].content for i in todo]
@@ -948,12 +1048,14 @@ class ScopeMemory:
             if result.error is not None:
                 return SessionEmbedFailed(session_id, f"{type(result.error).__name__}: {result.error}")
             if result.value is None:  # no embedder: stored without vectors (and journaled, as a write)
-                return AddSession(session_id=session_id, memories=memories, now=now, echo_of=echo_of)
+                return AddSession(session_id=session_id, memories=memories, now=now, echo_of=echo_of,
+                                  classify=True)
             with_vectors = list(memories)
             for row, i in enumerate(todo):
                 vector = encode_vector(result.value[row])
                 with_vectors[i] = msgspec.structs.replace(memories[i], vector=vector)
             return AddSession(session_id=session_id, memories=with_vectors, embedder=name, dim=dim, now=now,
+                              classify=True,
                               echo_of=echo_of)
 
         return Step(None, (Job(work, deliver, name=f"scope.embed-session {self.app_name}/{self.user_id}",
@@ -964,7 +1066,8 @@ class ScopeMemory:
         (``cmd.echo_of``) are stored merged into it."""
         _check_session_memories(cmd.session_id, cmd.memories)
         echoes = _checked_echoes(cmd.echo_of, cmd.memories)
-        ids, created, placed, vectors = self._accept(cmd.memories, cmd.embedder, cmd.dim, cmd.now)
+        ids, created, placed, vectors = self._accept(cmd.memories, cmd.embedder, cmd.dim, cmd.now,
+                                                     cmd.classify)
         merged = self._merge_echoes(echoes, ids, created, cmd.now) if echoes else []
         self._index_many(placed)
         self._add_vectors(vectors)
@@ -1041,9 +1144,16 @@ class ScopeMemory:
 
     # -- the HNSW graph, built beside the actor ------------------------------------------------------
     def _with_graph(self, reply: Any, now: float | None = None) -> Any:
-        """Answer ``reply``, with a Job building the HNSW graph if one is wanted now."""
-        job = self._graph_job(self.clock if now is None else now)
-        return reply if job is None else Step(reply, (job,))
+        """Answer ``reply``, with a Job building the HNSW graph if one is wanted now (and
+        the next re-classification job, when one is due: memories.categories)."""
+        when = self.clock if now is None else now
+        job = self._graph_job(when)
+        jobs = ((job,) if job is not None else ()) + self.categories.jobs(self, when)
+        if not jobs:
+            return reply
+        if isinstance(reply, Step):
+            return dataclasses.replace(reply, effects=(*reply.effects, *jobs))
+        return Step(reply, jobs)
 
     def _graph_job(self, now: float) -> Job | None:
         index = self.vectors
@@ -1084,9 +1194,37 @@ class ScopeMemory:
         return self._with_graph(None)
 
     # -- reads ----------------------------------------------------------------------------------
-    def _allowed(self, spec: Any, include_history: Any, as_of: Any) -> npt.NDArray[np.bool_] | None:
+    def allowed_docs(self, spec: Any, include_history: Any = False, as_of: Any = None
+                     ) -> npt.NDArray[np.bool_] | None:
+        """The docs a read may see (None: all), as ``_allowed``."""
+        return self._allowed(spec, include_history, as_of)
+
+    def _allowed(self, spec: Any, include_history: Any, as_of: Any, namespace: Any = None,
+                 now: float = 0.0) -> npt.NDArray[np.bool_] | None:
         """The docs a read may see (None: all): the filter's, among the memories that
-        are active (or, with include_history, any; with as_of, true at that time)."""
+        are active (or, with include_history, any; with as_of, true at that time);
+        with ``namespace``, only keyed memories under it; with ``now``, none expired."""
+        allowed = self._allowed_by_filter(spec, include_history, as_of)
+        keyed = self.keyed
+        if namespace is not None:
+            namespace = check_namespace(namespace)
+            if keyed.holds_all(namespace, len(self.doc_of)):
+                namespace = None  # every memory is under it: no narrowing (searches stay unfiltered)
+        if namespace is None and not (now and keyed.expires):
+            return allowed
+        size = len(self.docs)
+        mask = np.ones(size, dtype=np.bool_) if allowed is None else allowed[:size].copy()
+        if len(mask) < size:
+            mask = np.concatenate([mask, np.zeros(size - len(mask), dtype=np.bool_)])
+        if namespace is not None:
+            mask &= keyed.namespace_mask(namespace, size)
+        if now:
+            expired = keyed.expired_docs(now)
+            if expired:
+                mask[expired] = False
+        return mask
+
+    def _allowed_by_filter(self, spec: Any, include_history: Any, as_of: Any) -> npt.NDArray[np.bool_] | None:
         if not isinstance(include_history, bool):
             raise InvalidInput(f"include_history must be true or false, got {include_history!r}",
                                field="include_history")
@@ -1103,7 +1241,8 @@ class ScopeMemory:
         if limit is not None:
             check_int(limit, "limit", 0)
         offset = check_int(cmd.offset, "offset", 0)
-        allowed = self._allowed(cmd.filter, cmd.include_history, cmd.as_of)
+        allowed = self._allowed(cmd.filter, cmd.include_history, cmd.as_of, cmd.namespace,
+                                check_seconds(cmd.now, "now"))
         if allowed is None:
             ids = sorted(self.doc_of)
         else:
@@ -1161,11 +1300,13 @@ class ScopeMemory:
                                    field="vector")
             self._check_embedder(cmd.embedder, cmd.dim, "the query")
             query_vector = decode_vector(cmd.vector, cmd.dim)
-        allowed = self._allowed(cmd.filter, cmd.include_history, cmd.as_of)
+        if cmd.facets not in (None, "hits", "scope"):
+            raise InvalidInput(f"facets is {cmd.facets!r}; use hits, scope or null", field="facets")
+        allowed = self._allowed(cmd.filter, cmd.include_history, cmd.as_of, cmd.namespace, now)
         if allowed is not None and not allowed.any():
-            return SearchResult(hits=[], mode=mode)
-        ranker = Ranker(self.keyword, self.bm25, self.entities, self.vectors, self.table, settings,
-                        self._record_at)
+            return SearchResult(hits=[], mode=mode, facets={} if cmd.facets else None)
+        ranker = Ranker(self.keyword, self.bm25, self.entities, self.keyed.vector_search(self.vectors),
+                        self.table, settings, self._record_at)
         if mode == "keyword":
             ranked = ranker.keyword_ranked(query, top_k, allowed)
         elif mode == "fulltext":
@@ -1184,7 +1325,10 @@ class ScopeMemory:
         hits = [Hit(self._record_at(doc), round(score, 6), scores, self.app_name, self.user_id)
                 for doc, score, scores in ranked
                 if min_score is None or scores.get("relevance", score) >= min_score]
-        return self._with_graph(SearchResult(hits=hits[:top_k], mode=mode), now=now)
+        hits = hits[:top_k]
+        facets = None if cmd.facets is None else (
+            facets_of_hits(hits) if cmd.facets == "hits" else facets_of_mask(self, allowed))
+        return self._with_graph(SearchResult(hits=hits, mode=mode, facets=facets), now=now)
 
     # -- snapshots -------------------------------------------------------------------------------
     def snapshot(self) -> SnapshotData:
@@ -1211,6 +1355,9 @@ class ScopeMemory:
             extra["cursors"] = self.extractions.to_extra()
         if self.documents:
             extra["documents"] = self.documents.to_extra()
+        categories = self.categories.to_extra()
+        if categories is not None:
+            extra["categories"] = categories
         return write_snapshot(pairs, index, sidecars, extra)
 
     @classmethod
@@ -1231,6 +1378,7 @@ class ScopeMemory:
         memory.free = [int(doc) for doc in extra.get("free", [])]
         memory.extractions.load_extra(extra.get("cursors") or {})
         memory.documents.load_extra(extra.get("documents") or [], records)
+        memory.categories.load_extra(extra.get("categories"))
         memory._reindex_all(image.sidecars)
         if isinstance(embedder, str) and dim > 0:
             memory.embedder, memory.dim = embedder, dim

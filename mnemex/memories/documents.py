@@ -239,7 +239,7 @@ def ingest_document(scope: ScopeMemory, cmd: IngestDocument) -> Any:
     documents = scope.documents
     if info.id in documents.infos and (_chunks(scope, info.id) or not info.chunks):
         return Step(DocumentIngested(document=documents.infos[info.id], unchanged=True), unchanged=True)
-    ids, created, placed, vectors = scope._accept(cmd.memories, cmd.embedder, cmd.dim, cmd.now)
+    ids, created, placed, vectors = scope._accept(cmd.memories, cmd.embedder, cmd.dim, cmd.now, cmd.classify)
     # valid: from here on the state changes
     sourced = [(doc, _with_source(record, SourceRef(document=info.id, chunk=record.metadata["chunk"])))
                for doc, record in placed]

@@ -124,6 +124,8 @@ class ExtractionJob:
     job_id: str
     attempt: int
     read: ReadMessages
+    categories: Mapping[str, str] = field(default_factory=dict)
+    """The scope's category catalog (name -> description), for the extractor."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +177,8 @@ class Extractions:
         self.timer = timer
         self.sessions: dict[str, _Session] = {}
         self.timer_at: float | None = None  # transient: when the sleeping timer job wakes
+        # the scope's category catalog as jobs show it (set by the scope: memories.categories)
+        self.catalog: Callable[[], Mapping[str, str]] = dict
 
     def __len__(self) -> int:
         return len(self.sessions)
@@ -255,7 +259,7 @@ class Extractions:
         run, read = self.run, session.read
         assert run is not None and read is not None
         job = ExtractionJob(self.app_name, self.user_id, session_id, ticket.first, ticket.upto, ticket.job_id,
-                            ticket.attempt, read)
+                            ticket.attempt, read, self.catalog())
 
         async def work() -> ExtractionOutcome | ExtractionFailure:
             return await run(job)
@@ -274,7 +278,7 @@ class Extractions:
             return ApplyExtraction(session_id=session_id, first=job.first, upto=job.upto,
                                    facts=outcome.facts, offered=outcome.offered, extractor=outcome.extractor,
                                    usage=outcome.usage, embedder=outcome.embedder, dim=outcome.dim,
-                                   now=outcome.finished_at, job=job.job_id)
+                                   now=outcome.finished_at, job=job.job_id, classify=True)
 
         return Job(work, deliver, name=f"scope.extract {self.app_name}/{self.user_id}/{session_id}",
                    answers=answers)

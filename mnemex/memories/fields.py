@@ -37,11 +37,13 @@ __all__ = [
     "MemoryFields",
     "check_content",
     "check_importance",
+    "check_keyed",
     "check_kind",
     "check_labels",
     "check_memory_id",
     "check_metadata",
     "check_record",
+    "check_scope_part",
     "checked_changes",
     "new_memory",
     "record_of",
@@ -57,6 +59,10 @@ MAX_SOURCES: Final = 16
 """Source references a memory keeps (the oldest and the newest ones)."""
 MAX_CHANGES: Final = 64
 """Changes a memory's history keeps (the first and the latest ones)."""
+MAX_NAMESPACE_DEPTH: Final = 32
+"""Most labels in a keyed memory's namespace."""
+MAX_VECTORS: Final = 256
+"""Most extra vectors of one keyed memory."""
 
 
 class MemoryFields(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
@@ -73,6 +79,9 @@ class MemoryFields(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unkn
     * ``attributed_to``: whom it is about ("user", a name).
     * ``valid_at``, ``invalid_at``: when what it says became and stopped being true
       (as ``timestamp``; default unknown).
+    * ``scope_kind``, ``scope_id``: the part of the user's memory it belongs to
+      (``campaign`` and ``ash``, ``session`` and ``s1``, ``actor`` and ``gandros``...;
+      default ``global``, no id).
     """
 
     author: str | None = None
@@ -88,6 +97,8 @@ class MemoryFields(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unkn
     attributed_to: str | None = None
     valid_at: float | str | None = None
     invalid_at: float | str | None = None
+    scope_kind: str | None = None
+    scope_id: str | None = None
 
     def given(self) -> dict[str, Any]:
         """The fields that were given (not None), by name: what ``remember`` takes."""
@@ -143,14 +154,29 @@ def check_content(value: Any, limit: int) -> str:
     return value
 
 
-def check_kind(value: Any) -> str:
+def check_kind(value: Any, what: str = "kind") -> str:
     """A memory's kind: a short label of letters, digits, ``_`` or ``-``."""
-    text = check_text(value, "kind", 64, optional=False)
+    text = check_text(value, what, 64, optional=False)
     assert text is not None
     if not _KIND.fullmatch(text):
-        raise InvalidInput(f"kind must be a short label of letters, digits, _ or - (such as fact, "
-                           f"preference, event, plan), got {text!r}", field="kind")
+        raise InvalidInput(f"{what} must be a short label of letters, digits, _ or - (such as fact, "
+                           f"preference, event, plan), got {text!r}", field=what)
     return text
+
+
+def check_scope_part(scope_kind: Any, scope_id: Any) -> tuple[str, str | None]:
+    """A memory's part of its scope: ``global`` without an id, or a kind (a label as
+    ``kind`` is: campaign, session, actor...) with an id."""
+    kind = "global" if scope_kind is None else check_kind(scope_kind, "scope_kind")
+    if kind == "global":
+        if scope_id is not None:
+            raise InvalidInput(f"scope_id {scope_id!r} needs a scope_kind other than global (campaign, "
+                               f"session, actor...)", field="scope_id")
+        return kind, None
+    part = check_text(scope_id, "scope_id", MAX_FIELD_BYTES, optional=False)
+    if part is None or ":" in kind:
+        raise InvalidInput(f"a memory of scope_kind {kind!r} needs its scope_id", field="scope_id")
+    return kind, part
 
 
 def _check_validity(valid_at: Any, invalid_at: Any) -> tuple[float | None, float | None]:
@@ -161,12 +187,49 @@ def _check_validity(valid_at: Any, invalid_at: Any) -> tuple[float | None, float
     return start, end
 
 
+def check_namespace(value: Any, what: str = "namespace") -> tuple[str, ...]:
+    """A namespace: a list of at most 32 non-empty labels (no control character)."""
+    if not isinstance(value, tuple | list) or len(value) > MAX_NAMESPACE_DEPTH:
+        raise InvalidInput(f"{what} must be a list of at most {MAX_NAMESPACE_DEPTH} labels, got {value!r}",
+                           field=what)
+    return tuple(str(check_id(label, f"{what} label", MAX_FIELD_BYTES)) for label in value)
+
+
+def check_keyed(memory: NewMemory, now: float) -> dict[str, Any]:
+    """The keyed fields of a record made from ``memory`` at ``now`` (see MemoryRecord),
+    checked; only those that are set."""
+    found: dict[str, Any] = {}
+    if memory.namespace:
+        found["namespace"] = check_namespace(memory.namespace)
+    if memory.key is not None:
+        found["key"] = check_text(memory.key, "key", MAX_FIELD_BYTES, optional=False)
+    if memory.vectors:
+        if not isinstance(memory.vectors, tuple | list) or len(memory.vectors) > MAX_VECTORS or not all(
+                isinstance(vector, bytes) for vector in memory.vectors):
+            raise InvalidInput(f"vectors must be a list of at most {MAX_VECTORS} vectors (bytes)",
+                               field="vectors")
+        if memory.vector is None:
+            raise InvalidInput("a memory with extra vectors needs its first vector in 'vector'",
+                               field="vectors")
+        found["vectors"] = tuple(memory.vectors)
+    if memory.ttl is not None:
+        ttl = memory.ttl
+        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl) or ttl <= 0:
+            raise InvalidInput(f"ttl must be a positive number of seconds or null, got {ttl!r}", field="ttl")
+        found["ttl"] = float(ttl)
+        found["expires_at"] = now + float(ttl)
+    if not isinstance(memory.dedupe, bool):
+        raise InvalidInput(f"dedupe must be true or false, got {memory.dedupe!r}", field="dedupe")
+    return found
+
+
 def record_of(memory: NewMemory, now: float, max_content_bytes: int, max_metadata_bytes: int) -> MemoryRecord:
     """The record a scope stores for ``memory`` at ``now``: every field checked (the
     limits named by their config settings), labels de-duplicated, the timestamp
     defaulting to ``now``. InvalidInput or TooLarge naming the field otherwise."""
     timestamp = now if memory.timestamp is None else check_seconds(memory.timestamp, "timestamp")
     valid_at, invalid_at = _check_validity(memory.valid_at, memory.invalid_at)
+    scope_kind, scope_id = check_scope_part(memory.scope_kind, memory.scope_id)
     return MemoryRecord(
         id=check_memory_id(memory.id),
         content=check_content(memory.content, max_content_bytes),
@@ -184,6 +247,9 @@ def record_of(memory: NewMemory, now: float, max_content_bytes: int, max_metadat
         attributed_to=check_text(memory.attributed_to, "attributed_to", MAX_FIELD_BYTES),
         valid_at=valid_at,
         invalid_at=invalid_at,
+        scope_kind=scope_kind,
+        scope_id=scope_id,
+        **check_keyed(memory, now),
     )
 
 
@@ -227,7 +293,14 @@ def checked_changes(changes: Mapping[str, Any], max_content_bytes: int,
     for the others it is refused), as the record will hold them."""
     _unknown(changes, CHANGEABLE)
     out: dict[str, Any] = {}
+    if "scope_kind" in changes or "scope_id" in changes:
+        if "scope_kind" not in changes:
+            raise InvalidInput("give scope_kind with scope_id (global, or a kind with its id)",
+                               field="scope_kind")
+        out["scope_kind"], out["scope_id"] = check_scope_part(changes["scope_kind"], changes.get("scope_id"))
     for name, given in changes.items():
+        if name in ("scope_kind", "scope_id"):
+            continue
         value = _as_given(name, given)
         if name == "content":
             out[name] = check_content(value, max_content_bytes)
@@ -268,7 +341,8 @@ def check_record(record: Any, max_content_bytes: int, max_metadata_bytes: int) -
         importance=record.importance, session_id=record.session_id, actor_id=record.actor_id,
         categories=record.categories, entities=record.entities, metadata=record.metadata,
         source=record.source, kind=record.kind, attributed_to=record.attributed_to, valid_at=record.valid_at,
-        invalid_at=record.invalid_at), created_at, max_content_bytes, max_metadata_bytes)
+        invalid_at=record.invalid_at, scope_kind=record.scope_kind, scope_id=record.scope_id), created_at,
+        max_content_bytes, max_metadata_bytes)
     confidences = _items(record.category_confidences, "category_confidences", MAX_LABELS)
     if confidences and len(confidences) != len(given.categories):
         raise InvalidInput(f"category_confidences has {len(confidences)} values for {len(given.categories)} "
@@ -304,7 +378,7 @@ def check_record(record: Any, max_content_bytes: int, max_metadata_bytes: int) -
         superseded_by=superseded_by, merged_into=merged_into,
         sources=sources, extractor=check_text(record.extractor, "extractor", MAX_FIELD_BYTES),
         reinforced=check_int(record.reinforced, "reinforced", 0), links=tuple(dict.fromkeys(links)),
-        history=history)
+        history=history, classified_by=check_text(record.classified_by, "classified_by", MAX_FIELD_BYTES))
 
 
 def _items(value: Any, what: str, limit: int) -> tuple[Any, ...]:

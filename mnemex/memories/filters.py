@@ -12,6 +12,8 @@ page or ``forget_where`` sees (keys combine with AND)::
       "author": "user",
       "kind": ["fact", "preference"],     # as session_id (also attributed_to)
       "categories": ["food", "travel"],   # has any of these; {"$all": [...]} has all of them
+      "min_category_confidence": 0.6,     # ... each with a confidence >= 0.6 (a caller's: 1.0)
+      "scope": ["global", "campaign:ash"],  # in one of these parts of the scope (scope_label)
       "entities": {"$all": ["Paris"]},
       "metadata": {"lang": "en", "score": {"$gte": 3, "$lt": 9}, "tag": {"$in": ["a", "b"]}}
     }
@@ -52,7 +54,7 @@ Mask = npt.NDArray[np.bool_]
 FILTER_KEYS: Final = frozenset({
     "min_importance", "max_importance", "created_after", "created_before", "timestamp_after",
     "timestamp_before", "session_id", "actor_id", "author", "categories", "entities", "metadata",
-    "kind", "attributed_to",
+    "kind", "attributed_to", "scope", "min_category_confidence",
 })
 _SINGLE: Final = ("session_id", "actor_id", "author", "kind", "attributed_to")
 _OPERATORS: Final = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists"})
@@ -78,8 +80,10 @@ class FilterTable:
         self.valid_until = np.zeros(0, dtype=np.float64)
         self.inactive = 0
         self.fields: dict[str, dict[str, set[int]]] = {
-            name: {} for name in (*_SINGLE, "categories", "entities")}
+            name: {} for name in (*_SINGLE, "categories", "entities", "scope")}
         self.metadata: dict[str, dict[int, Any]] = {}
+        # category -> {doc: confidence}, for the confidences below 1 (absent: 1.0)
+        self.category_confidence: dict[str, dict[int, float]] = {}
 
     def add(self, doc: int, record: MemoryRecord) -> None:
         self.add_many([(doc, record)])
@@ -112,6 +116,10 @@ class FilterTable:
             for name, values in (("categories", record.categories), ("entities", record.entities)):
                 for value in values:
                     fields[name].setdefault(value, set()).add(doc)
+            fields["scope"].setdefault(record.scope_label, set()).add(doc)
+            for category, confidence in zip(record.categories, record.category_confidences, strict=False):
+                if confidence < 1.0:
+                    self.category_confidence.setdefault(category, {})[doc] = confidence
             for key, value in record.metadata.items():
                 metadata.setdefault(key, {})[doc] = value
 
@@ -128,6 +136,12 @@ class FilterTable:
                     holders.discard(doc)
                     if not holders:
                         del table[value]
+        for category in record.categories:
+            confidences = self.category_confidence.get(category)
+            if confidences is not None:
+                confidences.pop(doc, None)
+                if not confidences:
+                    del self.category_confidence[category]
         for key in record.metadata:
             docs = self.metadata.get(key)
             if docs is not None:
@@ -159,6 +173,7 @@ class FilterTable:
             yield "categories", set(record.categories)
         if record.entities:
             yield "entities", set(record.entities)
+        yield "scope", (record.scope_label,)
 
     def _ensure(self, needed: int) -> None:
         if needed <= self.capacity:
@@ -171,6 +186,15 @@ class FilterTable:
             grown[: len(old)] = old
             setattr(self, name, grown)
         self.capacity = capacity
+
+    def category_docs(self, category: str, min_confidence: float = 0.0) -> set[int]:
+        """The docs in ``category`` with a confidence of at least ``min_confidence``."""
+        docs = self.fields["categories"].get(category, set())
+        if min_confidence <= 0.0 or not docs:
+            return docs
+        low = {doc for doc, confidence in self.category_confidence.get(category, {}).items()
+               if confidence < min_confidence}
+        return docs - low if low else docs
 
     def docs_mask(self, docs: Iterable[int]) -> Mask:
         mask = np.zeros(self.capacity, dtype=np.bool_)
@@ -237,11 +261,45 @@ class _AnyOf(_Predicate):
         return mask
 
     def test(self, record: MemoryRecord) -> bool:
-        value = getattr(record, self.field)
+        value = record.scope_label if self.field == "scope" else getattr(record, self.field)
         have = set(value) if isinstance(value, tuple) else ({value} if value is not None else set())
         if self.every:
             return all(v in have for v in self.values)
         return any(v in have for v in self.values)
+
+
+@dataclass(frozen=True, slots=True)
+class _InCategories(_Predicate):
+    """Categories held with a confidence of at least ``min_confidence`` (any of
+    ``values``, or all of them; no values: any category but misc)."""
+
+    values: tuple[str, ...]
+    min_confidence: float
+    every: bool = False
+
+    def mask(self, table: FilterTable) -> Mask:
+        names = self.values or tuple(name for name in table.fields["categories"] if name != "misc")
+        sets = [table.category_docs(name, self.min_confidence) for name in names]
+        if self.every:
+            holders: set[int] | None = None
+            for docs in sets:
+                holders = set(docs) if holders is None else holders & docs
+            return table.docs_mask(holders or ())
+        mask = np.zeros(table.capacity, dtype=np.bool_)
+        for docs in sets:
+            if docs:
+                mask[np.fromiter(docs, dtype=np.int64, count=len(docs))] = True
+        return mask
+
+    def test(self, record: MemoryRecord) -> bool:
+        confidences = record.category_confidences
+        held = {name for i, name in enumerate(record.categories)
+                if (confidences[i] if i < len(confidences) else 1.0) >= self.min_confidence}
+        if not self.values:
+            return bool(held - {"misc"})
+        if self.every:
+            return all(v in held for v in self.values)
+        return any(v in held for v in self.values)
 
 
 def _kind(value: Any) -> str:
@@ -477,10 +535,25 @@ def compile_filter(spec: Mapping[str, Any] | None) -> Filter:
             low_high[0 if is_low else 1] = bound
         elif key in ("categories", "entities"):
             predicates.append(_set_predicate(key, value, allow_all=True))
+        elif key == "min_category_confidence":
+            continue  # read with categories, below
         elif key == "metadata":
             predicates.extend(_meta_predicates(value))
         else:
             predicates.append(_set_predicate(key, value, allow_all=False))
     for column, (low, high) in bounds.items():
         predicates.insert(0, _Range(column, low, high, high_inclusive=column == "importance"))
+    least = spec.get("min_category_confidence")
+    if least is not None:
+        least = _number("min_category_confidence", least)
+        if not 0.0 <= least <= 1.0:
+            raise _fail("min_category_confidence", f"{least!r} is not in 0..1")
+        at = next((i for i, p in enumerate(predicates) if isinstance(p, _AnyOf) and p.field == "categories"),
+                  None)
+        if at is None:
+            predicates.append(_InCategories((), least))
+        else:
+            named = predicates[at]
+            assert isinstance(named, _AnyOf)
+            predicates[at] = _InCategories(named.values, least, named.every)
     return Filter(tuple(predicates), dict(spec))

@@ -98,15 +98,22 @@ def check_facts(scope: ScopeMemory, cmd: ApplyExtraction,
                 id=fact.id, content=fact.content, importance=fact.importance, timestamp=observed,
                 session_id=cmd.session_id, categories=fact.categories, entities=fact.entities,
                 kind=fact.kind, attributed_to=fact.attributed_to, valid_at=fact.valid_at,
-                source="extraction"), now, settings.max_content_bytes, settings.max_metadata_bytes)
+                actor_id=fact.actor_id, source="extraction"), now, settings.max_content_bytes,
+                settings.max_metadata_bytes)
         except InvalidInput as exc:
             dropped.append(f"facts[{index}] ({fact.content[:60]!r}): {exc}")
             continue
         if len(confidences) != len(record.categories):
             confidences = ()
+        # the extractor's categories where confident enough, else the offline classifier's
+        if cmd.classify is True:
+            record = scope.categories.classify_new(
+                record, confidences=tuple(min(1.0, max(0.0, c)) for c in confidences), by=cmd.extractor)
+        else:  # journaled before categories existed: as it was then
+            record = msgspec.structs.replace(
+                record, category_confidences=tuple(min(1.0, max(0.0, c)) for c in confidences))
         record = msgspec.structs.replace(
-            record, category_confidences=tuple(min(1.0, max(0.0, c)) for c in confidences),
-            sources=(source,), extractor=cmd.extractor,
+            record, sources=(source,), extractor=cmd.extractor,
             history=(Change(at=now, op="created", by=cmd.extractor, source=source),))
         kept.append((fact, record))
     if vectors:

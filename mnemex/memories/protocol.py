@@ -8,8 +8,16 @@ from typing import Any, Literal
 import msgspec
 
 from mnemex._protocol import Command, Reply
+from mnemex.knowledge.categories import Category
 
 __all__ = [
+    "ForgetExpired",
+    "KEYED_WRITES",
+    "ListNamespaces",
+    "MemoriesPut",
+    "Namespaces",
+    "PutMemories",
+    "RefreshExpiry",
     "AddSession",
     "ApplyExtraction",
     "Change",
@@ -67,6 +75,14 @@ __all__ = [
     "IngestProgress",
     "IngestReport",
     "IngestStage",
+    "ApplyClassification",
+    "CategoryCatalog",
+    "Classified",
+    "Facets",
+    "GetActorMemories",
+    "GetCategories",
+    "GetFacets",
+    "SetCategories",
 ]
 
 MemoryStatus = Literal["active", "superseded", "merged"]
@@ -119,6 +135,22 @@ class MemoryRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     about; ``sources``: the messages or chunks it came from; ``extractor``: what
     made it (None: stored by a caller); ``reinforced``: times it was stated again;
     ``links``: memories it extends or conflicts with; ``history``: its changes.
+
+    ``categories`` come with ``category_confidences`` (0..1, one each; a caller's
+    own categories have none and count as 1.0); ``classified_by`` says what chose
+    them: ``caller``, the extractor (``rules``, ``llm:<model>:<prompt>``) or the
+    offline classifier (``rules-classifier:<version>``); ``misc`` is the category of
+    a memory nothing classified with enough confidence. ``actor_id``: the actor (an
+    NPC, an agent, a person) it is linked to. ``scope_kind``/``scope_id``: the part of
+    the user's memory it belongs to (``global``, or ``campaign``/``ash``...), see
+    ``scope_label``.
+
+    Keyed memories (stored by ``PutMemories``, a key-value store's items):
+    ``namespace`` (a path) and ``key`` name it; ``vectors`` are embeddings of its
+    other parts beside the one in the vector index (a search scores a memory by
+    the best of them); ``ttl`` (seconds) and ``expires_at``: it is hidden from
+    reads after ``expires_at`` and forgotten by ``ForgetExpired``, and a read that
+    refreshes it moves ``expires_at`` to ``ttl`` seconds later.
     """
 
     id: str
@@ -148,10 +180,26 @@ class MemoryRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     reinforced: int = 0
     links: tuple[str, ...] = ()
     history: tuple[Change, ...] = ()
+    # categories, actors and scopes within a user (memories.categories, memories.subscopes)
+    classified_by: str | None = None
+    scope_kind: str = "global"
+    scope_id: str | None = None
+    # keyed memories (a key-value store's items; see ``PutMemories``)
+    namespace: tuple[str, ...] = ()
+    key: str | None = None
+    vectors: tuple[bytes, ...] = ()
+    ttl: float | None = None
+    expires_at: float | None = None
 
     @property
     def active(self) -> bool:
         return self.status == "active"
+
+    @property
+    def scope_label(self) -> str:
+        """The part of its (app_name, user_id) the memory belongs to: ``global``, or
+        ``<scope_kind>:<scope_id>`` (``campaign:ash``, ``session:s1``, ``actor:gandros``)."""
+        return "global" if self.scope_id is None else f"{self.scope_kind}:{self.scope_id}"
 
 
 # Ids, times and
@@ -233,6 +281,15 @@ class NewMemory(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     attributed_to: str | None = None
     valid_at: float | None = None
     invalid_at: float | None = None
+    scope_kind: str | None = None
+    scope_id: str | None = None
+    # keyed memories: see MemoryRecord; ``dedupe`` False stores a content the scope
+    # holds already as a memory of its own (a key-value store's value under two keys)
+    namespace: tuple[str, ...] = ()
+    key: str | None = None
+    vectors: tuple[bytes, ...] = ()
+    ttl: float | None = None
+    dedupe: bool = True
 
 
 class ScopeCommand(Command, frozen=True, kw_only=True):
@@ -242,12 +299,15 @@ class ScopeCommand(Command, frozen=True, kw_only=True):
 
 class Remember(ScopeCommand, frozen=True, tag="scope.remember"):
     """Store ``memories``, all or none. Content already stored in the scope is not
-    stored again: its existing id comes back."""
+    stored again: its existing id comes back. ``classify``: give each memory without
+    categories the offline classifier's (``memories.categories``; commands journaled
+    before categories existed did not, and replay keeps them as they were)."""
 
     memories: list[NewMemory] = msgspec.field(default_factory=list)
     embedder: str | None = None
     dim: int = 0
     now: float = 0.0
+    classify: bool = False
 
 
 class AddSession(ScopeCommand, frozen=True, tag="scope.add_session"):
@@ -262,6 +322,7 @@ class AddSession(ScopeCommand, frozen=True, tag="scope.add_session"):
     dim: int = 0
     now: float = 0.0
     echo_of: dict[str, str] = msgspec.field(default_factory=dict)
+    classify: bool = False
 
 
 class UpdateMemory(ScopeCommand, frozen=True, tag="scope.update"):
@@ -287,6 +348,8 @@ class UpdateMemory(ScopeCommand, frozen=True, tag="scope.update"):
     attributed_to: str | msgspec.UnsetType | None = msgspec.UNSET
     valid_at: float | msgspec.UnsetType | None = msgspec.UNSET
     invalid_at: float | msgspec.UnsetType | None = msgspec.UNSET
+    scope_kind: str | msgspec.UnsetType | None = msgspec.UNSET
+    scope_id: str | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class Forget(ScopeCommand, frozen=True, tag="scope.forget"):
@@ -332,6 +395,8 @@ class ListMemories(ScopeCommand, frozen=True, tag="scope.list"):
     offset: int = 0
     include_history: bool = False
     as_of: float | None = None
+    namespace: tuple[str, ...] | None = None
+    now: float = 0.0
 
 
 class GetScopeStats(ScopeCommand, frozen=True, tag="scope.get_stats"):
@@ -355,6 +420,8 @@ class Search(ScopeCommand, frozen=True, tag="scope.search"):
     now: float = 0.0
     include_history: bool = False
     as_of: float | None = None
+    facets: Literal["hits", "scope"] | None = None
+    namespace: tuple[str, ...] | None = None
 
 
 class Remembered(Reply, frozen=True, kw_only=True, tag="scope.remembered"):
@@ -402,8 +469,13 @@ class Hit(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 class SearchResult(Reply, frozen=True, kw_only=True, tag="scope.search_result"):
+    """``facets``: memories per category, over the hits (``Search.facets`` ``hits``)
+    or over every memory the search's filter lets through (``scope``); None when
+    not asked for."""
+
     hits: list[Hit]
     mode: SearchMode = "hybrid"
+    facets: dict[str, int] | None = None
 
 
 class MemoryPage(Reply, frozen=True, kw_only=True, tag="scope.page"):
@@ -466,6 +538,7 @@ class NewFact(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     observed_at: float | None = None
     first: int | None = None
     last: int | None = None
+    actor_id: str | None = None
 
 
 class JobUsage(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -495,6 +568,7 @@ class ApplyExtraction(ScopeCommand, frozen=True, tag="scope.apply_extraction"):
     dim: int = 0
     now: float = 0.0
     job: str | None = None
+    classify: bool = False
 
 
 class ExtractionFailed(ScopeCommand, frozen=True, tag="scope.extraction_failed"):
@@ -637,6 +711,7 @@ class IngestDocument(ScopeCommand, frozen=True, tag="scope.ingest_document"):
     embedder: str | None = None
     dim: int = 0
     now: float = 0.0
+    classify: bool = False
 
 
 class ForgetDocument(ScopeCommand, frozen=True, tag="scope.forget_document"):
@@ -697,11 +772,160 @@ class IngestReport(msgspec.Struct, frozen=True, kw_only=True):
     warnings: list[str] = msgspec.field(default_factory=list)
 
 
+# -- categories and actors (memories.categories) ------------------------------------------------
+class SetCategories(ScopeCommand, frozen=True, tag="scope.set_categories"):
+    """Change the scope's category catalog: ``categories`` replace those of the same
+    name and add the others (``replace``: they become the whole catalog, defaults
+    included only if given); ``remove`` drops categories by name. A change (or
+    ``reclassify``) starts the re-classification of the scope's memories beside the
+    actor."""
+
+    categories: list[Category] = msgspec.field(default_factory=list)
+    remove: list[str] = msgspec.field(default_factory=list)
+    replace: bool = False
+    reclassify: bool = False
+    now: float = 0.0
+
+
+class Classified(msgspec.Struct, frozen=True, array_like=True):
+    """One memory's categories as a re-classification found them."""
+
+    id: str
+    categories: tuple[str, ...]
+    confidences: tuple[float, ...]
+    classified_by: str
+
+
+class ApplyClassification(ScopeCommand, frozen=True, tag="scope.apply_classification"):
+    """A batch of a re-classification under catalog ``version``: the memories with
+    ids after ``after`` (None: from the first) up to ``upto`` were classified as
+    ``results`` say (a memory left out keeps its categories); ``covered``: memories
+    the batch looked at; ``last``: it reached the last memory. A batch of an older
+    version (the catalog changed again) or of a range already done changes
+    nothing."""
+
+    version: int
+    after: str | None
+    upto: str
+    results: list[Classified] = msgspec.field(default_factory=list)
+    covered: int = 0
+    last: bool = False
+    now: float = 0.0
+
+
+class GetCategories(ScopeCommand, frozen=True, tag="scope.get_categories"):
+    """The catalog, with how many memories each category holds."""
+
+
+class CategoryCatalog(Reply, frozen=True, kw_only=True, tag="scope.category_catalog"):
+    """A scope's catalog. ``version``: changes made to it (0: the defaults);
+    ``counts``: active memories per category (``misc`` included); ``threshold``:
+    the confidence under which the offline classifier says ``misc``;
+    ``reclassifying``: a re-classification is under way, ``reclassified`` memories
+    done of ``total``."""
+
+    categories: list[Category]
+    version: int
+    counts: dict[str, int]
+    threshold: float
+    classifier: str
+    reclassifying: bool = False
+    reclassified: int = 0
+    total: int = 0
+
+
+class GetFacets(ScopeCommand, frozen=True, tag="scope.get_facets"):
+    """Memories per category among those ``filter`` lets through (active ones,
+    unless ``include_history`` or ``as_of``), counting a category only where its
+    confidence is at least ``min_confidence``."""
+
+    filter: dict[str, Any] | None = None
+    include_history: bool = False
+    as_of: float | None = None
+    min_confidence: float = 0.0
+
+
+class Facets(Reply, frozen=True, kw_only=True, tag="scope.facets"):
+    """``counts``: memories per category, most first; ``total``: memories counted."""
+
+    counts: dict[str, int]
+    total: int
+
+
+class GetActorMemories(ScopeCommand, frozen=True, tag="scope.actor_memories"):
+    """The memories linked to actor ``actor_id``: those whose ``actor_id`` it is and
+    those in its own part of the scope (``scope_kind`` actor), in id order."""
+
+    actor_id: str
+    limit: int | None = 100
+    offset: int = 0
+    include_history: bool = False
+
+
+# -- keyed memories: a key-value store's items (memories.keyed) -----------------------------------
+class PutMemories(ScopeCommand, frozen=True, tag="scope.put"):
+    """Create or replace memories by id and forget ``forget``, all or none: a memory
+    of ``memories`` whose id the scope holds replaces it (its ``created_at`` kept),
+    the others are new; content is deduplicated only for those with ``dedupe``.
+    An id given twice: the last one counts. Forgetting an id the scope does not
+    hold does nothing."""
+
+    memories: list[NewMemory] = msgspec.field(default_factory=list)
+    forget: list[str] = msgspec.field(default_factory=list)
+    embedder: str | None = None
+    dim: int = 0
+    now: float = 0.0
+
+
+class RefreshExpiry(ScopeCommand, frozen=True, tag="scope.refresh_expiry"):
+    """Move the expiry of memories ``ids`` that have a ``ttl`` to ``now + ttl``."""
+
+    ids: list[str] = msgspec.field(default_factory=list)
+    now: float = 0.0
+
+
+class ForgetExpired(ScopeCommand, frozen=True, tag="scope.forget_expired"):
+    """Forget every memory whose ``expires_at`` is before ``now``."""
+
+    now: float = 0.0
+
+
+class ListNamespaces(ScopeCommand, frozen=True, tag="scope.list_namespaces"):
+    """The namespaces of the scope's keyed memories, sorted: those starting with
+    ``prefix`` and ending with ``suffix`` (``"*"`` matches any one label), cut to
+    their first ``max_depth`` labels (and deduplicated); ``offset``/``limit`` page."""
+
+    prefix: tuple[str, ...] = ()
+    suffix: tuple[str, ...] = ()
+    max_depth: int | None = None
+    limit: int = 100
+    offset: int = 0
+    now: float = 0.0
+
+
+class MemoriesPut(Reply, frozen=True, kw_only=True, tag="scope.put"):
+    """The id of each memory put, in order; which replaced a memory; the ids forgotten."""
+
+    ids: list[str] = msgspec.field(default_factory=list)
+    replaced: list[bool] = msgspec.field(default_factory=list)
+    forgotten: list[str] = msgspec.field(default_factory=list)
+
+
+class Namespaces(Reply, frozen=True, kw_only=True, tag="scope.namespaces"):
+    namespaces: list[tuple[str, ...]] = msgspec.field(default_factory=list)
+
+
+KeyedWrite = PutMemories | RefreshExpiry | ForgetExpired
+KEYED_WRITES: tuple[type[ScopeCommand], ...] = (PutMemories, RefreshExpiry, ForgetExpired)
+
+
 ScopeWrite = Remember | AddSession | UpdateMemory | Forget | ForgetWhere | Touch | ApplyExtraction | \
-    ExtractionFailed | ImportMemories | IngestDocument | ForgetDocument
+    ExtractionFailed | ImportMemories | IngestDocument | ForgetDocument | SetCategories | \
+    ApplyClassification | KeyedWrite
 ScopeRead = GetMemory | CountMemories | ListMemories | GetScopeStats | Search | StoreSession | GetHistory | \
-    GetVectors | GetDocuments
+    GetVectors | GetDocuments | GetCategories | GetFacets | GetActorMemories | ListNamespaces
 ScopeCommandType = ScopeWrite | ScopeRead
 SCOPE_WRITES: tuple[type[ScopeCommand], ...] = (Remember, AddSession, UpdateMemory, Forget, ForgetWhere,
                                                 Touch, ApplyExtraction, ExtractionFailed, ImportMemories,
-                                                IngestDocument, ForgetDocument)
+                                                IngestDocument, ForgetDocument, SetCategories,
+                                                ApplyClassification, *KEYED_WRITES)

@@ -66,6 +66,7 @@ from mnemex.memories.protocol import MemoryRecord
 
 if TYPE_CHECKING:
     from mnemex.memories.behaviour import ScopeSettings
+    from mnemex.memories.keyed import MultiVectorSearch
 
 __all__ = ["ACCESS_HALF", "CONTEXT_ONLY", "COVERAGE_MIN_TERMS", "COVERAGE_RAMP", "CROWDING_NEIGHBOURS",
            "DATE_SLACK", "FACTOR_RANGE", "CosineScale", "Mask", "Ranked", "Ranker", "calibrated_cosine",
@@ -136,7 +137,7 @@ class Ranker:
     keyword: KeywordIndex
     bm25: BM25Index
     entities: EntityIndex
-    vectors: VectorIndex | None
+    vectors: VectorIndex | MultiVectorSearch | None  # several vectors per memory: memories.keyed
     table: FilterTable
     settings: ScopeSettings
     record_at: Callable[[int], MemoryRecord]

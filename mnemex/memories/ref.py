@@ -31,7 +31,7 @@ import pathlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import IO, Any, Final
+from typing import IO, Any, Final, Literal
 
 import msgspec
 import numpy as np
@@ -46,6 +46,7 @@ from mnemex.conversations.protocol import ArchiveSession
 from mnemex.effects import Key
 from mnemex.errors import ExtractionError, InvalidInput, MnemexError, NotFound, TooLarge
 from mnemex.kernel import ActorRef
+from mnemex.knowledge.categories import Category
 from mnemex.knowledge.chunks import chunk_pages, title_of
 from mnemex.knowledge.documents import Page, ReadSettings, media_type_of, open_document
 from mnemex.knowledge.ref import (
@@ -56,6 +57,7 @@ from mnemex.knowledge.ref import (
     provider_reader,
     retry_dead_letter,
 )
+from mnemex.memories.categories import facets_of_hits
 from mnemex.memories.context import format_as_context
 from mnemex.memories.documents import (
     CHUNK_KIND,
@@ -70,17 +72,23 @@ from mnemex.memories.fields import check_metadata, checked_changes, new_memory, 
 from mnemex.memories.kind import ScopeKind
 from mnemex.memories.protocol import (
     AddSession,
+    CategoryCatalog,
     CountMemories,
     DocumentInfo,
     DocumentIngested,
     DocumentStatus,
     Event,
     Extracted,
+    Facets,
     Forget,
     ForgetDocument,
+    ForgetExpired,
     ForgetWhere,
     Forgotten,
+    GetActorMemories,
+    GetCategories,
     GetDocuments,
+    GetFacets,
     GetHistory,
     GetMemory,
     GetScopeStats,
@@ -93,10 +101,15 @@ from mnemex.memories.protocol import (
     IngestReport,
     IngestStage,
     ListMemories,
+    ListNamespaces,
+    MemoriesPut,
     MemoryHistory,
     MemoryPage,
     MemoryRecord,
+    Namespaces,
     NewMemory,
+    PutMemories,
+    RefreshExpiry,
     Remember,
     Remembered,
     ScopeStats,
@@ -105,6 +118,7 @@ from mnemex.memories.protocol import (
     SearchResult,
     Session,
     SessionAdded,
+    SetCategories,
     Touch,
     Updated,
     UpdateMemory,
@@ -113,6 +127,7 @@ from mnemex.memories.protocol import (
 from mnemex.memories.queries import query_texts
 from mnemex.memories.sessions import session_echoes, session_memories
 from mnemex.memories.snapshot import encode_vector
+from mnemex.memories.subscopes import scope_labels, with_scope_labels
 from mnemex.memories.transfer import (
     ExportedMemory,
     ExportHeader,
@@ -122,6 +137,7 @@ from mnemex.memories.transfer import (
     read_export,
 )
 from mnemex.models.batcher import EmbeddingBatcher
+from mnemex.models.embedders import readable
 from mnemex.models.hashing import Embedder
 from mnemex.models.rerankers import Reranker, rerank_beside
 
@@ -363,7 +379,7 @@ class ScopeRef:
                       for memory in chunk if memory.id in echo_of}
             reply: SessionAdded = await self._ref.ask(AddSession(
                 session_id=session.id, memories=with_vectors, embedder=embedder.name, dim=embedder.dim,
-                now=now, echo_of=echoes))
+                now=now, echo_of=echoes, classify=True))
             ids.extend(reply.ids)
             added += reply.added
             merged.extend(reply.merged)
@@ -402,7 +418,9 @@ class ScopeRef:
     async def search(self, query: str, top_k: int = 10, mode: SearchMode | UseDefault = DEFAULT,
                      min_score: float | UseDefault | None = DEFAULT,
                      filter: Mapping[str, Any] | None = None, *, include_history: bool = False,
-                     as_of: float | str | datetime | None = None) -> SearchResult:
+                     as_of: float | str | datetime | None = None, scopes: Iterable[str] | None = None,
+                     scope_ids: Mapping[str, str] | None = None,
+                     facets: Literal["hits", "scope"] | None = None) -> SearchResult:
         """Search this scope: ``mode`` keyword, fulltext, vector or hybrid (``DEFAULT``:
         ``config.memories.search_mode``); hits score at least ``min_score`` (``DEFAULT``:
         the mode's own cut, see config.memories.vector_min_score; ``None``: no cut);
@@ -410,14 +428,166 @@ class ScopeRef:
         ``include_history`` (superseded and merged ones too) or ``as_of`` (what was
         true at that time: seconds, ISO 8601 or a datetime). With a reranker
         (``config.models.reranker``), the hits are in its order (see ``_reranked``).
-        The hits' access counts are updated in the background (batched)."""
+        The hits' access counts are updated in the background (batched).
+
+        ``scopes``: search only these parts of the scope, as one ranking
+        (``["global", "campaign:ash", "session:s1"]``, or bare kinds with their ids
+        in ``scope_ids``; see ``mnemex.memories.subscopes``); each hit's
+        ``memory.scope_label`` says which. ``facets``: count the memories per
+        category over the ``hits``, or over every memory the filter lets through in
+        the ``scope`` (``SearchResult.facets``). A category filter with a confidence:
+        ``filter={"categories": ["quests"], "min_category_confidence": 0.6}``."""
+        labels = None if scopes is None else scope_labels(scopes, scope_ids)
         command = await _search_command(self._services, query, top_k, mode=mode,
-                                        min_score=min_score, filter=filter,
-                                        include_history=include_history, as_of=as_of)
+                                        min_score=min_score, filter=with_scope_labels(filter, labels),
+                                        include_history=include_history, as_of=as_of, facets=facets)
         result = await _reranked(self._services, self._ref.ask, command)
         if result.hits:
             self._services.touch(self._ref.key, result.hits)
         return result
+
+    # -- categories and actors ------------------------------------------------------------------
+    async def categories(self) -> CategoryCatalog:
+        """The scope's category catalog, with the memories each holds and how far a
+        re-classification is (see ``mnemex.memories.categories``)."""
+        reply: CategoryCatalog = await self._ref.ask(GetCategories())
+        return reply
+
+    async def set_categories(self, categories: Iterable[Category | Mapping[str, Any]] = (), *,
+                             remove: Iterable[str] = (), replace: bool = False,
+                             reclassify: bool = False) -> CategoryCatalog:
+        """Extend or change the catalog: each category (a ``Category``, or a dict with
+        name, description and keywords) replaces the one of its name or is added;
+        ``remove`` drops categories; ``replace`` makes ``categories`` the whole catalog.
+        A change (or ``reclassify``) re-classifies the scope's memories beside the
+        actor, a batch at a time (``categories().reclassifying``); a caller's own
+        categories are never changed. Returns the new catalog."""
+        given = [item if isinstance(item, Category) else _category(item, i)
+                 for i, item in enumerate(categories)]
+        reply: CategoryCatalog = await self._ref.ask(SetCategories(
+            categories=given, remove=list(remove), replace=replace, reclassify=reclassify, now=time.time()))
+        return reply
+
+    async def facets(self, filter: Mapping[str, Any] | None = None, *, min_confidence: float = 0.0,
+                     include_history: bool = False, as_of: float | str | datetime | None = None) -> Facets:
+        """Active memories per category (those ``filter`` lets through; a category
+        counted where its confidence is at least ``min_confidence``)."""
+        reply: Facets = await self._ref.ask(GetFacets(filter=dict(filter) if filter else None,
+                                                      include_history=include_history, as_of=_as_of(as_of),
+                                                      min_confidence=min_confidence))
+        return reply
+
+    async def actor_memories(self, actor_id: str, limit: int | None = 100, offset: int = 0, *,
+                             include_history: bool = False) -> MemoryPage:
+        """The memories linked to an actor (an NPC, an agent, a person): those stored
+        with its ``actor_id`` and those in its own part of the scope (``scope_kind``
+        actor, ``scope_id`` the actor), in creation order. To search them, filter
+        ``{"actor_id": ...}``."""
+        reply: MemoryPage = await self._ref.ask(GetActorMemories(
+            actor_id=actor_id, limit=limit, offset=offset, include_history=include_history))
+        return reply
+
+    # -- keyed memories: a key-value store's items (memories.keyed) --------------------------
+    async def put(self, memories: Iterable[Mapping[str, Any]], *, forget: Iterable[str] = (),
+                  vectors_of: tuple[str, int] | None = None) -> MemoriesPut:
+        """Create or replace memories by id and forget the ids ``forget``, all or none,
+        in one command (see ``PutMemories``). Each memory is a dict with ``id`` (the
+        caller's), ``content`` and any field of ``remember``, plus ``namespace`` (a
+        list of labels), ``key``, ``ttl`` (seconds), ``dedupe`` (default True: a
+        content the scope holds comes back as that memory's id). Vectors: by default
+        each content is embedded with the scope's model; with ``vectors_of=(name,
+        dim)`` they are the caller's, of that model: ``vector`` (the memory's first,
+        a list of floats) and ``vectors`` (its others), and a memory without
+        ``vector`` has none."""
+        now = time.time()
+        items = list(memories)
+        forget_ids = list(forget)
+        if isinstance(forget, str) or any(not isinstance(i, str) for i in forget_ids):
+            raise InvalidInput("forget must be a list of memory ids", field="forget")
+        batch: list[NewMemory] = []
+        for index, item in enumerate(items):
+            if not isinstance(item, Mapping) or "id" not in item or "content" not in item:
+                raise InvalidInput("each memory to put is a dict with an id and a content",
+                                   field=f"memories[{index}]")
+            fields = dict(item)
+            vector = _caller_vector(fields.pop("vector", None), vectors_of, f"memories[{index}].vector")
+            extra = fields.pop("vectors", None) or ()
+            if extra and vectors_of is None:
+                raise InvalidInput("extra vectors are the caller's: pass vectors_of=(model name, dim)",
+                                   field=f"memories[{index}].vectors")
+            keyed = {name: fields.pop(name) for name in ("namespace", "key", "ttl", "dedupe")
+                     if name in fields}
+            if "namespace" in keyed:
+                keyed["namespace"] = tuple(keyed["namespace"])
+            try:
+                memory = msgspec.structs.replace(
+                    self._new_memory(fields.pop("content"), fields, now), vector=vector,
+                    vectors=tuple(_caller_vector(v, vectors_of, f"memories[{index}].vectors") for v in extra),
+                    **keyed)
+                config = self._config
+                record_of(memory, now, config.memories.max_content_bytes, config.memories.max_metadata_bytes)
+            except InvalidInput as exc:
+                exc.field = f"memories[{index}]" + (f".{exc.field}" if exc.field else "")
+                raise
+            batch.append(memory)
+        if vectors_of is None and batch:
+            vectors = await self._embed([memory.content for memory in batch])
+            batch = [msgspec.structs.replace(memory, vector=vector) for memory, vector in zip(batch, vectors,
+                                                                                            strict=True)]
+            vectors_of = (self.embedder.name, self.embedder.dim)
+        name, dim = vectors_of if vectors_of is not None else (None, 0)
+        reply: MemoriesPut = await self._ref.ask(PutMemories(memories=batch, forget=forget_ids, embedder=name,
+                                                             dim=dim, now=now))
+        return reply
+
+    async def search_vector(self, vector: Sequence[float], top_k: int = 10, *, vectors_of: tuple[str, int],
+                            namespace: Sequence[str] | None = None, filter: Mapping[str, Any] | None = None
+                            ) -> SearchResult:
+        """The memories nearest ``vector`` (the caller's embedding of a query, of model
+        ``vectors_of=(name, dim)``), best first, each scored by the best of its vectors
+        (``hit.scores["cosine"]``); only those under ``namespace`` (keyed memories)
+        and not expired, matching ``filter``. No score cut."""
+        query = _caller_vector(vector, vectors_of, "vector")
+        config = self._config
+        most = config.memories.max_top_k
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= most:
+            raise InvalidInput(f"top_k must be an integer in 1..{most:,}, got {top_k!r}", field="top_k")
+        reply: SearchResult = await self._ref.ask(Search(
+            query="", vector=query, embedder=vectors_of[0], dim=vectors_of[1], top_k=top_k, mode="vector",
+            min_score=-1.0, filter=dict(filter) if filter else None, now=time.time(),
+            namespace=None if namespace is None else tuple(namespace)))
+        return reply
+
+    async def memories_in(self, namespace: Sequence[str] = (), filter: Mapping[str, Any] | None = None,
+                          limit: int | None = 100, offset: int = 0) -> MemoryPage:
+        """A page of the keyed memories under ``namespace`` (every one for ``()``), in id
+        order, not expired, matching ``filter``."""
+        reply: MemoryPage = await self._ref.ask(ListMemories(
+            filter=dict(filter) if filter else None, limit=limit, offset=offset,
+            namespace=tuple(namespace), now=time.time()))
+        return reply
+
+    async def list_namespaces(self, prefix: Sequence[str] = (), suffix: Sequence[str] = (), *,
+                              max_depth: int | None = None, limit: int = 100,
+                              offset: int = 0) -> list[tuple[str, ...]]:
+        """The namespaces of the scope's keyed memories (see ``ListNamespaces``), sorted."""
+        reply: Namespaces = await self._ref.ask(ListNamespaces(
+            prefix=tuple(prefix), suffix=tuple(suffix), max_depth=max_depth, limit=limit, offset=offset,
+            now=time.time()))
+        return reply.namespaces
+
+    async def refresh_expiry(self, memory_ids: Iterable[str]) -> int:
+        """Push back the expiry of these memories (those with a ttl) to now + ttl; how many."""
+        ids = list(memory_ids)
+        if not ids:
+            return 0
+        changed: int = await self._ref.ask(RefreshExpiry(ids=ids, now=time.time()))
+        return changed
+
+    async def forget_expired(self) -> list[str]:
+        """Forget the memories whose expiry has passed; their ids."""
+        reply: Forgotten = await self._ref.ask(ForgetExpired(now=time.time()))
+        return reply.ids
 
     # -- knowledge ---------------------------------------------------------------------------
     async def extract_from(self, session_id: str, messages: Sequence[Any] | None = None, *,
@@ -657,7 +827,7 @@ class ScopeRef:
         stored: DocumentIngested = await self._ref.ask(IngestDocument(
             document=info, memories=[msgspec.structs.replace(memory, vector=vector)
                                      for memory, vector in zip(memories, vectors, strict=True)],
-            embedder=embedder.name, dim=embedder.dim, now=now))
+            embedder=embedder.name, dim=embedder.dim, now=now, classify=True))
         await report("store", len(chunks), len(chunks))
         mark = lap("store", mark)
         extraction = "off"
@@ -759,10 +929,29 @@ def _as_of(value: float | str | datetime | None) -> float | None:
     return None if value is None else seconds(value, "as_of")
 
 
+def _category(item: Any, index: int) -> Category:
+    if not isinstance(item, Mapping):
+        raise InvalidInput(f"categories[{index}] must be a Category or a dict (name, description, keywords), "
+                           f"got {type(item).__name__}", field=f"categories[{index}]")
+    try:
+        return msgspec.convert(dict(item), Category)
+    except msgspec.ValidationError as exc:
+        raise InvalidInput(f"categories[{index}]: {exc}", field=f"categories[{index}]") from exc
+
+
+MIN_READABLE: Final = 0.5
+"""A hybrid search whose query the embedder cannot read (fewer than half its word
+pieces known to the model: "咖啡", "ส้มตำ" with the default English model) searches
+by words alone, and says so (``SearchResult.mode`` is ``fulltext``): the vector of
+a text of unknown tokens is alike for every such text, and it found a Thai memory
+first for a Chinese query."""
+
+
 async def _search_command(services: ScopeServices, query: Any, top_k: int, *,
                           mode: SearchMode | UseDefault, min_score: float | UseDefault | None,
                           filter: Mapping[str, Any] | None, include_history: bool = False,
-                          as_of: float | str | datetime | None = None) -> Search:
+                          as_of: float | str | datetime | None = None,
+                          facets: Literal["hits", "scope"] | None = None) -> Search:
     config = services.config
     if not isinstance(query, str):
         raise InvalidInput(f"query must be a string, got {type(query).__name__}", field="query")
@@ -777,13 +966,16 @@ async def _search_command(services: ScopeServices, query: Any, top_k: int, *,
     embedder = services.embedder
     if chosen in ("vector", "hybrid"):  # the query and its first-person wording (queries.py)
         rows = await services.batcher.embed_queries(list(query_texts(query)))
-        mean = rows.mean(axis=0)
-        norm = float(np.linalg.norm(mean))
-        vector = encode_vector(mean / norm if norm > 0 else mean)
+        if chosen == "hybrid" and readable(embedder, query) < MIN_READABLE:
+            chosen = "fulltext"  # the model cannot read the query: its vector would mislead
+        else:
+            mean = rows.mean(axis=0)
+            norm = float(np.linalg.norm(mean))
+            vector = encode_vector(mean / norm if norm > 0 else mean)
     return Search(query=query, vector=vector, embedder=embedder.name if vector is not None else None,
                   dim=embedder.dim if vector is not None else 0, top_k=top_k, mode=chosen,
                   min_score=_wire_min_score(min_score), filter=dict(filter) if filter else None,
-                  now=time.time(), include_history=include_history, as_of=_as_of(as_of))
+                  now=time.time(), include_history=include_history, as_of=_as_of(as_of), facets=facets)
 
 
 async def _reranked(services: ScopeServices, ask: Callable[[Search], Awaitable[SearchResult]],
@@ -805,7 +997,8 @@ async def _reranked(services: ScopeServices, ask: Callable[[Search], Awaitable[S
     order = sorted(range(len(result.hits)), key=lambda i: -scores[i])[:command.top_k]
     ranked = [(result.hits[i], float(scores[i])) for i in order]
     hits = [msgspec.structs.replace(hit, scores={**hit.scores, "rerank": score}) for hit, score in ranked]
-    return msgspec.structs.replace(result, hits=hits)
+    facets = facets_of_hits(hits) if command.facets == "hits" else result.facets
+    return msgspec.structs.replace(result, hits=hits, facets=facets)
 
 
 def _wire_min_score(min_score: float | UseDefault | None) -> float | None:
@@ -906,7 +1099,7 @@ async def _remember_batches(services: ScopeServices, batches: Sequence[tuple[Act
         with_vectors = [msgspec.structs.replace(memory, vector=encode_vector(vector))
                         for memory, vector in zip(memories, vectors, strict=True)]
         replies.append(await scope.ask(Remember(memories=with_vectors, embedder=embedder.name,
-                                                dim=embedder.dim, now=now)))
+                                                dim=embedder.dim, now=now, classify=True)))
 
     await services.batcher.embed_each([[memory.content for memory in memories] for _, memories in batches],
                                       store)
@@ -985,3 +1178,20 @@ async def archive_session(services: ScopeServices, agent_kind: str, agent_name: 
     return reply
 
 
+def _caller_vector(vector: Any, vectors_of: tuple[str, int] | None, what: str) -> bytes | None:
+    """A caller's vector (floats, of model ``vectors_of``) as a command carries it:
+    float32 bytes, checked finite, non-zero and of the model's dimension."""
+    if vector is None:
+        return None
+    if vectors_of is None:
+        raise InvalidInput(f"{what} is the caller's: pass vectors_of=(model name, dim)", field=what)
+    name, dim = vectors_of
+    if not isinstance(name, str) or not name or isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+        raise InvalidInput(f"vectors_of must be (model name, dim), got {vectors_of!r}", field="vectors_of")
+    try:
+        row = np.asarray(vector, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"{what} must be a list of numbers", field=what) from exc
+    if row.shape != (dim,) or not np.isfinite(row).all() or not row.any():
+        raise InvalidInput(f"{what} must be {dim} finite numbers, not all zero (model {name!r})", field=what)
+    return encode_vector(row)

@@ -196,7 +196,7 @@ def read_records(name: str, image: Image) -> SnapshotRecords:
             raise ValueError(f"scope {name} snapshot record {number}: {exc}") from exc
         found.docs.append(item.d)
         found.records.append(item.m)
-        if item.v != _NULL:  # (a Raw holds on to its line: not kept)
+        if bytes(item.v) != _NULL:  # (a Raw holds on to its line: not kept; a Raw never equals bytes)
             found.vector_docs.append(item.d)
     return found
 

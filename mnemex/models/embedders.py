@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     import httpx
 
 __all__ = ["LazyModel", "MiniLMEmbedder", "OnnxEmbedder", "OnnxMiniLMEmbedder", "OpenAIEmbedder",
-           "UseMultilingualEmbedder", "embedder_from_config", "shared_model", "texts_of"]
+           "UseMultilingualEmbedder", "embedder_from_config", "readable", "shared_model", "texts_of"]
 
 F32Matrix = npt.NDArray[np.float32]
 M = TypeVar("M")
@@ -192,6 +192,23 @@ class OnnxMiniLMEmbedder(LazyModel):
             return np.zeros((0, self.dim), dtype=np.float32)
         graph: TokenGraph = self._loaded()
         return l2_normalize(graph.vectors(batch, "mean", self.dim))
+
+    def readable(self, text: str) -> float:
+        """The share of ``text``'s word pieces the model knows (see
+        ``mnemex.models.embedders.readable``): its vocabulary is English, plus some accented
+        Latin, Greek, Cyrillic and CJK characters; Thai, Hangul syllables and many
+        Chinese characters are unknown to it."""
+        graph: TokenGraph = self._loaded()
+        return graph.readable(text)
+
+
+def readable(embedder: Any, text: str) -> float:
+    """The share of ``text``'s word pieces ``embedder`` knows, 0..1: 1.0 for an
+    embedder that does not say (``readable`` is optional on an embedder). A text the
+    model cannot read gets a vector of unknown tokens, alike for every such text:
+    its cosines mean nothing."""
+    measure = getattr(embedder, "readable", None)
+    return float(measure(text)) if measure is not None else 1.0
 
 
 def _installed_model_path() -> Path:
@@ -407,6 +424,11 @@ class OnnxEmbedder:
     def embed_queries(self, texts: Sequence[str]) -> F32Matrix:
         """Vectors of search queries (``query_prefix`` before each), as ``embed``."""
         return self._vectors(texts_of(texts, "embed_queries"), self.query_prefix)
+
+    def readable(self, text: str) -> float:
+        """The share of ``text``'s word pieces the model's tokenizer knows (see
+        ``mnemex.models.embedders.readable``)."""
+        return self._graph.readable(text)
 
     def _vectors(self, texts: list[str], prefix: str) -> F32Matrix:
         prefixed = [prefix + text if text.strip() else "" for text in texts]

@@ -13,6 +13,7 @@ that chose it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from collections.abc import Iterator, Sequence
@@ -245,6 +246,21 @@ class TokenGraph:
         shown = ", ".join(f"{name} (rank {rank})" for name, rank in outputs)
         raise InvalidInput(f"config.{field}: {source} has the outputs {shown}; mnemex reads {expected}",
                            field=field)
+
+    def readable(self, text: str) -> float:
+        """The share of ``text``'s word pieces the tokenizer knows (not its unknown
+        token): 1.0 for a text without one, or for a tokenizer that has no unknown
+        token (byte-level BPE reads everything)."""
+        unknown = self._unknown_id
+        if unknown is None:
+            return 1.0
+        ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+        return 1.0 - ids.count(unknown) / len(ids) if ids else 1.0
+
+    @functools.cached_property
+    def _unknown_id(self) -> int | None:
+        token = getattr(self.tokenizer.model, "unk_token", None)
+        return self.tokenizer.token_to_id(token) if isinstance(token, str) else None
 
     def probe(self, sample: str | tuple[str, str], field: str) -> int:
         """Run ``sample`` (a text, or a pair) once and return the width of its output

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import aclosing
 from typing import Any, Final
 
@@ -32,7 +32,6 @@ __all__ = ["RemoteHost", "RemoteRef", "RemoteSubscription"]
 
 log = logging.getLogger("mnemex.remote")
 
-_KINDS: Final = (wire.AGENT, wire.SCOPE)
 _MARGIN: Final = 10.0
 """Seconds an HTTP read waits past the ask's own timeout: the server answers Timeout
 itself, and that answer should win over the client's."""
@@ -84,8 +83,11 @@ class RemoteHost:
     """Addresses the actors of one ``mnemex serve`` by (kind, key) and carries
     commands to them (the ``Host`` protocol). Made by ``mnemex.connect``."""
 
-    def __init__(self, url: str, http: httpx.AsyncClient, config: Config, nursery: trio.Nursery) -> None:
+    def __init__(self, url: str, http: httpx.AsyncClient, config: Config, nursery: trio.Nursery,
+                 kinds: Iterable[str] = (wire.AGENT, wire.SCOPE)) -> None:
         self.url = url
+        self.kinds = tuple(kind for kind in kinds if kind in wire.KEYS)
+        """The kinds reached: those the server has of the ones that cross the wire."""
         self._http = http
         self._config = config
         self._nursery = nursery
@@ -96,9 +98,9 @@ class RemoteHost:
         return self._config
 
     def ref(self, kind: str, key: str | Key) -> RemoteRef:
-        if kind not in _KINDS:
-            raise UnknownActorKind(f"actor kind {kind!r} is not served remotely; a remote runtime reaches "
-                                   f"{' and '.join(_KINDS)}", field="kind")
+        if kind not in self.kinds:
+            raise UnknownActorKind(f"actor kind {kind!r} is not served remotely; this server's remote "
+                                   f"clients reach {', '.join(self.kinds)}", field="kind")
         return RemoteRef(self, kind, check_key(key, self._config.kernel.max_key_bytes, kind=kind))
 
     def live_keys(self, kind: str | None = None) -> list[tuple[str, Key]]:

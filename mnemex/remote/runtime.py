@@ -26,6 +26,8 @@ import msgspec
 import trio
 
 from mnemex._ids import IdClock
+from mnemex.checkpoints.kind import CHECKPOINT_KIND
+from mnemex.checkpoints.ref import Checkpoints
 from mnemex.config import DEFAULT, Config, UseDefault
 from mnemex.conversations.kind import AGENT_KIND
 from mnemex.conversations.protocol import Policy
@@ -51,6 +53,7 @@ from mnemex.models.hashing import Embedder
 from mnemex.models.rerankers import reranker_from_config
 from mnemex.remote import wire
 from mnemex.remote.host import RemoteHost, RemoteRef
+from mnemex.state.ref import StateRef
 
 __all__ = ["RemoteRuntime", "connect"]
 
@@ -97,6 +100,18 @@ class RemoteRuntime:
     def scope(self, *, user_id: str, app_name: str) -> ScopeRef:
         """The long-term memory of ``user_id`` in ``app_name`` on the server."""
         return ScopeRef(self._scopes, user_id=user_id, app_name=app_name)
+
+    def state(self, *, app_name: str, user_id: str | None = None) -> StateRef:
+        """The key-value state of ``app_name`` (``user_id`` None) or of one user in it, on
+        the server (see ``MnemexRuntime.state``)."""
+        return StateRef(self._host, app_name=app_name, user_id=user_id)
+
+    def checkpoints(self, kind: str = CHECKPOINT_KIND) -> Checkpoints:
+        """The checkpoints of graph threads on the server (see ``MnemexRuntime.checkpoints``;
+        ``threads()`` lists what the server holds: in-process only)."""
+        if kind not in self._host.kinds:
+            raise InvalidInput(f"actor kind {kind!r} is not served remotely", field="kind")
+        return Checkpoints(self._host, kind)
 
     def scope_services(self, kind: str = SCOPE_KIND) -> ScopeServices:
         if kind != SCOPE_KIND:
@@ -296,7 +311,7 @@ async def connect(url: str, *, token: str | None = None, config: Config | None =
         _check_embedder(base, info, model)
         kind, reranker = scope_kind(cfg, model), reranker_from_config(cfg)
         async with trio.open_nursery() as nursery:
-            host = RemoteHost(base, http, cfg, nursery)
+            host = RemoteHost(base, http, cfg, nursery, info.kinds)
             batcher = EmbeddingBatcher(model, cfg.models.embed_batch_size,
                                        query_cache_size=cfg.models.query_cache_size)
             await nursery.start(batcher.run)

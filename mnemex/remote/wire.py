@@ -33,16 +33,22 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 
 from mnemex import errors
+from mnemex.checkpoints import protocol as checkpoints
+from mnemex.checkpoints.kind import CHECKPOINT_KIND
 from mnemex.config import ConversationsConfig, KnowledgeConfig, MemoriesConfig, ModelsConfig
 from mnemex.conversations import protocol as agents
 from mnemex.errors import InvalidInput, MnemexError
 from mnemex.memories import protocol as scopes
 from mnemex.memories.documents import ExtractDocument
 from mnemex.memories.extraction import CursorInfo, GetCursors
+from mnemex.state import protocol as state
+from mnemex.state.kind import STATE_KIND
 
 __all__ = [
     "APPENDS",
+    "VECTORS_OF_THE_SCOPE",
     "ASK",
+    "IN_PROCESS_ONLY",
     "PROTOCOL",
     "SCOPE_LIMITS",
     "Asked",
@@ -61,6 +67,8 @@ PROTOCOL: Final = 1
 
 AGENT: Final = "agent"
 SCOPE: Final = "scope"
+STATE: Final = STATE_KIND
+CHECKPOINT: Final = CHECKPOINT_KIND
 
 
 class ExtractDocumentCommand(msgspec.Struct, frozen=True, tag_field="type", tag="scope.extract_document"):
@@ -108,6 +116,14 @@ ASK: Final[Mapping[type[Any], Asked]] = {
         (SCOPE, scopes.IngestDocument, scopes.DocumentIngested),
         (SCOPE, scopes.ForgetDocument, scopes.Forgotten),
         (SCOPE, GetCursors, list[CursorInfo]),
+        (SCOPE, scopes.GetCategories, scopes.CategoryCatalog),
+        (SCOPE, scopes.SetCategories, scopes.CategoryCatalog),
+        (SCOPE, scopes.GetFacets, scopes.Facets),
+        (SCOPE, scopes.GetActorMemories, scopes.MemoryPage),
+        (SCOPE, scopes.PutMemories, scopes.MemoriesPut),
+        (SCOPE, scopes.ListNamespaces, scopes.Namespaces),
+        (SCOPE, scopes.RefreshExpiry, int),
+        (SCOPE, scopes.ForgetExpired, scopes.Forgotten),
         # short-term memory (AgentRef)
         (AGENT, agents.AppendMessages, agents.Appended),
         (AGENT, agents.AppendItems, agents.Appended),
@@ -127,15 +143,41 @@ ASK: Final[Mapping[type[Any], Asked]] = {
         (AGENT, agents.SearchTurns, list[agents.TurnHit]),
         (AGENT, agents.RelayChunk, None),
         (AGENT, agents.ArchiveSession, scopes.SessionAdded),
+        (AGENT, agents.CreateSession, agents.SessionCreated),
+        (AGENT, agents.UpdateSessionState, agents.SessionHeader),
+        (AGENT, agents.GetSession, agents.SessionRead | None),
+        (AGENT, agents.ListSessionHeaders, list[agents.SessionHeader]),
+        # key-value state of an app or of a user in it (StateRef)
+        (STATE, state.UpdateState, state.StateValues),
+        (STATE, state.ClearState, state.StateValues),
+        (STATE, state.GetState, state.StateValues),
+        # graph checkpoints, one actor per thread (Checkpoints, LangGraph's MnemexSaver)
+        (CHECKPOINT, checkpoints.PutCheckpoint, None),
+        (CHECKPOINT, checkpoints.PutWrites, None),
+        (CHECKPOINT, checkpoints.GetCheckpoint, checkpoints.CheckpointEntry | None),
+        (CHECKPOINT, checkpoints.ListCheckpoints, checkpoints.CheckpointPage),
+        (CHECKPOINT, checkpoints.DeleteThread, checkpoints.CheckpointsDeleted),
+        (CHECKPOINT, checkpoints.DeleteRuns, checkpoints.CheckpointsDeleted),
+        (CHECKPOINT, checkpoints.PruneThread, checkpoints.CheckpointsDeleted),
+        (CHECKPOINT, checkpoints.ExportThread, checkpoints.ThreadExport),
+        (CHECKPOINT, checkpoints.CopyInto, None),
     ),
     ExtractDocument: Asked(SCOPE, ExtractDocumentCommand, scopes.Extracted),
 }
+
+VECTORS_OF_THE_SCOPE: Final = (scopes.Remember, scopes.AddSession, scopes.UpdateMemory, scopes.ImportMemories,
+                                scopes.IngestDocument)
+"""Commands whose vectors join the scope's own index: the server takes them only of
+its embedder (a fresh scope would take any model's, and then refuse the server's)."""
 
 APPENDS: Final = (agents.AppendMessages, agents.AppendItems)
 """Appends: the server makes them through its own AgentRef (what hangs on appends runs)."""
 
 WATCH: Final = Asked(AGENT, agents.WatchSession, agents.WatchStart)
 """The one subscription that crosses the wire: a session's live messages."""
+
+IN_PROCESS_ONLY: Final = ("ExtractSession", "RetryDeadLetter")
+"""Commands of the refs that never cross: they carry a callable (how to read a conversation)."""
 
 _HINTS: Final[Mapping[str, str]] = {
     "ExtractSession": "extracting a conversation the caller keeps (scope.extract_from) reads it through a "
@@ -178,52 +220,51 @@ ScopeAsk = _union(SCOPE)
 AgentAsk = _union(AGENT)
 # ge, not gt: OpenAPI 3.0 has no numeric exclusiveMinimum
 _Timeout = Annotated[float, msgspec.Meta(ge=0.001, le=3600)]
-ScopeKey = tuple[Annotated[str, msgspec.Meta(min_length=1)], Annotated[str, msgspec.Meta(min_length=1)]]
-AgentKey = tuple[Annotated[str, msgspec.Meta(min_length=1)]]
+_Part = Annotated[str, msgspec.Meta(min_length=1)]
+KEYS: Final[Mapping[str, Any]] = {
+    SCOPE: tuple[_Part, _Part],                 # (app_name, user_id)
+    AGENT: tuple[_Part],                        # (name,)
+    STATE: Annotated[list[_Part], msgspec.Meta(min_length=1, max_length=2)],  # (app[, user])
+    CHECKPOINT: tuple[_Part],                   # (thread_id,)
+}
+"""The key each kind's actors have: a key of another shape never reaches one."""
 
 
-class AskScope(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """``POST /v1/actors/scope/ask``: a command for the scope ``key`` = (app_name,
-    user_id); ``timeout`` in seconds (absent: the server's kernel.ask_timeout)."""
-
-    key: ScopeKey
-    command: ScopeAsk  # type: ignore[valid-type]
-    timeout: _Timeout | None = None
+def _ask_type(kind: str) -> Any:
+    return msgspec.defstruct(f"Ask{kind.title()}", [
+        ("key", KEYS[kind]), ("command", _union(kind)), ("timeout", _Timeout | None, None)],
+        frozen=True, forbid_unknown_fields=True)
 
 
-class AskAgent(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """``POST /v1/actors/agent/ask``: a command for the agent ``key`` = (name,)."""
-
-    key: AgentKey
-    command: AgentAsk  # type: ignore[valid-type]
-    timeout: _Timeout | None = None
+ASK_TYPES: Final[Mapping[str, Any]] = {kind: _ask_type(kind) for kind in KEYS}
+"""The body of ``POST /v1/actors/{kind}/ask`` per kind: its key, and one of its
+whitelisted commands (any other tag does not decode)."""
 
 
 class WatchAgent(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """``POST /v1/actors/agent/stream``: a session's live messages (NDJSON of StreamLine)."""
 
-    key: AgentKey
+    key: tuple[_Part]
     command: agents.WatchSession
     buffer: Annotated[int, msgspec.Meta(ge=1, le=65_536)] = 1024
 
 
 class AskBody(msgspec.Struct, frozen=True):
     """What ``POST /v1/actors/{kind}/ask`` takes, for the OpenAPI document: ``key`` the
-    actor's key (``[app_name, user_id]`` for a scope, ``[name]`` for an agent),
-    ``command`` one of the whitelisted commands of that kind, tagged by its ``type``
-    (``"scope.search"``...; ``mnemex.remote.wire.ASK`` lists them with their replies;
-    the route decodes it as exactly one of them, AskScope or AskAgent)."""
+    actor's key (``[app_name, user_id]`` for a scope, ``[name]`` for an agent,
+    ``[app_name]`` or ``[app_name, user_id]`` for state, ``[thread_id]`` for
+    checkpoints), ``command`` one of the whitelisted commands of that kind, tagged by
+    its ``type`` (``"scope.search"``...; ``mnemex.remote.wire.ASK`` lists them with
+    their replies; the route decodes it as exactly one of them)."""
 
     key: list[str]
     command: dict[str, Any]
     timeout: _Timeout | None = None
 
 
-def ask_request_type(kind: str) -> type[AskScope] | type[AskAgent] | None:
+def ask_request_type(kind: str) -> Any:
     """The request body type of ``/v1/actors/{kind}/ask``; None for a kind not served."""
-    if kind == SCOPE:
-        return AskScope
-    return AskAgent if kind == AGENT else None
+    return ASK_TYPES.get(kind)
 
 
 # -- session streams ---------------------------------------------------------------------------
@@ -287,6 +328,8 @@ class RuntimeInfo(msgspec.Struct, frozen=True, kw_only=True):
 
     protocol: int
     version: str
+    kinds: list[str]
+    """The actor kinds of the server that its remote clients reach."""
     embedder: EmbedderInfo | None
     ask_timeout: float
     memories: MemoriesConfig

@@ -62,10 +62,13 @@ from mnemex.server._openapi import Param, RouteSpec, openapi_document
 from mnemex.server._remote import REMOTE_ROUTES, RemoteRoutes
 from mnemex.server._routing import Route, Router
 from mnemex.server._schemas import (
+    ActorMemories,
     Archived,
+    CategoriesOut,
     Context,
     DocumentDeleted,
     Documents,
+    FacetsOut,
     Health,
     MemoryDeleted,
     MemoryId,
@@ -77,11 +80,14 @@ from mnemex.server._schemas import (
     PostArchive,
     PostDocument,
     PostExtract,
+    PostFacets,
     PostMemory,
     PostMemoryBatch,
     PostMessages,
     PostSearch,
     Purged,
+    PutCategories,
+    ScopeName,
     SearchHitOut,
     SearchResults,
     ServerSettings,
@@ -490,13 +496,26 @@ class _Api(RemoteRoutes):
         body: PostSearch = await self.body(request, PostSearch)
         mode: Any = body.mode if body.mode is not None else DEFAULT
         min_score = body.min_score if body.min_score is not None else DEFAULT  # absent or null: the mode's
-        if body.scopes:
-            scopes = [(s.app_name, s.user_id) for s in body.scopes]
+        parts: list[str] | None = None
+        if body.scopes and all(isinstance(s, str) for s in body.scopes):
+            if not (body.user_id and body.app_name):  # parts of one user's scope
+                raise HttpError(400, "scopes naming parts of a scope (global, campaign, ...) need user_id "
+                                     "and app_name", field="user_id")
+            parts = [s for s in body.scopes if isinstance(s, str)]
+            scopes = [(body.app_name, body.user_id)]
+        elif body.scopes:
+            if any(isinstance(s, str) for s in body.scopes):
+                raise HttpError(400, "scopes is either scopes ({user_id, app_name} objects) or parts of one "
+                                     "scope (strings), not both", field="scopes")
+            scopes = [(s.app_name, s.user_id) for s in body.scopes if isinstance(s, ScopeName)]
         elif body.user_id and body.app_name:
             scopes = [(body.app_name, body.user_id)]
         else:
             raise HttpError(400, "give user_id and app_name, or scopes: [{user_id, app_name}, ...]",
                             field="user_id")
+        if body.scope_ids is not None and parts is None:
+            raise HttpError(400, "scope_ids names the ids of the parts in scopes (strings such as "
+                                 "\"campaign\")", field="scope_ids")
         if len(set(scopes)) > self.settings.max_batch_scopes:
             raise HttpError(400, f"the search names {len(set(scopes)):,} scopes; at most "
                                  f"{self.settings.max_batch_scopes:,} (server.max_batch_scopes)",
@@ -505,15 +524,48 @@ class _Api(RemoteRoutes):
             app_name, user_id = scopes[0]
             result = await self.call(self.rt.scope(user_id=user_id, app_name=app_name).search,
                                      body.query, body.top_k, mode, min_score, body.filters,
-                                     include_history=body.include_history, as_of=body.as_of)
+                                     include_history=body.include_history, as_of=body.as_of, scopes=parts,
+                                     scope_ids=body.scope_ids, facets=body.facets)
         else:
+            if body.facets is not None:
+                raise HttpError(400, "facets are counted within one scope: give user_id and app_name",
+                                field="facets")
             result = await self.call(self.rt.search, body.query, scopes, body.top_k, mode=mode,
                                      min_score=min_score, filter=body.filters,
                                      include_history=body.include_history, as_of=body.as_of)
         return json_response(SearchResults(mode=result.mode, results=[SearchHitOut(
             id=hit.memory.id, content=hit.memory.content, score=hit.score, scores=hit.scores,
-            user_id=hit.user_id or scopes[0][1], app_name=hit.app_name or scopes[0][0], memory=hit.memory)
-            for hit in result.hits]))
+            user_id=hit.user_id or scopes[0][1], app_name=hit.app_name or scopes[0][0], memory=hit.memory,
+            scope=hit.memory.scope_label) for hit in result.hits], facets=result.facets))
+
+    # -- categories and actors ------------------------------------------------------------
+    async def get_categories(self, request: Request) -> Response:
+        user_id, app_name = self._scope_of(request)
+        catalog = await self.call(self.rt.scope(user_id=user_id, app_name=app_name).categories)
+        return json_response(_categories_out(catalog))
+
+    async def put_categories(self, request: Request) -> Response:
+        body: PutCategories = await self.body(request, PutCategories)
+        scope = self.rt.scope(user_id=body.user_id, app_name=body.app_name)
+        catalog = await self.call(scope.set_categories, body.categories, remove=body.remove,
+                                  replace=body.replace, reclassify=body.reclassify)
+        return json_response(_categories_out(catalog))
+
+    async def post_facets(self, request: Request) -> Response:
+        body: PostFacets = await self.body(request, PostFacets)
+        scope = self.rt.scope(user_id=body.user_id, app_name=body.app_name)
+        facets = await self.call(scope.facets, body.filters, min_confidence=body.min_confidence,
+                                 include_history=body.include_history, as_of=body.as_of)
+        return json_response(FacetsOut(counts=facets.counts, total=facets.total))
+
+    async def actor_memories(self, request: Request) -> Response:
+        user_id, app_name = self._scope_of(request)
+        actor_id = request.path_params["actor_id"]
+        limit = _query_int(request, "limit", 100)
+        offset = _query_int(request, "offset", 0) or 0
+        page = await self.call(self.rt.scope(user_id=user_id, app_name=app_name).actor_memories, actor_id,
+                               limit, offset, include_history=_query_bool(request, "include_history"))
+        return json_response(ActorMemories(actor_id=actor_id, total=page.total, memories=page.memories))
 
     async def get_memory(self, request: Request) -> Response:
         user_id, app_name = self._scope_of(request)
@@ -650,14 +702,48 @@ class _Api(RemoteRoutes):
             status="ok", uptime_seconds=round(time.time() - self.started, 3),
             data_dir=self.rt.config.storage.data_dir if authorized else None,
             actors={"live": stats.live, "spawned": stats.spawns, "passivations": stats.passivations,
-                    "crashes": stats.crashes, "mailbox_depth": stats.mailbox_depth},
-            streams=len(self.streams), journal=self.rt.journal_health()))
+                    "crashes": stats.crashes, "mailbox_depth": stats.mailbox_depth,
+                    "live_bytes": stats.live_bytes, "budget_passivations": stats.budget_passivations},
+            streams=len(self.streams), journal=self.rt.journal_health(),
+            categories=await self._category_health()))
+
+    async def _category_health(self) -> dict[str, Any]:
+        """Category statistics over the scopes loaded now (at most _HEALTH_SCOPES of
+        them, so a health check stays cheap; none is loaded for it)."""
+        keys = [key for _, key in self.rt.live_keys("scope")]
+        asked = keys[:_HEALTH_SCOPES]
+        counts: dict[str, int] = {}
+        memories = custom = reclassifying = 0
+        for app_name, user_id in asked:
+            try:
+                catalog = await self.call(self.rt.scope(user_id=user_id, app_name=app_name).categories)
+            except MnemexError:  # passivated meanwhile, or closing: left out
+                continue
+            memories += catalog.total
+            custom += catalog.version > 0
+            reclassifying += catalog.reclassifying
+            for name, count in catalog.counts.items():
+                counts[name] = counts.get(name, 0) + count
+        return {"scopes_live": len(keys), "scopes_asked": len(asked), "memories": memories,
+                "per_category": dict(sorted(counts.items(), key=lambda item: (-item[1], item[0]))),
+                "misc": counts.get("misc", 0), "custom_catalogs": custom, "reclassifying": reclassifying}
 
     async def metrics_text(self, request: Request) -> Response:
         return Response(self.metrics.render(self.rt), media_type=self.metrics.content_type)
 
     async def openapi(self, request: Request) -> Response:
         return json_response(_document())
+
+
+_HEALTH_SCOPES: Final = 50
+"""Scopes a health check asks for their category statistics at most."""
+
+
+def _categories_out(catalog: Any) -> CategoriesOut:
+    return CategoriesOut(categories=catalog.categories, version=catalog.version, counts=catalog.counts,
+                         threshold=catalog.threshold, classifier=catalog.classifier,
+                         reclassifying=catalog.reclassifying, reclassified=catalog.reclassified,
+                         total=catalog.total)
 
 
 @functools.cache
@@ -836,6 +922,22 @@ ROUTES: Final[tuple[RouteSpec, ...]] = (
     RouteSpec("/documents/{document_id}", "DELETE", "delete_document",
               "Forget a document: its chunks and the facts extracted from it", (_USER, _APP),
               reply=DocumentDeleted, errors=(400, 404)),
+    RouteSpec("/categories", "GET", "get_categories",
+              "A scope's category catalog, with the memories per category and how far a re-classification is",
+              (_USER, _APP), reply=CategoriesOut),
+    RouteSpec("/categories", "PUT", "put_categories",
+              "Extend or change a scope's category catalog (categories replace those of their name or are "
+              "added; remove drops some; replace makes them the whole catalog); the scope's memories are "
+              "re-classified beside it", body=PutCategories, reply=CategoriesOut, errors=(400, 413, 422)),
+    RouteSpec("/memory/facets", "POST", "post_facets",
+              "Memories per category among those the filters let through", body=PostFacets, reply=FacetsOut,
+              errors=(400, 422)),
+    RouteSpec("/actors/{actor_id}/memories", "GET", "actor_memories",
+              "The memories linked to an actor (its actor_id, or its own part of the scope), oldest first",
+              (_USER, _APP, Param("limit", "integer", "at most this many (default 100)"),
+               Param("offset", "integer", "skip this many"),
+               Param("include_history", "boolean", "superseded and merged memories too")),
+              reply=ActorMemories, errors=(400,)),
     *REMOTE_ROUTES,
     RouteSpec("/health", "GET", "health",
               "OK as text; the runtime's status as JSON to Accept: application/json",

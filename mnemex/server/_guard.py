@@ -24,7 +24,7 @@ __all__ = ["LOOPBACK", "Guard", "host_name"]
 
 LOOPBACK: Final = frozenset({"localhost", "127.0.0.1", "::1", "localhost.localdomain"})
 _WILDCARD: Final = frozenset({"0.0.0.0", "::", ""})
-_CORS_METHODS: Final = "GET, POST, DELETE, OPTIONS"
+_CORS_METHODS: Final = "GET, POST, PUT, DELETE, OPTIONS"
 
 
 def host_name(host: str) -> str:

@@ -30,6 +30,10 @@ class Metrics:
         self.depth = Gauge("mnemex_mailbox_depth", "Messages waiting in all mailboxes", registry=r)
         self.spawns = Gauge("mnemex_actor_spawns", "Actors loaded since start", registry=r)
         self.passivations = Gauge("mnemex_actor_passivations", "Actors unloaded since start", registry=r)
+        self.live_bytes = Gauge("mnemex_live_actor_bytes",
+                                "The live actors' estimated bytes (kernel.max_live_bytes)", registry=r)
+        self.budget_passivations = Gauge("mnemex_budget_passivations",
+                                         "Actors unloaded to keep within kernel.max_live_bytes", registry=r)
         self.crashes = Gauge("mnemex_actor_crashes", "Handler crashes and failed loads since start",
                              registry=r)
         self.pending = Gauge("mnemex_journal_pending_acks", "Replies waiting for their fsync", registry=r)
@@ -54,6 +58,8 @@ class Metrics:
         self.spawns.set(stats.spawns)
         self.passivations.set(stats.passivations)
         self.crashes.set(stats.crashes)
+        self.live_bytes.set(stats.live_bytes)
+        self.budget_passivations.set(stats.budget_passivations)
         journal = runtime.journal_health()
         self.pending.set(journal["pending_acks"])
         for quantile in ("p50", "p99"):

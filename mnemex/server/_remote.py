@@ -64,11 +64,14 @@ class RemoteRoutes:
             return None
         return wire.EmbedderInfo(embedder.name, embedder.dim)
 
+    def _kinds(self) -> list[str]:
+        return [kind for kind in wire.KEYS if kind in self.rt.kinds]
+
     async def remote_info(self, request: Request) -> Response:
         config = self.rt.config
         return json_response(wire.RuntimeInfo(
-            protocol=wire.PROTOCOL, version=mnemex.__version__, embedder=self._embedder(),
-            ask_timeout=config.kernel.ask_timeout, memories=config.memories,
+            protocol=wire.PROTOCOL, version=mnemex.__version__, kinds=self._kinds(),
+            embedder=self._embedder(), ask_timeout=config.kernel.ask_timeout, memories=config.memories,
             conversations=config.conversations, knowledge=config.knowledge, models=config.models))
 
     async def remote_scopes(self, request: Request) -> Response:
@@ -77,9 +80,9 @@ class RemoteRoutes:
     async def remote_ask(self, request: Request) -> Response:
         kind = request.path_params["kind"]
         body_type = wire.ask_request_type(kind)
-        if body_type is None:
-            raise HttpError(404, f"no actor kind {kind!r} is served remotely; the kinds are agent and scope",
-                            field="kind")
+        if body_type is None or kind not in self.rt.kinds:
+            raise HttpError(404, f"no actor kind {kind!r} is served remotely; the kinds are "
+                                 f"{', '.join(self._kinds())}", field="kind")
         raw = await read_body(request, self.settings.max_body_bytes, self.settings.body_timeout)
         body = _decoded(raw, body_type, f"POST /v1/actors/{kind}/ask body")
         command = wire.to_actor(body.command)
@@ -108,8 +111,8 @@ class RemoteRoutes:
     def _check_vectors(self, command: Any) -> None:
         """Vectors of another model never enter a scope (a new scope would take them)."""
         named = getattr(command, "embedder", None)
-        if named is None:
-            return
+        if named is None or not isinstance(command, wire.VECTORS_OF_THE_SCOPE):
+            return  # a search's query vector, keyed memories' own models: the scope checks them
         ours = self._embedder()
         dim = getattr(command, "dim", 0)
         if ours is None or (named, dim) != (ours.name, ours.dim):

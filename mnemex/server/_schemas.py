@@ -4,11 +4,11 @@ unknown fields: a typo must fail loudly, not lose data."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
-from mnemex import DocumentStatus, MemoryFields, MemoryRecord
+from mnemex import Category, DocumentStatus, MemoryFields, MemoryRecord
 from mnemex.config import ServerConfig
 from mnemex.server._http import HttpError, decode_json
 
@@ -126,6 +126,10 @@ class Health(msgspec.Struct, omit_defaults=True):
     streams: int
     journal: dict[str, Any]
     data_dir: str | None = None
+    categories: dict[str, Any] | None = None
+    """Over the scopes loaded now (at most ``scopes_asked``): memories per category,
+    memories the offline classifier, a caller or an extractor classified, scopes
+    with a catalog of their own and scopes re-classifying."""
 
 
 # the server's section of Config, under the name earlier versions gave it
@@ -153,18 +157,77 @@ class ScopeName(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class PostSearch(msgspec.Struct, forbid_unknown_fields=True):
-    """``POST /memory/search``: one scope (user_id + app_name) or several (scopes)."""
+    """``POST /memory/search``: one scope (user_id + app_name) or several (scopes:
+    ``[{user_id, app_name}, ...]``); or, with user_id and app_name, several parts of
+    that scope (scopes: ``["global", "campaign", "session"]``, the bare kinds' ids in
+    ``scope_ids``, or ``"campaign:ash"``) in one ranking. ``facets``: memories per
+    category over the ``hits`` or the ``scope``."""
 
     query: str
     user_id: str | None = None
     app_name: str | None = None
-    scopes: list[ScopeName] | None = None
+    scopes: list[ScopeName | str] | None = None
+    scope_ids: dict[str, str] | None = None
     top_k: int = 10
     min_score: float | None = None
     mode: str | None = None
     filters: dict[str, Any] | None = None
     include_history: bool = False
     as_of: float | str | None = None
+    facets: Literal["hits", "scope"] | None = None
+
+
+class PutCategories(msgspec.Struct, forbid_unknown_fields=True):
+    """``PUT /categories``: extend or change a scope's category catalog (see
+    ``ScopeRef.set_categories``)."""
+
+    user_id: str
+    app_name: str
+    categories: list[Category] = msgspec.field(default_factory=list)
+    remove: list[str] = msgspec.field(default_factory=list)
+    replace: bool = False
+    reclassify: bool = False
+
+
+class PostFacets(msgspec.Struct, forbid_unknown_fields=True):
+    """``POST /memory/facets``: memories per category among those ``filters`` let
+    through (a category counted where its confidence >= ``min_confidence``)."""
+
+    user_id: str
+    app_name: str
+    filters: dict[str, Any] | None = None
+    min_confidence: float = 0.0
+    include_history: bool = False
+    as_of: float | str | None = None
+
+
+class CategoriesOut(msgspec.Struct):
+    """A scope's category catalog: ``counts`` of active memories per category;
+    ``threshold`` under which a memory gets ``misc``; a re-classification's progress."""
+
+    categories: list[Category]
+    version: int
+    counts: dict[str, int]
+    threshold: float
+    classifier: str
+    reclassifying: bool
+    reclassified: int
+    total: int
+
+
+class FacetsOut(msgspec.Struct):
+    """Memories per category, most first; ``total`` memories counted."""
+
+    counts: dict[str, int]
+    total: int
+
+
+class ActorMemories(msgspec.Struct):
+    """``GET /actors/{actor_id}/memories``: the memories linked to an actor, oldest first."""
+
+    actor_id: str
+    total: int
+    memories: list[MemoryRecord]
 
 
 class PostExtract(msgspec.Struct, forbid_unknown_fields=True):
@@ -311,6 +374,9 @@ class MemoryIds(msgspec.Struct):
 
 
 class SearchHitOut(msgspec.Struct):
+    """``scope``: the part of its scope the memory belongs to (``global``,
+    ``campaign:ash``...)."""
+
     id: str
     content: str
     score: float
@@ -318,13 +384,15 @@ class SearchHitOut(msgspec.Struct):
     user_id: str
     app_name: str
     memory: MemoryRecord
+    scope: str = "global"
 
 
-class SearchResults(msgspec.Struct):
-    """``POST /memory/search``: best first."""
+class SearchResults(msgspec.Struct, omit_defaults=True):
+    """``POST /memory/search``: best first; ``facets`` when asked for."""
 
     mode: str
     results: list[SearchHitOut]
+    facets: dict[str, int] | None = None
 
 
 class MemoryDeleted(msgspec.Struct):

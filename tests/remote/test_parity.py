@@ -23,7 +23,7 @@ _OWN = frozenset({"id", "ids", "timestamp", "created_at", "updated_at", "last_ac
 
 def plain(value: Any) -> Any:
     """``value`` as builtins, without what each side makes for itself."""
-    value = msgspec.to_builtins(value)
+    value = msgspec.json.decode(msgspec.json.encode(value))  # Raw messages as their JSON
 
     def strip(item: Any) -> Any:
         if isinstance(item, dict):
@@ -254,3 +254,66 @@ async def test_closing_a_stream_frees_it_on_the_server(remote: RemoteRuntime) ->
             assert (await stream.__anext__()).kind == "live"
     await agent.append("s1", [{"role": "user", "content": "two"}])  # nobody left to tell: no error
     assert len(await agent.history("s1")) == 2
+
+
+async def state_and_checkpoints(rt: Runtime) -> dict[str, Any]:
+    from mnemex.checkpoints.protocol import Blob
+
+    out: dict[str, Any] = {}
+    app, user = rt.state(app_name="chat"), rt.state(app_name="chat", user_id="alice")
+    await app.update({"theme": "dark", "n": 1})
+    await user.update({"lang": "pt"})
+    await app.update({"n": 2}, remove=["theme"])
+    out["app"] = await app.get()
+    out["user"] = await user.get(["lang", "missing"])
+    await user.clear()
+    out["cleared"] = await user.get()
+    threads = rt.checkpoints()
+    await threads.put("t1", "c1", Blob("json", b'{"v": 1}'), metadata={"step": 1})
+    await threads.put("t1", "c2", Blob("json", b'{"v": 2}'), metadata={"step": 2}, parent_id="c1")
+    out["latest"] = plain(await threads.get("t1"))
+    out["list"] = plain(await threads.list("t1"))
+    out["deleted"] = await threads.delete_thread("t1")
+    out["after"] = plain(await threads.get("t1"))
+    return out
+
+
+async def test_state_and_checkpoints_answer_alike(local: mnemex.MnemexRuntime, remote: RemoteRuntime) -> None:
+    here = await state_and_checkpoints(local)
+    there = await state_and_checkpoints(remote)
+    assert there == here
+    assert here["app"] == {"n": 2} and here["latest"] is not None
+
+
+async def keyed_categories_and_sessions(rt: Runtime) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    scope = rt.scope(user_id="alice", app_name="store")
+    put = await scope.put([{"id": "k1", "content": "User likes tea", "namespace": ["prefs"], "key": "drink"},
+                           {"id": "k2", "content": "User lives in Porto", "namespace": ["facts"], "key": "home"}])
+    out["put"] = plain(put)
+    out["replace"] = plain(await scope.put([{"id": "k1", "content": "User likes coffee",
+                                             "namespace": ["prefs"], "key": "drink"}]))
+    out["get_replaced"] = (await scope.get("k1")).content
+    out["namespaces"] = plain(await scope.list_namespaces())
+    out["search_keyed"] = hits(await scope.search("coffee", 3, "fulltext"))
+    out["categories"] = plain(await scope.categories())
+    out["facets"] = plain(await scope.facets())
+    out["forget_expired"] = await scope.forget_expired()
+    agent = rt.agent("adk")
+    out["create"] = plain(await agent.create_session("s1", {"step": 1}))
+    out["create_again"] = plain(await agent.create_session("s1", {"step": 9}))
+    out["update_state"] = plain(await agent.update_state("s1", {"step": 2}, remove=[]))
+    await agent.append("s1", [{"role": "user", "content": "hello"}])
+    out["read"] = plain(await agent.read_session("s1"))
+    out["read_unknown"] = await agent.read_session("nope")
+    out["headers"] = plain(await agent.session_headers())
+    return out
+
+
+async def test_keyed_memories_categories_and_session_headers_answer_alike(
+        local: mnemex.MnemexRuntime, remote: RemoteRuntime) -> None:
+    here = await keyed_categories_and_sessions(local)
+    there = await keyed_categories_and_sessions(remote)
+    for name in here:
+        assert there[name] == here[name], name
+    assert here["get_replaced"] == "User likes coffee"

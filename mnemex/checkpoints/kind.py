@@ -1,0 +1,28 @@
+"""The ``checkpoint`` actor kind: one ThreadCheckpoints behaviour per thread."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from mnemex.checkpoints.behaviour import ThreadCheckpoints, is_checkpoint_write
+from mnemex.checkpoints.protocol import checkpoint_codec
+from mnemex.effects import Image, Key
+from mnemex.kernel import ActorKind
+
+__all__ = ["CHECKPOINT_KIND", "checkpoint_kind"]
+
+CHECKPOINT_KIND: Final = "checkpoint"
+
+
+def checkpoint_kind(*, name: str = CHECKPOINT_KIND) -> ActorKind:
+    """The ``checkpoint`` actor kind (its actors are keyed by thread id; on disk under
+    ``checkpoints/``)."""
+
+    def create(key: Key) -> ThreadCheckpoints:
+        return ThreadCheckpoints(key)
+
+    def restore(key: Key, image: Image) -> ThreadCheckpoints:
+        return ThreadCheckpoints.restore(key, image)
+
+    return ActorKind(name=name, create=create, restore=restore, encode=checkpoint_codec.encode,
+                     decode=checkpoint_codec.decode, is_journaled=is_checkpoint_write)
