@@ -288,8 +288,9 @@ async def test_state_and_checkpoints_answer_alike(local: mnemex.MnemexRuntime, r
 async def keyed_categories_and_sessions(rt: Runtime) -> dict[str, Any]:
     out: dict[str, Any] = {}
     scope = rt.scope(user_id="alice", app_name="store")
-    put = await scope.put([{"id": "k1", "content": "User likes tea", "namespace": ["prefs"], "key": "drink"},
-                           {"id": "k2", "content": "User lives in Porto", "namespace": ["facts"], "key": "home"}])
+    put = await scope.put([
+        {"id": "k1", "content": "User likes tea", "namespace": ["prefs"], "key": "drink"},
+        {"id": "k2", "content": "User lives in Porto", "namespace": ["facts"], "key": "home"}])
     out["put"] = plain(put)
     out["replace"] = plain(await scope.put([{"id": "k1", "content": "User likes coffee",
                                              "namespace": ["prefs"], "key": "drink"}]))
