@@ -7,11 +7,13 @@ connect), and only the typed command crosses. What the server does on its own
 (snapshots, sweeps, extraction jobs, summaries) stays there. Access counts of
 searches are batched and sent every ``memories.touch_interval`` as in-process.
 
-In-process only (they raise InvalidInput naming the call): ``extract_automatically``
+Scopes, agents, key-value state and graph checkpoints cross (``wire.ASK``). In-process
+only (they raise InvalidInput naming the call): ``extract_automatically``
 (configure ``knowledge.auto`` on the server), ``retry_extraction``,
 ``ScopeRef.extract_from``/``retry_dead_letter`` (they read the caller's
-conversation through a callable), ``passivate``, ``stats``, ``journal_health``,
-``kernel`` and ``kinds``; and actor kinds other than ``agent`` and ``scope``.
+conversation through a callable), ``Checkpoints.threads``/``delete_runs`` (they
+list the data directory), ``live_keys``, ``passivate``, ``stats``,
+``journal_health`` and ``kernel``; and actor kinds of one's own.
 """
 
 from __future__ import annotations
