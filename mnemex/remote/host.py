@@ -128,7 +128,20 @@ class RemoteHost:
                                field="command")
         return row, _encoder.encode({"key": list(ref.key), "command": sent, **more})
 
-    async def _post(self, path: str, body: bytes, read_timeout: float | None) -> httpx.Response:
+    async def get(self, path: str) -> httpx.Response:
+        """GET one of the server's routes (connection errors as mnemex errors)."""
+        if self.closed:
+            raise ActorClosed(f"the connection to {self.url} is closed")
+        try:
+            return await self._http.get(path)
+        except httpx.TimeoutException as exc:
+            raise Timeout(f"{self.url} did not answer {path} in time: {exc!r}") from exc
+        except httpx.TransportError as exc:
+            raise ActorClosed(f"mnemex server {self.url} is unreachable: {exc!r}") from exc
+
+    async def post(self, path: str, body: bytes, read_timeout: float | None) -> httpx.Response:
+        """POST a JSON body to one of the server's routes; ``read_timeout`` None waits
+        as long as the answer takes (connection errors as mnemex errors)."""
         if self.closed:
             raise ActorClosed(f"the connection to {self.url} is closed")
         timeout = httpx.Timeout(self._config.kernel.ask_timeout, read=read_timeout)
@@ -145,7 +158,7 @@ class RemoteHost:
         """Send ``command`` to the server's actor and return its typed reply."""
         sent, read = self._timeouts(timeout)
         row, body = self._body(kind, key, command, **({} if sent is None else {"timeout": sent}))
-        response = await self._post(f"/v1/actors/{kind}/ask", body, read)
+        response = await self.post(f"/v1/actors/{kind}/ask", body, read)
         if response.status_code != 200:
             raise wire.error_of(response.status_code, response.content)
         try:

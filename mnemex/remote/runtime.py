@@ -149,7 +149,7 @@ class RemoteRuntime:
         path = f"/sessions/{_segment(session_id)}/extract"
         body = msgspec.json.encode({"user_id": user_id, "app_name": app_name, "agent": agent_name,
                                     "if_needed": if_needed})
-        response = await self._host._post(path, body, None)
+        response = await self._host.post(path, body, None)
         if response.status_code != 200:
             raise wire.error_of(response.status_code, response.content)
         return msgspec.json.decode(response.content, type=Extracted)
@@ -172,10 +172,7 @@ class RemoteRuntime:
     async def scope_keys(self, kind: str = SCOPE_KIND) -> list[tuple[str, str]]:
         """Every scope of the server as ``(app_name, user_id)``, sorted."""
         self.scope_services(kind)
-        try:
-            response = await self._host._http.get("/v1/scopes")
-        except httpx.TransportError as exc:
-            raise ActorClosed(f"mnemex server {self.url} is unreachable: {exc!r}") from exc
+        response = await self._host.get("/v1/scopes")
         if response.status_code != 200:
             raise wire.error_of(response.status_code, response.content)
         listed = msgspec.json.decode(response.content, type=wire.ScopeKeys)
