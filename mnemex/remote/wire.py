@@ -262,6 +262,13 @@ class AskBody(msgspec.Struct, frozen=True):
     timeout: _Timeout | None = None
 
 
+class ActorReply(msgspec.Struct, frozen=True):
+    """What ``POST /v1/actors/{kind}/ask`` answers, for the OpenAPI document: the
+    command's reply as ``mnemex.remote.wire.ASK`` names its type; most are tagged
+    objects (``{"type": "scope.search_result", ...}``), a few a number, a list or
+    null (a count, documents, a write without a reply)."""
+
+
 def ask_request_type(kind: str) -> Any:
     """The request body type of ``/v1/actors/{kind}/ask``; None for a kind not served."""
     return ASK_TYPES.get(kind)

@@ -191,7 +191,7 @@ REMOTE_ROUTES: Final[tuple[RouteSpec, ...]] = (
     RouteSpec("/v1/actors/{kind}/ask", "POST", "remote_ask",
               "One whitelisted command for one actor (kind agent or scope), answered with its reply "
               "(mnemex.remote.wire.ASK names each command's reply type)",
-              body=wire.AskBody, errors=(400, 404, 413, 422, 504)),
+              body=wire.AskBody, reply=wire.ActorReply, errors=(400, 404, 413, 422, 504)),
     RouteSpec("/v1/actors/{kind}/stream", "POST", "remote_stream",
               "A session's live messages as NDJSON lines (started, entries, chunk, ended, then finished or "
               "failed); blank lines are heartbeats", body=wire.WatchAgent, media=_NDJSON,
