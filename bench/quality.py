@@ -226,6 +226,7 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "no dates (date_weight 0)": {"date_weight": 0.0},
     "fixed weights (fusion_adaptive false)": {"fusion_adaptive": False},
     "no session context (context_window 0)": {"context_window": 0},
+    "no query expansion (expansion false)": {"expansion": False},
     "all three off: fixed 0.7 / 0.3, no stemming, no dates": {
         "fusion_adaptive": False, "fulltext_stem": False, "date_weight": 0.0},
 }

@@ -45,11 +45,18 @@ from mnemex.errors import UnknownActorKind as UnknownActorKind
 from mnemex.knowledge.categories import Category as Category
 from mnemex.memories.fields import MemoryFields as MemoryFields
 from mnemex.memories.protocol import DocumentStatus as DocumentStatus
+from mnemex.memories.protocol import EntityChanged as EntityChanged
+from mnemex.memories.protocol import EntityDetail as EntityDetail
+from mnemex.memories.protocol import EntityInfo as EntityInfo
+from mnemex.memories.protocol import EntityLink as EntityLink
+from mnemex.memories.protocol import EntityPage as EntityPage
 from mnemex.memories.protocol import Extracted as Extracted
+from mnemex.memories.protocol import GraphStats as GraphStats
 from mnemex.memories.protocol import Hit as Hit
 from mnemex.memories.protocol import IngestReport as IngestReport
 from mnemex.memories.protocol import MemoryHistory as MemoryHistory
 from mnemex.memories.protocol import MemoryRecord as MemoryRecord
+from mnemex.memories.protocol import RelatedEntities as RelatedEntities
 from mnemex.memories.protocol import SearchResult as SearchResult
 from mnemex.memories.protocol import SessionAdded as SessionAdded
 from mnemex.memories.ref import ScopeRef as ScopeRef
@@ -93,6 +100,13 @@ __all__ = [
     "SEARCH_MEMORY_TOOL",
     "Extracted",
     "MemoryHistory",
+    "EntityChanged",
+    "EntityDetail",
+    "EntityInfo",
+    "EntityLink",
+    "EntityPage",
+    "GraphStats",
+    "RelatedEntities",
     "IngestReport",
     "DocumentStatus",
     "REMEMBER_TOOL",

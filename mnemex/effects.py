@@ -20,6 +20,8 @@ __all__ = [
     "Job",
     "JobResult",
     "Key",
+    "Sidecar",
+    "SidecarWriter",
     "SnapshotData",
     "Step",
     "Tell",
@@ -27,27 +29,45 @@ __all__ = [
 
 Key = tuple[str, ...]
 
+SidecarWriter = Callable[[str], None]
+"""Writes a sidecar into the file at the path it is given (a library's own save)."""
+
+Sidecar = bytes | SidecarWriter | Iterable[bytes]
+"""A sidecar as a snapshot gives it: bytes, a writer, or chunks of bytes made as they
+are written (in the writer's thread): a large sidecar streams to disk instead of
+being one bytes object."""
+
 
 @dataclass(frozen=True, slots=True)
 class SnapshotData:
     """A consistent copy of an actor's state, taken inside the actor (cheaply) and
     written beside it. ``records`` may be a callable that encodes the lines: it runs
-    in a worker thread, so it must only read what was copied. ``sidecars`` likewise."""
+    in a worker thread, so it must only read what was copied. ``sidecars`` likewise;
+    a sidecar may be bytes, chunks or a writer (:data:`Sidecar`). ``required`` names sidecars
+    without which the snapshot cannot be restored (a recovery that finds one missing
+    or damaged uses an older snapshot); the others only make a restart fast. ``done``,
+    when given, is called in the writer's thread once the write ended (written or
+    failed): what the copies borrowed may be given back."""
 
     records: Sequence[bytes] | Callable[[], Iterable[bytes]]
     extra: Mapping[str, Any] = field(default_factory=dict)
-    sidecars: Mapping[str, bytes] | Callable[[], Mapping[str, bytes]] | None = None
+    sidecars: Mapping[str, Sidecar] | Callable[[], Mapping[str, Sidecar]] | None = None
+    required: frozenset[str] = frozenset()
+    done: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Image:
     """What a behaviour is restored from: the record lines of its newest snapshot,
     the snapshot's ``extra`` header field and any sidecars that read back fine
-    (bytes, or a read-only view of the file mapped in memory: copy what you keep)."""
+    (bytes, or a read-only view of the file mapped in memory: copy what you keep),
+    and, for those that are files, their paths (a library that loads from a file
+    reads it there)."""
 
     records: Sequence[bytes]
     extra: Mapping[str, Any]
     sidecars: Mapping[str, bytes | memoryview]
+    sidecar_paths: Mapping[str, str] = field(default_factory=dict)
 
 
 class Behaviour(Protocol):

@@ -28,7 +28,7 @@ from mnemex.conversations.kind import AGENT_KIND, agent_kind, sweep_expired_sess
 from mnemex.conversations.protocol import Appended, Policy
 from mnemex.conversations.ref import AgentRef, AgentServices
 from mnemex.effects import Key
-from mnemex.errors import InvalidInput, MnemexError
+from mnemex.errors import ActorClosed, ActorCrashed, InvalidInput, MnemexError, Timeout
 from mnemex.kernel import (
     ActorKind,
     ActorRef,
@@ -47,7 +47,7 @@ from mnemex.knowledge.ref import (
 )
 from mnemex.memories.extraction import ExtractSession, ReadMessages
 from mnemex.memories.kind import SCOPE_KIND, ScopeKind, scope_kind
-from mnemex.memories.protocol import Extracted, SearchMode, SearchResult, SessionAdded
+from mnemex.memories.protocol import Extracted, GetGraphStats, SearchMode, SearchResult, SessionAdded
 from mnemex.memories.ref import (
     ScopeRef,
     ScopeServices,
@@ -365,6 +365,22 @@ class MnemexRuntime:
     def live_keys(self, kind: str | None = None) -> list[tuple[str, Key]]:
         """The actors loaded now, as (kind, key)."""
         return self._kernel.live_keys(kind)
+
+    async def graph_stats(self, *, per_scope: float = 1.0) -> dict[str, int]:
+        """The entity graphs of the scopes loaded now, summed: scopes (those that
+        answered within ``per_scope`` seconds), entities, mentions
+        (memory-mentions-entity edges), relations (entity pairs a memory names),
+        declared entities and merges."""
+        totals = {"scopes": 0, "entities": 0, "mentions": 0, "relations": 0, "declared": 0, "merges": 0}
+        for kind, key in self.live_keys(SCOPE_KIND):
+            try:
+                stats = await self._kernel.ask(kind, key, GetGraphStats(), timeout=per_scope)
+            except (ActorClosed, ActorCrashed, Timeout):
+                continue  # unloaded, broken or busy meanwhile: it counts next time
+            totals["scopes"] += 1
+            for name in ("entities", "mentions", "relations", "declared", "merges"):
+                totals[name] += int(getattr(stats, name))
+        return totals
 
     def stats(self) -> RuntimeStats:
         """Counts for health checks and metrics."""

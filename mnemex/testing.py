@@ -51,6 +51,7 @@ from mnemex.effects import (
 from mnemex.errors import ActorCrashed, InvalidInput
 from mnemex.kernel import ActorKind
 from mnemex.kernel._turn import take_turn
+from mnemex.persistence.snapshot import sidecar_bytes
 
 __all__ = [
     "Add",
@@ -314,7 +315,10 @@ class Simulation:
         data = actor.behaviour.snapshot()
         records = list(data.records() if callable(data.records) else data.records)
         sidecars = data.sidecars() if callable(data.sidecars) else (data.sidecars or {})
-        actor.image = Image(records, dict(data.extra), dict(sidecars))
+        blobs = {name: sidecar_bytes(blob) for name, blob in sidecars.items()}
+        actor.image = Image(records, dict(data.extra), blobs)
+        if data.done is not None:
+            data.done()
         actor.journal.clear()
 
     def restart(self, kind: str, key: Key) -> None:

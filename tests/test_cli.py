@@ -122,7 +122,7 @@ def crashed_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert done.returncode == 0, done.stderr
     folder = data_dir / "scopes" / "chat.alice"
     assert len((folder / "journal.jsonl").read_bytes().splitlines()) == 3
-    assert (folder / "snapshot-3.vectors.bin").exists()
+    assert (folder / "snapshot-3.vectors2.bin").exists() and (folder / "snapshot-3.records2.bin").exists()
     return data_dir
 
 
@@ -178,10 +178,15 @@ CASES = {
                               "line 3: torn tail (no newline at its end)", 5),
     "snapshot line damaged": Case(lambda f: replace_once(f / "snapshot-3.jsonl", b'"m":', b'"m";'), 1,
                                   "error", "snapshot-3.jsonl", 2, "line 2 no longer parses as JSON", None),
-    "sidecar damaged": Case(lambda f: flip(f / "snapshot-3.vectors.bin", 100), 3, "warning",
-                            "snapshot-3.vectors.bin", None, "sidecar checksum", 6),
-    "sidecar truncated": Case(lambda f: truncate(f / "snapshot-3.vectors.bin", 10), 3, "warning",
-                              "snapshot-3.vectors.bin", None, "the header says 4,640 (truncated)", 6),
+    "sidecar damaged": Case(lambda f: flip(f / "snapshot-3.records2.bin", 100), 3, "warning",
+                            "snapshot-3.records2.bin", None, "sidecar checksum", 6),
+    "sidecar truncated": Case(lambda f: truncate(f / "snapshot-3.bm25.bin", 10), 3, "warning",
+                              "snapshot-3.bm25.bin", None, "(truncated)", 6),
+    # the vectors are in no line: without them the snapshot is unusable, and no older one is kept
+    "required sidecar damaged": Case(lambda f: flip(f / "snapshot-3.vectors2.bin", 100), 1, "error",
+                                     "snapshot-3.vectors2.bin", None, "required sidecar checksum", None),
+    "required sidecar missing": Case(lambda f: (f / "snapshot-3.vectors2.bin").unlink(), 1, "error",
+                                     "snapshot-3.vectors2.bin", None, "required sidecar missing", None),
     "sidecar missing": Case(lambda f: (f / "snapshot-3.bm25.bin").unlink(), 3, "warning",
                             "snapshot-3.bm25.bin", None, "sidecar missing", 6),
 }

@@ -106,6 +106,18 @@ class ThreadCheckpoints:
     def __len__(self) -> int:
         return sum(len(stored) for stored in self._checkpoints.values())
 
+    def live_bytes(self) -> int:
+        """An estimate of what this thread holds while live, for the runtime's
+        ``kernel.max_live_bytes``: the blobs' bytes and a constant per checkpoint,
+        value and write (their records, keys and metadata)."""
+        size = 2_000
+        for stored in self._checkpoints.values():
+            size += sum(1_000 + len(entry.checkpoint.data) for entry in stored.values())
+        size += sum(300 + (len(blob.data) if blob is not None else 0) for blob in self._values.values())
+        for writes in self._writes.values():
+            size += sum(300 + len(write.value.data) for write in writes.values())
+        return size
+
     # -- commands
     def handle(self, command: Any) -> Any:
         match command:

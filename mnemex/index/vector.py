@@ -35,21 +35,37 @@ Determinism: graphs are built with one thread (``num_threads=1``) and a fixed
 ``seed``, so the same operations give the same graph and the same results.
 ``num_threads>1`` builds faster but the graph then depends on thread timing.
 
-Persistence: the raw vectors are the truth (the JSONL snapshot stores them);
-:meth:`VectorIndex.to_sidecar` serialises the graph, and
-:meth:`VectorIndex.from_sidecar` reattaches it after checking that it was made
-from exactly these ids and vectors, rebuilding otherwise.
+Persistence: the raw vectors are the truth. :meth:`VectorIndex.snapshot_view` gives
+a snapshot's writer the vectors (a raw file, block by block) and the graph
+(hnswlib's own ``save_index``) without copying them: while the view is read, rows
+it covers are not reused, removals are marked in the graph only afterwards
+(searches leave them out meanwhile) and inserts wait beside the graph.
+:meth:`VectorIndex.from_snapshot` loads the graph with ``load_index`` after
+checking that it was saved from exactly these ids and rows, rebuilding otherwise.
+:meth:`VectorIndex.to_sidecar` / :meth:`VectorIndex.from_sidecar` are the older
+format (the graph's pickled state), still read.
+
+Graph builds beside the owner read the rows through such a view too. A catch-up
+clones the live graph through hnswlib's file, or, when the owner gives a ``guard``
+(the lock its searches hold) and a ``save_guard`` (the one snapshots saving the
+graph hold), adds to the live graph in place, a few vectors per hold of the guard:
+one graph in memory instead of two.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import math
 import struct
+import tempfile
+import weakref
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import hnswlib
@@ -68,7 +84,7 @@ from mnemex.index._select import (
 )
 from mnemex.index._sidecar import byte_view
 
-__all__ = ["GraphBuild", "SidecarStatus", "VectorIndex"]
+__all__ = ["GraphBuild", "SidecarStatus", "VectorIndex", "VectorsView", "read_vectors_file"]
 
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
@@ -77,6 +93,10 @@ SidecarStatus = Literal["none", "loaded", "absent", "stale", "corrupt"]
 
 _MAGIC = b"MNXHNSW1"
 _SIDECAR_VERSION = 3
+_GRAPH_FILE_VERSION = 1
+_VECTORS_MAGIC = b"MNXVEC01"
+_WRITE_BLOCK = 8192
+_IN_PLACE_BATCH = 32  # vectors a catch-up in place adds per hold of the guard (~10 ms at 384 dims)
 _MIN_ROWS = 1
 _VERIFY_CHUNK = 8192
 _GATHER_BLOCK = 1024
@@ -94,29 +114,67 @@ class _GraphParams:
 
 @dataclass(slots=True)
 class GraphBuild:
-    """A graph to build beside the index: ``run()`` may go to a worker thread (it
-    reads only the copies held here), then :meth:`VectorIndex.adopt` attaches the
-    result. ``token`` ties it to the plan that made it."""
+    """A graph to build beside the index: ``run()`` may go to a worker thread, then
+    :meth:`VectorIndex.adopt` attaches the result. ``token`` ties it to the plan that
+    made it. A fresh build reads the index's rows through a view (no copy: rows it
+    reads are not reused until it is done); a catch-up clones the live graph through
+    hnswlib's own file (one more graph in memory, not two) and adds the deferred
+    vectors, copied here."""
 
     token: int
     ids: I64
-    vectors: F32
+    vectors: F32 | None
     params: _GraphParams
+    view: VectorsView | None = field(default=None, repr=False)
     graph: Any = field(default=None, repr=False)
     base: Any = field(default=None, repr=False)
     """For a catch-up: the live graph, cloned by ``run`` before ``ids`` are added."""
     base_labels: frozenset[int] = frozenset()
     base_tombstones: frozenset[int] = frozenset()
+    guard: AbstractContextManager[Any] | None = field(default=None, repr=False)
+    """For a catch-up in place: the lock searches of the live graph hold."""
+    save_guard: AbstractContextManager[Any] | None = field(default=None, repr=False)
+    """...and the one a snapshot saving it holds."""
+    current: Callable[[], int] | None = field(default=None, repr=False)
+    """The index's newest plan token (an in-place catch-up stops once it is stale)."""
 
     def run(self) -> GraphBuild:
         """Build the graph (slow: about 0.5 ms per vector per thread); returns self."""
-        if self.graph is None:
-            if self.base is None:
-                self.graph = _build_graph(self.ids, self.vectors, self.params)
-            else:
-                self.graph = _extend_graph(self.base, self.ids, self.vectors, self.params)
-                self.base = None
+        try:
+            if self.graph is None:
+                if self.base is None:
+                    assert self.view is not None
+                    self.graph = _build_graph(self.view, self.params)
+                elif self.guard is not None:
+                    assert self.vectors is not None
+                    self.graph = self._add_in_place()
+                    self.base = None
+                else:
+                    assert self.vectors is not None
+                    self.graph = _extend_graph(self.base, self.ids, self.vectors, self.params)
+                    self.base = None
+        finally:
+            if self.view is not None:
+                self.view.release()
+                self.view = None
         return self
+
+    def _add_in_place(self) -> Any:
+        """The live graph with ``ids`` added, a batch at a time under the guard (a
+        search waits for one batch at most); None when the plan went stale."""
+        graph, guard, saving, vectors = self.base, self.guard, self.save_guard, self.vectors
+        assert guard is not None and saving is not None and vectors is not None
+        with saving, guard:
+            needed = graph.get_current_count() + len(self.ids)
+            if needed > graph.get_max_elements():
+                graph.resize_index(max(needed, 2 * graph.get_max_elements()))
+        for start in range(0, len(self.ids), _IN_PLACE_BATCH):
+            if self.current is not None and self.current() != self.token:
+                return None  # a newer plan covers these
+            with saving, guard:
+                batch = slice(start, start + _IN_PLACE_BATCH)
+                graph.add_items(vectors[batch], self.ids[batch], num_threads=self.params.num_threads)
+        return graph
 
 
 class VectorIndex:
@@ -137,7 +195,8 @@ class VectorIndex:
                  ef_construction: int = 200, ef_search: int = 320, tombstone_ratio: float = 0.2,
                  exact_filter_max: int = 4096, seed: int = 100, num_threads: int = 1,
                  auto_build: bool = True, defer_inserts: bool = False, catch_up_min: int = 1024,
-                 catch_up_share: float = 0.05) -> None:
+                 catch_up_share: float = 0.05, guard: AbstractContextManager[Any] | None = None,
+                 save_guard: AbstractContextManager[Any] | None = None) -> None:
         for name, value, low in (("dim", dim, 1), ("hnsw_threshold", hnsw_threshold, 1), ("m", m, 2),
                                  ("ef_construction", ef_construction, 1), ("ef_search", ef_search, 1),
                                  ("exact_filter_max", exact_filter_max, 0), ("seed", seed, 0),
@@ -170,6 +229,18 @@ class VectorIndex:
         self._touched: set[int] | None = None               # ids changed since the live plan
         self._pending: dict[int, None] = {}                 # live docs not in the graph yet (deferred)
         self._pending_block: _PendingBlock | None = None    # their vectors, contiguous; None: to rebuild
+        self._views: list[weakref.ref[VectorsView]] = []   # snapshots being written from this index
+        self._free_later: list[int] = []                    # rows freed while a view reads them
+        self._marks_later: list[int] = []                   # graph tombstones to mark once no view reads it
+        # A lock shared with builder threads (given by an owner that runs builds beside
+        # it): with one, a catch-up adds to the live graph in place, in small batches
+        # between searches, instead of cloning it (one graph in memory, not two).
+        # ``save_guard`` keeps such a build and a snapshot saving the graph apart (searches
+        # go on while the graph is saved; the build waits).
+        self._guard: AbstractContextManager[Any] = guard if guard is not None else contextlib.nullcontext()
+        self._save_guard: AbstractContextManager[Any] = (save_guard if save_guard is not None
+                                                         else contextlib.nullcontext())
+        self._in_place = guard is not None and save_guard is not None
         self.sidecar_status: SidecarStatus = "none"
 
     # -- reading ---------------------------------------------------------------------
@@ -272,7 +343,7 @@ class VectorIndex:
         if self._touched is not None:
             self._touched.update(ids)
         if self._graph is not None:
-            if self.defer_inserts:
+            if self.defer_inserts or self._viewed():
                 self._pending.update(dict.fromkeys(ids))
                 if self._pending_block is not None:
                     self._pending_block.append(id_array, matrix)
@@ -285,10 +356,11 @@ class VectorIndex:
         """Forget *doc_id*; NotFound when it is not indexed."""
         row = self._row(doc_id)
         doc_id = int(doc_id)
+        viewed = self._viewed()
         self._row_ids[row] = -1
         self._row_of[doc_id] = -1
-        self._rows[row] = 0.0
-        self._free.append(row)
+        # a row is reused only once no snapshot being written reads it
+        (self._free_later if viewed else self._free).append(row)
         self._count -= 1
         if self._touched is not None:
             self._touched.add(doc_id)
@@ -300,7 +372,11 @@ class VectorIndex:
                 self._pending_block = None
                 self._maybe_build()
                 return
-            self._graph.mark_deleted(doc_id)
+            if viewed:
+                self._marks_later.append(doc_id)  # searches leave it out meanwhile
+            else:
+                with self._guard:
+                    self._graph.mark_deleted(doc_id)
             self._tombstones.add(doc_id)
         self._maybe_build()
 
@@ -321,6 +397,7 @@ class VectorIndex:
         query = self._as_matrix(vector, 1)[0]
         if self._count == 0:
             return []
+        self._viewed()
         if allowed is not None:
             ids = allowed_ids(allowed)
             ids = ids[ids < len(self._row_of)]
@@ -403,12 +480,14 @@ class VectorIndex:
             vectors = self._rows[self._row_of[ids]].copy()
             docs = self._row_ids[: self._high]
             labels = frozenset(docs[docs >= 0].tolist()).difference(self._pending) | self._tombstones
-            return GraphBuild(self._plan_token, ids, vectors, self._params, base=graph,
-                              base_labels=labels, base_tombstones=frozenset(self._tombstones))
-        live = self._row_ids[: self._high] >= 0
-        ids = self._row_ids[: self._high][live].copy()
-        vectors = self._rows[: self._high][live].copy()
-        return GraphBuild(self._plan_token, ids, vectors, self._params)
+            # the view keeps removals from the live graph while the builder clones it (or
+            # adds to it in place, between searches)
+            return GraphBuild(self._plan_token, ids, vectors, self._params, view=self.snapshot_view(),
+                              base=graph, base_labels=labels, base_tombstones=frozenset(self._tombstones),
+                              guard=self._guard if self._in_place else None, save_guard=self._save_guard,
+                              current=functools.partial(getattr, self, "_plan_token"))
+        view = self.snapshot_view()
+        return GraphBuild(self._plan_token, view.doc_ids, None, self._params, view=view)
 
     def adopt(self, build: GraphBuild) -> bool:
         """Attach a finished build, replaying the changes made since its plan.
@@ -420,17 +499,32 @@ class VectorIndex:
         labels = planned | build.base_labels
         tombstones = set(build.base_tombstones - planned)
         changed = sorted(self._touched)
+        # the live graph, grown in place, may be read by a snapshot being written: its
+        # tombstones are marked once that is done (searches leave them out meanwhile)
+        later = graph is self._graph and self._viewed()
+        marks: list[int] = []
         # Docs changed since the plan: a removed one is a tombstone of the new graph; one
         # added (or re-added) since is inserted now, or left pending when inserts defer.
         for doc_id in changed:
             if doc_id in labels and doc_id not in tombstones and (
                     doc_id not in self or self.defer_inserts or doc_id in self._pending):
-                try:
-                    graph.mark_deleted(doc_id)
-                except RuntimeError:
-                    pass  # the clone was taken after the live graph had marked it
+                marks.append(doc_id)
                 tombstones.add(doc_id)
         readd = [d for d in changed if d in self]
+        for doc_id in self._marks_later:  # removed while a snapshot or build read the graph
+            if doc_id in labels:
+                marks.append(doc_id)
+                tombstones.add(doc_id)
+        if later:
+            self._marks_later = marks
+        else:
+            self._marks_later = []
+            with self._guard:
+                for doc_id in marks:
+                    try:
+                        graph.mark_deleted(doc_id)
+                    except RuntimeError:
+                        pass  # marked already (the clone was taken after the live graph marked it)
         self._graph, self._graph_size, self._tombstones = graph, int(graph.get_current_count()), tombstones
         self._touched = None
         build.graph = None
@@ -455,6 +549,7 @@ class VectorIndex:
 
     def drop_graph(self) -> None:
         """Go back to exact search (frees the graph)."""
+        self._marks_later = []
         self._graph, self._graph_size, self._tombstones = None, 0, set()
         self._touched = None
         self._pending = {}
@@ -532,7 +627,108 @@ class VectorIndex:
         })
         return b"".join([_MAGIC, struct.pack("<Q", len(header)), header, *parts])
 
+    def snapshot_view(self) -> VectorsView:
+        """What a snapshot writes of this index, read later in the writer's thread
+        without a copy of the vectors: until the view is released (or dropped), rows
+        it reads are not reused, the graph it saves is not changed (removals are
+        marked in it afterwards; searches leave them out meanwhile) and inserts wait
+        beside the graph as deferred ones do."""
+        self._viewed()
+        live_rows = np.flatnonzero(self._row_ids[: self._high] >= 0)
+        view = VectorsView(self.dim, self._rows, live_rows, self._row_ids[live_rows], graph=self._graph,
+                           save_guard=self._save_guard,
+                           tombstones=sorted(self._tombstones), pending=sorted(self._pending),
+                           graph_size=self._graph_size)
+        self._views.append(weakref.ref(view))
+        return view
+
+    @classmethod
+    def from_snapshot(cls, doc_ids: I64, vectors: npt.ArrayLike, dim: int, *,
+                      graph: str | None, meta: bytes | memoryview | None,
+                      **params: Any) -> VectorIndex:
+        """An index over the vectors a :class:`VectorsView` wrote (rows as the index held
+        them), with its graph loaded from the file hnswlib saved (its path)
+        when ``meta`` shows it was saved from exactly these vectors; otherwise the
+        graph is rebuilt (if wanted). ``sidecar_status`` says what happened."""
+        index = cls(dim, **params)
+        auto = index.auto_build
+        index.auto_build = False
+        index._adopt_unit_rows(doc_ids, vectors)
+        index.auto_build = auto
+        if graph is None or meta is None:
+            index.sidecar_status = "absent"
+        else:
+            index.sidecar_status = index._load_graph_file(graph, meta)
+        index._maybe_build()
+        return index
+
     # -- insides ---------------------------------------------------------------------
+    def _viewed(self) -> bool:
+        """Whether a snapshot being written reads this index now. Once none does, what
+        waited for it is done: freed rows become reusable, removals are marked in the graph."""
+        if not self._views:
+            return False
+        self._views = [ref for ref in self._views if (view := ref()) is not None and not view.done]
+        if self._views:
+            return True
+        self._free.extend(self._free_later)
+        self._free_later = []
+        if self._graph is not None and self._marks_later:
+            with self._guard:
+                for doc_id in self._marks_later:
+                    try:
+                        self._graph.mark_deleted(doc_id)
+                    except RuntimeError:
+                        pass  # marked already
+        self._marks_later = []
+        return False
+
+    def _load_graph_file(self, graph: str, meta_data: bytes | memoryview) -> SidecarStatus:
+        try:
+            meta = orjson.loads(meta_data)
+            if not isinstance(meta, dict):
+                return "corrupt"
+            if meta.get("version") != _GRAPH_FILE_VERSION or meta.get("space") != "ip":
+                return "stale"
+            if (meta["dim"] != self.dim or meta["count"] != self._count
+                    or meta["ids_checksum"] != self._ids_checksum()
+                    or meta["rows_crc"] != f"{zlib.crc32(byte_view(self._rows[: self._count])):08x}"):
+                return "stale"
+            tombstones = np.asarray(meta["tombstones"], dtype=np.int64)
+            pending = np.asarray(meta["pending"], dtype=np.int64)
+            graph_size = int(meta["graph_size"])
+        except (ValueError, KeyError, TypeError, orjson.JSONDecodeError):
+            return "corrupt"
+        live = self._sorted_ids()
+        if len(pending) and not bool(self.holds(pending).all()):
+            return "stale"
+        expected = np.union1d(np.setdiff1d(live, pending, assume_unique=True), tombstones)
+        index = hnswlib.Index(space="ip", dim=self.dim)
+        try:
+            index.load_index(graph, max_elements=0)
+        except (RuntimeError, ValueError, OSError):
+            return "corrupt"
+        labels = np.sort(np.asarray(index.get_ids_list(), dtype=np.int64))
+        # deferred docs a catch-up in place had added when the graph was saved are in it
+        # too (they stay deferred: searched exactly as well, and added again)
+        extra = np.setdiff1d(labels, expected, assume_unique=True)
+        if len(np.setdiff1d(expected, labels, assume_unique=True)) or not np.isin(extra, pending).all():
+            return "stale"
+        graph_size = int(index.get_current_count())
+        for doc_id in tombstones.tolist():
+            try:
+                index.mark_deleted(doc_id)
+            except RuntimeError:
+                pass  # marked in the file already
+        index.set_num_threads(self._params.num_threads)
+        self._graph = index
+        self._graph_size = graph_size
+        self._tombstones = set(tombstones.tolist())
+        self._pending = dict.fromkeys(pending.tolist())
+        self._pending_block = None
+        self._touched = None
+        return "loaded"
+
     def _load_sidecar(self, data: bytes | memoryview) -> SidecarStatus:
         try:
             if data[: len(_MAGIC)] != _MAGIC:
@@ -605,8 +801,7 @@ class VectorIndex:
         self._high = self._count = count
 
     def _ids_checksum(self) -> str:
-        ids = self._sorted_ids()
-        return hashlib.blake2b(ids.tobytes(), digest_size=16).hexdigest()
+        return _ids_checksum(self._sorted_ids())
 
     def _vectors_checksum(self) -> str:
         """CRC-32 of the stored vectors in doc id order (float32 little-endian)."""
@@ -633,9 +828,10 @@ class VectorIndex:
         graph = self._graph
         needed = self._graph_size + new
         capacity = graph.get_max_elements()
-        if needed > capacity:
-            graph.resize_index(max(needed, 2 * capacity))
-        graph.add_items(matrix, ids, num_threads=self._params.num_threads)
+        with self._guard:
+            if needed > capacity:
+                graph.resize_index(max(needed, 2 * capacity))
+            graph.add_items(matrix, ids, num_threads=self._params.num_threads)
         self._tombstones.difference_update(ids.tolist())
         self._graph_size = needed
 
@@ -645,8 +841,11 @@ class VectorIndex:
         ef = max(k, min(max(self.ef_search, math.ceil(self.ef_search * k / 10)), _MAX_EF))
         self._graph.set_ef(ef)
         allowed_filter = None if allowed is None else allowed.tobytes().__getitem__
+        unmarked = len(self._marks_later)
         try:
-            labels, _ = self._graph.knn_query(query, k=k, num_threads=1, filter=allowed_filter)
+            with self._guard:
+                labels, _ = self._graph.knn_query(query, k=min(k + unmarked, self._graph_size), num_threads=1,
+                                                  filter=allowed_filter)
         except RuntimeError:
             # hnswlib found fewer than k reachable elements: answer exactly instead.
             if allowed is None:
@@ -654,7 +853,12 @@ class VectorIndex:
             rows = self._row_of[np.flatnonzero(allowed)]
             return self._exact_rows(query, rows[rows >= 0], top_k)
         ids = labels[0].astype(np.int64)
-        rows = self._row_of[ids]
+        rows = self._row_of[ids[ids < len(self._row_of)]]
+        if len(rows) < len(ids) or (rows < 0).any():
+            # removed while a snapshot or a build read the graph (not marked in it yet),
+            # or added to it in place by a build not adopted (yet)
+            ids = ids[: len(rows)][rows >= 0]
+            rows = rows[rows >= 0]
         scores = (self._rows[rows] @ query).astype(np.float64)
         return top_k_by_score(ids, scores, top_k)
 
@@ -666,7 +870,7 @@ class VectorIndex:
     def _exact_all(self, query: F32, top_k: int) -> list[tuple[int, float]]:
         scores = (self._rows[: self._high] @ query).astype(np.float64)
         ids = self._row_ids[: self._high]
-        if self._free:
+        if self._high != self._count:
             live = ids >= 0
             ids, scores = ids[live], scores[live]
         return top_k_by_score(ids, scores, top_k)
@@ -687,6 +891,7 @@ class VectorIndex:
 
     def _take_rows(self, count: int) -> I64:
         """``count`` rows for new vectors: freed ones first, then fresh ones in a block."""
+        self._viewed()
         reused = [self._free.pop() for _ in range(min(count, len(self._free)))]
         fresh = count - len(reused)
         if fresh and self._high + fresh > len(self._rows):
@@ -728,6 +933,95 @@ class VectorIndex:
             safe = np.where(norms[rescale] > 0, norms[rescale], 1.0)
             result[rescale] = matrix[rescale] / safe[:, None]
         return result
+
+
+class VectorsView:
+    """A snapshot's view of a :class:`VectorIndex` (see ``snapshot_view``): gives the
+    vectors and the graph to the snapshot's writer, in its thread, then ``release()``.
+
+    The vectors file: ``MNXVEC01``, the dimension (u32), the dtype (4 bytes, ``<f4``),
+    the count (u64), the doc ids (int64), the rows (little-endian): see
+    :func:`read_vectors_file`. The graph: hnswlib's own file (``save_index``) and a
+    small JSON ``meta_chunks`` naming the ids, rows and tombstones it belongs to."""
+
+    __slots__ = ("__weakref__", "_graph", "_graph_size", "_ids", "_live_rows", "_pending", "_rows",
+                 "_rows_crc", "_save_guard", "_tombstones", "dim", "done")
+
+    def __init__(self, dim: int, rows: F32, live_rows: I64, ids: I64, *, graph: Any, tombstones: list[int],
+                 pending: list[int], graph_size: int,
+                 save_guard: AbstractContextManager[Any] | None = None) -> None:
+        self.dim = dim
+        self._save_guard = save_guard if save_guard is not None else contextlib.nullcontext()
+        self._rows, self._live_rows, self._ids = rows, live_rows, ids
+        self._graph, self._graph_size = graph, graph_size
+        self._tombstones, self._pending = tombstones, pending
+        self._rows_crc: int | None = None
+        self.done = False
+
+    @property
+    def doc_ids(self) -> I64:
+        """The doc ids in the order the vectors file holds them."""
+        return self._ids
+
+    @property
+    def has_graph(self) -> bool:
+        return self._graph is not None
+
+    def blocks(self) -> Iterator[tuple[I64, F32]]:
+        """(doc ids, float32 rows) a block at a time, in the vectors file's order."""
+        for start in range(0, len(self._ids), _WRITE_BLOCK):
+            rows = self._live_rows[start : start + _WRITE_BLOCK]
+            block = np.ascontiguousarray(self._rows[rows], dtype=np.float32)
+            yield self._ids[start : start + _WRITE_BLOCK], block
+
+    def vector_chunks(self) -> Iterator[bytes]:
+        """The vectors file, a block of rows at a time."""
+        count = len(self._ids)
+        yield _VECTORS_MAGIC + struct.pack("<I4sQ", self.dim, b"<f4 ", count)
+        yield bytes(byte_view(self._ids.astype("<i8", copy=False)))
+        crc = 0
+        for start in range(0, count, _WRITE_BLOCK):
+            rows = self._live_rows[start : start + _WRITE_BLOCK]
+            data = np.ascontiguousarray(self._rows[rows], dtype="<f4").tobytes()
+            crc = zlib.crc32(data, crc)
+            yield data
+        self._rows_crc = crc
+
+    def write_graph(self, path: str) -> None:
+        """The graph as hnswlib saves it into the file at ``path``."""
+        assert self._graph is not None
+        # a build adding to it in place waits; searches do not (the owner changes
+        # nothing in a graph a view reads: removals wait, inserts are deferred)
+        with self._save_guard:
+            self._graph.save_index(path)
+
+    def meta_chunks(self) -> Iterator[bytes]:
+        """What the graph file belongs to (read after ``vector_chunks``: it names their checksum)."""
+        assert self._rows_crc is not None, "vector_chunks first"
+        yield orjson.dumps({
+            "version": _GRAPH_FILE_VERSION, "space": "ip", "dim": self.dim, "count": len(self._ids),
+            "ids_checksum": _ids_checksum(np.sort(self._ids)), "rows_crc": f"{self._rows_crc:08x}",
+            "tombstones": self._tombstones, "pending": self._pending, "graph_size": self._graph_size,
+        })
+
+    def release(self) -> None:
+        """The writer is done reading: the index may reuse what the view held."""
+        self.done = True
+        self._graph = None
+
+
+def read_vectors_file(data: bytes | memoryview) -> tuple[I64, F32]:
+    """The doc ids and rows of a file :meth:`VectorsView.write_vectors` wrote (views
+    of ``data``, no copy); ValueError when it is not one."""
+    head = 8 + struct.calcsize("<I4sQ")
+    if len(data) < head or bytes(data[:8]) != _VECTORS_MAGIC:
+        raise ValueError("not a vectors file")
+    dim, dtype, count = struct.unpack_from("<I4sQ", data, 8)
+    if dtype != b"<f4 " or len(data) != head + 8 * count + 4 * dim * count:
+        raise ValueError(f"vectors file of {len(data):,} bytes does not hold {count:,} rows of {dim} float32")
+    ids = np.frombuffer(data, dtype="<i8", count=count, offset=head)
+    rows = np.frombuffer(data, dtype="<f4", count=count * dim, offset=head + 8 * count).reshape(count, dim)
+    return ids.astype(np.int64, copy=False), rows
 
 
 class _PendingBlock:
@@ -784,30 +1078,41 @@ def _release_freed_memory() -> None:
         trim(0)
 
 
+def _ids_checksum(sorted_ids: I64) -> str:
+    return hashlib.blake2b(sorted_ids.astype(np.int64, copy=False).tobytes(), digest_size=16).hexdigest()
+
+
 def _crc(data: bytes | memoryview) -> str:
     return f"{zlib.crc32(data):08x}"
 
 
 def _extend_graph(base: Any, ids: I64, vectors: F32, params: _GraphParams) -> Any:
     """A clone of ``base`` with ``ids`` added (a catch-up). The clone is taken here,
-    in the builder's thread: the owner only reads ``base`` meanwhile (searches, and
-    tombstones it marks again on the clone when adopting)."""
-    graph = hnswlib.Index.__new__(hnswlib.Index)
-    graph.__setstate__(base.__getstate__())
-    needed = graph.get_current_count() + len(ids)
-    if needed > graph.get_max_elements():
-        graph.resize_index(max(needed, 2 * graph.get_max_elements()))
+    in the builder's thread, through hnswlib's own file (its pickled state would be a
+    third copy of the graph in memory): the owner leaves ``base`` unchanged meanwhile
+    (it only searches it; removals wait for the build's view)."""
+    needed = base.get_current_count() + len(ids)
+    capacity = max(needed, 2 * base.get_max_elements()) if needed > base.get_max_elements() else \
+        base.get_max_elements()
+    with tempfile.TemporaryDirectory(prefix="mnemex-hnsw-") as folder:
+        path = str(Path(folder) / "graph.bin")
+        base.save_index(path)
+        graph = hnswlib.Index(space="ip", dim=params.dim)
+        graph.load_index(path, max_elements=capacity)
     graph.set_num_threads(params.num_threads)
     if len(ids):
         graph.add_items(vectors, ids, num_threads=params.num_threads)
     return graph
 
 
-def _build_graph(ids: I64, vectors: F32, params: _GraphParams) -> Any:
+def _build_graph(view: VectorsView, params: _GraphParams) -> Any:
+    """A graph over the rows ``view`` reads, added a block at a time (one thread adds
+    them in the same order as one call would: the same graph)."""
+    count = len(view.doc_ids)
     graph = hnswlib.Index(space="ip", dim=params.dim)
-    graph.init_index(max_elements=max(_MIN_ROWS, len(ids) + len(ids) // 2),
+    graph.init_index(max_elements=max(_MIN_ROWS, count + count // 2),
                      ef_construction=params.ef_construction, M=params.m, random_seed=params.seed)
     graph.set_num_threads(params.num_threads)
-    if len(ids):
-        graph.add_items(vectors, ids, num_threads=params.num_threads)
+    for ids, rows in view.blocks():
+        graph.add_items(rows, ids, num_threads=params.num_threads)
     return graph

@@ -1435,7 +1435,8 @@ def rebuild_behaviour(kind: ActorKind, key: Key, recovered: Recovered) -> Behavi
         if header is None:
             behaviour = kind.create(key)
         else:
-            behaviour = kind.restore(key, Image(recovered.records, header.extra, recovered.sidecars))
+            behaviour = kind.restore(key, Image(recovered.records, header.extra, recovered.sidecars,
+                                                recovered.sidecar_paths))
         kind.replay(behaviour, (kind.decode(entry.payload) for entry in recovered.journal))
     return behaviour
 
@@ -1449,11 +1450,15 @@ def _rebuild(kind: ActorKind, key: Key, store: ActorStore) -> tuple[Behaviour, R
 
 def _write_snapshot(store: ActorStore, data: SnapshotData, seq: int, ts: int) -> int:
     """Encode (in this worker thread) and write a snapshot; returns its body bytes."""
-    records: Iterable[bytes] = data.records() if callable(data.records) else data.records
-    sidecars = data.sidecars() if callable(data.sidecars) else data.sidecars
-    # the records go to the store as they are made: it joins them a chunk at a time
-    return store.write_snapshot(seq, ts, records, created=int(time.time() * 1000), extra=dict(data.extra),
-                                sidecars=sidecars)
+    try:
+        records: Iterable[bytes] = data.records() if callable(data.records) else data.records
+        sidecars = data.sidecars() if callable(data.sidecars) else data.sidecars
+        # the records go to the store as they are made: it writes them a chunk at a time
+        return store.write_snapshot(seq, ts, records, created=int(time.time() * 1000), extra=dict(data.extra),
+                                    sidecars=sidecars, required=data.required)
+    finally:
+        if data.done is not None:
+            data.done()
 
 
 def _freeze_startup_heap(config: Config) -> None:

@@ -98,7 +98,8 @@ class ExtractedFact(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
 
     ``content``: the fact as a short self-contained sentence ("The user lives in
     Berlin"). ``categories`` with ``confidences`` (0..1, same length, may be empty);
-    ``importance`` 0..1; ``entities``: the people, places and things it names;
+    ``importance`` 0..1; ``entities``: the people, places and things it names (with
+    their types in ``entity_types``, when the extractor gave them);
     ``relation`` to the offered memory numbered ``target``; ``attributed_to``: whom
     the fact is about or who stated it ("user", a name); ``valid_at``: when it became
     true, seconds since the epoch, when stated; ``messages``: positions of the
@@ -117,6 +118,9 @@ class ExtractedFact(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     valid_at: float | None = None
     messages: tuple[int, ...] = ()
     actor_id: str | None = None
+    entity_types: dict[str, str] = msgspec.field(default_factory=dict)
+    """The type the extractor gave an entity (person, place, organisation, event,
+    object, pet, other), by its name in ``entities``."""
 
 
 class Usage(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -301,6 +301,7 @@ def _fact(item: Any, offered: Collection[int], positions: Collection[int]) -> Ex
         confidences=confidences,
         importance=_unit(item.get("importance"), DEFAULT_IMPORTANCE),
         entities=_names(item.get("entities")),
+        entity_types=_entity_types(item.get("entities")),
         relation=relation,
         target=target,
         attributed_to=(attributed.strip() or None) if isinstance(attributed, str) else None,
@@ -347,6 +348,21 @@ def _integer(value: Any) -> int | None:
 
 def _relation(value: Any) -> Relation | None:
     return _RELATIONS.get(value.strip().lower()) if isinstance(value, str) else None
+
+
+def _entity_types(value: Any) -> dict[str, str]:
+    """The types of the entities given as ``{"name", "type"}`` objects (lowercase
+    words; other shapes give none), by their name as ``_names`` keeps it."""
+    out: dict[str, str] = {}
+    for item in value if isinstance(value, list) else [value]:
+        if not isinstance(item, dict):
+            continue
+        name, kind = item.get("name"), item.get("type")
+        if isinstance(name, str) and name.strip() and isinstance(kind, str):
+            word = "_".join(kind.strip().lower().split())
+            if word and len(word) <= 64 and word.replace("_", "").replace("-", "").isalnum():
+                out.setdefault(" ".join(name.split()), word)
+    return out
 
 
 def _names(value: Any) -> tuple[str, ...]:

@@ -21,14 +21,16 @@ from typing import Any, Final
 from mnemex._time import iso
 from mnemex.knowledge.facts import ExtractionRequest, SourceMessage, strip_injected
 
-__all__ = ["EXTRACTION_SCHEMA", "PROMPT_VERSION", "extraction_messages", "shown_messages"]
+__all__ = ["ENTITY_TYPES", "EXTRACTION_SCHEMA", "PROMPT_VERSION", "extraction_messages", "shown_messages"]
 
-PROMPT_VERSION: Final = "x1"
+PROMPT_VERSION: Final = "x2"
 
 MAX_MESSAGE_CHARS: Final = 6000
 """Longest message text shown; longer ones (pasted documents, tool output) are cut."""
 
 _FACT_KINDS: Final = ("fact", "preference", "event", "plan", "relationship")
+ENTITY_TYPES: Final = ("person", "place", "organisation", "event", "object", "pet", "other")
+"""The types an extractor gives the entities a fact names (the entity graph's types)."""
 
 EXTRACTION_SCHEMA: Final[dict[str, Any]] = {
     "type": "object",
@@ -44,7 +46,11 @@ EXTRACTION_SCHEMA: Final[dict[str, Any]] = {
                     "categories": {"type": "array", "items": {"type": "string"}},
                     "confidences": {"type": "array", "items": {"type": "number", "minimum": 0, "maximum": 1}},
                     "importance": {"type": "number", "minimum": 0, "maximum": 1},
-                    "entities": {"type": "array", "items": {"type": "string"}},
+                    "entities": {"type": "array", "items": {
+                        "type": "object",
+                        "properties": {"name": {"type": "string"},
+                                       "type": {"type": "string", "enum": list(ENTITY_TYPES)}},
+                        "required": ["name", "type"], "additionalProperties": False}},
                     "relation": {"type": ["string", "null"],
                                  "enum": ["duplicate", "updates", "extends", None]},
                     "target": {"type": ["integer", "null"]},
@@ -89,8 +95,8 @@ For each fact give:
 catalog or nothing fits), and confidences: how sure you are of each, 0 to 1, as many as categories.
 - importance: 0 to 1; about 0.9 for identity, health and close relationships, 0.5 for ordinary \
 facts and preferences, 0.2 for trivia.
-- entities: the names of the people, places, organisations and things the fact mentions (not "the \
-user").
+- entities: the people, places, organisations and things the fact mentions (not "the user"), each \
+as {"name": ..., "type": ...} with type person, place, organisation, event, object, pet or other.
 - relation and target: when the fact is about the same thing as one of the known memories, relation \
 is "duplicate" (it says the same), "updates" (it changes or contradicts it; the new fact is the \
 current one) or "extends" (it adds detail to it), and target is that memory's number [n]. Otherwise \
@@ -102,8 +108,8 @@ otherwise null.
 
 Answer with one JSON object and nothing else, in this shape:
 {"facts": [{"content": "The user lives in Berlin.", "kind": "fact", "categories": [], \
-"confidences": [], "importance": 0.7, "entities": ["Berlin"], "relation": null, "target": null, \
-"attributed_to": "user", "valid_at": null, "messages": [3]}]}
+"confidences": [], "importance": 0.7, "entities": [{"name": "Berlin", "type": "place"}], \
+"relation": null, "target": null, "attributed_to": "user", "valid_at": null, "messages": [3]}]}
 With nothing to remember, answer {"facts": []}."""
 
 

@@ -257,7 +257,8 @@ class KnowledgeServices:
         target = by_number.get(fact.target) if fact.target is not None else None
         return NewFact(id=memory_id, content=fact.content, vector=vector, kind=fact.kind,
                        categories=fact.categories, confidences=fact.confidences, importance=fact.importance,
-                       entities=fact.entities, relation=fact.relation if target is not None else None,
+                       entities=fact.entities, entity_types=dict(fact.entity_types),
+                       relation=fact.relation if target is not None else None,
                        target=target, attributed_to=fact.attributed_to, valid_at=fact.valid_at,
                        observed_at=when, first=min(positions) if positions else None,
                        last=max(positions) if positions else None, actor_id=fact.actor_id)

@@ -40,6 +40,7 @@ import bisect
 import dataclasses
 import logging
 import math
+import threading
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from functools import partial
@@ -67,6 +68,7 @@ from mnemex.index._sidecar import doc_ids_checksum
 from mnemex.knowledge.categories import DEFAULT_THRESHOLD
 from mnemex.knowledge.consolidate import normalized_text
 from mnemex.knowledge.cursor import CursorSettings
+from mnemex.knowledge.graph import EntityGraph
 from mnemex.memories.categories import (
     ClassificationFailed,
     ScopeCategories,
@@ -104,6 +106,17 @@ from mnemex.memories.fields import (
     record_of,
 )
 from mnemex.memories.filters import FilterTable, compile_filter
+from mnemex.memories.graph import (
+    declare_entity,
+    entity_detail,
+    graph_stats,
+    list_entities,
+    merge_entities,
+    reindex_graph,
+    related_entities,
+    unmerge_entity,
+)
+from mnemex.memories.graphlock import TurnLock
 from mnemex.memories.keyed import KeyedIndex, forget_expired, list_namespaces, put_memories, refresh_expiry
 from mnemex.memories.knowledge import Applied, apply_facts, check_facts, history_of, with_change
 from mnemex.memories.protocol import (
@@ -113,6 +126,7 @@ from mnemex.memories.protocol import (
     ApplyExtraction,
     Change,
     CountMemories,
+    DeclareEntity,
     Extracted,
     ExtractionFailed,
     Forget,
@@ -123,18 +137,24 @@ from mnemex.memories.protocol import (
     GetActorMemories,
     GetCategories,
     GetDocuments,
+    GetEntity,
     GetFacets,
+    GetGraphStats,
     GetHistory,
     GetMemory,
+    GetRelated,
     GetScopeStats,
     GetVectors,
     Hit,
     ImportMemories,
     IngestDocument,
+    ListEntities,
     ListMemories,
     ListNamespaces,
     MemoryPage,
     MemoryRecord,
+    MergeEntities,
+    NewFact,
     NewMemory,
     PutMemories,
     RefreshExpiry,
@@ -150,13 +170,13 @@ from mnemex.memories.protocol import (
     StoreSession,
     Touch,
     Touched,
+    UnmergeEntity,
     Updated,
     UpdateMemory,
 )
-from mnemex.memories.ranking import CosineScale, Ranker
+from mnemex.memories.ranking import CosineScale, Ranker, found_by
 from mnemex.memories.sessions import session_echoes, session_memories
 from mnemex.memories.snapshot import (
-    HNSW_SIDECAR,
     SNAPSHOT_FORMAT,
     TEXT_SIDECARS,
     check_format,
@@ -164,7 +184,7 @@ from mnemex.memories.snapshot import (
     decode_vector,
     encode_vector,
     read_records,
-    read_vectors,
+    restore_vectors,
     write_snapshot,
 )
 from mnemex.memories.transfer import import_records, vectors_of
@@ -178,6 +198,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("mnemex.memories")
+
+GRAPH_SIDECAR = "graph"
+"""The snapshot sidecar holding each memory's entity mentions (knowledge.graph)."""
 
 F32 = npt.NDArray[np.float32]
 
@@ -215,7 +238,7 @@ class ScopeSettings:
     hnsw_threshold: int = 20_000
     hnsw_m: int = 16
     hnsw_ef_construction: int = 100
-    hnsw_ef_search: int = 256
+    hnsw_ef_search: int = 320
     hnsw_tombstone_ratio: float = 0.2
     hnsw_sidecar: bool = True
     hnsw_threads: int = 1
@@ -246,6 +269,14 @@ class ScopeSettings:
     archive_merge_echoes: bool = True
     graph_stale: float = 60.0
     category_threshold: float = DEFAULT_THRESHOLD
+    entity_detection: bool = True
+    expansion: bool = True
+    expansion_alias_weight: float = 1.0
+    expansion_neighbour_weight: float = 0.25
+    expansion_neighbours: int = 3
+    expansion_graph_weight: float = 0.4
+    expansion_candidates: int = 30
+    expansion_vector_weight: float = 0.0
     cursor: CursorSettings = dataclasses.field(default_factory=CursorSettings)
     extract: RunExtraction | None = None
     timer: Timer | None = None
@@ -274,10 +305,14 @@ class ScopeSettings:
         return cls(embedder_name=embedder_name, embedder_dim=embedder_dim, embed=embed, **shared)
 
     def vector_params(self) -> dict[str, Any]:
+        """A scope's VectorIndex settings: graphs built beside the actor (the job's
+        thread and the actor share the index's guard, so a catch-up adds to the live
+        graph in place instead of cloning it)."""
         return {"hnsw_threshold": self.hnsw_threshold, "m": self.hnsw_m,
                 "ef_construction": self.hnsw_ef_construction, "ef_search": self.hnsw_ef_search,
                 "tombstone_ratio": self.hnsw_tombstone_ratio, "num_threads": self.hnsw_threads,
-                "auto_build": False, "defer_inserts": True}
+                "auto_build": False, "defer_inserts": True,
+                "guard": TurnLock(), "save_guard": threading.Lock()}
 
 
 # -- validation ------------------------------------------------------------------------------
@@ -386,6 +421,9 @@ class ScopeMemory:
         # per session: its memories as (id, doc), by id; neighbours give each its context
         self.sessions: dict[str, list[tuple[str, int]]] = {}
         self.entities = EntityIndex(fold_accents=fold)
+        self.graph = EntityGraph(detect=settings.entity_detection, fold_accents=fold)
+        self.graph_stale = False  # declarations replayed, mentions not found again yet
+        self.graph_restored = False  # a restore took the mentions from the snapshot's sidecar
         self.table = FilterTable()
         self.embedder: str | None = None
         self.dim = 0
@@ -564,9 +602,9 @@ class ScopeMemory:
             case StoreSession():
                 return self._store_session(command)
             case ApplyExtraction(session_id=session_id) if document_of(session_id) is not None:
-                return apply_document_extraction(self, command)
+                return self._typed(command, apply_document_extraction(self, command))
             case ApplyExtraction():
-                return self._with_graph(self._apply_extraction(command))
+                return self._typed(command, self._with_graph(self._apply_extraction(command)))
             case ExtractionFailed():
                 return self._extraction_failed(command)
             case ExtractSession():
@@ -602,6 +640,20 @@ class ScopeMemory:
                 return get_facets(self, command)
             case GetActorMemories():
                 return actor_memories(self, command)
+            case DeclareEntity():
+                return declare_entity(self, command)
+            case MergeEntities():
+                return merge_entities(self, command)
+            case UnmergeEntity():
+                return unmerge_entity(self, command)
+            case ListEntities():
+                return list_entities(self, command)
+            case GetEntity():
+                return entity_detail(self, command)
+            case GetRelated():
+                return related_entities(self, command)
+            case GetGraphStats():
+                return graph_stats(self)
             case ExtractDocument():
                 return extract_document(self, command)
             case SessionEmbedFailed(session_id=session_id, error=error):
@@ -723,6 +775,8 @@ class ScopeMemory:
             self._replay(commands, placed, vectors)
         finally:
             self.replaying = False
+            if self.graph_stale:  # declarations replayed: the gazetteer's mentions, found once
+                reindex_graph(self)
 
     def _replay(self, commands: Iterable[Any], placed: list[tuple[int, MemoryRecord]],
                 vectors: list[tuple[int, bytes]]) -> None:
@@ -781,6 +835,8 @@ class ScopeMemory:
                 texts.setdefault(normalized_text(record.content), doc)
             if record.entities:
                 self.entities.add(doc, record.entities)
+            if not self.graph_restored:
+                self.graph.add(doc, record.content, record.author, record.entities)
         docs = [doc for doc, _ in placed]
         self.keyword.add_many(docs, [record.content for _, record in placed],
                               [record.timestamp for _, record in placed])
@@ -842,6 +898,7 @@ class ScopeMemory:
         self._leave_session(record, doc)
         if record.entities:
             self.entities.remove(doc)
+        self.graph.remove(doc)
         self.table.remove(doc, record)
         self._release_content(doc, record.content)
         self.keyed.remove(doc, record)
@@ -942,6 +999,9 @@ class ScopeMemory:
                 members.sort()
         items = [(doc, record) for doc, record in enumerate(self.docs) if record is not None]
         if self._load_text_sidecars(sidecars):
+            if not self.graph_restored:
+                for doc, record in items:
+                    self.graph.add(doc, record.content, record.author, record.entities)
             for doc, record in items:
                 self._hold_content(doc, record.content)
                 self.keyed.add(doc, record)
@@ -1126,6 +1186,16 @@ class ScopeMemory:
                          superseded=applied.superseded, linked=applied.linked, dropped=applied.dropped,
                          extractor=cmd.extractor, usage=cmd.usage)
 
+    def _typed(self, cmd: ApplyExtraction, out: Any) -> Any:
+        """Give the entity graph the types the extractor gave the entities of a
+        committed job's facts."""
+        reply = out.reply if isinstance(out, Step) else out
+        if isinstance(reply, Extracted) and reply.status == "committed":
+            for fact in cmd.facts:
+                if isinstance(fact, NewFact) and fact.entity_types:
+                    self.graph.note_types(fact.entity_types)
+        return out
+
     def _extraction_failed(self, cmd: ExtractionFailed) -> Any:
         now, first = _job_range(cmd)
         job = None if self.replaying else cmd.job
@@ -1306,7 +1376,7 @@ class ScopeMemory:
         if allowed is not None and not allowed.any():
             return SearchResult(hits=[], mode=mode, facets={} if cmd.facets else None)
         ranker = Ranker(self.keyword, self.bm25, self.entities, self.keyed.vector_search(self.vectors),
-                        self.table, settings, self._record_at)
+                        self.table, settings, self._record_at, self.graph if settings.expansion else None)
         if mode == "keyword":
             ranked = ranker.keyword_ranked(query, top_k, allowed)
         elif mode == "fulltext":
@@ -1322,7 +1392,8 @@ class ScopeMemory:
             if min_score is None:
                 min_score = settings.hybrid_min_score
         # the cut reads the relevance: a ranking factor reorders hits, it never removes one
-        hits = [Hit(self._record_at(doc), round(score, 6), scores, self.app_name, self.user_id)
+        hits = [Hit(self._record_at(doc), round(score, 6), scores, self.app_name, self.user_id,
+                    found_by(scores))
                 for doc, score, scores in ranked
                 if min_score is None or scores.get("relevance", score) >= min_score]
         hits = hits[:top_k]
@@ -1337,10 +1408,8 @@ class ScopeMemory:
         pairs = [(doc, record) for doc, record in enumerate(self.docs) if record is not None]
         index = self.vectors
         sidecars = {"keyword": self.keyword.to_sidecar(), "bm25": self.bm25.to_sidecar(),
-                    "entities": self.entities.to_sidecar()} if pairs else {}
-        graph = index.to_sidecar() if index is not None and self.settings.hnsw_sidecar else None
-        if graph is not None:
-            sidecars[HNSW_SIDECAR] = graph
+                    "entities": self.entities.to_sidecar(),
+                    GRAPH_SIDECAR: self.graph.to_sidecar()} if pairs else {}
         extra = {
             "format": SNAPSHOT_FORMAT,
             "scope": [self.app_name, self.user_id],
@@ -1358,7 +1427,10 @@ class ScopeMemory:
         categories = self.categories.to_extra()
         if categories is not None:
             extra["categories"] = categories
-        return write_snapshot(pairs, index, sidecars, extra)
+        declared = self.graph.to_extra()
+        if declared:
+            extra["graph"] = declared
+        return write_snapshot(pairs, index, sidecars, extra, graph=self.settings.hnsw_sidecar)
 
     @classmethod
     def restore(cls, key: Key, image: Image, settings: ScopeSettings) -> ScopeMemory:
@@ -1379,15 +1451,20 @@ class ScopeMemory:
         memory.extractions.load_extra(extra.get("cursors") or {})
         memory.documents.load_extra(extra.get("documents") or [], records)
         memory.categories.load_extra(extra.get("categories"))
-        memory._reindex_all(image.sidecars)
+        memory.graph.load_extra(extra.get("graph") or {})
+        graph = image.sidecars.get(GRAPH_SIDECAR)
+        memory.graph_restored = graph is not None and memory.graph.load_sidecar(graph, docs)
+        if graph is not None and not memory.graph_restored:
+            log.info("scope %s: entity graph sidecar not used (other settings, declarations or detection "
+                     "version); finding the memories' mentions again", memory._name)
+        try:
+            memory._reindex_all(image.sidecars)
+        finally:
+            memory.graph_restored = False
         if isinstance(embedder, str) and dim > 0:
             memory.embedder, memory.dim = embedder, dim
-            matrix = read_vectors(memory._name, image, vector_docs, dim)
-            sidecar = image.sidecars.get(HNSW_SIDECAR)
-            vector_ids = np.array(vector_docs, dtype=np.int64)
-            # the rows as the index held them when the snapshot was taken (checksummed)
-            memory.vectors = VectorIndex.from_sidecar(sidecar, vector_ids, matrix, dim, unit_rows=True,
-                                                      **settings.vector_params())
+            memory.vectors = restore_vectors(memory._name, image, vector_docs, dim, settings.vector_params(),
+                                             graph=settings.hnsw_sidecar)
             status = memory.vectors.sidecar_status
             if status in ("stale", "corrupt") or (status == "absent" and memory.vectors.wants_graph):
                 log.info("scope %s: HNSW sidecar %s; the graph is rebuilt beside the actor on first use "

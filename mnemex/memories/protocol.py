@@ -83,6 +83,20 @@ __all__ = [
     "GetCategories",
     "GetFacets",
     "SetCategories",
+    "DeclareEntity",
+    "EntityChanged",
+    "EntityDetail",
+    "EntityInfo",
+    "EntityLink",
+    "EntityPage",
+    "GetEntity",
+    "GetGraphStats",
+    "GetRelated",
+    "GraphStats",
+    "ListEntities",
+    "MergeEntities",
+    "RelatedEntities",
+    "UnmergeEntity",
 ]
 
 MemoryStatus = Literal["active", "superseded", "merged"]
@@ -466,6 +480,10 @@ class Hit(msgspec.Struct, frozen=True, omit_defaults=True):
     scores: dict[str, float] = msgspec.field(default_factory=dict)
     app_name: str = ""
     user_id: str = ""
+    found_by: tuple[str, ...] = ()
+    """Which candidate lists brought the memory to a hybrid search: ``fulltext``,
+    ``vector``, ``date`` (near a period the query names), ``graph`` (it mentions an
+    entity the query names, or an alias or neighbour of one: query expansion)."""
 
 
 class SearchResult(Reply, frozen=True, kw_only=True, tag="scope.search_result"):
@@ -539,6 +557,8 @@ class NewFact(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     first: int | None = None
     last: int | None = None
     actor_id: str | None = None
+    entity_types: dict[str, str] = msgspec.field(default_factory=dict)
+    """Types of ``entities`` by name, as the extractor gave them (the entity graph's)."""
 
 
 class JobUsage(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -919,13 +939,144 @@ KeyedWrite = PutMemories | RefreshExpiry | ForgetExpired
 KEYED_WRITES: tuple[type[ScopeCommand], ...] = (PutMemories, RefreshExpiry, ForgetExpired)
 
 
+# -- the entity graph (knowledge.graph; memories.graph handles these) ------------------------------
+class EntityInfo(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One entity of a scope's graph. ``name``: how it is written (its declaration,
+    else its most frequent spelling); ``type``: declared, else ``person`` for a
+    speaker, else ``other``; ``aliases``: every other name that resolves to it;
+    ``mentions``: the active memories that name it, in ``sessions`` sessions,
+    observed from ``first_seen`` to ``last_seen`` (seconds since the epoch);
+    ``declared``: an app declared it."""
+
+    name: str
+    type: str = "other"
+    aliases: tuple[str, ...] = ()
+    mentions: int = 0
+    sessions: int = 0
+    first_seen: float | None = None
+    last_seen: float | None = None
+    declared: bool = False
+
+
+class EntityLink(msgspec.Struct, frozen=True):
+    """An entity related to another: ``weight`` memories mention both (``memories``:
+    the ids of the newest of them, which state the relation); ``hops`` away (1 or 2),
+    reached ``via`` that entity's name."""
+
+    entity: EntityInfo
+    weight: int
+    memories: tuple[str, ...] = ()
+    hops: int = 1
+    via: str | None = None
+
+
+class GraphStats(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Counts of a scope's entity graph: entities, memory-mentions-entity edges,
+    entity-relates-entity edges (pairs named by one memory), declared entities and
+    merge records."""
+
+    entities: int = 0
+    mentions: int = 0
+    relations: int = 0
+    declared: int = 0
+    merges: int = 0
+
+
+class DeclareEntity(ScopeCommand, frozen=True, tag="scope.declare_entity"):
+    """Declare an entity the scope should know by name (an NPC, a place, a product):
+    its ``entity_type`` and ``aliases``; memories naming it or an alias, stored or to
+    come, mention it. Declaring a name again replaces its type and aliases."""
+
+    name: str
+    entity_type: str = "other"
+    aliases: list[str] = msgspec.field(default_factory=list)
+    now: float = 0.0
+
+
+class MergeEntities(ScopeCommand, frozen=True, tag="scope.merge_entities"):
+    """Make each of ``names`` an alias of the entity ``into`` (alias records; each
+    undone by an UnmergeEntity)."""
+
+    names: list[str] = msgspec.field(default_factory=list)
+    into: str = ""
+    now: float = 0.0
+
+
+class UnmergeEntity(ScopeCommand, frozen=True, tag="scope.unmerge_entity"):
+    """Undo what made ``name`` an alias: its merge record, or its place among a
+    declared entity's aliases."""
+
+    name: str
+    now: float = 0.0
+
+
+class ListEntities(ScopeCommand, frozen=True, tag="scope.list_entities"):
+    """A page of the scope's entities, most mentioned first (then by name);
+    ``entity_type`` keeps one type, ``name`` those with a name or alias containing it."""
+
+    entity_type: str | None = None
+    name: str | None = None
+    limit: int = 100
+    offset: int = 0
+
+
+class GetEntity(ScopeCommand, frozen=True, tag="scope.get_entity"):
+    """One entity by any of its names, with its newest ``memories`` memories and its
+    ``neighbours`` strongest neighbours."""
+
+    name: str
+    memories: int = 20
+    neighbours: int = 10
+
+
+class GetRelated(ScopeCommand, frozen=True, tag="scope.get_related"):
+    """The entities within ``depth`` hops (1 or 2) of the entity named ``name``."""
+
+    name: str
+    depth: int = 1
+    limit: int = 20
+
+
+class GetGraphStats(ScopeCommand, frozen=True, tag="scope.get_graph_stats"):
+    pass
+
+
+class EntityPage(Reply, frozen=True, kw_only=True, tag="scope.entity_page"):
+    entities: list[EntityInfo]
+    total: int
+    limit: int
+    offset: int
+
+
+class EntityDetail(Reply, frozen=True, kw_only=True, tag="scope.entity_detail"):
+    """An entity, the active memories that mention it (newest first) and its
+    neighbours (strongest first)."""
+
+    entity: EntityInfo
+    memories: list[MemoryRecord]
+    neighbours: list[EntityLink]
+
+
+class RelatedEntities(Reply, frozen=True, kw_only=True, tag="scope.related_entities"):
+    entity: EntityInfo
+    related: list[EntityLink]
+
+
+class EntityChanged(Reply, frozen=True, kw_only=True, tag="scope.entity_changed"):
+    """What a declare, merge or unmerge left: the entities it touched, as they are now."""
+
+    entities: list[EntityInfo]
+
+
 ScopeWrite = Remember | AddSession | UpdateMemory | Forget | ForgetWhere | Touch | ApplyExtraction | \
     ExtractionFailed | ImportMemories | IngestDocument | ForgetDocument | SetCategories | \
-    ApplyClassification | KeyedWrite
+    ApplyClassification | KeyedWrite | DeclareEntity | MergeEntities | UnmergeEntity
 ScopeRead = GetMemory | CountMemories | ListMemories | GetScopeStats | Search | StoreSession | GetHistory | \
-    GetVectors | GetDocuments | GetCategories | GetFacets | GetActorMemories | ListNamespaces
+    GetVectors | GetDocuments | GetCategories | GetFacets | GetActorMemories | ListNamespaces | \
+    ListEntities | GetEntity | GetRelated | GetGraphStats
 ScopeCommandType = ScopeWrite | ScopeRead
 SCOPE_WRITES: tuple[type[ScopeCommand], ...] = (Remember, AddSession, UpdateMemory, Forget, ForgetWhere,
                                                 Touch, ApplyExtraction, ExtractionFailed, ImportMemories,
                                                 IngestDocument, ForgetDocument, SetCategories,
-                                                ApplyClassification, *KEYED_WRITES)
+                                                ApplyClassification, *KEYED_WRITES, DeclareEntity,
+                                                MergeEntities, UnmergeEntity)

@@ -74,9 +74,13 @@ from mnemex.memories.protocol import (
     AddSession,
     CategoryCatalog,
     CountMemories,
+    DeclareEntity,
     DocumentInfo,
     DocumentIngested,
     DocumentStatus,
+    EntityChanged,
+    EntityDetail,
+    EntityPage,
     Event,
     Extracted,
     Facets,
@@ -88,11 +92,15 @@ from mnemex.memories.protocol import (
     GetActorMemories,
     GetCategories,
     GetDocuments,
+    GetEntity,
     GetFacets,
+    GetGraphStats,
     GetHistory,
     GetMemory,
+    GetRelated,
     GetScopeStats,
     GetVectors,
+    GraphStats,
     Hit,
     Imported,
     ImportMemories,
@@ -100,16 +108,19 @@ from mnemex.memories.protocol import (
     IngestProgress,
     IngestReport,
     IngestStage,
+    ListEntities,
     ListMemories,
     ListNamespaces,
     MemoriesPut,
     MemoryHistory,
     MemoryPage,
     MemoryRecord,
+    MergeEntities,
     Namespaces,
     NewMemory,
     PutMemories,
     RefreshExpiry,
+    RelatedEntities,
     Remember,
     Remembered,
     ScopeStats,
@@ -120,6 +131,7 @@ from mnemex.memories.protocol import (
     SessionAdded,
     SetCategories,
     Touch,
+    UnmergeEntity,
     Updated,
     UpdateMemory,
     Vectors,
@@ -588,6 +600,57 @@ class ScopeRef:
         """Forget the memories whose expiry has passed; their ids."""
         reply: Forgotten = await self._ref.ask(ForgetExpired(now=time.time()))
         return reply.ids
+
+    # -- the entity graph ----------------------------------------------------------------------
+    async def entities(self, type: str | None = None, *, name: str | None = None, limit: int = 100,
+                       offset: int = 0) -> EntityPage:
+        """A page of the scope's entities (people, places, things its memories name),
+        most mentioned first; ``type`` keeps one type, ``name`` those with a name or
+        alias containing it (any case)."""
+        page: EntityPage = await self._ref.ask(ListEntities(entity_type=type, name=name, limit=limit,
+                                                            offset=offset))
+        return page
+
+    async def entity(self, name: str, *, memories: int = 20, neighbours: int = 10) -> EntityDetail:
+        """The entity ``name`` (or any alias) names: its newest ``memories`` memories and
+        its ``neighbours`` strongest neighbours (entities its memories also name);
+        NotFound when no memory names it and none was declared."""
+        detail: EntityDetail = await self._ref.ask(GetEntity(name=name, memories=memories,
+                                                             neighbours=neighbours))
+        return detail
+
+    async def related(self, entity: str, depth: int = 1, *, limit: int = 20) -> RelatedEntities:
+        """The entities within ``depth`` hops (1 or 2) of ``entity`` (any alias), nearest
+        and strongest first, each with the memories that relate it."""
+        related: RelatedEntities = await self._ref.ask(GetRelated(name=entity, depth=depth, limit=limit))
+        return related
+
+    async def declare_entity(self, name: str, type: str = "other",
+                             aliases: Iterable[str] = ()) -> EntityChanged:
+        """Declare an entity by name (an NPC, a place, a product), with its ``type`` and
+        ``aliases``: every memory naming it or an alias, stored or to come, mentions it."""
+        if isinstance(aliases, str):
+            raise InvalidInput("aliases must be a list of names, not one string", field="aliases")
+        changed: EntityChanged = await self._ref.ask(DeclareEntity(name=name, entity_type=type,
+                                                                   aliases=list(aliases), now=time.time()))
+        return changed
+
+    async def merge_entities(self, names: Iterable[str] | str, into: str) -> EntityChanged:
+        """Make ``names`` aliases of the entity ``into`` (alias records, journaled; each
+        undone by ``unmerge_entity``)."""
+        listed = [names] if isinstance(names, str) else list(names)
+        changed: EntityChanged = await self._ref.ask(MergeEntities(names=listed, into=into, now=time.time()))
+        return changed
+
+    async def unmerge_entity(self, name: str) -> EntityChanged:
+        """Undo the merge (or declared alias) that made ``name`` an alias."""
+        changed: EntityChanged = await self._ref.ask(UnmergeEntity(name=name, now=time.time()))
+        return changed
+
+    async def graph_stats(self) -> GraphStats:
+        """Counts of the scope's entity graph."""
+        stats: GraphStats = await self._ref.ask(GetGraphStats())
+        return stats
 
     # -- knowledge ---------------------------------------------------------------------------
     async def extract_from(self, session_id: str, messages: Sequence[Any] | None = None, *,

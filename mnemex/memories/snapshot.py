@@ -1,10 +1,20 @@
 """A scope's snapshot codec, and the bytes a vector travels as.
 
-A snapshot is one JSONL line per memory (its doc id, record and vector: enough to
-restore everything) plus sidecars that only make a restart fast: the records again
-as one MessagePack blob (decoded in one call), the vectors as raw float32 rows, the
-text indexes and the HNSW graph. A sidecar that is missing, stale or damaged is
-skipped and the lines are read instead.
+A snapshot (format 2) is one JSONL line per memory (its doc id and record) and
+sidecars, written streaming in the writer's thread (nothing the size of the scope
+is held as one bytes object):
+
+* ``vectors2`` (required: the snapshot is not restored without it): the doc ids
+  and their float32 rows, raw (``VectorsView.write_vectors``), read back mapped;
+* ``records2``: the records again as MessagePack chunks of 4,096 (length-prefixed),
+  a few times faster to decode than the lines;
+* ``hnswlib`` and ``hnswmeta``: the HNSW graph as hnswlib saves it and what it was
+  saved from, loaded with hnswlib's ``load_index`` instead of being rebuilt;
+* the text indexes' sidecars.
+
+A sidecar that only makes a restart fast and is missing, stale or damaged is
+skipped (the lines are read, the graph rebuilt). Format 1 snapshots (vectors in
+the lines, one records blob, the graph as a pickled state) are still read.
 """
 
 from __future__ import annotations
@@ -22,20 +32,29 @@ from mnemex.effects import Image, SnapshotData
 from mnemex.errors import InvalidInput
 from mnemex.index import VectorIndex
 from mnemex.index._sidecar import byte_view
+from mnemex.index.vector import VectorsView, read_vectors_file
 from mnemex.memories.protocol import MemoryRecord
+from mnemex.persistence.snapshot import Sidecar, in_temporary_file
 
 __all__ = ["HNSW_SIDECAR", "SNAPSHOT_FORMAT", "TEXT_SIDECARS", "SnapshotRecords", "check_vectors",
-           "decode_vector", "encode_vector", "read_records", "read_vectors", "write_snapshot"]
+           "decode_vector", "encode_vector", "read_records", "read_vectors", "restore_vectors",
+           "write_snapshot"]
 
 log = logging.getLogger("mnemex.memories")
 
 F32 = npt.NDArray[np.float32]
 
-SNAPSHOT_FORMAT: Final = 1
-HNSW_SIDECAR: Final = "hnsw"
+SNAPSHOT_FORMAT: Final = 2
+_FORMATS: Final = (1, 2)
+HNSW_SIDECAR: Final = "hnsw"  # format 1's graph
 TEXT_SIDECARS: Final = ("keyword", "bm25", "entities")
-_VECTORS: Final = "vectors"
-_RECORDS: Final = "records"
+_VECTORS: Final = "vectors"  # format 1
+_RECORDS: Final = "records"  # format 1
+_VECTORS2: Final = "vectors2"
+_RECORDS2: Final = "records2"
+_GRAPH: Final = "hnswlib"
+_GRAPH_META: Final = "hnswmeta"
+_RECORDS_CHUNK: Final = 4096
 _encode = msgspec.json.Encoder()
 
 
@@ -74,6 +93,13 @@ class _Line(msgspec.Struct, frozen=True):
 _decode_line = msgspec.json.Decoder(_Line)
 
 
+class _Line2(msgspec.Struct, frozen=True):
+    """A format 2 line: the vector is in the vectors sidecar."""
+
+    d: int
+    m: MemoryRecord
+
+
 class _LazyLine(msgspec.Struct, frozen=True):
     """A snapshot line read with its vector left as raw JSON: decoded only when the
     vectors sidecar cannot stand in for it."""
@@ -98,6 +124,50 @@ class _RecordsSidecar(msgspec.Struct, array_like=True, frozen=True):
 
 _encode_records = msgspec.msgpack.Encoder()
 _decode_records = msgspec.msgpack.Decoder(_RecordsSidecar)
+
+
+class _RecordsChunk(msgspec.Struct, array_like=True, frozen=True):
+    """Some of a snapshot's records (format 2's records sidecar is a run of these,
+    each after its length as 4 bytes)."""
+
+    docs: list[int]
+    records: list[MemoryRecord]
+
+
+_decode_chunk = msgspec.msgpack.Decoder(_RecordsChunk)
+
+
+def _records_chunks(pairs: Sequence[tuple[int, MemoryRecord]]) -> Iterator[bytes]:
+    encode = _encode_records.encode
+    for start in range(0, len(pairs), _RECORDS_CHUNK):
+        part = pairs[start : start + _RECORDS_CHUNK]
+        blob = encode(_RecordsChunk([doc for doc, _ in part], [record for _, record in part]))
+        yield len(blob).to_bytes(4, "little")
+        yield blob
+
+
+def _read_records_chunks(data: bytes | memoryview | None, count: int, name: str) -> SnapshotRecords | None:
+    """Format 2's records sidecar when it is there, decodes and holds ``count`` records."""
+    if data is None:
+        return None
+    view = memoryview(data)
+    found = SnapshotRecords([], [], [])
+    at = 0
+    try:
+        while at < len(view):
+            size = int.from_bytes(view[at : at + 4], "little")
+            chunk = _decode_chunk.decode(view[at + 4 : at + 4 + size])
+            found.docs.extend(chunk.docs)
+            found.records.extend(chunk.records)
+            at += 4 + size
+    except msgspec.DecodeError as exc:
+        log.info("scope %s: records sidecar not used (%s); reading the snapshot's lines", name, exc)
+        return None
+    if len(found.docs) != count or len(found.records) != count or len(set(found.docs)) != count:
+        log.info("scope %s: records sidecar holds %d records, the snapshot %d; reading the snapshot's lines",
+                 name, len(found.records), count)
+        return None
+    return found
 
 
 def _vectors_sidecar(docs: Sequence[int], matrix: F32) -> bytes:
@@ -139,32 +209,31 @@ def _read_vectors_sidecar(data: bytes | memoryview | None, docs: Sequence[int], 
 
 
 def write_snapshot(pairs: Sequence[tuple[int, MemoryRecord]], vectors: VectorIndex | None,
-                   sidecars: dict[str, bytes], extra: dict[str, Any]) -> SnapshotData:
+                   sidecars: dict[str, bytes], extra: dict[str, Any], *, graph: bool = True) -> SnapshotData:
     """The snapshot of a scope holding ``pairs`` (doc id, record): its lines and, when
-    it holds any memory, ``sidecars`` (the indexes') with the records and vectors
-    sidecars, encoded in the writer's thread from copies taken here."""
-    vector_docs: list[int] = []
-    matrix: F32 | None = None
-    if vectors is not None and len(vectors):
-        vector_docs = [doc for doc, _ in pairs if doc in vectors]
-        matrix = vectors.vectors(vector_docs)
+    it holds any memory, ``sidecars`` (the indexes') with the records, vectors and
+    (``graph``) HNSW graph sidecars, written in the writer's thread from the list of
+    records and a view of the vector index taken here (no copy of the vectors)."""
+    view: VectorsView | None = vectors.snapshot_view() if vectors is not None and pairs else None
 
-    def all_sidecars() -> dict[str, bytes]:  # in the writer's thread: only copies are read
-        records = _encode_records.encode(_RecordsSidecar([doc for doc, _ in pairs],
-                                                         [record for _, record in pairs], vector_docs))
-        if matrix is None:
-            return {**sidecars, _RECORDS: records}
-        return {**sidecars, _RECORDS: records, _VECTORS: _vectors_sidecar(vector_docs, matrix)}
+    def all_sidecars() -> dict[str, Sidecar]:  # in the writer's thread, written in this order
+        out: dict[str, Sidecar] = {**sidecars, _RECORDS2: _records_chunks(pairs)}
+        if view is not None:
+            out[_VECTORS2] = view.vector_chunks()
+            if graph and view.has_graph:
+                out[_GRAPH] = view.write_graph
+                out[_GRAPH_META] = view.meta_chunks()  # after the vectors: it names their checksum
+        return out
 
     def records() -> Iterator[bytes]:
         encode = _encode.encode
-        row_of = {doc: row for row, doc in enumerate(vector_docs)}
         for doc, record in pairs:
-            row = row_of.get(doc)
-            vector = None if row is None or matrix is None else matrix[row].astype("<f4").tobytes()
-            yield encode(_Line(doc, record, vector))
+            yield encode(_Line2(doc, record))
 
-    return SnapshotData(records=records, extra=extra, sidecars=all_sidecars if pairs else None)
+    return SnapshotData(records=records, extra={**extra, "format": SNAPSHOT_FORMAT},
+                        sidecars=all_sidecars if pairs else None,
+                        required=frozenset({_VECTORS2}) if view is not None else frozenset(),
+                        done=None if view is None else view.release)
 
 
 @dataclass(slots=True)
@@ -177,17 +246,24 @@ class SnapshotRecords:
 
 
 def check_format(name: str, extra: Mapping[str, Any]) -> None:
-    version = extra.get("format", SNAPSHOT_FORMAT)
-    if version != SNAPSHOT_FORMAT:
-        raise ValueError(f"scope {name}: snapshot format {version!r} is not {SNAPSHOT_FORMAT}")
+    version = extra.get("format", 1)
+    if version not in _FORMATS:
+        raise ValueError(f"scope {name}: snapshot format {version!r} is not one of {_FORMATS}")
 
 
 def read_records(name: str, image: Image) -> SnapshotRecords:
     """The memories of ``image``, from the records sidecar when it is usable, else from
-    the lines (their vectors left undecoded)."""
-    loaded = _read_records_sidecar(image.sidecars.get(_RECORDS), int(image.extra.get("count", -1)), name)
-    if loaded is not None:
-        return SnapshotRecords(loaded.docs, loaded.records, loaded.vector_docs)
+    the lines (their vectors left undecoded). Format 2 leaves ``vector_docs`` empty:
+    the vectors sidecar names them."""
+    count = int(image.extra.get("count", -1))
+    if image.extra.get("format", 1) == 2:
+        chunked = _read_records_chunks(image.sidecars.get(_RECORDS2), count, name)
+        if chunked is not None:
+            return chunked
+    else:
+        loaded = _read_records_sidecar(image.sidecars.get(_RECORDS), count, name)
+        if loaded is not None:
+            return SnapshotRecords(loaded.docs, loaded.records, loaded.vector_docs)
     found = SnapshotRecords([], [], [])
     for number, line in enumerate(image.records):
         try:
@@ -214,3 +290,32 @@ def read_vectors(name: str, image: Image, vector_docs: Sequence[int], dim: int) 
         return np.frombuffer(blob, dtype="<f4").reshape(len(vector_docs), dim)
     except (msgspec.DecodeError, ValueError, KeyError) as exc:
         raise ValueError(f"scope {name} snapshot vectors: {exc}") from exc
+
+
+def restore_vectors(name: str, image: Image, vector_docs: Sequence[int], dim: int,
+                    params: Mapping[str, Any], *, graph: bool = True) -> VectorIndex:
+    """The vector index of ``image``: format 2 from its vectors sidecar (and its graph
+    from hnswlib's file when ``graph`` and it is usable), format 1 from its vectors
+    sidecar or lines (and its pickled graph)."""
+    if image.extra.get("format", 1) == 2:
+        data = image.sidecars.get(_VECTORS2)
+        if data is None:
+            if image.extra.get("count"):
+                raise ValueError(f"scope {name} snapshot: its vectors sidecar is missing")
+            return VectorIndex(dim, **params)  # a scope of no memories writes none
+        ids, matrix = read_vectors_file(data)
+        meta = image.sidecars.get(_GRAPH_META)
+        path = image.sidecar_paths.get(_GRAPH)
+        saved = image.sidecars.get(_GRAPH)
+        if not graph or meta is None or (path is None and saved is None):
+            return VectorIndex.from_snapshot(ids, matrix, dim, graph=None, meta=None, **params)
+        if path is not None:
+            return VectorIndex.from_snapshot(ids, matrix, dim, graph=path, meta=meta, **params)
+        assert saved is not None
+        return in_temporary_file(saved, lambda temporary: VectorIndex.from_snapshot(
+            ids, matrix, dim, graph=temporary, meta=meta, **params))
+    matrix = read_vectors(name, image, vector_docs, dim)
+    sidecar = image.sidecars.get(HNSW_SIDECAR) if graph else None
+    # the rows as the index held them when the snapshot was taken (checksummed)
+    ids = np.array(vector_docs, dtype=np.int64)
+    return VectorIndex.from_sidecar(sidecar, ids, matrix, dim, unit_rows=True, **params)

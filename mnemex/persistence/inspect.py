@@ -134,8 +134,8 @@ def verify_actor(path: Path | str) -> list[Finding]:
     checksum and sidecars; each journal and archive line's checksum and seq
     order; and that the commands after every snapshot kept are all there. Reads
     only. A torn journal tail is a :attr:`Level.NOTE`, a damaged or missing
-    sidecar a :attr:`Level.WARNING` (the snapshot loads without it), the rest
-    :attr:`Level.ERROR`."""
+    sidecar a :attr:`Level.WARNING` (the snapshot loads without it) unless the
+    snapshot requires it, the rest :attr:`Level.ERROR`."""
     path = Path(path)
     _check_folder(path)
     findings: list[Finding] = []
@@ -158,12 +158,19 @@ def verify_actor(path: Path | str) -> list[Finding]:
         findings.extend(found)
         if header is None:
             continue
-        valid_snapshots.append(seq)
-        for name, problem in sidecar_problems(path, header).items():
+        problems = sidecar_problems(path, header)
+        if not any(name in header.required for name in problems):
+            valid_snapshots.append(seq)
+        for name, problem in problems.items():
             sidecar_path = path / sidecar_name(seq, name)
-            findings.append(Finding(Level.WARNING, sidecar_path, None, (
-                f"{sidecar_path}: sidecar {problem}; {snapshot_path.name} loads without it and what it held "
-                f"is rebuilt from the snapshot's lines (nothing is lost)")))
+            if name in header.required:
+                findings.append(Finding(Level.ERROR, sidecar_path, None, (
+                    f"{sidecar_path}: required sidecar {problem}; {snapshot_path.name} cannot be restored "
+                    f"without it (recovery uses an older snapshot)")))
+            else:
+                findings.append(Finding(Level.WARNING, sidecar_path, None, (
+                    f"{sidecar_path}: sidecar {problem}; {snapshot_path.name} loads without it and what it "
+                    f"held is rebuilt from the snapshot's lines (nothing is lost)")))
 
     sources: list[Sequence[JournalEntry]] = []
     for first, last, archive_path in list_archives(path):
@@ -250,8 +257,16 @@ def read_history(path: Path | str, *, until_ms: int | None = None) -> Recovered:
     if (kind is None or key is None) and headers:
         kind, key = headers[0].kind, headers[0].key
     loaded = None
-    if kind is not None and key is not None:
-        loaded = load_newest_snapshot(path, kind, key, max_ts=until_ms)
+    sidecars: dict[str, bytes | memoryview] = {}
+    skip: set[int] = set()
+    while kind is not None and key is not None:
+        loaded = load_newest_snapshot(path, kind, key, max_ts=until_ms, skip=skip)
+        if loaded is None:
+            break
+        sidecars = read_sidecars(path, loaded[0])
+        if all(name in sidecars for name in loaded[0].required):
+            break
+        skip.add(loaded[0].seq)  # it cannot be restored without what is missing
     header, records = loaded if loaded is not None else (None, [])
 
     sources: list[Sequence[JournalEntry]] = []
@@ -274,5 +289,5 @@ def read_history(path: Path | str, *, until_ms: int | None = None) -> Recovered:
     journal = stitch_entries(after, sources, str(path))
     if until_ms is not None:
         journal = journal[: bisect.bisect_right(journal, until_ms, key=lambda entry: entry.ts)]
-    sidecars = read_sidecars(path, header) if header is not None else {}
-    return Recovered(header, records, sidecars, journal)
+    paths = {} if header is None else {name: str(path / sidecar_name(header.seq, name)) for name in sidecars}
+    return Recovered(header, records, sidecars if header is not None else {}, journal, paths)

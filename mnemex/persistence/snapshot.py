@@ -12,7 +12,14 @@ records are opaque single-line bytes given by the behaviour)::
 it was written, ``count``/``bytes``/``crc`` describe the body (every byte after
 the header line). When binary sidecars are written (``snapshot-<seq>.<name>.bin``,
 an optimisation such as a serialized vector index) the header also carries
-``"sidecars":{"<name>":{"bytes":..,"crc":..}}`` so a damaged one is noticed.
+``"sidecars":{"<name>":{"bytes":..,"crc":..}}`` so a damaged one is noticed, and
+``"required":[<name>...]`` for those without which the snapshot cannot be restored
+(a snapshot whose required sidecar is missing or damaged is skipped like a damaged
+one). A sidecar may be given as a writer that streams it to its file.
+
+The body is written as it is encoded (no whole snapshot in memory): the header
+line is first written with its body fields at their widest and rewritten once the
+body is known, padded with spaces to the same length (JSON allows them).
 
 Files are written to ``.tmp``, fsynced, renamed and the folder fsynced; the
 sidecars first, so a snapshot's sidecars are complete whenever it exists. A
@@ -26,21 +33,31 @@ import itertools
 import mmap
 import os
 import re
+import tempfile
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 import numpy as np
 import orjson
 
 from mnemex.errors import CorruptData, InvalidInput, StorageError
-from mnemex.persistence._files import describe_os_error, fsync_dir, log, write_atomic
+from mnemex.persistence._files import (
+    describe_os_error,
+    fsync_dir,
+    log,
+    remove_quietly,
+    write_all,
+    write_atomic,
+)
 
 __all__ = [
     "FORMAT",
+    "Sidecar",
+    "SidecarWriter",
     "SnapshotHeader",
     "SnapshotLines",
     "damaged_snapshot_line",
@@ -51,14 +68,26 @@ __all__ = [
     "load_newest_snapshot",
     "read_sidecars",
     "sidecar_problems",
+    "in_temporary_file",
+    "sidecar_bytes",
     "start_newest_sidecar_reads",
     "sidecar_name",
+    "write_snapshot_stream",
     "snapshot_name",
     "write_snapshot_files",
 ]
 
 FORMAT = 1
 """Snapshot format version written; readers refuse a newer one."""
+
+_T = TypeVar("_T")
+
+SidecarWriter = Callable[[str], None]
+"""Writes a sidecar into the file at the path it is given (a library's own save)."""
+
+Sidecar = bytes | SidecarWriter | Iterable[bytes]
+"""A sidecar as a snapshot is given it: bytes, a writer, or chunks of bytes (read
+once, as they are written)."""
 
 _SNAPSHOT = re.compile(r"snapshot-(0|[1-9][0-9]*)\.jsonl")
 _SIDECAR_NAME = re.compile(r"[a-z0-9_-]{1,64}")
@@ -92,6 +121,8 @@ class SnapshotHeader:
     """Whatever the behaviour stored beside its records (counts, embedder name)."""
     sidecars: dict[str, tuple[int, int]] = field(default_factory=dict)
     """Sidecar name -> (bytes, crc32), for each sidecar written with the snapshot."""
+    required: tuple[str, ...] = ()
+    """Sidecars without which the snapshot cannot be restored."""
 
 
 def snapshot_name(seq: int) -> str:
@@ -128,7 +159,8 @@ def _check_int(value: object, what: str) -> int:
 
 def encode_snapshot(kind: str, key: tuple[str, ...], seq: int, ts: int, records: Iterable[bytes], *,
                     created: int, extra: Mapping[str, object] | None = None,
-                    sidecars: Mapping[str, bytes] | None = None) -> tuple[bytes, list[bytes]]:
+                    sidecars: Mapping[str, bytes] | None = None,
+                    required: Iterable[str] = ()) -> tuple[bytes, list[bytes]]:
     """The header line (with its newline) and the body chunks of a snapshot.
 
     ``records`` may be a generator: it is read a chunk at a time, so only the
@@ -145,15 +177,7 @@ def encode_snapshot(kind: str, key: tuple[str, ...], seq: int, ts: int, records:
     # Chunks of records, so that no single C call holds the GIL for long (the
     # runtime's event loop thread keeps running while a worker writes this).
     while part := list(itertools.islice(lines, _CHUNK_RECORDS)):
-        try:
-            chunk = b"\n".join(part) + b"\n"
-        except TypeError as exc:
-            raise InvalidInput(f"snapshot records must be bytes: {exc}", field="records") from exc
-        if chunk.count(b"\n") != len(part):
-            at = next(i for i, record in enumerate(part) if b"\n" in record)
-            raise InvalidInput(f"snapshot record {count + at} holds a newline; each record must be one "
-                               f"line (starts {bytes(part[at][:60])!r})", field="records")
-        body.append(chunk)
+        body.append(_check_records_chunk(part, count))
         count += len(part)
     crc = 0
     size = 0
@@ -167,20 +191,176 @@ def encode_snapshot(kind: str, key: tuple[str, ...], seq: int, ts: int, records:
     if sidecars:
         described: dict[str, dict[str, int]] = {}
         for name, blob in sidecars.items():
-            if not isinstance(name, str) or not _SIDECAR_NAME.fullmatch(name):
-                raise InvalidInput(f"sidecar name {name!r} must be 1 to 64 characters of [a-z0-9_-]",
-                                   field="sidecars")
-            if not isinstance(blob, bytes | bytearray | memoryview):
-                raise InvalidInput(f"sidecar {name!r} must be bytes, not {type(blob).__name__}",
+            _check_sidecar_name(name, blob)
+            if callable(blob):
+                raise InvalidInput(f"sidecar {name!r}: encode_snapshot takes bytes (see sidecar_bytes)",
                                    field="sidecars")
             described[name] = {"bytes": len(blob), "crc": zlib.crc32(blob)}
         header["sidecars"] = described
+    _add_required(header, required, sidecars or {})
     try:
         line = orjson.dumps(header, option=orjson.OPT_APPEND_NEWLINE)
     except TypeError as exc:
         raise InvalidInput(f"snapshot extra {extra!r} does not serialise to JSON: {exc}",
                            field="extra") from exc
     return line, body
+
+
+def _add_required(header: dict[str, object], required: Iterable[str], sidecars: Mapping[str, object]) -> None:
+    names = sorted(set(required))
+    absent = [name for name in names if name not in sidecars]
+    if absent:
+        raise InvalidInput(f"required sidecar(s) {', '.join(absent)} not given", field="sidecars")
+    if names:
+        header["required"] = names
+
+
+def _check_records_chunk(part: list[bytes], count: int) -> bytes:
+    """``part`` joined into lines; InvalidInput if a record is not bytes or holds a newline."""
+    try:
+        chunk = b"\n".join(part) + b"\n"
+    except TypeError as exc:
+        raise InvalidInput(f"snapshot records must be bytes: {exc}", field="records") from exc
+    if chunk.count(b"\n") != len(part):
+        at = next(i for i, record in enumerate(part) if b"\n" in record)
+        raise InvalidInput(f"snapshot record {count + at} holds a newline; each record must be one "
+                           f"line (starts {bytes(part[at][:60])!r})", field="records")
+    return chunk
+
+
+def _check_sidecar_name(name: object, blob: object) -> None:
+    if not isinstance(name, str) or not _SIDECAR_NAME.fullmatch(name):
+        raise InvalidInput(f"sidecar name {name!r} must be 1 to 64 characters of [a-z0-9_-]",
+                           field="sidecars")
+    usable = isinstance(blob, bytes | bytearray | memoryview | Iterable) or callable(blob)
+    if isinstance(blob, str) or not usable:
+        raise InvalidInput(f"sidecar {name!r} must be bytes, chunks of bytes or a writer, not "
+                           f"{type(blob).__name__}", field="sidecars")
+
+
+_READ_BACK = 1 << 23
+
+
+def _write_sidecar_file(path: Path, blob: Sidecar | bytearray | memoryview) -> tuple[int, int]:
+    """Write one sidecar atomically (``.tmp``, fsync, rename; the folder is synced by
+    the caller); its (bytes, crc32). A writer's file is read back for its checksum."""
+    if isinstance(blob, bytes | bytearray | memoryview):
+        write_atomic(path, [blob if isinstance(blob, bytes) else bytes(blob)], sync_dir=False)
+        return len(blob), zlib.crc32(blob)
+    tmp = path.with_name(path.name + ".tmp")
+    crc = size = 0
+    try:
+        if callable(blob):
+            blob(str(tmp))
+            with open(tmp, "rb", buffering=0) as handle:
+                while chunk := handle.read(_READ_BACK):
+                    crc = zlib.crc32(chunk, crc)
+                    size += len(chunk)
+                os.fsync(handle.fileno())
+        else:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+            try:
+                for chunk in blob:
+                    if not isinstance(chunk, bytes | bytearray | memoryview):
+                        raise InvalidInput(f"sidecar {path.name}: a chunk is {type(chunk).__name__}, "
+                                           f"not bytes", field="sidecars")
+                    write_all(fd, [chunk])
+                    crc = zlib.crc32(chunk, crc)
+                    size += len(chunk)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        remove_quietly(tmp)
+        raise
+    return size, crc
+
+
+def sidecar_bytes(blob: Sidecar | bytearray | memoryview) -> bytes:
+    """A sidecar as bytes: chunks joined, a writer's output read back from a temporary
+    file (for stores and simulations that keep snapshots in memory)."""
+    if isinstance(blob, bytes | bytearray | memoryview):
+        return bytes(blob)
+    if not callable(blob):
+        return b"".join(blob)
+    handle, name = tempfile.mkstemp(prefix="mnemex-sidecar-")
+    os.close(handle)
+    try:
+        blob(name)
+        return Path(name).read_bytes()
+    finally:
+        os.unlink(name)
+
+
+def in_temporary_file(blob: bytes | memoryview, load: Callable[[str], _T]) -> _T:
+    """``load(path)`` of a temporary file holding ``blob``: for a library that reads
+    only files (hnswlib's ``load_index``), given a sidecar kept in memory."""
+    with tempfile.TemporaryDirectory(prefix="mnemex-sidecar-") as folder:
+        path = Path(folder) / "sidecar.bin"
+        path.write_bytes(blob)
+        return load(str(path))
+
+
+def write_snapshot_stream(folder: Path, records: Iterable[bytes], *, kind: str, key: tuple[str, ...],
+                          seq: int, ts: int, created: int, extra: Mapping[str, object] | None = None,
+                          sidecars: Mapping[str, Sidecar] | None = None,
+                          required: Iterable[str] = ()) -> int:
+    """Write a snapshot into ``folder`` as :func:`encode_snapshot` would encode it,
+    without holding it: sidecars first (each streamed to its file, checksummed),
+    then the body a chunk of records at a time, then its header rewritten in place;
+    fsynced and renamed. Returns the body's size. InvalidInput as encode_snapshot
+    (nothing is left behind); OSError escapes."""
+    for what, value in (("seq", seq), ("ts", ts), ("created", created)):
+        _check_int(value, what)
+    sidecars = sidecars or {}
+    for name, blob in sidecars.items():
+        _check_sidecar_name(name, blob)
+    header: dict[str, object] = {
+        "format": FORMAT, "kind": kind, "key": list(key), "seq": seq, "ts": ts, "created": created,
+        "count": _MAX_INT, "bytes": _MAX_INT, "crc": _MAX_INT, "extra": dict(extra or {}),
+    }
+    if sidecars:
+        header["sidecars"] = {name: {"bytes": _MAX_INT, "crc": _MAX_INT} for name in sidecars}
+    _add_required(header, required, sidecars)
+    try:
+        widest = orjson.dumps(header)
+    except TypeError as exc:
+        raise InvalidInput(f"snapshot extra {extra!r} does not serialise to JSON: {exc}",
+                           field="extra") from exc
+    if sidecars:
+        described: dict[str, dict[str, int]] = {}
+        for name, blob in sidecars.items():
+            size, crc = _write_sidecar_file(folder / sidecar_name(seq, name), blob)
+            described[name] = {"bytes": size, "crc": crc}
+        header["sidecars"] = described
+        fsync_dir(folder)  # the sidecars are durable before the snapshot that names them
+    path = folder / snapshot_name(seq)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        try:
+            write_all(fd, [b" " * len(widest) + b"\n"])
+            crc = size = count = 0
+            lines = iter(records)
+            while part := list(itertools.islice(lines, _CHUNK_RECORDS)):
+                chunk = _check_records_chunk(part, count)
+                write_all(fd, [chunk])
+                crc = zlib.crc32(chunk, crc)
+                size += len(chunk)
+                count += len(part)
+            header |= {"count": count, "bytes": size, "crc": crc}
+            line = orjson.dumps(header)
+            os.pwrite(fd, line.ljust(len(widest)), 0)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        remove_quietly(tmp)
+        raise
+    fsync_dir(folder)
+    return size
 
 
 def _field(raw: dict[str, Any], name: str, kind: type, source: str) -> Any:
@@ -211,12 +391,15 @@ def decode_header(line: bytes, source: str) -> SnapshotHeader:
         if not isinstance(described, dict):
             raise CorruptData(f"{source}: header sidecar {name!r} is {described!r}")
         sidecars[name] = (_field(described, "bytes", int, source), _field(described, "crc", int, source))
+    required = raw.get("required") or []
+    if not isinstance(required, list) or not all(isinstance(name, str) for name in required):
+        raise CorruptData(f"{source}: header required {required!r} is not a list of sidecar names")
     return SnapshotHeader(
         format=version, kind=_field(raw, "kind", str, source), key=tuple(key),
         seq=_field(raw, "seq", int, source), ts=_field(raw, "ts", int, source),
         created=_field(raw, "created", int, source), count=_field(raw, "count", int, source),
         bytes=_field(raw, "bytes", int, source), crc=_field(raw, "crc", int, source),
-        extra=_field(raw, "extra", dict, source), sidecars=sidecars,
+        extra=_field(raw, "extra", dict, source), sidecars=sidecars, required=tuple(required),
     )
 
 
@@ -456,11 +639,15 @@ def _decode_own_snapshot(data: bytes | mmap.mmap, path: Path, seq: int, kind: st
 
 
 def load_newest_snapshot(folder: Path, kind: str, key: tuple[str, ...], *, max_ts: int | None = None,
+                         skip: Container[int] = (),
                          ) -> tuple[SnapshotHeader, Sequence[bytes]] | None:
     """The newest snapshot in ``folder`` that passes its checks and belongs to
     ``kind``/``key`` (and, with ``max_ts``, includes nothing later than it), or
-    None. Each snapshot skipped is logged as a warning."""
+    None; snapshots whose seq is in ``skip`` are passed over. Each snapshot skipped
+    for damage is logged as a warning."""
     for seq, path in list_snapshots(folder):
+        if seq in skip:
+            continue
         try:
             data = map_file(path)
         except OSError as exc:

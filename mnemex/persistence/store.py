@@ -13,8 +13,8 @@ import abc
 import itertools
 import os
 import threading
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -24,6 +24,7 @@ from mnemex.errors import CorruptData, InvalidInput, StorageError
 from mnemex.persistence._files import (
     describe_os_error,
     fsync_dir,
+    log,
     remove_quietly,
     write_all,
     write_atomic,
@@ -43,6 +44,7 @@ from mnemex.persistence.journal import (
 from mnemex.persistence.layout import KEY_MANIFEST, actor_dir, check_key, check_kind
 from mnemex.persistence.openfiles import OpenFile, OpenFiles
 from mnemex.persistence.snapshot import (
+    Sidecar,
     SidecarReads,
     SnapshotHeader,
     decode_snapshot,
@@ -50,9 +52,11 @@ from mnemex.persistence.snapshot import (
     list_snapshots,
     load_newest_snapshot,
     read_sidecars,
+    sidecar_bytes,
+    sidecar_name,
     snapshot_storage_error,
     start_newest_sidecar_reads,
-    write_snapshot_files,
+    write_snapshot_stream,
 )
 
 __all__ = ["ActorStore", "FileStore", "MemoryStore", "Recovered", "stitch_entries"]
@@ -72,6 +76,8 @@ class Recovered:
     """Its sidecars that exist and pass their check (views of the files mapped in memory)."""
     journal: list[JournalEntry]
     """The commands after the snapshot (seq > header.seq), in order, seq by seq."""
+    sidecar_paths: dict[str, str] = field(default_factory=dict)
+    """The files of those sidecars, by name (none for a store in memory)."""
 
     @property
     def last_seq(self) -> int:
@@ -159,12 +165,15 @@ class ActorStore(abc.ABC):
     @abc.abstractmethod
     def write_snapshot(self, seq: int, ts: int, records: Iterable[bytes], *, created: int,
                        extra: Mapping[str, object] | None = None,
-                       sidecars: Mapping[str, bytes] | None = None) -> int:
+                       sidecars: Mapping[str, Sidecar] | None = None,
+                       required: Iterable[str] = ()) -> int:
         """Persist the state at ``seq`` (``ts`` = time of that command, ``created`` =
         now, both epoch ms), then move journal lines up to ``seq`` to an archive
         and drop what is older than the newest ``keep`` snapshots. Safe while
         another thread appends lines after ``seq``. ``records`` may be a generator
-        (read once). Returns the size of the snapshot's body in bytes."""
+        (read once); a sidecar may be a writer streaming it to a file; ``required``
+        names the sidecars a recovery cannot do without. Returns the size of the
+        snapshot's body in bytes."""
 
     @abc.abstractmethod
     def disk_bytes(self) -> int:
@@ -242,8 +251,23 @@ class FileStore(ActorStore):
                     early.close()
 
     def _recover(self, early: SidecarReads | None) -> Recovered:
-        loaded = load_newest_snapshot(self.path, self.kind, self.key)
-        header, records = loaded if loaded is not None else (None, [])
+        skip: set[int] = set()
+        while True:
+            loaded = load_newest_snapshot(self.path, self.kind, self.key, skip=skip)
+            header, records = loaded if loaded is not None else (None, [])
+            if header is None:
+                sidecars: dict[str, bytes | memoryview] = {}
+                break
+            if early is not None and early.header == header:
+                sidecars = early.result()
+            else:
+                sidecars = read_sidecars(self.path, header)
+            absent = [name for name in header.required if name not in sidecars]
+            if not absent:
+                break
+            log.warning("%s: snapshot %d cannot be restored without its sidecar(s) %s; trying an older one",
+                        self.path, header.seq, ", ".join(absent))
+            skip.add(header.seq)
         after = header.seq if header is not None else 0
         with self._lock:
             pending = self._cut_pending
@@ -268,13 +292,9 @@ class FileStore(ActorStore):
         if header is None and list_snapshots(self.path):
             where += ", every snapshot failed its checks"
         journal = stitch_entries(after, sources, where)
-        if header is None:
-            sidecars: dict[str, bytes | memoryview] = {}
-        elif early is not None and early.header == header:
-            sidecars = early.result()
-        else:
-            sidecars = read_sidecars(self.path, header)
-        recovered = Recovered(header, records, sidecars, journal)
+        paths = {} if header is None else {name: str(self.path / sidecar_name(header.seq, name))
+                                           for name in sidecars}
+        recovered = Recovered(header, records, sidecars, journal, paths)
         self._check_reaches_known_seqs(recovered)
         with self._lock:
             self._last_seq = recovered.last_seq
@@ -539,9 +559,8 @@ class FileStore(ActorStore):
 
     def write_snapshot(self, seq: int, ts: int, records: Iterable[bytes], *, created: int,
                        extra: Mapping[str, object] | None = None,
-                       sidecars: Mapping[str, bytes] | None = None) -> int:
-        header_line, body = encode_snapshot(self.kind, self.key, seq, ts, records, created=created,
-                                            extra=extra, sidecars=sidecars)
+                       sidecars: Mapping[str, Sidecar] | None = None,
+                       required: Iterable[str] = ()) -> int:
         with self._snapshot_lock:
             existing = list_snapshots(self.path)
             if existing and seq < existing[0][0]:
@@ -553,7 +572,9 @@ class FileStore(ActorStore):
                     unsynced, self._unsynced = self._unsynced, []
                 self._sync_entries(unsynced)
                 self._remove_stale_sidecars(seq, sidecars or {})
-                write_snapshot_files(self.path, seq, header_line, body, sidecars)
+                size = write_snapshot_stream(self.path, records, kind=self.kind, key=self.key, seq=seq, ts=ts,
+                                             created=created, extra=extra, sidecars=sidecars,
+                                             required=required)
             except OSError as exc:
                 raise snapshot_storage_error(self.path, seq, exc) from exc
             with self._lock:
@@ -566,9 +587,9 @@ class FileStore(ActorStore):
                                    f"lines it covers to an archive failed: {describe_os_error(exc)}; "
                                    f"the journal is intact") from exc
             self._prune()
-        return sum(len(chunk) for chunk in body)
+        return size
 
-    def _remove_stale_sidecars(self, seq: int, keep: Mapping[str, bytes]) -> None:
+    def _remove_stale_sidecars(self, seq: int, keep: Mapping[str, object]) -> None:
         """Sidecars of an earlier, interrupted write of snapshot ``seq`` that this one does not replace."""
         prefix = f"snapshot-{seq}."
         for name in os.listdir(self.path):
@@ -586,17 +607,17 @@ class FileStore(ActorStore):
             with self._lock:
                 copied = self._journal_size(reader)
                 cuts = self._cuts
-            data = reader.read(copied)
-            offset, first, last = cut_offset(data, seq)
+            # read a chunk at a time: a journal can be far larger than what is worth holding
+            offset, first, last = _cut_offset_of_file(reader, copied, seq)
             if first is None or last is None:
                 return
-            write_atomic(self.path / archive_name(first, last), [data[:offset]])
+            write_atomic(self.path / archive_name(first, last), _file_chunks(reader, 0, offset))
             tmp = self._journal.with_name(JOURNAL + ".tmp")
             fd = os.open(tmp, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC | _CLOEXEC, 0o644)
             handed_over = False
             try:
-                size = write_all(fd, (data[offset:],))
-                del data
+                size = write_all(fd, _file_chunks(reader, offset, copied))
+                reader.seek(copied)
                 # Catch up with lines appended meanwhile without holding the lock,
                 # so that the locked swap below only has a few lines left to copy.
                 for _round in range(4):
@@ -663,6 +684,42 @@ class FileStore(ActorStore):
                 remove_quietly(path)
 
 
+_CUT_CHUNK = 1 << 23
+
+
+def _cut_offset_of_file(reader: BinaryIO, size: int, seq: int) -> tuple[int, int | None, int | None]:
+    """:func:`cut_offset` of the first ``size`` bytes of the file, read a chunk at a time."""
+    reader.seek(0)
+    offset, first, last = 0, None, None
+    pending = b""  # read from ``offset`` on, not yet passed
+    read = 0
+    while True:
+        if read < size:
+            more = reader.read(min(_CUT_CHUNK, size - read))
+            read += len(more)
+            pending += more
+        part, part_first, part_last = cut_offset(pending, seq)
+        if part_first is not None:
+            first = part_first if first is None else first
+            last = part_last
+        offset += part
+        pending = pending[part:]
+        # stopped before a whole line: at the end of what is read so far, or for good
+        if read >= size or b"\n" in pending:
+            return offset, first, last
+
+
+def _file_chunks(reader: BinaryIO, start: int, end: int) -> Iterator[bytes]:
+    """Bytes ``start`` to ``end`` of the file, a chunk at a time."""
+    fd = reader.fileno()
+    while start < end:
+        chunk = os.pread(fd, min(_CUT_CHUNK, end - start), start)
+        if not chunk:
+            raise OSError(f"{reader.name}: ended at byte {start:,}, expected {end:,}")
+        start += len(chunk)
+        yield chunk
+
+
 class MemoryStore(ActorStore):
     """The same store in RAM: journal lines and the latest snapshot, encoded and
     checked exactly as on disk. Survives close() (the runtime reuses it to
@@ -696,6 +753,10 @@ class MemoryStore(ActorStore):
         if snapshot is not None:
             header, records = decode_snapshot(snapshot[1], self._where)
             sidecars = dict(snapshot[2])
+            absent = [name for name in header.required if name not in sidecars]
+            if absent:
+                raise CorruptData(f"{self._where}: snapshot {header.seq} lacks its required sidecar(s) "
+                                  f"{', '.join(absent)}")
         after = header.seq if header is not None else 0
         entries = stitch_entries(after, [scan_journal(journal, self._where).entries], self._where)
         recovered = Recovered(header, records, sidecars, entries)
@@ -737,11 +798,12 @@ class MemoryStore(ActorStore):
 
     def write_snapshot(self, seq: int, ts: int, records: Iterable[bytes], *, created: int,
                        extra: Mapping[str, object] | None = None,
-                       sidecars: Mapping[str, bytes] | None = None) -> int:
+                       sidecars: Mapping[str, Sidecar] | None = None,
+                       required: Iterable[str] = ()) -> int:
+        blobs = {name: sidecar_bytes(blob) for name, blob in (sidecars or {}).items()}
         header_line, body = encode_snapshot(self.kind, self.key, seq, ts, records, created=created,
-                                            extra=extra, sidecars=sidecars)
+                                            extra=extra, sidecars=blobs, required=required)
         data = b"".join([header_line, *body])
-        blobs = {name: bytes(blob) for name, blob in (sidecars or {}).items()}
         with self._lock:
             if self._snapshot is not None and seq < self._snapshot[0]:
                 raise InvalidInput(f"{self._where}: snapshot seq {seq} is older than the newest snapshot "

@@ -124,6 +124,14 @@ ASK: Final[Mapping[type[Any], Asked]] = {
         (SCOPE, scopes.ListNamespaces, scopes.Namespaces),
         (SCOPE, scopes.RefreshExpiry, int),
         (SCOPE, scopes.ForgetExpired, scopes.Forgotten),
+        # the entity graph
+        (SCOPE, scopes.ListEntities, scopes.EntityPage),
+        (SCOPE, scopes.GetEntity, scopes.EntityDetail),
+        (SCOPE, scopes.GetRelated, scopes.RelatedEntities),
+        (SCOPE, scopes.DeclareEntity, scopes.EntityChanged),
+        (SCOPE, scopes.MergeEntities, scopes.EntityChanged),
+        (SCOPE, scopes.UnmergeEntity, scopes.EntityChanged),
+        (SCOPE, scopes.GetGraphStats, scopes.GraphStats),
         # short-term memory (AgentRef)
         (AGENT, agents.AppendMessages, agents.Appended),
         (AGENT, agents.AppendItems, agents.Appended),

@@ -32,6 +32,9 @@ from starlette.types import Message, Receive, Scope, Send
 from mnemex import (
     DEFAULT,
     AgentRef,
+    EntityChanged,
+    EntityDetail,
+    EntityPage,
     Extracted,
     IngestReport,
     InvalidInput,
@@ -40,6 +43,7 @@ from mnemex import (
     MnemexError,
     MnemexRuntime,
     NotFound,
+    RelatedEntities,
     Timeout,
     TooLarge,
 )
@@ -77,8 +81,10 @@ from mnemex.server._schemas import (
     MessageRecord,
     MessagesPage,
     MessagesStored,
+    PostAliases,
     PostArchive,
     PostDocument,
+    PostEntity,
     PostExtract,
     PostFacets,
     PostMemory,
@@ -536,7 +542,8 @@ class _Api(RemoteRoutes):
         return json_response(SearchResults(mode=result.mode, results=[SearchHitOut(
             id=hit.memory.id, content=hit.memory.content, score=hit.score, scores=hit.scores,
             user_id=hit.user_id or scopes[0][1], app_name=hit.app_name or scopes[0][0], memory=hit.memory,
-            scope=hit.memory.scope_label) for hit in result.hits], facets=result.facets))
+            scope=hit.memory.scope_label, found_by=hit.found_by) for hit in result.hits],
+            facets=result.facets))
 
     # -- categories and actors ------------------------------------------------------------
     async def get_categories(self, request: Request) -> Response:
@@ -691,6 +698,54 @@ class _Api(RemoteRoutes):
         return json_response(Archived(status="archived", session_id=session_id, memories=len(added.ids),
                                       added=added.added, ids=added.ids))
 
+    # -- the entity graph -----------------------------------------------------------------
+    async def get_entities(self, request: Request) -> Response:
+        user_id, app_name = self._scope_of(request)
+        page = await self.call(self.rt.scope(user_id=user_id, app_name=app_name).entities,
+                               request.query_params.get("type") or None,
+                               name=request.query_params.get("name") or None,
+                               limit=_query_int(request, "limit", 100),
+                               offset=_query_int(request, "offset", 0))
+        return json_response(page)
+
+    async def get_entity(self, request: Request) -> Response:
+        user_id, app_name = self._scope_of(request)
+        detail = await self.call(self.rt.scope(user_id=user_id, app_name=app_name).entity,
+                                 request.path_params["name"], memories=_query_int(request, "memories", 20),
+                                 neighbours=_query_int(request, "neighbours", 10))
+        return json_response(detail)
+
+    async def get_related(self, request: Request) -> Response:
+        user_id, app_name = self._scope_of(request)
+        related = await self.call(self.rt.scope(user_id=user_id, app_name=app_name).related,
+                                  request.path_params["name"], _query_int(request, "depth", 1, 1),
+                                  limit=_query_int(request, "limit", 20, 1))
+        return json_response(related)
+
+    async def post_entity(self, request: Request) -> Response:
+        body: PostEntity = await self.body(request, PostEntity)
+        changed = await self.call(self.rt.scope(user_id=body.user_id, app_name=body.app_name).declare_entity,
+                                  body.name, body.type, body.aliases)
+        return json_response(changed)
+
+    async def post_aliases(self, request: Request) -> Response:
+        body: PostAliases = await self.body(request, PostAliases)
+        changed = await self.call(self.rt.scope(user_id=body.user_id, app_name=body.app_name).merge_entities,
+                                  body.names, request.path_params["name"])
+        return json_response(changed)
+
+    async def delete_alias(self, request: Request) -> Response:
+        user_id, app_name = self._scope_of(request)
+        scope = self.rt.scope(user_id=user_id, app_name=app_name)
+        name, alias = request.path_params["name"], request.path_params["alias"]
+        owner = await self.call(scope.entity, name, memories=0, neighbours=0)
+        aliased = await self.call(scope.entity, alias, memories=0, neighbours=0)
+        if aliased.entity.name != owner.entity.name:
+            raise NotFound(f"{alias!r} is no alias of the entity {owner.entity.name!r} (it names "
+                           f"{aliased.entity.name!r})")
+        changed = await self.call(scope.unmerge_entity, alias)
+        return json_response(changed)
+
     # -- operations ---------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
         if "application/json" not in request.headers.get("accept", ""):
@@ -705,7 +760,8 @@ class _Api(RemoteRoutes):
                     "crashes": stats.crashes, "mailbox_depth": stats.mailbox_depth,
                     "live_bytes": stats.live_bytes, "budget_passivations": stats.budget_passivations},
             streams=len(self.streams), journal=self.rt.journal_health(),
-            categories=await self._category_health()))
+            categories=await self._category_health(),
+            graph=await self.call(self.rt.graph_stats)))
 
     async def _category_health(self) -> dict[str, Any]:
         """Category statistics over the scopes loaded now (at most _HEALTH_SCOPES of
@@ -938,6 +994,30 @@ ROUTES: Final[tuple[RouteSpec, ...]] = (
                Param("offset", "integer", "skip this many"),
                Param("include_history", "boolean", "superseded and merged memories too")),
               reply=ActorMemories, errors=(400,)),
+    RouteSpec("/entities", "GET", "get_entities",
+              "The entities of a scope (people, places, things its memories name), most mentioned first",
+              (_USER, _APP, Param("type", "string", "one type (person, npc, location...)"),
+               Param("name", "string", "those with a name or alias containing this"),
+               Param("limit", "integer", "page size"), Param("offset", "integer", "from the most mentioned")),
+              reply=EntityPage, errors=(400,)),
+    RouteSpec("/entities", "POST", "post_entity",
+              "Declare an entity (name, type, aliases): every memory naming it, stored or to come, "
+              "mentions it", body=PostEntity, reply=EntityChanged, errors=(400, 422)),
+    RouteSpec("/entities/{name}", "GET", "get_entity",
+              "One entity, by any of its names: its newest memories and strongest neighbours",
+              (_USER, _APP, Param("memories", "integer", "how many of its memories (20)"),
+               Param("neighbours", "integer", "how many neighbours (10)")),
+              reply=EntityDetail, errors=(400, 404)),
+    RouteSpec("/entities/{name}/related", "GET", "get_related",
+              "The entities within depth hops (1 or 2) of an entity, with the memories relating them",
+              (_USER, _APP, Param("depth", "integer", "1 or 2"), Param("limit", "integer", "how many (20)")),
+              reply=RelatedEntities, errors=(400, 404)),
+    RouteSpec("/entities/{name}/aliases", "POST", "post_aliases",
+              "Merge entities into this one: each name becomes its alias (a reversible alias record)",
+              body=PostAliases, reply=EntityChanged, errors=(400, 404, 422)),
+    RouteSpec("/entities/{name}/aliases/{alias}", "DELETE", "delete_alias",
+              "Unmerge: the alias (a merged name or declared alias) is its own entity again",
+              (_USER, _APP), reply=EntityChanged, errors=(400, 404)),
     *REMOTE_ROUTES,
     RouteSpec("/health", "GET", "health",
               "OK as text; the runtime's status as JSON to Accept: application/json",

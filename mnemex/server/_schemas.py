@@ -118,7 +118,9 @@ class Purged(msgspec.Struct, omit_defaults=True):
 
 class Health(msgspec.Struct, omit_defaults=True):
     """``GET /health`` asked for JSON (``Accept: application/json``); plain clients get ``OK``.
-    ``data_dir`` only to a request carrying the token."""
+    ``data_dir`` only to a request carrying the token. ``graph``: the entity graphs of
+    the scopes loaded now, summed (scopes, entities, mentions, relations, declared,
+    merges)."""
 
     status: str
     uptime_seconds: float
@@ -130,6 +132,26 @@ class Health(msgspec.Struct, omit_defaults=True):
     """Over the scopes loaded now (at most ``scopes_asked``): memories per category,
     memories the offline classifier, a caller or an extractor classified, scopes
     with a catalog of their own and scopes re-classifying."""
+    graph: dict[str, int] | None = None
+
+
+class PostEntity(msgspec.Struct, forbid_unknown_fields=True):
+    """``POST /entities``: declare an entity of (app_name, user_id): its name, type and
+    aliases (every memory naming one of them, stored or to come, mentions it)."""
+
+    user_id: str
+    app_name: str
+    name: str
+    type: str = "other"
+    aliases: list[str] = msgspec.field(default_factory=list)
+
+
+class PostAliases(msgspec.Struct, forbid_unknown_fields=True):
+    """``POST /entities/{name}/aliases``: make ``names`` aliases of the entity (merge)."""
+
+    user_id: str
+    app_name: str
+    names: list[str]
 
 
 # the server's section of Config, under the name earlier versions gave it
@@ -374,8 +396,9 @@ class MemoryIds(msgspec.Struct):
 
 
 class SearchHitOut(msgspec.Struct):
-    """``scope``: the part of its scope the memory belongs to (``global``,
-    ``campaign:ash``...)."""
+    """One hit; ``scope``: the part of its scope the memory belongs to (``global``,
+    ``campaign:ash``...); ``found_by``: the candidate lists that brought it
+    (fulltext, vector, date, graph: see ``mnemex.Hit``)."""
 
     id: str
     content: str
@@ -385,6 +408,7 @@ class SearchHitOut(msgspec.Struct):
     app_name: str
     memory: MemoryRecord
     scope: str = "global"
+    found_by: tuple[str, ...] = ()
 
 
 class SearchResults(msgspec.Struct, omit_defaults=True):

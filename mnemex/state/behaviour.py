@@ -63,6 +63,11 @@ class KeyValueState:
         self.values: dict[str, msgspec.Raw] = {}
         self.updated_at = 0.0
 
+    def live_bytes(self) -> int:
+        """An estimate of what this state holds while live, for the runtime's
+        ``kernel.max_live_bytes``: its keys and JSON values, and a constant per key."""
+        return 3_000 + sum(200 + len(key) + len(value) for key, value in self.values.items())
+
     def __repr__(self) -> str:
         return f"KeyValueState({self.key!r}, keys={len(self.values)})"
 

@@ -17,7 +17,7 @@ import pytest
 import mnemex
 from mnemex.lowlevel import ShutdownReport
 from mnemex.persistence import store as store_module
-from mnemex.persistence.snapshot import write_snapshot_files
+from mnemex.persistence.snapshot import write_snapshot_stream
 from mnemex.testing import Add, Get, counter_kind
 
 
@@ -26,9 +26,9 @@ def fail_snapshots_of(monkeypatch: pytest.MonkeyPatch, doomed: Callable[[Path], 
     def write(folder: Path, *args: Any, **kwargs: Any) -> None:
         if doomed(folder):
             raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
-        write_snapshot_files(folder, *args, **kwargs)
+        write_snapshot_stream(folder, *args, **kwargs)
 
-    monkeypatch.setattr(store_module, "write_snapshot_files", write)
+    monkeypatch.setattr(store_module, "write_snapshot_stream", write)
 
 
 def shutdown_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
@@ -134,13 +134,13 @@ async def test_actors_still_closing_when_the_shutdown_times_out_are_reported(
     def slow(folder: Path, *args: Any, **kwargs: Any) -> None:
         if folder.name == "slow":
             time.sleep(0.5)  # far past the shutdown's 0.05 s
-        write_snapshot_files(folder, *args, **kwargs)
+        write_snapshot_stream(folder, *args, **kwargs)
 
     cfg = mnemex.Config(data_dir=str(tmp_path), shutdown_timeout=0.05)
     async with mnemex.open_runtime(cfg, kinds=[counter_kind()]) as rt:
         await rt.ask("counter", "slow", Add(1))
         await rt.ask("counter", "fast", Add(1))
-        monkeypatch.setattr(store_module, "write_snapshot_files", slow)
+        monkeypatch.setattr(store_module, "write_snapshot_stream", slow)
     assert rt.shutdown_report == ShutdownReport(closed=1, snapshots=1, unfinished=1)
     [line] = shutdown_lines(caplog)
     assert line.levelno == logging.ERROR

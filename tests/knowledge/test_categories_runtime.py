@@ -11,6 +11,7 @@ from typing import Any
 import trio
 
 import mnemex
+from mnemex.knowledge.prompt import PROMPT_VERSION
 from mnemex.memories.categories import BATCH
 from waiting import eventually
 
@@ -100,7 +101,7 @@ async def test_the_llm_is_shown_the_catalog_and_its_confident_categories_are_kep
             assert "- favor_owed: Favours, debts and promises" in prompt and "- dice: Dice and rolls" in prompt
             owed, dice = [await scope.get(memory_id) for memory_id in done.added]
             assert (owed.categories, owed.category_confidences, owed.classified_by, owed.actor_id) == (
-                ("favor_owed",), (0.9,), "llm:fake-llm:x1", "gandros")
+                ("favor_owed",), (0.9,), f"llm:fake-llm:{PROMPT_VERSION}", "gandros")
             # the model's only category was not sure enough: the offline classifier chose
             assert "dice" in dice.categories and "lore" not in dice.categories
             assert dice.classified_by == "rules-classifier:c1"

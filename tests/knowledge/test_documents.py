@@ -20,6 +20,7 @@ from waiting import eventually
 import mnemex
 from mnemex.knowledge.chunks import Chunk, chunk_pages, title_of
 from mnemex.knowledge.documents import Page, ReadSettings, has_ocr, media_type_of, open_document
+from mnemex.persistence.snapshot import sidecar_bytes
 from mnemex.testing import FakeLLM, text_pdf
 
 OCR_MISSING = ("OCR is not installed here (pip install 'mnemex[ocr]' and apt-get install tesseract-ocr): "
@@ -471,7 +472,7 @@ async def test_facts_extracted_from_a_document_name_it_and_go_with_it(tmp_path: 
         assert llm.calls == (chunks + 1) // 2
         [fact] = (await scope.memories({"kind": "fact"})).memories
         assert fact.content == "Gandros owes the party a favour."
-        assert fact.session_id == f"doc:{report.document.id}" and fact.extractor == "llm:fake:x1"
+        assert fact.session_id == f"doc:{report.document.id}" and fact.extractor == "llm:fake:x2"
         [source] = fact.sources
         assert (source.document, source.chunk, source.first, source.last) == (report.document.id, 1, 1, 1)
         prompt = llm.requests[0]["messages"][1]["content"]
@@ -533,7 +534,8 @@ def test_document_commands_are_journaled_and_replay_to_the_same_scope() -> None:
     data = live.snapshot()
     records = data.records() if callable(data.records) else data.records
     sidecars = data.sidecars() if callable(data.sidecars) else data.sidecars or {}
-    restored = ScopeMemory.restore(("campaign", "gm"), Image(list(records), data.extra, sidecars),
+    blobs = {name: sidecar_bytes(blob) for name, blob in sidecars.items()}
+    restored = ScopeMemory.restore(("campaign", "gm"), Image(list(records), data.extra, blobs),
                                    ScopeSettings())
     assert replies(restored, GetDocuments()) == replies(live, GetDocuments())
 

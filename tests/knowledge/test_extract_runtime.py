@@ -41,13 +41,13 @@ async def test_extract_stores_the_facts_once_and_replay_needs_no_call(tmp_path: 
                                   {"role": "assistant", "content": "Lisbon is lovely!"}])
         done = await rt.extract("assistant", "s1", user_id="ana", app_name="chat")
         assert done.status == "committed" and (done.first, done.upto) == (0, 2) and len(done.added) == 1
-        assert done.extractor == "llm:fake-llm:x1" and done.usage.total_tokens == 150 and done.usage.calls == 1
+        assert done.extractor == "llm:fake-llm:x2" and done.usage.total_tokens == 150 and done.usage.calls == 1
         again = await rt.extract("assistant", "s1", user_id="ana", app_name="chat")
         assert again.status == "nothing_new"
         assert llm.calls == 1
         scope = rt.scope(user_id="ana", app_name="chat")
         [memory] = (await scope.memories()).memories
-        assert memory.content == "The user lives in Lisbon." and memory.extractor == "llm:fake-llm:x1"
+        assert memory.content == "The user lives in Lisbon." and memory.extractor == "llm:fake-llm:x2"
         assert memory.sources[0].session_id == "s1" and memory.entities == ("Lisbon",)
     settings = config(tmp_path, llm)
     llm.close()  # nothing may call it from here on

@@ -13,13 +13,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from mnemex.effects import Image, Job, Step
+from mnemex.effects import Image, Job, SnapshotData, Step
 from mnemex.index import Tokenizer, normalize_phrase, words
 from mnemex.memories.behaviour import ScopeMemory, ScopeSettings
 from mnemex.memories.filters import compile_filter
 from mnemex.memories.protocol import MemoryRecord, NewMemory, Remember, Search
 from mnemex.memories.snapshot import encode_vector
 from mnemex.models.hashing import HashingEmbedder
+from mnemex.persistence.snapshot import sidecar_bytes
 
 EMBEDDER = HashingEmbedder(dim=32)
 KEY = ("app", "user")
@@ -44,8 +45,10 @@ def run_work(work: Any) -> Any:
 
 
 def settings(**overrides: Any) -> ScopeSettings:
+    # the brute-force references model the ranking without the entity graph's query
+    # expansion (tests/knowledge/test_entity_graph.py checks expansion against it)
     base = ScopeSettings(embedder_name=EMBEDDER.name, embedder_dim=EMBEDDER.dim, embed=embed,
-                         hnsw_threshold=10_000, fusion_candidates=1000)
+                         hnsw_threshold=10_000, fusion_candidates=1000, expansion=False)
     return replace(base, **overrides)
 
 
@@ -99,18 +102,28 @@ class Driver:
             self.send(job.deliver(result))
 
 
-def snapshot_image(memory: ScopeMemory) -> Image:
-    data = memory.snapshot()
-    records = list(data.records() if callable(data.records) else data.records)
-    sidecars = data.sidecars() if callable(data.sidecars) else (data.sidecars or {})
-    return Image(records, dict(data.extra), dict(sidecars))
+def image_of(data: SnapshotData, *, optional: bool = True) -> Image:
+    """The Image a store would give back for ``data`` (sidecar writers run into bytes);
+    ``optional=False`` leaves out every sidecar but the required ones."""
+    try:
+        records = list(data.records() if callable(data.records) else data.records)
+        sidecars = data.sidecars() if callable(data.sidecars) else (data.sidecars or {})
+        blobs = {name: sidecar_bytes(blob) for name, blob in sidecars.items()
+                 if optional or name in data.required}
+    finally:
+        if data.done is not None:
+            data.done()
+    return Image(records, dict(data.extra), blobs)
+
+
+def snapshot_image(memory: ScopeMemory, *, optional: bool = True) -> Image:
+    return image_of(memory.snapshot(), optional=optional)
 
 
 def restored(memory: ScopeMemory, *, sidecars: bool = True) -> ScopeMemory:
-    image = snapshot_image(memory)
-    if not sidecars:
-        image = Image(image.records, image.extra, {})
-    return ScopeMemory.restore(KEY, image, memory.settings)
+    """``memory`` restored from its snapshot; ``sidecars=False``: from its lines and
+    the sidecars it cannot do without (the vectors) only."""
+    return ScopeMemory.restore(KEY, snapshot_image(memory, optional=sidecars), memory.settings)
 
 
 # -- brute force -------------------------------------------------------------------------------

@@ -8,10 +8,11 @@ from typing import Any
 import msgspec
 import numpy as np
 import pytest
-from scope_support import EMBEDDER, KEY, Driver, restored, settings, snapshot_image
+from scope_support import EMBEDDER, KEY, Driver, image_of, restored, settings, snapshot_image
 
 import mnemex
 from mnemex.effects import Image
+from mnemex.index.vector import read_vectors_file
 from mnemex.memories.behaviour import GraphReady, ScopeMemory, is_scope_write, scope_codec
 from mnemex.memories.protocol import (
     AddSession,
@@ -411,12 +412,24 @@ def test_restore_gives_the_same_state_and_the_same_results() -> None:
     assert again.memory.doc_of == d.memory.doc_of
 
 
-def test_snapshot_lines_are_json_and_carry_the_vectors() -> None:
+def test_snapshot_lines_are_json_and_the_vectors_raw_in_a_required_sidecar() -> None:
     d = corpus_driver()
-    image = snapshot_image(d.memory)
-    assert image.extra["count"] == 6 and image.extra["embedder"] == EMBEDDER.name
+    data = d.memory.snapshot()
+    assert data.required == {"vectors2"}
+    image = image_of(data)
+    assert image.extra["count"] == 6 and image.extra["embedder"] == EMBEDDER.name and image.extra["format"] == 2
     first = msgspec.json.decode(image.records[0])
-    assert set(first) == {"d", "m", "v"} and first["m"]["id"] == "c0"
+    assert set(first) == {"d", "m"} and first["m"]["id"] == "c0"
+    ids, rows = read_vectors_file(image.sidecars["vectors2"])
+    assert d.memory.vectors is not None and sorted(ids.tolist()) == d.memory.vectors.doc_ids()
+    assert np.array_equal(rows, d.memory.vectors.vectors(ids))
+    # the lines and the vectors alone restore the scope
+    alone = ScopeMemory.restore(KEY, Image(image.records, image.extra, {"vectors2": image.sidecars["vectors2"]}),
+                                d.memory.settings)
+    assert state(alone) == state(d.memory)
+    # without the vectors a snapshot of memories cannot be restored (the store never hands one over)
+    with pytest.raises(ValueError, match="vectors sidecar is missing"):
+        ScopeMemory.restore(KEY, Image(image.records, image.extra, {}), d.memory.settings)
 
 
 def test_the_records_sidecar_stands_in_for_the_lines_and_a_bad_one_is_passed_over(
@@ -424,22 +437,23 @@ def test_the_records_sidecar_stands_in_for_the_lines_and_a_bad_one_is_passed_ove
     d = corpus_driver()
     d.send(Forget(ids=["c1"], now=d.tick()))
     image = snapshot_image(d.memory)
-    assert "records" in image.sidecars
+    assert "records2" in image.sidecars
     expected = state(d.memory)
     # the sidecar alone: the lines are not read (here: not even there) ...
     assert state(ScopeMemory.restore(KEY, Image([], image.extra, image.sidecars), d.memory.settings)) == expected
-    # ... unless the vectors sidecar is unusable too: then the lines' vectors, by doc
-    no_vectors = {name: blob for name, blob in image.sidecars.items() if name != "vectors"}
-    restored_memory = ScopeMemory.restore(KEY, Image(list(reversed(image.records)), image.extra, no_vectors),
+    # ... and without it the lines, in any order, with the vectors by doc
+    no_records = {name: blob for name, blob in image.sidecars.items() if name != "records2"}
+    restored_memory = ScopeMemory.restore(KEY, Image(list(reversed(image.records)), image.extra, no_records),
                                           d.memory.settings)
     assert state(restored_memory) == expected
     assert [h.memory.id for h in Driver(restored_memory).search("camping", "vector", min_score=-1).hits] == \
         [h.memory.id for h in d.search("camping", "vector", min_score=-1).hits]
     # a records sidecar that does not decode, or holds other counts, is passed over for the lines
-    short = msgspec.msgpack.encode([[0], [], []])
-    for bad in (image.sidecars["records"][:-3], short):
+    one = msgspec.msgpack.encode([[0], []])
+    short = len(one).to_bytes(4, "little") + one
+    for bad in (image.sidecars["records2"][:-3], short):
         with caplog.at_level("INFO"):
-            other = ScopeMemory.restore(KEY, Image(image.records, image.extra, {**image.sidecars, "records": bad}),
+            other = ScopeMemory.restore(KEY, Image(image.records, image.extra, {**image.sidecars, "records2": bad}),
                                         d.memory.settings)
         assert state(other) == expected
     assert caplog.text.count("records sidecar") == 2
@@ -543,13 +557,12 @@ def test_text_index_sidecars_load_and_a_bad_or_stale_one_is_rebuilt(caplog: pyte
         assert results(ScopeMemory.restore(KEY, Image(image.records, image.extra, damaged),
                                            driver.memory.settings)) == expected
     assert "text-index sidecars not used" in caplog.text
-    # a vectors sidecar that does not match is passed over for the JSONL's own vectors
-    assert "vectors" in image.sidecars
-    for bad in (image.sidecars["vectors"][:-4], (3).to_bytes(8, "little") + image.sidecars["vectors"][8:]):
-        other = Image(image.records, image.extra, {**image.sidecars, "vectors": bad})
-        memory = ScopeMemory.restore(KEY, other, driver.memory.settings)
-        assert [h.memory.id for h in Driver(memory).search("tea Oslo", mode="vector", min_score=-1).hits] == \
-            [h.memory.id for h in driver.search("tea Oslo", mode="vector", min_score=-1).hits]
+    # a vectors sidecar that is not one is an error (the store's checksum keeps damaged ones away)
+    vectors = image.sidecars["vectors2"]
+    for bad in (vectors[:-4], b"MNXVEC00" + vectors[8:]):
+        other = Image(image.records, image.extra, {**image.sidecars, "vectors2": bad})
+        with pytest.raises(ValueError, match="vectors file"):
+            ScopeMemory.restore(KEY, other, driver.memory.settings)
     # other BM25 settings: the sidecar is stale, the indexes are rebuilt with the new ones
     changed = settings(context_weight=0.9)
     fresh = ScopeMemory.restore(KEY, image, changed)

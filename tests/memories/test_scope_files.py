@@ -35,18 +35,24 @@ def test_a_restored_scope_keeps_no_snapshot_file_mapped(tmp_path: Path) -> None:
     data = driver.memory.snapshot()
     assert callable(data.records) and callable(data.sidecars)
     sidecars = data.sidecars()
-    assert {"records", "vectors", "hnsw", "keyword", "bm25"} <= set(sidecars)
+    assert {"records2", "vectors2", "hnswlib", "hnswmeta", "keyword", "bm25"} <= set(sidecars)
+    assert data.required == {"vectors2"}
     store = FileStore(tmp_path, "scope", KEY)
-    store.write_snapshot(7, 1_000, data.records(), created=2_000, extra=dict(data.extra), sidecars=sidecars)
+    store.write_snapshot(7, 1_000, data.records(), created=2_000, extra=dict(data.extra), sidecars=sidecars,
+                         required=data.required)
+    assert data.done is not None
+    data.done()
 
     before = open_descriptors()
     recovered = store.recover()
     assert mapped_snapshot_files()  # read by mapping
-    assert set(recovered.sidecars) == set(sidecars)
-    assert all(bytes(recovered.sidecars[name]) == blob for name, blob in sidecars.items())
+    assert set(recovered.sidecars) == set(sidecars) == set(recovered.sidecar_paths)
+    for name, blob in sidecars.items():
+        if isinstance(blob, bytes):
+            assert bytes(recovered.sidecars[name]) == blob
     assert recovered.header is not None
-    memory = ScopeMemory.restore(KEY, Image(recovered.records, recovered.header.extra, recovered.sidecars),
-                                 driver.memory.settings)
+    memory = ScopeMemory.restore(KEY, Image(recovered.records, recovered.header.extra, recovered.sidecars,
+                                            recovered.sidecar_paths), driver.memory.settings)
     assert memory.vectors is not None and memory.vectors.sidecar_status == "loaded"
     del recovered
     gc.collect()

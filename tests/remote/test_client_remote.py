@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import config_at, served, url_of
+from remote_servers import config_at, served, url_of
 
 import mnemex
 import mnemex.lowlevel

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 import pytest
-from conftest import config_at, served, url_of
+from remote_servers import config_at, served, url_of
 
 import mnemex
 

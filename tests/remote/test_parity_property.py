@@ -11,8 +11,8 @@ from typing import Any
 import hypothesis.strategies as st
 import pytest
 import trio
-from conftest import config_at, served, url_of
 from hypothesis import HealthCheck, given, settings
+from remote_servers import config_at, served, url_of
 from test_parity import hits, plain
 
 import mnemex

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import msgspec
 import pytest
-from conftest import config_at, running, url_of
+from remote_servers import config_at, running, url_of
 
 import mnemex
 from mnemex.conversations import protocol as agents

@@ -1,0 +1,215 @@
+"""Entity names in a text without a model: the offline half of the entity graph.
+
+``mentions(text, author)`` finds the names a memory mentions with a few patterns
+that need no LLM, a short list of common words and the English words of the
+package's WordPiece vocabulary:
+
+* a speaker label at the start (``"Caroline: ..."``) names a person;
+* runs of capitalised words (``"Gandros"``, ``"Black Tower"``, ``"Lord of Ash"``:
+  ``of``/``the``/``de``... may join two of them, ``and``/``for`` a longer name);
+  a single word opening a sentence is no name when it is a common word
+  (``"Yeah"``, ``"Thanks"``) or a verb form, and only a *weak* one when it is an
+  English word (``"Appreciate"``: it counts where another memory writes it as a
+  name);
+* acronyms (``"NASA"``, ``"LGBTQ+"``): two to eight capitals, digits after them;
+* possessives are the name (``"Gandros's"`` is ``"Gandros"``).
+
+Names are compared by their *key* (:func:`name_key`): the normalised words of the
+name (as the full-text tokenizer makes them) without a leading article or a
+trailing possessive, so ``"the Wizard"``, ``"wizard"`` and ``"WIZARD's"`` are one
+name. :func:`initials` gives the acronym a multi-word name would have, which lets
+``"NASA"`` and ``"National Aeronautics and Space Administration"`` resolve to one
+entity (``knowledge.graph``).
+
+Pure functions: no clock, no I/O, the same answer for the same text.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import re
+from typing import Final, NamedTuple
+
+from mnemex.index import ENGLISH_STOP_WORDS, normalize_phrase
+
+__all__ = ["ARTICLES", "COMMON_CAPITALISED", "DETECTION_VERSION", "Mention", "initials", "is_acronym",
+           "mentions", "name_key"]
+
+DETECTION_VERSION: Final = 1
+"""Changes whenever ``mentions`` or ``name_key`` would answer differently for some
+text: a graph sidecar of another version is not used (the mentions are found again)."""
+
+ARTICLES: Final = frozenset({"the", "a", "an"})
+"""Words a name key never starts with."""
+
+_JOINERS: Final = frozenset({"of", "the", "de", "du", "la", "le", "von", "van", "der", "da", "di"})
+"""Small words inside a name (``Lord of the Rings``); ``and`` parts two names."""
+_LONG_JOINERS: Final = frozenset({"and", "for"})
+"""Joiners inside a name of two words or more only (``National Aeronautics and Space
+Administration``), where ``Luna and Oliver`` are two."""
+_INITIAL_SKIPS: Final = _JOINERS | _LONG_JOINERS | {"&"}
+
+_COMMON_WORDS: Final = """
+yeah yes yep yup no nope ok okay oh ah aw aww wow hey hi hello bye thanks thank congrats congratulations
+sure great awesome cool nice good bad well so just also really totally absolutely definitely wait
+sorry please lol haha hmm um uh omg gosh cheers welcome sounds glad love loved happy sad amazing
+that this these those there here it its what when where who why how which whatever anyway btw
+i i'm i've i'll i'd im ive me my mine we us our you your he him his she her they them their
+and but or if then because since though although while after before until unless maybe perhaps
+today tomorrow yesterday tonight morning evening night weekend week month year last next first
+monday tuesday wednesday thursday friday saturday sunday january february march april may june july
+august september october november december mr mrs ms dr sir madam mom mum dad mother father
+sounds looks seems feels thinks wanted want like liked take took make made do did does done
+let lets let's can could would should will shall must might have has had having be been being
+is are was were am not never always sometimes often every all any some many much more most
+one two three four five six seven eight nine ten new old big small little best better
+right left true false exactly indeed actually honestly seriously speaking talking
+"""
+COMMON_CAPITALISED: Final = frozenset(_COMMON_WORDS.split())
+"""Capitalised words that begin sentences without being names (with the stop words)."""
+
+_TOKEN = re.compile(r"[^\W_][\w'\u2019\-+&.]*", re.UNICODE)
+_SPEAKER = re.compile(r"^\s*([A-Z][\w'\u2019\-]*(?:\s+[A-Z][\w'\u2019\-]*){0,2})\s*:\s")
+_SENTENCE_END = re.compile(r"[.!?…:;\"“”()\[\]]\s*$")
+_ACRONYM = re.compile(r"^[A-Z][A-Z0-9&]{1,7}\+?$")
+_POSSESSIVE = re.compile(r"['\u2019]s?$")
+
+
+class Mention(NamedTuple):
+    """One name in a text: as written (``surface``, possessive cut) and its ``kind``:
+    ``speaker`` (a label ``"Name: "`` at the start, or the author), ``acronym``,
+    ``name``, or ``weak``: one capitalised word opening a sentence, which may be
+    any word (``"Appreciate it!"``): the graph counts it only for a name that some
+    memory writes as one elsewhere (a word of no English vocabulary, ``Gandros``, is a
+  ``name`` there too)."""
+
+    surface: str
+    kind: str
+
+
+def name_key(name: str, *, fold_accents: bool = True) -> str:
+    """The form names are compared in: normalised words, no leading article, no
+    trailing possessive ``s``; empty when nothing is left."""
+    parts = normalize_phrase(_POSSESSIVE.sub("", name.strip()), fold_accents=fold_accents).split(" ")
+    while parts and parts[0] in ARTICLES:
+        parts = parts[1:]
+    if len(parts) > 1 and parts[-1] == "s":
+        parts = parts[:-1]
+    return " ".join(p for p in parts if p)
+
+
+def is_acronym(surface: str) -> bool:
+    return bool(_ACRONYM.match(surface)) and sum(c.isalpha() for c in surface) >= 2
+
+
+def initials(key: str) -> str:
+    """The acronym of a multi-word name key (the first letters of its words but the
+    joiners): ``"national aeronautics and space administration"`` -> ``"nasa"``;
+    empty for a name of one word."""
+    parts = [p for p in key.split(" ") if p and p not in _INITIAL_SKIPS]
+    return "".join(p[0] for p in parts) if len(parts) >= 2 else ""
+
+
+def _clean(token: str) -> str:
+    token = token.rstrip(".-&")
+    return _POSSESSIVE.sub("", token) if len(token) > 2 else token
+
+
+def _is_capitalised(token: str) -> bool:
+    return token[:1].isupper()
+
+
+@functools.cache
+def _known_words() -> frozenset[str]:
+    """Common English words: the whole words of BERT's uncased vocabulary (the
+    package's data/vocab.txt), about 20,000 of them. A capitalised word opening a
+    sentence that is none of them (``Gandros``) is taken for a name at once."""
+    text = (importlib.resources.files("mnemex") / "data" / "vocab.txt").read_text(encoding="utf-8")
+    return frozenset(line for line in text.splitlines() if line.isalpha() and line.islower())
+
+
+def _name_like(word: str) -> bool:
+    """Whether a capitalised word opening a sentence may be a name: not a verb or
+    adverb form (``Working``, ``Loved``, ``Honestly``), not too short."""
+    low = word.lower()
+    return len(word) > 2 and not low.endswith(("ing", "ed", "ly", "'s", "n't"))
+
+
+def _common(token: str) -> bool:
+    low = token.lower().replace("\u2019", "'")
+    return low in COMMON_CAPITALISED or low in ENGLISH_STOP_WORDS
+
+
+def mentions(text: str, author: str | None = None, *, max_words: int = 6) -> list[Mention]:
+    """The names ``text`` mentions, in order of first appearance, each once (by
+    surface). ``author``, when it is a capitalised name, is a speaker too."""
+    found: dict[str, Mention] = {}
+
+    def note(surface: str, kind: str) -> None:
+        surface = surface.strip()
+        if surface and name_key(surface) and surface not in found:
+            found[surface] = Mention(surface, kind)
+
+    if author and _is_capitalised(author.strip()) and not _common(author.strip()):
+        note(author, "speaker")
+    speaker = _SPEAKER.match(text)
+    start = 0
+    if speaker:
+        note(speaker.group(1), "speaker")
+        start = speaker.end()
+    run: list[str] = []
+    run_at_start = False
+    sentence_start = True
+
+    def close() -> None:
+        nonlocal run
+        while run and (run[-1].lower() in _JOINERS or run[-1].lower() in _LONG_JOINERS):
+            run.pop()
+        if run:
+            if len(run) == 1:
+                word = run[0]
+                if is_acronym(word):
+                    note(word, "acronym")
+                elif not _common(word) and not run_at_start:
+                    note(word, "name")
+                elif not _common(word) and _name_like(word):
+                    # a known word opening a sentence is a name only if written so elsewhere too
+                    note(word, "weak" if word.lower() in _known_words() else "name")
+            else:
+                while run and _common(run[0]) and run_at_start:
+                    run = run[1:]
+                if len(run) == 1:
+                    if not _common(run[0]):
+                        note(run[0], "acronym" if is_acronym(run[0]) else "name")
+                elif run:
+                    note(" ".join(run[:max_words]), "name")
+        run = []
+
+    previous_end = start
+    for match in _TOKEN.finditer(text, start):
+        gap = text[previous_end:match.start()]
+        previous_end = match.end()
+        raw = match.group(0)
+        ends_sentence = raw.endswith((".", "!", "?")) and not is_acronym(raw.rstrip("."))
+        token = _clean(raw)
+        if _SENTENCE_END.search(gap) or (gap.strip(" \t") not in ("", "-") and run):
+            close()
+        if gap and re.search(r"[.!?…]\s*$|\n", gap):
+            sentence_start = True
+        if run and token and _common(token) and token.lower() not in _JOINERS and \
+                not (len(run) >= 2 and token.lower() in _LONG_JOINERS):
+            close()  # "Knowing I'm", "OK They're": a common word ends a name
+            run_at_start = False
+        if token and (_is_capitalised(token) or (run and token.lower() in _JOINERS)
+                      or (len(run) >= 2 and token.lower() in _LONG_JOINERS)):
+            if not run:
+                run_at_start = sentence_start
+            run.append(token)
+        else:
+            close()
+        sentence_start = ends_sentence
+        if ends_sentence:
+            close()
+    close()
+    return list(found.values())

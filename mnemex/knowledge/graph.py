@@ -1,0 +1,699 @@
+"""The entity graph of a scope: who and what its memories mention, and how they relate.
+
+Two kinds of state, kept apart:
+
+* **derived** from the memories, rebuilt from the records whenever a scope is
+  restored (so it never disagrees with them): each memory's *mentions*, the name
+  keys (:func:`~mnemex.knowledge.entities.name_key`) of the entities it names in
+  its ``entities`` field (from the caller or the extractor), found in its text by
+  the offline patterns (:mod:`mnemex.knowledge.entities`, when ``detect``), and
+  found by the gazetteer: the declared entities' names and aliases, matched in
+  the text with one Aho-Corasick pass;
+* **journaled**: declared entities (a name, a type, aliases: what an app knows
+  of its cast, e.g. a game master's NPCs) and merges (alias records: ``name`` is
+  ``into``), each undone by an unmerge. Their order is kept, so resolution is the
+  same after a restart.
+
+Resolution joins name keys into entities, deterministically and all at once over
+the current names (so the order memories arrived in never matters): keys equal
+but for spaces and hyphens (``"black-tower"``, ``"blacktower"``), a key one letter
+longer than another of at least six letters (a typo: ``"gandross"``), an acronym
+and the multi-word name whose initials it is (``"nasa"`` and ``"national
+aeronautics and space administration"``), a declared entity and its aliases,
+and the merges. Each entity is named by its representative key: the declared
+one, else the merge target, else the name it speaks under most, else its most
+mentioned name.
+
+Edges: a memory mentions an entity; two entities relate when one memory mentions
+both (the memory states the relation; the edge's weight is how many do). Queries
+(``find``, ``neighbours``, ``related``, ``expansion``) read the graph; none of
+them changes it. Nothing here reads a clock or does I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import ahocorasick
+import msgspec
+
+from mnemex.index import normalize_phrase
+from mnemex.knowledge.entities import DETECTION_VERSION, initials, is_acronym, mentions, name_key
+
+__all__ = ["DEFAULT_TYPE", "Declared", "EntityGraph", "Expansion", "Merge"]
+
+DEFAULT_TYPE: Final = "other"
+"""The type of an entity nobody declared and nothing typed (speakers are ``person``)."""
+
+_MIN_TYPO_LENGTH: Final = 6
+_STRONG: Final = 1
+_SPEAKER: Final = 2
+_ACRONYM: Final = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Declared:
+    """An entity an app declared: its name as written, type, aliases as written."""
+
+    name: str
+    type: str = DEFAULT_TYPE
+    aliases: tuple[str, ...] = ()
+    at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Merge:
+    """An alias record: the entity of ``name`` is the entity of ``into`` (undone by an
+    unmerge of ``name``)."""
+
+    name: str
+    into: str
+    at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Expansion:
+    """What the graph adds to a query: the entities it names (representative keys),
+    their other names (``aliases``), the names of their strongest neighbours and the
+    docs that mention them."""
+
+    entities: tuple[str, ...]
+    aliases: tuple[str, ...]
+    neighbours: tuple[str, ...]
+    docs: frozenset[int]
+    spoken: frozenset[int] = frozenset()
+    """Of ``docs``, those whose speaker (or author) is a named entity."""
+    each: tuple[tuple[frozenset[int], frozenset[int]], ...] = ()
+    named_words: frozenset[str] = frozenset()
+    """The query's words that name the entities (normalised)."""
+    """Per named entity: the docs that mention it, and those it says."""
+
+    def lift(self, doc: int, mention_only: float) -> float:
+        """How much of the query's entities a doc is about, 0..1: the mean over the
+        named entities of 1 (it says it), ``mention_only`` (it names it: 1 for an
+        entity that says no memory) or 0."""
+        if not self.each:
+            return 0.0
+        total = 0.0
+        for mentioning, saying in self.each:
+            if doc in saying:
+                total += 1.0
+            elif doc in mentioning:  # an entity that never speaks is only ever named
+                total += mention_only if saying else 1.0
+        return total / len(self.each)
+
+
+@dataclass(slots=True)
+class _Resolution:
+    root: dict[str, str] = field(default_factory=dict)          # key -> representative key
+    members: dict[str, list[str]] = field(default_factory=dict)  # representative -> keys, sorted
+
+
+class EntityGraph:
+    """The entity graph of one scope; see the module doc."""
+
+    def __init__(self, *, detect: bool = True, fold_accents: bool = True) -> None:
+        self.detect = detect
+        self.fold_accents = fold_accents
+        self._doc_names: dict[int, tuple[str, ...]] = {}
+        self._doc_flags: dict[int, tuple[int, ...]] = {}  # per name of a doc: _STRONG | _SPEAKER | _ACRONYM
+        self._doc_surfaces: dict[int, tuple[str, ...]] = {}  # per name of a doc: as written ("": gazetteer)
+        self._name_docs: dict[str, set[int]] = {}
+        self._surfaces: dict[str, Counter[str]] = {}
+        self._strong: Counter[str] = Counter()       # docs naming a key otherwise than as a weak mention
+        self._speakers: Counter[str] = Counter()     # docs naming a key as their speaker
+        self._acronyms: Counter[str] = Counter()     # docs writing a key as an acronym
+        self.declared: dict[str, Declared] = {}      # key -> declaration, in declaration order
+        self.merges: dict[str, Merge] = {}           # key of name -> merge, in merge order
+        self.types: dict[str, dict[str, int]] = {}   # key -> type -> times an extractor gave it
+        self._gazetteer: ahocorasick.Automaton | None = None
+        self._groups: list[list[str]] | None = None   # how names group: changes with the names
+        self._resolution: _Resolution | None = None   # groups with representatives: with the counts
+        self._finder: ahocorasick.Automaton | None = None
+        self._changes = 0  # memories added or removed: what the relation count depends on
+        self._resolutions = 0
+        self._relations: tuple[tuple[int, int], int] | None = None
+
+    def __len__(self) -> int:
+        """How many entities the graph holds."""
+        return len(self._resolved().members)
+
+    def __bool__(self) -> bool:
+        """Whether the graph has an entity (cheap: no resolution)."""
+        return bool(self._strong) or bool(self.declared)
+
+    @property
+    def mentions(self) -> int:
+        """Memory-mentions-entity edges (a memory naming two names of one entity counts twice)."""
+        root = self._resolved().root
+        return sum(key in root for names in self._doc_names.values() for key in names)
+
+    def key(self, name: str) -> str:
+        return name_key(name, fold_accents=self.fold_accents)
+
+    # -- derived: the mentions of each memory ---------------------------------------------------
+    def add(self, doc: int, content: str, author: str | None = None, entities: Iterable[str] = ()) -> None:
+        """Index the mentions of memory ``doc`` (replacing what it had)."""
+        if doc in self._doc_names:
+            self.remove(doc)
+        self._changes += 1
+        keys: dict[str, tuple[int, str]] = {}
+        for name in entities:
+            self._note(keys, name, "entity")
+        if self.detect:
+            for mention in mentions(content, author):
+                self._note(keys, mention.surface, mention.kind)
+        if self.declared:
+            for key in self._gazetteer_find(content):
+                flag, surface = keys.get(key, (0, ""))
+                keys[key] = (flag | _STRONG, surface)
+        if keys:
+            self._place(doc, keys)
+
+    def _place(self, doc: int, keys: Mapping[str, tuple[int, str]]) -> None:
+        """Index the mentions of ``doc`` (key -> (flags, spelling))."""
+        self._changes += 1
+        self._resolution = None  # mention counts choose the representatives
+        self._doc_names[doc] = tuple(keys)
+        self._doc_flags[doc] = tuple(flag for flag, _ in keys.values())
+        self._doc_surfaces[doc] = tuple(surface for _, surface in keys.values())
+        for key, (flag, surface) in keys.items():
+            self._count(key, flag, 1)
+            if surface:
+                self._surfaces.setdefault(key, Counter())[surface] += 1
+            self._name_docs.setdefault(key, set()).add(doc)
+
+    def _note(self, keys: dict[str, tuple[int, str]], surface: str, kind: str) -> None:
+        key = self.key(surface)
+        if len(key) < 2:
+            return
+        flag = 0 if kind == "weak" else _STRONG
+        if kind == "speaker":
+            flag |= _SPEAKER
+        elif kind == "acronym" or is_acronym(surface.strip()):
+            flag |= _ACRONYM
+        had, written = keys.get(key, (0, ""))
+        keys[key] = (had | flag, written or surface.strip())
+
+    def _count(self, key: str, flag: int, step: int) -> None:
+        """Count a doc's mention of ``key`` in (or out); a key's first or last strong,
+        speaker or acronym mention changes how names group."""
+        for bit, counter in ((_STRONG, self._strong), (_SPEAKER, self._speakers), (_ACRONYM, self._acronyms)):
+            if flag & bit:
+                counter[key] += step
+                if counter[key] <= 0:
+                    del counter[key]
+                    self._regroup()
+                elif step > 0 and counter[key] == 1:
+                    self._regroup()
+
+    def _regroup(self) -> None:
+        self._groups = None
+        self._resolution = self._finder = None
+
+    def remove(self, doc: int) -> None:
+        names = self._doc_names.pop(doc, None)
+        if names is None:
+            return
+        self._changes += 1
+        self._resolution = None
+        flags, surfaces = self._doc_flags.pop(doc), self._doc_surfaces.pop(doc)
+        for key, flag, surface in zip(names, flags, surfaces, strict=True):
+            self._count(key, flag, -1)
+            written = self._surfaces.get(key)
+            if surface and written is not None:
+                written[surface] -= 1
+                if written[surface] <= 0:
+                    del written[surface]
+                if not written:
+                    del self._surfaces[key]
+            holders = self._name_docs[key]
+            holders.discard(doc)
+            if not holders:
+                del self._name_docs[key]
+
+    def names_of(self, doc: int) -> tuple[str, ...]:
+        return self._doc_names.get(doc, ())
+
+    def rebuild(self, items: Iterable[tuple[int, str, str | None, Sequence[str]]]) -> None:
+        """Index every memory again (after the gazetteer changed): (doc, content,
+        author, entities) of each."""
+        self._doc_names.clear()
+        self._doc_flags.clear()
+        self._doc_surfaces.clear()
+        self._strong.clear()
+        self._name_docs.clear()
+        self._surfaces.clear()
+        self._speakers.clear()
+        self._acronyms.clear()
+        self._regroup()
+        for doc, content, author, entities in items:
+            self.add(doc, content, author, entities)
+
+    # -- journaled: declarations and merges -----------------------------------------------------
+    def declare(self, declared: Declared) -> None:
+        """Declare (or re-declare) an entity; the caller rebuilds the mentions after."""
+        key = self.key(declared.name)
+        self.declared[key] = declared
+        self._gazetteer = None
+        self._regroup()
+
+    def note_types(self, types: Mapping[str, str]) -> None:
+        """Types an extractor gave names (journaled with its facts): an entity's type
+        is the one given most often to its names, unless it was declared."""
+        for name, kind in types.items():
+            key = self.key(name)
+            if len(key) >= 2 and kind:
+                given = self.types.setdefault(key, {})
+                given[kind] = given.get(kind, 0) + 1
+
+    def merge(self, merge: Merge) -> None:
+        self.merges[self.key(merge.name)] = merge
+        self._regroup()
+
+    def unmerge(self, name: str) -> Merge | Declared | None:
+        """Undo what made ``name`` an alias: its merge record, or its place among a
+        declared entity's aliases (that declaration is returned changed); None when
+        neither did."""
+        key = self.key(name)
+        merge = self.merges.pop(key, None)
+        if merge is not None:
+            self._regroup()
+            return merge
+        for owner, declared in self.declared.items():
+            kept = tuple(alias for alias in declared.aliases if self.key(alias) != key)
+            if len(kept) != len(declared.aliases):
+                changed = Declared(declared.name, declared.type, kept, declared.at)
+                self.declared[owner] = changed
+                self._gazetteer = None
+                self._regroup()
+                return changed
+        return None
+
+    def _gazetteer_find(self, text: str) -> list[str]:
+        automaton = self._gazetteer
+        if automaton is None:
+            automaton = ahocorasick.Automaton()
+            for declared in self.declared.values():
+                for name in (declared.name, *declared.aliases):
+                    alias = self.key(name)
+                    if len(alias) >= 2:
+                        automaton.add_word(f" {alias} ", alias)
+            if len(automaton):
+                automaton.make_automaton()
+            self._gazetteer = automaton
+        if not len(automaton):
+            return []
+        haystack = f" {normalize_phrase(text, fold_accents=self.fold_accents)} "
+        return list(dict.fromkeys(key for _end, key in automaton.iter(haystack)))
+
+    # -- resolution ---------------------------------------------------------------------------
+    def _resolved(self) -> _Resolution:
+        if self._resolution is None:
+            self._resolution = self._resolve()
+            self._resolutions += 1
+        return self._resolution
+
+    def _resolve(self) -> _Resolution:
+        if self._groups is None:
+            self._groups = self._grouped()
+        merge_targets = {self.key(merge.into) for merge in self.merges.values()}
+        out = _Resolution()
+        for keys_of in self._groups:
+            representative = keys_of[0] if len(keys_of) == 1 else self._representative(keys_of, merge_targets)
+            out.members[representative] = keys_of
+            for key in keys_of:
+                out.root[key] = representative
+        return out
+
+    def _grouped(self) -> list[list[str]]:
+        """The name keys, grouped into entities (each group sorted)."""
+        keys: set[str] = set(self._strong)  # a name only ever met as a weak mention is no entity
+        for key, declared in self.declared.items():
+            keys.add(key)
+            keys.update(k for k in map(self.key, declared.aliases) if len(k) >= 2)
+        for key, merge in self.merges.items():
+            keys.add(key)
+            keys.add(self.key(merge.into))
+        keys.discard("")
+        parent = {key: key for key in keys}
+
+        def find(key: str) -> str:
+            while parent[key] != key:
+                parent[key] = parent[parent[key]]
+                key = parent[key]
+            return key
+
+        def union(a: str, b: str) -> None:
+            ra, rb = find(a), find(b)
+            if ra != rb:
+                parent[max(ra, rb)] = min(ra, rb)
+
+        ordered = sorted(keys)
+        compact: dict[str, str] = {}
+        for key in ordered:  # spaces and hyphens aside
+            squeezed = key.replace(" ", "")
+            if squeezed in compact:
+                union(compact[squeezed], key)
+            else:
+                compact[squeezed] = key
+        for key in ordered:  # one letter more: a typo of a long single-word name
+            if " " not in key and len(key) > _MIN_TYPO_LENGTH:
+                for i in range(len(key)):
+                    shorter = key[:i] + key[i + 1:]
+                    if shorter in parent and " " not in shorter:
+                        union(shorter, key)
+                        break
+        speakers = sorted(key for key in ordered if self._speakers.get(key) and " " not in key)
+        for key in ordered:  # a short form of exactly one person's name ("mel", "melanie")
+            if " " not in key and 3 <= len(key) <= 5 and not self._speakers.get(key):
+                longer = [name for name in speakers if len(name) > len(key) and name.startswith(key)]
+                if len(longer) == 1:
+                    union(key, longer[0])
+        acronyms = {key for key in ordered if self._acronyms.get(key)}
+        if acronyms:
+            for key in ordered:
+                if " " in key:
+                    letters = initials(key)
+                    if letters in acronyms:
+                        union(letters, key)
+        for key, declared in self.declared.items():
+            for alias in declared.aliases:
+                alias_key = self.key(alias)
+                if len(alias_key) >= 2:
+                    union(alias_key, key)
+        for key, merge in self.merges.items():
+            union(key, self.key(merge.into))
+        groups: dict[str, list[str]] = {}
+        for key in ordered:
+            groups.setdefault(find(key), []).append(key)
+        return list(groups.values())
+
+    def _representative(self, keys: list[str], merge_targets: set[str]) -> str:
+        declared = [key for key in self.declared if key in keys]
+        if declared:
+            return declared[0]
+        targets = [key for key in keys if key in merge_targets and key not in self.merges]
+        if targets:
+            return targets[0]
+        return min(keys, key=lambda key: (-self._speakers.get(key, 0), -len(self._name_docs.get(key, ())),
+                                          len(key), key))
+
+    def resolve(self, name: str) -> str | None:
+        """The entity (representative key) of a name or any alias; None when unknown."""
+        key = self.key(name)
+        return self._resolved().root.get(key) if key else None
+
+    def resolve_key(self, key: str) -> str:
+        """The entity of a name key the graph holds (the key itself when unknown)."""
+        return self._resolved().root.get(key, key)
+
+    def relations(self) -> int:
+        """Entity-relates-entity edges: the pairs of entities some memory names both
+        (counted again only after a change)."""
+        self._resolved()
+        state = (self._changes, self._resolutions)
+        if self._relations is not None and self._relations[0] == state:
+            return self._relations[1]
+        root = self._resolved().root
+        pairs: set[tuple[str, str]] = set()
+        for names in self._doc_names.values():
+            if len(names) > 1:
+                entities = sorted({root[key] for key in names if key in root})
+                pairs.update((a, b) for i, a in enumerate(entities) for b in entities[i + 1:])
+        self._relations = (state, len(pairs))
+        return len(pairs)
+
+    def entities(self) -> list[str]:
+        """Every entity's representative key, sorted."""
+        return sorted(self._resolved().members)
+
+    def keys_of(self, entity: str) -> list[str]:
+        return self._resolved().members.get(entity, [])
+
+    def docs_of(self, entity: str) -> set[int]:
+        """The memories that mention the entity by any of its names."""
+        docs: set[int] = set()
+        for key in self.keys_of(entity):
+            docs |= self._name_docs.get(key, set())
+        return docs
+
+    def actor_docs(self, actor_id: str) -> set[int]:
+        """The memories that mention the entity ``actor_id`` names, by any of its
+        names: an actor's memories through the graph (``scope.actor_memories``)."""
+        entity = self.resolve(actor_id)
+        return self.docs_of(entity) if entity is not None else set()
+
+    def spoken_by(self, entity: str) -> set[int]:
+        """The memories the entity is the speaker (or author) of."""
+        keys = set(self.keys_of(entity))
+        out: set[int] = set()
+        for key in keys:
+            if not self._speakers.get(key):
+                continue
+            for doc in self._name_docs.get(key, ()):
+                flags = self._doc_flags[doc]
+                if any(flag & _SPEAKER for name, flag in zip(self._doc_names[doc], flags, strict=True)
+                       if name == key):
+                    out.add(doc)
+        return out
+
+    def display_name(self, entity: str) -> str:
+        """How the entity is written: its declaration, else its representative key's
+        most frequent spelling."""
+        declared = self.declared.get(entity)
+        if declared is not None:
+            return declared.name
+        surfaces = self._surfaces.get(entity)
+        if surfaces:
+            return min(surfaces.items(), key=lambda item: (-item[1], item[0]))[0]
+        for merge in self.merges.values():
+            if self.key(merge.into) == entity:
+                return merge.into
+        return entity
+
+    def aliases(self, entity: str) -> list[str]:
+        """Every other way the entity is written (declared aliases, merged names,
+        spellings of its keys), without repeats of its display name."""
+        shown = self.display_name(entity)
+        out: dict[str, None] = {}
+        declared = self.declared.get(entity)
+        if declared is not None:
+            out.update(dict.fromkeys(declared.aliases))
+        for key in self.keys_of(entity):
+            surfaces = self._surfaces.get(key)
+            if surfaces:
+                out.update(dict.fromkeys(sorted(surfaces, key=lambda s: (-surfaces[s], s))))
+            else:
+                out.setdefault(self._written(key), None)
+        seen = {self.key(shown)}
+        kept = []
+        for alias in out:
+            alias_key = self.key(alias)
+            if alias_key not in seen:
+                seen.add(alias_key)
+                kept.append(alias)
+        return kept
+
+    def _written(self, key: str) -> str:
+        for merge in self.merges.values():
+            if self.key(merge.name) == key:
+                return merge.name
+            if self.key(merge.into) == key:
+                return merge.into
+        return key
+
+    def type_of(self, entity: str) -> str:
+        declared = self.declared.get(entity)
+        if declared is not None:
+            return declared.type
+        for key in self.keys_of(entity):
+            owner = self.declared.get(key)
+            if owner is not None:
+                return owner.type
+        given: Counter[str] = Counter()
+        for key in self.keys_of(entity):
+            given.update(self.types.get(key, {}))
+        if given:
+            return min(given.items(), key=lambda item: (-item[1], item[0]))[0]
+        if any(self._speakers.get(key) for key in self.keys_of(entity)):
+            return "person"
+        return DEFAULT_TYPE
+
+    # -- reading the graph ----------------------------------------------------------------------
+    def find(self, text: str) -> list[str]:
+        """The entities a text names (by any name or alias), in order of first match."""
+        automaton = self._finder
+        if automaton is None:
+            automaton = ahocorasick.Automaton()
+            for key in self._resolved().root:
+                automaton.add_word(f" {key} ", key)
+            if len(automaton):
+                automaton.make_automaton()
+            self._finder = automaton
+        if not len(automaton):
+            return []
+        haystack = f" {normalize_phrase(text, fold_accents=self.fold_accents)} "
+        found: dict[str, None] = {}
+        # the longest name wins where names overlap ("black tower" over "tower")
+        root = self._resolved().root
+        spans = sorted(((end - len(key), end, root[key]) for end, key in automaton.iter(haystack)),
+                       key=lambda span: (span[0], span[0] - span[1]))
+        reach = -1
+        for start, end, entity in spans:
+            if start >= reach:
+                found.setdefault(entity, None)
+                reach = end
+        return list(found)
+
+    def neighbours(self, entity: str, *, limit: int | None = None,
+                   total: int | None = None) -> list[tuple[str, int, list[int]]]:
+        """The entities that share a memory with ``entity``: (entity, how many memories
+        mention both, those memories, oldest doc first), strongest first: by shared
+        memories weighted by how specific the neighbour is (an entity every memory
+        names tells little), then by name."""
+        root = self._resolved().root
+        shared: dict[str, list[int]] = {}
+        for doc in sorted(self.docs_of(entity)):
+            for other in dict.fromkeys(root.get(key) for key in self._doc_names.get(doc, ())):
+                if other is not None and other != entity:
+                    shared.setdefault(other, []).append(doc)
+        if not shared:
+            return []
+        count = total if total is not None else max(1, len(self._doc_names))
+
+        def strength(item: tuple[str, list[int]]) -> tuple[float, str]:
+            other, docs = item
+            spread = max(1, sum(len(self._name_docs.get(key, ())) for key in self.keys_of(other)))
+            return -len(docs) * math.log(1.0 + count / spread), other
+
+        ranked = sorted(shared.items(), key=strength)
+        if limit is not None:
+            ranked = ranked[:limit]
+        return [(other, len(docs), docs) for other, docs in ranked]
+
+    def related(self, entity: str, depth: int = 1, *,
+                limit: int = 50) -> list[tuple[str, int, str, int]]:
+        """Entities within ``depth`` hops (1 or 2): (entity, hops, the entity it is
+        reached through, shared memories on that hop), nearest and strongest first."""
+        seen = {entity}
+        out: list[tuple[str, int, str, int]] = []
+        frontier = [entity]
+        for hops in range(1, depth + 1):
+            following: list[str] = []
+            for source in frontier:
+                for other, weight, _docs in self.neighbours(source, limit=limit):
+                    if other in seen:
+                        continue
+                    seen.add(other)
+                    out.append((other, hops, source, weight))
+                    following.append(other)
+            frontier = following
+        return out[: limit * depth]
+
+    def expansion(self, query: str, *, neighbours: int = 3) -> Expansion | None:
+        """What a query gains from the graph (None: it names no entity)."""
+        found = self.find(query)
+        if not found:
+            return None
+        asked = set(normalize_phrase(query, fold_accents=self.fold_accents).split(" "))
+        named_words = {word for entity in found for key in self.keys_of(entity) for word in key.split(" ")
+                       if word in asked}
+        aliases: dict[str, None] = {}
+        near: dict[str, None] = {}
+        docs: set[int] = set()
+        spoken: set[int] = set()
+        each = []
+        for entity in found:
+            mentioning, saying = self.docs_of(entity), self.spoken_by(entity)
+            docs |= mentioning
+            spoken |= saying
+            each.append((frozenset(mentioning), frozenset(saying)))
+            for key in self.keys_of(entity):
+                if not set(key.split(" ")) <= asked:
+                    aliases.setdefault(key, None)
+            for other, _weight, _docs in self.neighbours(entity, limit=neighbours):
+                if other not in found:
+                    near.setdefault(other, None)
+        return Expansion(tuple(found), tuple(aliases), tuple(near), frozenset(docs), frozenset(spoken),
+                         tuple(each), frozenset(named_words))
+
+    # -- persistence ------------------------------------------------------------------------------
+    def to_sidecar(self) -> bytes:
+        """The mentions of every memory, so a restart need not find them again (see
+        ``load_sidecar``)."""
+        docs = sorted(self._doc_names)
+        return _encode_sidecar(_Sidecar(
+            version=DETECTION_VERSION, detect=self.detect, fold_accents=self.fold_accents,
+            gazetteer=self._gazetteer_signature(), docs=docs,
+            names=[self._doc_names[doc] for doc in docs], flags=[self._doc_flags[doc] for doc in docs],
+            surfaces=[self._doc_surfaces[doc] for doc in docs]))
+
+    def load_sidecar(self, data: bytes | memoryview, docs: Iterable[int]) -> bool:
+        """Take the mentions from a sidecar of ``to_sidecar`` when it was made with
+        these settings and declarations over exactly ``docs`` (the memories that have
+        mentions are among them); False, changing nothing, otherwise."""
+        try:
+            sidecar = _decode_sidecar(data)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return False
+        if (sidecar.version, sidecar.detect, sidecar.fold_accents, sidecar.gazetteer) != (
+                DETECTION_VERSION, self.detect, self.fold_accents, self._gazetteer_signature()):
+            return False
+        if not set(sidecar.docs) <= set(docs) or not len(sidecar.docs) == len(sidecar.names) == \
+                len(sidecar.flags) == len(sidecar.surfaces):
+            return False
+        rows = zip(sidecar.names, sidecar.flags, sidecar.surfaces, strict=True)
+        if any(not len(n) == len(f) == len(s) for n, f, s in rows):
+            return False
+        self.rebuild(())
+        for doc, names, flags, surfaces in zip(sidecar.docs, sidecar.names, sidecar.flags, sidecar.surfaces,
+                                               strict=True):
+            self._place(doc, {key: (flag, surface) for key, flag, surface in zip(names, flags, surfaces,
+                                                                                 strict=True)})
+        return True
+
+    def _gazetteer_signature(self) -> list[list[str]]:
+        return [[declared.name, *declared.aliases] for declared in self.declared.values()]
+
+    def to_extra(self) -> dict[str, Any]:
+        """The journaled part, for a snapshot's header (empty when there is none)."""
+        out: dict[str, Any] = {}
+        if self.declared:
+            out["declared"] = [{"name": d.name, "type": d.type, "aliases": list(d.aliases), "at": d.at}
+                               for d in self.declared.values()]
+        if self.merges:
+            out["merges"] = [{"name": m.name, "into": m.into, "at": m.at} for m in self.merges.values()]
+        if self.types:
+            out["types"] = {key: dict(given) for key, given in self.types.items()}
+        return out
+
+    def load_extra(self, extra: Mapping[str, Any]) -> None:
+        for item in extra.get("declared") or ():
+            aliases = tuple(str(a) for a in item.get("aliases") or ())
+            self.declare(Declared(str(item["name"]), str(item.get("type") or DEFAULT_TYPE), aliases,
+                                  float(item.get("at") or 0.0)))
+        for item in extra.get("merges") or ():
+            self.merge(Merge(str(item["name"]), str(item["into"]), float(item.get("at") or 0.0)))
+        for key, given in (extra.get("types") or {}).items():
+            self.types[str(key)] = {str(kind): int(count) for kind, count in given.items()}
+
+
+
+class _Sidecar(msgspec.Struct, array_like=True):
+    version: int
+    detect: bool
+    fold_accents: bool
+    gazetteer: list[list[str]]
+    docs: list[int]
+    names: list[tuple[str, ...]]
+    flags: list[tuple[int, ...]]
+    surfaces: list[tuple[str, ...]]
+
+
+_encode_sidecar = msgspec.msgpack.Encoder().encode
+_decode_sidecar = msgspec.msgpack.Decoder(_Sidecar).decode

@@ -1,0 +1,249 @@
+"""The entity graph's commands, as a scope handles them (``knowledge.graph`` holds
+the graph itself).
+
+A part of ``ScopeMemory`` kept apart, as ``memories.documents`` is: the handlers
+run inside the scope's ``handle`` and read its records. Declarations, merges and
+unmerges are journaled writes (they change what the graph resolves; a
+declaration also what the gazetteer finds in every memory, so the mentions are
+indexed again); the reads build ``EntityInfo`` from the active memories that
+mention an entity.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Final
+
+from mnemex._checks import check_int
+from mnemex._time import check_seconds
+from mnemex.effects import Step
+from mnemex.errors import InvalidInput, NotFound
+from mnemex.knowledge.graph import Declared, EntityGraph, Merge
+from mnemex.memories.protocol import (
+    DeclareEntity,
+    EntityChanged,
+    EntityDetail,
+    EntityInfo,
+    EntityLink,
+    EntityPage,
+    GetEntity,
+    GetRelated,
+    GraphStats,
+    ListEntities,
+    MemoryRecord,
+    MergeEntities,
+    RelatedEntities,
+    UnmergeEntity,
+)
+
+if TYPE_CHECKING:
+    from mnemex.memories.behaviour import ScopeMemory
+
+__all__ = ["MAX_ALIASES", "declare_entity", "entity_detail", "graph_stats", "list_entities",
+           "merge_entities", "reindex_graph", "related_entities", "unmerge_entity"]
+
+MAX_ALIASES: Final = 64
+MAX_NAME_CHARS: Final = 200
+RELATION_MEMORIES: Final = 5
+"""How many of the memories that state a relation an EntityLink names (the newest)."""
+
+_TYPE = re.compile(r"^[A-Za-z][\w\-]{0,63}$")
+
+
+# -- validation ------------------------------------------------------------------------------------
+def _name(graph: EntityGraph, value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInput(f"{what} must be a non-empty string, got {value!r}", field=what)
+    if len(value) > MAX_NAME_CHARS:
+        raise InvalidInput(f"{what} is {len(value)} characters; an entity name has at most "
+                           f"{MAX_NAME_CHARS}", field=what)
+    if len(graph.key(value)) < 2:
+        raise InvalidInput(f"{what} {value!r} has no word to match (an article or a letter alone is no "
+                           f"name)", field=what)
+    return value.strip()
+
+
+def _known(scope: ScopeMemory, name: Any, what: str = "name") -> str:
+    graph = scope.graph
+    entity = graph.resolve(_name(graph, name, what))
+    if entity is None:
+        raise NotFound(f"no entity named {name!r} in scope {scope.name}")
+    return entity
+
+
+# -- reading -------------------------------------------------------------------------------------
+def _active(scope: ScopeMemory, docs: Iterable[int]) -> list[MemoryRecord]:
+    out = []
+    for doc in docs:
+        record = scope.docs[doc] if doc < len(scope.docs) else None
+        if record is not None and record.active:
+            out.append(record)
+    return out
+
+
+def info_of(scope: ScopeMemory, entity: str, records: list[MemoryRecord] | None = None) -> EntityInfo:
+    graph = scope.graph
+    if records is None:
+        records = _active(scope, graph.docs_of(entity))
+    times = [record.timestamp for record in records]
+    return EntityInfo(name=graph.display_name(entity), type=graph.type_of(entity),
+                      aliases=tuple(graph.aliases(entity)), mentions=len(records),
+                      sessions=len({r.session_id for r in records if r.session_id is not None}),
+                      first_seen=min(times) if times else None, last_seen=max(times) if times else None,
+                      declared=entity in graph.declared)
+
+
+def _newest(records: list[MemoryRecord]) -> list[MemoryRecord]:
+    return sorted(records, key=lambda record: (record.timestamp, record.id), reverse=True)
+
+
+def _link(scope: ScopeMemory, other: str, weight: int, docs: list[int], *, hops: int = 1,
+          via: str | None = None) -> EntityLink:
+    stating = _newest(_active(scope, docs))[:RELATION_MEMORIES]
+    return EntityLink(entity=info_of(scope, other), weight=weight,
+                      memories=tuple(record.id for record in stating), hops=hops, via=via)
+
+
+def list_entities(scope: ScopeMemory, cmd: ListEntities) -> EntityPage:
+    limit = check_int(cmd.limit, "limit", 0, 10_000)
+    offset = check_int(cmd.offset, "offset", 0)
+    if cmd.entity_type is not None and not isinstance(cmd.entity_type, str):
+        raise InvalidInput(f"type must be a string, got {cmd.entity_type!r}", field="type")
+    if cmd.name is not None and not isinstance(cmd.name, str):
+        raise InvalidInput(f"name must be a string, got {cmd.name!r}", field="name")
+    graph = scope.graph
+    wanted = cmd.name.casefold() if cmd.name else None
+    rows: list[tuple[int, str, list[MemoryRecord]]] = []
+    for entity in graph.entities():
+        if cmd.entity_type is not None and graph.type_of(entity) != cmd.entity_type:
+            continue
+        if wanted is not None and not any(wanted in name.casefold() for name in
+                                          (graph.display_name(entity), *graph.aliases(entity))):
+            continue
+        records = _active(scope, graph.docs_of(entity))
+        if records or entity in graph.declared:
+            rows.append((len(records), entity, records))
+    rows.sort(key=lambda row: (-row[0], graph.display_name(row[1]).casefold(), row[1]))
+    page = rows[offset:offset + limit]
+    return EntityPage(entities=[info_of(scope, entity, records) for _, entity, records in page],
+                      total=len(rows), limit=limit, offset=offset)
+
+
+def entity_detail(scope: ScopeMemory, cmd: GetEntity) -> EntityDetail:
+    memories = check_int(cmd.memories, "memories", 0, 1000)
+    neighbours = check_int(cmd.neighbours, "neighbours", 0, 1000)
+    entity = _known(scope, cmd.name)
+    records = _active(scope, scope.graph.docs_of(entity))
+    near = scope.graph.neighbours(entity, limit=neighbours) if neighbours else []
+    links = [_link(scope, other, weight, docs) for other, weight, docs in near]
+    return EntityDetail(entity=info_of(scope, entity, records), memories=_newest(records)[:memories],
+                        neighbours=links)
+
+
+def related_entities(scope: ScopeMemory, cmd: GetRelated) -> RelatedEntities:
+    depth = check_int(cmd.depth, "depth", 1, 2)
+    limit = check_int(cmd.limit, "limit", 1, 1000)
+    entity = _known(scope, cmd.name)
+    graph = scope.graph
+    related = []
+    for other, hops, via, _weight in graph.related(entity, depth, limit=limit)[:limit]:
+        docs = sorted(graph.docs_of(other) & graph.docs_of(via))
+        related.append(_link(scope, other, len(docs), docs, hops=hops, via=graph.display_name(via)))
+    return RelatedEntities(entity=info_of(scope, entity), related=related)
+
+
+def graph_stats(scope: ScopeMemory) -> GraphStats:
+    graph = scope.graph
+    return GraphStats(entities=len(graph), mentions=graph.mentions, relations=graph.relations(),
+                      declared=len(graph.declared), merges=len(graph.merges))
+
+
+# -- writing (journaled) ---------------------------------------------------------------------------
+def _reindex(scope: ScopeMemory) -> None:
+    """Find every memory's mentions again (the gazetteer changed); in a replay, once
+    at its end (``reindex_graph``)."""
+    if scope.replaying:
+        scope.graph_stale = True
+        return
+    reindex_graph(scope)
+
+
+def reindex_graph(scope: ScopeMemory) -> None:
+    scope.graph_stale = False
+    scope.graph.rebuild((doc, record.content, record.author, record.entities)
+                        for doc, record in enumerate(scope.docs) if record is not None)
+
+
+def declare_entity(scope: ScopeMemory, cmd: DeclareEntity) -> EntityChanged:
+    now = check_seconds(cmd.now, "now")
+    graph = scope.graph
+    name = _name(graph, cmd.name, "name")
+    kind = cmd.entity_type
+    if not isinstance(kind, str) or not _TYPE.match(kind):
+        raise InvalidInput(f"type must be a word (letters, digits, _ or -, at most 64), got {kind!r}",
+                           field="type")
+    if not isinstance(cmd.aliases, list | tuple):
+        raise InvalidInput("aliases must be a list of names", field="aliases")
+    if len(cmd.aliases) > MAX_ALIASES:
+        raise InvalidInput(f"{len(cmd.aliases)} aliases; an entity has at most {MAX_ALIASES}",
+                           field="aliases")
+    key = graph.key(name)
+    aliases = tuple(dict.fromkeys(alias for alias in (_name(graph, a, "aliases") for a in cmd.aliases)
+                                  if graph.key(alias) != key))
+    for alias in aliases:
+        other = graph.declared.get(graph.key(alias))
+        if other is not None:
+            raise InvalidInput(f"alias {alias!r} is the declared entity {other.name!r}: merge the two "
+                               f"instead", field="aliases")
+    scope.clock = max(scope.clock, now)
+    graph.declare(Declared(name, kind, aliases, now))
+    _reindex(scope)
+    return EntityChanged(entities=[info_of(scope, key)])
+
+
+def merge_entities(scope: ScopeMemory, cmd: MergeEntities) -> Any:
+    now = check_seconds(cmd.now, "now")
+    graph = scope.graph
+    if not isinstance(cmd.names, list | tuple) or not cmd.names:
+        raise InvalidInput("names must be a non-empty list of entity names", field="names")
+    if len(cmd.names) > MAX_ALIASES:
+        raise InvalidInput(f"{len(cmd.names)} names in one merge; at most {MAX_ALIASES}", field="names")
+    target = _known(scope, cmd.into, "into")
+    into = cmd.into.strip()
+    names = [_name(graph, name, "names") for name in cmd.names]
+    for name in names:
+        if graph.resolve(name) is None:
+            raise NotFound(f"no entity named {name!r} in scope {scope.name}")
+        if graph.key(name) in graph.declared and graph.key(name) != target:
+            raise InvalidInput(f"{name!r} is a declared entity; it cannot become an alias of {into!r} "
+                               f"(declare it again as an alias of {into!r})", field="names")
+    todo = [name for name in names if graph.resolve(name) != target]
+    if not todo:
+        return Step(EntityChanged(entities=[info_of(scope, target)]), unchanged=True)
+    scope.clock = max(scope.clock, now)
+    for name in todo:
+        graph.merge(Merge(name, into, now))
+    entity = graph.resolve(into)
+    assert entity is not None
+    return EntityChanged(entities=[info_of(scope, entity)])
+
+
+def unmerge_entity(scope: ScopeMemory, cmd: UnmergeEntity) -> EntityChanged:
+    now = check_seconds(cmd.now, "now")
+    graph = scope.graph
+    name = _name(graph, cmd.name, "name")
+    before = graph.resolve(name)
+    if before is None:
+        raise NotFound(f"no entity named {name!r} in scope {scope.name}")
+    undone = graph.unmerge(name)
+    if undone is None:
+        raise InvalidInput(f"{name!r} is no merged name nor a declared alias (names that differ only in "
+                           f"spacing, a letter or an acronym's initials are one entity by their spelling)",
+                           field="name")
+    scope.clock = max(scope.clock, now)
+    if isinstance(undone, Declared):
+        _reindex(scope)
+    touched = dict.fromkeys(entity for entity in (graph.resolve(name), graph.resolve(
+        undone.into if isinstance(undone, Merge) else undone.name)) if entity is not None)
+    return EntityChanged(entities=[info_of(scope, entity) for entity in touched])

@@ -1,0 +1,378 @@
+"""The entity graph, sans-io: names found offline, deterministic resolution, reversible
+merges journaled as scope commands (replayed and snapshotted), and reads."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from memories.scope_support import KEY, Driver, restored, snapshot_image
+
+import mnemex.knowledge.graph as graph_module
+from mnemex.effects import Image, Step
+from mnemex.errors import InvalidInput, NotFound
+from mnemex.knowledge.entities import initials, mentions, name_key
+from mnemex.knowledge.graph import Declared, EntityGraph, Merge
+from mnemex.knowledge.parse import parse_facts
+from mnemex.knowledge.prompt import EXTRACTION_SCHEMA
+from mnemex.memories.behaviour import GRAPH_SIDECAR, ScopeMemory, is_scope_write
+from mnemex.memories.protocol import (
+    ApplyExtraction,
+    DeclareEntity,
+    EntityChanged,
+    EntityDetail,
+    EntityPage,
+    GetEntity,
+    GetGraphStats,
+    GetRelated,
+    GraphStats,
+    ListEntities,
+    MergeEntities,
+    NewFact,
+    RelatedEntities,
+    UnmergeEntity,
+)
+
+
+def found(text: str, author: str | None = None) -> list[tuple[str, str]]:
+    return [(m.surface, m.kind) for m in mentions(text, author)]
+
+
+# -- names without a model ------------------------------------------------------------------------
+def test_patterns_find_speakers_names_acronyms_and_possessives() -> None:
+    assert found("Caroline: I went to the LGBTQ support group with Melanie's kids.") == [
+        ("Caroline", "speaker"), ("LGBTQ", "acronym"), ("Melanie", "name")]
+    assert found("We rescued Gandros from the Black Tower near New York.") == [
+        ("Gandros", "name"), ("Black Tower", "name"), ("New York", "name")]
+    assert found("My kids loved the Lord of the Rings, and Luna and Oliver too.") == [
+        ("Lord of the Rings", "name"), ("Luna", "name"), ("Oliver", "name")]
+    # a capitalised word opening a sentence is weak: a name only if written so elsewhere
+    assert found("Appreciate it! Thanks, see you Monday.") == [("Appreciate", "weak")]
+    assert found("Knowing I'm loved helps.") == []  # a verb form opening a sentence: no name at all
+
+
+def test_name_keys_fold_articles_possessives_case_and_accents() -> None:
+    assert name_key("the Wizard") == name_key("WIZARD's") == name_key("wizard") == "wizard"
+    assert name_key("Café Ümlaut") == "cafe umlaut"
+    assert initials("national aeronautics and space administration") == "nasa"
+    assert initials("gandros") == ""
+
+
+# -- resolution ------------------------------------------------------------------------------------
+def test_an_acronym_mentioned_in_four_sessions_is_one_entity() -> None:
+    driver = Driver()
+    for n, text in enumerate(["I applied to NASA today.", "The NASA interview went well.",
+                              "NASA called me back!", "First week at the National Aeronautics and Space "
+                              "Administration, as NASA folks say."]):
+        driver.remember(text, session_id=f"s{n}")
+    page = driver.send(ListEntities())
+    assert isinstance(page, EntityPage)
+    nasa = [e for e in page.entities if e.name == "NASA"]
+    assert len(nasa) == 1, page.entities
+    assert (nasa[0].mentions, nasa[0].sessions) == (4, 4)
+    assert "National Aeronautics and Space Administration" in nasa[0].aliases
+    assert driver.send(GetEntity(name="national aeronautics and space administration")).entity.name == "NASA"
+
+
+def test_resolution_joins_spacing_typos_and_nicknames_of_speakers() -> None:
+    graph = EntityGraph()
+    for doc, text in enumerate(["Melanie: hi there", "Thanks, Mel!", "The Black-Tower fell.",
+                                "We saw the Blacktower.", "Gandros came.", "Gandross came too."]):
+        graph.add(doc, text)
+    assert graph.resolve("Mel") == graph.resolve("melanie") == "melanie"
+    assert graph.resolve("black tower") == graph.resolve("blacktower")
+    assert graph.resolve("Gandross") == graph.resolve("Gandros")
+    assert graph.type_of("melanie") == "person"
+
+
+@given(st.permutations(["Caroline: I met Mel at NASA.", "Melanie: NASA rocks.",
+                        "National Aeronautics and Space Administration is big.", "Oliver and Luna played.",
+                        "Mel painted the Grand Canyon.", "Appreciate it, Oliver!"]))
+def test_resolution_is_the_same_whatever_the_order_memories_came_in(texts: list[str]) -> None:
+    graph = EntityGraph()
+    for doc, text in enumerate(texts):
+        graph.add(doc, text)
+    reference = EntityGraph()
+    for doc, text in enumerate(sorted(texts)):
+        reference.add(doc, text)
+    summary = sorted((entity, tuple(graph.keys_of(entity)), len(graph.docs_of(entity)))
+                     for entity in graph.entities())
+    expected = sorted((entity, tuple(reference.keys_of(entity)), len(reference.docs_of(entity)))
+                      for entity in reference.entities())
+    assert summary == expected
+
+
+def test_removing_memories_takes_their_mentions_away() -> None:
+    graph = EntityGraph()
+    graph.add(0, "Gandros came.")
+    graph.add(1, "Appreciate it!")  # weak only: no entity
+    graph.add(2, "We thank Gandros.")
+    assert graph.entities() == ["gandros"]
+    graph.remove(0)
+    assert graph.docs_of("gandros") == {2}
+    graph.remove(2)
+    assert graph.entities() == [] and graph.mentions == 0
+
+
+def test_graph_merges_and_unmerges_reversibly() -> None:
+    graph = EntityGraph()
+    graph.add(0, "The Grey Pilgrim spoke.")
+    graph.add(1, "Gandalf smiled.")
+    assert graph.resolve("grey pilgrim") != graph.resolve("gandalf")
+    graph.merge(Merge("Grey Pilgrim", "Gandalf"))
+    assert graph.resolve("grey pilgrim") == graph.resolve("gandalf") == "gandalf"
+    assert graph.docs_of("gandalf") == {0, 1}
+    assert graph.unmerge("grey pilgrim") == Merge("Grey Pilgrim", "Gandalf")
+    assert graph.resolve("grey pilgrim") == "grey pilgrim"
+    assert graph.unmerge("grey pilgrim") is None
+
+
+def test_expansion_adds_aliases_neighbours_and_memories() -> None:
+    graph = EntityGraph()
+    graph.declare(Declared("Gandros", "npc", ("the wizard",)))
+    for doc, text in enumerate(["Gandros owes us for the rescue at the Black Tower.",
+                                "The wizard studies alone.", "Mira sells swords in Oakvale."]):
+        graph.add(doc, text)
+    expansion = graph.expansion("wizard favor")
+    assert expansion is not None
+    assert expansion.entities == ("gandros",) and "gandros" in expansion.aliases
+    assert expansion.neighbours == ("black tower",)
+    assert expansion.docs == {0, 1}
+    assert graph.expansion("swords and shields") is None
+
+
+# -- the scope's commands ------------------------------------------------------------------------
+class Journaled(Driver):
+    """A driver that keeps the writes a kernel would journal (``sent``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[Any] = []
+
+    def send(self, command: Any) -> Any:
+        out = self.memory.handle(command)
+        if is_scope_write(command) and not (isinstance(out, Step) and out.unchanged):
+            self.sent.append(command)
+        return out.reply if isinstance(out, Step) else out
+
+
+def campaign() -> Journaled:
+    driver = Journaled()
+    driver.send(DeclareEntity(name="Gandros", entity_type="npc", aliases=["the wizard"], now=driver.tick()))
+    driver.remember("The party rescued Gandros from the Black Tower.", session_id="s1")
+    driver.remember("Gandros swore a debt to the party for the rescue.", session_id="s2")
+    driver.remember("The wizard keeps a tower by the sea.", session_id="s2")
+    driver.remember("The Grey Mage sent a letter.", session_id="s3")
+    return driver
+
+
+def test_declared_entities_are_found_by_alias_with_memories_and_neighbours() -> None:
+    driver = campaign()
+    detail = driver.send(GetEntity(name="the wizard", memories=10, neighbours=5))
+    assert isinstance(detail, EntityDetail)
+    assert (detail.entity.name, detail.entity.type, detail.entity.declared) == ("Gandros", "npc", True)
+    assert detail.entity.mentions == 3 and detail.entity.sessions == 2
+    assert [n.entity.name for n in detail.neighbours] == ["Black Tower"]
+    assert detail.neighbours[0].memories == (detail.memories[-1].id,)
+    assert driver.send(ListEntities(entity_type="npc")).total == 1
+    with pytest.raises(NotFound):
+        driver.send(GetEntity(name="Sauron"))
+
+
+def test_merge_and_unmerge_are_journaled_replayed_and_snapshotted() -> None:
+    driver = campaign()
+    assert driver.send(GetEntity(name="grey mage")).entity.name == "Grey Mage"
+    merged = driver.send(MergeEntities(names=["Grey Mage"], into="Gandros", now=driver.tick()))
+    assert isinstance(merged, EntityChanged) and merged.entities[0].mentions == 4
+    assert "Grey Mage" in merged.entities[0].aliases
+    again = driver.memory.handle(MergeEntities(names=["grey mage"], into="the wizard", now=driver.tick()))
+    assert again.unchanged  # merged already: nothing to journal
+    for memory in (restored(driver.memory), restored(driver.memory, sidecars=False)):
+        assert memory.handle(GetEntity(name="the grey mage")).entity.name == "Gandros"
+    undone = driver.send(UnmergeEntity(name="Grey Mage", now=driver.tick()))
+    assert {e.name: e.mentions for e in undone.entities} == {"Grey Mage": 1, "Gandros": 3}
+    unaliased = driver.send(UnmergeEntity(name="the wizard", now=driver.tick()))
+    assert [(e.name, e.mentions, e.aliases) for e in unaliased.entities] == [("Gandros", 2, ())]
+    with pytest.raises(NotFound):  # "wizard" is no name the patterns find on its own
+        driver.send(GetEntity(name="wizard"))
+    # replaying the journaled commands rebuilds the same graph
+    replayed = ScopeMemory(KEY, driver.memory.settings)
+    replayed.replay(driver.sent)
+    assert replayed.handle(GetEntity(name="Gandros")) == driver.send(GetEntity(name="Gandros"))
+    assert replayed.handle(GetEntity(name="Grey Mage")).entity.name == "Grey Mage"
+
+
+def test_bad_entity_commands_are_refused_clearly() -> None:
+    driver = campaign()
+    with pytest.raises(InvalidInput, match="no word"):
+        driver.send(DeclareEntity(name="the", now=driver.tick()))
+    with pytest.raises(InvalidInput, match="type"):
+        driver.send(DeclareEntity(name="Mira", entity_type="two words", now=driver.tick()))
+    with pytest.raises(NotFound):
+        driver.send(MergeEntities(names=["Nobody"], into="Gandros", now=driver.tick()))
+    with pytest.raises(InvalidInput, match="no merged name"):
+        driver.send(UnmergeEntity(name="Gandros", now=driver.tick()))
+    with pytest.raises(InvalidInput):
+        driver.send(GetRelated(name="Gandros", depth=3))
+
+
+def test_related_reaches_two_hops_and_stats_count_the_graph() -> None:
+    driver = campaign()
+    driver.remember("The Black Tower stands in Oakvale.", session_id="s4")
+    related = driver.send(GetRelated(name="Gandros", depth=2))
+    assert isinstance(related, RelatedEntities)
+    assert [(link.entity.name, link.hops, link.via) for link in related.related] == [
+        ("Black Tower", 1, "Gandros"), ("Oakvale", 2, "Black Tower")]
+    one_hop = driver.send(GetRelated(name="Gandros", depth=1))
+    assert [link.entity.name for link in one_hop.related] == ["Black Tower"]
+    stats = driver.send(GetGraphStats())
+    assert isinstance(stats, GraphStats)
+    assert (stats.entities, stats.relations, stats.declared, stats.merges) == (4, 2, 1, 0)
+
+
+# -- expansion against the plain ranking ------------------------------------------------------------
+TEXTS = ["Gandros owes the party a debt.", "The tower by the sea is empty.", "Aria sings in Saltmere.",
+         "the party sleeps at the inn", "NASA sent a probe to the sea", "a debt is a debt",
+         "Caroline: I painted the sea again.", "Melanie: the kids love the sea."]
+
+
+@given(st.lists(st.sampled_from(TEXTS), min_size=1, max_size=8, unique=True),
+       st.sampled_from(["the sea", "a debt", "what does Gandros owe", "songs of Saltmere",
+                        "Caroline painting", "sea NASA probe", "inn"]))
+def test_expansion_changes_only_queries_that_name_an_entity(texts: list[str], query: str) -> None:
+    plain, expanded = Driver(expansion=False), Driver(expansion=True)
+    for driver in (plain, expanded):
+        driver.remember(*texts)
+    without = [(h.memory.id, h.score) for h in plain.search(query, top_k=8).hits]
+    hits = expanded.search(query, top_k=8).hits
+    named = expanded.memory.graph.find(query)
+    if not named:
+        assert [(h.memory.id, h.score) for h in hits] == without
+        assert all("graph" not in h.found_by for h in hits)
+        return
+    # every memory about a named entity is found, and scores at least what it did without the graph
+    graph, docs = expanded.memory.graph, expanded.memory.docs
+    about = {docs[doc].id for entity in named for doc in graph.docs_of(entity)}
+    assert about <= {h.memory.id for h in hits}
+    before = dict(without)
+    for hit in hits:
+        if hit.memory.id in about:
+            assert "graph" in hit.found_by and hit.score >= before.get(hit.memory.id, 0.0) - 1e-9
+
+
+# -- entities from the LLM extractor ---------------------------------------------------------------
+def test_the_parser_reads_typed_entities_and_plain_names_alike() -> None:
+    answer = ('{"facts": [{"content": "The user owes Gandros a favour.", "entities": '
+              '[{"name": "Gandros", "type": "Person"}, "Black Tower", {"name": "Oakvale", "type": 3}]}]}')
+    fact, = parse_facts(answer, offered_numbers=(), positions=(0,))
+    assert fact.entities == ("Gandros", "Black Tower", "Oakvale")
+    assert fact.entity_types == {"Gandros": "person"}
+    assert "entities" in EXTRACTION_SCHEMA["properties"]["facts"]["items"]["required"]
+
+
+def test_types_from_an_extraction_job_type_the_graph_and_survive_a_restore() -> None:
+    driver = Driver()
+    facts = [NewFact(id="f1", content="The user owes Gandros a favour for the rescue.", entities=("Gandros",),
+                     entity_types={"Gandros": "person"}),
+             NewFact(id="f2", content="Gandros lives in the Black Tower.",
+                     entities=("Gandros", "Black Tower"),
+                     entity_types={"Gandros": "person", "Black Tower": "place"})]
+    reply = driver.send(ApplyExtraction(session_id="s1", first=0, upto=2, facts=facts, now=driver.tick()))
+    assert reply.status == "committed"
+    assert driver.send(GetEntity(name="gandros")).entity.type == "person"
+    assert driver.send(ListEntities(entity_type="place")).entities[0].name == "Black Tower"
+    driver.send(DeclareEntity(name="Gandros", entity_type="npc", now=driver.tick()))  # a declaration wins
+    for memory in (driver.memory, restored(driver.memory)):
+        assert memory.handle(GetEntity(name="Gandros")).entity.type == "npc"
+        assert memory.handle(GetEntity(name="Black Tower")).entity.type == "place"
+
+
+# -- the incremental graph is the graph rebuilt from scratch ----------------------------------------
+PHRASES = ["Gandros came.", "We met Gandross at NASA.", "Caroline: hi Mel!", "Melanie: the Black Tower fell.",
+           "The Blacktower is cold.", "National Aeronautics and Space Administration called.",
+           "Appreciate it, Aria.", "Appreciate it.", "Aria and Oliver sang in Saltmere.",
+           "the old mage smiled"]
+NAMES = ["Gandros", "Mel", "Black Tower", "NASA", "Aria", "Saltmere", "old mage", "Oliver"]
+
+
+class GraphMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.graph = EntityGraph()
+        self.docs: dict[int, str] = {}
+
+    @rule(doc=st.integers(0, 7), text=st.sampled_from(PHRASES))
+    def add(self, doc: int, text: str) -> None:
+        self.graph.add(doc, text)
+        self.docs[doc] = text
+
+    @rule(doc=st.integers(0, 7))
+    def remove(self, doc: int) -> None:
+        self.graph.remove(doc)
+        self.docs.pop(doc, None)
+
+    @rule(name=st.sampled_from(NAMES), into=st.sampled_from(NAMES))
+    def merge(self, name: str, into: str) -> None:
+        if self.graph.key(name) != self.graph.key(into):
+            self.graph.merge(Merge(name, into))
+
+    @rule(name=st.sampled_from(NAMES))
+    def unmerge(self, name: str) -> None:
+        if self.graph.unmerge(name) is not None:
+            self._rebuild(self.graph)
+
+    @rule(name=st.sampled_from(NAMES), aliases=st.lists(st.sampled_from(NAMES), max_size=2))
+    def declare(self, name: str, aliases: list[str]) -> None:
+        self.graph.declare(Declared(name, "npc", tuple(a for a in aliases if a != name)))
+        self._rebuild(self.graph)
+
+    def _rebuild(self, graph: EntityGraph) -> None:
+        graph.rebuild((doc, text, None, ()) for doc, text in sorted(self.docs.items()))
+
+    @invariant()
+    def same_as_rebuilt(self) -> None:
+        fresh = EntityGraph()
+        fresh.load_extra(self.graph.to_extra())
+        self._rebuild(fresh)
+        assert self.graph.entities() == fresh.entities()
+        for entity in fresh.entities():
+            assert self.graph.keys_of(entity) == fresh.keys_of(entity)
+            assert self.graph.docs_of(entity) == fresh.docs_of(entity)
+            assert self.graph.type_of(entity) == fresh.type_of(entity)
+            assert self.graph.neighbours(entity) == fresh.neighbours(entity)
+        assert self.graph.relations() == fresh.relations() and self.graph.mentions == fresh.mentions
+
+
+TestGraphMachine = GraphMachine.TestCase
+TestGraphMachine.settings = settings(max_examples=40, stateful_step_count=25, deadline=None)
+
+
+# -- the graph sidecar: a restart need not find the mentions again -----------------------------------
+def graph_summary(memory: ScopeMemory) -> list[Any]:
+    page = memory.handle(ListEntities(limit=1000))
+    return [(e, memory.handle(GetEntity(name=e.name, memories=100))) for e in page.entities]
+
+
+def test_a_restore_takes_the_mentions_from_the_sidecar_and_falls_back_when_it_cannot(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    driver = campaign()
+    driver.remember("Caroline: I met Mel at NASA.", "Melanie: the Black Tower fell.")
+    driver.send(MergeEntities(names=["Grey Mage"], into="Gandros", now=driver.tick()))
+    expected = graph_summary(driver.memory)
+    image = snapshot_image(driver.memory)
+    assert GRAPH_SIDECAR in image.sidecars
+
+    def no_detection(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the mentions were found again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(graph_module, "mentions", no_detection)
+        assert graph_summary(ScopeMemory.restore(KEY, image, driver.memory.settings)) == expected
+    damaged = Image(image.records, image.extra, {**image.sidecars, GRAPH_SIDECAR: b"\x93not a sidecar"})
+    assert graph_summary(ScopeMemory.restore(KEY, damaged, driver.memory.settings)) == expected
+    other = ScopeMemory.restore(KEY, image, replace(driver.memory.settings, entity_detection=False))
+    assert "Black Tower" not in {e.name for e in other.handle(ListEntities()).entities}
