@@ -64,6 +64,7 @@ from mnemex.memories.tools import MEMORY_TOOLS as MEMORY_TOOLS
 from mnemex.memories.tools import REMEMBER_TOOL as REMEMBER_TOOL
 from mnemex.memories.tools import SEARCH_MEMORY_TOOL as SEARCH_MEMORY_TOOL
 from mnemex.memories.tools import execute_memory_tool as execute_memory_tool
+from mnemex.remote.runtime import connect as connect
 from mnemex.runtime import MnemexRuntime as MnemexRuntime
 from mnemex.runtime import open_runtime as open_runtime
 
@@ -79,6 +80,7 @@ __all__ = [
     "Client",
     "Config",
     "DEFAULT",
+    "connect",
     "ContextView",
     "CorruptData",
     "DataDirLocked",

@@ -10,6 +10,10 @@ through ``asyncio.to_thread``. ``timeout=`` bounds one call where it may wait lo
         agent = client.agent("assistant")
         agent.append("s1", [{"role": "user", "content": "I'm John"}])
         client.scope(user_id="alice", app_name="chat").search("java")
+
+``Client(url="http://127.0.0.1:8000", token=...)`` makes the same calls against a
+``mnemex serve`` instead (``mnemex.connect`` on the background thread): for hosts
+that run several worker processes, which cannot each open the data directory.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from mnemex.conversations.protocol import (
 )
 from mnemex.conversations.ref import AgentRef, SessionStream
 from mnemex.effects import Key
-from mnemex.errors import ActorClosed
+from mnemex.errors import ActorClosed, InvalidInput
 from mnemex.kernel import ActorKind, BlockingBridge, BlockingRef, RuntimeStats, ShutdownReport
 from mnemex.knowledge.categories import Category
 from mnemex.memories.extraction import CursorInfo
@@ -72,6 +76,7 @@ from mnemex.memories.protocol import (
 )
 from mnemex.memories.ref import ScopeRef
 from mnemex.memories.transfer import ExportedMemory, ExportHeader, ImportReport
+from mnemex.remote.runtime import RemoteRuntime, connect
 from mnemex.runtime import MnemexRuntime, open_runtime
 from mnemex.state.protocol import StateValues
 from mnemex.state.ref import StateRef
@@ -89,13 +94,26 @@ class Client:
     closed by ``close()`` or leaving a ``with`` block: mailboxes drained, every actor
     snapshotted (``close()`` returns the report of what was). An error the runtime
     raises after start-up is never dropped: the next call and ``close()`` raise it.
-    A call after close raises ActorClosed."""
+    A call after close raises ActorClosed.
+
+    With ``url`` the Client opens no runtime: it reaches the one of the ``mnemex
+    serve`` at ``url`` (bearer ``token``), with the same calls (see
+    ``mnemex.connect``; ``config`` then only chooses the embedder, which must be the
+    server's; None: the server's own). A few calls are in-process only and raise
+    InvalidInput remotely (``mnemex.remote.runtime`` lists them)."""
 
     def __init__(self, config: Config | None = None, *, kinds: Iterable[ActorKind] = (),
-                 start_timeout: float = 60.0) -> None:
+                 start_timeout: float = 60.0, url: str | None = None, token: str | None = None) -> None:
         extra = list(kinds)
+        if url is None and token is not None:
+            raise InvalidInput("token is for a remote server: give its url too", field="token")
+        if url is not None and extra:
+            raise InvalidInput("kinds are registered in the server's runtime, not in a remote client",
+                               field="kinds")
 
-        def opener() -> AbstractAsyncContextManager[MnemexRuntime]:
+        def opener() -> AbstractAsyncContextManager[MnemexRuntime | RemoteRuntime]:
+            if url is not None:
+                return connect(url, token=token, config=config, timeout=start_timeout)
             return open_runtime(config, kinds=extra)
 
         self._bridge = BlockingBridge(opener, start_timeout=start_timeout)
@@ -116,8 +134,9 @@ class Client:
         return self._bridge.runtime.shutdown_report
 
     @property
-    def runtime(self) -> MnemexRuntime:
-        """The async runtime underneath (use it only inside the runtime's thread)."""
+    def runtime(self) -> MnemexRuntime | RemoteRuntime:
+        """The async runtime underneath (use it only inside the runtime's thread): a
+        RemoteRuntime for a Client made with ``url``."""
         return self._bridge.runtime
 
     @property
@@ -208,7 +227,10 @@ class Client:
 
     def scope_keys(self) -> list[tuple[str, str]]:
         """Every scope as ``(app_name, user_id)``: in the data directory or loaded now."""
-        return self._bridge.runtime.scope_keys()
+        runtime = self._bridge.runtime
+        if isinstance(runtime, RemoteRuntime):
+            return self._call(runtime.scope_keys)
+        return runtime.scope_keys()
 
     def export_data(self, out: IO[str], scopes: Iterable[tuple[str, str]] | None = None, *,
                     include_vectors: bool = True, timeout: float | None = None) -> ExportHeader:

@@ -19,7 +19,11 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "persistence": ("mnemex.errors",),
     "kernel": ("mnemex.effects", "mnemex.errors", "mnemex.persistence", "mnemex.config", "mnemex._gcpause"),
     "models": ("mnemex.index", "mnemex.errors", "mnemex.config"),
-    "server": ("mnemex", "mnemex.lowlevel", "mnemex.config"),
+    "server": ("mnemex", "mnemex.lowlevel", "mnemex.config", "mnemex.remote"),
+    # the runtime protocol over HTTP: the refs of the behaviour packages over a remote host
+    "remote": ("mnemex", "mnemex.errors", "mnemex.config", "mnemex.effects", "mnemex.kernel", "mnemex.persistence",
+               "mnemex.conversations", "mnemex.memories", "mnemex.models", "mnemex._ids", "mnemex.state",
+               "mnemex.checkpoints"),
     "integrations": ("mnemex", "mnemex.lowlevel", "mnemex.config"),
 }
 # behaviours, codecs and ranking: no trio, no kernel, no models, no server, no runtime
@@ -83,6 +87,7 @@ def test_package_imports_only_what_lies_below_it(package: str) -> None:
         wrong = sorted(name for name in mnemex_imports(path)
                        if not inside(name, allowed) and not (name == "mnemex" and "mnemex" in allowed))
         if package in ("server", "integrations"):  # the public API only: `mnemex`, `mnemex.lowlevel`, `mnemex.config`
+            # (and the server: `mnemex.remote`, the wire its remote clients speak)
             wrong = sorted(name for name in mnemex_imports(path)
                            if name not in PACKAGES[package] and not inside(name, (f"mnemex.{package}",)))
         assert wrong == [], f"{path.relative_to(ROOT)} imports {wrong}"
@@ -116,7 +121,7 @@ def test_a_broken_rule_is_caught(tmp_path: Path) -> None:
 def test_the_public_face_is_pinned() -> None:
     assert sorted(mnemex.__all__) == sorted([
         # the runtime
-        "open_runtime", "Client", "MnemexRuntime", "Config", "DEFAULT", "load_config",
+        "open_runtime", "Client", "MnemexRuntime", "Config", "DEFAULT", "load_config", "connect",
         # short-term memory
         "AgentRef", "ChatMessage", "StoredMessage", "MessagePage", "ContextView", "Turn", "TurnRecord",
         "MaxMessages", "TokenBudget", "KeepAll", "Stateless", "SummaryError",

@@ -63,6 +63,7 @@ from mnemex.server._http import (
 )
 from mnemex.server._metrics import Metrics
 from mnemex.server._openapi import Param, RouteSpec, openapi_document
+from mnemex.server._remote import REMOTE_ROUTES, RemoteRoutes
 from mnemex.server._routing import Route, Router
 from mnemex.server._schemas import (
     ActorMemories,
@@ -204,7 +205,7 @@ def _record(entry: Any) -> MessageRecord:
                          entry.message)
 
 
-class _Api:
+class _Api(RemoteRoutes):
     def __init__(self, runtime: MnemexRuntime, settings: ServerSettings, metrics: Metrics,
                  bridge: Bridge | None) -> None:
         self.rt = runtime
@@ -1017,6 +1018,7 @@ ROUTES: Final[tuple[RouteSpec, ...]] = (
     RouteSpec("/entities/{name}/aliases/{alias}", "DELETE", "delete_alias",
               "Unmerge: the alias (a merged name or declared alias) is its own entity again",
               (_USER, _APP), reply=EntityChanged, errors=(400, 404)),
+    *REMOTE_ROUTES,
     RouteSpec("/health", "GET", "health",
               "OK as text; the runtime's status as JSON to Accept: application/json",
               reply=Health),

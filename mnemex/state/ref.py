@@ -11,8 +11,9 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from mnemex._host import Host
 from mnemex.errors import InvalidInput
-from mnemex.kernel import ActorRef, Runtime
+from mnemex.kernel import ActorRef
 from mnemex.state.kind import STATE_KIND
 from mnemex.state.protocol import ClearState, GetState, StateValues, UpdateState
 from mnemex.state.values import encode_values
@@ -32,7 +33,7 @@ class StateRef:
 
     __slots__ = ("_ref", "app_name", "user_id")
 
-    def __init__(self, kernel: Runtime, *, app_name: str, user_id: str | None = None,
+    def __init__(self, kernel: Host, *, app_name: str, user_id: str | None = None,
                  kind: str = STATE_KIND) -> None:
         self.app_name = _check_name(app_name, "app_name")
         self.user_id = None if user_id is None else _check_name(user_id, "user_id")
