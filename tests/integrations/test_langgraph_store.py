@@ -91,8 +91,10 @@ class StoreAgainstInMemory(RuleBasedStateMachine):
     def put(self, ns: tuple[str, ...], key: str, words: list[str], n: int, tags: list[str],
             indexed: bool) -> None:
         value = {"text": " ".join(words), "n": n, "tags": tags}
-        if not indexed:  # InMemoryStore keeps the old vectors of an item put again unindexed
-            self.theirs.delete(ns, key)
+        # InMemoryStore keeps the old vectors of an item put again: all of them when it is
+        # put unindexed, those of the paths the new value lacks (fewer tags) otherwise; an
+        # item put again is a new item, so theirs is emptied of the old one first
+        self.theirs.delete(ns, key)
         for store in (self.ours, self.theirs):
             store.put(ns, key, value, index=None if indexed else False)
 
