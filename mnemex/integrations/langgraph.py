@@ -85,28 +85,12 @@ from langgraph.store.base import (
 )
 
 import mnemex
+from mnemex.integrations._common import settled
 from mnemex.lowlevel import Blob, ChannelValue, CheckpointEntry, WriteValue
 
 __all__ = ["MnemexSaver", "MnemexStore"]
 
 T = TypeVar("T")
-
-
-async def _settled(call: Awaitable[T]) -> T:
-    """The outcome of a write already handed to the runtime, waited for even when the
-    caller is cancelled meanwhile; the cancellation is raised after it."""
-    task = asyncio.ensure_future(call)
-    cancelled: asyncio.CancelledError | None = None
-    while not task.done():
-        try:
-            await asyncio.wait({task})
-        except asyncio.CancelledError as exc:
-            cancelled = cancelled or exc
-    if cancelled is not None:
-        if not task.cancelled():
-            task.exception()
-        raise cancelled
-    return task.result()
 
 
 def _configurable(config: RunnableConfig) -> dict[str, Any]:
@@ -315,7 +299,7 @@ class MnemexSaver(BaseCheckpointSaver[str]):
         return await asyncio.wrap_future(self.client.submit(fn, *args, **kwargs))
 
     async def _write(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
-        return await _settled(asyncio.wrap_future(self.client.submit(fn, *args, **kwargs)))
+        return await settled(asyncio.wrap_future(self.client.submit(fn, *args, **kwargs)))
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         args, kwargs = self._get_request(config)
@@ -457,7 +441,7 @@ class MnemexStore(BaseStore):
             for query, vector in zip(queries, await asyncio.gather(
                     *(self.embeddings.aembed_query(q) for q in queries)), strict=True):
                 plan.queries[query] = vector
-        return await _settled(asyncio.to_thread(self._run, ops, plan))
+        return await settled(asyncio.to_thread(self._run, ops, plan))
 
     def _plan(self, ops: Sequence[Op]) -> _Batch:
         plan = _Batch()
