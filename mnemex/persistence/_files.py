@@ -26,7 +26,7 @@ def describe_os_error(exc: OSError) -> str:
     return f"{text} ({name})" if name else text
 
 
-def write_all(fd: int, chunks: Iterable[bytes]) -> int:
+def write_all(fd: int, chunks: Iterable[bytes | bytearray | memoryview]) -> int:
     """Write every byte of ``chunks`` to ``fd`` (retrying short writes); the count written."""
     total = 0
     for chunk in chunks:
@@ -47,7 +47,8 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, chunks: Iterable[bytes], *, sync_dir: bool = True) -> int:
+def write_atomic(path: Path, chunks: Iterable[bytes | bytearray | memoryview], *,
+                 sync_dir: bool = True) -> int:
     """Replace ``path`` with ``chunks`` all at once: write ``<path>.tmp``, fsync it,
     rename it over ``path`` and (unless ``sync_dir`` is False, when the caller
     syncs the folder itself) fsync the folder. A crash leaves either the old file

@@ -247,29 +247,29 @@ def _write_sidecar_file(path: Path, blob: Sidecar | bytearray | memoryview) -> t
     if isinstance(blob, bytes | bytearray | memoryview):
         write_atomic(path, [blob if isinstance(blob, bytes) else bytes(blob)], sync_dir=False)
         return len(blob), zlib.crc32(blob)
+    if not callable(blob):
+        crc = 0
+
+        def checked(chunks: Iterable[Any]) -> Iterator[bytes | bytearray | memoryview]:
+            nonlocal crc
+            for chunk in chunks:
+                if not isinstance(chunk, bytes | bytearray | memoryview):
+                    raise InvalidInput(f"sidecar {path.name}: a chunk is {type(chunk).__name__}, "
+                                       f"not bytes", field="sidecars")
+                crc = zlib.crc32(chunk, crc)
+                yield chunk
+
+        size = write_atomic(path, checked(blob), sync_dir=False)
+        return size, crc
     tmp = path.with_name(path.name + ".tmp")
     crc = size = 0
     try:
-        if callable(blob):
-            blob(str(tmp))
-            with open(tmp, "rb", buffering=0) as handle:
-                while chunk := handle.read(_READ_BACK):
-                    crc = zlib.crc32(chunk, crc)
-                    size += len(chunk)
-                os.fsync(handle.fileno())
-        else:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
-            try:
-                for chunk in blob:
-                    if not isinstance(chunk, bytes | bytearray | memoryview):
-                        raise InvalidInput(f"sidecar {path.name}: a chunk is {type(chunk).__name__}, "
-                                           f"not bytes", field="sidecars")
-                    write_all(fd, [chunk])
-                    crc = zlib.crc32(chunk, crc)
-                    size += len(chunk)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        blob(str(tmp))
+        with open(tmp, "rb", buffering=0) as handle:
+            while chunk := handle.read(_READ_BACK):
+                crc = zlib.crc32(chunk, crc)
+                size += len(chunk)
+            os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         remove_quietly(tmp)
