@@ -37,6 +37,7 @@ from mnemex.errors import InvalidInput as InvalidInput
 from mnemex.errors import MnemexError as MnemexError
 from mnemex.errors import ModelError as ModelError
 from mnemex.errors import NotFound as NotFound
+from mnemex.errors import NotOwner as NotOwner
 from mnemex.errors import StorageError as StorageError
 from mnemex.errors import SummaryError as SummaryError
 from mnemex.errors import Timeout as Timeout
@@ -97,6 +98,7 @@ __all__ = [
     "MnemexRuntime",
     "ModelError",
     "NotFound",
+    "NotOwner",
     "SEARCH_MEMORY_TOOL",
     "Extracted",
     "MemoryHistory",

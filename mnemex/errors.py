@@ -15,6 +15,7 @@
     │   ├── EmbedderError        the embedder failed or answered vectors of the wrong shape
     │   ├── SummaryError         a summarizer could not summarize (endpoint down, timeout, bad answer)
     │   └── ExtractionError      an extractor could not answer (reason: timeout, unreachable, malformed...)
+    ├── NotOwner                 this process does not own the key's virtual shard; retry at the hint
     ├── CorruptData              bytes on disk fail their checksum or do not parse
     └── StorageError             the disk refused: full, read-only, locked by another process
         └── DataDirLocked        another process holds the data directory's lock
@@ -25,6 +26,8 @@ the cause chained (``raise InvalidInput(...) from exc``).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 __all__ = [
     "ActorClosed",
@@ -38,6 +41,7 @@ __all__ = [
     "MnemexError",
     "ModelError",
     "NotFound",
+    "NotOwner",
     "StorageError",
     "SummaryError",
     "Timeout",
@@ -131,3 +135,27 @@ class StorageError(MnemexError):
 
 class DataDirLocked(StorageError):
     """Raised when another process already holds the data directory."""
+
+
+class NotOwner(MnemexError):
+    """Raised when a process is asked for, or tries to write, an actor of a virtual
+    shard it does not own (any more): its lease was never taken, was lost, or was
+    taken over by a newer owner. Nothing was done; send the request to ``owner``
+    (a hint, None when unknown) and retry there.
+
+    ``vshard`` is the virtual shard, ``epoch`` the newest lease epoch known to
+    whoever raised it (None when unknown)."""
+
+    def __init__(self, message: str, *, vshard: int, owner: str | None = None,
+                 epoch: int | None = None) -> None:
+        super().__init__(message)
+        self.vshard = vshard
+        self.owner = owner
+        self.epoch = epoch
+
+    def __reduce__(self) -> tuple[Any, ...]:  # crosses process boundaries (Ray) intact
+        return (_not_owner, (str(self), self.vshard, self.owner, self.epoch))
+
+
+def _not_owner(message: str, vshard: int, owner: str | None, epoch: int | None) -> NotOwner:
+    return NotOwner(message, vshard=vshard, owner=owner, epoch=epoch)

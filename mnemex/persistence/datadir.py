@@ -7,6 +7,13 @@ held until ``close()``: a second DataDir on the same folder, in this process
 or another, raises DataDirLocked naming the holder's pid. Its stores share one
 bounded set of open journals (``OpenFiles``), so any number of actors may write
 without the process running out of file descriptors.
+
+A data directory written before virtual shards (actor folders straight under
+``<kind>s/``) is moved to the current layout when it is opened: each actor
+folder is renamed, atomically, into its virtual shard's folder, so a crash part
+way leaves every actor whole in one place or the other and the next open moves
+the rest. A folder whose key cannot be known from its name or manifest is left
+where it is and moved the first time its actor is opened.
 """
 
 from __future__ import annotations
@@ -26,8 +33,9 @@ import orjson
 
 from mnemex.errors import DataDirLocked, InvalidInput, StorageError
 from mnemex.persistence._files import describe_os_error, log, write_all
-from mnemex.persistence.layout import KEY_MANIFEST, check_kind, decode_key
+from mnemex.persistence.layout import KEY_MANIFEST, actor_dir, check_kind, decode_key, legacy_actor_dir
 from mnemex.persistence.openfiles import OpenFiles, open_files_limit
+from mnemex.persistence.shards import iter_shard_dirs
 from mnemex.persistence.store import FileStore
 
 __all__ = ["LOCK_FILE", "ActorLocation", "DataDir", "read_manifest"]
@@ -87,6 +95,11 @@ class DataDir:
                                f"(config.storage.data_dir)") from exc
         self._probe()
         self._lock_fd = self._lock()
+        try:
+            self._legacy_left = move_legacy_actors(self.path)
+        except BaseException:
+            self.close()
+            raise
 
     def _probe(self) -> None:
         probe = self.path / f".probe-{os.getpid()}-{id(self):x}"
@@ -152,6 +165,8 @@ class DataDir:
         """The store of actor ``kind``/``key`` (nothing is created until it writes)."""
         if self._lock_fd is None:
             raise StorageError(f"data directory {self.path} is closed")
+        if self._legacy_left:
+            _move_actor(legacy_actor_dir(self.path, kind, key), actor_dir(self.path, kind, key))
         return FileStore(self.path, kind, key, keep=keep, files=self.open_files)
 
     def actors(self) -> Iterator[ActorLocation]:
@@ -185,21 +200,84 @@ def _read_pid(fd: int) -> int | None:
 
 
 def find_actors(data_dir: str | Path) -> Iterator[ActorLocation]:
-    """Every actor folder under ``data_dir`` (``<kind>s/<name>/``), its key from
+    """Every actor folder under ``data_dir`` (``shards/<vvv>/<kind>s/<name>/``, and
+    ``<kind>s/<name>/`` of the layout before virtual shards), its key from
     ``key.json`` or its name. Reads only; takes no lock (inspection tools)."""
     path = Path(data_dir)
+    if not path.is_dir():
+        raise StorageError(f"cannot list data directory {path}: it is not a directory")
+    for _vshard, folder in iter_shard_dirs(path):
+        yield from _actors_under(folder)
+    yield from _actors_under(path)
+
+
+def move_legacy_actors(data_dir: Path) -> bool:
+    """Move every actor folder of the layout before virtual shards into its virtual
+    shard's folder (see the module docstring). True if some are left (their key is
+    unknown until their actor is opened)."""
+    left = False
+    moved = 0
+    for location in list(_actors_under(data_dir, quiet=True)):
+        _move_actor(location.path, actor_dir(data_dir, location.kind, location.key))
+        moved += 1
+    for kind_dir in _kind_dirs(data_dir):
+        try:
+            kind_dir.rmdir()  # only when empty: what is left has an unknown key
+        except OSError:
+            left = True
+    if moved:
+        log.info("%s: moved %d actor folders into their virtual shards' folders (shards/<vvv>/)",
+                 data_dir, moved)
+    return left
+
+
+def _move_actor(old: Path, new: Path) -> None:
+    """Rename ``old`` to ``new`` (one atomic rename) if ``old`` exists, durably."""
+    if not old.is_dir():
+        return
+    if new.exists():
+        raise StorageError(f"actor folder {old} (layout before virtual shards) and {new} both exist; "
+                           f"keep the one with the newer journal and remove the other, then start again")
     try:
-        kind_dirs = sorted(path.iterdir())
+        new.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(old, new)
+        for folder in {old.parent, new.parent, new.parent.parent, new.parent.parent.parent}:
+            _fsync_dir(folder)
     except OSError as exc:
-        raise StorageError(f"cannot list data directory {path}: {describe_os_error(exc)}") from exc
-    for kind_dir in kind_dirs:
-        name = kind_dir.name
-        if not name.endswith("s") or not kind_dir.is_dir():
+        raise StorageError(f"cannot move actor folder {old} to {new}: {describe_os_error(exc)}") from exc
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | _CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _kind_dirs(root: Path) -> list[Path]:
+    """The ``<kind>s`` folders directly under ``root``."""
+    try:
+        entries = sorted(root.iterdir())
+    except OSError as exc:
+        raise StorageError(f"cannot list {root}: {describe_os_error(exc)}") from exc
+    out = []
+    for entry in entries:
+        name = entry.name
+        if not name.endswith("s") or not entry.is_dir():
             continue
         try:
-            kind = check_kind(name[:-1])
+            check_kind(name[:-1])
         except InvalidInput:
             continue
+        out.append(entry)
+    return out
+
+
+def _actors_under(root: Path, *, quiet: bool = False) -> Iterator[ActorLocation]:
+    """The actor folders of every ``<kind>s`` folder directly under ``root``."""
+    for kind_dir in _kind_dirs(root):
+        kind = kind_dir.name[:-1]
         for folder in sorted(kind_dir.iterdir()):
             if not folder.is_dir():
                 continue
@@ -209,6 +287,8 @@ def find_actors(data_dir: str | Path) -> Iterator[ActorLocation]:
                 continue
             key = decode_key(folder.name)
             if key is None:
+                if quiet:
+                    continue
                 log.warning("%s: actor folder without a readable %s and with a shortened name; "
                             "its key is unknown, skipping it", folder, KEY_MANIFEST)
                 continue

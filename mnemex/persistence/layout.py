@@ -1,4 +1,5 @@
-"""Where an actor lives on disk: one safe folder name per key.
+"""Where an actor lives on disk: one safe folder name per key, under the folder
+of its virtual shard (``data_dir/shards/<vvv>/<kind>s/<name>``, see shards.py).
 
 Any key (a user id such as ``../x``, one with NUL bytes, one 10 KB long) maps
 to exactly one folder name made of ``[a-z0-9._~-]``, at most 120 characters,
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mnemex.errors import InvalidInput, TooLarge
+from mnemex.persistence.shards import shard_dir, vshard_of
 
 __all__ = [
     "KEY_MANIFEST",
@@ -30,6 +32,7 @@ __all__ = [
     "decode_key",
     "encode_key",
     "kind_dir",
+    "legacy_actor_dir",
 ]
 
 MAX_NAME_CHARS = 120
@@ -133,14 +136,24 @@ def check_kind(kind: str) -> str:
     if not isinstance(kind, str) or not _KIND.fullmatch(kind):
         raise InvalidInput(f"actor kind {kind!r} must be 1 to 32 characters of [a-z0-9_] starting "
                            f"with a letter", field="kind")
+    if kind == "shard":  # its folder would be "shards", where virtual shards live
+        raise InvalidInput("actor kind 'shard' is reserved (its folder would be the virtual shards' "
+                           "folder, shards/); choose another name", field="kind")
     return kind
 
 
-def kind_dir(data_dir: Path, kind: str) -> Path:
-    """The folder holding every actor of ``kind``: ``data_dir/<kind>s``."""
-    return Path(data_dir) / f"{check_kind(kind)}s"
+def kind_dir(root: Path, kind: str) -> Path:
+    """The folder holding every actor of ``kind`` under ``root`` (a virtual shard's
+    folder, or a data directory of the layout before virtual shards): ``root/<kind>s``."""
+    return Path(root) / f"{check_kind(kind)}s"
 
 
 def actor_dir(data_dir: Path, kind: str, key: tuple[str, ...]) -> Path:
-    """The folder of one actor: ``data_dir/<kind>s/<encode_key(key)>``."""
+    """The folder of one actor: ``data_dir/shards/<vvv>/<kind>s/<encode_key(key)>``."""
+    return kind_dir(shard_dir(data_dir, vshard_of(kind, key)), kind) / encode_key(key)
+
+
+def legacy_actor_dir(data_dir: Path, kind: str, key: tuple[str, ...]) -> Path:
+    """Where the actor lived before virtual shards: ``data_dir/<kind>s/<name>``
+    (a data directory of that layout is moved on open, see DataDir)."""
     return kind_dir(data_dir, kind) / encode_key(key)

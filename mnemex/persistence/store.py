@@ -188,7 +188,7 @@ class ActorStore(abc.ABC):
 
 
 class FileStore(ActorStore):
-    """One actor's folder ``data_dir/<kind>s/<encoded key>/``:
+    """One actor's folder ``data_dir/shards/<vvv>/<kind>s/<encoded key>/``:
 
     - ``journal.jsonl``: commands since the newest snapshot, appended;
     - ``snapshot-<seq>.jsonl`` (+ sidecars): the newest ``keep`` snapshots;
@@ -328,7 +328,8 @@ class FileStore(ActorStore):
         """Create the actor folder and its key manifest (call with _lock held)."""
         if (self.path / KEY_MANIFEST).exists():
             return
-        created = [folder for folder in (self._data_dir, self.path.parent, self.path) if not folder.exists()]
+        chain = [self.path, *self.path.parents[: len(self.path.relative_to(self._data_dir).parts)]]
+        created = [folder for folder in (self._data_dir, *reversed(chain)) if not folder.exists()]
         self.path.mkdir(parents=True, exist_ok=True)
         manifest = self.path / KEY_MANIFEST
         tmp = manifest.with_name(KEY_MANIFEST + ".tmp")

@@ -139,7 +139,7 @@ def test_stores_and_the_actors_found(tmp_path: Path) -> None:
         for store in stores:
             store.append([(1, 0, b"{}")])
             store.close()
-        (tmp_path / "scopes" / "stray-file").write_text("x")
+        (stores[1].path.parent / "stray-file").write_text("x")
         (tmp_path / "notes.txt").write_text("x")
         found = set(data_dir.actors())
         assert found == {ActorLocation(store.kind, store.key, store.path) for store in stores}

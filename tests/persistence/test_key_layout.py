@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from mnemex.errors import InvalidInput
 from mnemex.persistence import actor_dir, decode_key, encode_key
+from mnemex.persistence.shards import vshard_of
 
 SAFE_NAME = re.compile(r"[a-z0-9._~-]+")
 
@@ -54,11 +55,12 @@ def test_case_variants_get_names_that_differ_beyond_case(text: str) -> None:
 
 @settings(max_examples=100)
 @given(key=keys)
-def test_actor_dir_stays_inside_the_kind_folder(key: tuple[str, ...]) -> None:
+def test_actor_dir_stays_inside_the_kind_folder_of_its_virtual_shard(key: tuple[str, ...]) -> None:
     data_dir = Path("/srv/mnemex-data")  # resolved lexically: nothing is created
     folder = actor_dir(data_dir, "scope", key)
-    assert folder.parent == data_dir / "scopes"
-    assert folder.resolve().is_relative_to(data_dir / "scopes")
+    kind_folder = data_dir / "shards" / f"{vshard_of('scope', key):03x}" / "scopes"
+    assert folder.parent == kind_folder
+    assert folder.resolve().is_relative_to(kind_folder)
 
 
 @pytest.mark.parametrize(("key", "name"), [
