@@ -43,9 +43,30 @@ from mnemex.kernel import (
 from mnemex.kernel._replay import replay_actor, replay_data_dir
 from mnemex.memories.kind import ScopeKind, scope_kind
 from mnemex.models.hashing import Embedder, HashingEmbedder
+from mnemex.persistence import (
+    VSHARDS,
+    DataDir,
+    FileLeases,
+    Lease,
+    Leases,
+    Ownership,
+    actor_dir,
+    split_vshards,
+    vshard_of,
+)
 from mnemex.persistence.snapshot import encode_snapshot
 
 __all__ = [
+    # virtual shards and their ownership (a runtime serving part of a cluster)
+    "VSHARDS",
+    "DataDir",
+    "FileLeases",
+    "Lease",
+    "Leases",
+    "Ownership",
+    "actor_dir",
+    "split_vshards",
+    "vshard_of",
     "Blob",
     "BlockingCheckpoints",
     "ChannelValue",

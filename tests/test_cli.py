@@ -18,6 +18,7 @@ from waiting import next_millisecond
 import mnemex
 from mnemex.cli import main
 from mnemex.kernel._replay import parse_moment, replay_actor
+from mnemex.persistence import actor_dir
 from mnemex.testing import Add, counter_kind
 
 KINDS = ["--kinds", "mnemex.testing:counter_kind"]
@@ -58,7 +59,7 @@ def test_replay_until_reconstructs_a_past_state(tmp_path: Path) -> None:
     middle = next_millisecond()  # the lines before and after it differ in their stamps
     next_millisecond()
     write(tmp_path, {"alice": [3, 4]})
-    path = next(tmp_path.glob("counters/*"))
+    path = next(tmp_path.glob("shards/*/counters/*"))
     past = replay_actor(path, counter_kind(), ("alice",), until_ms=parse_moment(str(middle)))
     now = replay_actor(path, counter_kind(), ("alice",))
     assert past.snapshot().extra["total"] == 3  # type: ignore[attr-defined]
@@ -70,7 +71,7 @@ def test_replay_reports_corruption_with_file_and_line(tmp_path: Path,
     write(tmp_path, {"alice": [1, 2, 3, 4]})
     write(tmp_path, {"alice": [5, 6, 7, 8]})
     # the second shutdown snapshot moved seqs 5-8 into an archive segment, kept for history
-    [segment] = tmp_path.glob("counters/alice/journal-*.jsonl")
+    [segment] = tmp_path.glob("shards/*/counters/alice/journal-*.jsonl")
     lines = segment.read_bytes().splitlines(keepends=True)
     lines[1] = lines[1].replace(b'"n":6', b'"n":9')
     segment.write_bytes(b"".join(lines))
@@ -120,7 +121,7 @@ def crashed_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     done = subprocess.run([sys.executable, "-c", WRITE_THEN_DIE, str(data_dir)], env=python_env(),
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
-    folder = data_dir / "scopes" / "chat.alice"
+    folder = actor_dir(data_dir, "scope", ("chat", "alice"))
     assert len((folder / "journal.jsonl").read_bytes().splitlines()) == 3
     assert (folder / "snapshot-3.vectors2.bin").exists() and (folder / "snapshot-3.records2.bin").exists()
     return data_dir
@@ -197,7 +198,7 @@ def test_inspect_and_replay_verify_name_each_damage_and_exit_by_the_worst(
         crashed_data_dir: Path, tmp_path: Path, case: Case) -> None:
     data_dir = tmp_path / "data"
     shutil.copytree(crashed_data_dir, data_dir)
-    folder = data_dir / "scopes" / "chat.alice"
+    folder = actor_dir(data_dir, "scope", ("chat", "alice"))
     case.harm(folder)
 
     shown = mnemex_cli("inspect", str(data_dir))

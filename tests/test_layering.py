@@ -134,7 +134,7 @@ def test_the_public_face_is_pinned() -> None:
         # errors
         "MnemexError", "InvalidInput", "UnknownActorKind", "TooLarge", "NotFound", "Busy", "Timeout",
         "ActorClosed", "ActorCrashed", "ModelError", "EmbedderError", "ExtractionError", "CorruptData", "StorageError",
-        "DataDirLocked",
+        "DataDirLocked", "NotOwner",
     ])
     for name in mnemex.__all__:
         assert getattr(mnemex, name) is not None
@@ -158,6 +158,9 @@ def test_the_extension_face_is_pinned() -> None:
         # graph checkpoints (the checkpoint kind, what LangGraph's saver keeps)
         "Blob", "BlockingCheckpoints", "ChannelValue", "CheckpointEntry", "Checkpoints", "PendingWrite",
         "WriteValue", "checkpoint_kind",
+        # virtual shards, their leases and folders
+        "VSHARDS", "DataDir", "FileLeases", "Lease", "Leases", "Ownership", "actor_dir", "split_vshards",
+        "vshard_of",
     ])
     for name in mnemex.lowlevel.__all__:
         assert getattr(mnemex.lowlevel, name) is not None

@@ -55,10 +55,12 @@ from mnemex.persistence import (
     DataDir,
     FileStore,
     MemoryStore,
+    Ownership,
     Recovered,
     Storage,
     check_key,
     open_storage,
+    vshard_of,
 )
 
 __all__ = ["ActorRef", "Runtime", "RuntimeStats", "ShutdownReport", "Subscription", "open_actor_runtime",
@@ -396,10 +398,13 @@ class Runtime:
     """The kernel. Made by ``open_actor_runtime``; every task it starts lives in
     the nursery that context manager owns."""
 
-    def __init__(self, config: Config, nursery: trio.Nursery, storage: Storage) -> None:
+    def __init__(self, config: Config, nursery: trio.Nursery, storage: Storage,
+                 ownership: Ownership | None = None) -> None:
         self.config = config
         self._nursery = nursery
         self._storage = storage
+        self.ownership = ownership
+        """The virtual shards this runtime serves (None: every key, alone)."""
         self._kinds: dict[str, ActorKind] = {}
         self._cells: OrderedDict[tuple[str, Key], _Cell] = OrderedDict()
         self._closing_cells: dict[tuple[str, Key], _Cell] = {}
@@ -542,6 +547,8 @@ class Runtime:
         if not self._accepting:
             raise ActorClosed(f"the runtime is shutting down; {kind_name} {'/'.join(key)!r} "
                               f"takes no messages")
+        if self.ownership is not None:
+            self.ownership.check(kind_name, key)  # NotOwner: the caller sends it to the owner
         ident = (kind_name, key)
         cell = self._cells.get(ident)
         if cell is not None:
@@ -1258,6 +1265,17 @@ class Runtime:
                 pass
         await cell.wait_closed()
 
+    async def passivate_vshards(self, vshards: Iterable[int]) -> int:
+        """Snapshot and unload every live actor of ``vshards`` (before their leases
+        are given up: the next owner starts from a snapshot). Returns how many."""
+        wanted = set(vshards)
+        cells = [cell for (kind, key), cell in list(self._cells.items())
+                 if cell.state not in DOWN and vshard_of(kind, key) in wanted]
+        async with trio.open_nursery() as nursery:
+            for cell in cells:
+                nursery.start_soon(self.passivate, cell.kind.name, cell.key)
+        return len(cells)
+
     async def _janitor(self) -> None:
         """Passivate actors idle longer than config.kernel.idle_timeout."""
         idle = self.config.kernel.idle_timeout
@@ -1477,18 +1495,21 @@ def _freeze_once() -> None:
 
 @asynccontextmanager
 async def open_actor_runtime(config: Config, kinds: Iterable[ActorKind] = (), *,
-                             storage: Storage | None = None) -> AsyncIterator[Runtime]:
+                             storage: Storage | None = None,
+                             ownership: Ownership | None = None) -> AsyncIterator[Runtime]:
     """Open the kernel on ``storage`` (default: the data directory ``config.storage.data_dir``
     names, locked while open, or memory when it is None), register ``kinds``, run
     until the block exits, then shut down cleanly (bounded by
     ``config.kernel.shutdown_timeout``) even when the block was cancelled or raised. A
-    storage passed in is closed on exit too."""
+    storage passed in is closed on exit too. With ``ownership`` the runtime serves
+    only the keys of the virtual shards it holds (NotOwner for the rest); leases
+    are taken and renewed by whoever hosts it (see LeaseKeeper)."""
     _freeze_startup_heap(config)
     store = storage if storage is not None else open_storage(
         config.storage.data_dir, max_open_files=config.storage.max_open_files)
     try:
         async with trio.open_nursery() as nursery:
-            runtime = Runtime(config, nursery, store)
+            runtime = Runtime(config, nursery, store, ownership)
             for kind in kinds:
                 runtime.register(kind)
             nursery.start_soon(runtime._janitor, name="mnemex janitor")

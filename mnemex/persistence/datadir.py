@@ -8,6 +8,12 @@ or another, raises DataDirLocked naming the holder's pid. Its stores share one
 bounded set of open journals (``OpenFiles``), so any number of actors may write
 without the process running out of file descriptors.
 
+Shared by the processes of a cluster (``ownership`` given), each takes the
+lock shared instead, and serves only the virtual shards it holds a lease on:
+every write of a store is fenced by its shard's lease (see leases.py). A
+runtime that takes the directory exclusively cannot start while any of them
+runs, nor they while it runs.
+
 A data directory written before virtual shards (actor folders straight under
 ``<kind>s/``) is moved to the current layout when it is opened: each actor
 folder is renamed, atomically, into its virtual shard's folder, so a crash part
@@ -34,8 +40,9 @@ import orjson
 from mnemex.errors import DataDirLocked, InvalidInput, StorageError
 from mnemex.persistence._files import describe_os_error, log, write_all
 from mnemex.persistence.layout import KEY_MANIFEST, actor_dir, check_kind, decode_key, legacy_actor_dir
+from mnemex.persistence.leases import FileLeases, Ownership
 from mnemex.persistence.openfiles import OpenFiles, open_files_limit
-from mnemex.persistence.shards import iter_shard_dirs
+from mnemex.persistence.shards import iter_shard_dirs, vshard_of
 from mnemex.persistence.store import FileStore
 
 __all__ = ["LOCK_FILE", "ActorLocation", "DataDir", "read_manifest"]
@@ -80,9 +87,14 @@ class DataDir:
     of it, see ``open_files_limit``).
     """
 
-    def __init__(self, path: str | Path, *, max_open_files: int | None = None) -> None:
+    def __init__(self, path: str | Path, *, max_open_files: int | None = None,
+                 ownership: Ownership | None = None, lease_wait: float = 30.0) -> None:
         self.path = Path(path)
         self._lock_fd: int | None = None
+        self.ownership = ownership
+        """The virtual shards this process may write (None: all of them, alone)."""
+        self.leases: FileLeases | None = None
+        """The leases of the virtual shards, when shared (None when exclusive)."""
         self.open_files = OpenFiles(open_files_limit(max_open_files))
         """The journals this data directory's stores have open, at most ``max_open_files``."""
         try:
@@ -94,12 +106,24 @@ class DataDir:
             raise StorageError(f"cannot create data directory {self.path}: {describe_os_error(exc)} "
                                f"(config.storage.data_dir)") from exc
         self._probe()
-        self._lock_fd = self._lock()
+        self._lock_fd = self._lock(shared=ownership is not None)
         try:
-            self._legacy_left = move_legacy_actors(self.path)
+            if ownership is None:
+                self._legacy_left = move_legacy_actors(self.path)
+            else:
+                self._legacy_left = False
+                self._refuse_legacy_layout()
+                self.leases = FileLeases(self.path, wait=lease_wait)
         except BaseException:
             self.close()
             raise
+
+    def _refuse_legacy_layout(self) -> None:
+        old = next(_actors_under(self.path, quiet=True), None)
+        if old is not None or _kind_dirs(self.path):
+            raise StorageError(f"data directory {self.path} holds actors of the layout before virtual shards "
+                               f"({old.path if old else 'a <kind>s/ folder'}); open it once with a runtime "
+                               f"of its own (mnemex serve, or open_runtime) to move them, then share it")
 
     def _probe(self) -> None:
         probe = self.path / f".probe-{os.getpid()}-{id(self):x}"
@@ -115,23 +139,30 @@ class DataDir:
             raise StorageError(f"data directory {self.path} is not writable: {describe_os_error(exc)} "
                                f"(config.storage.data_dir; mnemex needs to write its journal there)") from exc
 
-    def _lock(self) -> int:
+    def _lock(self, *, shared: bool) -> int:
         path = self.path / LOCK_FILE
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | _CLOEXEC, 0o644)
         except OSError as exc:
             raise StorageError(f"cannot open the lock file {path}: {describe_os_error(exc)}") from exc
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError as exc:
-            holder = _read_pid(fd)
+            if shared:
+                who = "a runtime that owns it alone"
+            elif _held_shared(path):
+                who = "the shard processes of a cluster"
+            else:
+                holder = _read_pid(fd)
+                who = f"process {holder}" if holder else "another process"
             os.close(fd)
-            who = f"process {holder}" if holder else "another process"
             raise DataDirLocked(f"data directory {self.path} is in use by {who} (it holds {path}); "
                                 f"stop that runtime first or use another config.storage.data_dir") from exc
         except OSError as exc:
             os.close(fd)
             raise StorageError(f"cannot lock {path}: {describe_os_error(exc)}") from exc
+        if shared:
+            return fd  # many processes hold it: none writes its pid
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -167,7 +198,11 @@ class DataDir:
             raise StorageError(f"data directory {self.path} is closed")
         if self._legacy_left:
             _move_actor(legacy_actor_dir(self.path, kind, key), actor_dir(self.path, kind, key))
-        return FileStore(self.path, kind, key, keep=keep, files=self.open_files)
+        fence = None
+        if self.ownership is not None and self.leases is not None:
+            vshard, epoch_of = vshard_of(kind, key), self.ownership.epoch
+            fence = functools.partial(self.leases.fence, vshard, functools.partial(epoch_of, vshard))
+        return FileStore(self.path, kind, key, keep=keep, files=self.open_files, fence=fence)
 
     def actors(self) -> Iterator[ActorLocation]:
         """Every actor folder (``<kind>s/<name>/``), its key from ``key.json`` or its name."""
@@ -176,6 +211,8 @@ class DataDir:
     def close(self) -> None:
         """Close the journals still open and release the lock (idempotent)."""
         self.open_files.close()
+        if self.leases is not None:
+            self.leases.close()
         fd, self._lock_fd = self._lock_fd, None
         if fd is not None:
             os.close(fd)  # closing the descriptor drops the flock
@@ -189,6 +226,22 @@ class DataDir:
 
     def __repr__(self) -> str:
         return f"DataDir({str(self.path)!r}{'' if self.is_open else ', closed'})"
+
+
+def _held_shared(path: Path) -> bool:
+    """True if ``path`` is flocked shared (by processes sharing the directory)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    else:
+        return True
+    finally:
+        os.close(fd)
 
 
 def _read_pid(fd: int) -> int | None:

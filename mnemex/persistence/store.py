@@ -10,10 +10,12 @@ Both are plain blocking code: the runtime calls them from worker threads, and
 from __future__ import annotations
 
 import abc
+import contextlib
 import itertools
 import os
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -202,7 +204,8 @@ class FileStore(ActorStore):
     """
 
     def __init__(self, data_dir: Path | str, kind: str, key: tuple[str, ...], *, keep: int = 2,
-                 files: OpenFiles | None = None) -> None:
+                 files: OpenFiles | None = None,
+                 fence: Callable[[], AbstractContextManager[None]] | None = None) -> None:
         self.kind = check_kind(kind)
         self.path = actor_dir(Path(data_dir), kind, key)
         self.key = key
@@ -234,6 +237,9 @@ class FileStore(ActorStore):
         # when a cut leaves nothing else, so an actor whose every line was cut leaves nothing
         self._created: list[Path] = []
         self._unsynced: list[Path] = []  # new files and folders whose entries are not yet durable
+        # held around every change to the folder when the actor's virtual shard is leased
+        # (see leases.py): NotOwner, and nothing changed, once another process took it over
+        self._fence = fence if fence is not None else _unfenced
 
     # -- reading ---------------------------------------------------------------
 
@@ -241,7 +247,7 @@ class FileStore(ActorStore):
         return self._journal.exists() or bool(list_snapshots(self.path))
 
     def recover(self) -> Recovered:
-        with self._snapshot_lock:
+        with self._snapshot_lock, self._fence():  # recovery may cut a torn tail
             # the sidecars (most of the bytes) are read in threads while the snapshot is
             early = start_newest_sidecar_reads(self.path)
             try:
@@ -379,7 +385,7 @@ class FileStore(ActorStore):
         data = b"".join(lines)
         del lines
         first, last = entries[0][0], entries[-1][0]
-        with self._lock:
+        with self._fence(), self._lock:
             if self._broken is not None:
                 raise StorageError(self._broken)
             if self._last_seq is not None and first != self._last_seq + 1:
@@ -453,7 +459,7 @@ class FileStore(ActorStore):
         return self._broken is not None
 
     def cut_after(self, seq: int) -> None:
-        with self._lock:
+        with self._fence(), self._lock:
             try:
                 self._cut_now(seq, durable=False)
             except OSError as exc:
@@ -562,7 +568,7 @@ class FileStore(ActorStore):
                        extra: Mapping[str, object] | None = None,
                        sidecars: Mapping[str, Sidecar] | None = None,
                        required: Iterable[str] = ()) -> int:
-        with self._snapshot_lock:
+        with self._snapshot_lock, self._fence():
             existing = list_snapshots(self.path)
             if existing and seq < existing[0][0]:
                 raise InvalidInput(f"{self.path}: snapshot seq {seq} is older than the newest snapshot "
@@ -686,6 +692,11 @@ class FileStore(ActorStore):
 
 
 _CUT_CHUNK = 1 << 23
+_NOT_FENCED = contextlib.nullcontext()
+
+
+def _unfenced() -> AbstractContextManager[None]:
+    return _NOT_FENCED
 
 
 def _cut_offset_of_file(reader: BinaryIO, size: int, seq: int) -> tuple[int, int | None, int | None]:

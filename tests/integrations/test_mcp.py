@@ -377,7 +377,7 @@ async def test_mnemex_mcp_over_stdio_remembers_across_restarts(tmp_path: Path) -
             found = await call(client, "search_memory", {"query": "peanuts allergy"})
             assert [m["id"] for m in found["memories"]] == [stored["id"]]
         # the client closed stdin: the server drained, snapshotted and let go of the data directory
-        assert list((data_dir / "scopes").glob("*/snapshot-*.jsonl"))
+        assert list(data_dir.glob("shards/*/scopes/*/snapshot-*.jsonl"))
         async with Client(params) as client:
             found = await call(client, "search_memory", {"query": "what is the user allergic to?"})
             assert [m["id"] for m in found["memories"]] == [stored["id"]]
@@ -408,7 +408,7 @@ async def test_mnemex_mcp_over_http_serves_until_sigterm_then_snapshots(tmp_path
                 await call(client, "remember", {"content": "The user collects vinyl records"})
             server.send_signal(signal.SIGTERM)
             assert await trio.to_thread.run_sync(server.wait, abandon_on_cancel=True) == 0
-        assert list((data_dir / "scopes").glob("*/snapshot-*.jsonl"))
+        assert list(data_dir.glob("shards/*/scopes/*/snapshot-*.jsonl"))
     finally:
         if server.poll() is None:
             server.kill()

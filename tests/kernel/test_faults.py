@@ -12,6 +12,7 @@ import pytest
 import trio
 
 import mnemex
+from mnemex.persistence import actor_dir
 from mnemex.testing import Add, Get, counter_kind
 
 
@@ -44,7 +45,7 @@ async def test_corrupt_journal_line_stops_only_that_actor_with_file_and_line(tmp
             await rt.ask("counter", "bad", Add(n))
             await rt.ask("counter", "good", Add(n))
     # write a journal of five commands with no snapshot, then damage line 2 of it
-    folder = tmp_path / "counters" / "bad"
+    folder = actor_dir(tmp_path, "counter", ("bad",))
     for snapshot in folder.glob("snapshot-*"):
         snapshot.unlink()
     for segment in folder.glob("journal-*"):
@@ -64,7 +65,7 @@ async def test_a_flipped_byte_in_the_last_complete_line_is_reported_not_cut(tmp_
     # the last command was acknowledged; its line is whole (newline and all) but one byte changed
     # on disk: the actor refuses to load, naming the file and line, and the line stays for repair
     cfg = mnemex.Config(data_dir=str(tmp_path), restore_backoff=0.0)
-    folder = tmp_path / "counters" / "c"
+    folder = actor_dir(tmp_path, "counter", ("c",))
     folder.mkdir(parents=True)
     lines = [_line(i + 1, b'{"type":"counter.add","n":%d}' % (i + 1)) for i in range(3)]
     lines[2] = lines[2].replace(b'"n":3', b'"n":2')

@@ -51,6 +51,7 @@ from mnemex.memories.transfer import (
     read_export,
 )
 from mnemex.models.hashing import HashingEmbedder
+from mnemex.persistence import actor_dir
 
 
 def vector(content: str, embedder: HashingEmbedder = EMBEDDER) -> bytes:
@@ -429,7 +430,7 @@ async def test_an_import_is_journaled_and_replayed_after_a_kill(tmp_path: Path) 
                                   env=python_env(), capture_stdout=True, capture_stderr=True, check=False)
     assert done.returncode == 0, done.stderr.decode()
     assert done.stdout.decode().split() == ["8"]
-    folder = tmp_path / "b" / "scopes" / "chat.alice"
+    folder = actor_dir(tmp_path / "b", "scope", ("chat", "alice"))
     assert not list(folder.glob("snapshot-*"))
     assert b'"scope.import"' in (folder / "journal.jsonl").read_bytes()
     async with mnemex.open_runtime(config(tmp_path / "b")) as rt:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import mnemex
+from mnemex.persistence import actor_dir
 
 
 async def test_a_flipped_byte_in_the_last_complete_journal_line_is_a_500_naming_file_and_line(
@@ -19,7 +20,7 @@ async def test_a_flipped_byte_in_the_last_complete_journal_line_is_a_500_naming_
             await runtime.scope(user_id="alice", app_name="chat").remember(f"memory {i} about java")
         # what a crash would leave now: three acknowledged writes journaled, no snapshot yet
         shutil.copytree(live, image, ignore=shutil.ignore_patterns("LOCK"))
-    journal = image / "scopes" / "chat.alice" / "journal.jsonl"
+    journal = actor_dir(image, "scope", ("chat", "alice")) / "journal.jsonl"
     data = bytearray(journal.read_bytes())
     data[data.rindex(b"\n", 0, len(data) - 1) + 100] ^= 0x01  # the last line's newline is still there
     journal.write_bytes(bytes(data))

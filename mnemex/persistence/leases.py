@@ -1,0 +1,309 @@
+"""Ownership of virtual shards: a lease per virtual shard, with a fencing epoch.
+
+A process serves the actors of a virtual shard only while it holds the shard's
+lease ``(owner, epoch, expires)``. Taking a shard from another owner (whose
+lease has lapsed) raises the epoch by one; every write a store makes carries
+the epoch it was granted, and the storage refuses it once the epoch on record
+is newer. So a process that was frozen, partitioned or simply slow cannot write
+after its successor took over, whatever it believes about time: time only
+decides when a lease may be taken, the epoch decides who may write.
+
+``FileLeases`` keeps the leases on the volume holding the data directory (one
+``lease.json`` per virtual shard beside a ``lease.lock`` file): a store's write
+holds a shared ``flock`` on the lock file and checks the epoch under it, a
+takeover holds it exclusively while it raises the epoch, so no write of the old
+owner can land after the new owner read the shard. The volume must be coherent
+for every process using it (one machine's disk, or a cluster filesystem such as
+CephFS, GPFS or Lustre): an NFS client may hold written pages back from other
+clients, which fencing by file cannot see; use the Postgres journal there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Protocol
+
+import msgspec
+
+from mnemex.errors import CorruptData, InvalidInput, NotOwner, StorageError
+from mnemex.persistence._files import describe_os_error, write_atomic
+from mnemex.persistence.shards import check_vshard, shard_dir, vshard_of
+
+__all__ = ["FileLeases", "Lease", "Leases", "Ownership"]
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+LEASE_FILE = "lease.json"
+LEASE_LOCK = "lease.lock"
+
+
+class Lease(msgspec.Struct, frozen=True, kw_only=True):
+    """Who owns virtual shard ``vshard``: ``owner`` until ``expires`` (wall-clock
+    seconds since the epoch, renewed while it serves), writing with ``epoch``."""
+
+    vshard: int
+    owner: str
+    epoch: int
+    expires: float
+
+
+_decode_lease = msgspec.json.Decoder(Lease).decode
+_encode = msgspec.json.Encoder().encode
+
+
+class Leases(Protocol):
+    """Where the leases of virtual shards are kept (a shared volume, a database)."""
+
+    def acquire(self, vshard: int, owner: str, ttl: float) -> Lease:
+        """Take ``vshard`` for ``owner`` for ``ttl`` seconds, or renew ``owner``'s
+        lease. Taking it from another owner, or after no one, raises the epoch by
+        one. NotOwner (naming the holder) while another owner's lease has not
+        lapsed; Timeout-free: waits only for writes in progress to finish."""
+        ...
+
+    def release(self, lease: Lease) -> None:
+        """Let ``lease`` lapse now, if it is still the one on record (a clean stop:
+        the next owner need not wait for it to expire)."""
+        ...
+
+    def holder(self, vshard: int) -> Lease | None:
+        """The lease on record for ``vshard`` (lapsed or not), None if never taken."""
+        ...
+
+
+class Ownership:
+    """The virtual shards one process owns and the epoch of each: the kernel asks
+    it whether to serve a key, the storage which epoch a write carries.
+
+    ``owner`` names the process (a shard actor's name); ``margin`` is the part of
+    each lease, in seconds, that the holder gives up to clock drift: it stops
+    serving a shard that long before its lease runs out unless renewed."""
+
+    def __init__(self, owner: str, *, margin: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if not isinstance(owner, str) or not owner or not owner.isprintable():
+            raise InvalidInput(f"owner must be a non-empty printable str, got {owner!r}", field="owner")
+        self.owner = owner
+        self._margin = margin
+        self._clock = clock
+        self._held: dict[int, tuple[int, float]] = {}  # vshard -> (epoch, serve until, on clock)
+
+    def grant(self, lease: Lease, asked_at: float, ttl: float) -> None:
+        """Record ``lease``, just acquired or renewed for ``ttl`` seconds, as ours.
+        ``asked_at`` is this clock's reading taken before asking for it: the lease
+        counts from then (the store's wall clock may differ from ours)."""
+        if lease.owner != self.owner:
+            raise InvalidInput(f"lease of vshard {lease.vshard} belongs to {lease.owner!r}, "
+                               f"not {self.owner!r}", field="lease")
+        self._held[lease.vshard] = (lease.epoch, asked_at + ttl - self._margin)
+
+    def now(self) -> float:
+        """This ownership's clock (what ``grant``'s ``asked_at`` is read from)."""
+        return self._clock()
+
+    def revoke(self, vshard: int) -> None:
+        """Forget ``vshard`` (its lease was lost or given back)."""
+        self._held.pop(vshard, None)
+
+    def epoch(self, vshard: int) -> int | None:
+        """The epoch our writes to ``vshard`` carry, None if we do not own it now."""
+        held = self._held.get(vshard)
+        if held is None or self._clock() >= held[1]:
+            return None
+        return held[0]
+
+    def vshards(self) -> list[int]:
+        """The virtual shards we hold a lease on (lapsed ones included until revoked)."""
+        return sorted(self._held)
+
+    def check(self, kind: str, key: tuple[str, ...]) -> int:
+        """The epoch of the virtual shard of ``kind``/``key``; NotOwner if not ours now."""
+        vshard = vshard_of(kind, key)
+        epoch = self.epoch(vshard)
+        if epoch is None:
+            lapsed = "no longer holds a current lease on" if vshard in self._held else "does not own"
+            raise NotOwner(f"{kind} {'/'.join(key)!r} lives in virtual shard {vshard}, which "
+                           f"{self.owner!r} {lapsed}; "
+                           f"send it to the shard's owner", vshard=vshard)
+        return epoch
+
+    def __repr__(self) -> str:
+        return f"Ownership({self.owner!r}, {len(self._held)} virtual shards)"
+
+
+class _ShardLock:
+    """This process's side of one virtual shard's lease lock: one descriptor, and how
+    many of our threads hold its shared flock now (-1: our own takeover holds it)."""
+
+    __slots__ = ("changed", "fd", "holders")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.holders = 0
+        self.changed = threading.Condition(threading.Lock())
+
+
+class FileLeases:
+    """Leases kept beside the data of each virtual shard on a shared volume (see
+    the module docstring). One instance per process; thread-safe."""
+
+    def __init__(self, data_dir: str | Path, *, wait: float = 30.0,
+                 wall: Callable[[], float] = time.time) -> None:
+        self.path = Path(data_dir)
+        self._wait = wait
+        self._wall = wall  # the clock leases expire by (a test's own)
+        self._lock = threading.Lock()
+        self._shards: dict[int, _ShardLock] = {}
+
+    # -- the lease record --------------------------------------------------------
+
+    def _shard(self, vshard: int) -> _ShardLock:
+        with self._lock:
+            shard = self._shards.get(vshard)
+            if shard is None:
+                folder = shard_dir(self.path, vshard)
+                try:
+                    folder.mkdir(parents=True, exist_ok=True)
+                    fd = os.open(folder / LEASE_LOCK, os.O_RDWR | os.O_CREAT | _CLOEXEC, 0o644)
+                except OSError as exc:
+                    raise StorageError(f"cannot open the lease lock of virtual shard {vshard} in {folder}: "
+                                       f"{describe_os_error(exc)}") from exc
+                shard = self._shards[vshard] = _ShardLock(fd)
+            return shard
+
+    def holder(self, vshard: int) -> Lease | None:
+        path = shard_dir(self.path, check_vshard(vshard)) / LEASE_FILE
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageError(f"cannot read the lease {path}: {describe_os_error(exc)}") from exc
+        try:
+            lease = _decode_lease(raw)
+        except msgspec.DecodeError as exc:
+            raise CorruptData(f"lease {path} does not parse ({exc}); it is written whole or not at all, "
+                              f"so something else wrote it") from exc
+        if lease.vshard != vshard:
+            raise CorruptData(f"lease {path} is for virtual shard {lease.vshard}, not {vshard}")
+        return lease
+
+    def acquire(self, vshard: int, owner: str, ttl: float) -> Lease:
+        check_vshard(vshard)
+        if not (isinstance(ttl, (int, float)) and ttl > 0):
+            raise InvalidInput(f"ttl must be a positive number of seconds, got {ttl!r}", field="ttl")
+        with self._exclusive(vshard):
+            current = self.holder(vshard)
+            now = self._wall()
+            if current is not None and current.owner != owner and current.expires > now:
+                raise NotOwner(f"virtual shard {vshard} is leased to {current.owner!r} "
+                               f"(epoch {current.epoch}) for {current.expires - now:.1f} s more",
+                               vshard=vshard, owner=current.owner, epoch=current.epoch)
+            same = current is not None and current.owner == owner and current.expires > now
+            epoch = current.epoch if same and current is not None else (current.epoch + 1 if current else 1)
+            lease = Lease(vshard=vshard, owner=owner, epoch=epoch, expires=now + ttl)
+            self._write(lease)
+            return lease
+
+    def release(self, lease: Lease) -> None:
+        with self._exclusive(lease.vshard):
+            current = self.holder(lease.vshard)
+            if current is not None and current.owner == lease.owner and current.epoch == lease.epoch:
+                self._write(Lease(vshard=lease.vshard, owner=lease.owner, epoch=lease.epoch, expires=0.0))
+
+    def _write(self, lease: Lease) -> None:
+        path = shard_dir(self.path, lease.vshard) / LEASE_FILE
+        try:
+            write_atomic(path, (_encode(lease),))
+        except OSError as exc:
+            raise StorageError(f"cannot write the lease {path}: {describe_os_error(exc)}") from exc
+
+    @contextlib.contextmanager
+    def _exclusive(self, vshard: int) -> Iterator[None]:
+        """Hold ``vshard``'s lease lock exclusively: no write of any owner is under way."""
+        shard = self._shard(vshard)
+        deadline = time.monotonic() + self._wait
+        with shard.changed:  # our own writers share our descriptor's lock: they finish first
+            while shard.holders != 0:
+                if not shard.changed.wait(timeout=max(0.0, deadline - time.monotonic())):
+                    raise StorageError(f"virtual shard {vshard}: writes of this process did not finish "
+                                       f"within {self._wait} s")
+            shard.holders = -1
+        try:
+            _flock(shard.fd, fcntl.LOCK_EX, deadline, f"virtual shard {vshard}'s lease lock in {self.path}")
+            try:
+                yield
+            finally:
+                fcntl.flock(shard.fd, fcntl.LOCK_UN)
+        finally:
+            with shard.changed:
+                shard.holders = 0
+                shard.changed.notify_all()
+
+    # -- fencing ---------------------------------------------------------------
+
+    def fence(self, vshard: int, epoch: Callable[[], int | None]) -> AbstractContextManager[None]:
+        """A guard for every write to ``vshard``'s files: while it is held, the lease
+        on record has epoch ``epoch()`` (the one this process was granted) and no
+        takeover can complete; NotOwner when the epoch on record is another, or
+        when ``epoch()`` says the process does not own the shard now."""
+        return self._fenced(check_vshard(vshard), epoch)
+
+    @contextlib.contextmanager
+    def _fenced(self, vshard: int, epoch: Callable[[], int | None]) -> Iterator[None]:
+        mine = epoch()
+        if mine is None:
+            raise NotOwner(f"virtual shard {vshard} is not owned by this process now (no current lease); "
+                           f"nothing was written", vshard=vshard)
+        shard = self._shard(vshard)
+        with shard.changed:
+            while shard.holders < 0:  # our own renewal holds it: wait for it
+                shard.changed.wait()
+            if shard.holders == 0:  # the first of our writers takes the shared flock for all
+                _flock(shard.fd, fcntl.LOCK_SH, time.monotonic() + self._wait,
+                       f"virtual shard {vshard}'s lease lock in {self.path}")
+            shard.holders += 1
+        try:
+            current = self.holder(vshard)
+            if current is None or current.epoch != mine:
+                raise NotOwner(f"virtual shard {vshard} was taken over (epoch {mine} is ours, "
+                               f"{current.epoch if current else 'none'} is on record, owner "
+                               f"{current.owner if current else 'none'!r}); nothing was written",
+                               vshard=vshard, owner=current.owner if current else None,
+                               epoch=current.epoch if current else None)
+            yield
+        finally:
+            with shard.changed:
+                shard.holders -= 1
+                if shard.holders == 0:
+                    fcntl.flock(shard.fd, fcntl.LOCK_UN)
+                    shard.changed.notify_all()
+
+    def close(self) -> None:
+        with self._lock:
+            shards, self._shards = self._shards, {}
+        for shard in shards.values():
+            os.close(shard.fd)
+
+
+def _flock(fd: int, how: int, deadline: float, what: str) -> None:
+    """flock ``fd``, waiting until ``deadline`` (monotonic) at most."""
+    pause = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, how | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise StorageError(f"{what} stayed locked by another process; is a previous owner frozen "
+                                   f"while writing? It must resume or be killed") from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+        except OSError as exc:
+            raise StorageError(f"cannot lock {what}: {describe_os_error(exc)}") from exc
