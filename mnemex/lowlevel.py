@@ -33,6 +33,7 @@ from mnemex.effects import (
 from mnemex.kernel import (
     ActorKind,
     ActorRef,
+    LeaseKeeper,
     Runtime,
     RuntimeStats,
     ShutdownReport,
@@ -62,6 +63,7 @@ __all__ = [
     "DataDir",
     "FileLeases",
     "Lease",
+    "LeaseKeeper",
     "Leases",
     "Ownership",
     "actor_dir",

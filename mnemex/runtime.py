@@ -60,7 +60,7 @@ from mnemex.memories.ref import (
 from mnemex.memories.transfer import ExportHeader, ImportReport
 from mnemex.models.batcher import EmbeddingBatcher
 from mnemex.models.rerankers import reranker_from_config
-from mnemex.persistence import find_actors
+from mnemex.persistence import Ownership, Storage, find_actors
 from mnemex.state.kind import STATE_KIND, state_kind
 from mnemex.state.ref import StateRef
 
@@ -420,8 +420,9 @@ async def _every(interval: float, chore: Any, *args: Any) -> None:
 
 
 @asynccontextmanager
-async def open_runtime(config: Config | None = None, *,
-                       kinds: Iterable[ActorKind] = ()) -> AsyncIterator[MnemexRuntime]:
+async def open_runtime(config: Config | None = None, *, kinds: Iterable[ActorKind] = (),
+                       storage: Storage | None = None,
+                       ownership: Ownership | None = None) -> AsyncIterator[MnemexRuntime]:
     """Open a runtime: lock the data directory, recover nothing eagerly (actors load
     on first use), and on exit send the last access counts, drain every mailbox and
     snapshot every actor (``shutdown_report`` says what was done, and a failed
@@ -429,6 +430,9 @@ async def open_runtime(config: Config | None = None, *,
 
     ``kinds`` registers extra actor kinds beside mnemex's own (tests, plugins); a kind
     named like a built-in one (``"agent"``, ``"scope"``, ``"checkpoint"``) takes its place.
+    ``storage`` replaces the data directory ``config.storage.data_dir`` names (another
+    backend; it is closed on exit). With ``ownership`` the runtime serves only the
+    virtual shards it holds leases on (a shard of a cluster: see ``LeaseKeeper``).
     """
     cfg = config if config is not None else Config()
     extra = list(kinds)
@@ -450,7 +454,7 @@ async def open_runtime(config: Config | None = None, *,
             served.append(batchers[kind.name][0])
         else:
             served.append(kind)
-    async with open_actor_runtime(cfg, served) as kernel, \
+    async with open_actor_runtime(cfg, served, storage=storage, ownership=ownership) as kernel, \
             trio.open_nursery() as services:
         for name, (_, batcher) in batchers.items():
             await services.start(batcher.run, name=f"mnemex {name} embedding")

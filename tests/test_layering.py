@@ -159,7 +159,7 @@ def test_the_extension_face_is_pinned() -> None:
         "Blob", "BlockingCheckpoints", "ChannelValue", "CheckpointEntry", "Checkpoints", "PendingWrite",
         "WriteValue", "checkpoint_kind",
         # virtual shards, their leases and folders
-        "VSHARDS", "DataDir", "FileLeases", "Lease", "Leases", "Ownership", "actor_dir", "split_vshards",
+        "VSHARDS", "DataDir", "FileLeases", "Lease", "LeaseKeeper", "Leases", "Ownership", "actor_dir", "split_vshards",
         "vshard_of",
     ])
     for name in mnemex.lowlevel.__all__:

@@ -13,12 +13,14 @@ from mnemex.kernel._kernel import (
     rebuild_behaviour,
 )
 from mnemex.kernel._kind import ActorKind
+from mnemex.kernel._leases import LeaseKeeper
 
 __all__ = [
     "ActorKind",
     "ActorRef",
     "BlockingBridge",
     "BlockingRef",
+    "LeaseKeeper",
     "Runtime",
     "RuntimeStats",
     "ShutdownReport",

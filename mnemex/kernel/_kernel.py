@@ -39,6 +39,7 @@ from mnemex.errors import (
     Busy,
     InvalidInput,
     MnemexError,
+    NotOwner,
     StorageError,
     Timeout,
     UnknownActorKind,
@@ -246,6 +247,7 @@ class _Cell(Lifecycle):
         "kind",
         "last_active",
         "live_bytes",
+        "lost",
         "mailbox",
         "previous",
         "redo",
@@ -295,6 +297,9 @@ class _Cell(Lifecycle):
         # messages to handle before the mailbox: reads whose answers were computed on
         # a state that turned out not durable, and the rest of a batch cut short
         self.redo: deque[_Envelope] | None = None
+        # its virtual shard's lease was lost: it stops without a snapshot (another
+        # process owns its files now) and what waits for it gets this NotOwner
+        self.lost: NotOwner | None = None
 
     def sync(self) -> None:
         self.store.sync()
@@ -1210,9 +1215,14 @@ class Runtime:
         """Stop taking messages, make everything durable, write the final snapshot."""
         self._unregister(cell)
         cell.move(_STOPPING)
-        self._fail_mailbox(cell, ActorClosed(f"{cell.name} stopped"))
-        self._end_subscriptions(cell, ActorClosed(f"{cell.name} stopped"))
+        stopped = cell.lost if cell.lost is not None else ActorClosed(f"{cell.name} stopped")
+        self._fail_mailbox(cell, stopped)
+        self._end_subscriptions(cell, stopped)
         await self._flush(cell)
+        if cell.lost is not None:  # its files are another process's now: touch nothing
+            self._forget_bytes(cell)
+            cell.behaviour = None
+            return
         if cell.snapshot_done is not None:  # the one beside the actor finishes first
             await cell.snapshot_done.wait()
         tally = self._shutdown
@@ -1275,6 +1285,28 @@ class Runtime:
             for cell in cells:
                 nursery.start_soon(self.passivate, cell.kind.name, cell.key)
         return len(cells)
+
+    async def drop_vshards(self, vshards: Iterable[int], error: NotOwner) -> int:
+        """Unload every live actor of ``vshards`` at once, without a snapshot: their
+        leases were lost, so their state may be stale and their files are another
+        owner's. What waits for them gets ``error``. Returns how many."""
+        wanted = set(vshards)
+        cells = [cell for (kind, key), cell in list(self._cells.items())
+                 if cell.state not in DOWN and vshard_of(kind, key) in wanted]
+        for cell in cells:
+            cell.lost = error
+        async with trio.open_nursery() as nursery:
+            for cell in cells:
+                nursery.start_soon(self._stop_cell, cell)
+        return len(cells)
+
+    async def _stop_cell(self, cell: _Cell) -> None:
+        if not self._post(cell, _STOP):
+            try:
+                await self._put(cell, _Envelope(_STOP, None))
+            except MailboxClosed:
+                pass
+        await cell.wait_closed()
 
     async def _janitor(self) -> None:
         """Passivate actors idle longer than config.kernel.idle_timeout."""

@@ -1,0 +1,134 @@
+"""A runtime serving part of a cluster: it serves the virtual shards whose lease
+its keeper holds, refuses the rest, drops what it lost, hands over what it gives up."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from trio.testing import MockClock
+
+import mnemex
+from mnemex.errors import NotOwner
+from mnemex.kernel import LeaseKeeper, open_actor_runtime
+from mnemex.persistence import DataDir, Ownership, vshard_of
+from mnemex.testing import Add, Get, counter_kind
+
+KEY = ("alice",)
+V = vshard_of("counter", KEY)
+
+
+class Wall:
+    """The clock leases expire by, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _shard(path: Path, owner: str, wall: Wall) -> DataDir:
+    # Each owner's own clock stands still (a worker thread taking a lease lets the mock
+    # clock jump ahead, so trio's time would not do): a lease lapses only when the test
+    # moves ``wall``, the clock the leases expire by.
+    data = DataDir(path, ownership=Ownership(owner, margin=1.0, clock=Wall()), lease_wait=5.0)
+    assert data.leases is not None
+    data.leases._wall = wall
+    return data
+
+
+async def _until(condition: Any) -> None:
+    """Wait until ``condition()``. The mock clock stands still unless a test jumps it
+    (lease calls and fsyncs run in worker threads, which an autojumping clock would
+    not wait for): this waits in real time, 5 s at most."""
+    for _ in range(1000):
+        if condition():
+            return
+        await trio.to_thread.run_sync(time.sleep, 0.005)
+    raise AssertionError("the condition never held")
+
+
+async def _jump(clock: MockClock, seconds: float, *keepers: LeaseKeeper) -> None:
+    """Move the mock clock by ``seconds`` and let the keepers' rounds due by then finish."""
+    before = [keeper.attempts for keeper in keepers]
+    clock.jump(seconds)
+    await _until(lambda: all(k.attempts > n for k, n in zip(keepers, before, strict=True)))
+
+
+def _config(path: Path) -> mnemex.Config:
+    return mnemex.Config(data_dir=str(path), idle_timeout=3600.0)
+
+
+async def test_a_shard_serves_what_it_holds_and_hands_it_over(tmp_path: Path, mock_clock: MockClock) -> None:
+    wall = Wall()
+    a, b = _shard(tmp_path, "a", wall), _shard(tmp_path, "b", wall)
+    assert a.leases is not None and b.leases is not None
+    async with open_actor_runtime(_config(tmp_path), [counter_kind()], storage=a, ownership=a.ownership) as ra, \
+            open_actor_runtime(_config(tmp_path), [counter_kind()], storage=b, ownership=b.ownership) as rb, \
+            trio.open_nursery() as nursery:
+        keep_a, keep_b = LeaseKeeper(ra, a.leases, ttl=9.0), LeaseKeeper(rb, b.leases, ttl=9.0, retry=0.5)
+        keep_a.assign([V])
+        await nursery.start(keep_a.run)
+        keep_b.assign([V, V + 1 if V + 1 < 4096 else V - 1])
+        await nursery.start(keep_b.run)
+        assert keep_a.held == [V] and V not in keep_b.held
+        assert await ra.ask("counter", KEY, Add(5)) == 5
+        with pytest.raises(NotOwner, match="does not own") as caught:
+            await rb.ask("counter", KEY, Add(1))
+        assert caught.value.vshard == V
+        for _ in range(10):  # renewals keep a's lease: b keeps failing to take it
+            await _jump(mock_clock, 3.0, keep_a, keep_b)
+        assert keep_a.held == [V] and V not in keep_b.held and keep_a.lost == 0
+        assert await ra.ask("counter", KEY, Add(1)) == 6
+        await keep_a.give_up([V])  # snapshot, then release: b need not wait for the lease to lapse
+        with pytest.raises(NotOwner):
+            await ra.ask("counter", KEY, Get())
+        await _jump(mock_clock, 0.5, keep_b)
+        assert V in keep_b.held
+        assert await rb.ask("counter", KEY, Get()) == (6, 2)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_lost_lease_drops_the_live_actors_without_touching_the_files(
+        tmp_path: Path, mock_clock: MockClock) -> None:
+    wall = Wall()
+    a, b = _shard(tmp_path, "a", wall), _shard(tmp_path, "b", wall)
+    assert a.leases is not None and b.leases is not None
+    async with open_actor_runtime(_config(tmp_path), [counter_kind()], storage=a, ownership=a.ownership) as ra, \
+            open_actor_runtime(_config(tmp_path), [counter_kind()], storage=b, ownership=b.ownership) as rb, \
+            trio.open_nursery() as nursery:
+        keep_a, keep_b = LeaseKeeper(ra, a.leases, ttl=9.0), LeaseKeeper(rb, b.leases, ttl=9.0, retry=0.5)
+        keep_a.assign([V])
+        await nursery.start(keep_a.run)
+        assert await ra.ask("counter", KEY, Add(5)) == 5
+        # a stalls past its lease (as a partition or a long pause would): b takes the shard over
+        wall.now += 60
+        keep_b.assign([V])
+        await nursery.start(keep_b.run)
+        assert V in keep_b.held and rb.ownership is not None and rb.ownership.epoch(V) == 2
+        assert await rb.ask("counter", KEY, Add(10)) == 15  # it read a's journal
+        # a, still believing itself the owner until its next renewal, cannot write
+        with pytest.raises(NotOwner, match="taken over"):
+            await ra.ask("counter", KEY, Add(100))
+        await _jump(mock_clock, 3.0, keep_a)  # a's next renewal finds the new owner
+        assert keep_a.lost == 1
+        assert keep_a.held == [] and ra.live_keys() == []
+        with pytest.raises(NotOwner):
+            await ra.ask("counter", KEY, Get())
+        assert await rb.ask("counter", KEY, Get()) == (15, 2)
+        nursery.cancel_scope.cancel()
+    async with mnemex.open_runtime(_config(tmp_path), kinds=[counter_kind()]) as alone:
+        assert await alone.ask("counter", KEY, Get()) == (15, 2)  # a's refused write left nothing
+
+
+def test_a_keeper_needs_an_ownership() -> None:
+    async def main() -> None:
+        async with open_actor_runtime(mnemex.Config(data_dir=None), [counter_kind()]) as runtime:
+            with pytest.raises(mnemex.MnemexError, match="ownership"):
+                LeaseKeeper(runtime, None)  # type: ignore[arg-type]
+
+    trio.run(main)
