@@ -368,6 +368,9 @@ class ErrorBody(msgspec.Struct, frozen=True):
     type: str | None = None
     field: str | None = None
     reason: str | None = None
+    vshard: int | None = None  # NotOwner: the virtual shard, its owner and epoch as known
+    owner: str | None = None
+    epoch: int | None = None
 
 
 _BY_NAME: Final[Mapping[str, type[MnemexError]]] = {
@@ -396,6 +399,9 @@ def error_of(status: int, body: bytes) -> MnemexError:
         exc = cls(message, field=said.field)
     elif issubclass(cls, errors.ExtractionError):
         exc = cls(message, reason=said.reason or "malformed")
+    elif issubclass(cls, errors.NotOwner):
+        exc = cls(message, vshard=said.vshard if said.vshard is not None else -1, owner=said.owner,
+                  epoch=said.epoch)
     else:
         exc = cls(message)
     return exc

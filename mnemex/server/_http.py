@@ -119,6 +119,8 @@ def error_response(exc: Exception) -> Response:
         field = getattr(exc, "field", None)
         if field:
             body["field"] = field
+        if isinstance(exc, NotOwner):  # where to send it instead
+            body.update(vshard=exc.vshard, owner=exc.owner, epoch=exc.epoch)
         headers = {"Retry-After": "1"} if status == 503 else None
         return json_response(body, status, headers)
     raise exc
