@@ -4,11 +4,12 @@
     mnemex mcp --data-dir DIR --user-id U --app-name A [--agent NAME] [--allow-scope-args] [--graph-tools]
                [--config FILE.toml] [--http [--host H] [--port P] [--token T]]
     mnemex inspect DATA_DIR [--json]
+    mnemex shards DATA_DIR [--json]
     mnemex replay DATA_DIR [--until TIME] [--actor KEY] [--verify] [--kinds MODULE:FUNCTION] [--json]
     mnemex export DATA_DIR [--scope APP/USER ...] [--output FILE|-] [--no-vectors] [--config FILE.toml]
     mnemex import DATA_DIR FILE|- [--config FILE.toml] [--json]
 
-``inspect`` and ``replay`` only read: they take no lock and change no file, so
+``inspect``, ``shards`` and ``replay`` only read: they take no lock and change no file, so
 they are safe beside a running server. ``inspect`` checks every byte of every
 actor's files; ``replay --verify`` does too, then rebuilds each actor. Each problem
 found is printed naming its file and line; the exit status is the worst of them
@@ -160,6 +161,53 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print(f"\n{len(infos):,} actors, {_size(total)} in {args.data_dir}; "
           f"{_tally(findings) or 'no damage found'}")
     return _exit_status(findings)
+
+
+def cmd_shards(args: argparse.Namespace) -> int:
+    """The virtual shards of a data directory shared by a cluster: actors, bytes and
+    the lease of each (who owns it, with which epoch, for how long)."""
+    import time
+
+    from mnemex.persistence.leases import FileLeases
+    from mnemex.persistence.shards import iter_shard_dirs
+
+    root = Path(args.data_dir)
+    if not root.is_dir():
+        print(f"mnemex shards: {root} is not a directory", file=sys.stderr)
+        return 1
+    leases, now = FileLeases(root), time.time()
+    rows: list[dict[str, Any]] = []
+    counts: dict[tuple[int, Path], int] = {}
+    for location in find_actors(root):
+        shard = location.path.parent.parent
+        counts[(int(shard.name, 16), shard)] = counts.get((int(shard.name, 16), shard), 0) + 1
+    for vshard, folder in iter_shard_dirs(root):
+        damaged: str | None = None
+        try:
+            lease = leases.holder(vshard)
+        except MnemexError as exc:
+            lease, damaged = None, str(exc)
+        size = sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+        rows.append({"vshard": vshard, "actors": counts.get((vshard, folder), 0), "bytes": size,
+                     "owner": lease.owner if lease else None, "epoch": lease.epoch if lease else None,
+                     "expires_in_s": round(lease.expires - now, 1) if lease else None, "damaged": damaged})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 1 if any(row["damaged"] for row in rows) else 0
+    table = [[f"{row['vshard']:03x} ({row['vshard']})", f"{row['actors']:,}", _size(row["bytes"]),
+              row["owner"] or "-", str(row["epoch"] or "-"),
+              "-" if row["expires_in_s"] is None else
+              (f"{row['expires_in_s']:.1f} s" if row["expires_in_s"] > 0 else "lapsed"),
+              row["damaged"] or ""] for row in rows]
+    print(_table(table, ["vshard", "actors", "size", "owner", "epoch", "lease", "problem"]))
+    owners: dict[str, int] = {}
+    for row in rows:
+        if row["owner"] and row["expires_in_s"] and row["expires_in_s"] > 0:
+            owners[row["owner"]] = owners.get(row["owner"], 0) + 1
+    held = ", ".join(f"{owner}: {n}" for owner, n in sorted(owners.items())) or "none"
+    print(f"\n{len(rows):,} virtual shards with folders, {sum(r['actors'] for r in rows):,} actors; "
+          f"leases held now: {held}")
+    return 1 if any(row["damaged"] for row in rows) else 0
 
 
 def _is_failure(report: ActorReport) -> bool:
@@ -458,6 +506,16 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("data_dir")
     inspect.add_argument("--json", action="store_true", help="machine-readable output")
     inspect.set_defaults(run=cmd_inspect)
+
+    shards = sub.add_parser(
+        "shards", help="list the virtual shards of a data directory, their actors and leases",
+        description="List the virtual shards of a data directory (shards/<vvv>/): how many actors and bytes "
+                    "each holds and, when a cluster shares the directory, who holds its lease, with which "
+                    "fencing epoch, and for how long. Reads only; safe beside running shards. Exits 1 if "
+                    "a lease file is damaged.")
+    shards.add_argument("data_dir")
+    shards.add_argument("--json", action="store_true", help="machine-readable output")
+    shards.set_defaults(run=cmd_shards)
 
     replay = sub.add_parser("replay", help="rebuild state from disk and report what was found",
                             epilog=_EXIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)

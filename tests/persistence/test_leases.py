@@ -194,3 +194,25 @@ def test_a_frozen_owner_is_fenced_and_its_late_writes_refused(tmp_path: Path) ->
         writer.kill()
         writer.wait()
         writer.stdout.close()
+
+
+def test_mnemex_shards_lists_actors_and_leases(tmp_path: Path) -> None:
+    wall = Clock(time.time())
+    owner = _shared(tmp_path, "shard-a", wall)
+    _take(owner, ttl=600.0)
+    owner.store("scope", KEY).append([line(1)])
+    owner.close()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    out = subprocess.run([sys.executable, "-m", "mnemex.cli", "shards", str(tmp_path), "--json"],
+                         capture_output=True, text=True, env=env, timeout=60, check=True).stdout
+    import json
+    [row] = json.loads(out)
+    assert (row["vshard"], row["actors"], row["owner"], row["epoch"]) == (V, 1, "shard-a", 1)
+    assert 500 < row["expires_in_s"] <= 600 and row["damaged"] is None and row["bytes"] > 0
+    text = subprocess.run([sys.executable, "-m", "mnemex.cli", "shards", str(tmp_path)],
+                          capture_output=True, text=True, env=env, timeout=60, check=True).stdout
+    assert f"{V:03x} ({V})" in text and "leases held now: shard-a: 1" in text
+    (tmp_path / "shards" / f"{V:03x}" / "lease.json").write_text("{not json")
+    damaged = subprocess.run([sys.executable, "-m", "mnemex.cli", "shards", str(tmp_path)],
+                             capture_output=True, text=True, env=env, timeout=60)
+    assert damaged.returncode == 1 and "does not parse" in damaged.stdout
