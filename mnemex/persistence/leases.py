@@ -9,9 +9,10 @@ after its successor took over, whatever it believes about time: time only
 decides when a lease may be taken, the epoch decides who may write.
 
 ``FileLeases`` keeps the leases on the volume holding the data directory (one
-``lease.json`` per virtual shard beside a ``lease.lock`` file): a store's write
-holds a shared ``flock`` on the lock file and checks the epoch under it, a
-takeover holds it exclusively while it raises the epoch, so no write of the old
+``lease.json`` per virtual shard, and a ``lease.lock`` file holding the current
+epoch): a store's write holds a shared ``flock`` on the lock file and checks the
+epoch in it under that lock, a takeover holds it exclusively while it raises the
+epoch (in the lock file first, then in ``lease.json``), so no write of the old
 owner can land after the new owner read the shard. The volume must be coherent
 for every process using it (one machine's disk, or a cluster filesystem such as
 CephFS, GPFS or Lustre): an NFS client may hold written pages back from other
@@ -148,6 +149,19 @@ class _ShardLock:
         self.holders = 0
         self.changed = threading.Condition(threading.Lock())
 
+    def epoch(self) -> int:
+        """The epoch the lock file holds (0: none yet). Read under the flock."""
+        text = os.pread(self.fd, _EPOCH_BYTES, 0)
+        return int(text) if text.strip() else 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Write ``epoch`` in place, durably (under the exclusive flock)."""
+        os.pwrite(self.fd, f"{epoch:0{_EPOCH_BYTES - 1}d}\n".encode(), 0)
+        os.fsync(self.fd)
+
+
+_EPOCH_BYTES = 21  # 20 digits and a newline, rewritten in place: one sector, never torn
+
 
 class FileLeases:
     """Leases kept beside the data of each virtual shard on a shared volume (see
@@ -205,8 +219,18 @@ class FileLeases:
                 raise NotOwner(f"virtual shard {vshard} is leased to {current.owner!r} "
                                f"(epoch {current.epoch}) for {current.expires - now:.1f} s more",
                                vshard=vshard, owner=current.owner, epoch=current.epoch)
-            same = current is not None and current.owner == owner and current.expires > now
-            epoch = current.epoch if same and current is not None else (current.epoch + 1 if current else 1)
+            shard = self._shard(vshard)
+            try:
+                locked = shard.epoch()
+                if current is not None and current.owner == owner and current.expires > now \
+                        and current.epoch == locked:
+                    epoch = current.epoch  # a renewal
+                else:  # a takeover: the lock file first, so the old owner's next write is refused
+                    epoch = max(locked, current.epoch if current is not None else 0) + 1
+                    shard.set_epoch(epoch)
+            except (OSError, ValueError) as exc:
+                raise StorageError(f"cannot read or write the epoch of virtual shard {vshard} in "
+                                   f"{shard_dir(self.path, vshard) / LEASE_LOCK}: {exc}") from exc
             lease = Lease(vshard=vshard, owner=owner, epoch=epoch, expires=now + ttl)
             self._write(lease)
             return lease
@@ -270,13 +294,17 @@ class FileLeases:
                        f"virtual shard {vshard}'s lease lock in {self.path}")
             shard.holders += 1
         try:
-            current = self.holder(vshard)
-            if current is None or current.epoch != mine:
-                raise NotOwner(f"virtual shard {vshard} was taken over (epoch {mine} is ours, "
-                               f"{current.epoch if current else 'none'} is on record, owner "
-                               f"{current.owner if current else 'none'!r}); nothing was written",
-                               vshard=vshard, owner=current.owner if current else None,
-                               epoch=current.epoch if current else None)
+            try:
+                locked = shard.epoch()
+            except (OSError, ValueError) as exc:
+                raise StorageError(f"cannot read the epoch of virtual shard {vshard}: {exc}; "
+                                   f"nothing was written") from exc
+            if locked != mine:
+                current = self.holder(vshard)
+                raise NotOwner(f"virtual shard {vshard} was taken over (epoch {mine} is ours, {locked} is "
+                               f"on record, owner {current.owner if current else 'unknown'!r}); nothing was "
+                               f"written", vshard=vshard, owner=current.owner if current else None,
+                               epoch=locked)
             yield
         finally:
             with shard.changed:

@@ -216,3 +216,25 @@ def test_mnemex_shards_lists_actors_and_leases(tmp_path: Path) -> None:
     damaged = subprocess.run([sys.executable, "-m", "mnemex.cli", "shards", str(tmp_path)],
                              capture_output=True, text=True, env=env, timeout=60)
     assert damaged.returncode == 1 and "does not parse" in damaged.stdout
+
+
+def test_a_takeover_cut_short_after_raising_the_epoch_still_fences(tmp_path: Path) -> None:
+    # The lock file's epoch is raised before lease.json is rewritten: a crash between the two
+    # leaves the old owner refused, and the next takeover goes past both.
+    wall = Clock()
+    old = _shared(tmp_path, "old", wall)
+    _take(old)
+    store = old.store("scope", KEY)
+    store.append([line(1)])
+    lock = tmp_path / "shards" / f"{V:03x}" / "lease.lock"
+    assert lock.read_text() == f"{1:020d}\n"
+    lock.write_text(f"{7:020d}\n")  # what a taker that died before writing lease.json leaves
+    with pytest.raises(NotOwner, match="7 is on record") as caught:
+        store.append([line(2)])
+    assert caught.value.epoch == 7
+    wall.now += 11
+    new = _shared(tmp_path, "new", wall)
+    assert _take(new).epoch == 8
+    new.store("scope", KEY).append([line(2)])
+    old.close()
+    new.close()
