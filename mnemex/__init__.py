@@ -44,6 +44,7 @@ from mnemex.errors import TooLarge as TooLarge
 from mnemex.errors import UnknownActorKind as UnknownActorKind
 from mnemex.knowledge.categories import Category as Category
 from mnemex.memories.fields import MemoryFields as MemoryFields
+from mnemex.memories.protocol import AliasRecord as AliasRecord
 from mnemex.memories.protocol import DocumentStatus as DocumentStatus
 from mnemex.memories.protocol import EntityChanged as EntityChanged
 from mnemex.memories.protocol import EntityDetail as EntityDetail
@@ -103,6 +104,7 @@ __all__ = [
     "EntityChanged",
     "EntityDetail",
     "EntityInfo",
+    "AliasRecord",
     "EntityLink",
     "EntityPage",
     "GraphStats",

@@ -7,20 +7,31 @@ unmerges are journaled writes (they change what the graph resolves; a
 declaration also what the gazetteer finds in every memory, so the mentions are
 indexed again); the reads build ``EntityInfo`` from the active memories that
 mention an entity.
+
+Resolution by embeddings (``knowledge.resolution``): names the graph has no vector
+for are embedded by a Job beside the actor (``name_jobs``, with the scope's
+embedder, a batch at a time, one job in flight), which comes back as the journaled
+``ResolveNames``: the vectors, and the threshold they are judged by, so a replay
+decides the same merges without the model.
 """
 
 from __future__ import annotations
 
+import binascii
+import logging
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from mnemex._checks import check_int
 from mnemex._time import check_seconds
-from mnemex.effects import Step
+from mnemex.effects import Job, JobResult, Step
 from mnemex.errors import InvalidInput, NotFound
 from mnemex.knowledge.graph import Declared, EntityGraph, Merge
+from mnemex.knowledge.resolution import decode_rows, default_similarity, encode_rows
 from mnemex.memories.protocol import (
+    AliasRecord,
     DeclareEntity,
     EntityChanged,
     EntityDetail,
@@ -34,14 +45,18 @@ from mnemex.memories.protocol import (
     MemoryRecord,
     MergeEntities,
     RelatedEntities,
+    ResolveNames,
     UnmergeEntity,
 )
 
 if TYPE_CHECKING:
     from mnemex.memories.behaviour import ScopeMemory
 
-__all__ = ["MAX_ALIASES", "declare_entity", "entity_detail", "graph_stats", "list_entities",
-           "merge_entities", "reindex_graph", "related_entities", "unmerge_entity"]
+__all__ = ["MAX_ALIASES", "NameEmbedFailed", "declare_entity", "entity_detail", "graph_stats",
+           "list_entities", "merge_entities", "name_embed_failed", "name_jobs", "reindex_graph",
+           "related_entities", "resolve_names", "unmerge_entity"]
+
+log = logging.getLogger("mnemex.memories")
 
 MAX_ALIASES: Final = 64
 MAX_NAME_CHARS: Final = 200
@@ -49,6 +64,12 @@ RELATION_MEMORIES: Final = 5
 """How many of the memories that state a relation an EntityLink names (the newest)."""
 
 _TYPE = re.compile(r"^[A-Za-z][\w\-]{0,63}$")
+
+NAME_BATCH: Final = 256
+"""Names one embedding job takes at most."""
+NAME_RETRY: Final = 60.0
+"""Seconds (of the scope's clock) after which a name job that never came back (lost
+in a restart) or failed is planned again."""
 
 
 # -- validation ------------------------------------------------------------------------------------
@@ -87,11 +108,14 @@ def info_of(scope: ScopeMemory, entity: str, records: list[MemoryRecord] | None 
     if records is None:
         records = _active(scope, graph.docs_of(entity))
     times = [record.timestamp for record in records]
+    keys = set(graph.keys_of(entity))
+    merged = tuple(AliasRecord(name=m.name, into=m.into, how=m.how, score=m.score, at=m.at)
+                   for key, m in graph.merges.items() if key in keys)
     return EntityInfo(name=graph.display_name(entity), type=graph.type_of(entity),
                       aliases=tuple(graph.aliases(entity)), mentions=len(records),
                       sessions=len({r.session_id for r in records if r.session_id is not None}),
                       first_seen=min(times) if times else None, last_seen=max(times) if times else None,
-                      declared=entity in graph.declared)
+                      declared=entity in graph.declared, merged=merged)
 
 
 def _newest(records: list[MemoryRecord]) -> list[MemoryRecord]:
@@ -156,7 +180,10 @@ def related_entities(scope: ScopeMemory, cmd: GetRelated) -> RelatedEntities:
 def graph_stats(scope: ScopeMemory) -> GraphStats:
     graph = scope.graph
     return GraphStats(entities=len(graph), mentions=graph.mentions, relations=graph.relations(),
-                      declared=len(graph.declared), merges=len(graph.merges))
+                      declared=len(graph.declared), merges=len(graph.merges),
+                      embedded_names=len(graph.vectors),
+                      embedding_merges=sum(m.how == "embedding" for m in graph.merges.values()),
+                      names_pending=len(graph.unembedded(1 << 30)) if _embeds_names(scope) else 0)
 
 
 # -- writing (journaled) ---------------------------------------------------------------------------
@@ -246,4 +273,96 @@ def unmerge_entity(scope: ScopeMemory, cmd: UnmergeEntity) -> EntityChanged:
         _reindex(scope)
     touched = dict.fromkeys(entity for entity in (graph.resolve(name), graph.resolve(
         undone.into if isinstance(undone, Merge) else undone.name)) if entity is not None)
+    return EntityChanged(entities=[info_of(scope, entity) for entity in touched])
+
+
+# -- resolution by embeddings ------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class NameEmbedFailed:
+    """Embedding entity names failed beside the actor (not journaled: the names are
+    embedded again later)."""
+
+    error: str
+    now: float
+
+
+def _threshold(scope: ScopeMemory) -> float | None:
+    settings = scope.settings
+    if settings.entity_similarity is not None:
+        return settings.entity_similarity
+    return default_similarity(settings.embedder_name)
+
+
+def _embeds_names(scope: ScopeMemory) -> bool:
+    """Whether the scope resolves names by their vectors: on, with a model, whose
+    threshold is known, and the model of the vectors it holds already."""
+    settings = scope.settings
+    return settings.entity_embeddings and settings.embed is not None and settings.embedder_name is not None \
+        and scope.graph.vectors.embedder in (None, settings.embedder_name) and _threshold(scope) is not None
+
+
+def name_jobs(scope: ScopeMemory, now: float) -> tuple[Job, ...]:
+    """A Job embedding the names that have no vector yet, when the scope resolves
+    names by their vectors, none is in flight and there are some (never in a
+    replay: the journal has the results)."""
+    settings, graph = scope.settings, scope.graph
+    if scope.replaying or not settings.entity_embeddings:
+        return ()
+    since = scope.names_since
+    if since is not None and now - since < NAME_RETRY:
+        return ()
+    if not _embeds_names(scope):
+        return ()  # no model, none measured, or names of another model: spelling only
+    keys = graph.unembedded(NAME_BATCH)
+    if not keys:
+        return ()
+    embed, embedder, dim, threshold = settings.embed, settings.embedder_name, settings.embedder_dim, \
+        _threshold(scope)
+    assert embed is not None and embedder is not None and threshold is not None
+    scope.names_since = now
+
+    async def work() -> str:
+        return encode_rows(await embed(keys))
+
+    def deliver(result: JobResult) -> ResolveNames | NameEmbedFailed:
+        if result.error is not None:
+            return NameEmbedFailed(f"{type(result.error).__name__}: {result.error}", now)
+        return ResolveNames(keys=keys, vectors=result.value, embedder=embedder, dim=dim, threshold=threshold,
+                            now=now)
+
+    return (Job(work, deliver, name=f"scope.resolve-names {scope.app_name}/{scope.user_id}"),)
+
+
+def name_embed_failed(scope: ScopeMemory, cmd: NameEmbedFailed) -> None:
+    log.warning("scope %s: embedding entity names failed (%s); they resolve by spelling until a retry",
+                scope.name, cmd.error)
+    scope.names_since = cmd.now  # retried NAME_RETRY later
+
+
+def resolve_names(scope: ScopeMemory, cmd: ResolveNames) -> Any:
+    """Keep the names' vectors and record the merges they decide."""
+    now = check_seconds(cmd.now, "now")
+    if not isinstance(cmd.keys, list | tuple) or not all(isinstance(k, str) and k for k in cmd.keys):
+        raise InvalidInput("keys must be a list of name keys", field="keys")
+    if not isinstance(cmd.embedder, str) or not cmd.embedder:
+        raise InvalidInput("the names' vectors need their embedder's name", field="embedder")
+    dim = check_int(cmd.dim, "dim", 1, 65_536)
+    threshold = cmd.threshold
+    if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0.5 <= threshold <= 1.0:
+        raise InvalidInput(f"threshold must be a number in 0.5..1, got {threshold!r}", field="threshold")
+    graph = scope.graph
+    held = (graph.vectors.embedder, graph.vectors.dim)
+    if held[0] is not None and (cmd.embedder, dim) != held:
+        raise InvalidInput(f"scope {scope.name} holds name vectors of {graph.vectors.embedder!r} (dim "
+                           f"{graph.vectors.dim}), not of {cmd.embedder!r} (dim {dim})", field="embedder")
+    try:
+        rows = decode_rows(cmd.vectors, len(cmd.keys), dim)
+    except (ValueError, binascii.Error) as exc:
+        raise InvalidInput(f"vectors: {exc}", field="vectors") from exc
+    if scope.graph_stale:  # declarations replayed before: the mentions they find, first
+        reindex_graph(scope)
+    scope.names_since = None
+    scope.clock = max(scope.clock, now)
+    made = graph.place_vectors(list(cmd.keys), rows, cmd.embedder, float(threshold), now)
+    touched = dict.fromkeys(entity for entity in (graph.resolve(m.into) for m in made) if entity is not None)
     return EntityChanged(entities=[info_of(scope, entity) for entity in touched])
