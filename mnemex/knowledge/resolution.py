@@ -16,6 +16,9 @@ under another configuration decides the same):
   ordinal, a direction, a colour, a day or month, old/new, elder/younger...:
   ``"Session 1"``/``"Session 2"``, ``"North Korea"``/``"South Korea"``,
   ``"York"``/``"New York"``) are never merged by their vectors;
+* nor are two names of one word each: a word's vector says little more than its
+  spelling (``"Kelcor"`` and ``"Halkelcor"`` are 0.88 close for the hashing
+  embedder), and the spelling rules decide those already;
 * the graph adds its own vetoes (``EntityGraph.place_vectors``): other types,
   two declared entities, two speakers, a pair an unmerge kept apart.
 
@@ -33,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = ["SIMILARITY", "NameVectors", "decode_rows", "default_similarity", "encode_rows", "nearest_merges",
-           "siblings"]
+           "siblings", "vetoed"]
 
 SIMILARITY: Final[Mapping[str, float]] = {
     "hashing-v1-d384-": 0.80,
@@ -74,6 +77,12 @@ def siblings(a: str, b: str) -> bool:
     never merged by their vectors."""
     words_a, words_b = set(a.split(" ")), set(b.split(" "))
     return any(_telling(word) for word in words_a ^ words_b)
+
+
+def vetoed(a: str, b: str) -> bool:
+    """Whether two name keys are never merged by their vectors, however close:
+    :func:`siblings`, or one word each."""
+    return (" " not in a and " " not in b) or siblings(a, b)
 
 
 def default_similarity(embedder: str | None) -> float | None:
@@ -156,7 +165,7 @@ def nearest_merges(vectors: NameVectors, keys: Sequence[str], rows: npt.NDArray[
     (in sorted order, so a batch decides the same whatever order it came in) joins
     the nearest of ``candidates`` (names with a vector) and of the batch's names
     before it, at ``threshold`` or closer, for which ``allowed(name, other)`` holds
-    and that are no :func:`siblings`; the new rows are added to ``vectors``. One
+    and that are not :func:`vetoed`; the new rows are added to ``vectors``. One
     matrix product per batch: O((candidates + batch) x batch x dim)."""
     fresh = sorted({key: i for i, key in enumerate(keys) if key not in vectors.row}.items())
     if not fresh:
@@ -173,7 +182,7 @@ def nearest_merges(vectors: NameVectors, keys: Sequence[str], rows: npt.NDArray[
             scored += [(-float(against[j, at]), pool[j]) for j in np.flatnonzero(against[:, at] >= low)]
         scored += [(-float(within[j, at]), fresh[j][0]) for j in np.flatnonzero(within[:at, at] >= low)]
         for negative, other in sorted(scored):
-            if other != key and allowed(key, other) and not siblings(key, other):
+            if other != key and not vetoed(key, other) and allowed(key, other):
                 out.append((key, other, round(-negative, 4)))
                 break
     vectors.add([key for key, _ in fresh], batch, embedder)
