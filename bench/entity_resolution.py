@@ -13,7 +13,9 @@ For each embedder (``--embedders``; MiniLM when its package is installed) it pri
 precision and recall over a sweep of thresholds, the spelling rules alone, and the
 figures at the embedder's default (``mnemex.knowledge.resolution.SIMILARITY``),
 whose bar is a precision of 1.0 on this set (a wrong merge hides an entity; a missed
-one leaves two). Writes bench/results/entity_resolution.json.
+one leaves two). Then the same at the default only on the held-out pairs of
+bench/data/entity_pairs_heldout.json (written after the defaults were chosen;
+reported, no bar). Writes bench/results/entity_resolution.json.
 
     python bench/entity_resolution.py
     python bench/entity_resolution.py --embedders hashing
@@ -40,6 +42,7 @@ from mnemex.knowledge.resolution import default_similarity  # noqa: E402
 from mnemex.models.embedders import embedder_from_config  # noqa: E402
 
 PAIRS = _BENCH / "data" / "entity_pairs.json"
+HELD_OUT = _BENCH / "data" / "entity_pairs_heldout.json"
 SWEEP = [round(0.70 + 0.01 * i, 2) for i in range(30)]
 
 
@@ -88,6 +91,23 @@ def measure(embedder: Any, pairs: list[dict[str, Any]], typed: bool) -> dict[str
     return out
 
 
+def held_out(embedder: Any, default: float, report: dict[str, Any]) -> None:
+    pairs = json.loads(HELD_OUT.read_text())["pairs"]
+    labels = [bool(pair["same"]) for pair in pairs]
+    rows = []
+    for typed in (False, True):
+        spelling = scores(labels, [joined(p, embedder, None, typed=typed, flip=False) for p in pairs])
+        decided = [joined(p, embedder, default, typed=typed, flip=False) for p in pairs]
+        at = scores(labels, decided)
+        at["wrong_pairs"] = [f"{p['a']} | {p['b']}" for p, label, made in zip(pairs, labels, decided, strict=True)
+                             if made and not label]
+        report["held_out_typed" if typed else "held_out"] = {"spelling": spelling, "default": at}
+        rows.append(["typed" if typed else "untyped", f"{at['precision']:.3f}", f"{at['recall']:.3f}", at["wrong"],
+                     f"{spelling['precision']:.3f}", f"{spelling['recall']:.3f}", ", ".join(at["wrong_pairs"])])
+    print(f"held out: {len(pairs)} pairs ({sum(labels)} same), threshold {default}")
+    print(table(["types", "precision", "recall", "wrong", "P spelling", "R spelling", "wrong pairs"], rows))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--embedders", default="hashing,minilm")
@@ -123,6 +143,7 @@ def main() -> None:
             at = runs["untyped"]["sweep"][f"{default:.2f}"]
             if at["precision"] < 1.0 or runs["typed"]["sweep"][f"{default:.2f}"]["precision"] < 1.0:
                 failed.append(f"{embedder.name}: wrong merges at the default {default}: {at['wrong_pairs']}")
+            held_out(embedder, default, report["embedders"][embedder.name])
     path = write_results("entity_resolution", report)
     print(f"\nwrote {path}")
     if failed:
