@@ -60,6 +60,7 @@ from mnemex.memories.protocol import MemoryRecord as MemoryRecord
 from mnemex.memories.protocol import RelatedEntities as RelatedEntities
 from mnemex.memories.protocol import SearchResult as SearchResult
 from mnemex.memories.protocol import SessionAdded as SessionAdded
+from mnemex.memories.protocol import TypedRelation as TypedRelation
 from mnemex.memories.ref import ScopeRef as ScopeRef
 from mnemex.memories.tools import MEMORY_TOOLS as MEMORY_TOOLS
 from mnemex.memories.tools import REMEMBER_TOOL as REMEMBER_TOOL
@@ -106,6 +107,7 @@ __all__ = [
     "EntityInfo",
     "AliasRecord",
     "EntityLink",
+    "TypedRelation",
     "EntityPage",
     "GraphStats",
     "RelatedEntities",

@@ -139,6 +139,8 @@ class EntityGraph:
         self.merges: dict[str, Merge] = {}           # key of name -> merge, in merge order
         self.types: dict[str, dict[str, int]] = {}   # key -> type -> times an extractor gave it
         self.vectors = NameVectors()                  # key -> its name's vector (journaled)
+        # memory id -> the typed relations it states, (source key, type, target key) (journaled)
+        self.typed: dict[str, tuple[tuple[str, str, str], ...]] = {}
         self.apart: set[tuple[str, str]] = set()      # pairs an unmerge kept apart from the vectors
         self._unembedded: set[str] = set()           # names of entities without a vector yet
         self._gazetteer: ahocorasick.Automaton | None = None
@@ -292,6 +294,29 @@ class EntityGraph:
             if len(key) >= 2 and kind:
                 given = self.types.setdefault(key, {})
                 given[kind] = given.get(kind, 0) + 1
+
+    def note_relations(self, memory_id: str, relations: Iterable[tuple[str, str, str]]) -> None:
+        """Typed relations a memory states (an extractor's, journaled with its facts),
+        added to those it stated before."""
+        kept = dict.fromkeys(self.typed.get(memory_id, ()))
+        for source, kind, target in relations:
+            a, b = self.key(source), self.key(target)
+            if len(a) >= 2 and len(b) >= 2 and a != b and kind:
+                kept.setdefault((a, kind, b), None)
+        if kept:
+            self.typed[memory_id] = tuple(kept)
+
+    def relations_between(self, entity: str, other: str) -> list[tuple[str, str, str, str]]:
+        """The typed relations between two entities, either way: (source entity, type,
+        target entity, the id of the memory that states it), in memory order."""
+        root = self._resolved().root
+        out = []
+        for memory_id in sorted(self.typed):
+            for a, kind, b in self.typed[memory_id]:
+                ends = (root.get(a, a), root.get(b, b))
+                if ends in ((entity, other), (other, entity)):
+                    out.append((ends[0], kind, ends[1], memory_id))
+        return out
 
     def merge(self, merge: Merge) -> None:
         self.merges[self.key(merge.name)] = merge
@@ -799,6 +824,8 @@ class EntityGraph:
             out["vectors"] = self.vectors.to_extra()
         if self.apart:
             out["apart"] = [list(pair) for pair in sorted(self.apart)]
+        if self.typed:
+            out["relations"] = {memory_id: [list(r) for r in rels] for memory_id, rels in self.typed.items()}
         return out
 
     def load_extra(self, extra: Mapping[str, Any]) -> None:
@@ -814,6 +841,8 @@ class EntityGraph:
             self.types[str(key)] = {str(kind): int(count) for kind, count in given.items()}
         self.vectors.load_extra(extra.get("vectors") or {})
         self.apart.update(_pair(str(a), str(b)) for a, b in extra.get("apart") or ())
+        for memory_id, rels in (extra.get("relations") or {}).items():
+            self.typed[str(memory_id)] = tuple((str(a), str(k), str(b)) for a, k, b in rels)
         self._unembedded.difference_update(self.vectors.row)
 
 

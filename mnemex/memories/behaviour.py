@@ -115,6 +115,7 @@ from mnemex.memories.graph import (
     merge_entities,
     name_embed_failed,
     name_jobs,
+    note_relations,
     reindex_graph,
     related_entities,
     resolve_names,
@@ -1201,12 +1202,14 @@ class ScopeMemory:
 
     def _typed(self, cmd: ApplyExtraction, out: Any) -> Any:
         """Give the entity graph the types the extractor gave the entities of a
-        committed job's facts."""
+        committed job's facts, and the typed relations they state."""
         reply = out.reply if isinstance(out, Step) else out
         if isinstance(reply, Extracted) and reply.status == "committed":
             for fact in cmd.facts:
-                if isinstance(fact, NewFact) and fact.entity_types:
-                    self.graph.note_types(fact.entity_types)
+                if isinstance(fact, NewFact):
+                    if fact.entity_types:
+                        self.graph.note_types(fact.entity_types)
+                    note_relations(self, fact)
         return out
 
     def _extraction_failed(self, cmd: ExtractionFailed) -> Any:

@@ -44,8 +44,10 @@ from mnemex.memories.protocol import (
     ListEntities,
     MemoryRecord,
     MergeEntities,
+    NewFact,
     RelatedEntities,
     ResolveNames,
+    TypedRelation,
     UnmergeEntity,
 )
 
@@ -53,8 +55,8 @@ if TYPE_CHECKING:
     from mnemex.memories.behaviour import ScopeMemory
 
 __all__ = ["MAX_ALIASES", "NameEmbedFailed", "declare_entity", "entity_detail", "graph_stats",
-           "list_entities", "merge_entities", "name_embed_failed", "name_jobs", "reindex_graph",
-           "related_entities", "resolve_names", "unmerge_entity"]
+           "list_entities", "merge_entities", "name_embed_failed", "name_jobs", "note_relations",
+           "reindex_graph", "related_entities", "resolve_names", "unmerge_entity"]
 
 log = logging.getLogger("mnemex.memories")
 
@@ -122,11 +124,35 @@ def _newest(records: list[MemoryRecord]) -> list[MemoryRecord]:
     return sorted(records, key=lambda record: (record.timestamp, record.id), reverse=True)
 
 
-def _link(scope: ScopeMemory, other: str, weight: int, docs: list[int], *, hops: int = 1,
+def _link(scope: ScopeMemory, of: str, other: str, weight: int, docs: list[int], *, hops: int = 1,
           via: str | None = None) -> EntityLink:
     stating = _newest(_active(scope, docs))[:RELATION_MEMORIES]
+    graph = scope.graph
+    typed = []
+    for source, kind, target, memory_id in graph.relations_between(of, other):
+        record = scope.record(memory_id)
+        if record is not None and record.active:
+            typed.append(TypedRelation(source=graph.display_name(source), type=kind,
+                                       target=graph.display_name(target), memory=memory_id))
     return EntityLink(entity=info_of(scope, other), weight=weight,
-                      memories=tuple(record.id for record in stating), hops=hops, via=via)
+                      memories=tuple(record.id for record in stating), hops=hops, via=via,
+                      relations=tuple(typed))
+
+
+def note_relations(scope: ScopeMemory, fact: NewFact) -> None:
+    """The typed relations a committed fact states, kept by the memory that holds it
+    now: the fact's own, or the one it was found equal to (a duplicate reinforces
+    an existing memory)."""
+    if not fact.entity_relations:
+        return
+    memory_id = fact.id
+    if memory_id not in scope.doc_of:
+        doc = scope.by_content.get(fact.content)
+        if doc is not None and scope.docs[doc] is not None:
+            memory_id = scope.docs_record(doc).id
+        elif fact.target is not None:
+            memory_id = fact.target
+    scope.graph.note_relations(memory_id, fact.entity_relations)
 
 
 def list_entities(scope: ScopeMemory, cmd: ListEntities) -> EntityPage:
@@ -160,7 +186,7 @@ def entity_detail(scope: ScopeMemory, cmd: GetEntity) -> EntityDetail:
     entity = _known(scope, cmd.name)
     records = _active(scope, scope.graph.docs_of(entity))
     near = scope.graph.neighbours(entity, limit=neighbours) if neighbours else []
-    links = [_link(scope, other, weight, docs) for other, weight, docs in near]
+    links = [_link(scope, entity, other, weight, docs) for other, weight, docs in near]
     return EntityDetail(entity=info_of(scope, entity, records), memories=_newest(records)[:memories],
                         neighbours=links)
 
@@ -173,7 +199,7 @@ def related_entities(scope: ScopeMemory, cmd: GetRelated) -> RelatedEntities:
     related = []
     for other, hops, via, _weight in graph.related(entity, depth, limit=limit)[:limit]:
         docs = sorted(graph.docs_of(other) & graph.docs_of(via))
-        related.append(_link(scope, other, len(docs), docs, hops=hops, via=graph.display_name(via)))
+        related.append(_link(scope, via, other, len(docs), docs, hops=hops, via=graph.display_name(via)))
     return RelatedEntities(entity=info_of(scope, entity), related=related)
 
 

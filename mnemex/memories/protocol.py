@@ -98,6 +98,7 @@ __all__ = [
     "MergeEntities",
     "RelatedEntities",
     "ResolveNames",
+    "TypedRelation",
     "UnmergeEntity",
 ]
 
@@ -561,6 +562,8 @@ class NewFact(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     actor_id: str | None = None
     entity_types: dict[str, str] = msgspec.field(default_factory=dict)
     """Types of ``entities`` by name, as the extractor gave them (the entity graph's)."""
+    entity_relations: tuple[tuple[str, str, str], ...] = ()
+    """Typed relations between ``entities`` the fact states: (source, type, target)."""
 
 
 class JobUsage(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -976,16 +979,29 @@ class EntityInfo(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 
+class TypedRelation(msgspec.Struct, frozen=True):
+    """A relation an extractor read in a memory: ``source`` ``type`` ``target``
+    (entity names as shown, ``type`` a snake_case verb phrase: ``owes_favour_to``),
+    stated by the memory ``memory``."""
+
+    source: str
+    type: str
+    target: str
+    memory: str
+
+
 class EntityLink(msgspec.Struct, frozen=True):
     """An entity related to another: ``weight`` memories mention both (``memories``:
     the ids of the newest of them, which state the relation); ``hops`` away (1 or 2),
-    reached ``via`` that entity's name."""
+    reached ``via`` that entity's name; ``relations``: what the memories say the
+    relation is, when an extractor typed it (either way round)."""
 
     entity: EntityInfo
     weight: int
     memories: tuple[str, ...] = ()
     hops: int = 1
     via: str | None = None
+    relations: tuple[TypedRelation, ...] = ()
 
 
 class GraphStats(msgspec.Struct, frozen=True, omit_defaults=True):
