@@ -399,13 +399,17 @@ class EntityGraph:
         another embedder than the vectors held are refused (ValueError)."""
         if self.vectors.embedder is not None and embedder != self.vectors.embedder:
             raise ValueError(f"the graph holds name vectors of {self.vectors.embedder!r}, not {embedder!r}")
-        root = self._resolved().root
         owners = {key: key for key in self.declared}
         for key, declared in self.declared.items():
             owners.update((alias, key) for alias in map(self.key, declared.aliases) if alias not in owners)
 
+        def live(key: str) -> bool:  # a name of an entity now (what the resolution groups)
+            return key in self._strong or key in owners or key in self.merges or key in merge_targets
+
+        merge_targets = {self.key(merge.into) for merge in self.merges.values()}
+
         def allowed(key: str, other: str) -> bool:
-            if key not in root or other not in root or root[key] == root[other]:
+            if not live(key) or not live(other):
                 return False
             if key in owners and other in owners:
                 return False  # two declared entities stay two until an app merges them
@@ -416,7 +420,10 @@ class EntityGraph:
             mine, theirs = self.key_type(key), self.key_type(other)
             if mine is not None and theirs is not None and mine != theirs:
                 return False
-            return _merged_one(key, other) is not None
+            if _merged_one(key, other) is None:
+                return False
+            root = self._resolved().root  # last: the one slow question, asked of close pairs only
+            return root.get(key) != root.get(other)
 
         def _merged_one(key: str, other: str) -> tuple[str, str] | None:
             # the alias is a name that is neither declared nor merged by record already
@@ -425,8 +432,7 @@ class EntityGraph:
                     return name, into
             return None
 
-        decided = nearest_merges(self.vectors, keys, rows, embedder, threshold=threshold,
-                                 candidates=[key for key in root if key in self.vectors], allowed=allowed)
+        decided = nearest_merges(self.vectors, keys, rows, embedder, threshold=threshold, allowed=allowed)
         self._unembedded.difference_update(keys)
         made = []
         for key, other, score in decided:

@@ -18,7 +18,10 @@ under another configuration decides the same):
   ``"York"``/``"New York"``) are never merged by their vectors;
 * nor are two names of one word each: a word's vector says little more than its
   spelling (``"Kelcor"`` and ``"Halkelcor"`` are 0.88 close for the hashing
-  embedder), and the spelling rules decide those already;
+  embedder), and the spelling rules decide those already; nor a one-word name and
+  a longer name holding it (``"Lorvinmar"``, ``"Lorvinmar Vale"``: 0.86), nor two
+  names of as many words that differ in one word that is no abbreviation nor a
+  one-letter respelling of the other (``"John Smith"``, ``"Jane Smith"``);
 * the graph adds its own vetoes (``EntityGraph.place_vectors``): other types,
   two declared entities, two speakers, a pair an unmerge kept apart.
 
@@ -29,14 +32,14 @@ exactly the numbers a replay reads back). Pure: no clock, no I/O, no model.
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
 
 __all__ = ["SIMILARITY", "NameVectors", "decode_rows", "default_similarity", "encode_rows", "nearest_merges",
-           "siblings", "vetoed"]
+           "namesakes", "siblings", "vetoed"]
 
 SIMILARITY: Final[Mapping[str, float]] = {
     "hashing-v1-d384-": 0.80,
@@ -81,8 +84,48 @@ def siblings(a: str, b: str) -> bool:
 
 def vetoed(a: str, b: str) -> bool:
     """Whether two name keys are never merged by their vectors, however close:
-    :func:`siblings`, or one word each."""
-    return (" " not in a and " " not in b) or siblings(a, b)
+    one word each, one word and a longer name holding it (``Paris`` and ``Paris
+    Hilton``, ``Jordan`` and ``Michael Jordan``: only the context tells whether the
+    longer name is the same one), :func:`siblings` or :func:`namesakes`."""
+    one_a, one_b = " " not in a, " " not in b
+    if (one_a and one_b) or (one_a and a in b.split(" ")) or (one_b and b in a.split(" ")):
+        return True
+    return siblings(a, b) or namesakes(a, b)
+
+
+def _abbreviates(short: str, long: str) -> bool:
+    """``short`` (4 letters at most) is an abbreviation of ``long``: its first letter,
+    and its letters in order (``dr``/``doctor``, ``mt``/``mount``, ``corp``/``corporation``)."""
+    if not short or len(short) > 4 or len(short) >= len(long) or short[0] != long[0]:
+        return False
+    rest = iter(long)
+    return all(letter in rest for letter in short)
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """Whether two words are one letter added, dropped or changed apart."""
+    if abs(len(a) - len(b)) > 1 or a == b:
+        return False
+    if len(a) == len(b):
+        return sum(x != y for x, y in zip(a, b, strict=True)) == 1
+    short, long = (a, b) if len(a) < len(b) else (b, a)
+    return any(long[:i] + long[i + 1:] == short for i in range(len(long)))
+
+
+def namesakes(a: str, b: str) -> bool:
+    """Whether two names of as many words differ in one word only, and those two
+    words are neither an abbreviation of the other nor one letter apart: ``John
+    Smith`` and ``Jane Smith``, ``Anbel Vale`` and ``Anbelor Vale`` (two people of
+    one family), where ``Dr Chen``/``Doctor Chen`` and ``Saltmere Harbor``/``Saltmere
+    Harbour`` are one."""
+    words_a, words_b = a.split(" "), b.split(" ")
+    if len(words_a) != len(words_b):
+        return False
+    differ = [(x, y) for x, y in zip(words_a, words_b, strict=True) if x != y]
+    if len(differ) != 1:
+        return False
+    x, y = differ[0]
+    return not (_abbreviates(x, y) or _abbreviates(y, x) or _one_edit(x, y))
 
 
 def default_similarity(embedder: str | None) -> float | None:
@@ -158,22 +201,37 @@ class NameVectors:
             self.add(keys, decode_rows(str(data.get("rows") or ""), len(keys), dim), embedder)
 
 
+_BLOCK: Final = 1024
+"""Rows times names of one matrix product at most: a larger one lets OpenBLAS start
+its threads, which on a busy machine costs milliseconds waiting for a core (as in
+``mnemex.index.vector``)."""
+
+
+def _products(matrix: npt.NDArray[np.float32], batch: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """``matrix @ batch.T``, in blocks of rows small enough to run on this thread."""
+    out = np.empty((len(matrix), len(batch)), dtype=np.float32)
+    step = max(8, _BLOCK // max(1, len(batch)))
+    for start in range(0, len(matrix), step):
+        out[start:start + step] = matrix[start:start + step] @ batch.T
+    return out
+
+
 def nearest_merges(vectors: NameVectors, keys: Sequence[str], rows: npt.NDArray[np.float32], embedder: str, *,
-                   threshold: float, candidates: Iterable[str],
-                   allowed: Callable[[str, str], bool]) -> list[tuple[str, str, float]]:
+                   threshold: float, allowed: Callable[[str, str], bool]) -> list[tuple[str, str, float]]:
     """The merges the vectors of new names decide, as (name, into, cosine): each name
     (in sorted order, so a batch decides the same whatever order it came in) joins
-    the nearest of ``candidates`` (names with a vector) and of the batch's names
-    before it, at ``threshold`` or closer, for which ``allowed(name, other)`` holds
-    and that are not :func:`vetoed`; the new rows are added to ``vectors``. One
-    matrix product per batch: O((candidates + batch) x batch x dim)."""
+    the nearest of the names with a vector and of the batch's names before it, at
+    ``threshold`` or closer, that is not :func:`vetoed` and for which
+    ``allowed(name, other)`` holds (asked of those few only: it may be slow); the new
+    rows are added to ``vectors``. One matrix product per batch: O((names + batch) x
+    batch x dim)."""
     fresh = sorted({key: i for i, key in enumerate(keys) if key not in vectors.row}.items())
     if not fresh:
         return []
-    pool = [key for key in dict.fromkeys(candidates) if key in vectors.row]
+    pool = vectors.keys
     batch = rows[[i for _, i in fresh]]
-    against = vectors.matrix[[vectors.row[key] for key in pool]] @ batch.T if pool else None
-    within = batch @ batch.T
+    against = _products(vectors.matrix, batch) if pool else None
+    within = _products(batch, batch)
     out: list[tuple[str, str, float]] = []
     low = threshold - 1e-6
     for at, (key, _) in enumerate(fresh):
