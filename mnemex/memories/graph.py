@@ -291,9 +291,12 @@ def unmerge_entity(scope: ScopeMemory, cmd: UnmergeEntity) -> EntityChanged:
         raise NotFound(f"no entity named {name!r} in scope {scope.name}")
     undone = graph.unmerge(name)
     if undone is None:
+        key = graph.key(name)
+        into = sorted(merge.name for merge in graph.merges.values() if graph.key(merge.into) == key)
+        hint = f"; it is what {', '.join(map(repr, into))} merged into: unmerge those" if into else ""
         raise InvalidInput(f"{name!r} is no merged name nor a declared alias (names that differ only in "
-                           f"spacing, a letter or an acronym's initials are one entity by their spelling)",
-                           field="name")
+                           f"spacing, a letter or an acronym's initials are one entity by their spelling)"
+                           f"{hint}", field="name")
     scope.clock = max(scope.clock, now)
     if isinstance(undone, Declared):
         _reindex(scope)

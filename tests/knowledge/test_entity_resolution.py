@@ -200,6 +200,8 @@ def test_close_names_become_aliases_by_an_embedding_record_that_an_unmerge_undoe
     assert driver.send(GetEntity(name="North Gate")).entity.mentions == 1
     stats = driver.send(GetGraphStats())
     assert (stats.embedded_names, stats.embedding_merges, stats.merges) == (5, 1, 1)
+    with pytest.raises(InvalidInput, match=f"it is what '{record.name}' merged into: unmerge those"):
+        driver.memory.handle(UnmergeEntity(name=record.into, now=driver.tick()))
     undone = driver.send(UnmergeEntity(name=record.name, now=driver.tick()))
     assert sorted(e.mentions for e in undone.entities) == [1, 1]
     # a later batch does not join them again: the unmerge keeps them apart
