@@ -45,6 +45,7 @@ from mnemex.errors import TooLarge as TooLarge
 from mnemex.errors import UnknownActorKind as UnknownActorKind
 from mnemex.knowledge.categories import Category as Category
 from mnemex.memories.fields import MemoryFields as MemoryFields
+from mnemex.memories.protocol import AliasRecord as AliasRecord
 from mnemex.memories.protocol import DocumentStatus as DocumentStatus
 from mnemex.memories.protocol import EntityChanged as EntityChanged
 from mnemex.memories.protocol import EntityDetail as EntityDetail
@@ -60,6 +61,7 @@ from mnemex.memories.protocol import MemoryRecord as MemoryRecord
 from mnemex.memories.protocol import RelatedEntities as RelatedEntities
 from mnemex.memories.protocol import SearchResult as SearchResult
 from mnemex.memories.protocol import SessionAdded as SessionAdded
+from mnemex.memories.protocol import TypedRelation as TypedRelation
 from mnemex.memories.ref import ScopeRef as ScopeRef
 from mnemex.memories.tools import MEMORY_TOOLS as MEMORY_TOOLS
 from mnemex.memories.tools import REMEMBER_TOOL as REMEMBER_TOOL
@@ -105,7 +107,9 @@ __all__ = [
     "EntityChanged",
     "EntityDetail",
     "EntityInfo",
+    "AliasRecord",
     "EntityLink",
+    "TypedRelation",
     "EntityPage",
     "GraphStats",
     "RelatedEntities",

@@ -458,6 +458,15 @@ class MemoriesConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=
     capitalised names, acronyms; ``mnemex.knowledge.entities``), besides those in its
     ``entities`` field and the declared ones: the entity graph is built of them.
     ``false``: only the ``entities`` fields and declared entities."""
+    entity_embeddings: bool = True
+    """Resolve a new entity name to an existing entity of the same type when their
+    names' vectors are close (``entity_similarity``): the names are embedded beside
+    the scope with its embedder and the decision is journaled as a merge record
+    (``how="embedding"``, undone by an unmerge; ``mnemex.knowledge.resolution``)."""
+    entity_similarity: Annotated[float, msgspec.Meta(ge=0.5, le=1.0)] | None = None
+    """The cosine two names' vectors need to be one entity (None: the embedder's measured
+    threshold, ``mnemex.knowledge.resolution.SIMILARITY``; an embedder measured by
+    none resolves by spelling only)."""
     expansion: bool = True
     """Expand ``hybrid`` queries with the entity graph: the entities a query names
     add their aliases and strongest neighbours to the full-text query, and their

@@ -370,15 +370,18 @@ class MnemexRuntime:
         """The entity graphs of the scopes loaded now, summed: scopes (those that
         answered within ``per_scope`` seconds), entities, mentions
         (memory-mentions-entity edges), relations (entity pairs a memory names),
-        declared entities and merges."""
-        totals = {"scopes": 0, "entities": 0, "mentions": 0, "relations": 0, "declared": 0, "merges": 0}
+        declared entities, merges (of them, those decided by the names' embeddings)
+        and names waiting for their embedding."""
+        fields = ("entities", "mentions", "relations", "declared", "merges", "embedding_merges",
+                  "names_pending")
+        totals = {"scopes": 0} | dict.fromkeys(fields, 0)
         for kind, key in self.live_keys(SCOPE_KIND):
             try:
                 stats = await self._kernel.ask(kind, key, GetGraphStats(), timeout=per_scope)
             except (ActorClosed, ActorCrashed, Timeout):
                 continue  # unloaded, broken or busy meanwhile: it counts next time
             totals["scopes"] += 1
-            for name in ("entities", "mentions", "relations", "declared", "merges"):
+            for name in fields:
                 totals[name] += int(getattr(stats, name))
         return totals
 

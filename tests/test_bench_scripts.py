@@ -210,3 +210,14 @@ def test_extraction_smoke_run_counts_one_call_per_job_and_none_during_replay(tmp
     assert report["search"]["counts"]["records"] == 500 and report["search"]["counts"]["superseded"] > 0
     assert all(run["appends"] > 0 for runs in report["appends"]["runs"].values() for run in runs)
     assert len(report["bars"]) == 7 and "bars pass" in done.stdout
+
+
+def test_entity_resolution_run_makes_no_wrong_merge_at_the_default_threshold() -> None:
+    done = subprocess.run([sys.executable, str(BENCH / "entity_resolution.py"), "--embedders", "hashing"],
+                          check=False, capture_output=True, text=True, timeout=300, cwd=BENCH.parent)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads((BENCH / "results" / "entity_resolution.json").read_text())
+    [figures] = report["embedders"].values()
+    at = figures["untyped"]["sweep"][f"{figures['default']:.2f}"]
+    assert at["precision"] == 1.0 and at["recall"] > figures["untyped"]["spelling"]["recall"]
+    assert at["order_dependent"] == 0 and figures["held_out"]["default"]["wrong"] == 0

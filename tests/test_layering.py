@@ -129,7 +129,7 @@ def test_the_public_face_is_pinned() -> None:
         "ScopeRef", "MemoryFields", "MemoryRecord", "Hit", "SearchResult", "SessionAdded",
         "SEARCH_MEMORY_TOOL", "REMEMBER_TOOL", "MEMORY_TOOLS", "execute_memory_tool",
         # knowledge
-        "Extracted", "MemoryHistory", "EntityChanged", "EntityDetail", "EntityInfo", "EntityLink", "EntityPage",
+        "Extracted", "MemoryHistory", "EntityChanged", "EntityDetail", "EntityInfo", "AliasRecord", "EntityLink", "TypedRelation", "EntityPage",
         "GraphStats", "RelatedEntities", "IngestReport", "DocumentStatus", "Category",
         # errors
         "MnemexError", "InvalidInput", "UnknownActorKind", "TooLarge", "NotFound", "Busy", "Timeout",

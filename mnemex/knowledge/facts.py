@@ -104,7 +104,9 @@ class ExtractedFact(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     the fact is about or who stated it ("user", a name); ``valid_at``: when it became
     true, seconds since the epoch, when stated; ``messages``: positions of the
     messages it came from; ``actor_id``: the actor (an NPC, an agent) the fact is
-    linked to, when the extractor knows one."""
+    linked to, when the extractor knows one; ``entity_relations``: how the entities
+    it names relate, as (source, type, target) by their names in ``entities``
+    (``("Gandros", "owes", "the party")``: the fact states the relation)."""
 
     content: str
     kind: str = "fact"
@@ -121,6 +123,7 @@ class ExtractedFact(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     entity_types: dict[str, str] = msgspec.field(default_factory=dict)
     """The type the extractor gave an entity (person, place, organisation, event,
     object, pet, other), by its name in ``entities``."""
+    entity_relations: tuple[tuple[str, str, str], ...] = ()
 
 
 class Usage(msgspec.Struct, frozen=True, omit_defaults=True):

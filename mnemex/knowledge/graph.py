@@ -43,6 +43,7 @@ import msgspec
 
 from mnemex.index import normalize_phrase
 from mnemex.knowledge.entities import DETECTION_VERSION, initials, is_acronym, mentions, name_key
+from mnemex.knowledge.resolution import NameVectors, nearest_merges
 
 __all__ = ["DEFAULT_TYPE", "Declared", "EntityGraph", "Expansion", "Merge"]
 
@@ -68,11 +69,14 @@ class Declared:
 @dataclass(frozen=True, slots=True)
 class Merge:
     """An alias record: the entity of ``name`` is the entity of ``into`` (undone by an
-    unmerge of ``name``)."""
+    unmerge of ``name``); ``how`` it was decided: ``manual`` (a merge command) or
+    ``embedding`` (the names' vectors were ``score`` close: ``knowledge.resolution``)."""
 
     name: str
     into: str
     at: float = 0.0
+    how: str = "manual"
+    score: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +138,11 @@ class EntityGraph:
         self.declared: dict[str, Declared] = {}      # key -> declaration, in declaration order
         self.merges: dict[str, Merge] = {}           # key of name -> merge, in merge order
         self.types: dict[str, dict[str, int]] = {}   # key -> type -> times an extractor gave it
+        self.vectors = NameVectors()                  # key -> its name's vector (journaled)
+        # memory id -> the typed relations it states, (source key, type, target key) (journaled)
+        self.typed: dict[str, tuple[tuple[str, str, str], ...]] = {}
+        self.apart: set[tuple[str, str]] = set()      # pairs an unmerge kept apart from the vectors
+        self._unembedded: set[str] = set()           # names of entities without a vector yet
         self._gazetteer: ahocorasick.Automaton | None = None
         self._groups: list[list[str]] | None = None   # how names group: changes with the names
         self._resolution: _Resolution | None = None   # groups with representatives: with the counts
@@ -216,8 +225,12 @@ class EntityGraph:
                 if counter[key] <= 0:
                     del counter[key]
                     self._regroup()
+                    if bit == _STRONG:
+                        self._unembedded.discard(key)
                 elif step > 0 and counter[key] == 1:
                     self._regroup()
+                    if bit == _STRONG and key not in self.vectors:
+                        self._unembedded.add(key)
 
     def _regroup(self) -> None:
         self._groups = None
@@ -258,6 +271,7 @@ class EntityGraph:
         self._surfaces.clear()
         self._speakers.clear()
         self._acronyms.clear()
+        self._unembedded = {key for key in self._declared_keys() if key not in self.vectors}
         self._regroup()
         for doc, content, author, entities in items:
             self.add(doc, content, author, entities)
@@ -267,6 +281,8 @@ class EntityGraph:
         """Declare (or re-declare) an entity; the caller rebuilds the mentions after."""
         key = self.key(declared.name)
         self.declared[key] = declared
+        self._unembedded.update(name for name in (key, *map(self.key, declared.aliases))
+                                if len(name) >= 2 and name not in self.vectors)
         self._gazetteer = None
         self._regroup()
 
@@ -279,6 +295,29 @@ class EntityGraph:
                 given = self.types.setdefault(key, {})
                 given[kind] = given.get(kind, 0) + 1
 
+    def note_relations(self, memory_id: str, relations: Iterable[tuple[str, str, str]]) -> None:
+        """Typed relations a memory states (an extractor's, journaled with its facts),
+        added to those it stated before."""
+        kept = dict.fromkeys(self.typed.get(memory_id, ()))
+        for source, kind, target in relations:
+            a, b = self.key(source), self.key(target)
+            if len(a) >= 2 and len(b) >= 2 and a != b and kind:
+                kept.setdefault((a, kind, b), None)
+        if kept:
+            self.typed[memory_id] = tuple(kept)
+
+    def relations_between(self, entity: str, other: str) -> list[tuple[str, str, str, str]]:
+        """The typed relations between two entities, either way: (source entity, type,
+        target entity, the id of the memory that states it), in memory order."""
+        root = self._resolved().root
+        out = []
+        for memory_id in sorted(self.typed):
+            for a, kind, b in self.typed[memory_id]:
+                ends = (root.get(a, a), root.get(b, b))
+                if ends in ((entity, other), (other, entity)):
+                    out.append((ends[0], kind, ends[1], memory_id))
+        return out
+
     def merge(self, merge: Merge) -> None:
         self.merges[self.key(merge.name)] = merge
         self._regroup()
@@ -290,6 +329,8 @@ class EntityGraph:
         key = self.key(name)
         merge = self.merges.pop(key, None)
         if merge is not None:
+            if merge.how == "embedding":  # the vectors will not join these two again
+                self.apart.add(_pair(key, self.key(merge.into)))
             self._regroup()
             return merge
         for owner, declared in self.declared.items():
@@ -318,6 +359,90 @@ class EntityGraph:
             return []
         haystack = f" {normalize_phrase(text, fold_accents=self.fold_accents)} "
         return list(dict.fromkeys(key for _end, key in automaton.iter(haystack)))
+
+    def _declared_keys(self) -> set[str]:
+        keys: set[str] = set()
+        for key, declared in self.declared.items():
+            keys.add(key)
+            keys.update(alias for alias in map(self.key, declared.aliases) if len(alias) >= 2)
+        return keys
+
+    # -- journaled: the names' vectors (knowledge.resolution) ------------------------------------
+    def unembedded(self, limit: int) -> list[str]:
+        """Up to ``limit`` names of entities that have no vector yet, in key order."""
+        if not self._unembedded:
+            return []
+        return sorted(self._unembedded)[:limit]
+
+    def key_type(self, key: str) -> str | None:
+        """The type of one name: its declaration's (or that of the entity it is a
+        declared alias of), else the one extractors gave it most, else ``person`` for
+        a speaker; None when nothing says."""
+        declared = self.declared.get(key)
+        if declared is not None:
+            return declared.type
+        for owner in self.declared.values():
+            if any(self.key(alias) == key for alias in owner.aliases):
+                return owner.type
+        given = self.types.get(key)
+        if given:
+            return min(given.items(), key=lambda item: (-item[1], item[0]))[0]
+        return "person" if self._speakers.get(key) else None
+
+    def place_vectors(self, keys: Sequence[str], rows: Any, embedder: str, threshold: float,
+                      at: float) -> list[Merge]:
+        """Keep the vectors of names (rows of unit float32, the embedder's) and record
+        the merges they decide (``knowledge.resolution.nearest_merges``): a name of
+        an entity joins the nearest other entity of a compatible type at
+        ``threshold`` or closer, unless both are declared, both speak, an unmerge
+        kept them apart, or one of them is an alias by record already. Names of
+        another embedder than the vectors held are refused (ValueError)."""
+        if self.vectors.embedder is not None and embedder != self.vectors.embedder:
+            raise ValueError(f"the graph holds name vectors of {self.vectors.embedder!r}, not {embedder!r}")
+        owners = {key: key for key in self.declared}
+        for key, declared in self.declared.items():
+            owners.update((alias, key) for alias in map(self.key, declared.aliases) if alias not in owners)
+
+        def live(key: str) -> bool:  # a name of an entity now (what the resolution groups)
+            return key in self._strong or key in owners or key in self.merges or key in merge_targets
+
+        merge_targets = {self.key(merge.into) for merge in self.merges.values()}
+
+        def allowed(key: str, other: str) -> bool:
+            if not live(key) or not live(other):
+                return False
+            if key in owners and other in owners:
+                return False  # two declared entities stay two until an app merges them
+            if self._speakers.get(key) and self._speakers.get(other):
+                return False  # two voices are two people
+            if _pair(key, other) in self.apart:
+                return False
+            mine, theirs = self.key_type(key), self.key_type(other)
+            if mine is not None and theirs is not None and mine != theirs:
+                return False
+            if _merged_one(key, other) is None:
+                return False
+            root = self._resolved().root  # last: the one slow question, asked of close pairs only
+            return root.get(key) != root.get(other)
+
+        def _merged_one(key: str, other: str) -> tuple[str, str] | None:
+            # the alias is a name that is neither declared nor merged by record already
+            for name, into in ((key, other), (other, key)):
+                if name not in owners and name not in self.merges:
+                    return name, into
+            return None
+
+        decided = nearest_merges(self.vectors, keys, rows, embedder, threshold=threshold, allowed=allowed)
+        self._unembedded.difference_update(keys)
+        made = []
+        for key, other, score in decided:
+            chosen = _merged_one(key, other)
+            if chosen is None:
+                continue
+            merge = Merge(chosen[0], chosen[1], at, "embedding", score)
+            self.merge(merge)
+            made.append(merge)
+        return made
 
     # -- resolution ---------------------------------------------------------------------------
     def _resolved(self) -> _Resolution:
@@ -696,9 +821,17 @@ class EntityGraph:
             out["declared"] = [{"name": d.name, "type": d.type, "aliases": list(d.aliases), "at": d.at}
                                for d in self.declared.values()]
         if self.merges:
-            out["merges"] = [{"name": m.name, "into": m.into, "at": m.at} for m in self.merges.values()]
+            out["merges"] = [{"name": m.name, "into": m.into, "at": m.at}
+                             | ({"how": m.how, "score": m.score} if m.how != "manual" else {})
+                             for m in self.merges.values()]
         if self.types:
             out["types"] = {key: dict(given) for key, given in self.types.items()}
+        if len(self.vectors):
+            out["vectors"] = self.vectors.to_extra()
+        if self.apart:
+            out["apart"] = [list(pair) for pair in sorted(self.apart)]
+        if self.typed:
+            out["relations"] = {memory_id: [list(r) for r in rels] for memory_id, rels in self.typed.items()}
         return out
 
     def load_extra(self, extra: Mapping[str, Any]) -> None:
@@ -707,10 +840,21 @@ class EntityGraph:
             self.declare(Declared(str(item["name"]), str(item.get("type") or DEFAULT_TYPE), aliases,
                                   float(item.get("at") or 0.0)))
         for item in extra.get("merges") or ():
-            self.merge(Merge(str(item["name"]), str(item["into"]), float(item.get("at") or 0.0)))
+            score = item.get("score")
+            self.merge(Merge(str(item["name"]), str(item["into"]), float(item.get("at") or 0.0),
+                             str(item.get("how") or "manual"), float(score) if score is not None else None))
         for key, given in (extra.get("types") or {}).items():
             self.types[str(key)] = {str(kind): int(count) for kind, count in given.items()}
+        self.vectors.load_extra(extra.get("vectors") or {})
+        self.apart.update(_pair(str(a), str(b)) for a, b in extra.get("apart") or ())
+        for memory_id, rels in (extra.get("relations") or {}).items():
+            self.typed[str(memory_id)] = tuple((str(a), str(k), str(b)) for a, k, b in rels)
+        self._unembedded.difference_update(self.vectors.row)
 
+
+
+def _pair(a: str, b: str) -> tuple[str, str]:
+    return (a, b) if a <= b else (b, a)
 
 
 class _Sidecar(msgspec.Struct, array_like=True):

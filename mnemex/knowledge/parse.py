@@ -294,14 +294,21 @@ def _fact(item: Any, offered: Collection[int], positions: Collection[int]) -> Ex
     kind = item.get("kind")
     attributed = item.get("attributed_to")
     actor = item.get("actor_id", item.get("actor"))
+    entities = _names(item.get("entities"))
+    relations = _entity_relations(item.get("relations"))
+    if relations:  # a relation's ends are entities the fact names
+        known = {name.casefold() for name in entities}
+        extra = [name for rel in relations for name in (rel[0], rel[2]) if name.casefold() not in known]
+        entities = _names([*entities, *extra])
     return ExtractedFact(
         content=content,
         kind=kind.strip().lower() if isinstance(kind, str) and kind.strip() else "fact",
         categories=categories,
         confidences=confidences,
         importance=_unit(item.get("importance"), DEFAULT_IMPORTANCE),
-        entities=_names(item.get("entities")),
+        entities=entities,
         entity_types=_entity_types(item.get("entities")),
+        entity_relations=relations,
         relation=relation,
         target=target,
         attributed_to=(attributed.strip() or None) if isinstance(attributed, str) else None,
@@ -363,6 +370,35 @@ def _entity_types(value: Any) -> dict[str, str]:
             if word and len(word) <= 64 and word.replace("_", "").replace("-", "").isalnum():
                 out.setdefault(" ".join(name.split()), word)
     return out
+
+
+MAX_RELATIONS: Final = 16
+"""Typed relations one fact keeps at most."""
+
+
+def _entity_relations(value: Any) -> tuple[tuple[str, str, str], ...]:
+    """Typed relations between entities, each ``{"source", "type", "target"}`` (also
+    ``relation`` for type, ``subject``/``object`` for the ends): names with their
+    spacing cut, the type a lowercase word of letters, digits and ``_`` (``lives in``
+    is ``lives_in``); a relation of an entity to itself, or with a part missing, is
+    dropped, and so are repeats."""
+    out: dict[tuple[str, str, str], None] = {}
+    for item in value if isinstance(value, list) else [value]:
+        if not isinstance(item, dict):
+            continue
+        source = item.get("source", item.get("subject"))
+        target = item.get("target", item.get("object"))
+        kind = item.get("type", item.get("relation"))
+        if not (isinstance(source, str) and isinstance(target, str) and isinstance(kind, str)):
+            continue
+        source, target = " ".join(source.split())[:200], " ".join(target.split())[:200]
+        word = "_".join(kind.strip().lower().replace("-", " ").split())[:64]
+        if source and target and word and word.replace("_", "").isalnum() and \
+                source.casefold() != target.casefold():
+            out.setdefault((source, word, target), None)
+        if len(out) >= MAX_RELATIONS:
+            break
+    return tuple(out)
 
 
 def _names(value: Any) -> tuple[str, ...]:

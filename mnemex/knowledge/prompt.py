@@ -23,7 +23,7 @@ from mnemex.knowledge.facts import ExtractionRequest, SourceMessage, strip_injec
 
 __all__ = ["ENTITY_TYPES", "EXTRACTION_SCHEMA", "PROMPT_VERSION", "extraction_messages", "shown_messages"]
 
-PROMPT_VERSION: Final = "x2"
+PROMPT_VERSION: Final = "x3"
 
 MAX_MESSAGE_CHARS: Final = 6000
 """Longest message text shown; longer ones (pasted documents, tool output) are cut."""
@@ -54,12 +54,22 @@ EXTRACTION_SCHEMA: Final[dict[str, Any]] = {
                     "relation": {"type": ["string", "null"],
                                  "enum": ["duplicate", "updates", "extends", None]},
                     "target": {"type": ["integer", "null"]},
+                    "relations": {"type": "array", "items": {
+                        "type": "object",
+                        "properties": {"source": {"type": "string"},
+                                       "type": {"type": "string",
+                                                "description": "A verb phrase in snake_case: owes, "
+                                                               "lives_in, works_for, sibling_of."},
+                                       "target": {"type": "string"}},
+                        "required": ["source", "type", "target"], "additionalProperties": False}},
                     "attributed_to": {"type": ["string", "null"]},
+                    "actor_id": {"type": ["string", "null"]},
                     "valid_at": {"type": ["string", "null"], "description": "ISO 8601, or null."},
                     "messages": {"type": "array", "items": {"type": "integer"}},
                 },
                 "required": ["content", "kind", "categories", "confidences", "importance", "entities",
-                             "relation", "target", "attributed_to", "valid_at", "messages"],
+                             "relations", "relation", "target", "attributed_to", "actor_id", "valid_at",
+                             "messages"],
                 "additionalProperties": False,
             },
         },
@@ -68,7 +78,8 @@ EXTRACTION_SCHEMA: Final[dict[str, Any]] = {
     "additionalProperties": False,
 }
 """The JSON Schema of an answer: ``{"facts": [{content, kind, categories, confidences,
-importance, entities, relation, target, attributed_to, valid_at, messages}]}``."""
+importance, entities, relations, relation, target, attributed_to, actor_id, valid_at,
+messages}]}``."""
 
 _SYSTEM: Final = """\
 You extract long-term memories from a conversation between a user and an AI assistant.
@@ -97,11 +108,16 @@ catalog or nothing fits), and confidences: how sure you are of each, 0 to 1, as 
 facts and preferences, 0.2 for trivia.
 - entities: the people, places, organisations and things the fact mentions (not "the user"), each \
 as {"name": ..., "type": ...} with type person, place, organisation, event, object, pet or other.
+- relations: how the fact says two of its entities relate, each as {"source": name, "type": verb \
+phrase in snake_case, "target": name}, with names as in entities ("Gandros owes the party a favour": \
+{"source": "Gandros", "type": "owes_favour_to", "target": "the party"}); [] when it states none.
 - relation and target: when the fact is about the same thing as one of the known memories, relation \
 is "duplicate" (it says the same), "updates" (it changes or contradicts it; the new fact is the \
 current one) or "extends" (it adds detail to it), and target is that memory's number [n]. Otherwise \
 both are null. Use only the numbers shown.
 - attributed_to: whom the fact is about: "user", or the person's name.
+- actor_id: when the fact concerns one character other than the user (a person in their life, a \
+character of their story or game, an agent), that character's name as in entities; otherwise null.
 - valid_at: when the fact became true, as an ISO 8601 date or time, when the messages say so; \
 otherwise null.
 - messages: the numbers (#n) of the new messages the fact comes from.
@@ -109,7 +125,8 @@ otherwise null.
 Answer with one JSON object and nothing else, in this shape:
 {"facts": [{"content": "The user lives in Berlin.", "kind": "fact", "categories": [], \
 "confidences": [], "importance": 0.7, "entities": [{"name": "Berlin", "type": "place"}], \
-"relation": null, "target": null, "attributed_to": "user", "valid_at": null, "messages": [3]}]}
+"relations": [], "relation": null, "target": null, "attributed_to": "user", "actor_id": null, \
+"valid_at": null, "messages": [3]}]}
 With nothing to remember, answer {"facts": []}."""
 
 

@@ -261,7 +261,8 @@ class KnowledgeServices:
                        relation=fact.relation if target is not None else None,
                        target=target, attributed_to=fact.attributed_to, valid_at=fact.valid_at,
                        observed_at=when, first=min(positions) if positions else None,
-                       last=max(positions) if positions else None, actor_id=fact.actor_id)
+                       last=max(positions) if positions else None, actor_id=fact.actor_id,
+                       entity_relations=fact.entity_relations)
 
     async def _related(self, job: ExtractionJob, new: Sequence[SourceMessage]) -> list[OfferedMemory]:
         """The scope's memories closest to what the user said, numbered from 1."""

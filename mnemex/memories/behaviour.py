@@ -107,13 +107,18 @@ from mnemex.memories.fields import (
 )
 from mnemex.memories.filters import FilterTable, compile_filter
 from mnemex.memories.graph import (
+    NameEmbedFailed,
     declare_entity,
     entity_detail,
     graph_stats,
     list_entities,
     merge_entities,
+    name_embed_failed,
+    name_jobs,
+    note_relations,
     reindex_graph,
     related_entities,
+    resolve_names,
     unmerge_entity,
 )
 from mnemex.memories.graphlock import TurnLock
@@ -160,6 +165,7 @@ from mnemex.memories.protocol import (
     RefreshExpiry,
     Remember,
     Remembered,
+    ResolveNames,
     ScopeCommandType,
     ScopeStats,
     Search,
@@ -270,6 +276,8 @@ class ScopeSettings:
     graph_stale: float = 60.0
     category_threshold: float = DEFAULT_THRESHOLD
     entity_detection: bool = True
+    entity_embeddings: bool = True
+    entity_similarity: float | None = None
     expansion: bool = True
     expansion_alias_weight: float = 1.0
     expansion_neighbour_weight: float = 0.25
@@ -434,6 +442,8 @@ class ScopeMemory:
         # transient: the graph build in flight (the clock of the command that planned it)
         self.graph_pending_since: float | None = None
         self.graph_failed_at: int | None = None
+        # transient: the entity names' embedding job in flight (the clock that planned it)
+        self.names_since: float | None = None
         self.clock = 0.0
         self.extractions = Extractions(self.app_name, self.user_id, settings.cursor, settings.extract,
                                        settings.timer)
@@ -641,11 +651,15 @@ class ScopeMemory:
             case GetActorMemories():
                 return actor_memories(self, command)
             case DeclareEntity():
-                return declare_entity(self, command)
+                return self._with_graph(declare_entity(self, command))
             case MergeEntities():
                 return merge_entities(self, command)
             case UnmergeEntity():
                 return unmerge_entity(self, command)
+            case ResolveNames():
+                return self._with_graph(resolve_names(self, command))
+            case NameEmbedFailed():
+                return name_embed_failed(self, command)
             case ListEntities():
                 return list_entities(self, command)
             case GetEntity():
@@ -1188,12 +1202,14 @@ class ScopeMemory:
 
     def _typed(self, cmd: ApplyExtraction, out: Any) -> Any:
         """Give the entity graph the types the extractor gave the entities of a
-        committed job's facts."""
+        committed job's facts, and the typed relations they state."""
         reply = out.reply if isinstance(out, Step) else out
         if isinstance(reply, Extracted) and reply.status == "committed":
             for fact in cmd.facts:
-                if isinstance(fact, NewFact) and fact.entity_types:
-                    self.graph.note_types(fact.entity_types)
+                if isinstance(fact, NewFact):
+                    if fact.entity_types:
+                        self.graph.note_types(fact.entity_types)
+                    note_relations(self, fact)
         return out
 
     def _extraction_failed(self, cmd: ExtractionFailed) -> Any:
@@ -1215,10 +1231,11 @@ class ScopeMemory:
     # -- the HNSW graph, built beside the actor ------------------------------------------------------
     def _with_graph(self, reply: Any, now: float | None = None) -> Any:
         """Answer ``reply``, with a Job building the HNSW graph if one is wanted now (and
-        the next re-classification job, when one is due: memories.categories)."""
+        the next re-classification job, when one is due: memories.categories; and one
+        embedding new entity names: memories.graph)."""
         when = self.clock if now is None else now
         job = self._graph_job(when)
-        jobs = ((job,) if job is not None else ()) + self.categories.jobs(self, when)
+        jobs = ((job,) if job is not None else ()) + self.categories.jobs(self, when) + name_jobs(self, when)
         if not jobs:
             return reply
         if isinstance(reply, Step):

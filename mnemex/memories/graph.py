@@ -7,20 +7,31 @@ unmerges are journaled writes (they change what the graph resolves; a
 declaration also what the gazetteer finds in every memory, so the mentions are
 indexed again); the reads build ``EntityInfo`` from the active memories that
 mention an entity.
+
+Resolution by embeddings (``knowledge.resolution``): names the graph has no vector
+for are embedded by a Job beside the actor (``name_jobs``, with the scope's
+embedder, a batch at a time, one job in flight), which comes back as the journaled
+``ResolveNames``: the vectors, and the threshold they are judged by, so a replay
+decides the same merges without the model.
 """
 
 from __future__ import annotations
 
+import binascii
+import logging
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from mnemex._checks import check_int
 from mnemex._time import check_seconds
-from mnemex.effects import Step
+from mnemex.effects import Job, JobResult, Step
 from mnemex.errors import InvalidInput, NotFound
 from mnemex.knowledge.graph import Declared, EntityGraph, Merge
+from mnemex.knowledge.resolution import decode_rows, default_similarity, encode_rows
 from mnemex.memories.protocol import (
+    AliasRecord,
     DeclareEntity,
     EntityChanged,
     EntityDetail,
@@ -33,15 +44,21 @@ from mnemex.memories.protocol import (
     ListEntities,
     MemoryRecord,
     MergeEntities,
+    NewFact,
     RelatedEntities,
+    ResolveNames,
+    TypedRelation,
     UnmergeEntity,
 )
 
 if TYPE_CHECKING:
     from mnemex.memories.behaviour import ScopeMemory
 
-__all__ = ["MAX_ALIASES", "declare_entity", "entity_detail", "graph_stats", "list_entities",
-           "merge_entities", "reindex_graph", "related_entities", "unmerge_entity"]
+__all__ = ["MAX_ALIASES", "NameEmbedFailed", "declare_entity", "entity_detail", "graph_stats",
+           "list_entities", "merge_entities", "name_embed_failed", "name_jobs", "note_relations",
+           "reindex_graph", "related_entities", "resolve_names", "unmerge_entity"]
+
+log = logging.getLogger("mnemex.memories")
 
 MAX_ALIASES: Final = 64
 MAX_NAME_CHARS: Final = 200
@@ -49,6 +66,12 @@ RELATION_MEMORIES: Final = 5
 """How many of the memories that state a relation an EntityLink names (the newest)."""
 
 _TYPE = re.compile(r"^[A-Za-z][\w\-]{0,63}$")
+
+NAME_BATCH: Final = 256
+"""Names one embedding job takes at most."""
+NAME_RETRY: Final = 60.0
+"""Seconds (of the scope's clock) after which a name job that never came back (lost
+in a restart) or failed is planned again."""
 
 
 # -- validation ------------------------------------------------------------------------------------
@@ -87,22 +110,49 @@ def info_of(scope: ScopeMemory, entity: str, records: list[MemoryRecord] | None 
     if records is None:
         records = _active(scope, graph.docs_of(entity))
     times = [record.timestamp for record in records]
+    keys = set(graph.keys_of(entity))
+    merged = tuple(AliasRecord(name=m.name, into=m.into, how=m.how, score=m.score, at=m.at)
+                   for key, m in graph.merges.items() if key in keys)
     return EntityInfo(name=graph.display_name(entity), type=graph.type_of(entity),
                       aliases=tuple(graph.aliases(entity)), mentions=len(records),
                       sessions=len({r.session_id for r in records if r.session_id is not None}),
                       first_seen=min(times) if times else None, last_seen=max(times) if times else None,
-                      declared=entity in graph.declared)
+                      declared=entity in graph.declared, merged=merged)
 
 
 def _newest(records: list[MemoryRecord]) -> list[MemoryRecord]:
     return sorted(records, key=lambda record: (record.timestamp, record.id), reverse=True)
 
 
-def _link(scope: ScopeMemory, other: str, weight: int, docs: list[int], *, hops: int = 1,
+def _link(scope: ScopeMemory, of: str, other: str, weight: int, docs: list[int], *, hops: int = 1,
           via: str | None = None) -> EntityLink:
     stating = _newest(_active(scope, docs))[:RELATION_MEMORIES]
+    graph = scope.graph
+    typed = []
+    for source, kind, target, memory_id in graph.relations_between(of, other):
+        record = scope.record(memory_id)
+        if record is not None and record.active:
+            typed.append(TypedRelation(source=graph.display_name(source), type=kind,
+                                       target=graph.display_name(target), memory=memory_id))
     return EntityLink(entity=info_of(scope, other), weight=weight,
-                      memories=tuple(record.id for record in stating), hops=hops, via=via)
+                      memories=tuple(record.id for record in stating), hops=hops, via=via,
+                      relations=tuple(typed))
+
+
+def note_relations(scope: ScopeMemory, fact: NewFact) -> None:
+    """The typed relations a committed fact states, kept by the memory that holds it
+    now: the fact's own, or the one it was found equal to (a duplicate reinforces
+    an existing memory)."""
+    if not fact.entity_relations:
+        return
+    memory_id = fact.id
+    if memory_id not in scope.doc_of:
+        doc = scope.by_content.get(fact.content)
+        if doc is not None and scope.docs[doc] is not None:
+            memory_id = scope.docs_record(doc).id
+        elif fact.target is not None:
+            memory_id = fact.target
+    scope.graph.note_relations(memory_id, fact.entity_relations)
 
 
 def list_entities(scope: ScopeMemory, cmd: ListEntities) -> EntityPage:
@@ -136,7 +186,7 @@ def entity_detail(scope: ScopeMemory, cmd: GetEntity) -> EntityDetail:
     entity = _known(scope, cmd.name)
     records = _active(scope, scope.graph.docs_of(entity))
     near = scope.graph.neighbours(entity, limit=neighbours) if neighbours else []
-    links = [_link(scope, other, weight, docs) for other, weight, docs in near]
+    links = [_link(scope, entity, other, weight, docs) for other, weight, docs in near]
     return EntityDetail(entity=info_of(scope, entity, records), memories=_newest(records)[:memories],
                         neighbours=links)
 
@@ -149,14 +199,17 @@ def related_entities(scope: ScopeMemory, cmd: GetRelated) -> RelatedEntities:
     related = []
     for other, hops, via, _weight in graph.related(entity, depth, limit=limit)[:limit]:
         docs = sorted(graph.docs_of(other) & graph.docs_of(via))
-        related.append(_link(scope, other, len(docs), docs, hops=hops, via=graph.display_name(via)))
+        related.append(_link(scope, via, other, len(docs), docs, hops=hops, via=graph.display_name(via)))
     return RelatedEntities(entity=info_of(scope, entity), related=related)
 
 
 def graph_stats(scope: ScopeMemory) -> GraphStats:
     graph = scope.graph
     return GraphStats(entities=len(graph), mentions=graph.mentions, relations=graph.relations(),
-                      declared=len(graph.declared), merges=len(graph.merges))
+                      declared=len(graph.declared), merges=len(graph.merges),
+                      embedded_names=len(graph.vectors),
+                      embedding_merges=sum(m.how == "embedding" for m in graph.merges.values()),
+                      names_pending=len(graph.unembedded(1 << 30)) if _embeds_names(scope) else 0)
 
 
 # -- writing (journaled) ---------------------------------------------------------------------------
@@ -238,12 +291,107 @@ def unmerge_entity(scope: ScopeMemory, cmd: UnmergeEntity) -> EntityChanged:
         raise NotFound(f"no entity named {name!r} in scope {scope.name}")
     undone = graph.unmerge(name)
     if undone is None:
+        key = graph.key(name)
+        into = sorted(merge.name for merge in graph.merges.values() if graph.key(merge.into) == key)
+        hint = f"; it is what {', '.join(map(repr, into))} merged into: unmerge those" if into else ""
         raise InvalidInput(f"{name!r} is no merged name nor a declared alias (names that differ only in "
-                           f"spacing, a letter or an acronym's initials are one entity by their spelling)",
-                           field="name")
+                           f"spacing, a letter or an acronym's initials are one entity by their spelling)"
+                           f"{hint}", field="name")
     scope.clock = max(scope.clock, now)
     if isinstance(undone, Declared):
         _reindex(scope)
     touched = dict.fromkeys(entity for entity in (graph.resolve(name), graph.resolve(
         undone.into if isinstance(undone, Merge) else undone.name)) if entity is not None)
+    return EntityChanged(entities=[info_of(scope, entity) for entity in touched])
+
+
+# -- resolution by embeddings ------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class NameEmbedFailed:
+    """Embedding entity names failed beside the actor (not journaled: the names are
+    embedded again later)."""
+
+    error: str
+    now: float
+
+
+def _threshold(scope: ScopeMemory) -> float | None:
+    settings = scope.settings
+    if settings.entity_similarity is not None:
+        return settings.entity_similarity
+    return default_similarity(settings.embedder_name)
+
+
+def _embeds_names(scope: ScopeMemory) -> bool:
+    """Whether the scope resolves names by their vectors: on, with a model, whose
+    threshold is known, and the model of the vectors it holds already."""
+    settings = scope.settings
+    return settings.entity_embeddings and settings.embed is not None and settings.embedder_name is not None \
+        and scope.graph.vectors.embedder in (None, settings.embedder_name) and _threshold(scope) is not None
+
+
+def name_jobs(scope: ScopeMemory, now: float) -> tuple[Job, ...]:
+    """A Job embedding the names that have no vector yet, when the scope resolves
+    names by their vectors, none is in flight and there are some (never in a
+    replay: the journal has the results)."""
+    settings, graph = scope.settings, scope.graph
+    if scope.replaying or not settings.entity_embeddings:
+        return ()
+    since = scope.names_since
+    if since is not None and now - since < NAME_RETRY:
+        return ()
+    if not _embeds_names(scope):
+        return ()  # no model, none measured, or names of another model: spelling only
+    keys = graph.unembedded(NAME_BATCH)
+    if not keys:
+        return ()
+    embed, embedder, dim, threshold = settings.embed, settings.embedder_name, settings.embedder_dim, \
+        _threshold(scope)
+    assert embed is not None and embedder is not None and threshold is not None
+    scope.names_since = now
+
+    async def work() -> str:
+        return encode_rows(await embed(keys))
+
+    def deliver(result: JobResult) -> ResolveNames | NameEmbedFailed:
+        if result.error is not None:
+            return NameEmbedFailed(f"{type(result.error).__name__}: {result.error}", now)
+        return ResolveNames(keys=keys, vectors=result.value, embedder=embedder, dim=dim, threshold=threshold,
+                            now=now)
+
+    return (Job(work, deliver, name=f"scope.resolve-names {scope.app_name}/{scope.user_id}"),)
+
+
+def name_embed_failed(scope: ScopeMemory, cmd: NameEmbedFailed) -> None:
+    log.warning("scope %s: embedding entity names failed (%s); they resolve by spelling until a retry",
+                scope.name, cmd.error)
+    scope.names_since = cmd.now  # retried NAME_RETRY later
+
+
+def resolve_names(scope: ScopeMemory, cmd: ResolveNames) -> Any:
+    """Keep the names' vectors and record the merges they decide."""
+    now = check_seconds(cmd.now, "now")
+    if not isinstance(cmd.keys, list | tuple) or not all(isinstance(k, str) and k for k in cmd.keys):
+        raise InvalidInput("keys must be a list of name keys", field="keys")
+    if not isinstance(cmd.embedder, str) or not cmd.embedder:
+        raise InvalidInput("the names' vectors need their embedder's name", field="embedder")
+    dim = check_int(cmd.dim, "dim", 1, 65_536)
+    threshold = cmd.threshold
+    if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0.5 <= threshold <= 1.0:
+        raise InvalidInput(f"threshold must be a number in 0.5..1, got {threshold!r}", field="threshold")
+    graph = scope.graph
+    held = (graph.vectors.embedder, graph.vectors.dim)
+    if held[0] is not None and (cmd.embedder, dim) != held:
+        raise InvalidInput(f"scope {scope.name} holds name vectors of {graph.vectors.embedder!r} (dim "
+                           f"{graph.vectors.dim}), not of {cmd.embedder!r} (dim {dim})", field="embedder")
+    try:
+        rows = decode_rows(cmd.vectors, len(cmd.keys), dim)
+    except (ValueError, binascii.Error) as exc:
+        raise InvalidInput(f"vectors: {exc}", field="vectors") from exc
+    if scope.graph_stale:  # declarations replayed before: the mentions they find, first
+        reindex_graph(scope)
+    scope.names_since = None
+    scope.clock = max(scope.clock, now)
+    made = graph.place_vectors(list(cmd.keys), rows, cmd.embedder, float(threshold), now)
+    touched = dict.fromkeys(entity for entity in (graph.resolve(m.into) for m in made) if entity is not None)
     return EntityChanged(entities=[info_of(scope, entity) for entity in touched])

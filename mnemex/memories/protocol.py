@@ -75,6 +75,7 @@ __all__ = [
     "IngestProgress",
     "IngestReport",
     "IngestStage",
+    "AliasRecord",
     "ApplyClassification",
     "CategoryCatalog",
     "Classified",
@@ -96,6 +97,8 @@ __all__ = [
     "ListEntities",
     "MergeEntities",
     "RelatedEntities",
+    "ResolveNames",
+    "TypedRelation",
     "UnmergeEntity",
 ]
 
@@ -559,6 +562,8 @@ class NewFact(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     actor_id: str | None = None
     entity_types: dict[str, str] = msgspec.field(default_factory=dict)
     """Types of ``entities`` by name, as the extractor gave them (the entity graph's)."""
+    entity_relations: tuple[tuple[str, str, str], ...] = ()
+    """Typed relations between ``entities`` the fact states: (source, type, target)."""
 
 
 class JobUsage(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -940,13 +945,27 @@ KEYED_WRITES: tuple[type[ScopeCommand], ...] = (PutMemories, RefreshExpiry, Forg
 
 
 # -- the entity graph (knowledge.graph; memories.graph handles these) ------------------------------
+class AliasRecord(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A merge that made ``name`` an alias of ``into``: ``how`` it was decided
+    (``manual``: a merge command; ``embedding``: the names' vectors were ``score``
+    close, at or over the scope's threshold), ``at`` when (seconds since the epoch).
+    An unmerge of ``name`` undoes it."""
+
+    name: str
+    into: str
+    how: str = "manual"
+    score: float | None = None
+    at: float = 0.0
+
+
 class EntityInfo(msgspec.Struct, frozen=True, omit_defaults=True):
     """One entity of a scope's graph. ``name``: how it is written (its declaration,
     else its most frequent spelling); ``type``: declared, else ``person`` for a
     speaker, else ``other``; ``aliases``: every other name that resolves to it;
     ``mentions``: the active memories that name it, in ``sessions`` sessions,
     observed from ``first_seen`` to ``last_seen`` (seconds since the epoch);
-    ``declared``: an app declared it."""
+    ``declared``: an app declared it; ``merged``: the alias records that joined names
+    into it (how each was decided)."""
 
     name: str
     type: str = "other"
@@ -956,18 +975,33 @@ class EntityInfo(msgspec.Struct, frozen=True, omit_defaults=True):
     first_seen: float | None = None
     last_seen: float | None = None
     declared: bool = False
+    merged: tuple[AliasRecord, ...] = ()
+
+
+
+class TypedRelation(msgspec.Struct, frozen=True):
+    """A relation an extractor read in a memory: ``source`` ``type`` ``target``
+    (entity names as shown, ``type`` a snake_case verb phrase: ``owes_favour_to``),
+    stated by the memory ``memory``."""
+
+    source: str
+    type: str
+    target: str
+    memory: str
 
 
 class EntityLink(msgspec.Struct, frozen=True):
     """An entity related to another: ``weight`` memories mention both (``memories``:
     the ids of the newest of them, which state the relation); ``hops`` away (1 or 2),
-    reached ``via`` that entity's name."""
+    reached ``via`` that entity's name; ``relations``: what the memories say the
+    relation is, when an extractor typed it (either way round)."""
 
     entity: EntityInfo
     weight: int
     memories: tuple[str, ...] = ()
     hops: int = 1
     via: str | None = None
+    relations: tuple[TypedRelation, ...] = ()
 
 
 class GraphStats(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -980,6 +1014,12 @@ class GraphStats(msgspec.Struct, frozen=True, omit_defaults=True):
     relations: int = 0
     declared: int = 0
     merges: int = 0
+    embedded_names: int = 0
+    """Names whose vector the graph holds (entity resolution by embeddings)."""
+    embedding_merges: int = 0
+    """Of ``merges``, those the names' vectors decided."""
+    names_pending: int = 0
+    """Names waiting for their vector (0 when the scope resolves by spelling only)."""
 
 
 class DeclareEntity(ScopeCommand, frozen=True, tag="scope.declare_entity"):
@@ -999,6 +1039,21 @@ class MergeEntities(ScopeCommand, frozen=True, tag="scope.merge_entities"):
 
     names: list[str] = msgspec.field(default_factory=list)
     into: str = ""
+    now: float = 0.0
+
+
+class ResolveNames(ScopeCommand, frozen=True, tag="scope.resolve_names"):
+    """The vectors of entity names, embedded beside the scope (``keys``: name keys;
+    ``vectors``: their rows, float16 little-endian in base64, of ``embedder`` in
+    ``dim`` dimensions): each is kept and may make its name an alias of the entity
+    whose name's vector is ``threshold`` close (``knowledge.resolution``). Journaled:
+    a replay decides the same merges without the model."""
+
+    keys: list[str] = msgspec.field(default_factory=list)
+    vectors: str = ""
+    embedder: str = ""
+    dim: int = 0
+    threshold: float = 1.0
     now: float = 0.0
 
 
@@ -1070,7 +1125,7 @@ class EntityChanged(Reply, frozen=True, kw_only=True, tag="scope.entity_changed"
 
 ScopeWrite = Remember | AddSession | UpdateMemory | Forget | ForgetWhere | Touch | ApplyExtraction | \
     ExtractionFailed | ImportMemories | IngestDocument | ForgetDocument | SetCategories | \
-    ApplyClassification | KeyedWrite | DeclareEntity | MergeEntities | UnmergeEntity
+    ApplyClassification | KeyedWrite | DeclareEntity | MergeEntities | UnmergeEntity | ResolveNames
 ScopeRead = GetMemory | CountMemories | ListMemories | GetScopeStats | Search | StoreSession | GetHistory | \
     GetVectors | GetDocuments | GetCategories | GetFacets | GetActorMemories | ListNamespaces | \
     ListEntities | GetEntity | GetRelated | GetGraphStats
@@ -1079,4 +1134,4 @@ SCOPE_WRITES: tuple[type[ScopeCommand], ...] = (Remember, AddSession, UpdateMemo
                                                 Touch, ApplyExtraction, ExtractionFailed, ImportMemories,
                                                 IngestDocument, ForgetDocument, SetCategories,
                                                 ApplyClassification, *KEYED_WRITES, DeclareEntity,
-                                                MergeEntities, UnmergeEntity)
+                                                MergeEntities, UnmergeEntity, ResolveNames)

@@ -472,7 +472,7 @@ async def test_facts_extracted_from_a_document_name_it_and_go_with_it(tmp_path: 
         assert llm.calls == (chunks + 1) // 2
         [fact] = (await scope.memories({"kind": "fact"})).memories
         assert fact.content == "Gandros owes the party a favour."
-        assert fact.session_id == f"doc:{report.document.id}" and fact.extractor == "llm:fake:x2"
+        assert fact.session_id == f"doc:{report.document.id}" and fact.extractor == "llm:fake:x3"
         [source] = fact.sources
         assert (source.document, source.chunk, source.first, source.last) == (report.document.id, 1, 1, 1)
         prompt = llm.requests[0]["messages"][1]["content"]

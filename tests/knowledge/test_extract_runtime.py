@@ -41,13 +41,13 @@ async def test_extract_stores_the_facts_once_and_replay_needs_no_call(tmp_path: 
                                   {"role": "assistant", "content": "Lisbon is lovely!"}])
         done = await rt.extract("assistant", "s1", user_id="ana", app_name="chat")
         assert done.status == "committed" and (done.first, done.upto) == (0, 2) and len(done.added) == 1
-        assert done.extractor == "llm:fake-llm:x2" and done.usage.total_tokens == 150 and done.usage.calls == 1
+        assert done.extractor == "llm:fake-llm:x3" and done.usage.total_tokens == 150 and done.usage.calls == 1
         again = await rt.extract("assistant", "s1", user_id="ana", app_name="chat")
         assert again.status == "nothing_new"
         assert llm.calls == 1
         scope = rt.scope(user_id="ana", app_name="chat")
         [memory] = (await scope.memories()).memories
-        assert memory.content == "The user lives in Lisbon." and memory.extractor == "llm:fake-llm:x2"
+        assert memory.content == "The user lives in Lisbon." and memory.extractor == "llm:fake-llm:x3"
         assert memory.sources[0].session_id == "s1" and memory.entities == ("Lisbon",)
     settings = config(tmp_path, llm)
     llm.close()  # nothing may call it from here on
@@ -218,3 +218,50 @@ async def test_an_agent_may_have_a_buffer_of_its_own(tmp_path: Path, llm: FakeLL
         with pytest.raises(mnemex.InvalidInput) as caught:
             rt.extract_automatically("assistant", app_name="chat", user_id="ana", turns=0)
         assert caught.value.field == "turns"
+
+
+FAVOUR = {"facts": [
+    {"content": "Gandros owes the party a favour for rescuing him from the Black Tower.", "kind": "relationship",
+     "categories": [], "confidences": [], "importance": 0.8,
+     "entities": [{"name": "Gandros", "type": "person"}, {"name": "the party", "type": "organisation"}],
+     "relations": [{"source": "Gandros", "type": "owes favour to", "target": "the party"},
+                   {"source": "Gandros", "type": "rescued_from", "target": "Black Tower"},
+                   {"source": "Gandros", "type": "owes", "target": "gandros"}],
+     "relation": None, "target": None, "attributed_to": "Gandros", "actor_id": "Gandros", "valid_at": None,
+     "messages": [0]}]}
+
+
+async def test_the_llm_names_the_actor_and_types_the_relations_kept_across_a_restart(
+        tmp_path: Path, llm: FakeLLM) -> None:
+    """Prompt x3: the extractor is asked for the fact's actor and for typed relations
+    between its entities; the memory is linked to the actor, the relation's ends are
+    entities of the graph and the link between them says what the relation is, by
+    which memory, also after a restart (the journal, then a snapshot)."""
+    llm.add("owes us a favour", FAVOUR)
+    async with mnemex.open_runtime(config(tmp_path, llm)) as rt:
+        agent = rt.agent("gm")
+        await agent.append("s1", [{"role": "user", "content": "Gandros owes us a favour since we got him "
+                                                              "out of the Black Tower."}])
+        done = await rt.extract("gm", "s1", user_id="gm", app_name="campaign")
+        [memory_id] = done.added
+        request = llm.requests[0]
+        assert '"actor_id"' in request["messages"][0]["content"] and "relations" in request["messages"][0]["content"]
+        scope = rt.scope(user_id="gm", app_name="campaign")
+        [memory] = (await scope.actor_memories("Gandros")).memories
+        assert memory.id == memory_id and memory.actor_id == "Gandros"
+        assert set(memory.entities) == {"Gandros", "the party", "Black Tower"}  # the relation's ends too
+        detail = await scope.entity("Gandros")
+        links = {link.entity.name: link.relations for link in detail.neighbours}
+        assert links["the party"] == (mnemex.TypedRelation(source="Gandros", type="owes_favour_to",
+                                                           target="the party", memory=memory_id),)
+        assert [r.type for r in links["Black Tower"]] == ["rescued_from"]
+        related = await scope.related("the party")
+        assert {link.entity.name: [r.type for r in link.relations] for link in related.related} == {
+            "Gandros": ["owes_favour_to"], "Black Tower": []}  # named together, no relation typed
+    settings = config(tmp_path, llm)
+    llm.close()  # nothing may call it from here on
+    for _ in range(2):  # from the journal, then (after the passivation) from a snapshot
+        async with mnemex.open_runtime(settings) as rt:
+            scope = rt.scope(user_id="gm", app_name="campaign")
+            assert await scope.entity("Gandros") == detail
+            await rt.passivate("scope", ("campaign", "gm"))

@@ -228,3 +228,30 @@ def test_no_text_crashes_the_parser(text: str) -> None:
         check_invariants(parse(text))
     except ExtractionError as error:
         assert error.reason == "malformed"
+
+
+def test_typed_relations_are_read_normalised_and_their_ends_become_entities() -> None:
+    text = json.dumps({"facts": [{"content": "Gandros owes Aria a favour.", "entities": ["Gandros"],
+                                  "actor_id": " Gandros ",
+                                  "relations": [{"source": "Gandros", "type": "Owes favour-to", "target": "Aria"},
+                                                {"subject": "Aria", "relation": "rescued", "object": "Gandros"},
+                                                {"source": "Gandros", "type": "owes favour to", "target": "Aria"},
+                                                {"source": "Gandros", "type": "is", "target": "gandros"},
+                                                {"source": "Gandros", "type": "likes"},
+                                                {"source": "Gandros", "type": "no/slash", "target": "Aria"},
+                                                "Gandros owes Aria"]}]})
+    [found] = parse(text)
+    assert found.entity_relations == (("Gandros", "owes_favour_to", "Aria"), ("Aria", "rescued", "Gandros"))
+    assert found.entities == ("Gandros", "Aria") and found.actor_id == "Gandros"
+    assert parse(json.dumps({"facts": [{"content": "x y", "relations": None}]}))[0].entity_relations == ()
+
+
+def test_the_prompt_asks_for_the_actor_and_typed_relations() -> None:
+    from mnemex.knowledge.prompt import EXTRACTION_SCHEMA, PROMPT_VERSION, extraction_messages
+    from mnemex.knowledge.facts import ExtractionRequest
+
+    item = EXTRACTION_SCHEMA["properties"]["facts"]["items"]
+    assert {"actor_id", "relations"} <= set(item["required"]) and PROMPT_VERSION == "x3"
+    assert item["properties"]["relations"]["items"]["required"] == ["source", "type", "target"]
+    system = extraction_messages(ExtractionRequest(session_id="s1", messages=[]))[0]["content"]
+    assert "- relations:" in system and "- actor_id:" in system and '"relations": []' in system

@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import trio
+
 import mnemex
 
 SCOPE = {"user_id": "gm", "app_name": "campaign"}
@@ -77,3 +79,22 @@ async def test_bad_entity_requests_get_clear_4xx_answers(tmp_path: Path, server:
         assert unknown.status_code == 404
         not_alias = await http.delete("/entities/Gandros/aliases/Black Tower", params=SCOPE)
         assert not_alias.status_code == 404 and "no alias" in not_alias.text
+
+
+async def test_a_merge_decided_by_embeddings_shows_how_over_http(tmp_path: Path, server: Any) -> None:
+    async with server(cfg(tmp_path)) as http:
+        stored = await http.post("/memory/batch", json={"memories": [
+            {**SCOPE, "content": "We camped below the Tower of Gandros."},
+            {**SCOPE, "content": "Gandros Tower was dark at midnight."}]})
+        assert stored.status_code == 201, stored.text
+        for _ in range(500):  # the names' embedding job, beside the scope
+            health = (await http.get("/health", headers={"Accept": "application/json"})).json()
+            if health["graph"]["names_pending"] == 0 and health["graph"]["embedding_merges"]:
+                break
+            await trio.sleep(0.01)
+        assert health["graph"]["embedding_merges"] == 1
+        tower = (await http.get("/entities/tower of gandros", params=SCOPE)).json()["entity"]
+        assert tower["mentions"] == 2
+        [record] = tower["merged"]
+        assert record["how"] == "embedding" and record["score"] >= 0.8
+        assert {record["name"], record["into"]} == {"tower of gandros", "gandros tower"}
