@@ -4,6 +4,17 @@ The bridge thread runs ``trio.run``; every blocking call hops into it with
 ``trio.from_thread.run`` and waits. Calls are safe from any number of threads
 (and from asyncio through ``asyncio.to_thread``). Closing the bridge shuts the
 runtime down cleanly (drain, snapshot) and joins the thread.
+
+An ask of one actor (``ask``) takes a shorter way: a callback queued on the run
+(``TrioToken.run_sync_soon``) puts it in the actor's mailbox with a waiter whose
+answer releases a lock the calling thread waits on, so no trio task is started for
+the caller; a read the actor's kind answers inline is answered in that callback
+(see ``Runtime.ask_nowait``). Shorter still, such a read is answered in the
+calling thread itself while the run is parked waiting for I/O (most of the time
+for an idle runtime): an instrument on the run holds a lock whenever the run
+executes and lets go of it only around its I/O wait, so a caller that takes that
+lock knows no code of the run executes until it lets go (the run waits for it
+before going on); see ``Runtime.read_parked``.
 """
 
 from __future__ import annotations
@@ -19,12 +30,63 @@ from typing import Any, Generic, TypeVar
 import trio
 
 from mnemex.config import DEFAULT, UseDefault
+from mnemex.effects import Key
 from mnemex.errors import ActorClosed, Timeout
+from mnemex.kernel._kernel import Runtime
 
 __all__ = ["BlockingBridge", "BlockingRef"]
 
 R = TypeVar("R")
 T = TypeVar("T")
+
+_POLL = 0.5  # how often a waiting caller checks that the runtime's thread still runs
+# how long a read waits for the run to park (it parks as soon as it has nothing to
+# run: after the write a caller just made, say) before it is sent the other way
+_PARK_WAIT = 0.0002
+
+
+class _ThreadWaiter:
+    """The caller's side of one ``BlockingBridge.ask``: resolved in the runtime's
+    thread (by the kernel, as any waiter), waited for in the caller's. ``done``
+    once answered or given up (an answer then is dropped)."""
+
+    __slots__ = ("_lock", "done", "value")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.value: Any = None
+        self._lock = threading.Lock()
+        self._lock.acquire()
+
+    def resolve(self, value: Any) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.value = value
+        self._lock.release()
+
+    def wait(self, alive: Callable[[], bool]) -> bool:
+        """Wait for the answer; False if the runtime's thread ended without one."""
+        lock = self._lock
+        while not lock.acquire(timeout=_POLL):
+            if not alive():
+                return lock.acquire(blocking=False)
+        return True
+
+
+class _Parked(trio.abc.Instrument):
+    """Holds ``lock`` while the run executes and lets go of it only while the run
+    waits for I/O: whoever takes it then has the run stopped until it lets go."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.lock.acquire()  # taken in the run's thread, which is executing
+
+    def before_io_wait(self, timeout: float) -> None:
+        self.lock.release()
+
+    def after_io_wait(self, timeout: float) -> None:
+        self.lock.acquire()
 
 
 class BlockingBridge(Generic[R]):
@@ -38,6 +100,8 @@ class BlockingBridge(Generic[R]):
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._token: trio.lowlevel.TrioToken | None = None
+        self._parked: _Parked | None = None
+        self._clock: trio.abc.Clock | None = None
         self._stop: trio.Event | None = None
         self._runtime: R | None = None
         self._failure: BaseException | None = None  # raised after start-up, not yet reported
@@ -71,6 +135,10 @@ class BlockingBridge(Generic[R]):
 
     async def _serve(self) -> None:
         self._stop = trio.Event()
+        self._clock = trio.lowlevel.current_clock()
+        parked = _Parked()
+        trio.lowlevel.add_instrument(parked)
+        self._parked = parked
         async with self._opener() as runtime:
             self._runtime = runtime
             self._token = trio.lowlevel.current_trio_token()
@@ -114,6 +182,82 @@ class BlockingBridge(Generic[R]):
                 self._thread.join()
                 self._raise_failure()
             raise
+
+    def ask(self, kernel: Runtime, kind: str, key: str | Key, command: Any, *,
+            timeout: float | UseDefault | None = DEFAULT) -> Any:
+        """``await kernel.ask(kind, key, command, timeout=timeout)`` in the runtime's
+        thread, by the short way (see the module docstring) when ``timeout`` is
+        DEFAULT or None."""
+        if timeout is not DEFAULT and timeout is not None:
+            return self.call(functools.partial(kernel.ask, kind, key, command, timeout=timeout))
+        self._raise_failure()
+        token, parked, clock = self._token, self._parked, self._clock
+        if self._closed or token is None:
+            raise ActorClosed("the client is closed")
+        registered = kernel.kinds.get(kind)
+        inline = None if registered is None else registered.inline_read
+        if (inline is not None and parked is not None and clock is not None and type(key) is tuple
+                and inline(command) and parked.lock.acquire(timeout=_PARK_WAIT)):
+            try:  # the run is parked: a read of an idle actor is answered here
+                answered, value = kernel.read_parked(kind, key, command, clock.current_time())
+            finally:
+                parked.lock.release()
+            if answered:
+                if isinstance(value, BaseException):
+                    raise value
+                return value
+        waiter = _ThreadWaiter()
+        try:
+            token.run_sync_soon(self._start_ask, kernel, (kind, key, command, timeout is DEFAULT), waiter)
+        except trio.RunFinishedError as exc:
+            self._thread.join()
+            self._raise_failure()
+            raise ActorClosed("the client's runtime has stopped") from exc
+        try:
+            answered = waiter.wait(self._thread.is_alive)
+        except BaseException:  # interrupted (KeyboardInterrupt): the answer, if any, is dropped
+            waiter.done = True
+            raise
+        if not answered:
+            waiter.done = True
+            self._thread.join()
+            self._raise_failure()
+            raise ActorClosed("the client's runtime stopped during the call")
+        value = waiter.value
+        if isinstance(value, BaseException):
+            if isinstance(value, ActorClosed) and self._ending:
+                self._thread.join()
+                self._raise_failure()
+            raise value
+        return value
+
+    @staticmethod
+    def _start_ask(kernel: Runtime, request: tuple[str, str | Key, Any, bool], waiter: _ThreadWaiter) -> None:
+        """In the runtime's thread: send the ask (kind, key, command, with the default
+        timeout or none); it must not raise (trio would end the run)."""
+        kind, key, command, limit = request
+        try:
+            if kernel.ask_nowait(kind, key, command, waiter, limit=limit):
+                return
+        except Exception as exc:  # ActorClosed, ActorCrashed: the caller's to raise
+            waiter.resolve(exc)
+            return
+
+        async def ask() -> None:  # the mailbox is full: wait for room as any ask
+            try:
+                value = await kernel.ask(kind, key, command, timeout=DEFAULT if limit else None)
+            except trio.Cancelled:
+                waiter.resolve(ActorClosed("the client's runtime stopped during the call"))
+                raise
+            except Exception as exc:
+                waiter.resolve(exc)
+            else:
+                waiter.resolve(value)
+
+        try:
+            trio.lowlevel.spawn_system_task(ask, name="blocking ask")
+        except Exception as exc:  # the run is ending
+            waiter.resolve(ActorClosed(f"the client's runtime is stopping: {exc}"))
 
     def submit(self, fn: Callable[..., Awaitable[T]], *args: Any) -> concurrent.futures.Future[T]:
         """Start ``await fn(*args)`` in the runtime's thread and return at once: a

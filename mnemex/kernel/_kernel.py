@@ -502,6 +502,73 @@ class Runtime:
             raise _timeout_error(kind, key, command, limit)
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def ask_nowait(self, kind: str, key: str | Key, command: Any, waiter: Any, *, limit: bool = True) -> bool:
+        """Ask from a plain callback in the runtime's thread, where no task waits (the
+        blocking bridge's): ``waiter.resolve(reply)`` (the value, or the error to
+        raise) is called once, now or later, unless ``waiter.done`` is set first (the
+        caller gave up). The ask goes through the mailbox as any other, in order,
+        with the default ask timeout (``limit`` False: none); a read the kind answers
+        inline (``ActorKind.inline_read``) of an idle, loaded actor holding no write
+        that is not durable yet is answered here, as the actor would answer it next.
+        False, and nothing sent, when the mailbox has no room now (ask the ordinary
+        way then). Raises what ``ask`` raises before sending (an unknown kind, an
+        invalid key, ActorClosed while shutting down, ActorCrashed for a quarantined
+        actor)."""
+        self._kind(kind)
+        key = check_key(key, self.config.kernel.max_key_bytes, kind=kind)
+        cell = self._cell_for(kind, key)
+        self._stats["asks"] += 1
+        turn = self._read_inline(cell, command)
+        if turn is not None:
+            cell.last_active = trio.current_time()
+            waiter.resolve(turn.reply)
+            return True
+        try:
+            cell.mailbox.put_nowait(_Envelope(command, waiter))
+        except (trio.WouldBlock, MailboxClosed):
+            self._stats["asks"] -= 1
+            return False
+        if not cell.active:
+            self._activate(cell)
+        if limit:
+            self._deadlines.add(waiter, self.config.kernel.ask_timeout, kind, key, command)
+        return True
+
+    def read_parked(self, kind: str, key: Key, command: Any, now: float) -> tuple[bool, Any]:
+        """``ask_nowait``'s inline read, made from another thread while the run is
+        parked waiting for I/O: the caller holds what keeps the run from going on
+        (the blocking bridge's instrument), so no code of the run executes meanwhile.
+        Touches no trio object (``now``: the run's clock, read by the caller).
+        ``(True, reply)`` when answered, ``(False, None)`` to ask the ordinary way
+        (an actor not loaded or not idle, an unknown kind or key, a command the kind
+        does not read inline, a runtime shutting down)."""
+        ident = (kind, key)
+        cell = self._cells.get(ident) if self._accepting else None
+        turn = None if cell is None else self._read_inline(cell, command)
+        if turn is None:
+            return False, None
+        assert cell is not None
+        cell.last_active = now
+        self._cells.move_to_end(ident)
+        self._stats["asks"] += 1
+        return True, turn.reply
+
+    def _read_inline(self, cell: _Cell, command: Any) -> TurnResult | None:
+        """The turn of a read the kind answers inline (``ActorKind.inline_read``), when
+        ``cell`` is loaded, idle (no task, nothing queued) and holds no write that is
+        not durable yet: answered now, it is what the actor would answer next. None
+        otherwise, or when the handler broke the inline contract (it crashed or gave
+        effects): the mailbox path handles the read again, crash handling included
+        (the read changed nothing)."""
+        inline = cell.kind.inline_read
+        if (inline is None or cell.state is not _RUNNING or cell.active or cell.redo or cell.diverged
+                or cell.written > cell.synced or len(cell.mailbox)
+                or (not cell.in_memory and cell.store.needs_recovery) or not inline(command)):
+            return None
+        assert cell.behaviour is not None
+        turn = take_turn(cell.kind, cell.behaviour, command, None)
+        return turn if turn.crash is None and not turn.effects else None
+
     def _try_deliver(self, kind_name: str, key: Key, envelope: _Envelope) -> bool:
         """Put ``envelope`` in the mailbox if there is room now; never waits."""
         cell = self._cell_for(kind_name, key)
