@@ -523,6 +523,10 @@ class Runtime:
             cell.last_active = trio.current_time()
             waiter.resolve(turn.reply)
             return True
+        if self._write_inline(cell, command, waiter):
+            if limit and not waiter.done:
+                self._deadlines.add(waiter, self.config.kernel.ask_timeout, kind, key, command)
+            return True
         try:
             cell.mailbox.put_nowait(_Envelope(command, waiter))
         except (trio.WouldBlock, MailboxClosed):
@@ -568,6 +572,71 @@ class Runtime:
         assert cell.behaviour is not None
         turn = take_turn(cell.kind, cell.behaviour, command, None)
         return turn if turn.crash is None and not turn.effects else None
+
+    def _write_inline(self, cell: _Cell, command: Any, waiter: Any) -> bool:
+        """Handle a write the kind takes inline (``ActorKind.inline_write``) of an idle,
+        loaded actor holding no write that is not durable yet, here and now, as its
+        task would handle a batch of that one message (journal line first, then the
+        handler; a refusal's line cut again; the reply released once durable): the
+        same outcome without starting the actor's task. False (nothing done) when
+        the actor or the command does not qualify. A handler that crashes or gives
+        effects (which such a write must not) is answered ActorCrashed and the actor
+        rebuilt from its store, in a task, before it takes another message."""
+        inline = cell.kind.inline_write
+        if (inline is None or cell.state is not _RUNNING or cell.active or cell.redo or cell.diverged
+                or cell.written > cell.synced or len(cell.mailbox)
+                or (not cell.in_memory and cell.store.needs_recovery) or not inline(command)):
+            return False
+        kind = cell.kind
+        payload = encode_turn(kind, command)
+        if type(payload) is not bytes:
+            return False  # not journaled, or refused already: the mailbox path answers it
+        assert cell.behaviour is not None
+        cell.last_active = trio.current_time()
+        self._unmeasured.add(cell)
+        ts = max(int(time.time() * 1000), cell.ts)
+        seq = cell.seq + 1
+        try:
+            cell.store.append([(seq, ts, payload)])
+        except MnemexError as exc:  # never applied
+            log.error("%s: journal write failed: %s", cell.name, exc)
+            waiter.resolve(exc)
+            return True
+        turn = take_turn(kind, cell.behaviour, command, payload)
+        if turn.crash is not None or turn.effects:
+            self._cut_ahead(cell, seq - 1)
+            self._stats["crashes"] += 1
+            bug = turn.crash or TypeError(f"{type(command).__name__} is taken inline but gave effects")
+            log.error("%s: handler crashed on %s", cell.name, type(command).__name__, exc_info=bug)
+            error = ActorCrashed(f"{cell.name} crashed handling {type(command).__name__}: {bug!r}; "
+                                 f"it was reloaded from its last accepted state")
+            error.__cause__ = bug
+            waiter.resolve(error)
+            cell.active = True  # nothing else runs it until it is rebuilt
+            self._nursery.start_soon(self._reload_and_run, cell, name=f"actor {kind.name}")
+            return True
+        if turn.payload is None:  # refused, or changed nothing: its line comes off again
+            self._cut_ahead(cell, seq - 1)
+            self._release(cell, [(waiter, turn.reply, None)], durable_needed=False)
+        else:
+            cell.seq = seq
+            cell.written += 1
+            cell.ts = ts
+            cell.journal_bytes += len(payload)
+            self._release(cell, [(waiter, turn.reply, None)], durable_needed=True)
+        self._maybe_snapshot(cell)
+        return True
+
+    async def _reload_and_run(self, cell: _Cell) -> None:
+        """Rebuild a crashed actor from its store, then serve what arrived meanwhile."""
+        try:
+            await self._reload(cell)
+        except _Quarantined:
+            cell.active = False
+            with trio.CancelScope(shield=True):
+                self._finish(cell)
+            return
+        await self._run_cell(cell)
 
     def _try_deliver(self, kind_name: str, key: Key, envelope: _Envelope) -> bool:
         """Put ``envelope`` in the mailbox if there is room now; never waits."""

@@ -56,7 +56,10 @@ class ActorKind:
     handler changes nothing and returns no effects for them. A blocking caller's
     such read of an idle, loaded actor whose writes are all durable is answered at
     once, in the callback that brings it into the runtime's thread, without
-    starting the actor's task (see ``Runtime.ask_nowait``).
+    starting the actor's task (see ``Runtime.ask_nowait``). ``inline_write``
+    (optional) names the writes whose handler returns no effects: such a write of
+    an idle actor is handled in that callback too (journaled and applied there, its
+    reply released once durable, as the actor's task would).
     """
 
     name: str
@@ -67,3 +70,4 @@ class ActorKind:
     is_journaled: Callable[[Any], bool] = _always
     replay: Callable[[Behaviour, Iterable[Any]], None] = handle_each
     inline_read: Callable[[Any], bool] | None = None
+    inline_write: Callable[[Any], bool] | None = None
