@@ -32,7 +32,7 @@ import trio
 from mnemex.config import DEFAULT, UseDefault
 from mnemex.effects import Key
 from mnemex.errors import ActorClosed, Timeout
-from mnemex.kernel._kernel import Runtime
+from mnemex.kernel._kernel import ActorRef, Runtime
 
 __all__ = ["BlockingBridge", "BlockingRef"]
 
@@ -333,7 +333,10 @@ class BlockingRef:
         return tuple(self._ref.key)
 
     def ask(self, command: Any, *, timeout: float | UseDefault | None = DEFAULT) -> Any:
-        return self._bridge.call(functools.partial(self._ref.ask, command, timeout=timeout))
+        ref = self._ref
+        if isinstance(ref, ActorRef):  # in-process: the bridge's short way
+            return self._bridge.ask(ref.runtime, ref.kind, ref.key, command, timeout=timeout)
+        return self._bridge.call(functools.partial(ref.ask, command, timeout=timeout))
 
     def tell(self, command: Any) -> None:
         self._bridge.call(self._ref.tell, command)
