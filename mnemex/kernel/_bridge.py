@@ -76,17 +76,23 @@ class _ThreadWaiter:
 
 class _Parked(trio.abc.Instrument):
     """Holds ``lock`` while the run executes and lets go of it only while the run
-    waits for I/O: whoever takes it then has the run stopped until it lets go."""
+    waits for I/O: whoever takes it then has the run stopped until it lets go.
+    ``wanted`` while the run waits to take it back: callers then leave it alone (a
+    lock is not fair, and callers reading in a loop would starve the run)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.lock.acquire()  # taken in the run's thread, which is executing
+        self.wanted = False
 
     def before_io_wait(self, timeout: float) -> None:
         self.lock.release()
 
     def after_io_wait(self, timeout: float) -> None:
-        self.lock.acquire()
+        if not self.lock.acquire(blocking=False):
+            self.wanted = True
+            self.lock.acquire()
+            self.wanted = False
 
 
 class BlockingBridge(Generic[R]):
@@ -101,6 +107,10 @@ class BlockingBridge(Generic[R]):
         self._error: BaseException | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._parked: _Parked | None = None
+        # the asks sent to the run and not answered yet: while there are any, reads do
+        # not take the run's lock (a caller reading in a loop would hold the GIL and
+        # keep the run, and those asks, waiting)
+        self._waiting: set[_ThreadWaiter] = set()
         self._clock: trio.abc.Clock | None = None
         self._stop: trio.Event | None = None
         self._runtime: R | None = None
@@ -197,7 +207,8 @@ class BlockingBridge(Generic[R]):
         registered = kernel.kinds.get(kind)
         inline = None if registered is None else registered.inline_read
         if (inline is not None and parked is not None and clock is not None and type(key) is tuple
-                and inline(command) and parked.lock.acquire(timeout=_PARK_WAIT)):
+                and inline(command) and not self._waiting and not parked.wanted
+                and parked.lock.acquire(timeout=_PARK_WAIT)):
             try:  # the run is parked: a read of an idle actor is answered here
                 answered, value = kernel.read_parked(kind, key, command, clock.current_time())
             finally:
@@ -213,11 +224,14 @@ class BlockingBridge(Generic[R]):
             self._thread.join()
             self._raise_failure()
             raise ActorClosed("the client's runtime has stopped") from exc
+        self._waiting.add(waiter)
         try:
             answered = waiter.wait(self._thread.is_alive)
         except BaseException:  # interrupted (KeyboardInterrupt): the answer, if any, is dropped
             waiter.done = True
             raise
+        finally:
+            self._waiting.discard(waiter)
         if not answered:
             waiter.done = True
             self._thread.join()
