@@ -5,6 +5,10 @@ Every call the async API has is written out here as a real, typed method (as htt
 misspelled one. Each call hops into the runtime's thread, waits there, and returns
 or raises in the calling thread; calls are safe from many threads and from asyncio
 through ``asyncio.to_thread``. ``timeout=`` bounds one call where it may wait long.
+An ask of one actor (``ref(...).ask``, the checkpoint calls about one thread) takes
+the bridge's short way: no trio task for the caller, and a read of an idle actor
+answered in the calling thread while the runtime waits for I/O (see
+``mnemex.kernel._bridge``).
 
     with mnemex.Client(mnemex.Config(data_dir="mnemex-data")) as client:
         agent = client.agent("assistant")
