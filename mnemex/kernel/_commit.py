@@ -194,10 +194,11 @@ class GroupCommitter:
                     worker.start()
                 except RuntimeError as exc:  # no thread to be had now: the ones there will do
                     if not self._workers:  # reported as a thread would (this may run in a hook)
-                        error = StorageError(f"fsync: could not start a thread: {exc}")
+                        errors: list[BaseException | None] = [
+                            StorageError(f"fsync: could not start a thread: {exc}")] * len(chunk)
                         assert self._token is not None
                         self._token.run_sync_soon(self._report, chunk, [cell.written for cell in chunk],
-                                                  [error] * len(chunk), left)
+                                                  errors, left)
                         continue
                 else:
                     self._workers.append(worker)

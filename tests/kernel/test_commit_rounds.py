@@ -126,3 +126,26 @@ async def test_the_committer_ends_after_the_syncs_under_way_and_stops_its_thread
     for worker in workers:
         worker.join(5)
         assert not worker.is_alive()
+
+
+async def test_a_round_that_cannot_start_a_thread_fails_its_journals(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    committer = GroupCommitter(0.0, threads=2)
+    outcomes: list[BaseException | None] = []
+    released = trio.Event()
+
+    def release(error: BaseException | None) -> None:
+        outcomes.append(error)
+        released.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(committer.run)
+        await trio.testing.wait_all_tasks_blocked()
+        committer.submit(Journal(), release)
+        with trio.fail_after(5):
+            await released.wait()
+        nursery.cancel_scope.cancel()
+    assert isinstance(outcomes[0], StorageError) and "could not start a thread" in str(outcomes[0])
