@@ -8,13 +8,15 @@ runtime down cleanly (drain, snapshot) and joins the thread.
 An ask of one actor (``ask``) takes a shorter way: a callback queued on the run
 (``TrioToken.run_sync_soon``) puts it in the actor's mailbox with a waiter whose
 answer releases a lock the calling thread waits on, so no trio task is started for
-the caller; a read the actor's kind answers inline is answered in that callback
-(see ``Runtime.ask_nowait``). Shorter still, such a read is answered in the
-calling thread itself while the run is parked waiting for I/O (most of the time
-for an idle runtime): an instrument on the run holds a lock whenever the run
-executes and lets go of it only around its I/O wait, so a caller that takes that
-lock knows no code of the run executes until it lets go (the run waits for it
-before going on); see ``Runtime.read_parked``.
+the caller; a read or write the actor's kind takes inline is handled in that
+callback (see ``Runtime.ask_nowait``). Shorter still, while the run is parked
+waiting for I/O (most of the time for an idle runtime) such a read is answered in
+the calling thread itself, and such a write journaled there and its group commit
+handed to the commit threads from there (the run answers it once durable): the
+kernel holds a lock whenever the run executes and lets go of it only around its
+I/O wait (``ParkedRun``), so a caller that takes it knows no code of the run
+executes until it lets go (the run waits for it before going on); see
+``Runtime.read_parked`` and ``Runtime.write_parked``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
@@ -32,7 +35,7 @@ import trio
 from mnemex.config import DEFAULT, UseDefault
 from mnemex.effects import Key
 from mnemex.errors import ActorClosed, Timeout
-from mnemex.kernel._kernel import ActorRef, Runtime
+from mnemex.kernel._kernel import ActorRef, Runtime, _timeout_error
 
 __all__ = ["BlockingBridge", "BlockingRef"]
 
@@ -65,34 +68,21 @@ class _ThreadWaiter:
         self.value = value
         self._lock.release()
 
-    def wait(self, alive: Callable[[], bool]) -> bool:
-        """Wait for the answer; False if the runtime's thread ended without one."""
+    def wait(self, alive: Callable[[], bool], limit: float | None = None) -> bool | None:
+        """Wait for the answer: True once it is in ``value``; False if the runtime's
+        thread ended without one; None after ``limit`` seconds (given up: an answer
+        after that is dropped)."""
         lock = self._lock
-        while not lock.acquire(timeout=_POLL):
+        deadline = None if limit is None else time.monotonic() + limit
+        while True:
+            left = _POLL if deadline is None else min(_POLL, deadline - time.monotonic())
+            if left > 0 and lock.acquire(timeout=left):
+                return True
             if not alive():
                 return lock.acquire(blocking=False)
-        return True
-
-
-class _Parked(trio.abc.Instrument):
-    """Holds ``lock`` while the run executes and lets go of it only while the run
-    waits for I/O: whoever takes it then has the run stopped until it lets go.
-    ``wanted`` while the run waits to take it back: callers then leave it alone (a
-    lock is not fair, and callers reading in a loop would starve the run)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.lock.acquire()  # taken in the run's thread, which is executing
-        self.wanted = False
-
-    def before_io_wait(self, timeout: float) -> None:
-        self.lock.release()
-
-    def after_io_wait(self, timeout: float) -> None:
-        if not self.lock.acquire(blocking=False):
-            self.wanted = True
-            self.lock.acquire()
-            self.wanted = False
+            if deadline is not None and time.monotonic() >= deadline:
+                self.done = True
+                return True if lock.acquire(blocking=False) else None
 
 
 class BlockingBridge(Generic[R]):
@@ -106,7 +96,6 @@ class BlockingBridge(Generic[R]):
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._token: trio.lowlevel.TrioToken | None = None
-        self._parked: _Parked | None = None
         # the asks sent to the run and not answered yet: while there are any, reads do
         # not take the run's lock (a caller reading in a loop would hold the GIL and
         # keep the run, and those asks, waiting)
@@ -146,9 +135,6 @@ class BlockingBridge(Generic[R]):
     async def _serve(self) -> None:
         self._stop = trio.Event()
         self._clock = trio.lowlevel.current_clock()
-        parked = _Parked()
-        trio.lowlevel.add_instrument(parked)
-        self._parked = parked
         async with self._opener() as runtime:
             self._runtime = runtime
             self._token = trio.lowlevel.current_trio_token()
@@ -201,38 +187,52 @@ class BlockingBridge(Generic[R]):
         if timeout is not DEFAULT and timeout is not None:
             return self.call(functools.partial(kernel.ask, kind, key, command, timeout=timeout))
         self._raise_failure()
-        token, parked, clock = self._token, self._parked, self._clock
+        token, clock = self._token, self._clock
         if self._closed or token is None:
             raise ActorClosed("the client is closed")
         registered = kernel.kinds.get(kind)
-        inline = None if registered is None else registered.inline_read
-        if (inline is not None and parked is not None and clock is not None and type(key) is tuple
-                and inline(command) and not self._waiting and not parked.wanted
-                and parked.lock.acquire(timeout=_PARK_WAIT)):
-            try:  # the run is parked: a read of an idle actor is answered here
-                answered, value = kernel.read_parked(kind, key, command, clock.current_time())
-            finally:
-                parked.lock.release()
-            if answered:
-                if isinstance(value, BaseException):
-                    raise value
-                return value
+        parked = kernel.parked
         waiter = _ThreadWaiter()
-        try:
-            token.run_sync_soon(self._start_ask, kernel, (kind, key, command, timeout is DEFAULT), waiter)
-        except trio.RunFinishedError as exc:
-            self._thread.join()
-            self._raise_failure()
-            raise ActorClosed("the client's runtime has stopped") from exc
+        taken = False
+        if registered is not None and parked is not None and clock is not None and type(key) is tuple:
+            inline_read, inline_write = registered.inline_read, registered.inline_write
+            if (inline_read is not None and inline_read(command) and not self._waiting and not parked.wanted
+                    and parked.lock.acquire(timeout=_PARK_WAIT)):
+                try:  # the run is parked: a read of an idle actor is answered here
+                    answered, value = kernel.read_parked(kind, key, command, clock.current_time())
+                finally:
+                    parked.lock.release()
+                if answered:
+                    if isinstance(value, BaseException):
+                        raise value
+                    return value
+            elif (inline_write is not None and inline_write(command) and not parked.wanted
+                    and parked.lock.acquire(timeout=_PARK_WAIT)):
+                try:  # the run is parked: a write of an idle actor is journaled here
+                    taken = kernel.write_parked(kind, key, command, waiter, clock.current_time())
+                finally:
+                    parked.lock.release()
+        if not taken:
+            try:
+                token.run_sync_soon(self._start_ask, kernel, (kind, key, command, timeout is DEFAULT), waiter)
+            except trio.RunFinishedError as exc:
+                self._thread.join()
+                self._raise_failure()
+                raise ActorClosed("the client's runtime has stopped") from exc
+        # a write taken in this thread has no deadline in the run: this thread keeps it
+        limit = kernel.config.kernel.ask_timeout if taken and timeout is DEFAULT else None
         self._waiting.add(waiter)
         try:
-            answered = waiter.wait(self._thread.is_alive)
+            outcome = waiter.wait(self._thread.is_alive, limit)
         except BaseException:  # interrupted (KeyboardInterrupt): the answer, if any, is dropped
             waiter.done = True
             raise
         finally:
             self._waiting.discard(waiter)
-        if not answered:
+        if outcome is None:  # only a write taken in this thread has a limit here: its key is a tuple
+            assert limit is not None and isinstance(key, tuple)
+            raise _timeout_error(kind, key, command, limit)
+        if not outcome:
             waiter.done = True
             self._thread.join()
             self._raise_failure()

@@ -57,14 +57,33 @@ def release_through(cell: Durable, mark: int, error: BaseException | None) -> No
         acks.popleft()[1](error)
 
 
-class _EndOfBatch(trio.abc.Instrument):
-    """Tells the committer each time the run is about to wait for I/O."""
+class ParkedRun(trio.abc.Instrument):
+    """Holds ``lock`` while the run executes and lets go of it only while the run
+    waits for I/O, after the end-of-batch work of the committer: whoever takes it
+    then has the run stopped until it lets go (the run waits for it before going
+    on), so it may use what only the run's thread touches (the blocking bridge
+    answers a read, or journals a write, in the caller's thread so). ``wanted``
+    while the run waits to take it back: callers then leave it alone (a lock is not
+    fair, and callers reading in a loop would starve the run)."""
 
-    def __init__(self, committer: GroupCommitter) -> None:
-        self._committer = committer
+    def __init__(self, at_end_of_batch: Callable[[], None]) -> None:
+        self._at_end_of_batch = at_end_of_batch
+        self.lock = threading.Lock()
+        self.lock.acquire()  # taken in the run's thread, which is executing
+        self.wanted = False
 
     def before_io_wait(self, timeout: float) -> None:
-        self._committer._at_end_of_batch()
+        try:
+            self._at_end_of_batch()
+        except Exception:  # an instrument that raises is dropped by trio, the lock let go for good
+            log.exception("group commit: starting a round failed")
+        self.lock.release()
+
+    def after_io_wait(self, timeout: float) -> None:
+        if not self.lock.acquire(blocking=False):
+            self.wanted = True
+            self.lock.acquire()
+            self.wanted = False
 
 
 _Sync: TypeAlias = Callable[[list[Durable]], list[BaseException | None]]
@@ -103,6 +122,8 @@ class GroupCommitter:
         self._drained: trio.Event | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._hooked = False  # the run calls _at_end_of_batch: submit need not wake the loop
+        self.parked: ParkedRun | None = None
+        """While ``run`` runs (with no ``window``): the run's lock (see ParkedRun)."""
 
     def submit(self, cell: Durable, release: Callable[[BaseException | None], None]) -> None:
         """Release ``release`` once everything ``cell`` has written so far is durable."""
@@ -116,7 +137,7 @@ class GroupCommitter:
             self._wake.set()
             self._wake = None
 
-    def _at_end_of_batch(self) -> None:
+    def _at_end_of_batch(self, *, wake: bool = True) -> None:
         """Called by the run each time it has run every runnable task and is about to
         wait for I/O (an instrument, with no ``window``): start the round of the
         journals written meanwhile there and then, or have the loop start it once a
@@ -127,7 +148,7 @@ class GroupCommitter:
         try:
             self._slots.acquire_nowait()
         except trio.WouldBlock:
-            if self._wake is not None:
+            if wake and self._wake is not None:
                 self._wake.set()
                 self._wake = None
             return
@@ -145,7 +166,7 @@ class GroupCommitter:
         self._token = trio.lowlevel.current_trio_token()
         hook = None
         if self._window <= 0:
-            hook = _EndOfBatch(self)
+            hook = self.parked = ParkedRun(self._at_end_of_batch)
             trio.lowlevel.add_instrument(hook)
             self._hooked = True
         try:
@@ -167,8 +188,9 @@ class GroupCommitter:
         finally:
             if hook is not None:
                 self._hooked = False
+                self.parked = None
                 with contextlib.suppress(KeyError):  # trio removed it if it ever raised
-                    trio.lowlevel.remove_instrument(hook)
+                    trio.lowlevel.remove_instrument(hook)  # taken by the run: it stays so
             with trio.CancelScope(shield=True):
                 while self._in_flight:
                     self._drained = drained = trio.Event()
@@ -176,6 +198,13 @@ class GroupCommitter:
             for _ in self._workers:
                 self._jobs.put(None)
             self._workers = []
+
+    def round_from_parked(self) -> None:
+        """From a thread holding ``parked.lock`` (the run is stopped): start the round
+        of what was written there, as the end of a batch would, rather than wake the
+        run for it. Nothing when every slot is taken: a round under way reports, and
+        the run then starts the next one."""
+        self._at_end_of_batch(wake=False)
 
     def _start_round(self, cells: list[Durable]) -> None:
         """Hand the round's journals to the threads: one filesystem-wide sync for
@@ -206,22 +235,28 @@ class GroupCommitter:
 
     def _work(self) -> None:
         """A worker thread: sync what the queue hands it, report each outcome."""
-        token = self._token
-        assert token is not None
         while True:
             job = self._jobs.get()
             if job is None:
                 return
-            sync, cells, marks, left = job
-            try:
-                errors = sync(cells)
-            except Exception as exc:  # not a storage error the syncs report: a bug, kept per journal
-                log.exception("group commit: a sync failed unexpectedly")
-                errors = [StorageError(f"fsync failed: {exc!r}")] * len(cells)
-            try:
-                token.run_sync_soon(self._report, cells, marks, errors, left)
-            except trio.RunFinishedError:  # pragma: no cover - run() waits for every report
-                return
+            self._run_job(job)
+
+    def _run_job(self, job: _Job) -> None:
+        """Sync one chunk and report its outcome to the run, whatever happens (an
+        interrupt too: its journals are then reported not durable)."""
+        sync, cells, marks, left = job
+        errors: list[BaseException | None] | None = None
+        try:
+            errors = sync(cells)
+        except Exception as exc:  # not a storage error the syncs report: a bug, kept per journal
+            log.exception("group commit: a sync failed unexpectedly")
+            errors = [StorageError(f"fsync failed: {exc!r}")] * len(cells)
+        finally:
+            if errors is None:
+                errors = [StorageError("fsync interrupted")] * len(cells)
+            assert self._token is not None
+            with contextlib.suppress(trio.RunFinishedError):  # run() waits for every report
+                self._token.run_sync_soon(self._report, cells, marks, errors, left)
 
     def _report(self, cells: list[Durable], marks: list[int], errors: list[BaseException | None],
                 left: list[int]) -> None:

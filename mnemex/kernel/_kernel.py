@@ -43,7 +43,7 @@ from mnemex.errors import (
     Timeout,
     UnknownActorKind,
 )
-from mnemex.kernel._commit import GroupCommitter, release_through
+from mnemex.kernel._commit import GroupCommitter, ParkedRun, release_through
 from mnemex.kernel._deadlines import AskDeadlines
 from mnemex.kernel._kind import ActorKind
 from mnemex.kernel._lifecycle import DOWN, FINAL, CellState, Lifecycle
@@ -423,6 +423,14 @@ class Runtime:
         self.shutdown_report: ShutdownReport | None = None
         """What the shutdown did (see aclose); None until it has finished."""
         self.started = time.time()
+        self._token = trio.lowlevel.current_trio_token()
+
+    @property
+    def parked(self) -> ParkedRun | None:
+        """The run's lock, let go of only while the run waits for I/O (see
+        ``ParkedRun``; ``read_parked``, ``write_parked``); None before the group
+        commit runs, or with a ``storage.fsync_window``."""
+        return self._committer.parked
 
     # -- registration -----------------------------------------------------------
     def register(self, kind: ActorKind) -> None:
@@ -523,7 +531,7 @@ class Runtime:
             cell.last_active = trio.current_time()
             waiter.resolve(turn.reply)
             return True
-        if self._write_inline(cell, command, waiter):
+        if self._write_inline(cell, command, waiter, None):
             if limit and not waiter.done:
                 self._deadlines.add(waiter, self.config.kernel.ask_timeout, kind, key, command)
             return True
@@ -557,6 +565,24 @@ class Runtime:
         self._stats["asks"] += 1
         return True, turn.reply
 
+    def write_parked(self, kind: str, key: Key, command: Any, waiter: Any, now: float) -> bool:
+        """``ask_nowait``'s inline write, made from another thread while the run is
+        parked (as ``read_parked``): journaled and applied here, its group commit's
+        round handed to the commit threads from here too; what only the run may do (a
+        snapshot when one is due, a reload) is handed to the run. The reply goes to
+        ``waiter`` (now, or once durable), with no deadline (the caller keeps its
+        own). False when not taken: ask the ordinary way."""
+        ident = (kind, key)
+        cell = self._cells.get(ident) if self._accepting else None
+        if cell is None or (self.config.storage.fsync == "always" and not cell.in_memory):
+            return False
+        if not self._write_inline(cell, command, waiter, now):
+            return False
+        self._cells.move_to_end(ident)
+        self._stats["asks"] += 1
+        self._committer.round_from_parked()
+        return True
+
     def _read_inline(self, cell: _Cell, command: Any) -> TurnResult | None:
         """The turn of a read the kind answers inline (``ActorKind.inline_read``), when
         ``cell`` is loaded, idle (no task, nothing queued) and holds no write that is
@@ -573,7 +599,7 @@ class Runtime:
         turn = take_turn(cell.kind, cell.behaviour, command, None)
         return turn if turn.crash is None and not turn.effects else None
 
-    def _write_inline(self, cell: _Cell, command: Any, waiter: Any) -> bool:
+    def _write_inline(self, cell: _Cell, command: Any, waiter: Any, now: float | None) -> bool:
         """Handle a write the kind takes inline (``ActorKind.inline_write``) of an idle,
         loaded actor holding no write that is not durable yet, here and now, as its
         task would handle a batch of that one message (journal line first, then the
@@ -581,7 +607,9 @@ class Runtime:
         same outcome without starting the actor's task. False (nothing done) when
         the actor or the command does not qualify. A handler that crashes or gives
         effects (which such a write must not) is answered ActorCrashed and the actor
-        rebuilt from its store, in a task, before it takes another message."""
+        rebuilt from its store, in a task, before it takes another message. ``now``:
+        the run's clock, given when called from another thread with the run parked
+        (``write_parked``): what only the run may do is then handed to it."""
         inline = cell.kind.inline_write
         if (inline is None or cell.state is not _RUNNING or cell.active or cell.redo or cell.diverged
                 or cell.written > cell.synced or len(cell.mailbox)
@@ -592,7 +620,8 @@ class Runtime:
         if type(payload) is not bytes:
             return False  # not journaled, or refused already: the mailbox path answers it
         assert cell.behaviour is not None
-        cell.last_active = trio.current_time()
+        later: Callable[..., Any] = _now if now is None else self._token.run_sync_soon
+        cell.last_active = trio.current_time() if now is None else now
         self._unmeasured.add(cell)
         ts = max(int(time.time() * 1000), cell.ts)
         seq = cell.seq + 1
@@ -613,7 +642,8 @@ class Runtime:
             error.__cause__ = bug
             waiter.resolve(error)
             cell.active = True  # nothing else runs it until it is rebuilt
-            self._nursery.start_soon(self._reload_and_run, cell, name=f"actor {kind.name}")
+            later(functools.partial(self._nursery.start_soon, self._reload_and_run, cell,
+                                    name=f"actor {kind.name}"))
             return True
         if turn.payload is None:  # refused, or changed nothing: its line comes off again
             self._cut_ahead(cell, seq - 1)
@@ -624,7 +654,10 @@ class Runtime:
             cell.ts = ts
             cell.journal_bytes += len(payload)
             self._release(cell, [(waiter, turn.reply, None)], durable_needed=True)
-        self._maybe_snapshot(cell)
+        if now is None:
+            self._maybe_snapshot(cell)
+        elif self._snapshot_due(cell, now):
+            later(self._maybe_snapshot, cell)
         return True
 
     async def _reload_and_run(self, cell: _Cell) -> None:
@@ -1272,15 +1305,18 @@ class Runtime:
                 waiter.resolve(error)
 
     # -- snapshots ---------------------------------------------------------------
-    def _maybe_snapshot(self, cell: _Cell) -> None:
+    def _snapshot_due(self, cell: _Cell, now: float) -> bool:
         if cell.snapshot_done is not None or cell.seq == cell.snap_seq or cell.diverged:
-            return
+            return False
         cfg = self.config
         # Enough commands, and a journal grown to a share of the last snapshot: a
         # snapshot then costs O(1) per command however large the state is.
-        if ((cell.seq - cell.snap_seq >= cfg.storage.snapshot_every
-             and cell.journal_bytes >= cfg.storage.snapshot_growth * cell.snap_bytes)
-                or trio.current_time() - cell.snap_time >= cfg.storage.snapshot_interval):
+        return ((cell.seq - cell.snap_seq >= cfg.storage.snapshot_every
+                 and cell.journal_bytes >= cfg.storage.snapshot_growth * cell.snap_bytes)
+                or now - cell.snap_time >= cfg.storage.snapshot_interval)
+
+    def _maybe_snapshot(self, cell: _Cell) -> None:
+        if self._snapshot_due(cell, trio.current_time()):
             assert cell.behaviour is not None
             data = cell.behaviour.snapshot()
             cell.snapshot_done = trio.Event()
@@ -1557,6 +1593,10 @@ def _journal_lines(kind: ActorKind, batch: list[_Envelope], seq: int, ts: int) -
             seq += 1
         payloads.append(payload)
     return payloads, lines
+
+
+def _now(fn: Callable[..., Any], *args: Any) -> None:
+    fn(*args)
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:
