@@ -261,6 +261,18 @@ async def test_ask_nowait_sends_nothing_when_the_mailbox_is_full() -> None:
             await done.wait()
         assert answers == [1]
         assert await rt.ask("counter", "c", Get()) == (1, 1)
+        # the actor is idle now: a read is answered at once, a write journaled at once
+        # and answered once durable, neither starting the actor's task
+        await trio.testing.wait_all_tasks_blocked()  # its task has lingered and ended
+        started = count_activations(rt)
+        assert rt.ask_nowait("counter", "c", Get(), Waiter())
+        assert answers == [1, (1, 1)]
+        done = trio.Event()
+        assert rt.ask_nowait("counter", "c", Add(5), Waiter())
+        assert answers == [1, (1, 1)]  # not before its fsync
+        with trio.fail_after(10):
+            await done.wait()
+        assert answers == [1, (1, 1), 6] and started == [0]
         with pytest.raises(mnemex.UnknownActorKind):
             rt.ask_nowait("nope", "c", Get(), Waiter())
         with pytest.raises(InvalidInput):
