@@ -5,6 +5,10 @@ Every call the async API has is written out here as a real, typed method (as htt
 misspelled one. Each call hops into the runtime's thread, waits there, and returns
 or raises in the calling thread; calls are safe from many threads and from asyncio
 through ``asyncio.to_thread``. ``timeout=`` bounds one call where it may wait long.
+An ask of one actor (``ref(...).ask``, the checkpoint calls about one thread) takes
+the bridge's short way: no trio task for the caller, and a read of an idle actor
+answered in the calling thread while the runtime waits for I/O (see
+``mnemex.kernel._bridge``).
 
     with mnemex.Client(mnemex.Config(data_dir="mnemex-data")) as client:
         agent = client.agent("assistant")
@@ -29,7 +33,7 @@ from types import TracebackType
 from typing import IO, Any, Literal, ParamSpec, TypeVar
 
 from mnemex.checkpoints.protocol import Blob, ChannelValue, CheckpointEntry, Version, WriteValue
-from mnemex.checkpoints.ref import Checkpoints
+from mnemex.checkpoints.ref import Checkpoints, get_command, put_command, thread_key, writes_command
 from mnemex.config import DEFAULT, Config, UseDefault
 from mnemex.conversations.protocol import (
     AgentStats,
@@ -54,7 +58,7 @@ from mnemex.conversations.protocol import (
 from mnemex.conversations.ref import AgentRef, SessionStream
 from mnemex.effects import Key
 from mnemex.errors import ActorClosed, InvalidInput
-from mnemex.kernel import ActorKind, BlockingBridge, BlockingRef, RuntimeStats, ShutdownReport
+from mnemex.kernel import ActorKind, BlockingBridge, BlockingRef, Runtime, RuntimeStats, ShutdownReport
 from mnemex.knowledge.categories import Category
 from mnemex.memories.extraction import CursorInfo
 from mnemex.memories.protocol import (
@@ -486,32 +490,42 @@ class BlockingState:
 
 class BlockingCheckpoints:
     """The checkpoints of graph threads, blocking: each call is the ``Checkpoints``
-    call of the same name, run in the runtime's thread."""
+    call of the same name, run in the runtime's thread. In-process, a call about one
+    thread asks its actor the bridge's short way (``BlockingBridge.ask``: no task
+    for the caller; a read of an idle thread answered at once)."""
 
     def __init__(self, client: Client, checkpoints: Checkpoints) -> None:
         self._client = client
         self._checkpoints = checkpoints
+        host = checkpoints.host
+        self._kernel = host if isinstance(host, Runtime) else None
 
     def __repr__(self) -> str:
         return f"Blocking{self._checkpoints!r}"
+
+    def _ask(self, thread_id: str, command: Any) -> Any:
+        key = thread_key(thread_id)
+        if self._kernel is None:
+            return self._client._call(self._checkpoints.host.ask, self._checkpoints.kind, key, command)
+        return self._client._bridge.ask(self._kernel, self._checkpoints.kind, key, command)
 
     def put(self, thread_id: str, checkpoint_id: str, checkpoint: Blob, *, ns: str = "",
             parent_id: str | None = None, metadata: Mapping[str, Any] | None = None,
             versions: Mapping[str, Version] | None = None, values: Iterable[ChannelValue] = ()) -> None:
         """Store a checkpoint; durable when this returns."""
-        self._client._call(self._checkpoints.put, thread_id, checkpoint_id, checkpoint, ns=ns,
-                           parent_id=parent_id, metadata=metadata, versions=versions, values=list(values))
+        self._ask(thread_id, put_command(checkpoint_id, checkpoint, ns=ns, parent_id=parent_id,
+                                         metadata=metadata, versions=versions, values=values))
 
     def put_writes(self, thread_id: str, checkpoint_id: str, task_id: str, writes: Iterable[WriteValue], *,
                    ns: str = "", task_path: str = "") -> None:
         """Store writes pending on a checkpoint; durable when this returns."""
-        self._client._call(self._checkpoints.put_writes, thread_id, checkpoint_id, task_id, list(writes),
-                           ns=ns, task_path=task_path)
+        self._ask(thread_id, writes_command(checkpoint_id, task_id, writes, ns=ns, task_path=task_path))
 
     def get(self, thread_id: str, checkpoint_id: str | None = None, *,
             ns: str = "") -> CheckpointEntry | None:
         """One checkpoint (None: the newest of ``ns``), or None."""
-        return self._client._call(self._checkpoints.get, thread_id, checkpoint_id, ns=ns)
+        entry: CheckpointEntry | None = self._ask(thread_id, get_command(checkpoint_id, ns=ns))
+        return entry
 
     def list(self, thread_id: str | None = None, *, ns: str | None = None, checkpoint_id: str | None = None,
              before: str | None = None, filter: Mapping[str, Any] | None = None,

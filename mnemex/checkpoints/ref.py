@@ -32,13 +32,37 @@ from mnemex.checkpoints.protocol import (
 from mnemex.errors import InvalidInput
 from mnemex.persistence import find_actors
 
-__all__ = ["Checkpoints"]
+__all__ = ["Checkpoints", "get_command", "put_command", "thread_key", "writes_command"]
 
 
 def _thread(thread_id: Any) -> str:
     if not isinstance(thread_id, str) or not thread_id:
         raise InvalidInput(f"thread_id must be a non-empty string, got {thread_id!r}", field="thread_id")
     return thread_id
+
+
+def thread_key(thread_id: Any) -> tuple[str]:
+    """The key of ``thread_id``'s actor; InvalidInput unless a non-empty string."""
+    return (_thread(thread_id),)
+
+
+# The commands of the calls about one thread, made where the call is made (the
+# blocking Client builds them in the caller's thread and asks the kernel itself).
+def put_command(checkpoint_id: str, checkpoint: Blob, *, ns: str = "", parent_id: str | None = None,
+                metadata: Mapping[str, Any] | None = None, versions: Mapping[str, Version] | None = None,
+                values: Iterable[ChannelValue] = ()) -> PutCheckpoint:
+    return PutCheckpoint(ns=ns, checkpoint_id=checkpoint_id, parent_id=parent_id, checkpoint=checkpoint,
+                         metadata=dict(metadata or {}), versions=dict(versions or {}), values=list(values))
+
+
+def writes_command(checkpoint_id: str, task_id: str, writes: Iterable[WriteValue], *, ns: str = "",
+                   task_path: str = "") -> PutWrites:
+    return PutWrites(ns=ns, checkpoint_id=checkpoint_id, task_id=task_id, task_path=task_path,
+                     writes=list(writes))
+
+
+def get_command(checkpoint_id: str | None = None, *, ns: str = "") -> GetCheckpoint:
+    return GetCheckpoint(ns=ns, checkpoint_id=checkpoint_id)
 
 
 class Checkpoints:
@@ -52,29 +76,31 @@ class Checkpoints:
     def __repr__(self) -> str:
         return f"Checkpoints(kind={self.kind!r})"
 
+    @property
+    def host(self) -> Host:
+        """What carries the commands: the kernel in-process, a remote host otherwise."""
+        return self._host
+
     async def _ask(self, thread_id: str, command: Any) -> Any:
-        return await self._host.ask(self.kind, (_thread(thread_id),), command)
+        return await self._host.ask(self.kind, thread_key(thread_id), command)
 
     async def put(self, thread_id: str, checkpoint_id: str, checkpoint: Blob, *, ns: str = "",
                   parent_id: str | None = None, metadata: Mapping[str, Any] | None = None,
                   versions: Mapping[str, Version] | None = None,
                   values: Iterable[ChannelValue] = ()) -> None:
         """Store a checkpoint (see ``PutCheckpoint``); durable when this returns."""
-        await self._ask(thread_id, PutCheckpoint(
-            ns=ns, checkpoint_id=checkpoint_id, parent_id=parent_id, checkpoint=checkpoint,
-            metadata=dict(metadata or {}), versions=dict(versions or {}), values=list(values)))
+        await self._ask(thread_id, put_command(checkpoint_id, checkpoint, ns=ns, parent_id=parent_id,
+                                               metadata=metadata, versions=versions, values=values))
 
     async def put_writes(self, thread_id: str, checkpoint_id: str, task_id: str,
                          writes: Iterable[WriteValue], *, ns: str = "", task_path: str = "") -> None:
         """Store writes pending on a checkpoint (see ``PutWrites``); durable when this returns."""
-        await self._ask(thread_id, PutWrites(ns=ns, checkpoint_id=checkpoint_id, task_id=task_id,
-                                             task_path=task_path, writes=list(writes)))
+        await self._ask(thread_id, writes_command(checkpoint_id, task_id, writes, ns=ns, task_path=task_path))
 
     async def get(self, thread_id: str, checkpoint_id: str | None = None, *,
                   ns: str = "") -> CheckpointEntry | None:
         """Checkpoint ``checkpoint_id`` of namespace ``ns`` (None: the newest), or None."""
-        entry: CheckpointEntry | None = await self._ask(thread_id, GetCheckpoint(ns=ns,
-                                                                               checkpoint_id=checkpoint_id))
+        entry: CheckpointEntry | None = await self._ask(thread_id, get_command(checkpoint_id, ns=ns))
         return entry
 
     async def list(self, thread_id: str | None = None, *, ns: str | None = None,

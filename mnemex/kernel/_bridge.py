@@ -4,6 +4,19 @@ The bridge thread runs ``trio.run``; every blocking call hops into it with
 ``trio.from_thread.run`` and waits. Calls are safe from any number of threads
 (and from asyncio through ``asyncio.to_thread``). Closing the bridge shuts the
 runtime down cleanly (drain, snapshot) and joins the thread.
+
+An ask of one actor (``ask``) takes a shorter way: a callback queued on the run
+(``TrioToken.run_sync_soon``) puts it in the actor's mailbox with a waiter whose
+answer releases a lock the calling thread waits on, so no trio task is started for
+the caller; a read or write the actor's kind takes inline is handled in that
+callback (see ``Runtime.ask_nowait``). Shorter still, while the run is parked
+waiting for I/O (most of the time for an idle runtime) such a read is answered in
+the calling thread itself, and such a write journaled there and its group commit
+handed to the commit threads from there (the run answers it once durable): the
+kernel holds a lock whenever the run executes and lets go of it only around its
+I/O wait (``ParkedRun``), so a caller that takes it knows no code of the run
+executes until it lets go (the run waits for it before going on); see
+``Runtime.read_parked`` and ``Runtime.write_parked``.
 """
 
 from __future__ import annotations
@@ -11,6 +24,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
@@ -19,12 +33,56 @@ from typing import Any, Generic, TypeVar
 import trio
 
 from mnemex.config import DEFAULT, UseDefault
+from mnemex.effects import Key
 from mnemex.errors import ActorClosed, Timeout
+from mnemex.kernel._kernel import ActorRef, Runtime, _timeout_error
 
 __all__ = ["BlockingBridge", "BlockingRef"]
 
 R = TypeVar("R")
 T = TypeVar("T")
+
+_POLL = 0.5  # how often a waiting caller checks that the runtime's thread still runs
+# how long a read waits for the run to park (it parks as soon as it has nothing to
+# run: after the write a caller just made, say) before it is sent the other way
+_PARK_WAIT = 0.0002
+
+
+class _ThreadWaiter:
+    """The caller's side of one ``BlockingBridge.ask``: resolved in the runtime's
+    thread (by the kernel, as any waiter), waited for in the caller's. ``done``
+    once answered or given up (an answer then is dropped)."""
+
+    __slots__ = ("_lock", "done", "value")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.value: Any = None
+        self._lock = threading.Lock()
+        self._lock.acquire()
+
+    def resolve(self, value: Any) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.value = value
+        self._lock.release()
+
+    def wait(self, alive: Callable[[], bool], limit: float | None = None) -> bool | None:
+        """Wait for the answer: True once it is in ``value``; False if the runtime's
+        thread ended without one; None after ``limit`` seconds (given up: an answer
+        after that is dropped)."""
+        lock = self._lock
+        deadline = None if limit is None else time.monotonic() + limit
+        while True:
+            left = _POLL if deadline is None else min(_POLL, deadline - time.monotonic())
+            if left > 0 and lock.acquire(timeout=left):
+                return True
+            if not alive():
+                return lock.acquire(blocking=False)
+            if deadline is not None and time.monotonic() >= deadline:
+                self.done = True
+                return True if lock.acquire(blocking=False) else None
 
 
 class BlockingBridge(Generic[R]):
@@ -38,6 +96,11 @@ class BlockingBridge(Generic[R]):
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._token: trio.lowlevel.TrioToken | None = None
+        # the asks sent to the run and not answered yet: while there are any, reads do
+        # not take the run's lock (a caller reading in a loop would hold the GIL and
+        # keep the run, and those asks, waiting)
+        self._waiting: set[_ThreadWaiter] = set()
+        self._clock: trio.abc.Clock | None = None
         self._stop: trio.Event | None = None
         self._runtime: R | None = None
         self._failure: BaseException | None = None  # raised after start-up, not yet reported
@@ -71,6 +134,7 @@ class BlockingBridge(Generic[R]):
 
     async def _serve(self) -> None:
         self._stop = trio.Event()
+        self._clock = trio.lowlevel.current_clock()
         async with self._opener() as runtime:
             self._runtime = runtime
             self._token = trio.lowlevel.current_trio_token()
@@ -114,6 +178,100 @@ class BlockingBridge(Generic[R]):
                 self._thread.join()
                 self._raise_failure()
             raise
+
+    def ask(self, kernel: Runtime, kind: str, key: str | Key, command: Any, *,
+            timeout: float | UseDefault | None = DEFAULT) -> Any:
+        """``await kernel.ask(kind, key, command, timeout=timeout)`` in the runtime's
+        thread, by the short way (see the module docstring) when ``timeout`` is
+        DEFAULT or None."""
+        if timeout is not DEFAULT and timeout is not None:
+            return self.call(functools.partial(kernel.ask, kind, key, command, timeout=timeout))
+        self._raise_failure()
+        token, clock = self._token, self._clock
+        if self._closed or token is None:
+            raise ActorClosed("the client is closed")
+        registered = kernel.kinds.get(kind)
+        parked = kernel.parked
+        waiter = _ThreadWaiter()
+        taken = False
+        if registered is not None and parked is not None and clock is not None and type(key) is tuple:
+            inline_read, inline_write = registered.inline_read, registered.inline_write
+            if (inline_read is not None and inline_read(command) and not self._waiting and not parked.wanted
+                    and parked.lock.acquire(timeout=_PARK_WAIT)):
+                try:  # the run is parked: a read of an idle actor is answered here
+                    answered, value = kernel.read_parked(kind, key, command, clock.current_time())
+                finally:
+                    parked.lock.release()
+                if answered:
+                    if isinstance(value, BaseException):
+                        raise value
+                    return value
+            elif (inline_write is not None and inline_write(command) and not parked.wanted
+                    and parked.lock.acquire(timeout=_PARK_WAIT)):
+                try:  # the run is parked: a write of an idle actor is journaled here
+                    taken = kernel.write_parked(kind, key, command, waiter, clock.current_time())
+                finally:
+                    parked.lock.release()
+        if not taken:
+            try:
+                token.run_sync_soon(self._start_ask, kernel, (kind, key, command, timeout is DEFAULT), waiter)
+            except trio.RunFinishedError as exc:
+                self._thread.join()
+                self._raise_failure()
+                raise ActorClosed("the client's runtime has stopped") from exc
+        # a write taken in this thread has no deadline in the run: this thread keeps it
+        limit = kernel.config.kernel.ask_timeout if taken and timeout is DEFAULT else None
+        self._waiting.add(waiter)
+        try:
+            outcome = waiter.wait(self._thread.is_alive, limit)
+        except BaseException:  # interrupted (KeyboardInterrupt): the answer, if any, is dropped
+            waiter.done = True
+            raise
+        finally:
+            self._waiting.discard(waiter)
+        if outcome is None:  # only a write taken in this thread has a limit here: its key is a tuple
+            assert limit is not None and isinstance(key, tuple)
+            raise _timeout_error(kind, key, command, limit)
+        if not outcome:
+            waiter.done = True
+            self._thread.join()
+            self._raise_failure()
+            raise ActorClosed("the client's runtime stopped during the call")
+        value = waiter.value
+        if isinstance(value, BaseException):
+            if isinstance(value, ActorClosed) and self._ending:
+                self._thread.join()
+                self._raise_failure()
+            raise value
+        return value
+
+    @staticmethod
+    def _start_ask(kernel: Runtime, request: tuple[str, str | Key, Any, bool], waiter: _ThreadWaiter) -> None:
+        """In the runtime's thread: send the ask (kind, key, command, with the default
+        timeout or none); it must not raise (trio would end the run)."""
+        kind, key, command, limit = request
+        try:
+            if kernel.ask_nowait(kind, key, command, waiter, limit=limit):
+                return
+        except Exception as exc:  # ActorClosed, ActorCrashed: the caller's to raise
+            waiter.resolve(exc)
+            return
+
+        async def ask() -> None:  # the mailbox is full: wait for room as any ask
+            try:
+                value = await kernel.ask(kind, key, command, timeout=DEFAULT if limit else None)
+            except trio.Cancelled:
+                waiter.resolve(ActorClosed("the client's runtime stopped during the call"))
+                raise
+            except Exception as exc:
+                waiter.resolve(exc)
+            else:
+                waiter.resolve(value)
+
+        try:
+            trio.lowlevel.spawn_system_task(ask, name="blocking ask")
+        except Exception as exc:  # the run is ending
+            waiter.resolve(ActorClosed(f"the client's runtime is stopping: {exc}"))
 
     def submit(self, fn: Callable[..., Awaitable[T]], *args: Any) -> concurrent.futures.Future[T]:
         """Start ``await fn(*args)`` in the runtime's thread and return at once: a
@@ -189,7 +347,10 @@ class BlockingRef:
         return tuple(self._ref.key)
 
     def ask(self, command: Any, *, timeout: float | UseDefault | None = DEFAULT) -> Any:
-        return self._bridge.call(functools.partial(self._ref.ask, command, timeout=timeout))
+        ref = self._ref
+        if isinstance(ref, ActorRef):  # in-process: the bridge's short way
+            return self._bridge.ask(ref.runtime, ref.kind, ref.key, command, timeout=timeout)
+        return self._bridge.call(functools.partial(ref.ask, command, timeout=timeout))
 
     def tell(self, command: Any) -> None:
         self._bridge.call(self._ref.tell, command)

@@ -4,15 +4,24 @@ An actor writes its batch of journal lines (a page-cache write), hands its
 replies to the committer and goes straight on to its next batch. The committer
 fsyncs every dirty journal in a few worker threads at once and releases, per
 actor and in order, each reply whose lines are now durable.
+
+The worker threads are the committer's own, kept for the run: a round hands its
+journals to them through a queue and each reports back with one callback on the
+trio run (``TrioToken.run_sync_soon``) that releases the replies itself. That is
+two thread wake-ups a round and no trio task; ``trio.to_thread`` would add a task
+per journal chunk and its own hand-offs to every acknowledged write.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import queue
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, TypeAlias
 
 import trio
 
@@ -48,6 +57,39 @@ def release_through(cell: Durable, mark: int, error: BaseException | None) -> No
         acks.popleft()[1](error)
 
 
+class ParkedRun(trio.abc.Instrument):
+    """Holds ``lock`` while the run executes and lets go of it only while the run
+    waits for I/O, after the end-of-batch work of the committer: whoever takes it
+    then has the run stopped until it lets go (the run waits for it before going
+    on), so it may use what only the run's thread touches (the blocking bridge
+    answers a read, or journals a write, in the caller's thread so). ``wanted``
+    while the run waits to take it back: callers then leave it alone (a lock is not
+    fair, and callers reading in a loop would starve the run)."""
+
+    def __init__(self, at_end_of_batch: Callable[[], None]) -> None:
+        self._at_end_of_batch = at_end_of_batch
+        self.lock = threading.Lock()
+        self.lock.acquire()  # taken in the run's thread, which is executing
+        self.wanted = False
+
+    def before_io_wait(self, timeout: float) -> None:
+        try:
+            self._at_end_of_batch()
+        except Exception:  # an instrument that raises is dropped by trio, the lock let go for good
+            log.exception("group commit: starting a round failed")
+        self.lock.release()
+
+    def after_io_wait(self, timeout: float) -> None:
+        if not self.lock.acquire(blocking=False):
+            self.wanted = True
+            self.lock.acquire()
+            self.wanted = False
+
+
+_Sync: TypeAlias = Callable[[list[Durable]], list[BaseException | None]]
+_Job: TypeAlias = tuple[_Sync, list[Durable], list[int], list[int]]
+
+
 class GroupCommitter:
     """Batches fsyncs across actors. ``submit`` never blocks the caller.
 
@@ -67,12 +109,21 @@ class GroupCommitter:
         self._few = few
         self._slots = trio.Semaphore(rounds)
         self._threads = threads
-        self._limiter = trio.CapacityLimiter(threads)
         self._dirty: dict[int, Durable] = {}
         self._wake: trio.Event | None = None
         self.fsyncs = 0
         self.rounds = 0
         self.fsync_seconds: deque[float] = deque(maxlen=1024)
+        # the worker threads (at most ``threads``), their queue, and the chunks handed
+        # to them whose outcome has not come back yet
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._workers: list[threading.Thread] = []
+        self._in_flight = 0
+        self._drained: trio.Event | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._hooked = False  # the run calls _at_end_of_batch: submit need not wake the loop
+        self.parked: ParkedRun | None = None
+        """While ``run`` runs (with no ``window``): the run's lock (see ParkedRun)."""
 
     def submit(self, cell: Durable, release: Callable[[BaseException | None], None]) -> None:
         """Release ``release`` once everything ``cell`` has written so far is durable."""
@@ -82,15 +133,43 @@ class GroupCommitter:
             return
         cell.acks.append((mark, release))
         self._dirty[id(cell)] = cell
-        if self._wake is not None:
+        if self._wake is not None and not self._hooked:
             self._wake.set()
             self._wake = None
 
+    def _at_end_of_batch(self, *, wake: bool = True) -> None:
+        """Called by the run each time it has run every runnable task and is about to
+        wait for I/O (an instrument, with no ``window``): start the round of the
+        journals written meanwhile there and then, or have the loop start it once a
+        round's slot is free. Every submit of the batch is in that round, as when
+        the loop's task starts it in the next batch, a batch of scheduling sooner."""
+        if not self._dirty:
+            return
+        try:
+            self._slots.acquire_nowait()
+        except trio.WouldBlock:
+            if wake and self._wake is not None:
+                self._wake.set()
+                self._wake = None
+            return
+        cells = list(self._dirty.values())
+        self._dirty = {}
+        self.rounds += 1
+        self.fsyncs += len(cells)
+        self._start_round(cells)
+
     async def run(self) -> None:
-        """The commit loop; runs until cancelled (after every actor flushed). Up to
-        ``rounds`` rounds overlap, so a line written while a round is on disk
-        does not wait for that round to end before its own starts."""
-        async with trio.open_nursery() as nursery:
+        """The commit loop; runs until cancelled (after every actor flushed), then
+        waits for the syncs under way and ends its threads. Up to ``rounds`` rounds
+        overlap, so a line written while a round is on disk does not wait for that
+        round to end before its own starts."""
+        self._token = trio.lowlevel.current_trio_token()
+        hook = None
+        if self._window <= 0:
+            hook = self.parked = ParkedRun(self._at_end_of_batch)
+            trio.lowlevel.add_instrument(hook)
+            self._hooked = True
+        try:
             while True:
                 if not self._dirty:
                     self._wake = wake = trio.Event()
@@ -105,28 +184,95 @@ class GroupCommitter:
                     continue
                 self.rounds += 1
                 self.fsyncs += len(cells)
-                nursery.start_soon(self._round, cells)
-
-    async def _round(self, cells: list[Durable]) -> None:
-        try:
-            if self._sync_filesystem is not None and len(cells) > self._few:
-                marks = [cell.written for cell in cells]
-                errors = await trio.to_thread.run_sync(self._sync_whole_fs, cells, limiter=self._limiter)
-                for cell, mark, error in zip(cells, marks, errors, strict=True):
-                    release_through(cell, mark, error)
-                return
-            chunks = [cells[i :: self._threads] for i in range(min(self._threads, len(cells)))]
-            async with trio.open_nursery() as nursery:
-                for chunk in chunks:
-                    nursery.start_soon(self._sync_chunk, chunk)
+                self._start_round(cells)
         finally:
-            self._slots.release()
+            if hook is not None:
+                self._hooked = False
+                self.parked = None
+                with contextlib.suppress(KeyError):  # trio removed it if it ever raised
+                    trio.lowlevel.remove_instrument(hook)  # taken by the run: it stays so
+            with trio.CancelScope(shield=True):
+                while self._in_flight:
+                    self._drained = drained = trio.Event()
+                    await drained.wait()
+            for _ in self._workers:
+                self._jobs.put(None)
+            self._workers = []
 
-    async def _sync_chunk(self, cells: list[Durable]) -> None:
-        marks = [cell.written for cell in cells]
-        errors = await trio.to_thread.run_sync(self._sync_all, cells, limiter=self._limiter)
+    def round_from_parked(self) -> None:
+        """From a thread holding ``parked.lock`` (the run is stopped): start the round
+        of what was written there, as the end of a batch would, rather than wake the
+        run for it. Nothing when every slot is taken: a round under way reports, and
+        the run then starts the next one."""
+        self._at_end_of_batch(wake=False)
+
+    def _start_round(self, cells: list[Durable]) -> None:
+        """Hand the round's journals to the threads: one filesystem-wide sync for
+        many, else up to ``threads`` chunks synced one journal at a time."""
+        if self._sync_filesystem is not None and len(cells) > self._few:
+            chunks: list[tuple[_Sync, list[Durable]]] = [(self._sync_whole_fs, cells)]
+        else:
+            count = min(self._threads, len(cells))
+            chunks = [(self._sync_all, cells[i :: self._threads]) for i in range(count)]
+        left = [len(chunks)]  # chunks of this round not reported yet: the round's slot is then free
+        for sync, chunk in chunks:
+            self._in_flight += 1
+            if self._in_flight > len(self._workers) and len(self._workers) < self._threads:
+                worker = threading.Thread(target=self._work, name="mnemex-fsync", daemon=True)
+                try:
+                    worker.start()
+                except RuntimeError as exc:  # no thread to be had now: the ones there will do
+                    if not self._workers:  # reported as a thread would (this may run in a hook)
+                        errors: list[BaseException | None] = [
+                            StorageError(f"fsync: could not start a thread: {exc}")] * len(chunk)
+                        assert self._token is not None
+                        self._token.run_sync_soon(self._report, chunk, [cell.written for cell in chunk],
+                                                  errors, left)
+                        continue
+                else:
+                    self._workers.append(worker)
+            self._jobs.put((sync, chunk, [cell.written for cell in chunk], left))
+
+    def _work(self) -> None:
+        """A worker thread: sync what the queue hands it, report each outcome."""
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            self._run_job(job)
+
+    def _run_job(self, job: _Job) -> None:
+        """Sync one chunk and report its outcome to the run, whatever happens (an
+        interrupt too: its journals are then reported not durable)."""
+        sync, cells, marks, left = job
+        errors: list[BaseException | None] | None = None
+        try:
+            errors = sync(cells)
+        except Exception as exc:  # not a storage error the syncs report: a bug, kept per journal
+            log.exception("group commit: a sync failed unexpectedly")
+            errors = [StorageError(f"fsync failed: {exc!r}")] * len(cells)
+        finally:
+            if errors is None:
+                errors = [StorageError("fsync interrupted")] * len(cells)
+            assert self._token is not None
+            with contextlib.suppress(trio.RunFinishedError):  # run() waits for every report
+                self._token.run_sync_soon(self._report, cells, marks, errors, left)
+
+    def _report(self, cells: list[Durable], marks: list[int], errors: list[BaseException | None],
+                left: list[int]) -> None:
+        """In the trio run: release what one chunk made durable (or could not)."""
+        self._in_flight -= 1
         for cell, mark, error in zip(cells, marks, errors, strict=True):
-            release_through(cell, mark, error)
+            try:
+                release_through(cell, mark, error)
+            except Exception:  # a callback here must not raise: trio would end the whole run
+                log.exception("group commit: releasing the replies of a journal failed")
+        left[0] -= 1
+        if left[0] == 0:
+            self._slots.release()
+        if not self._in_flight and self._drained is not None:
+            self._drained.set()
+            self._drained = None
 
     def _sync_whole_fs(self, cells: list[Durable]) -> list[BaseException | None]:
         """One syncfs for every journal of the round (see DataDir.syncfs)."""

@@ -44,7 +44,7 @@ from mnemex.errors import (
     Timeout,
     UnknownActorKind,
 )
-from mnemex.kernel._commit import GroupCommitter, release_through
+from mnemex.kernel._commit import GroupCommitter, ParkedRun, release_through
 from mnemex.kernel._deadlines import AskDeadlines
 from mnemex.kernel._kind import ActorKind
 from mnemex.kernel._lifecycle import DOWN, FINAL, CellState, Lifecycle
@@ -433,6 +433,14 @@ class Runtime:
         self.shutdown_report: ShutdownReport | None = None
         """What the shutdown did (see aclose); None until it has finished."""
         self.started = time.time()
+        self._token = trio.lowlevel.current_trio_token()
+
+    @property
+    def parked(self) -> ParkedRun | None:
+        """The run's lock, let go of only while the run waits for I/O (see
+        ``ParkedRun``; ``read_parked``, ``write_parked``); None before the group
+        commit runs, or with a ``storage.fsync_window``."""
+        return self._committer.parked
 
     # -- registration -----------------------------------------------------------
     def register(self, kind: ActorKind) -> None:
@@ -511,6 +519,167 @@ class Runtime:
             waiter.done = True
             raise _timeout_error(kind, key, command, limit)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def ask_nowait(self, kind: str, key: str | Key, command: Any, waiter: Any, *, limit: bool = True) -> bool:
+        """Ask from a plain callback in the runtime's thread, where no task waits (the
+        blocking bridge's): ``waiter.resolve(reply)`` (the value, or the error to
+        raise) is called once, now or later, unless ``waiter.done`` is set first (the
+        caller gave up). The ask goes through the mailbox as any other, in order,
+        with the default ask timeout (``limit`` False: none); a read the kind answers
+        inline (``ActorKind.inline_read``) of an idle, loaded actor holding no write
+        that is not durable yet is answered here, as the actor would answer it next.
+        False, and nothing sent, when the mailbox has no room now (ask the ordinary
+        way then). Raises what ``ask`` raises before sending (an unknown kind, an
+        invalid key, ActorClosed while shutting down, ActorCrashed for a quarantined
+        actor)."""
+        self._kind(kind)
+        key = check_key(key, self.config.kernel.max_key_bytes, kind=kind)
+        cell = self._cell_for(kind, key)
+        self._stats["asks"] += 1
+        turn = self._read_inline(cell, command)
+        if turn is not None:
+            cell.last_active = trio.current_time()
+            waiter.resolve(turn.reply)
+            return True
+        if self._write_inline(cell, command, waiter, None):
+            if limit and not waiter.done:
+                self._deadlines.add(waiter, self.config.kernel.ask_timeout, kind, key, command)
+            return True
+        try:
+            cell.mailbox.put_nowait(_Envelope(command, waiter))
+        except (trio.WouldBlock, MailboxClosed):
+            self._stats["asks"] -= 1
+            return False
+        if not cell.active:
+            self._activate(cell)
+        if limit:
+            self._deadlines.add(waiter, self.config.kernel.ask_timeout, kind, key, command)
+        return True
+
+    def read_parked(self, kind: str, key: Key, command: Any, now: float) -> tuple[bool, Any]:
+        """``ask_nowait``'s inline read, made from another thread while the run is
+        parked waiting for I/O: the caller holds the lock that keeps the run from
+        going on (``parked``), so no code of the run executes meanwhile.
+        Touches no trio object (``now``: the run's clock, read by the caller).
+        ``(True, reply)`` when answered, ``(False, None)`` to ask the ordinary way
+        (an actor not loaded or not idle, an unknown kind or key, a command the kind
+        does not read inline, a runtime shutting down)."""
+        ident = (kind, key)
+        cell = self._cells.get(ident) if self._accepting else None
+        turn = None if cell is None else self._read_inline(cell, command)
+        if turn is None:
+            return False, None
+        assert cell is not None
+        cell.last_active = now
+        self._cells.move_to_end(ident)
+        self._stats["asks"] += 1
+        return True, turn.reply
+
+    def write_parked(self, kind: str, key: Key, command: Any, waiter: Any, now: float) -> bool:
+        """``ask_nowait``'s inline write, made from another thread while the run is
+        parked (as ``read_parked``): journaled and applied here, its group commit's
+        round handed to the commit threads from here too; what only the run may do (a
+        snapshot when one is due, a reload) is handed to the run. The reply goes to
+        ``waiter`` (now, or once durable), with no deadline (the caller keeps its
+        own). False when not taken: ask the ordinary way."""
+        ident = (kind, key)
+        cell = self._cells.get(ident) if self._accepting else None
+        if cell is None or (self.config.storage.fsync == "always" and not cell.in_memory):
+            return False
+        if not self._write_inline(cell, command, waiter, now):
+            return False
+        self._cells.move_to_end(ident)
+        self._stats["asks"] += 1
+        self._committer.round_from_parked()
+        return True
+
+    def _read_inline(self, cell: _Cell, command: Any) -> TurnResult | None:
+        """The turn of a read the kind answers inline (``ActorKind.inline_read``), when
+        ``cell`` is loaded, idle (no task, nothing queued) and holds no write that is
+        not durable yet: answered now, it is what the actor would answer next. None
+        otherwise, or when the handler broke the inline contract (it crashed or gave
+        effects): the mailbox path handles the read again, crash handling included
+        (the read changed nothing)."""
+        inline = cell.kind.inline_read
+        if (inline is None or cell.state is not _RUNNING or cell.active or cell.redo or cell.diverged
+                or cell.written > cell.synced or len(cell.mailbox)
+                or (not cell.in_memory and cell.store.needs_recovery) or not inline(command)):
+            return None
+        assert cell.behaviour is not None
+        turn = take_turn(cell.kind, cell.behaviour, command, None)
+        return turn if turn.crash is None and not turn.effects else None
+
+    def _write_inline(self, cell: _Cell, command: Any, waiter: Any, now: float | None) -> bool:
+        """Handle a write the kind takes inline (``ActorKind.inline_write``) of an idle,
+        loaded actor holding no write that is not durable yet, here and now, as its
+        task would handle a batch of that one message (journal line first, then the
+        handler; a refusal's line cut again; the reply released once durable): the
+        same outcome without starting the actor's task. False (nothing done) when
+        the actor or the command does not qualify. A handler that crashes or gives
+        effects (which such a write must not) is answered ActorCrashed and the actor
+        rebuilt from its store, in a task, before it takes another message. ``now``:
+        the run's clock, given when called from another thread with the run parked
+        (``write_parked``): what only the run may do is then handed to it."""
+        inline = cell.kind.inline_write
+        if (inline is None or cell.state is not _RUNNING or cell.active or cell.redo or cell.diverged
+                or cell.written > cell.synced or len(cell.mailbox)
+                or (not cell.in_memory and cell.store.needs_recovery) or not inline(command)):
+            return False
+        kind = cell.kind
+        payload = encode_turn(kind, command)
+        if type(payload) is not bytes:
+            return False  # not journaled, or refused already: the mailbox path answers it
+        assert cell.behaviour is not None
+        later: Callable[..., Any] = _now if now is None else self._token.run_sync_soon
+        cell.last_active = trio.current_time() if now is None else now
+        self._unmeasured.add(cell)
+        ts = max(int(time.time() * 1000), cell.ts)
+        seq = cell.seq + 1
+        try:
+            cell.store.append([(seq, ts, payload)])
+        except MnemexError as exc:  # never applied
+            log.error("%s: journal write failed: %s", cell.name, exc)
+            waiter.resolve(exc)
+            return True
+        turn = take_turn(kind, cell.behaviour, command, payload)
+        if turn.crash is not None or turn.effects:
+            self._cut_ahead(cell, seq - 1)
+            self._stats["crashes"] += 1
+            bug = turn.crash or TypeError(f"{type(command).__name__} is taken inline but gave effects")
+            log.error("%s: handler crashed on %s", cell.name, type(command).__name__, exc_info=bug)
+            error = ActorCrashed(f"{cell.name} crashed handling {type(command).__name__}: {bug!r}; "
+                                 f"it was reloaded from its last accepted state")
+            error.__cause__ = bug
+            waiter.resolve(error)
+            cell.active = True  # nothing else runs it until it is rebuilt
+            later(functools.partial(self._nursery.start_soon, self._reload_and_run, cell,
+                                    name=f"actor {kind.name}"))
+            return True
+        if turn.payload is None:  # refused, or changed nothing: its line comes off again
+            self._cut_ahead(cell, seq - 1)
+            self._release(cell, [(waiter, turn.reply, None)], durable_needed=False)
+        else:
+            cell.seq = seq
+            cell.written += 1
+            cell.ts = ts
+            cell.journal_bytes += len(payload)
+            self._release(cell, [(waiter, turn.reply, None)], durable_needed=True)
+        if now is None:
+            self._maybe_snapshot(cell)
+        elif self._snapshot_due(cell, now):
+            later(self._maybe_snapshot, cell)
+        return True
+
+    async def _reload_and_run(self, cell: _Cell) -> None:
+        """Rebuild a crashed actor from its store, then serve what arrived meanwhile."""
+        try:
+            await self._reload(cell)
+        except _Quarantined:
+            cell.active = False
+            with trio.CancelScope(shield=True):
+                self._finish(cell)
+            return
+        await self._run_cell(cell)
 
     def _try_deliver(self, kind_name: str, key: Key, envelope: _Envelope) -> bool:
         """Put ``envelope`` in the mailbox if there is room now; never waits."""
@@ -1148,15 +1317,18 @@ class Runtime:
                 waiter.resolve(error)
 
     # -- snapshots ---------------------------------------------------------------
-    def _maybe_snapshot(self, cell: _Cell) -> None:
+    def _snapshot_due(self, cell: _Cell, now: float) -> bool:
         if cell.snapshot_done is not None or cell.seq == cell.snap_seq or cell.diverged:
-            return
+            return False
         cfg = self.config
         # Enough commands, and a journal grown to a share of the last snapshot: a
         # snapshot then costs O(1) per command however large the state is.
-        if ((cell.seq - cell.snap_seq >= cfg.storage.snapshot_every
-             and cell.journal_bytes >= cfg.storage.snapshot_growth * cell.snap_bytes)
-                or trio.current_time() - cell.snap_time >= cfg.storage.snapshot_interval):
+        return ((cell.seq - cell.snap_seq >= cfg.storage.snapshot_every
+                 and cell.journal_bytes >= cfg.storage.snapshot_growth * cell.snap_bytes)
+                or now - cell.snap_time >= cfg.storage.snapshot_interval)
+
+    def _maybe_snapshot(self, cell: _Cell) -> None:
+        if self._snapshot_due(cell, trio.current_time()):
             assert cell.behaviour is not None
             data = cell.behaviour.snapshot()
             cell.snapshot_done = trio.Event()
@@ -1471,6 +1643,10 @@ def _journal_lines(kind: ActorKind, batch: list[_Envelope], seq: int, ts: int) -
             seq += 1
         payloads.append(payload)
     return payloads, lines
+
+
+def _now(fn: Callable[..., Any], *args: Any) -> None:
+    fn(*args)
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:

@@ -51,6 +51,15 @@ class ActorKind:
     skip the journal); ``replay`` applies journaled commands, in order, to a
     restored behaviour (a kind may apply a run of them faster than one by one, to
     the same state). The kind's folder on disk is ``<name>s``.
+
+    ``inline_read`` (optional) names the reads that only look at the state: the
+    handler changes nothing and returns no effects for them. A blocking caller's
+    such read of an idle, loaded actor whose writes are all durable is answered at
+    once, in the callback that brings it into the runtime's thread, without
+    starting the actor's task (see ``Runtime.ask_nowait``). ``inline_write``
+    (optional) names the writes whose handler returns no effects: such a write of
+    an idle actor is handled in that callback too (journaled and applied there, its
+    reply released once durable, as the actor's task would).
     """
 
     name: str
@@ -60,3 +69,5 @@ class ActorKind:
     decode: Callable[[bytes], Any]
     is_journaled: Callable[[Any], bool] = _always
     replay: Callable[[Behaviour, Iterable[Any]], None] = handle_each
+    inline_read: Callable[[Any], bool] | None = None
+    inline_write: Callable[[Any], bool] | None = None
