@@ -565,7 +565,7 @@ class Runtime:
         (an actor not loaded or not idle, an unknown kind or key, a command the kind
         does not read inline, a runtime shutting down)."""
         ident = (kind, key)
-        cell = self._cells.get(ident) if self._accepting else None
+        cell = self._cells.get(ident) if self._accepting and self._serves(kind, key) else None
         turn = None if cell is None else self._read_inline(cell, command)
         if turn is None:
             return False, None
@@ -583,7 +583,7 @@ class Runtime:
         ``waiter`` (now, or once durable), with no deadline (the caller keeps its
         own). False when not taken: ask the ordinary way."""
         ident = (kind, key)
-        cell = self._cells.get(ident) if self._accepting else None
+        cell = self._cells.get(ident) if self._accepting and self._serves(kind, key) else None
         if cell is None or (self.config.storage.fsync == "always" and not cell.in_memory):
             return False
         if not self._write_inline(cell, command, waiter, now):
@@ -592,6 +592,11 @@ class Runtime:
         self._stats["asks"] += 1
         self._committer.round_from_parked()
         return True
+
+    def _serves(self, kind: str, key: Key) -> bool:
+        """True unless an ownership says this runtime does not hold the key's virtual
+        shard now (the ordinary path then answers NotOwner)."""
+        return self.ownership is None or self.ownership.epoch(vshard_of(kind, key)) is not None
 
     def _read_inline(self, cell: _Cell, command: Any) -> TurnResult | None:
         """The turn of a read the kind answers inline (``ActorKind.inline_read``), when

@@ -132,3 +132,25 @@ def test_a_keeper_needs_an_ownership() -> None:
                 LeaseKeeper(runtime, None)  # type: ignore[arg-type]
 
     trio.run(main)
+
+
+async def test_the_short_ways_of_blocking_calls_refuse_a_shard_no_longer_held(tmp_path: Path) -> None:
+    # reads and writes a blocking caller makes while the run is parked skip the mailbox:
+    # they must not serve a key whose lease lapsed (the ordinary way then says NotOwner)
+    import dataclasses
+
+    kind = dataclasses.replace(counter_kind(), inline_read=lambda c: isinstance(c, Get),
+                               inline_write=lambda c: isinstance(c, Add))
+    clock = Wall()
+    data = DataDir(tmp_path, ownership=Ownership("a", margin=0.0, clock=clock), lease_wait=5.0)
+    assert data.ownership is not None and data.leases is not None
+    lease = data.leases.acquire(V, "a", 60.0)
+    data.ownership.grant(lease, clock.now, 60.0)
+    async with open_actor_runtime(_config(tmp_path), [kind], storage=data, ownership=data.ownership) as rt:
+        assert await rt.ask("counter", KEY, Add(2)) == 2
+        assert rt.read_parked("counter", KEY, Get(), trio.current_time()) == (True, (2, 1))
+        clock.now += 61  # the lease lapsed: nothing is served from the live actor any more
+        assert rt.read_parked("counter", KEY, Get(), trio.current_time()) == (False, None)
+        assert rt.write_parked("counter", KEY, Add(1), None, trio.current_time()) is False
+        with pytest.raises(NotOwner):
+            await rt.ask("counter", KEY, Get())
