@@ -596,7 +596,7 @@ class Runtime:
     def _serves(self, kind: str, key: Key) -> bool:
         """True unless an ownership says this runtime does not hold the key's virtual
         shard now (the ordinary path then answers NotOwner)."""
-        return self.ownership is None or self.ownership.epoch(vshard_of(kind, key)) is not None
+        return self.ownership is None or self.ownership.serves(vshard_of(kind, key))
 
     def _read_inline(self, cell: _Cell, command: Any) -> TurnResult | None:
         """The turn of a read the kind answers inline (``ActorKind.inline_read``), when

@@ -80,6 +80,7 @@ class LeaseKeeper:
         for vshard in given:
             self._wanted.discard(vshard)
             self._next.pop(vshard, None)
+            self.ownership.drain(vshard)  # a request arriving now is refused, not served here again
         await self.runtime.passivate_vshards(given)
         for vshard in given:
             self.ownership.revoke(vshard)

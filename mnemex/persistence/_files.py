@@ -48,24 +48,27 @@ def fsync_dir(path: Path) -> None:
 
 
 def write_atomic(path: Path, chunks: Iterable[bytes | bytearray | memoryview], *,
-                 sync_dir: bool = True) -> int:
+                 sync_dir: bool = True, durable: bool = True) -> int:
     """Replace ``path`` with ``chunks`` all at once: write ``<path>.tmp``, fsync it,
     rename it over ``path`` and (unless ``sync_dir`` is False, when the caller
     syncs the folder itself) fsync the folder. A crash leaves either the old file
-    or the new one, never a mix. Raises OSError; no ``.tmp`` is left behind."""
+    or the new one, never a mix. With ``durable`` False nothing is fsynced: readers
+    still see the old file or the new one, never a mix, but a crash of the machine
+    may leave the old one, or an empty one. Raises OSError; no ``.tmp`` is left behind."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, _OPEN_FLAGS, 0o644)
     try:
         try:
             size = write_all(fd, chunks)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         remove_quietly(tmp)
         raise
-    if sync_dir:
+    if sync_dir and durable:
         fsync_dir(path.parent)
     return size
 

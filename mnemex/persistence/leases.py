@@ -94,6 +94,7 @@ class Ownership:
         self._margin = margin
         self._clock = clock
         self._held: dict[int, tuple[int, float]] = {}  # vshard -> (epoch, serve until, on clock)
+        self._draining: set[int] = set()  # being handed over: no new requests, writes still fenced in
 
     def grant(self, lease: Lease, asked_at: float, ttl: float) -> None:
         """Record ``lease``, just acquired or renewed for ``ttl`` seconds, as ours.
@@ -111,6 +112,17 @@ class Ownership:
     def revoke(self, vshard: int) -> None:
         """Forget ``vshard`` (its lease was lost or given back)."""
         self._held.pop(vshard, None)
+        self._draining.discard(vshard)
+
+    def drain(self, vshard: int) -> None:
+        """Take no new requests for ``vshard`` (``check`` refuses it) while its actors
+        finish and snapshot under the lease still held (``epoch`` still answers):
+        the first step of handing it over."""
+        self._draining.add(vshard)
+
+    def serves(self, vshard: int) -> bool:
+        """True if requests for ``vshard`` are taken now: held, not lapsed, not draining."""
+        return vshard not in self._draining and self.epoch(vshard) is not None
 
     def epoch(self, vshard: int) -> int | None:
         """The epoch our writes to ``vshard`` carry, None if we do not own it now."""
@@ -127,8 +139,9 @@ class Ownership:
         """The epoch of the virtual shard of ``kind``/``key``; NotOwner if not ours now."""
         vshard = vshard_of(kind, key)
         epoch = self.epoch(vshard)
-        if epoch is None:
-            lapsed = "no longer holds a current lease on" if vshard in self._held else "does not own"
+        if epoch is None or vshard in self._draining:
+            lapsed = "is handing over" if vshard in self._draining else \
+                "no longer holds a current lease on" if vshard in self._held else "does not own"
             raise NotOwner(f"{kind} {'/'.join(key)!r} lives in virtual shard {vshard}, which "
                            f"{self.owner!r} {lapsed}; "
                            f"send it to the shard's owner", vshard=vshard)
@@ -199,6 +212,8 @@ class FileLeases:
             return None
         except OSError as exc:
             raise StorageError(f"cannot read the lease {path}: {describe_os_error(exc)}") from exc
+        if not raw:  # a renewal the machine's crash did not let reach the disk: no holder
+            return None
         try:
             lease = _decode_lease(raw)
         except msgspec.DecodeError as exc:
@@ -222,9 +237,10 @@ class FileLeases:
             shard = self._shard(vshard)
             try:
                 locked = shard.epoch()
-                if current is not None and current.owner == owner and current.expires > now \
-                        and current.epoch == locked:
-                    epoch = current.epoch  # a renewal
+                renewal = current is not None and current.owner == owner and current.expires > now \
+                    and current.epoch == locked
+                if renewal:
+                    epoch = locked
                 else:  # a takeover: the lock file first, so the old owner's next write is refused
                     epoch = max(locked, current.epoch if current is not None else 0) + 1
                     shard.set_epoch(epoch)
@@ -232,19 +248,23 @@ class FileLeases:
                 raise StorageError(f"cannot read or write the epoch of virtual shard {vshard} in "
                                    f"{shard_dir(self.path, vshard) / LEASE_LOCK}: {exc}") from exc
             lease = Lease(vshard=vshard, owner=owner, epoch=epoch, expires=now + ttl)
-            self._write(lease)
+            # A renewal need not be durable: the epoch fences, the expiry only says when
+            # the shard may be taken; after a crash of the machine the lease reads as the
+            # one before, or as none (taken then, under a higher epoch).
+            self._write(lease, durable=not renewal)
             return lease
 
     def release(self, lease: Lease) -> None:
         with self._exclusive(lease.vshard):
             current = self.holder(lease.vshard)
             if current is not None and current.owner == lease.owner and current.epoch == lease.epoch:
-                self._write(Lease(vshard=lease.vshard, owner=lease.owner, epoch=lease.epoch, expires=0.0))
+                self._write(Lease(vshard=lease.vshard, owner=lease.owner, epoch=lease.epoch, expires=0.0),
+                            durable=True)
 
-    def _write(self, lease: Lease) -> None:
+    def _write(self, lease: Lease, *, durable: bool) -> None:
         path = shard_dir(self.path, lease.vshard) / LEASE_FILE
         try:
-            write_atomic(path, (_encode(lease),))
+            write_atomic(path, (_encode(lease),), durable=durable)
         except OSError as exc:
             raise StorageError(f"cannot write the lease {path}: {describe_os_error(exc)}") from exc
 

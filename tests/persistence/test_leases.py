@@ -238,3 +238,31 @@ def test_a_takeover_cut_short_after_raising_the_epoch_still_fences(tmp_path: Pat
     new.store("scope", KEY).append([line(2)])
     old.close()
     new.close()
+
+
+def test_an_empty_lease_file_reads_as_no_holder_and_the_epoch_still_grows(tmp_path: Path) -> None:
+    # a renewal is not fsynced (the epoch fences, not the expiry): a crash of the machine may
+    # leave lease.json empty; the shard is then free, and taken under a higher epoch
+    wall = Clock()
+    leases = FileLeases(tmp_path, wall=wall)
+    assert leases.acquire(V, "a", ttl=10.0).epoch == 1
+    assert leases.acquire(V, "a", ttl=10.0).epoch == 1  # a renewal
+    (tmp_path / "shards" / f"{V:03x}" / "lease.json").write_bytes(b"")
+    assert leases.holder(V) is None
+    assert leases.acquire(V, "b", ttl=10.0).epoch == 2
+    leases.close()
+
+
+def test_a_draining_shard_takes_no_request_but_still_writes_under_its_lease() -> None:
+    clock = Clock()
+    mine = Ownership("a", clock=clock)
+    mine.grant(Lease(vshard=V, owner="a", epoch=2, expires=0.0), asked_at=clock.now, ttl=30.0)
+    assert mine.serves(V)
+    mine.drain(V)  # give_up's first step: the final snapshots still need the epoch
+    assert not mine.serves(V) and mine.epoch(V) == 2
+    with pytest.raises(NotOwner, match="is handing over"):
+        mine.check("scope", KEY)
+    mine.revoke(V)
+    assert mine.epoch(V) is None and not mine.serves(V)
+    mine.grant(Lease(vshard=V, owner="a", epoch=3, expires=0.0), asked_at=clock.now, ttl=30.0)
+    assert mine.serves(V)  # taken again later: no drain left over
