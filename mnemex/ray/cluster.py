@@ -23,24 +23,20 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, NoReturn
+from typing import Any, Final, NoReturn
 
 import msgspec
 import trio
 
 import mnemex
-from mnemex import ActorClosed, Config, InvalidInput, MnemexError, NotOwner, Timeout
+from mnemex import ActorClosed, Config, Extracted, InvalidInput, MnemexError, NotOwner, SessionAdded, Timeout
 from mnemex.client import Client as _Client
 from mnemex.config import DEFAULT, UseDefault
 from mnemex.lowlevel import VSHARDS, ActorRef, BlockingBridge, Key, Subscription, vshard_of
 from mnemex.ray.placement import Placement, create_cluster, write_placement
 from mnemex.ray.requests import DEFAULT_LIMIT
 from mnemex.ray.shard import Shard, ShardHealth, shard_name
-from mnemex.remote import wire
-from mnemex.remote.runtime import RemoteRuntime, open_wire_runtime
-
-if TYPE_CHECKING:
-    from mnemex.memories.protocol import Extracted, SessionAdded
+from mnemex.remote import RemoteRuntime, open_wire_runtime, wire
 
 __all__ = ["Client", "RayHost", "RayRuntime", "open_runtime"]
 

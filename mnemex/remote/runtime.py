@@ -57,7 +57,7 @@ from mnemex.remote import wire
 from mnemex.remote.host import RemoteHost
 from mnemex.state.ref import StateRef
 
-__all__ = ["RemoteRuntime", "connect"]
+__all__ = ["RemoteRuntime", "WireHost", "connect", "open_wire_runtime"]
 
 _POOL: Final = httpx.Limits(max_connections=64, max_keepalive_connections=32, keepalive_expiry=30.0)
 
