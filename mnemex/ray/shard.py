@@ -66,6 +66,7 @@ class ShardHealth(msgspec.Struct, frozen=True, kw_only=True):
     owner: str
     pid: int
     node: str
+    node_id: str | None
     state: str
     problem: str | None
     held: int
@@ -171,6 +172,7 @@ class Shard:
         self.index = index
         self.name = shard_name(index)
         self.node = socket.gethostname()
+        self.node_id = _ray_node_id()
         # each incarnation owns its leases under a name of its own: a restart takes
         # over from the previous one only when its leases lapse, with a new epoch
         self.owner = f"{self.name}/{self.node}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
@@ -248,7 +250,7 @@ class Shard:
 
     async def _health(self, service: _Service) -> ShardHealth:
         keeper, rt = service.keeper, service.rt
-        return ShardHealth(name=self.name, owner=self.owner, pid=os.getpid(), node=self.node,
+        return ShardHealth(name=self.name, owner=self.owner, pid=os.getpid(), node=self.node, node_id=self.node_id,
                            state=service.state,
                            problem=service.problem, held=len(keeper.held) if keeper else 0,
                            assigned=len(keeper._wanted) if keeper else 0,
@@ -269,6 +271,18 @@ class Shard:
     def close(self) -> None:
         """Shut the runtime down cleanly: mailboxes drained, actors snapshotted."""
         self._bridge.close()
+
+
+def _ray_node_id() -> str | None:
+    """The Ray node this process runs on (None outside Ray)."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return str(ray.get_runtime_context().get_node_id())
+    except Exception:  # noqa: BLE001 - only informative
+        return None
+    return None
 
 
 async def _held(service: _Service) -> list[int]:
