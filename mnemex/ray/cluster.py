@@ -18,6 +18,7 @@ makes the retry safe (see the README, "Beyond one machine").
 
 from __future__ import annotations
 
+import logging
 import math
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -39,6 +40,8 @@ from mnemex.ray.shard import Shard, ShardHealth, shard_name
 from mnemex.remote import RemoteRuntime, open_wire_runtime, wire
 
 __all__ = ["Client", "RayHost", "RayRuntime", "open_runtime"]
+
+log = logging.getLogger("mnemex.ray")
 
 _NAMESPACE: Final = "mnemex"
 _encoder = msgspec.json.Encoder()
@@ -216,7 +219,7 @@ class RayHost:
                               f"retrying it is safe only through the same call") from last
             self.retries += 1
             await trio.sleep(pause)
-            pause = min(pause * 2, 0.5)
+            pause = min(pause * 2, 0.25)
 
     async def tell(self, kind: str, key: str | Key, command: Any) -> None:
         """Send ``command`` and drop its reply (carried out before this returns)."""
@@ -287,16 +290,25 @@ class RayRuntime(RemoteRuntime):
         if self.data_dir is not None:
             await trio.to_thread.run_sync(write_placement, self.data_dir, moved)
         host.placement = moved
-        try:
-            with trio.fail_after(wait):
-                await wait_for(host.shards[before].give_up.remote([vshard]))
-        except (trio.TooSlowError, Exception) as exc:
-            import logging
+        held: list[int] = []
 
-            logging.getLogger("mnemex.ray").warning("%s did not give virtual shard %d up (%r); the new "
-                                                    "owner takes it when its lease lapses",
-                                                    shard_name(before), vshard, exc)
-        held: list[int] = await wait_for(host.shards[to_shard].assign.remote([vshard], wait))
+        async def give_up() -> None:
+            try:
+                await wait_for(host.shards[before].give_up.remote([vshard]))
+            except Exception as exc:  # a dead shard's lease lapses by itself
+                log.warning("%s did not give virtual shard %d up (%r); the new owner takes it when its "
+                            "lease lapses", shard_name(before), vshard, exc)
+
+        async def take(nursery: trio.Nursery) -> None:
+            held.extend(await wait_for(host.shards[to_shard].assign.remote([vshard], wait)))
+            nursery.cancel_scope.cancel()  # a frozen old owner answers late: its lease lapsed
+
+        # both at once: the new owner takes the lease as soon as the old one releases it
+        # (after snapshotting its actors), or when it lapses if the old one cannot answer
+        with trio.move_on_after(wait + 5.0):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(give_up)
+                nursery.start_soon(take, nursery)
         return held
 
     async def shard_pids(self) -> list[int]:
@@ -345,7 +357,7 @@ def start_shards(ray: Any, data_dir: Path, cluster: str, shards: int, config: Co
 
 @asynccontextmanager
 async def open_runtime(config: Config, *, address: str | None = None, shards: int = 2,
-                       data_dir: str | None = None, ttl: float = 10.0, retry: float = 0.5,
+                       data_dir: str | None = None, ttl: float = 15.0, retry: float = 0.5,
                        margin: float = 2.0, limit: int = DEFAULT_LIMIT,
                        actor_options: dict[str, Any] | None = None,
                        timeout: float = 120.0) -> AsyncIterator[RayRuntime]:
