@@ -22,7 +22,6 @@ JSON)``; a NotOwner error carries its virtual shard and its owner hint.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import socket
@@ -197,24 +196,26 @@ class Shard:
             finally:
                 nursery.cancel_scope.cancel()
 
-    async def _call(self, fn: Callable[[_Service], Awaitable[T]]) -> T:
-        """Run ``fn(service)`` in the shard's trio thread, from Ray's event loop."""
+    def _call(self, fn: Callable[[_Service], Awaitable[T]]) -> T:
+        """Run ``fn(service)`` in the shard's trio thread and wait for it. Ray runs the
+        shard's methods on a pool of threads (a threaded actor: one hop into trio and
+        one back per call, where an asyncio actor would add two through its loop)."""
         service = self._bridge.runtime
 
         async def run() -> T:
             return await fn(service)
 
-        return await asyncio.wrap_future(self._bridge.submit(run))
+        return self._bridge.call(run)
 
     # -- what clients call ------------------------------------------------------------------
-    async def ask(self, kind: str, body: bytes, request_id: str | None = None) -> tuple[bool, bytes]:
+    def ask(self, kind: str, body: bytes, request_id: str | None = None) -> tuple[bool, bytes]:
         """One wire command for one actor: ``(True, reply JSON)`` or ``(False, error JSON)``."""
         try:
-            return await self._call(lambda service: _ask(service, kind, body, request_id))
+            return self._call(lambda service: _ask(service, kind, body, request_id))
         except MnemexError as exc:
             return False, encode_error(exc)
 
-    async def assign(self, vshards: list[int], wait: float = 0.0) -> list[int]:
+    def assign(self, vshards: list[int], wait: float = 0.0) -> list[int]:
         """Serve ``vshards`` too (their leases are taken as soon as they are free);
         waits up to ``wait`` seconds for all of them; returns those held now."""
 
@@ -232,9 +233,9 @@ class Shard:
                     await trio.sleep(0.02)
             return sorted(wanted & set(keeper.held))
 
-        return await self._call(run)
+        return self._call(run)
 
-    async def give_up(self, vshards: list[int]) -> None:
+    def give_up(self, vshards: list[int]) -> None:
         """Stop serving ``vshards``: their live actors snapshotted, their leases released."""
 
         async def run(service: _Service) -> None:
@@ -242,13 +243,13 @@ class Shard:
                 service.leaving.update(vshards)
                 await service.keeper.give_up(vshards)
 
-        await self._call(run)
+        self._call(run)
 
-    async def held(self) -> list[int]:
-        return await self._call(_held)
+    def held(self) -> list[int]:
+        return self._call(_held)
 
-    async def health(self) -> ShardHealth:
-        return await self._call(self._health)
+    def health(self) -> ShardHealth:
+        return self._call(self._health)
 
     async def _health(self, service: _Service) -> ShardHealth:
         keeper, rt = service.keeper, service.rt
@@ -259,13 +260,13 @@ class Shard:
                            leases_lost=keeper.lost if keeper else 0,
                            live_actors=len(rt.kernel.live_keys()) if rt else 0, started=self.started)
 
-    async def scope_keys(self) -> list[tuple[str, str]]:
+    def scope_keys(self) -> list[tuple[str, str]]:
         async def run(service: _Service) -> list[tuple[str, str]]:
             if service.rt is None:
                 raise MnemexError(f"{self.name} is {service.state}")
             return service.rt.scope_keys()
 
-        return await self._call(run)
+        return self._call(run)
 
     def pid(self) -> int:
         return os.getpid()
