@@ -8,10 +8,10 @@ make retried writes apply once. Needs the ``ray`` extra: ``pip install 'mnemex[r
 (Ray itself is imported only when a cluster is opened).
 """
 
-from mnemex.ray.cluster import Client, RayHost, RayRuntime, open_runtime
+from mnemex.ray.cluster import Client, RayHost, RayRuntime, open_runtime, stop_cluster
 from mnemex.ray.placement import Placement
 from mnemex.ray.requests import Repeated, Requested, deduplicating, request_kinds
 from mnemex.ray.shard import Shard, ShardHealth
 
 __all__ = ["Client", "Placement", "RayHost", "RayRuntime", "Repeated", "Requested", "Shard", "ShardHealth",
-           "deduplicating", "open_runtime", "request_kinds"]
+           "deduplicating", "open_runtime", "request_kinds", "stop_cluster"]

@@ -34,12 +34,12 @@ from mnemex import ActorClosed, Config, Extracted, InvalidInput, MnemexError, No
 from mnemex.client import Client as _Client
 from mnemex.config import DEFAULT, UseDefault
 from mnemex.lowlevel import VSHARDS, ActorRef, BlockingBridge, Key, Subscription, vshard_of
-from mnemex.ray.placement import Placement, create_cluster, write_placement
+from mnemex.ray.placement import Placement, create_cluster, read_cluster, write_placement
 from mnemex.ray.requests import DEFAULT_LIMIT
 from mnemex.ray.shard import Shard, ShardHealth, shard_name
 from mnemex.remote import RemoteRuntime, open_wire_runtime, wire
 
-__all__ = ["Client", "RayHost", "RayRuntime", "open_runtime"]
+__all__ = ["Client", "RayHost", "RayRuntime", "open_runtime", "stop_cluster"]
 
 log = logging.getLogger("mnemex.ray")
 
@@ -191,12 +191,12 @@ class RayHost:
             with trio.move_on_at(deadline):
                 try:
                     ok, payload = await wait_for(self.shards[index].ask.remote(kind, body, request_id))
-                except ray.exceptions.RayActorError as exc:  # died (restarting), or unavailable for now
-                    last = ActorClosed(f"{shard_name(index)} is down ({type(exc).__name__}); retrying")
-                    last.__cause__ = exc
-                except ray.exceptions.RayTaskError as exc:
+                except ray.exceptions.RayTaskError as exc:  # the shard's method raised: a bug, not a fault
                     raise MnemexError(f"{shard_name(index)} failed on {type(command).__name__}: "
                                       f"{exc}") from exc
+                except ray.exceptions.RayError as exc:  # died (restarting), unavailable for now, lost
+                    last = ActorClosed(f"{shard_name(index)} is down ({type(exc).__name__}); retrying")
+                    last.__cause__ = exc
                 else:
                     if ok:
                         try:
@@ -345,7 +345,9 @@ def _info(config: Config, kinds: list[str]) -> wire.RuntimeInfo:
 
 def start_shards(ray: Any, data_dir: Path, cluster: str, shards: int, config: Config, *, ttl: float,
                  retry: float, margin: float, limit: int, options: dict[str, Any]) -> list[Any]:
-    """The shard actors of ``cluster``: the running ones (by name), else started."""
+    """The shard actors of ``cluster``: the running ones (by name), else started.
+    ``max_task_retries=0``: a call whose shard died is retried by the client, with
+    its request id, never blindly by Ray."""
     actor = ray.remote(max_restarts=-1, max_task_retries=0, max_concurrency=256)(Shard)
     handles = []
     for index in range(shards):
@@ -359,7 +361,7 @@ def start_shards(ray: Any, data_dir: Path, cluster: str, shards: int, config: Co
 async def open_runtime(config: Config, *, address: str | None = None, shards: int = 2,
                        data_dir: str | None = None, ttl: float = 15.0, retry: float = 0.5,
                        margin: float = 2.0, limit: int = DEFAULT_LIMIT,
-                       actor_options: dict[str, Any] | None = None,
+                       actor_options: dict[str, Any] | None = None, detached: bool = False,
                        timeout: float = 120.0) -> AsyncIterator[RayRuntime]:
     """Run mnemex on the Ray cluster at ``address`` (None: the one ``ray.init``
     connected to already, else a local one) as ``shards`` shard actors over the
@@ -369,7 +371,9 @@ async def open_runtime(config: Config, *, address: str | None = None, shards: in
     driver) reach its running shards by name. ``ttl`` is each lease's length: a
     shard whose process died is served again by its restart within about ``ttl``
     seconds. ``actor_options`` go to Ray's ``.options()`` (resources, scheduling).
-    On exit the shards are shut down cleanly (drained, snapshotted)."""
+    On exit the shards are shut down cleanly (drained, snapshotted), unless
+    ``detached``: then they outlive this driver (Ray's detached lifetime), for
+    other drivers to reach, until stopped with ``mnemex.ray.stop_cluster``."""
     ray = _ray()
     path = data_dir if data_dir is not None else config.data_dir
     if path is None:
@@ -382,8 +386,11 @@ async def open_runtime(config: Config, *, address: str | None = None, shards: in
     if not ray.is_initialized():
         await trio.to_thread.run_sync(lambda: ray.init(address=address, namespace=_NAMESPACE,
                                                        log_to_driver=False))
+    options = dict(actor_options or {})
+    if detached:
+        options["lifetime"] = "detached"
     handles = start_shards(ray, root, info.cluster, shards, config, ttl=ttl, retry=retry, margin=margin,
-                           limit=limit, options=dict(actor_options or {}))
+                           limit=limit, options=options)
     with trio.fail_after(timeout):
         for index, handle in enumerate(handles):
             await wait_for(handle.assign.remote(placement.vshards_of(index), timeout))
@@ -399,14 +406,38 @@ async def open_runtime(config: Config, *, address: str | None = None, shards: in
             rt.data_dir = root
             yield rt
     finally:
-        with trio.CancelScope(shield=True):
-            for handle in handles:
-                with trio.move_on_after(config.kernel.shutdown_timeout):
-                    try:
-                        await wait_for(handle.close.remote())
-                    except Exception:
-                        pass
-                    ray.kill(handle, no_restart=True)
+        if not detached:
+            with trio.CancelScope(shield=True):
+                await _stop(ray, handles, config.kernel.shutdown_timeout)
+
+
+async def _stop(ray: Any, handles: list[Any], timeout: float) -> None:
+    for handle in handles:
+        with trio.move_on_after(timeout):
+            try:
+                await wait_for(handle.close.remote())
+            except Exception:  # a dead shard has nothing to close
+                pass
+        ray.kill(handle, no_restart=True)
+
+
+async def stop_cluster(data_dir: str, *, address: str | None = None, timeout: float = 30.0) -> int:
+    """Shut down the (detached) shards of the cluster in ``data_dir`` cleanly; how many."""
+    ray = _ray()
+    info = await trio.to_thread.run_sync(read_cluster, Path(data_dir).resolve())
+    if info is None:
+        raise InvalidInput(f"{data_dir} holds no mnemex cluster", field="data_dir")
+    if not ray.is_initialized():
+        await trio.to_thread.run_sync(lambda: ray.init(address=address, namespace=_NAMESPACE,
+                                                       log_to_driver=False))
+    handles = []
+    for index in range(info.shards):
+        try:
+            handles.append(ray.get_actor(f"mnemex-{info.cluster}-{shard_name(index)}", namespace=_NAMESPACE))
+        except ValueError:
+            continue  # not running
+    await _stop(ray, handles, timeout)
+    return len(handles)
 
 
 class Client(_Client):

@@ -206,3 +206,19 @@ def test_node_loss_moves_its_shards_with_every_scope_intact(ray_cluster: Any, cl
     after = client.health()
     assert all(h is not None and h.state == "serving" for h in after)
     assert failover < 60, f"serving again took {failover:.1f} s"
+
+
+def test_a_detached_cluster_outlives_its_driver_and_the_next_one_reaches_the_same_shards(
+        ray_cluster: Any, tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    with mnemex.ray.Client(_config(shared), shards=2, detached=True, **LEASES) as first:
+        memory_id = first.scope(app_name="app", user_id="alice").remember("User writes Java")
+        pids = first.call(first.cluster.shard_pids)
+    with mnemex.ray.Client(_config(shared), shards=2, **LEASES) as second:  # stops them on exit
+        assert second.call(second.cluster.shard_pids) == pids
+        assert second.scope(app_name="app", user_id="alice").get(memory_id).content == "User writes Java"
+    import trio
+
+    assert trio.run(mnemex.ray.stop_cluster, str(shared)) == 0  # none left running
+    with pytest.raises(mnemex.InvalidInput, match="shards"):
+        mnemex.ray.Client(_config(shared), shards=3, **LEASES)
