@@ -33,8 +33,8 @@ import mnemex
 from mnemex import ActorClosed, Config, Extracted, InvalidInput, MnemexError, NotOwner, SessionAdded, Timeout
 from mnemex.client import Client as _Client
 from mnemex.config import DEFAULT, UseDefault
-from mnemex.lowlevel import VSHARDS, ActorRef, BlockingBridge, Key, Subscription, vshard_of
-from mnemex.ray.placement import Placement, create_cluster, read_cluster, write_placement
+from mnemex.lowlevel import VSHARDS, ActorRef, BlockingBridge, Key, Subscription, scope_kind, vshard_of
+from mnemex.ray.placement import Placement, create_cluster, read_cluster, read_placement, write_placement
 from mnemex.ray.requests import DEFAULT_LIMIT
 from mnemex.ray.shard import Shard, ShardHealth, shard_name
 from mnemex.remote import RemoteRuntime, open_wire_runtime, wire
@@ -44,6 +44,7 @@ __all__ = ["Client", "RayHost", "RayRuntime", "open_runtime", "stop_cluster"]
 log = logging.getLogger("mnemex.ray")
 
 _NAMESPACE: Final = "mnemex"
+_HINT_WAIT: Final = 5.0
 _encoder = msgspec.json.Encoder()
 
 
@@ -118,11 +119,14 @@ class RayRef(ActorRef):
 class RayHost:
     """Routes commands to the shard actors by virtual shard (the ``Host`` protocol)."""
 
-    def __init__(self, config: Config, shards: list[Any], placement: Placement, address: str,
-                 kinds: tuple[str, ...] = (wire.AGENT, wire.SCOPE, wire.STATE, wire.CHECKPOINT)) -> None:
+    def __init__(self, config: Config, shards: list[Any], placement: Placement, address: str, *,
+                 kinds: tuple[str, ...] = (wire.AGENT, wire.SCOPE, wire.STATE, wire.CHECKPOINT),
+                 data_dir: Path | None = None) -> None:
         self._config = config
         self.shards = shards
         self.placement = placement
+        self.data_dir = data_dir
+        self._read_at = -math.inf
         self.url = f"ray://{address}"
         self.kinds = kinds
         self.closed = False
@@ -154,6 +158,20 @@ class RayHost:
         head = owner.split("/", 1)[0][len("shard-"):]
         index = int(head) if head.isdigit() else -1
         return index if 0 <= index < len(self.shards) else None
+
+    async def refresh_placement(self) -> None:
+        """Read the placement again (another driver may have moved a virtual shard),
+        at most twice a second."""
+        if self.data_dir is None or trio.current_time() - self._read_at < 0.5:
+            return
+        self._read_at = trio.current_time()
+        try:
+            placement = await trio.to_thread.run_sync(read_placement, self.data_dir)
+        except MnemexError as exc:
+            log.warning("the placement could not be read again: %s", exc)
+            return
+        if placement is not None and placement.version > self.placement.version:
+            self.placement = placement
 
     def _limit(self, timeout: float | UseDefault | None) -> float:
         if timeout is DEFAULT:
@@ -187,8 +205,11 @@ class RayHost:
         ray = _ray()
         while True:
             index = target if target is not None else self.placement.owners[vshard]
+            # a hinted shard (not the placement's) gets a few seconds only: the lease on
+            # record may be a frozen owner's, about to lapse
+            until = deadline if target is None else min(deadline, trio.current_time() + _HINT_WAIT)
             target = None
-            with trio.move_on_at(deadline):
+            with trio.move_on_at(until):
                 try:
                     ok, payload = await wait_for(self.shards[index].ask.remote(kind, body, request_id))
                 except ray.exceptions.RayTaskError as exc:  # the shard's method raised: a bug, not a fault
@@ -208,11 +229,13 @@ class RayHost:
                     if not isinstance(error, NotOwner) or error.vshard != vshard:
                         raise error  # (a NotOwner of another virtual shard: a forward across shards)
                     last = error
+                    await self.refresh_placement()  # another driver may have moved it
+                    placed = self.placement.owners[vshard]
                     hinted = self.shard_of_owner(error.owner)
-                    if hinted is not None and hinted != index:
+                    if placed != index:
+                        target = placed
+                    elif hinted is not None and hinted != index:
                         target = hinted
-                        self.retries += 1
-                        continue
             if trio.current_time() + pause >= deadline:
                 raise Timeout(f"no shard served {kind} {'/'.join(ref.key)!r} (virtual shard {vshard}) "
                               f"within {limit:g} s; last: {last}; a write may have been applied, and "
@@ -286,6 +309,7 @@ class RayRuntime(RemoteRuntime):
         before = host.placement.owners[vshard]
         if before == to_shard:
             return [vshard]
+        await host.refresh_placement()
         moved = host.placement.moved(vshard, to_shard)
         if self.data_dir is not None:
             await trio.to_thread.run_sync(write_placement, self.data_dir, moved)
@@ -331,11 +355,7 @@ class RayRuntime(RemoteRuntime):
                                 "and scope.add_session(...) them")
 
 
-def _info(config: Config, kinds: list[str]) -> wire.RuntimeInfo:
-    from mnemex.lowlevel import scope_kind
-
-    embedder = scope_kind(config).embedder
-    assert embedder is not None
+def _info(config: Config, kinds: list[str], embedder: Any) -> wire.RuntimeInfo:
     return wire.RuntimeInfo(protocol=wire.PROTOCOL, version=mnemex.__version__, kinds=kinds,
                             embedder=wire.EmbedderInfo(embedder.name, embedder.dim),
                             ask_timeout=config.kernel.ask_timeout, memories=config.memories,
@@ -381,7 +401,15 @@ async def open_runtime(config: Config, *, address: str | None = None, shards: in
                            field="data_dir")
     if type(shards) is not int or not 1 <= shards <= VSHARDS:
         raise InvalidInput(f"shards must be an int from 1 to {VSHARDS}, got {shards!r}", field="shards")
+    if not (isinstance(ttl, int | float) and isinstance(margin, int | float) and ttl > margin > 0):
+        raise InvalidInput(f"a lease's ttl ({ttl!r} s) must exceed its margin ({margin!r} s), which must "
+                           f"be > 0", field="ttl")
+    if not (isinstance(retry, int | float) and retry > 0):
+        raise InvalidInput(f"retry must be a number of seconds > 0, got {retry!r}", field="retry")
+    if type(limit) is not int or limit < 1:
+        raise InvalidInput(f"limit must be an int >= 1, got {limit!r}", field="limit")
     root = Path(path).resolve()
+    embedder = (await trio.to_thread.run_sync(scope_kind, config)).embedder  # the shards' (one load here)
     info, placement = await trio.to_thread.run_sync(create_cluster, root, shards)
     if not ray.is_initialized():
         await trio.to_thread.run_sync(lambda: ray.init(address=address, namespace=_NAMESPACE,
@@ -398,11 +426,12 @@ async def open_runtime(config: Config, *, address: str | None = None, shards: in
     where = address or "the local Ray cluster"
 
     def make_host(cfg: Config, nursery: trio.Nursery) -> RayHost:
-        return RayHost(cfg, handles, placement, where, tuple(kinds))
+        return RayHost(cfg, handles, placement, where, kinds=tuple(kinds), data_dir=root)
 
+    info_sent = _info(config, kinds, embedder)
     try:
-        async with open_wire_runtime(make_host, _info(config, kinds), config.replace(data_dir=str(root)),
-                                     where=where, runtime_type=RayRuntime) as rt:
+        async with open_wire_runtime(make_host, info_sent, config.replace(data_dir=str(root)), where=where,
+                                     embedder=embedder, runtime_type=RayRuntime) as rt:
             rt.data_dir = root
             yield rt
     finally:

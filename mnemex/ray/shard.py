@@ -37,7 +37,7 @@ import trio
 
 import mnemex
 from mnemex import Config, ExtractionError, InvalidInput, MnemexError, MnemexRuntime, NotOwner
-from mnemex.lowlevel import BlockingBridge, DataDir, LeaseKeeper, Ownership, vshard_of
+from mnemex.lowlevel import BlockingBridge, DataDir, LeaseKeeper, Leases, Ownership, vshard_of
 from mnemex.ray.placement import read_cluster, read_placement
 from mnemex.ray.requests import DEFAULT_LIMIT, Repeated, Requested, check_request_id, request_kinds
 from mnemex.remote import wire
@@ -96,6 +96,7 @@ class _Service:
         self.shard = shard
         self.rt: MnemexRuntime | None = None
         self.keeper: LeaseKeeper | None = None
+        self.leases: Leases | None = None
         self.state = "starting"
         self.problem: str | None = None
         self.ready = trio.Event()
@@ -127,7 +128,7 @@ class _Service:
                     self.state = "failed"
                 log.warning("%s: %s; retrying in %.1f s", shard.owner, exc, pause)
             finally:
-                self.rt = self.keeper = None
+                self.rt = self.keeper = self.leases = None
             await trio.sleep(pause)
             pause = min(pause * 2, shard.retry * 4)
 
@@ -152,7 +153,7 @@ class _Service:
             if placement is not None:
                 keeper.assign(placement.vshards_of(shard.index))
             await nursery.start(keeper.run)
-            self.rt, self.keeper = rt, keeper
+            self.rt, self.keeper, self.leases = rt, keeper, storage.leases
             self.state, self.problem = "serving", None
             self.ready.set()
             await trio.sleep_forever()
@@ -307,10 +308,29 @@ async def _ask(service: _Service, kind: str, raw: bytes, request_id: str | None)
     if request_id is not None and rt.kinds[kind].is_journaled(command):
         command = Requested(check_request_id(request_id), command)
     timeout: Any = body.timeout if body.timeout is not None else mnemex.DEFAULT
-    reply = await rt.kernel.ask(kind, key, command, timeout=timeout)
+    try:
+        reply = await rt.kernel.ask(kind, key, command, timeout=timeout)
+    except NotOwner as exc:
+        raise await _hinted(service, exc) from None
     if type(reply) is Repeated:
         return True, reply.reply
     return True, _encode(reply)
+
+
+async def _hinted(service: _Service, error: NotOwner) -> NotOwner:
+    """``error`` with the virtual shard's current holder as its owner hint, when the
+    lease on record names one that has not lapsed (the caller goes there next)."""
+    leases = service.leases
+    if error.owner is not None or leases is None:
+        return error
+    try:
+        lease = await trio.to_thread.run_sync(leases.holder, error.vshard)
+    except MnemexError:
+        return error
+    if lease is None or lease.owner == service.shard.owner or lease.expires <= time.time():
+        return error
+    return NotOwner(f"{error} (held by {lease.owner})", vshard=error.vshard, owner=lease.owner,
+                    epoch=lease.epoch)
 
 
 def _check_vectors(rt: MnemexRuntime, command: Any) -> None:

@@ -208,17 +208,26 @@ def test_node_loss_moves_its_shards_with_every_scope_intact(ray_cluster: Any, cl
     assert failover < 60, f"serving again took {failover:.1f} s"
 
 
-def test_a_detached_cluster_outlives_its_driver_and_the_next_one_reaches_the_same_shards(
+def test_a_detached_cluster_outlives_its_driver_and_drivers_share_its_placement(
         ray_cluster: Any, tmp_path: Path) -> None:
+    import trio
+
     shared = tmp_path / "shared"
     with mnemex.ray.Client(_config(shared), shards=2, detached=True, **LEASES) as first:
         memory_id = first.scope(app_name="app", user_id="alice").remember("User writes Java")
         pids = first.call(first.cluster.shard_pids)
-    with mnemex.ray.Client(_config(shared), shards=2, **LEASES) as second:  # stops them on exit
-        assert second.call(second.cluster.shard_pids) == pids
+    with mnemex.ray.Client(_config(shared), shards=2, detached=True, **LEASES) as second, \
+            mnemex.ray.Client(_config(shared), shards=2, detached=True, **LEASES) as third:
+        assert second.call(second.cluster.shard_pids) == pids  # the same shards, reached by name
         assert second.scope(app_name="app", user_id="alice").get(memory_id).content == "User writes Java"
-    import trio
-
+        # the second driver moves alice's virtual shard; the third learns it from the refusal
+        vshard = vshard_of("scope", ("app", "alice"))
+        to = 1 - second.cluster.placement.owners[vshard]
+        assert second.rebalance(vshard, to) == [vshard]
+        assert third.cluster.placement.owners[vshard] != to
+        third.scope(app_name="app", user_id="alice").remember("User moved to Lisbon")
+        assert third.cluster.placement.owners[vshard] == to and third.cluster.host.retries > 0
+    assert trio.run(mnemex.ray.stop_cluster, str(shared)) == 2
     assert trio.run(mnemex.ray.stop_cluster, str(shared)) == 0  # none left running
     with pytest.raises(mnemex.InvalidInput, match="shards"):
         mnemex.ray.Client(_config(shared), shards=3, **LEASES)
