@@ -19,6 +19,7 @@ import pytest
 import mnemex
 import mnemex.ray
 from mnemex.lowlevel import vshard_of
+from mnemex.conversations.protocol import AppendMessages
 from mnemex.memories.protocol import CountMemories, NewMemory, Remember
 from mnemex.ray.placement import create_cluster
 
@@ -104,6 +105,31 @@ def test_acknowledged_writes_survive_killing_a_shard_process_mid_stream(client: 
     writer.check(client)
     assert _pid_of(client, vshard) != before  # Ray restarted it; it took the leases over
     assert client.cluster.host.retries > 0
+
+
+def test_a_write_whose_reply_was_lost_is_applied_once_when_retried_after_the_shard_restarted(
+        client: mnemex.ray.Client) -> None:
+    import ray
+
+    vshard = vshard_of("agent", ("retried",))
+    shard = client.cluster.host.shards[client.cluster.placement.owners[vshard]]
+    append = AppendMessages(session_id="s1", messages=[msgspec.Raw(b'{"role":"user","content":"once"}')],
+                            timestamp=time.time())
+    body = msgspec.json.encode({"key": ["retried"], "command": append})
+    ok, first = ray.get(shard.ask.remote("agent", body, "request-1"))
+    assert ok
+    os.kill(_pid_of(client, vshard), signal.SIGKILL)  # as if the reply had been lost with the process
+    deadline = time.monotonic() + 60
+    while True:  # what the client does: the same request id until the restarted shard serves
+        try:
+            ok, again = ray.get(shard.ask.remote("agent", body, "request-1"), timeout=30)
+        except ray.exceptions.RayError:
+            ok, again = False, b"{}"
+        if ok or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert ok and again == first  # the first reply, from the journal the restarted shard replayed
+    assert _messages(client, "retried", "s1") == ["once"]
 
 
 def test_a_shard_that_cannot_see_the_data_refuses_it_and_never_serves_it_empty(
