@@ -18,8 +18,8 @@ import pytest
 
 import mnemex
 import mnemex.ray
-from mnemex.lowlevel import vshard_of
 from mnemex.conversations.protocol import AppendMessages
+from mnemex.lowlevel import vshard_of
 from mnemex.memories.protocol import CountMemories, NewMemory, Remember
 from mnemex.ray.placement import create_cluster
 
@@ -142,7 +142,8 @@ def test_a_shard_that_cannot_see_the_data_refuses_it_and_never_serves_it_empty(
         opened.scope(app_name="app", user_id="alice").remember("User writes Java")
     # a shard of the same cluster on a node whose data directory is not the shared one
     elsewhere = tmp_path / "not-mounted"
-    blind = ray.remote(max_restarts=0)(mnemex.ray.Shard).options(name="blind", namespace="mnemex-tests").remote(
+    actor = ray.remote(max_restarts=0)(mnemex.ray.Shard)
+    blind = actor.options(name="blind", namespace="mnemex-tests").remote(
         0, str(elsewhere), info.cluster, _config(elsewhere), **LEASES)
     try:
         vshard = vshard_of("scope", ("app", "alice"))
@@ -175,10 +176,9 @@ def test_a_frozen_shard_is_fenced_when_its_lease_passes_and_its_late_commits_are
     os.kill(pid, signal.SIGSTOP)
     try:
         # a write already on its way to the frozen owner: it lands when the process resumes
-        late_command = Remember(memories=[NewMemory(id="01JZZZZZZZZZZZZZZZZZZZZZZZ", content="a late commit")],
-                                now=time.time())
-        late = frozen.ask.remote("scope", msgspec.json.encode({"key": list(scope_key), "command": late_command}),
-                                 "late-1")
+        late_memory = NewMemory(id="01JZZZZZZZZZZZZZZZZZZZZZZZ", content="a late commit")
+        late_body = {"key": list(scope_key), "command": Remember(memories=[late_memory], now=time.time())}
+        late = frozen.ask.remote("scope", msgspec.json.encode(late_body), "late-1")
         started = time.monotonic()
         held = client.rebalance(vshard, other, wait=20.0)  # the frozen one cannot give it up
         assert held == [vshard]
@@ -195,7 +195,8 @@ def test_a_frozen_shard_is_fenced_when_its_lease_passes_and_its_late_commits_are
     assert health is not None and vshard not in ray.get(frozen.held.remote())
 
 
-def test_rebalancing_a_vshard_under_write_load_loses_and_duplicates_nothing(client: mnemex.ray.Client) -> None:
+def test_rebalancing_a_vshard_under_write_load_loses_and_duplicates_nothing(
+        client: mnemex.ray.Client) -> None:
     vshard = vshard_of("agent", ("moving",))
     writer = Writer(client, "moving", _scope_in(vshard), 400)
     writer.start()
@@ -210,9 +211,11 @@ def test_rebalancing_a_vshard_under_write_load_loses_and_duplicates_nothing(clie
     writer.check(client)
 
 
-def test_node_loss_moves_its_shards_with_every_scope_intact(ray_cluster: Any, client: mnemex.ray.Client) -> None:
+def test_node_loss_moves_its_shards_with_every_scope_intact(
+        ray_cluster: Any, client: mnemex.ray.Client) -> None:
     scopes = [("app", f"user-{i}") for i in range(24)]
-    ids = {key: client.scope(app_name=key[0], user_id=key[1]).remember(f"memory of {key[1]}") for key in scopes}
+    ids = {key: client.scope(app_name=key[0], user_id=key[1]).remember(f"memory of {key[1]}")
+           for key in scopes}
     health = client.health()
     worker_ids = {node.node_id: node for node in ray_cluster.workers}
     victims = [h for h in health if h is not None and h.node_id in worker_ids]
