@@ -235,6 +235,9 @@ def test_node_loss_moves_its_shards_with_every_scope_intact(
     after = client.health()
     assert all(h is not None and h.state == "serving" for h in after)
     assert failover < 60, f"serving again took {failover:.1f} s"
+    # the cluster the other tests share gets its third node back
+    ray_cluster.workers.append(ray_cluster.add_node(node_ip_address="127.0.0.1", num_cpus=1,
+                                                    object_store_memory=80 * 1024 * 1024))
 
 
 def test_a_detached_cluster_outlives_its_driver_and_drivers_share_its_placement(
