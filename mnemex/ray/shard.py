@@ -127,6 +127,9 @@ class _Service:
                 if self.state != "blind":
                     self.state = "failed"
                 log.warning("%s: %s; retrying in %.1f s", shard.owner, exc, pause)
+            except Exception as exc:  # a bug must not leave a live actor serving nothing for good
+                self.problem, self.state = f"the runtime stopped on {exc!r}", "failed"
+                log.exception("%s: the runtime stopped; opening it again in %.1f s", shard.owner, pause)
             finally:
                 self.rt = self.keeper = self.leases = None
             await trio.sleep(pause)
