@@ -97,6 +97,9 @@ class _Service:
         self.rt: MnemexRuntime | None = None
         self.keeper: LeaseKeeper | None = None
         self.leases: Leases | None = None
+        self.deduplicated: frozenset[str] = frozenset()
+        """The kinds whose writes take request ids (the others' writes are idempotent:
+        key-value state sets values)."""
         self.state = "starting"
         self.problem: str | None = None
         self.ready = trio.Event()
@@ -147,7 +150,9 @@ class _Service:
         storage = await trio.to_thread.run_sync(lambda: DataDir(shard.path, ownership=ownership))
         assert storage.leases is not None
         config = shard.config.replace(data_dir=str(shard.path))
-        async with mnemex.open_runtime(config, kinds=request_kinds(config, shard.limit), storage=storage,
+        kinds = request_kinds(config, shard.limit)
+        self.deduplicated = frozenset(kind.name for kind in kinds)
+        async with mnemex.open_runtime(config, kinds=kinds, storage=storage,
                                        ownership=ownership) as rt, trio.open_nursery() as nursery:
             # renewing a few thousand file leases is fsync-bound: many at once lets the
             # filesystem commit them together
@@ -308,7 +313,7 @@ async def _ask(service: _Service, kind: str, raw: bytes, request_id: str | None)
     rt = service.check(kind, key)
     command = wire.to_actor(body.command)
     _check_vectors(rt, command)
-    if request_id is not None and rt.kinds[kind].is_journaled(command):
+    if request_id is not None and kind in service.deduplicated and rt.kinds[kind].is_journaled(command):
         command = Requested(check_request_id(request_id), command)
     timeout: Any = body.timeout if body.timeout is not None else mnemex.DEFAULT
     try:

@@ -252,6 +252,9 @@ def test_a_detached_cluster_outlives_its_driver_and_drivers_share_its_placement(
             mnemex.ray.Client(_config(shared), shards=2, detached=True, **LEASES) as third:
         assert second.call(second.cluster.shard_pids) == pids  # the same shards, reached by name
         assert second.scope(app_name="app", user_id="alice").get(memory_id).content == "User writes Java"
+        state = second.state(app_name="app", user_id="alice")  # key-value state crosses too
+        state.update({"language": "java"})
+        assert state.get() == {"language": "java"}
         # the second driver moves alice's virtual shard; the third learns it from the refusal
         vshard = vshard_of("scope", ("app", "alice"))
         to = 1 - second.cluster.placement.owners[vshard]
