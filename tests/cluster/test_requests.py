@@ -123,3 +123,13 @@ async def test_a_runtime_answers_a_repeat_after_a_restart_on_real_files(tmp_path
         repeat = await rt.kernel.ask("agent", KEY, Requested("a1", _append("hello")))
         assert isinstance(repeat, Repeated)
         assert [m.message["content"] for m in await rt.agent("bot").history("s1")] == ["hello"]
+
+
+def test_importing_mnemex_ray_does_not_need_ray() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, mnemex.ray; assert 'ray' not in sys.modules, 'mnemex.ray imported ray'"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).parents[2])})
+    assert run.returncode == 0, run.stderr[-2000:]
