@@ -131,6 +131,7 @@ def test_importing_mnemex_ray_does_not_need_ray() -> None:
 
     code = "import sys, mnemex.ray; assert 'ray' not in sys.modules, 'mnemex.ray imported ray'"
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).parents[2])}
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         check=False,
                          env=env)
     assert run.returncode == 0, run.stderr[-2000:]
