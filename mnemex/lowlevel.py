@@ -33,6 +33,7 @@ from mnemex.effects import (
 from mnemex.kernel import (
     ActorKind,
     ActorRef,
+    BlockingBridge,
     LeaseKeeper,
     Runtime,
     RuntimeStats,
@@ -65,6 +66,8 @@ __all__ = [
     "Lease",
     "LeaseKeeper",
     "Leases",
+    # a runtime on a background thread, for hosts that are not trio (a Ray shard)
+    "BlockingBridge",
     "Ownership",
     "actor_dir",
     "split_vshards",

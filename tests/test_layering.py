@@ -25,6 +25,9 @@ PACKAGES: dict[str, tuple[str, ...]] = {
                "mnemex.conversations", "mnemex.memories", "mnemex.models", "mnemex._ids", "mnemex.state",
                "mnemex.checkpoints"),
     "integrations": ("mnemex", "mnemex.lowlevel", "mnemex.config"),
+    # a cluster's shards on Ray: the public API, and the wire of the remote clients (the refs
+    # over another host, the whitelist of commands and their reply types)
+    "ray": ("mnemex", "mnemex.lowlevel", "mnemex.config", "mnemex.remote", "mnemex.client"),
 }
 # behaviours, codecs and ranking: no trio, no kernel, no models, no server, no runtime
 BEHAVIOUR_PACKAGES = ("conversations", "memories", "knowledge", "state", "checkpoints")
@@ -86,7 +89,7 @@ def test_package_imports_only_what_lies_below_it(package: str) -> None:
     for path in sorted((ROOT / package).rglob("*.py")):
         wrong = sorted(name for name in mnemex_imports(path)
                        if not inside(name, allowed) and not (name == "mnemex" and "mnemex" in allowed))
-        if package in ("server", "integrations"):  # the public API only: `mnemex`, `mnemex.lowlevel`, `mnemex.config`
+        if package in ("server", "integrations", "ray"):  # the public API only: `mnemex`, `mnemex.lowlevel`, `mnemex.config`
             # (and the server: `mnemex.remote`, the wire its remote clients speak)
             wrong = sorted(name for name in mnemex_imports(path)
                            if name not in PACKAGES[package] and not inside(name, (f"mnemex.{package}",)))
@@ -161,6 +164,8 @@ def test_the_extension_face_is_pinned() -> None:
         # virtual shards, their leases and folders
         "VSHARDS", "DataDir", "FileLeases", "Lease", "LeaseKeeper", "Leases", "Ownership", "actor_dir", "split_vshards",
         "vshard_of",
+        # a runtime on a background thread (the blocking Client's, a Ray shard's)
+        "BlockingBridge",
     ])
     for name in mnemex.lowlevel.__all__:
         assert getattr(mnemex.lowlevel, name) is not None

@@ -8,6 +8,7 @@ over a ``RemoteHost`` that carries their typed commands (``wire``) to the server
 """
 
 from mnemex.remote.host import RemoteHost, RemoteRef, RemoteSubscription
-from mnemex.remote.runtime import RemoteRuntime, connect
+from mnemex.remote.runtime import RemoteRuntime, WireHost, connect, open_wire_runtime
 
-__all__ = ["RemoteHost", "RemoteRef", "RemoteRuntime", "RemoteSubscription", "connect"]
+__all__ = ["RemoteHost", "RemoteRef", "RemoteRuntime", "RemoteSubscription", "WireHost", "connect",
+           "open_wire_runtime"]

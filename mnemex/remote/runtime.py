@@ -18,10 +18,10 @@ list the data directory), ``live_keys``, ``passivate``, ``stats``,
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import IO, Any, Final, NoReturn
+from typing import IO, Any, Final, NoReturn, Protocol, TypeVar
 
 import httpx
 import msgspec
@@ -36,7 +36,7 @@ from mnemex.conversations.protocol import Policy
 from mnemex.conversations.ref import AgentRef, AgentServices
 from mnemex.effects import Key
 from mnemex.errors import ActorClosed, InvalidInput, MnemexError, Timeout
-from mnemex.kernel import Subscription
+from mnemex.kernel import ActorRef, Subscription
 from mnemex.memories.kind import SCOPE_KIND, scope_kind
 from mnemex.memories.protocol import Extracted, SearchMode, SearchResult, SessionAdded
 from mnemex.memories.ref import (
@@ -54,10 +54,10 @@ from mnemex.models.embedders import embedder_from_config
 from mnemex.models.hashing import Embedder
 from mnemex.models.rerankers import reranker_from_config
 from mnemex.remote import wire
-from mnemex.remote.host import RemoteHost, RemoteRef
+from mnemex.remote.host import RemoteHost
 from mnemex.state.ref import StateRef
 
-__all__ = ["RemoteRuntime", "connect"]
+__all__ = ["RemoteRuntime", "WireHost", "connect", "open_wire_runtime"]
 
 _POOL: Final = httpx.Limits(max_connections=64, max_keepalive_connections=32, keepalive_expiry=30.0)
 
@@ -67,11 +67,39 @@ def _in_process_only(call: str, instead: str) -> NoReturn:
                        field=call)
 
 
+class WireHost(Protocol):
+    """What a remote runtime's refs run over (``mnemex._host.Host``, plus where it
+    is, the kinds it reaches and whether it was closed)."""
+
+    closed: bool
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def kinds(self) -> tuple[str, ...]: ...
+
+    @property
+    def config(self) -> Config: ...
+
+    def ref(self, kind: str, key: str | Key) -> ActorRef: ...
+
+    async def ask(self, kind: str, key: str | Key, command: Any, *,
+                  timeout: float | UseDefault | None = DEFAULT) -> Any: ...
+
+    async def tell(self, kind: str, key: str | Key, command: Any) -> None: ...
+
+    async def subscribe(self, kind: str, key: str | Key, topic: str, command: Any = None, *,
+                        buffer: int = 1024, timeout: float | UseDefault | None = DEFAULT) -> Subscription: ...
+
+    def live_keys(self, kind: str | None = None) -> list[tuple[str, Key]]: ...
+
+
 class RemoteRuntime:
     """The calls of ``MnemexRuntime`` that make sense over HTTP, against one server.
     Made by ``mnemex.connect``; cheap refs, one pool of keep-alive connections."""
 
-    def __init__(self, host: RemoteHost, scopes: ScopeServices, agents: AgentServices,
+    def __init__(self, host: WireHost, scopes: ScopeServices, agents: AgentServices,
                  info: wire.RuntimeInfo) -> None:
         self._host = host
         self._scopes = scopes
@@ -92,6 +120,11 @@ class RemoteRuntime:
     @property
     def embedder(self) -> Embedder:
         return self._scopes.embedder
+
+    def _http(self) -> RemoteHost:
+        if not isinstance(self._host, RemoteHost):
+            raise TypeError(f"{type(self).__name__} over {type(self._host).__name__} must override this call")
+        return self._host
 
     # -- the refs
     def agent(self, name: str, *, policy: Policy | UseDefault | None = DEFAULT,
@@ -149,7 +182,7 @@ class RemoteRuntime:
         path = f"/sessions/{_segment(session_id)}/extract"
         body = msgspec.json.encode({"user_id": user_id, "app_name": app_name, "agent": agent_name,
                                     "if_needed": if_needed})
-        response = await self._host.post(path, body, None)
+        response = await self._http().post(path, body, None)
         if response.status_code != 200:
             raise wire.error_of(response.status_code, response.content)
         return msgspec.json.decode(response.content, type=Extracted)
@@ -172,7 +205,7 @@ class RemoteRuntime:
     async def scope_keys(self, kind: str = SCOPE_KIND) -> list[tuple[str, str]]:
         """Every scope of the server as ``(app_name, user_id)``, sorted."""
         self.scope_services(kind)
-        response = await self._host.get("/v1/scopes")
+        response = await self._http().get("/v1/scopes")
         if response.status_code != 200:
             raise wire.error_of(response.status_code, response.content)
         listed = msgspec.json.decode(response.content, type=wire.ScopeKeys)
@@ -193,7 +226,7 @@ class RemoteRuntime:
         return await self._scopes.flush()
 
     # -- raw commands
-    def ref(self, kind: str, key: str | Key) -> RemoteRef:
+    def ref(self, kind: str, key: str | Key) -> ActorRef:
         """A ref to an actor of the server (``agent`` or ``scope``); its ``ask`` takes the
         commands of ``mnemex.remote.wire.ASK``."""
         return self._host.ref(kind, key)
@@ -305,30 +338,53 @@ async def connect(url: str, *, token: str | None = None, config: Config | None =
                                  timeout=httpx.Timeout(timeout)) as http:
         # checked before the nursery opens: a refusal is raised as itself, not in a group
         info = await _server_info(http, base)
-        cfg = _effective_config(info, config)
-        model = embedder if embedder is not None else await trio.to_thread.run_sync(embedder_from_config, cfg)
-        _check_embedder(base, info, model)
-        kind, reranker = scope_kind(cfg, model), reranker_from_config(cfg)
-        async with trio.open_nursery() as nursery:
-            host = RemoteHost(base, http, cfg, nursery, info.kinds)
-            batcher = EmbeddingBatcher(model, cfg.models.embed_batch_size,
-                                       query_cache_size=cfg.models.query_cache_size)
-            await nursery.start(batcher.run)
-            scopes = ScopeServices(host, kind, batcher, IdClock(), reranker)
-            agents = AgentServices(host, AGENT_KIND)
-            runtime = RemoteRuntime(host, scopes, agents, info)
-            nursery.start_soon(_send_touches, scopes, cfg.memories.touch_interval)
-            try:
-                yield runtime
-            finally:
-                with trio.CancelScope(shield=True) as last:
-                    last.deadline = trio.current_time() + timeout
-                    try:
-                        await scopes.flush()
-                    except MnemexError:
-                        pass  # the server is gone: those counts with it
-                host.closed = True
-                nursery.cancel_scope.cancel()
+
+        def host(cfg: Config, nursery: trio.Nursery) -> RemoteHost:
+            return RemoteHost(base, http, cfg, nursery, info.kinds)
+
+        async with open_wire_runtime(host, info, config, where=base, embedder=embedder, timeout=timeout,
+                                     runtime_type=RemoteRuntime) as runtime:
+            yield runtime
+
+
+RT = TypeVar("RT", bound=RemoteRuntime)
+
+
+@asynccontextmanager
+async def open_wire_runtime(make_host: Callable[[Config, trio.Nursery], WireHost], info: wire.RuntimeInfo,
+                            config: Config | None, *, where: str, embedder: Embedder | None = None,
+                            timeout: float = 30.0, runtime_type: type[RT] = RemoteRuntime,  # type: ignore[assignment]
+                            ) -> AsyncIterator[RT]:
+    """The refs of a remote runtime over the host ``make_host(config, nursery)`` makes
+    (HTTP for ``connect``, a cluster's shards for ``mnemex.ray``): texts embedded here
+    with ``embedder`` (default: the one the effective config names, which must be the
+    one ``info`` says the actors hold; ``where`` names them in errors), the server's
+    limits from ``info``, access counts sent every ``memories.touch_interval`` and
+    flushed on exit."""
+    cfg = _effective_config(info, config)
+    model = embedder if embedder is not None else await trio.to_thread.run_sync(embedder_from_config, cfg)
+    _check_embedder(where, info, model)
+    kind, reranker = scope_kind(cfg, model), reranker_from_config(cfg)
+    async with trio.open_nursery() as nursery:
+        host = make_host(cfg, nursery)
+        batcher = EmbeddingBatcher(model, cfg.models.embed_batch_size,
+                                   query_cache_size=cfg.models.query_cache_size)
+        await nursery.start(batcher.run)
+        scopes = ScopeServices(host, kind, batcher, IdClock(), reranker)
+        agents = AgentServices(host, AGENT_KIND)
+        runtime = runtime_type(host, scopes, agents, info)
+        nursery.start_soon(_send_touches, scopes, cfg.memories.touch_interval)
+        try:
+            yield runtime
+        finally:
+            with trio.CancelScope(shield=True) as last:
+                last.deadline = trio.current_time() + timeout
+                try:
+                    await scopes.flush()
+                except MnemexError:
+                    pass  # the server is gone: those counts with it
+            host.closed = True
+            nursery.cancel_scope.cancel()
 
 
 async def _send_touches(scopes: ScopeServices, interval: float) -> None:

@@ -1,0 +1,162 @@
+"""mnemex on a local Ray cluster beside the runtime in-process: what a call through a
+shard costs, and how long a lost node leaves its keys unserved.
+
+Run: python bench/ray.py [--quick] [--embedder hashing|minilm] [--memories 300] [--queries 200] [--ttl 6]
+
+One run: a local three-node Ray cluster (ray.cluster_utils, every node on
+127.0.0.1; a head with 2 CPUs and two workers with 1), three shards over one
+temporary data directory, and, on another, a runtime opened in this process with
+the same config. In turns (in-process, Ray, in-process, Ray), each side stores the
+same memories one ``remember`` at a time and answers the same queries with
+``search`` (hybrid), one call at a time (latency, not throughput). Texts are
+embedded by the caller on both sides, so the difference is the hop to the shard
+actor and back (Ray's call, the wire encoding, the shard's trio thread).
+
+Then failover: a worker node hosting a shard is removed (``cluster.remove_node``);
+the time from its loss until a scope of that shard answers again is reported (Ray
+restarts the shard elsewhere; it takes the leases once they lapse: about ``--ttl``).
+
+Prints a table and writes bench/results/ray.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+# bench/ goes last on the path (its http.py would hide the standard library's http); Ray
+# speaks over loopback only when it believes clustering is off (read when it is imported)
+_BENCH = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH]
+sys.path.insert(0, str(_BENCH.parent))
+sys.path.append(str(_BENCH))
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+import trio  # noqa: E402
+from _common import fmt_ms, latency_summary, machine, table, write_results  # noqa: E402
+
+import mnemex  # noqa: E402
+import mnemex.ray  # noqa: E402
+from mnemex.lowlevel import vshard_of  # noqa: E402
+
+WORDS = ["memory", "agent", "context", "java", "lisbon", "budget", "flat", "office", "weather", "tool",
+         "result", "summary", "token", "window", "session", "user", "assistant", "decision", "number",
+         "plan", "march", "invoice", "flight", "tea", "cello", "sister", "garden", "train", "berlin"]
+
+
+def texts(count: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [f"The user {rng.choice(['likes', 'wrote', 'planned', 'booked', 'forgot'])} "
+            + " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 14))) for _ in range(count)]
+
+
+async def measure(rt: Any, user: str, memories: list[str], queries: list[str],
+                  out: dict[str, list[float]]) -> None:
+    scope = rt.scope(user_id=user, app_name="bench")
+    await scope.remember("warm-up: the first call loads the scope")
+    await scope.search("warm-up", mode="hybrid")
+    for text in memories:
+        started = time.perf_counter()
+        await scope.remember(text)
+        out["remember"].append((time.perf_counter() - started) * 1000)
+    for query in queries:
+        started = time.perf_counter()
+        await scope.search(query, mode="hybrid", top_k=5)
+        out["search"].append((time.perf_counter() - started) * 1000)
+
+
+async def failover(rt: mnemex.ray.RayRuntime, cluster: Any, workers: list[Any]) -> dict[str, Any]:
+    """Remove a worker node hosting a shard; seconds until that shard's scope answers."""
+    health = await rt.health()
+    by_id = {node.node_id: node for node in workers}
+    victim = next((h for h in health if h is not None and h.node_id in by_id), None)
+    if victim is None:
+        return {"error": "no shard ran on a worker node"}
+    index = int(victim.name.split("-")[1])
+    user = next(f"u{i}" for i in range(100_000)
+                if rt.placement.owners[vshard_of("scope", ("bench", f"u{i}"))] == index)
+    scope = rt.scope(user_id=user, app_name="bench")
+    stored = await scope.remember("stored before the node was lost")
+    await trio.to_thread.run_sync(cluster.remove_node, by_id[victim.node_id])
+    lost = time.perf_counter()
+    page = await scope.memories()
+    serving = time.perf_counter() - lost
+    return {"shard": victim.name, "seconds_to_serve_again": serving,
+            "intact": [m.id for m in page.memories] == [stored]}
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    import ray
+    from ray.cluster_utils import Cluster
+
+    node = {"node_ip_address": "127.0.0.1", "object_store_memory": 80 * 1024 * 1024}
+    cluster = Cluster(initialize_head=True,
+                      head_node_args={**node, "num_cpus": 2, "include_dashboard": False})
+    workers = [cluster.add_node(**node, num_cpus=1) for _ in range(2)]
+    ray.init(address=cluster.address, _node_ip_address="127.0.0.1", namespace="mnemex-bench",
+             log_to_driver=False)
+    memories, queries = texts(args.memories, 1), texts(args.queries, 2)
+    local: dict[str, list[float]] = {"remember": [], "search": []}
+    remote: dict[str, list[float]] = {"remember": [], "search": []}
+    try:
+        with tempfile.TemporaryDirectory() as one, tempfile.TemporaryDirectory() as two:
+            config = mnemex.Config(data_dir=one, embedder=args.embedder)
+            shared = mnemex.Config(data_dir=two, embedder=args.embedder)
+            async with mnemex.open_runtime(config) as inproc, mnemex.ray.open_runtime(
+                    shared, shards=3, ttl=args.ttl, margin=min(2.0, args.ttl / 4),
+                    actor_options={"num_cpus": 1}) as cluster_rt:
+                half_m, half_q = len(memories) // 2, len(queries) // 2
+                for turn in range(2):
+                    chunk_m = memories[turn * half_m:(turn + 1) * half_m]
+                    chunk_q = queries[turn * half_q:(turn + 1) * half_q]
+                    await measure(inproc, f"user{turn}", chunk_m, chunk_q, local)
+                    await measure(cluster_rt, f"user{turn}", chunk_m, chunk_q, remote)
+                over = await failover(cluster_rt, cluster, workers)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    calls = {}
+    for call in ("remember", "search"):
+        mine, theirs = latency_summary(local[call]), latency_summary(remote[call])
+        calls[call] = {"in_process": mine, "ray": theirs, "p50_difference_ms": theirs["p50"] - mine["p50"]}
+    return {"machine": machine(), "embedder": args.embedder, "shards": 3, "ttl": args.ttl,
+            "memories": args.memories, "queries": args.queries, "calls": calls, "failover": over}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="60 memories, 40 queries")
+    parser.add_argument("--embedder", default="hashing", choices=["hashing", "minilm"])
+    parser.add_argument("--memories", type=int, default=300)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--ttl", type=float, default=6.0, help="lease seconds (failover waits about this)")
+    args = parser.parse_args()
+    if args.quick:
+        args.memories, args.queries = 60, 40
+    report = trio.run(run, args)
+    rows = []
+    for call, figures in report["calls"].items():
+        mine, theirs = figures["in_process"], figures["ray"]
+        difference = figures["p50_difference_ms"]
+        rows.append([call, fmt_ms(mine["p50"]), fmt_ms(mine["p99"]), fmt_ms(theirs["p50"]),
+                     fmt_ms(theirs["p99"]), fmt_ms(difference), "yes" if difference <= 3.0 else "NO"])
+    print(table(["call", "in-process p50 ms", "p99", "Ray p50 ms", "p99", "p50 difference ms", "within 3 ms"],
+                rows))
+    over = report["failover"]
+    if "seconds_to_serve_again" in over:
+        print(f"\nnode lost -> {over['shard']} serving again: {over['seconds_to_serve_again']:.1f} s "
+              f"(lease ttl {report['ttl']:g} s); scope intact: {over['intact']}")
+    else:
+        print(f"\nfailover not measured: {over['error']}")
+    print(f"wrote {write_results('ray', report)}")
+
+
+if __name__ == "__main__":
+    main()

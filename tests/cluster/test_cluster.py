@@ -1,0 +1,268 @@
+"""mnemex on a local three-node Ray cluster (see conftest.py): the faults a cluster
+meets, with every acknowledged write checked afterwards. Leases are short (2 s)
+so that failovers take seconds; each test opens its own mnemex cluster on a fresh
+shared data directory (all nodes run on this machine: a tmp folder is shared)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+import mnemex
+import mnemex.ray
+from mnemex.conversations.protocol import AppendMessages
+from mnemex.lowlevel import vshard_of
+from mnemex.memories.protocol import CountMemories, NewMemory, Remember
+from mnemex.ray.placement import create_cluster
+
+pytestmark = pytest.mark.slow
+
+LEASES = {"ttl": 6.0, "margin": 1.5, "retry": 0.2}
+
+
+def _config(path: Path) -> mnemex.Config:
+    return mnemex.Config(data_dir=str(path), embedder="hashing", fsync="always")
+
+
+@pytest.fixture
+def client(ray_cluster: Any, tmp_path: Path) -> Iterator[mnemex.ray.Client]:
+    with mnemex.ray.Client(_config(tmp_path / "shared"), shards=3, actor_options={"num_cpus": 1},
+                           **LEASES) as opened:
+        yield opened
+
+
+def _scope_in(vshard: int, app: str = "app") -> tuple[str, str]:
+    """A scope key (app_name, user_id) whose actor lives in virtual shard ``vshard``."""
+    for i in range(1_000_000):
+        if vshard_of("scope", (app, f"user-{i}")) == vshard:
+            return app, f"user-{i}"
+    raise AssertionError("unreachable")
+
+
+def _pid_of(client: mnemex.ray.Client, vshard: int) -> int:
+    pids: list[int] = client.call(client.cluster.shard_pids)
+    return pids[client.cluster.placement.owners[vshard]]
+
+
+def _messages(client: mnemex.ray.Client, agent: str, session: str) -> list[str]:
+    return [m.message["content"] for m in client.agent(agent).history(session)]
+
+
+class Writer(threading.Thread):
+    """Writes ``count`` numbered messages to one session, then as many memories to one
+    scope, keeping what was acknowledged; a write that raised is recorded too."""
+
+    def __init__(self, client: mnemex.ray.Client, agent: str, scope: tuple[str, str], count: int) -> None:
+        super().__init__(daemon=True)
+        self.client, self.agent, self.scope, self.count = client, agent, scope, count
+        self.appended: list[str] = []
+        self.remembered: list[str] = []
+        self.errors: list[BaseException] = []
+        self.progress = threading.Event()
+
+    def run(self) -> None:
+        agent = self.client.agent(self.agent)
+        scope = self.client.scope(app_name=self.scope[0], user_id=self.scope[1])
+        try:
+            for i in range(self.count):
+                agent.append("s1", [{"role": "user", "content": f"m{i}"}])
+                self.appended.append(f"m{i}")
+                self.remembered.append(scope.remember(f"fact number {i}"))
+                if i == self.count // 4:
+                    self.progress.set()
+        except BaseException as exc:
+            self.errors.append(exc)
+        finally:
+            self.progress.set()
+
+    def check(self, client: mnemex.ray.Client) -> None:
+        assert not self.errors, self.errors
+        assert _messages(client, self.agent, "s1") == self.appended  # none lost, none twice
+        scope = client.scope(app_name=self.scope[0], user_id=self.scope[1])
+        assert scope.count() == len(self.remembered) == self.count
+        for memory_id in self.remembered:
+            scope.get(memory_id)
+
+
+def test_acknowledged_writes_survive_killing_a_shard_process_mid_stream(client: mnemex.ray.Client) -> None:
+    vshard = vshard_of("agent", ("killed",))
+    writer = Writer(client, "killed", _scope_in(vshard), 60)
+    before = _pid_of(client, vshard)
+    writer.start()
+    assert writer.progress.wait(60)
+    os.kill(before, signal.SIGKILL)  # mid-stream: a write is in flight or about to be
+    assert writer.is_alive()
+    writer.join(120)
+    assert not writer.is_alive()
+    writer.check(client)
+    assert _pid_of(client, vshard) != before  # Ray restarted it; it took the leases over
+    assert client.cluster.host.retries > 0
+
+
+def test_a_write_whose_reply_was_lost_is_applied_once_when_retried_after_the_shard_restarted(
+        client: mnemex.ray.Client) -> None:
+    import ray
+
+    vshard = vshard_of("agent", ("retried",))
+    shard = client.cluster.host.shards[client.cluster.placement.owners[vshard]]
+    append = AppendMessages(session_id="s1", messages=[msgspec.Raw(b'{"role":"user","content":"once"}')],
+                            timestamp=time.time())
+    body = msgspec.json.encode({"key": ["retried"], "command": append})
+    ok, first = ray.get(shard.ask.remote("agent", body, "request-1"))
+    assert ok
+    os.kill(_pid_of(client, vshard), signal.SIGKILL)  # as if the reply had been lost with the process
+    deadline = time.monotonic() + 60
+    while True:  # what the client does: the same request id until the restarted shard serves
+        try:
+            ok, again = ray.get(shard.ask.remote("agent", body, "request-1"), timeout=30)
+        except ray.exceptions.RayError:
+            ok, again = False, b"{}"
+        if ok or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert ok and again == first  # the first reply, from the journal the restarted shard replayed
+    assert _messages(client, "retried", "s1") == ["once"]
+
+
+def test_a_shard_that_cannot_see_the_data_refuses_it_and_never_serves_it_empty(
+        ray_cluster: Any, tmp_path: Path) -> None:
+    import ray
+
+    shared = tmp_path / "shared"
+    info, _ = create_cluster(shared, 1)
+    with mnemex.ray.Client(_config(shared), shards=1, **LEASES) as opened:
+        opened.scope(app_name="app", user_id="alice").remember("User writes Java")
+    # a shard of the same cluster on a node whose data directory is not the shared one
+    elsewhere = tmp_path / "not-mounted"
+    actor = ray.remote(max_restarts=0)(mnemex.ray.Shard)
+    blind = actor.options(name="blind", namespace="mnemex-tests").remote(
+        0, str(elsewhere), info.cluster, _config(elsewhere), **LEASES)
+    try:
+        vshard = vshard_of("scope", ("app", "alice"))
+        assert ray.get(blind.assign.remote([vshard], 3.0)) == []
+        body = msgspec.json.encode({"key": ["app", "alice"], "command": CountMemories()})
+        ok, payload = ray.get(blind.ask.remote("scope", body, None))
+        assert not ok
+        error = msgspec.json.decode(payload)
+        assert error["type"] == "NotOwner" and error["vshard"] == vshard
+        assert "is the shared volume mounted" in error["error"]
+        health = ray.get(blind.health.remote())
+        assert health.state == "blind" and health.held == 0
+        assert not (elsewhere / "shards").exists() or not any((elsewhere / "shards").iterdir())
+    finally:
+        ray.kill(blind, no_restart=True)
+
+
+def test_a_frozen_shard_is_fenced_when_its_lease_passes_and_its_late_commits_are_refused(
+        client: mnemex.ray.Client) -> None:
+    import ray
+
+    scope_key = ("app", "frozen")
+    vshard = vshard_of("scope", scope_key)
+    scope = client.scope(app_name=scope_key[0], user_id=scope_key[1])
+    kept = scope.remember("written before the freeze")
+    owner = client.cluster.placement.owners[vshard]
+    frozen = client.cluster.host.shards[owner]
+    pid = _pid_of(client, vshard)
+    other = (owner + 1) % 3
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        # a write already on its way to the frozen owner: it lands when the process resumes
+        late_memory = NewMemory(id="01JZZZZZZZZZZZZZZZZZZZZZZZ", content="a late commit")
+        late_body = {"key": list(scope_key), "command": Remember(memories=[late_memory], now=time.time())}
+        late = frozen.ask.remote("scope", msgspec.json.encode(late_body), "late-1")
+        started = time.monotonic()
+        held = client.rebalance(vshard, other, wait=20.0)  # the frozen one cannot give it up
+        assert held == [vshard]
+        assert time.monotonic() - started >= LEASES["ttl"] - LEASES["margin"]  # waited for the lease
+        after = scope.remember("written by the new owner")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    ok, payload = ray.get(late, timeout=60)
+    assert not ok and msgspec.json.decode(payload)["type"] == "NotOwner"
+    assert sorted(m.content for m in scope.memories().memories) == sorted(
+        ["written before the freeze", "written by the new owner"])
+    assert {kept, after} <= {m.id for m in scope.memories().memories}
+    health = client.health()[owner]
+    assert health is not None and vshard not in ray.get(frozen.held.remote())
+
+
+def test_rebalancing_a_vshard_under_write_load_loses_and_duplicates_nothing(
+        client: mnemex.ray.Client) -> None:
+    vshard = vshard_of("agent", ("moving",))
+    writer = Writer(client, "moving", _scope_in(vshard), 400)
+    writer.start()
+    assert writer.progress.wait(60)
+    first = client.cluster.placement.owners[vshard]
+    for hop in range(4):
+        to = (first + hop + 1) % 3
+        assert client.rebalance(vshard, to, wait=20.0) == [vshard]
+        assert writer.is_alive()  # every hop under load
+    writer.join(120)
+    assert not writer.is_alive()
+    writer.check(client)
+
+
+def test_node_loss_moves_its_shards_with_every_scope_intact(
+        ray_cluster: Any, client: mnemex.ray.Client) -> None:
+    scopes = [("app", f"user-{i}") for i in range(24)]
+    ids = {key: client.scope(app_name=key[0], user_id=key[1]).remember(f"memory of {key[1]}")
+           for key in scopes}
+    health = client.health()
+    worker_ids = {node.node_id: node for node in ray_cluster.workers}
+    victims = [h for h in health if h is not None and h.node_id in worker_ids]
+    assert victims, "no shard runs on a worker node"
+    victim = victims[0]
+    lost = [key for key in scopes
+            if client.cluster.placement.owners[vshard_of("scope", key)] == int(victim.name.split("-")[1])]
+    ray_cluster.remove_node(worker_ids[victim.node_id])
+    ray_cluster.workers.remove(worker_ids[victim.node_id])
+    started = time.monotonic()
+    for key in lost or scopes[:1]:
+        assert client.scope(app_name=key[0], user_id=key[1]).count() == 1
+    failover = time.monotonic() - started
+    for key in scopes:
+        scope = client.scope(app_name=key[0], user_id=key[1])
+        assert [m.id for m in scope.memories().memories] == [ids[key]]
+    after = client.health()
+    assert all(h is not None and h.state == "serving" for h in after)
+    assert failover < 60, f"serving again took {failover:.1f} s"
+    # the cluster the other tests share gets its third node back
+    ray_cluster.workers.append(ray_cluster.add_node(node_ip_address="127.0.0.1", num_cpus=1,
+                                                    object_store_memory=80 * 1024 * 1024))
+
+
+def test_a_detached_cluster_outlives_its_driver_and_drivers_share_its_placement(
+        ray_cluster: Any, tmp_path: Path) -> None:
+    import trio
+
+    shared = tmp_path / "shared"
+    with mnemex.ray.Client(_config(shared), shards=2, detached=True, **LEASES) as first:
+        memory_id = first.scope(app_name="app", user_id="alice").remember("User writes Java")
+        pids = first.call(first.cluster.shard_pids)
+    with mnemex.ray.Client(_config(shared), shards=2, detached=True, **LEASES) as second, \
+            mnemex.ray.Client(_config(shared), shards=2, detached=True, **LEASES) as third:
+        assert second.call(second.cluster.shard_pids) == pids  # the same shards, reached by name
+        assert second.scope(app_name="app", user_id="alice").get(memory_id).content == "User writes Java"
+        state = second.state(app_name="app", user_id="alice")  # key-value state crosses too
+        state.update({"language": "java"})
+        assert state.get() == {"language": "java"}
+        # the second driver moves alice's virtual shard; the third learns it from the refusal
+        vshard = vshard_of("scope", ("app", "alice"))
+        to = 1 - second.cluster.placement.owners[vshard]
+        assert second.rebalance(vshard, to) == [vshard]
+        assert third.cluster.placement.owners[vshard] != to
+        third.scope(app_name="app", user_id="alice").remember("User moved to Lisbon")
+        assert third.cluster.placement.owners[vshard] == to and third.cluster.host.retries > 0
+    assert trio.run(mnemex.ray.stop_cluster, str(shared)) == 2
+    assert trio.run(mnemex.ray.stop_cluster, str(shared)) == 0  # none left running
+    with pytest.raises(mnemex.InvalidInput, match="shards"):
+        mnemex.ray.Client(_config(shared), shards=3, **LEASES)

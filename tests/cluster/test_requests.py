@@ -1,0 +1,137 @@
+"""Request ids (``mnemex.ray.requests``): a write retried with its id is applied
+once, and the table of applied ids survives the journal, snapshots and restarts.
+Sans-io against the kind, then through a real runtime on real files. No Ray."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+import mnemex
+from mnemex.conversations.protocol import Appended, AppendMessages, GetHistory
+from mnemex.lowlevel import Image, agent_kind
+from mnemex.memories.protocol import NewMemory, Remember, Remembered
+from mnemex.ray.requests import Deduplicating, Repeated, Requested, deduplicating, request_kinds
+
+KEY = ("bot",)
+
+
+def _append(text: str) -> AppendMessages:
+    message = msgspec.json.encode({"role": "user", "content": text})
+    return AppendMessages(session_id="s1", messages=[msgspec.Raw(message)], timestamp=1_700_000_000.0)
+
+
+def _history(behaviour: Any) -> list[str]:
+    entries = behaviour.handle(GetHistory(session_id="s1", now=1_700_000_001.0))
+    return [msgspec.json.decode(entry.message)["content"] for entry in entries]
+
+
+def _reply(out: Any) -> Any:
+    return out.reply if type(out).__name__ == "Step" else out
+
+
+def _journal(kind: Any, commands: list[Any]) -> list[Any]:
+    """What replay reads back: each command through the kind's codec."""
+    return [kind.decode(kind.encode(command)) for command in commands]
+
+
+def test_a_repeated_request_id_is_answered_with_the_first_reply_and_applied_once() -> None:
+    kind = deduplicating(agent_kind(), limit=8)
+    behaviour = kind.create(KEY)
+    first = _reply(behaviour.handle(Requested("r1", _append("hello"))))
+    again = behaviour.handle(Requested("r1", _append("hello")))
+    assert isinstance(first, Appended) and first.message_count == 1
+    assert type(again).__name__ == "Step" and again.unchanged  # nothing journaled for the repeat
+    assert isinstance(again.reply, Repeated)
+    assert msgspec.json.decode(again.reply.reply, type=Appended) == first
+    behaviour.handle(Requested("r2", _append("world")))
+    assert _history(behaviour) == ["hello", "world"]
+
+
+def test_the_journal_line_carries_the_id_and_plain_lines_read_as_before() -> None:
+    plain, kind = agent_kind(), deduplicating(agent_kind())
+    line = kind.encode(Requested("r1", _append("hello")))
+    assert line.startswith(b'{"type":"mnemex.request","id":"r1","cmd":{')
+    assert kind.decode(line) == Requested("r1", _append("hello"))
+    old = plain.encode(_append("old"))  # a line of a runtime without request ids
+    assert kind.decode(old) == _append("old")
+    assert kind.is_journaled(Requested("r1", _append("x"))) and not kind.is_journaled(
+        Requested("r1", GetHistory(session_id="s1")))
+
+
+def test_replaying_the_journal_rebuilds_the_table_and_skips_a_line_written_ahead_of_a_repeat() -> None:
+    kind = deduplicating(agent_kind(), limit=8)
+    # r1 twice: the repeat's line was written ahead, then the process was killed before
+    # the handler cut it; replay must not apply it again
+    journal = _journal(kind, [_append("old"), Requested("r1", _append("a")), Requested("r1", _append("a")),
+                              Requested("r2", _append("b"))])
+    behaviour = kind.create(KEY)
+    kind.replay(behaviour, journal)
+    assert _history(behaviour) == ["old", "a", "b"]
+    repeat = behaviour.handle(Requested("r1", _append("a")))
+    assert isinstance(repeat.reply, Repeated)
+    assert msgspec.json.decode(repeat.reply.reply, type=Appended).first_sequence == 2
+
+
+def test_replay_keeps_only_the_last_ids_and_never_applies_an_older_repeat_twice() -> None:
+    kind = deduplicating(agent_kind(), limit=2)
+    commands = [Requested(f"r{i}", _append(f"m{i}")) for i in range(5)]
+    journal = _journal(kind, [*commands[:3], commands[1], *commands[3:]])  # r1 repeated early
+    behaviour = kind.create(KEY)
+    kind.replay(behaviour, journal)
+    assert _history(behaviour) == [f"m{i}" for i in range(5)]
+    assert isinstance(behaviour, Deduplicating) and list(behaviour.recent) == ["r3", "r4"]
+
+
+def test_the_table_survives_a_snapshot() -> None:
+    kind = deduplicating(agent_kind(), limit=8)
+    behaviour = kind.create(KEY)
+    first = _reply(behaviour.handle(Requested("r1", _append("hello"))))
+    data = behaviour.snapshot()
+    records = list(data.records() if callable(data.records) else data.records)
+    sidecars = data.sidecars() if callable(data.sidecars) else (data.sidecars or {})
+    restored = kind.restore(KEY, Image(records, dict(data.extra), dict(sidecars)))  # type: ignore[arg-type]
+    assert _history(restored) == ["hello"]
+    repeat = restored.handle(Requested("r1", _append("hello")))
+    assert msgspec.json.decode(repeat.reply.reply, type=Appended) == first
+
+
+def test_an_invalid_request_id_is_refused_before_anything_is_written() -> None:
+    kind = deduplicating(agent_kind())
+    with pytest.raises(mnemex.InvalidInput, match="request id"):
+        kind.encode(Requested("", _append("x")))
+    with pytest.raises(mnemex.InvalidInput, match="request id"):
+        kind.encode(Requested("é" * 3, _append("x")))
+
+
+async def test_a_runtime_answers_a_repeat_after_a_restart_on_real_files(tmp_path: Path) -> None:
+    config = mnemex.Config(data_dir=str(tmp_path))
+    memory = NewMemory(id="01HZZZZZZZZZZZZZZZZZZZZZZZ", content="User writes Java")
+    remember = Remember(memories=[memory], now=time.time())
+    async with mnemex.open_runtime(config, kinds=request_kinds(config)) as rt:
+        first = await rt.kernel.ask("scope", ("chat", "alice"), Requested("w1", remember))
+        await rt.kernel.ask("agent", KEY, Requested("a1", _append("hello")))
+    async with mnemex.open_runtime(config, kinds=request_kinds(config)) as rt:
+        again = await rt.kernel.ask("scope", ("chat", "alice"), Requested("w1", remember))
+        assert isinstance(first, Remembered) and isinstance(again, Repeated)
+        assert msgspec.json.decode(again.reply, type=Remembered) == first
+        assert await rt.scope(user_id="alice", app_name="chat").count() == 1
+        repeat = await rt.kernel.ask("agent", KEY, Requested("a1", _append("hello")))
+        assert isinstance(repeat, Repeated)
+        assert [m.message["content"] for m in await rt.agent("bot").history("s1")] == ["hello"]
+
+
+def test_importing_mnemex_ray_does_not_need_ray() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, mnemex.ray; assert 'ray' not in sys.modules, 'mnemex.ray imported ray'"
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).parents[2])}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         check=False,
+                         env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
