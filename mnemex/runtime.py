@@ -60,7 +60,7 @@ from mnemex.memories.ref import (
 from mnemex.memories.transfer import ExportHeader, ImportReport
 from mnemex.models.batcher import EmbeddingBatcher
 from mnemex.models.rerankers import reranker_from_config
-from mnemex.persistence import find_actors
+from mnemex.persistence import Storage, find_actors
 from mnemex.state.kind import STATE_KIND, state_kind
 from mnemex.state.ref import StateRef
 
@@ -421,7 +421,8 @@ async def _every(interval: float, chore: Any, *args: Any) -> None:
 
 @asynccontextmanager
 async def open_runtime(config: Config | None = None, *,
-                       kinds: Iterable[ActorKind] = ()) -> AsyncIterator[MnemexRuntime]:
+                       kinds: Iterable[ActorKind] = (),
+                       storage: Storage | None = None) -> AsyncIterator[MnemexRuntime]:
     """Open a runtime: lock the data directory, recover nothing eagerly (actors load
     on first use), and on exit send the last access counts, drain every mailbox and
     snapshot every actor (``shutdown_report`` says what was done, and a failed
@@ -429,8 +430,13 @@ async def open_runtime(config: Config | None = None, *,
 
     ``kinds`` registers extra actor kinds beside mnemex's own (tests, plugins); a kind
     named like a built-in one (``"agent"``, ``"scope"``, ``"checkpoint"``) takes its place.
+    ``storage`` runs it on a storage backend opened by the caller (closed on exit)
+    instead of the one ``config.storage`` names (a data directory, memory, or the
+    postgres journal with ``backend = "postgres"``).
     """
     cfg = config if config is not None else Config()
+    if storage is None:
+        storage = configured_storage(cfg)
     extra = list(kinds)
     given = [*_builtin_kinds(cfg, [kind.name for kind in extra]), *extra]
     ids = IdClock()
@@ -450,7 +456,7 @@ async def open_runtime(config: Config | None = None, *,
             served.append(batchers[kind.name][0])
         else:
             served.append(kind)
-    async with open_actor_runtime(cfg, served) as kernel, \
+    async with open_actor_runtime(cfg, served, storage=storage) as kernel, \
             trio.open_nursery() as services:
         for name, (_, batcher) in batchers.items():
             await services.start(batcher.run, name=f"mnemex {name} embedding")
@@ -476,6 +482,22 @@ async def open_runtime(config: Config | None = None, *,
             services.cancel_scope.cancel()
             for services_of in knowledge.values():
                 services_of.close()
+
+
+def configured_storage(config: Config) -> Storage | None:
+    """The storage ``config.storage.backend`` names when it is not the data directory
+    the kernel opens by default: the postgres journal (None for ``files``)."""
+    settings = config.storage
+    if settings.backend != "postgres":
+        return None
+    try:
+        from mnemex.persistence.postgres import PostgresStorage
+    except ImportError as exc:
+        raise InvalidInput("config.storage.backend is 'postgres', but psycopg is not installed: "
+                           "pip install 'mnemex[postgres]'", field="storage.backend") from exc
+    assert settings.postgres_dsn is not None and settings.data_dir is not None  # checked by the config
+    return PostgresStorage(settings.postgres_dsn, snapshots_dir=settings.data_dir,
+                           schema=settings.postgres_schema)
 
 
 @dataclass(frozen=True, slots=True)
