@@ -421,6 +421,10 @@ class PostgresStorage:
         with self._dirty_lock:
             self._dirty[id(store)] = store
 
+    def _has_rows_of(self, kind: str, key_text: str) -> bool:
+        with self._dirty_lock:
+            return any(store.kind == kind and store.key_text == key_text for store in self._dirty.values())
+
     def _sync_store(self, store: PostgresStore, mark: int) -> None:
         """Return once ``store``'s rows up to ``mark`` were committed or refused: a
         round started meanwhile by another thread may have taken them."""
@@ -628,8 +632,8 @@ class PostgresStore(ActorStore):
 
     def recover(self) -> Recovered:
         with self._snapshot_lock:
-            if self._storage._dirty:
-                # rows buffered by any store (this actor's included) are on record first
+            if self._storage._has_rows_of(self.kind, self.key_text):
+                # rows another store object of this actor buffered are on record first
                 with contextlib.suppress(MnemexError):
                     self._storage.syncfs()
             with self._lock:
