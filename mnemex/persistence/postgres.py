@@ -49,6 +49,7 @@ import os
 import re
 import shutil
 import threading
+import time
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -301,9 +302,13 @@ class PostgresStorage:
 
     def __init__(self, dsn: str, *, snapshots_dir: str | Path, ownership: Ownership | None = None,
                  schema: str = "mnemex", readers: int = 4, lease_wait: float = 30.0,
-                 connect_timeout: float = 10.0) -> None:
+                 connect_timeout: float = 10.0, flush_interval: float | None = 0.5) -> None:
         if type(readers) is not int or readers < 1:
             raise InvalidInput(f"readers must be a positive int, got {readers!r}", field="readers")
+        if flush_interval is not None and not (isinstance(flush_interval, (int, float))
+                                               and flush_interval > 0):
+            raise InvalidInput(f"flush_interval must be a positive number of seconds or None, got "
+                               f"{flush_interval!r}", field="flush_interval")
         self._db = _Database(dsn, schema, connect_timeout)
         self.schema = self._db.schema
         self.snapshots_dir = Path(snapshots_dir)
@@ -314,6 +319,7 @@ class PostgresStorage:
         self._commit_lock = threading.Lock()  # one transaction on the writer at a time
         self._dirty_lock = threading.Lock()
         self._dirty: dict[int, PostgresStore] = {}  # stores holding buffered rows
+        self._dirty_since = 0.0  # monotonic time the oldest of those rows was buffered
         self._writer: psycopg.Connection[Any] | None = None
         self._open = True
         self.commits = 0
@@ -330,6 +336,24 @@ class PostgresStorage:
         except BaseException:
             self.close()
             raise
+        self._stop = threading.Event()
+        self._flusher: threading.Thread | None = None
+        if flush_interval is not None:
+            self._flusher = threading.Thread(target=self._flush_every, args=(flush_interval,),
+                                             name="mnemex postgres flusher", daemon=True)
+            self._flusher.start()
+
+    def _flush_every(self, interval: float) -> None:
+        """Commit rows nobody synced (``fsync = "never"``) once they are ``interval``
+        seconds old, so that they do not wait for the next snapshot or close."""
+        while not self._stop.wait(interval):
+            with self._dirty_lock:
+                stale = bool(self._dirty) and time.monotonic() - self._dirty_since >= interval
+            if stale:
+                try:
+                    self.syncfs()
+                except MnemexError as exc:
+                    log.error("postgres journal: rows nobody synced could not be committed: %s", exc)
 
     def _probe_snapshots_dir(self) -> None:
         path = self.snapshots_dir
@@ -403,6 +427,11 @@ class PostgresStorage:
 
     def close(self) -> None:
         """Commit what is still buffered, then close every connection (idempotent)."""
+        stop = getattr(self, "_stop", None)
+        if stop is not None:
+            stop.set()
+            if self._flusher is not None:
+                self._flusher.join()
         if self._open:
             try:
                 self.syncfs()
@@ -419,6 +448,8 @@ class PostgresStorage:
 
     def _mark_dirty(self, store: PostgresStore) -> None:
         with self._dirty_lock:
+            if not self._dirty:
+                self._dirty_since = time.monotonic()
             self._dirty[id(store)] = store
 
     def _has_rows_of(self, kind: str, key_text: str) -> bool:

@@ -89,7 +89,7 @@ def take_when_lapsed(storage: PostgresStorage, vshard: int, ttl: float = 60.0) -
 
 
 def test_a_round_commits_the_rows_of_every_store_in_one_transaction(open_storage: OpenStorage) -> None:
-    storage = open_storage()
+    storage = open_storage(flush_interval=None)
     stores = [storage.store("scope", ("chat", f"u{n}")) for n in range(16)]
     for store in stores:
         store.recover()
@@ -474,7 +474,7 @@ async def test_a_runtime_on_the_postgres_journal_keeps_scopes_and_agents_across_
 async def test_sixteen_concurrent_writers_commit_one_transaction_per_round(
         postgres_server: PostgresServer, postgres_schema: str, tmp_path: Path) -> None:
     storage = PostgresStorage(postgres_server.dsn, snapshots_dir=tmp_path / "snapshots",
-                              schema=postgres_schema)
+                              schema=postgres_schema, flush_interval=None)
     async with mnemex.open_runtime(_config(postgres_server, postgres_schema, tmp_path),
                                    storage=storage) as rt:
         async def writer(n: int) -> None:
@@ -488,3 +488,16 @@ async def test_sixteen_concurrent_writers_commit_one_transaction_per_round(
         rounds = rt._kernel.journal_health()["fsync_rounds"]
         # one COMMIT per group-commit round at most (none when an overlapping round took its rows)
         assert 0 < storage.commits <= rounds < 160  # and rounds gather many writes
+
+
+def test_rows_nobody_syncs_are_committed_within_the_flush_interval(open_storage: OpenStorage) -> None:
+    storage = open_storage(flush_interval=0.05)
+    store = storage.store("scope", KEY)
+    store.recover()
+    store.append([line(1)])  # fsync = "never": the kernel never syncs
+    deadline = time.monotonic() + 10
+    while storage.commits == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    with storage._readers.connection() as conn:
+        assert conn.execute(f"SELECT seq FROM {storage.schema}.journal").fetchall() == [(1,)]
