@@ -36,12 +36,13 @@ sys.path.insert(0, str(_BENCH.parent))
 sys.path.append(str(_BENCH))
 sys.path.append(str(_BENCH.parent / "tests"))
 
-import mnemex  # noqa: E402
 from _common import fmt_num, machine, table, write_results  # noqa: E402
+from postgres_server import start_server  # noqa: E402
+
+import mnemex  # noqa: E402
 from mnemex.persistence import Storage  # noqa: E402
 from mnemex.persistence.postgres import PostgresStorage  # noqa: E402
 from mnemex.testing import Add, Get, counter_kind  # noqa: E402
-from postgres_server import start_server  # noqa: E402
 
 WRITERS = 16
 
@@ -81,7 +82,8 @@ async def run_once(storage: Storage, folder: Path, seconds: float) -> dict[str, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--dsn", help="an existing database (default: start a server of our own)")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -77,6 +77,8 @@ class MnemexRuntime:
                  agents: Mapping[str, AgentServices], knowledge: Mapping[str, KnowledgeServices] | None = None
                  ) -> None:
         self._kernel = kernel
+        # the actors a storage other than the data directory holds, by kind (None: find_actors)
+        self._stored_keys: Callable[[str], list[Key]] | None = None
         self._knowledge = knowledge.get(SCOPE_KIND) if knowledge else None
         self._scopes = dict(scopes)
         self._agents = dict(agents)
@@ -171,7 +173,9 @@ class MnemexRuntime:
         self.scope_services(kind)  # a scope kind, or InvalidInput
         keys = {key for _, key in self.live_keys(kind)}
         data_dir = self.config.data_dir
-        if data_dir is not None:
+        if self._stored_keys is not None:
+            keys.update(self._stored_keys(kind))
+        elif data_dir is not None:
             keys.update(location.key for location in find_actors(data_dir) if location.kind == kind)
         return sorted((key[0], key[1]) for key in keys if len(key) == 2)
 
@@ -468,6 +472,7 @@ async def open_runtime(config: Config | None = None, *,
         agents = {kind.name: AgentServices(kernel, kind.name) for kind in served
                   if kind.name == AGENT_KIND}
         rt = MnemexRuntime(kernel, scopes, agents, knowledge)
+        rt._stored_keys = getattr(storage, "actor_keys", None)
         chores = trio.CancelScope()
         services.start_soon(_chores, chores, rt, name="mnemex chores")
         try:

@@ -444,6 +444,17 @@ class PostgresStorage:
         if self.leases is not None:
             self.leases.close()
 
+    def actor_keys(self, kind: str) -> list[tuple[str, ...]]:
+        """The key of every actor of ``kind`` with rows or a snapshot on record."""
+        try:
+            with self._readers.connection() as conn:
+                rows = conn.execute(sql.SQL("SELECT DISTINCT key FROM {} WHERE kind = %s UNION "
+                                            "SELECT DISTINCT key FROM {} WHERE kind = %s").format(
+                    self._db.table("journal"), self._db.table("snapshots")), (kind, kind)).fetchall()
+        except psycopg.Error as exc:
+            raise _db_error(f"cannot list the actors of kind {kind!r}", exc) from exc
+        return sorted(tuple(orjson.loads(key)) for (key,) in rows)
+
     # -- commits -----------------------------------------------------------------
 
     def _mark_dirty(self, store: PostgresStore) -> None:

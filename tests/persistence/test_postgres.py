@@ -465,6 +465,7 @@ async def test_a_runtime_on_the_postgres_journal_keeps_scopes_and_agents_across_
         await rt.scope(user_id="alice", app_name="chat").remember("Alice lives in Lyon")
         await rt.agent("assistant").append("s1", [{"role": "assistant", "content": "Hello Alice"}])
     async with mnemex.open_runtime(config) as rt:
+        assert rt.scope_keys() == [("chat", "alice")]  # from the database, none loaded yet
         page = await rt.agent("assistant").messages(session_id="s1", limit=10, offset=0)
         assert [stored.message["content"] for stored in page.messages] == ["I'm Alice", "Hello Alice"]
         hits = (await rt.scope(user_id="alice", app_name="chat").search("Lyon", top_k=3)).hits
