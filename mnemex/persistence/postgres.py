@@ -551,7 +551,8 @@ class PostgresStorage:
             raise _db_error("could not commit journal rows to postgres" + (
                 " (the connection was lost: whether the commit landed is unknown, so the actors refuse "
                 "writes until they are reloaded)" if lost else ""), exc) from exc
-        self.commits += 1
+        if len(refused) < len(batches):
+            self.commits += 1
         return refused
 
     def _fence(self, conn: psycopg.Connection[Any],

@@ -182,6 +182,76 @@ def test_snapshots_prune_rows_and_files_and_fall_back(open_storage: OpenStorage)
     assert Path(recovered.sidecar_paths["index"]).read_bytes() == b"\x00" * 6
 
 
+def test_rows_colliding_with_rows_on_record_fail_their_store_alone(open_storage: OpenStorage) -> None:
+    storage = open_storage(flush_interval=None)
+    first, second, other = (storage.store("scope", KEY), storage.store("scope", KEY),
+                            storage.store("scope", OTHER))
+    for store in (first, second, other):
+        store.recover()
+    first.append([line(1)])
+    first.sync()
+    second.append([line(1)])  # a second writer of the same actor, which the kernel never makes
+    other.append([line(1)])
+    storage.syncfs()
+    with pytest.raises(StorageError, match="UniqueViolation"):
+        second.synced_by_fs()
+    other.synced_by_fs()
+    assert seqs(storage.store("scope", OTHER)) == [1]
+    assert storage.commits == 2
+
+
+def _pause_commits_of(storage: PostgresStorage, monkeypatch: pytest.MonkeyPatch
+                      ) -> tuple[threading.Event, threading.Event]:
+    """Pause ``storage``'s next commit inside its transaction, after the lease check
+    and before its rows are written: (paused, resume)."""
+    fence = PostgresStorage._fence
+    paused, resume = threading.Event(), threading.Event()
+
+    def paused_fence(self: PostgresStorage, conn: Any, stores: Any) -> Any:
+        refused = fence(self, conn, stores)
+        if self is storage and not paused.is_set():
+            paused.set()
+            assert resume.wait(30)
+        return refused
+
+    monkeypatch.setattr(PostgresStorage, "_fence", paused_fence)
+    return paused, resume
+
+
+def test_a_connection_lost_mid_commit_refuses_writes_until_the_actors_are_reloaded(
+        open_storage: OpenStorage, monkeypatch: pytest.MonkeyPatch, postgres_server: PostgresServer) -> None:
+    storage = open_storage(flush_interval=None)
+    store, other = storage.store("scope", KEY), storage.store("scope", OTHER)
+    for each in (store, other):
+        each.recover()
+        each.append([line(1)])
+    storage.syncfs()
+    paused, resume = _pause_commits_of(storage, monkeypatch)
+    store.append([line(2)])
+    other.append([line(2)])
+    errors: list[BaseException] = []
+    committer = threading.Thread(target=lambda: _catch(store.sync, errors))
+    committer.start()
+    assert paused.wait(20)
+    assert storage._writer is not None
+    with psycopg.connect(postgres_server.dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(%s)", (storage._writer.info.backend_pid,))
+    resume.set()
+    committer.join()
+    assert len(errors) == 1 and isinstance(errors[0], StorageError)
+    assert "whether the commit landed is unknown" in str(errors[0])
+    for each in (store, other):  # both were in the round: neither says its row 2 is durable
+        assert each.needs_recovery
+        with pytest.raises(StorageError):
+            each.append([line(3)])
+    store.cut_after(1)  # what the kernel does: back to the last seq it knows durable
+    assert [entry.seq for entry in other.recover().journal] == [1]  # recovery removes what may have landed
+    assert seqs(store) == [1]
+    store.append([line(2)])  # a new connection, its lock taken again
+    store.sync()
+    assert seqs(storage.store("scope", KEY)) == [1, 2]
+
+
 # -- crashes -------------------------------------------------------------------------
 
 CRASHER = textwrap.dedent("""
@@ -381,6 +451,32 @@ def test_leases_renew_release_and_say_who_holds_them(open_storage: OpenStorage) 
         leases.acquire(V, "b", 0)
     with pytest.raises(InvalidInput):
         leases.acquire(4096, "b", 1)
+
+
+def test_an_owner_frozen_inside_its_commit_is_cut_off_by_the_server(
+        open_storage: OpenStorage, monkeypatch: pytest.MonkeyPatch) -> None:
+    old = open_storage(ownership=Ownership("old"), lease_wait=2.0, flush_interval=None)
+    new = open_storage(ownership=Ownership("new"), lease_wait=10.0)
+    take(old, V, ttl=0.3)
+    store = old.store("scope", KEY)
+    store.recover()
+    store.append([line(1)])
+    store.sync()
+    paused, resume = _pause_commits_of(old, monkeypatch)
+    store.append([line(2)])
+    errors: list[BaseException] = []
+    committer = threading.Thread(target=lambda: _catch(store.sync, errors))
+    committer.start()
+    assert paused.wait(20)  # frozen inside its transaction, the lease row locked FOR SHARE
+    started = time.monotonic()
+    take_when_lapsed(new, V)  # waits until the server ends the idle transaction (after 1 s)
+    assert time.monotonic() - started < 10
+    resume.set()
+    committer.join()
+    assert len(errors) == 1 and isinstance(errors[0], StorageError)
+    assert seqs(new.store("scope", KEY)) == [1]  # nothing of the frozen commit
+    with pytest.raises(NotOwner):
+        store.cut_after(1)
 
 
 FROZEN = textwrap.dedent("""
