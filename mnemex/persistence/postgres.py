@@ -345,7 +345,8 @@ class PostgresStorage:
 
     def _flush_every(self, interval: float) -> None:
         """Commit rows nobody synced (``fsync = "never"``) once they are ``interval``
-        seconds old, so that they do not wait for the next snapshot or close."""
+        seconds old (looked at every ``interval``: at most twice that), so that they
+        do not wait for the next snapshot or close."""
         while not self._stop.wait(interval):
             with self._dirty_lock:
                 stale = bool(self._dirty) and time.monotonic() - self._dirty_since >= interval
