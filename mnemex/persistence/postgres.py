@@ -496,8 +496,9 @@ class PostgresStorage:
             refused |= self._commit([batch for batch in batches if id(batch[0]) not in refused])
         except StorageError as exc:
             # the whole round failed; whether its COMMIT landed may be unknown
-            for store, _rows, mark in batches:
-                store._refused(mark, refused.get(id(store), exc), in_doubt=id(store) not in refused)
+            for store, rows, mark in batches:
+                store._refused(mark, rows[0][0], refused.get(id(store), exc),
+                               in_doubt=id(store) not in refused)
             return
         except psycopg.IntegrityError:
             doubt: set[int] = set()
@@ -520,7 +521,7 @@ class PostgresStorage:
             if error is None:
                 store._committed(mark, rows[-1][0])
             else:
-                store._refused(mark, error, in_doubt=id(store) in doubt)
+                store._refused(mark, rows[0][0], error, in_doubt=id(store) in doubt)
 
     def _commit(self, batches: list[tuple[PostgresStore, list[_Row], int]]) -> dict[int, MnemexError]:
         """Write ``batches`` in one transaction after checking their leases; returns
@@ -643,14 +644,16 @@ class PostgresStore(ActorStore):
             self._done_mark = max(self._done_mark, mark)
             self._committed_seq = max(last, self._committed_seq or 0)
 
-    def _refused(self, mark: int, error: MnemexError, *, in_doubt: bool) -> None:
+    def _refused(self, mark: int, first: int, error: MnemexError, *, in_doubt: bool) -> None:
+        """The rows a round took, from seq ``first`` on, were not committed (or, in
+        doubt, may have been: they are removed again before the actor reloads)."""
         with self._lock:
             self._done_mark = max(self._done_mark, mark)
             if self._broken is None:
                 self._broken = error
             self._rows = []  # later rows follow the lost ones: they cannot be kept either
             if in_doubt:
-                known = self._committed_seq or 0
+                known = first - 1
                 self._cut_pending = known if self._cut_pending is None else min(self._cut_pending, known)
 
     def _raise_if_broken(self) -> None:
@@ -818,7 +821,8 @@ class PostgresStore(ActorStore):
             if self._last_seq is not None and seq >= self._last_seq:
                 return
             rows = self._rows
-            if rows and rows[0][0] <= seq + 1 and (self._committed_seq or 0) <= seq:
+            known = self._committed_seq
+            if rows and rows[0][0] <= seq + 1 and known is not None and known <= seq:
                 # every row after seq is still buffered here
                 self._rows = [row for row in rows if row[0] <= seq]
                 self._last_seq = seq
