@@ -491,7 +491,7 @@ class PostgresStorage:
                 if self.ownership.epoch(store.vshard) is None:
                     refused[id(store)] = NotOwner(
                         f"virtual shard {store.vshard} is not owned by this process now (no current lease); "
-                        f"the journal rows of {store.name} were not written", vshard=store.vshard)
+                        f"nothing of {store.name} was written", vshard=store.vshard)
         try:
             refused |= self._commit([batch for batch in batches if id(batch[0]) not in refused])
         except StorageError as exc:
@@ -575,8 +575,8 @@ class PostgresStorage:
             if epoch is None or epoch != mine[store.vshard]:
                 refused[id(store)] = NotOwner(
                     f"virtual shard {store.vshard} was taken over (epoch {mine[store.vshard]} is ours, "
-                    f"{epoch if epoch is not None else 'none'} is on record, owner {owner!r}); the journal "
-                    f"rows of {store.name} were not written", vshard=store.vshard, owner=owner, epoch=epoch)
+                    f"{epoch if epoch is not None else 'none'} is on record, owner {owner!r}); nothing of "
+                    f"{store.name} was written", vshard=store.vshard, owner=owner, epoch=epoch)
         return refused
 
     @contextlib.contextmanager
@@ -827,10 +827,13 @@ class PostgresStore(ActorStore):
                 self._rows = [row for row in rows if row[0] <= seq]
                 self._last_seq = seq
                 return
-        # rows after seq may be on record, or in a round committing now
+        # rows after seq may be on record, or in a round committing now: wait for it
         with self._storage._commit_lock, self._lock:
             self._rows = [row for row in self._rows if row[0] <= seq]
             self._last_seq = seq
+            known = self._committed_seq
+            if self._cut_pending is None and known is not None and known <= seq:
+                return  # the rows after seq were refused or never sent: none is on record
         self._delete_after(seq)
 
     def _delete_after(self, seq: int) -> None:

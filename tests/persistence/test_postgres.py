@@ -26,9 +26,11 @@ from postgres_server import PostgresServer
 
 import mnemex
 from mnemex.errors import DataDirLocked, InvalidInput, NotOwner, StorageError
+from mnemex.lowlevel import open_actor_runtime
 from mnemex.persistence.leases import Ownership
 from mnemex.persistence.postgres import PostgresStorage, PostgresStore
 from mnemex.persistence.shards import vshard_of
+from mnemex.testing import Add, Get, counter_kind
 
 KEY = ("chat", "alice")
 V = vshard_of("scope", KEY)
@@ -477,6 +479,25 @@ def test_an_owner_frozen_inside_its_commit_is_cut_off_by_the_server(
     assert seqs(new.store("scope", KEY)) == [1]  # nothing of the frozen commit
     with pytest.raises(NotOwner):
         store.cut_after(1)
+
+
+async def test_a_shard_runtime_whose_lease_was_taken_answers_not_owner_and_keeps_nothing(
+        open_storage: OpenStorage) -> None:
+    mine = Ownership("old")
+    old = open_storage(ownership=mine, flush_interval=None)
+    new = open_storage(ownership=Ownership("new"))
+    vshard = vshard_of("counter", ("c1",))
+    take(old, vshard, ttl=0.3)
+    async with open_actor_runtime(mnemex.Config(data_dir=None), [counter_kind()], storage=old,
+                                  ownership=mine) as rt:
+        await rt.ask("counter", "c1", Add(1))
+        await trio.to_thread.run_sync(take_when_lapsed, new, vshard)  # old still believes it owns it
+        with pytest.raises(NotOwner, match="taken over"):
+            await rt.ask("counter", "c1", Add(2))
+        with pytest.raises(NotOwner):  # the actor reloaded at its durable state, and is refused again
+            await rt.ask("counter", "c1", Add(3))
+        assert (await rt.ask("counter", "c1", Get()))[0] == 1
+    assert [entry.seq for entry in new.store("counter", ("c1",)).recover().journal] == [1]
 
 
 FROZEN = textwrap.dedent("""
