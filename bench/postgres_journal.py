@@ -1,7 +1,9 @@
 """The postgres journal against the file journal: journaled commands/s and
-commits per group-commit round under 16 concurrent writers, in the same run.
+commits per group-commit round under concurrent writers (16, and 2: a round of
+at most 4 actors is synced actor by actor, the kernel's path for few), in the
+same run.
 
-Run: python bench/postgres_journal.py [--repeats N] [--seconds S] [--dsn DSN]
+Run: python bench/postgres_journal.py [--repeats N] [--seconds S] [--writers 2,16] [--dsn DSN]
 
 Without ``--dsn`` it starts a PostgreSQL server of its own as the tests do
 (tests/postgres_server.py: Debian's package, initdb into a temporary folder,
@@ -44,18 +46,16 @@ from mnemex.persistence import Storage  # noqa: E402
 from mnemex.persistence.postgres import PostgresStorage  # noqa: E402
 from mnemex.testing import Add, Get, counter_kind  # noqa: E402
 
-WRITERS = 16
 
-
-async def run_once(storage: Storage, folder: Path, seconds: float) -> dict[str, Any]:
+async def run_once(storage: Storage, folder: Path, seconds: float, writers: int) -> dict[str, Any]:
     config = mnemex.Config(data_dir=str(folder), embedder="hashing")
     async with mnemex.open_runtime(config, kinds=[counter_kind()], storage=storage) as rt:
-        refs = [rt.ref("counter", f"w{n}") for n in range(WRITERS)]
+        refs = [rt.ref("counter", f"w{n}") for n in range(writers)]
         for ref in refs:
             await ref.ask(Get())  # loaded before the clock starts
         health0 = rt._kernel.journal_health()
         commits0 = storage.commits if isinstance(storage, PostgresStorage) else 0
-        sent = [0] * WRITERS
+        sent = [0] * writers
         deadline = time.perf_counter() + seconds
 
         async def writer(n: int) -> None:
@@ -65,7 +65,7 @@ async def run_once(storage: Storage, folder: Path, seconds: float) -> dict[str, 
 
         started = time.perf_counter()
         async with trio.open_nursery() as nursery:
-            for n in range(WRITERS):
+            for n in range(writers):
                 nursery.start_soon(writer, n)
         elapsed = time.perf_counter() - started
         health = rt._kernel.journal_health()
@@ -86,6 +86,7 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--writers", default="2,16", help="comma-separated writer counts (default 2,16)")
     parser.add_argument("--dsn", help="an existing database (default: start a server of our own)")
     args = parser.parse_args()
     server = None
@@ -95,37 +96,43 @@ def main() -> None:
         if isinstance(started, str):
             raise SystemExit(f"no PostgreSQL server: {started}")
         server, dsn = started, started.dsn
-    runs: dict[str, list[dict[str, Any]]] = {"files": [], "postgres": []}
+    counts = [int(part) for part in args.writers.split(",")]
+    runs: dict[str, list[dict[str, Any]]] = {f"{backend}/{n}": [] for n in counts
+                                             for backend in ("files", "postgres")}
     try:
         for repeat in range(args.repeats):
-            for backend in ("files", "postgres"):  # interleaved: load changes hit both alike
-                with tempfile.TemporaryDirectory(prefix="mnemex-bench-", dir=Path.cwd()) as folder:
-                    storage: Storage
-                    if backend == "files":
-                        storage = mnemex.persistence.DataDir(Path(folder) / "data")
-                    else:
-                        storage = PostgresStorage(dsn, snapshots_dir=Path(folder) / "snapshots",
-                                                  schema=f"bench_{repeat}")
-                    runs[backend].append(trio.run(run_once, storage, Path(folder) / "data", args.seconds))
+            for n in counts:
+                for backend in ("files", "postgres"):  # interleaved: load changes hit both alike
+                    with tempfile.TemporaryDirectory(prefix="mnemex-bench-", dir=Path.cwd()) as folder:
+                        storage: Storage
+                        if backend == "files":
+                            storage = mnemex.persistence.DataDir(Path(folder) / "data")
+                        else:
+                            storage = PostgresStorage(dsn, snapshots_dir=Path(folder) / "snapshots",
+                                                      schema=f"bench_{repeat}_{n}")
+                        runs[f"{backend}/{n}"].append(
+                            trio.run(run_once, storage, Path(folder) / "data", args.seconds, n))
     finally:
         if server is not None:
             server.stop()
-    summary = {backend: {field: statistics.median(run[field] for run in found)
-                         for field in ("rate", "rounds", "journals_per_round", "commands_per_round")}
-               | ({"commits_per_round": statistics.median(run["commits_per_round"] for run in found)}
-                  if backend == "postgres" else {})
-               for backend, found in runs.items()}
-    rows = [[backend, fmt_num(values["rate"]), fmt_num(values["rounds"]),
+    fields = ("rate", "rounds", "journals_per_round", "commands_per_round")
+    summary: dict[str, dict[str, Any]] = {}
+    for name, found in runs.items():
+        summary[name] = {field: statistics.median(run[field] for run in found) for field in fields}
+        if name.startswith("postgres"):
+            summary[name]["commits_per_round"] = statistics.median(run["commits_per_round"] for run in found)
+    rows = [[name.split("/")[0], name.split("/")[1], fmt_num(values["rate"]), fmt_num(values["rounds"]),
              fmt_num(values["commands_per_round"], 1), fmt_num(values["journals_per_round"], 1),
-             fmt_num(values.get("commits_per_round"), 2) if backend == "postgres" else "-"]
-            for backend, values in summary.items()]
-    print(f"{WRITERS} concurrent writers, fsync batch, medians of {args.repeats} runs of {args.seconds} s")
-    print(table(["backend", "commands/s", "rounds", "commands/round", "journals/round", "COMMITs/round"],
-                rows))
-    ratio = summary["postgres"]["rate"] / summary["files"]["rate"]
-    print(f"postgres / files throughput: {ratio:.2f}")
-    path = write_results("postgres_journal", {"machine": machine(), "writers": WRITERS, "runs": runs,
-                                              "summary": summary, "postgres_over_files": ratio})
+             fmt_num(values["commits_per_round"], 2) if "commits_per_round" in values else "-"]
+            for name, values in summary.items()]
+    print(f"fsync batch, medians of {args.repeats} runs of {args.seconds} s")
+    print(table(["backend", "writers", "commands/s", "rounds", "commands/round", "journals/round",
+                 "COMMITs/round"], rows))
+    ratios = {n: summary[f"postgres/{n}"]["rate"] / summary[f"files/{n}"]["rate"] for n in counts}
+    for n, ratio in ratios.items():
+        print(f"{n} writers: postgres / files throughput {ratio:.2f}")
+    path = write_results("postgres_journal", {"machine": machine(), "runs": runs, "summary": summary,
+                                              "postgres_over_files": ratios})
     print(f"wrote {path}")
 
 
