@@ -382,17 +382,7 @@ def test_a_takeover_waits_for_a_commit_in_flight(open_storage: OpenStorage, monk
     store.recover()
     store.append([line(1)])
     store.sync()
-    fence = PostgresStorage._fence
-    in_flight, resume = threading.Event(), threading.Event()
-
-    def paused_fence(self: PostgresStorage, conn: Any, stores: Any) -> Any:
-        refused = fence(self, conn, stores)
-        if self is old:  # the lease rows are read FOR SHARE; the rows are not written yet
-            in_flight.set()
-            assert resume.wait(20)
-        return refused
-
-    monkeypatch.setattr(PostgresStorage, "_fence", paused_fence)
+    in_flight, resume = _pause_commits_of(old, monkeypatch)
     with psycopg.connect(postgres_server.dsn, autocommit=True) as conn:
         while True:  # old's lease lapses on the database's clock...
             lapsed = conn.execute(f"SELECT expires < extract(epoch FROM clock_timestamp()) FROM "
