@@ -1,56 +1,13 @@
-"""A database journal: every actor's journal as rows of a PostgreSQL table, its
-snapshots and sidecars as files in a folder every process can reach.
-
-Tables, in the schema ``schema`` (created on first open)::
-
-    journal    (kind, key, seq, ts, checksum, payload)   primary key (kind, key, seq)
-    snapshots  (kind, key, seq, folder, ts, created, bytes, vshard)
-    leases     (vshard, owner, epoch, expires)           one row per virtual shard ever leased
-
-``key`` is the JSON array of the key's parts; ``checksum`` is the journal line's
-crc (``entry_crc``: seq, ts and payload), checked on every recovery.
-
-Group commit: ``append`` only buffers rows in the process. A commit round takes
-the rows every store buffered since the previous round and writes them in one
-transaction (one ``COPY``, one ``COMMIT``): ``syncfs()`` runs a round for the
-whole storage, and so does a store's ``sync()`` (a store synced while a round
-that holds its rows is committing waits for that round instead of starting
-another), so whichever way the kernel's committer asks, one COMMIT covers the
-round. Rows a round could not commit are never reported durable: their store
-refuses writes until it is recovered.
-
-Snapshots are written with the snapshot writer of snapshot.py into a folder of
-their own, ``snapshots_dir/shards/<vvv>/<kind>s/<encoded key>/<seq>-<token>/``
-(a fresh token per write, so a writer that lost its lease can never overwrite a
-snapshot its successor recorded), then recorded by a row of ``snapshots`` in a
-fenced transaction, which also drops the journal rows and snapshots older than
-the newest ``keep`` ones need. Recovery reads the newest recorded snapshot that
-passes its checks and the journal rows after it; files no row names are
-leftovers of interrupted or fenced-out writes and are removed.
-
-Ownership: without ``ownership`` the storage is one process's alone, like a
-locked data directory (a session advisory lock on the schema; a second one
-raises DataDirLocked). With it, processes share the schema (the advisory lock
-taken shared) and each writes only the virtual shards it leased from
-``PostgresLeases``: every transaction that writes rows first reads the lease row
-of each virtual shard it touches ``FOR SHARE`` and compares the epoch with the
-one this process was granted. A takeover updates the lease row, so it waits for
-commits in flight, and every commit after it sees the new epoch: the old
-owner's rows are refused with NotOwner and nothing of theirs is written.
-Lease times are the database server's clock (``clock_timestamp()``), the one
-clock every process agrees on; the caller's clock only decides, through
-``Ownership``, when it stops serving a lease it could not renew.
-"""
+"""The postgres journal itself: the storage (group commit, fencing) and each
+actor's store (rows buffered until a round, snapshots in a folder)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import threading
 import time
-import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -63,8 +20,17 @@ from mnemex.errors import CorruptData, DataDirLocked, InvalidInput, MnemexError,
 from mnemex.persistence._files import describe_os_error, log, write_all
 from mnemex.persistence.journal import JournalEntry, check_entry, entry_crc
 from mnemex.persistence.layout import actor_dir, check_key, check_kind
-from mnemex.persistence.leases import Lease, Ownership
-from mnemex.persistence.shards import check_vshard, vshard_of
+from mnemex.persistence.leases import Ownership
+from mnemex.persistence.postgres._database import (
+    Database,
+    Readers,
+    db_error,
+    is_connection_lost,
+    key_text,
+    lock_id,
+)
+from mnemex.persistence.postgres.leases import PostgresLeases
+from mnemex.persistence.shards import vshard_of
 from mnemex.persistence.snapshot import (
     Sidecar,
     SnapshotHeader,
@@ -76,215 +42,14 @@ from mnemex.persistence.snapshot import (
 )
 from mnemex.persistence.store import ActorStore, Recovered, _check_keep, stitch_entries
 
-__all__ = ["PostgresLeases", "PostgresStorage", "PostgresStore"]
+__all__ = ["PostgresStorage", "PostgresStore"]
 
-_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _Row = tuple[int, int, bytes]
-
-
-def check_schema(schema: object) -> str:
-    """``schema`` if it is a plain lower-case SQL identifier, else InvalidInput."""
-    if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
-        raise InvalidInput(f"postgres schema must be a lower-case identifier ([a-z_][a-z0-9_]*, at most 63 "
-                           f"characters), got {schema!r}", field="schema")
-    return schema
-
-
-def _lock_id(schema: str, what: str) -> int:
-    """The advisory lock number of ``what`` in ``schema`` (a signed 64-bit int)."""
-    return int.from_bytes(zlib.crc32(f"{schema}:{what}".encode()).to_bytes(4, "big") * 2, "big", signed=True)
-
-
-def _db_error(what: str, exc: psycopg.Error) -> StorageError:
-    error = StorageError(f"{what}: {type(exc).__name__}: {str(exc).strip() or 'no message'}")
-    error.__cause__ = exc
-    return error
-
-
-def _is_connection_lost(conn: psycopg.Connection[Any] | None, exc: BaseException) -> bool:
-    return conn is None or conn.closed or conn.broken or isinstance(exc, psycopg.OperationalError)
-
-
-def _key_text(key: tuple[str, ...]) -> str:
-    return orjson.dumps(list(key)).decode()
-
-
-class _Database:
-    """Connections to one schema: ``connect`` opens one, ``create_schema`` makes the tables."""
-
-    def __init__(self, dsn: str, schema: str, connect_timeout: float) -> None:
-        if not isinstance(dsn, str) or not dsn.strip():
-            raise InvalidInput(f"postgres dsn must be a non-empty connection string, got {dsn!r} "
-                               f"(config.storage.postgres_dsn)", field="dsn")
-        self.dsn = dsn
-        self.schema = check_schema(schema)
-        self._timeout = max(1, round(connect_timeout))
-
-    def table(self, name: str) -> sql.Composed:
-        return sql.SQL("{}.{}").format(sql.Identifier(self.schema), sql.Identifier(name))
-
-    def connect(self, *, autocommit: bool = False) -> psycopg.Connection[Any]:
-        try:
-            return psycopg.connect(self.dsn, autocommit=autocommit, connect_timeout=self._timeout,
-                                   application_name="mnemex")
-        except psycopg.Error as exc:
-            raise _db_error("cannot connect to the postgres database (config.storage.postgres_dsn)",
-                            exc) from exc
-
-    def create_schema(self, conn: psycopg.Connection[Any]) -> None:
-        """Create the schema and its tables if missing (concurrent openers take turns)."""
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_id(self.schema, "ddl"),))
-            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
-            conn.execute(sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} (kind text NOT NULL, key text NOT NULL, seq bigint NOT NULL, "
-                "ts bigint NOT NULL, checksum bigint NOT NULL, payload bytea NOT NULL, "
-                "PRIMARY KEY (kind, key, seq))").format(self.table("journal")))
-            conn.execute(sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} (kind text NOT NULL, key text NOT NULL, seq bigint NOT NULL, "
-                "folder text NOT NULL, ts bigint NOT NULL, created bigint NOT NULL, bytes bigint NOT NULL, "
-                "vshard integer NOT NULL, PRIMARY KEY (kind, key, seq))").format(self.table("snapshots")))
-            conn.execute(sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} (vshard integer PRIMARY KEY, owner text NOT NULL, "
-                "epoch bigint NOT NULL, expires double precision NOT NULL)").format(self.table("leases")))
-
-
-class _Readers:
-    """A few connections for reads (recoveries run in many threads at once)."""
-
-    def __init__(self, db: _Database, size: int) -> None:
-        self._db = db
-        self._idle: list[psycopg.Connection[Any]] = []
-        self._lock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(size)
-        self._closed = False
-
-    @contextlib.contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """A connection in REPEATABLE READ: one transaction per use, one consistent view."""
-        with self._slots:
-            with self._lock:
-                if self._closed:
-                    raise StorageError("the postgres storage is closed")
-                conn = self._idle.pop() if self._idle else None
-            if conn is None:
-                conn = self._db.connect()
-                conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-            try:
-                with conn.transaction():
-                    yield conn
-            finally:
-                with self._lock:
-                    if self._closed or conn.broken or conn.closed:
-                        conn.close()
-                    else:
-                        self._idle.append(conn)
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
-
-
-class PostgresLeases:
-    """The leases of virtual shards as rows of the ``leases`` table (see the module
-    docstring). Times are the database server's clock. One instance per process;
-    thread-safe. ``wait`` bounds how long an acquire waits for the commits in
-    flight of the current owner (a frozen one is cut off by the server, see
-    PostgresStorage)."""
-
-    def __init__(self, dsn: str, *, schema: str = "mnemex", wait: float = 30.0,
-                 connect_timeout: float = 10.0) -> None:
-        self._db = _Database(dsn, schema, connect_timeout)
-        self._wait = wait
-        self._lock = threading.Lock()
-        self._conn: psycopg.Connection[Any] | None = None
-        with self._connection() as conn:
-            self._db.create_schema(conn)
-
-    @contextlib.contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
-        with self._lock:
-            if self._conn is None or self._conn.closed or self._conn.broken:
-                self._conn = self._db.connect()
-            try:
-                yield self._conn
-            except psycopg.Error as exc:
-                if _is_connection_lost(self._conn, exc):
-                    self._conn.close()
-                    self._conn = None
-                raise
-
-    def acquire(self, vshard: int, owner: str, ttl: float) -> Lease:
-        check_vshard(vshard)
-        if not isinstance(owner, str) or not owner:
-            raise InvalidInput(f"owner must be a non-empty str, got {owner!r}", field="owner")
-        if not (isinstance(ttl, (int, float)) and ttl > 0):
-            raise InvalidInput(f"ttl must be a positive number of seconds, got {ttl!r}", field="ttl")
-        table = self._db.table("leases")
-        try:
-            with self._connection() as conn, conn.transaction():
-                conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(
-                    sql.Literal(f"{max(1, round(self._wait * 1000))}ms")))
-                conn.execute(sql.SQL("INSERT INTO {} (vshard, owner, epoch, expires) VALUES (%s, '', 0, 0) "
-                                     "ON CONFLICT (vshard) DO NOTHING").format(table), (vshard,))
-                # FOR UPDATE waits for every commit in flight that read this row FOR SHARE
-                row = conn.execute(sql.SQL(
-                    "SELECT owner, epoch, expires, extract(epoch FROM clock_timestamp())::float8 "
-                    "FROM {} WHERE vshard = %s FOR UPDATE").format(table), (vshard,)).fetchone()
-                assert row is not None
-                current_owner, epoch, expires, now = str(row[0]), int(row[1]), float(row[2]), float(row[3])
-                if current_owner and current_owner != owner and expires > now:
-                    raise NotOwner(f"virtual shard {vshard} is leased to {current_owner!r} (epoch {epoch}) "
-                                   f"for {expires - now:.1f} s more", vshard=vshard, owner=current_owner,
-                                   epoch=epoch)
-                if not (current_owner == owner and expires > now):
-                    epoch += 1
-                lease = Lease(vshard=vshard, owner=owner, epoch=epoch, expires=now + ttl)
-                conn.execute(sql.SQL("UPDATE {} SET owner = %s, epoch = %s, expires = %s WHERE vshard = %s")
-                             .format(table), (owner, epoch, lease.expires, vshard))
-                return lease
-        except psycopg.errors.LockNotAvailable as exc:
-            raise StorageError(f"virtual shard {vshard}: the commits in flight of its owner did not finish "
-                               f"within {self._wait} s; is a previous owner frozen while committing? The "
-                               f"server ends its transaction after idle_in_transaction_session_timeout"
-                               ) from exc
-        except psycopg.Error as exc:
-            raise _db_error(f"cannot acquire the lease of virtual shard {vshard}", exc) from exc
-
-    def release(self, lease: Lease) -> None:
-        try:
-            with self._connection() as conn, conn.transaction():
-                conn.execute(sql.SQL("UPDATE {} SET expires = 0 WHERE vshard = %s AND owner = %s "
-                                     "AND epoch = %s").format(self._db.table("leases")),
-                             (lease.vshard, lease.owner, lease.epoch))
-        except psycopg.Error as exc:
-            raise _db_error(f"cannot release the lease of virtual shard {lease.vshard}", exc) from exc
-
-    def holder(self, vshard: int) -> Lease | None:
-        check_vshard(vshard)
-        try:
-            with self._connection() as conn, conn.transaction():
-                row = conn.execute(sql.SQL("SELECT owner, epoch, expires FROM {} WHERE vshard = %s")
-                                   .format(self._db.table("leases")), (vshard,)).fetchone()
-        except psycopg.Error as exc:
-            raise _db_error(f"cannot read the lease of virtual shard {vshard}", exc) from exc
-        if row is None or not row[0]:
-            return None
-        return Lease(vshard=vshard, owner=str(row[0]), epoch=int(row[1]), expires=float(row[2]))
-
-    def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
 
 
 class PostgresStorage:
     """Actors' journals in PostgreSQL, their snapshots under ``snapshots_dir`` (see
-    the module docstring); implements the ``Storage`` protocol.
+    the package docstring); implements the ``Storage`` protocol.
 
     ``dsn`` is a libpq connection string or URI (a password may come from
     ``PGPASSWORD`` or ``~/.pgpass``); ``schema`` names the schema holding the
@@ -309,7 +74,7 @@ class PostgresStorage:
                                                and flush_interval > 0):
             raise InvalidInput(f"flush_interval must be a positive number of seconds or None, got "
                                f"{flush_interval!r}", field="flush_interval")
-        self._db = _Database(dsn, schema, connect_timeout)
+        self._db = Database(dsn, schema, connect_timeout)
         self.schema = self._db.schema
         self.snapshots_dir = Path(snapshots_dir)
         self.ownership = ownership
@@ -326,7 +91,7 @@ class PostgresStorage:
         """Transactions that committed journal rows (for metrics and tests)."""
         self.leases: PostgresLeases | None = None
         """The leases of the virtual shards, when shared (None when exclusive)."""
-        self._readers = _Readers(self._db, readers)
+        self._readers = Readers(self._db, readers)
         try:
             with self._commit_lock:
                 self._writer_conn()
@@ -393,11 +158,11 @@ class PostgresStorage:
             shared = self.ownership is not None
             function = "pg_try_advisory_lock_shared" if shared else "pg_try_advisory_lock"
             row = conn.execute(sql.SQL("SELECT {}(%s)").format(sql.Identifier(function)),
-                               (_lock_id(self.schema, "storage"),)).fetchone()
+                               (lock_id(self.schema, "storage"),)).fetchone()
             conn.commit()
         except psycopg.Error as exc:
             conn.close()
-            raise _db_error("cannot prepare the postgres journal", exc) from exc
+            raise db_error("cannot prepare the postgres journal", exc) from exc
         if row is None or not row[0]:
             conn.close()
             who = "a runtime that owns it alone" if shared else "another runtime (or a cluster's shards)"
@@ -453,7 +218,7 @@ class PostgresStorage:
                                             "SELECT DISTINCT key FROM {} WHERE kind = %s").format(
                     self._db.table("journal"), self._db.table("snapshots")), (kind, kind)).fetchall()
         except psycopg.Error as exc:
-            raise _db_error(f"cannot list the actors of kind {kind!r}", exc) from exc
+            raise db_error(f"cannot list the actors of kind {kind!r}", exc) from exc
         return sorted(tuple(orjson.loads(key)) for (key,) in rows)
 
     # -- commits -----------------------------------------------------------------
@@ -512,7 +277,7 @@ class PostgresStorage:
                     refused[id(batch[0])] = exc
                     doubt.add(id(batch[0]))
                 except psycopg.Error as exc:
-                    refused[id(batch[0])] = _db_error(f"cannot commit the journal rows of {batch[0].name}",
+                    refused[id(batch[0])] = db_error(f"cannot commit the journal rows of {batch[0].name}",
                                                       exc)
         else:
             doubt = set()
@@ -547,10 +312,10 @@ class PostgresStorage:
         except psycopg.IntegrityError:
             raise
         except psycopg.Error as exc:
-            lost = _is_connection_lost(conn, exc)
+            lost = is_connection_lost(conn, exc)
             if lost:
                 self._lost_writer()
-            raise _db_error("could not commit journal rows to postgres" + (
+            raise db_error("could not commit journal rows to postgres" + (
                 " (the connection was lost: whether the commit landed is unknown, so the actors refuse "
                 "writes until they are reloaded)" if lost else ""), exc) from exc
         if len(refused) < len(batches):
@@ -592,23 +357,23 @@ class PostgresStorage:
                         raise refused[id(store)]
                     yield conn
             except psycopg.Error as exc:
-                if _is_connection_lost(conn, exc):
+                if is_connection_lost(conn, exc):
                     self._lost_writer()
-                raise _db_error(f"{store.name}: could not {what}", exc) from exc
+                raise db_error(f"{store.name}: could not {what}", exc) from exc
 
     def __repr__(self) -> str:
         return f"PostgresStorage(schema={self.schema!r}, snapshots_dir={str(self.snapshots_dir)!r})"
 
 
 class PostgresStore(ActorStore):
-    """One actor's journal rows and snapshots (see the module docstring). Rows
+    """One actor's journal rows and snapshots (see the package docstring). Rows
     appended are buffered until a commit round; ``sync`` waits for one."""
 
     def __init__(self, storage: PostgresStorage, kind: str, key: tuple[str, ...], *, keep: int = 2) -> None:
         self.kind = check_kind(kind)
         self.key = check_key(key, printable=False)
         self.keep = _check_keep(keep)
-        self.key_text = _key_text(self.key)
+        self.key_text = key_text(self.key)
         self.vshard = vshard_of(self.kind, self.key)
         self.path = actor_dir(storage.snapshots_dir, self.kind, self.key)
         self._storage = storage
@@ -674,7 +439,7 @@ class PostgresStore(ActorStore):
                     self._db.table("journal"), self._db.table("snapshots")),
                     (self.kind, self.key_text, self.kind, self.key_text)).fetchone()
         except psycopg.Error as exc:
-            raise _db_error(f"{self._where()}: cannot read", exc) from exc
+            raise db_error(f"{self._where()}: cannot read", exc) from exc
         return bool(row and row[0])
 
     def recover(self) -> Recovered:
@@ -710,7 +475,7 @@ class PostgresStore(ActorStore):
                     "ORDER BY seq").format(self._db.table("journal")),
                     (self.kind, self.key_text, oldest)).fetchall()
         except psycopg.Error as exc:
-            raise _db_error(f"{self._where()}: cannot read the journal", exc) from exc
+            raise db_error(f"{self._where()}: cannot read the journal", exc) from exc
         return [(int(seq), str(folder)) for seq, folder in snapshots], rows
 
     def _assemble(self, snapshots: list[tuple[int, str]],
@@ -765,7 +530,7 @@ class PostgresStore(ActorStore):
                     self._db.table("journal"), self._db.table("snapshots")),
                     (self.kind, self.key_text, self.kind, self.key_text)).fetchone()
         except psycopg.Error as exc:
-            raise _db_error(f"{self._where()}: cannot read", exc) from exc
+            raise db_error(f"{self._where()}: cannot read", exc) from exc
         with self._lock:
             buffered = sum(len(payload) + 40 for _seq, _ts, payload in self._rows)
         return int(row[0] if row else 0) + buffered
@@ -901,7 +666,7 @@ class PostgresStore(ActorStore):
                                             "ORDER BY seq DESC").format(self._db.table("snapshots")),
                                     (self.kind, self.key_text)).fetchall()
         except psycopg.Error as exc:
-            raise _db_error(f"{self._where()}: cannot read its snapshots", exc) from exc
+            raise db_error(f"{self._where()}: cannot read its snapshots", exc) from exc
         return [(int(seq), str(folder)) for seq, folder in rows]
 
     def _record_snapshot(self, seq: int, name: str, *, ts: int, created: int, size: int,
