@@ -649,9 +649,11 @@ class PostgresStore(ActorStore):
                 raise
             try:
                 kept = self._record_snapshot(seq, name, ts=ts, created=created, size=total, before=newest)
-            except BaseException:
+            except NotOwner:
                 shutil.rmtree(folder, ignore_errors=True)
                 raise
+            # Any other failure may have come after the COMMIT landed (a lost connection):
+            # the folder stays, and the next snapshot removes it if no row names it.
             with self._lock:
                 if self._last_seq is not None and seq > self._last_seq:
                     self._last_seq = seq
