@@ -154,7 +154,8 @@ class StorageConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=T
     one fsync per journal, but it also flushes other files' writes on that
     filesystem: give mnemex its own volume). ``fdatasync``: one per journal, in
     ``fsync_threads`` threads. ``auto``: ``syncfs`` for a round of more than 4
-    journals, ``fdatasync`` for fewer; elsewhere than Linux always ``fdatasync``."""
+    journals, ``fdatasync`` for fewer; elsewhere than Linux always ``fdatasync``.
+    With ``backend = "postgres"`` a round is one COMMIT whichever is chosen."""
     fsync_threads: PositiveInt = 16
     """Worker threads a group-commit round fsyncs journals with (each actor has its
     own journal file; their fsyncs run in parallel)."""
