@@ -209,8 +209,8 @@ def _pause_commits_of(storage: PostgresStorage, monkeypatch: pytest.MonkeyPatch
     fence = PostgresStorage._fence
     paused, resume = threading.Event(), threading.Event()
 
-    def paused_fence(self: PostgresStorage, conn: Any, stores: Any) -> Any:
-        refused = fence(self, conn, stores)
+    def paused_fence(self: PostgresStorage, conn: Any, stores: Any, *rest: Any) -> Any:
+        refused = fence(self, conn, stores, *rest)
         if self is storage and not paused.is_set():
             paused.set()
             assert resume.wait(30)

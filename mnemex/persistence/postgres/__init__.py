@@ -12,7 +12,7 @@ crc (``entry_crc``: seq, ts and payload), checked on every recovery.
 
 Group commit: ``append`` only buffers rows in the process. A commit round takes
 the rows every store buffered since the previous round and writes them in one
-transaction (one ``COPY``, one ``COMMIT``): ``syncfs()`` runs a round for the
+transaction (one ``INSERT``, one ``COMMIT``, pipelined): ``syncfs()`` runs a round for the
 whole storage, and so does a store's ``sync()`` (a store synced while a round
 that holds its rows is committing waits for that round instead of starting
 another), so whichever way the kernel's committer asks, one COMMIT covers the
