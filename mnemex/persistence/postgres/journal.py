@@ -92,6 +92,13 @@ class PostgresStorage:
         self.leases: PostgresLeases | None = None
         """The leases of the virtual shards, when shared (None when exclusive)."""
         self._readers = Readers(self._db, readers)
+        # the statements of every round, composed once
+        self._insert_rows = sql.SQL(
+            "INSERT INTO {} (kind, key, seq, ts, checksum, payload) SELECT * FROM "
+            "unnest(%s::text[], %s::text[], %s::int8[], %s::int8[], %s::int8[], %s::bytea[])"
+        ).format(self._db.table("journal"))
+        self._lock_leases = sql.SQL("SELECT vshard, owner, epoch FROM {} WHERE vshard = ANY(%s) "
+                                    "ORDER BY vshard FOR SHARE").format(self._db.table("leases"))
         try:
             with self._commit_lock:
                 self._writer_conn()
@@ -319,10 +326,7 @@ class PostgresStorage:
                         checksums.append(entry_crc(seq, ts, payload))
                         payloads.append(payload)
                 if seqs:
-                    conn.execute(sql.SQL(
-                        "INSERT INTO {} (kind, key, seq, ts, checksum, payload) SELECT * FROM "
-                        "unnest(%s::text[], %s::text[], %s::int8[], %s::int8[], %s::int8[], %s::bytea[])"
-                    ).format(self._db.table("journal")), (kinds, keys, seqs, times, checksums, payloads))
+                    conn.execute(self._insert_rows, (kinds, keys, seqs, times, checksums, payloads))
         except psycopg.IntegrityError:
             raise
         except psycopg.Error as exc:
@@ -344,9 +348,7 @@ class PostgresStorage:
         if self.ownership is None:
             return {}
         mine = {store.vshard: self.ownership.epoch(store.vshard) for store in stores}
-        cursor = conn.execute(sql.SQL("SELECT vshard, owner, epoch FROM {} WHERE vshard = ANY(%s) "
-                                      "ORDER BY vshard FOR SHARE").format(self._db.table("leases")),
-                              (sorted(mine),))
+        cursor = conn.execute(self._lock_leases, (sorted(mine),))
         if pipeline is not None:
             # a Sync, not a mere flush: the server then counts the transaction as idle
             # until the rows follow, and ends it if this process froze meanwhile
