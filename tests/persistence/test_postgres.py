@@ -132,7 +132,6 @@ def test_stores_appending_and_syncing_in_many_threads_lose_nothing(open_storage:
         thread.start()
     for thread in threads:
         thread.join()
-    assert storage.commits <= 16 * 20  # a sync whose rows a round took waits for it, commits none
     assert all(seqs(store) == list(range(1, 21)) for store in stores)
 
 
