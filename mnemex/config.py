@@ -126,7 +126,19 @@ class StorageConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=T
     section: ClassVar[str] = "storage"
     data_dir: str | None = "mnemex-data"
     """Where actors persist. ``None`` keeps everything in memory (tests, caches):
-    nothing survives the process."""
+    nothing survives the process. With ``backend = "postgres"``: where snapshots and
+    their sidecars go (the journal is in the database)."""
+    backend: Literal["files", "postgres"] = "files"
+    """``files``: journals and snapshots in ``data_dir``. ``postgres``: journals as
+    rows of a PostgreSQL database (``postgres_dsn``; the ``mnemex[postgres]`` extra),
+    one COMMIT per group-commit round, snapshots in ``data_dir``."""
+    postgres_dsn: str | None = None
+    """The database of ``backend = "postgres"``: a libpq connection string or URI
+    (``"host=db user=mnemex dbname=mnemex"``; a password from ``PGPASSWORD`` or
+    ``~/.pgpass`` rather than here)."""
+    postgres_schema: str = "mnemex"
+    """The schema holding mnemex's tables (made on first use), so that several
+    deployments may share one database."""
     fsync: FsyncPolicy = "batch"
     """``always``: each actor fsyncs its journal before answering. ``batch`` (group
     commit, the default): one fsync round covers every line written by every actor
@@ -142,7 +154,8 @@ class StorageConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=T
     one fsync per journal, but it also flushes other files' writes on that
     filesystem: give mnemex its own volume). ``fdatasync``: one per journal, in
     ``fsync_threads`` threads. ``auto``: ``syncfs`` for a round of more than 4
-    journals, ``fdatasync`` for fewer; elsewhere than Linux always ``fdatasync``."""
+    journals, ``fdatasync`` for fewer; elsewhere than Linux always ``fdatasync``.
+    With ``backend = "postgres"`` a round is one COMMIT whichever is chosen."""
     fsync_threads: PositiveInt = 16
     """Worker threads a group-commit round fsyncs journals with (each actor has its
     own journal file; their fsyncs run in parallel)."""
@@ -168,6 +181,16 @@ class StorageConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=T
     def _check(self) -> None:
         if self.data_dir is not None and not self.data_dir.strip():
             raise self._invalid("data_dir", "is empty; give a path, or None to keep everything in memory")
+        if self.backend == "postgres":
+            if self.postgres_dsn is None or not self.postgres_dsn.strip():
+                raise self._invalid("postgres_dsn", "is not set; backend 'postgres' needs the database's "
+                                                    "connection string")
+            if self.data_dir is None:
+                raise self._invalid("data_dir", "is None; backend 'postgres' keeps snapshots in data_dir, "
+                                                "so it needs a path (a volume every shard can reach)")
+        if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", self.postgres_schema):
+            raise self._invalid("postgres_schema", "must be a lower-case SQL identifier "
+                                                   "([a-z_][a-z0-9_]*, at most 63 characters)")
 
 
 class ConversationsConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -77,6 +77,8 @@ class MnemexRuntime:
                  agents: Mapping[str, AgentServices], knowledge: Mapping[str, KnowledgeServices] | None = None
                  ) -> None:
         self._kernel = kernel
+        # the actors a storage other than the data directory holds, by kind (None: find_actors)
+        self._stored_keys: Callable[[str], list[Key]] | None = None
         self._knowledge = knowledge.get(SCOPE_KIND) if knowledge else None
         self._scopes = dict(scopes)
         self._agents = dict(agents)
@@ -171,7 +173,9 @@ class MnemexRuntime:
         self.scope_services(kind)  # a scope kind, or InvalidInput
         keys = {key for _, key in self.live_keys(kind)}
         data_dir = self.config.data_dir
-        if data_dir is not None:
+        if self._stored_keys is not None:
+            keys.update(self._stored_keys(kind))
+        elif data_dir is not None:
             keys.update(location.key for location in find_actors(data_dir) if location.kind == kind)
         return sorted((key[0], key[1]) for key in keys if len(key) == 2)
 
@@ -433,11 +437,15 @@ async def open_runtime(config: Config | None = None, *, kinds: Iterable[ActorKin
 
     ``kinds`` registers extra actor kinds beside mnemex's own (tests, plugins); a kind
     named like a built-in one (``"agent"``, ``"scope"``, ``"checkpoint"``) takes its place.
-    ``storage`` replaces the data directory ``config.storage.data_dir`` names (another
-    backend; it is closed on exit). With ``ownership`` the runtime serves only the
-    virtual shards it holds leases on (a shard of a cluster: see ``LeaseKeeper``).
+    ``storage`` runs it on a storage backend opened by the caller (closed on exit)
+    instead of the one ``config.storage`` names (a data directory, memory, or the
+    postgres journal with ``backend = "postgres"``). With ``ownership`` the runtime
+    serves only the virtual shards it holds leases on (a shard of a cluster: see
+    ``LeaseKeeper``).
     """
     cfg = config if config is not None else Config()
+    if storage is None:
+        storage = configured_storage(cfg)
     extra = list(kinds)
     given = [*_builtin_kinds(cfg, [kind.name for kind in extra]), *extra]
     ids = IdClock()
@@ -469,6 +477,7 @@ async def open_runtime(config: Config | None = None, *, kinds: Iterable[ActorKin
         agents = {kind.name: AgentServices(kernel, kind.name) for kind in served
                   if kind.name == AGENT_KIND}
         rt = MnemexRuntime(kernel, scopes, agents, knowledge)
+        rt._stored_keys = getattr(storage, "actor_keys", None)
         chores = trio.CancelScope()
         services.start_soon(_chores, chores, rt, name="mnemex chores")
         try:
@@ -483,6 +492,22 @@ async def open_runtime(config: Config | None = None, *, kinds: Iterable[ActorKin
             services.cancel_scope.cancel()
             for services_of in knowledge.values():
                 services_of.close()
+
+
+def configured_storage(config: Config) -> Storage | None:
+    """The storage ``config.storage.backend`` names when it is not the data directory
+    the kernel opens by default: the postgres journal (None for ``files``)."""
+    settings = config.storage
+    if settings.backend != "postgres":
+        return None
+    try:
+        from mnemex.persistence.postgres import PostgresStorage
+    except ImportError as exc:
+        raise InvalidInput("config.storage.backend is 'postgres', but psycopg is not installed: "
+                           "pip install 'mnemex[postgres]'", field="storage.backend") from exc
+    assert settings.postgres_dsn is not None and settings.data_dir is not None  # checked by the config
+    return PostgresStorage(settings.postgres_dsn, snapshots_dir=settings.data_dir,
+                           schema=settings.postgres_schema)
 
 
 @dataclass(frozen=True, slots=True)

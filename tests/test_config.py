@@ -134,3 +134,22 @@ def test_every_field_but_the_servers_has_exactly_one_flat_name() -> None:
     for name, section in mnemex.Config().sections():
         if name != "server":
             assert {(name, field) for field in section.__struct_fields__} <= set(paths)
+
+
+def test_the_postgres_backend_needs_a_dsn_a_snapshot_folder_and_a_plain_schema_name() -> None:
+    config = mnemex.load_config("""
+    [storage]
+    backend = "postgres"
+    postgres_dsn = "host=db user=mnemex dbname=mnemex"
+    data_dir = "/shared/snapshots"
+    """)
+    assert (config.storage.backend, config.storage.postgres_schema) == ("postgres", "mnemex")
+    with pytest.raises(mnemex.InvalidInput, match="postgres_dsn is not set"):
+        StorageConfig(backend="postgres")
+    with pytest.raises(mnemex.InvalidInput, match="keeps snapshots in data_dir"):
+        StorageConfig(backend="postgres", postgres_dsn="host=db", data_dir=None)
+    with pytest.raises(mnemex.InvalidInput, match="postgres_schema must be a lower-case SQL identifier"):
+        StorageConfig(postgres_schema="Mnemex; DROP")
+    with pytest.raises(mnemex.InvalidInput, match="backend"):
+        StorageConfig(backend="sqlite")  # type: ignore[arg-type]
+    assert StorageConfig().backend == "files"  # nothing changes for a data directory

@@ -54,7 +54,6 @@ from mnemex.kernel._turn import TurnResult, encode_turn, take_turn
 from mnemex.persistence import (
     ActorStore,
     DataDir,
-    FileStore,
     MemoryStore,
     Ownership,
     Recovered,
@@ -305,9 +304,7 @@ class _Cell(Lifecycle):
         self.store.sync()
 
     def covered(self) -> None:
-        store = self.store
-        if type(store) is FileStore:
-            store.synced_by_fs()
+        self.store.synced_by_fs()
 
     @property
     def closed(self) -> bool:

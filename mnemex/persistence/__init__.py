@@ -14,6 +14,10 @@ layout of a data directory::
           snapshot-<seq>.<name>.bin     optional binary sidecars of a snapshot
           journal-<first>-<last>.jsonl  archived commands, for fallback and history
         scopes/<encoded key>/ ...
+
+``postgres.py`` (the ``mnemex[postgres]`` extra, imported only where used) keeps the
+journals as rows of a PostgreSQL database instead, leases and epochs in its tables,
+and snapshots in a folder laid out as above.
 """
 
 from mnemex.persistence.datadir import ActorLocation as ActorLocation

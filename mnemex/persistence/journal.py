@@ -43,6 +43,7 @@ __all__ = [
     "JournalScan",
     "archive_name",
     "audit_journal",
+    "check_entry",
     "cut_offset",
     "encode_entries",
     "encode_lines",
@@ -107,6 +108,20 @@ def _check_int(value: object, what: str, minimum: int) -> int:
     return value
 
 
+def check_entry(seq: int, ts: int, payload: bytes, previous: int | None) -> int:
+    """``seq`` if ``(seq, ts, payload)`` may follow the entry of seq ``previous``
+    (None: any seq) in a journal, else InvalidInput (see encode_lines)."""
+    if previous is not None and seq != previous + 1:
+        raise InvalidInput(f"journal entries must have consecutive seqs; {seq!r} follows {previous}",
+                           field="seq")
+    _check_int(seq, "seq", 1)
+    _check_int(ts, "ts", 0)
+    if type(payload) is not bytes or not payload or b"\n" in payload:
+        raise InvalidInput(f"journal payload of seq {seq} must be non-empty compact JSON bytes "
+                           f"without a newline; got {payload[:60]!r}", field="payload")
+    return seq
+
+
 def encode_entries(entries: Sequence[tuple[int, int, bytes]]) -> bytes:
     """The journal lines for ``entries`` (``(seq, ts_ms, payload)``), joined (see encode_lines)."""
     return b"".join(encode_lines(entries))
@@ -125,14 +140,7 @@ def encode_lines(entries: Sequence[tuple[int, int, bytes]]) -> list[bytes]:
     newline = orjson.OPT_APPEND_NEWLINE
     previous: int | None = None
     for seq, ts, payload in entries:
-        if previous is not None and seq != previous + 1:
-            raise InvalidInput(f"journal entries must have consecutive seqs; {seq!r} follows {previous}",
-                               field="seq")
-        previous = _check_int(seq, "seq", 1)
-        _check_int(ts, "ts", 0)
-        if type(payload) is not bytes or not payload or b"\n" in payload:
-            raise InvalidInput(f"journal payload of seq {seq} must be non-empty compact JSON bytes "
-                               f"without a newline; got {payload[:60]!r}", field="payload")
+        previous = check_entry(seq, ts, payload, previous)
         crc = zlib.crc32(payload, zlib.crc32(b"%d:%d:" % (seq, ts)))
         lines.append(dumps({"seq": seq, "ts": ts, "crc": crc, "cmd": fragment(payload)}, option=newline))
     return lines

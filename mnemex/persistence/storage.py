@@ -3,7 +3,8 @@ given, and its two implementations here (files in a data directory, or memory).
 
 A backend hands out one ``ActorStore`` per (kind, key) (exists, recover, append,
 sync, write_snapshot, close); a shared volume or a database can take the place of
-local files by implementing the same two protocols.
+local files by implementing the same two protocols, as the postgres journal does
+(postgres.py: journal rows in PostgreSQL, the ``mnemex[postgres]`` extra).
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ class Storage(Protocol):
         ...
 
     def syncfs(self) -> bool:
-        """Make every journal durable in one call if this backend can; False if it
-        cannot (the kernel then syncs each journal)."""
+        """Make every journal durable in one call if this backend can (one syncfs, one
+        COMMIT); False if it cannot (the kernel then syncs each journal). After True
+        the kernel asks each store whether its lines were refused (``synced_by_fs``)."""
         ...
 
     def close(self) -> None:

@@ -178,6 +178,12 @@ class ActorStore(abc.ABC):
         snapshot's body in bytes."""
 
     @abc.abstractmethod
+    def synced_by_fs(self) -> None:
+        """Record that a storage-wide sync (``Storage.syncfs``) covered every line
+        appended so far; raises StorageError (or NotOwner) if this store's lines
+        were refused meanwhile."""
+
+    @abc.abstractmethod
     def disk_bytes(self) -> int:
         """Bytes this actor's persisted files take."""
 
@@ -806,6 +812,9 @@ class MemoryStore(ActorStore):
             self._last_append = (len(self._journal), seq + 1)
 
     def sync(self) -> None:
+        return None
+
+    def synced_by_fs(self) -> None:
         return None
 
     def write_snapshot(self, seq: int, ts: int, records: Iterable[bytes], *, created: int,

@@ -4,6 +4,7 @@ only files do (journal cut, archives, retention, fallback, faults, threads)."""
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import random
 import shutil
@@ -57,20 +58,35 @@ def state(recovered: Recovered) -> list[int]:
     return seqs + [orjson.loads(e.payload)["n"] for e in recovered.journal]
 
 
-@pytest.fixture(params=["file", "memory"])
-def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenStore]:
-    """Opens the store of one actor again, as the runtime does after passivation."""
+@pytest.fixture(params=["file", "memory", "postgres"])
+def open_store(request: pytest.FixtureRequest, tmp_path: Path,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenStore]:
+    """Opens the store of one actor again, as the runtime does after passivation
+    (the postgres journal: a real server, see tests/postgres_server.py)."""
     opened: list[ActorStore] = []
     memory = MemoryStore("counter", KEY)
+    storage = None
+    if request.param == "postgres":
+        from mnemex.persistence.postgres import PostgresStorage
+
+        server = request.getfixturevalue("postgres_server")
+        storage = PostgresStorage(server.dsn, snapshots_dir=tmp_path_factory.mktemp("snapshots"),
+                                  schema=request.getfixturevalue("postgres_schema"))
 
     def reopen() -> ActorStore:
-        store: ActorStore = FileStore(tmp_path, "counter", KEY) if request.param == "file" else memory
+        store: ActorStore
+        if storage is not None:
+            store = storage.store("counter", KEY)
+        else:
+            store = FileStore(tmp_path, "counter", KEY) if request.param == "file" else memory
         opened.append(store)
         return store
 
     yield reopen
     for store in opened:
         store.close()
+    if storage is not None:
+        storage.close()
 
 
 # -- the shared behavioural suite ---------------------------------------------------
@@ -271,6 +287,37 @@ class StoreMachine(RuleBasedStateMachine):
 
 class MemoryStoreMachine(StoreMachine):
     file_based = False
+
+
+class PostgresStoreMachine(StoreMachine):
+    """The same model against the postgres journal: each example on a schema of its own."""
+
+    dsn = ""
+    schemas = iter(())  # type: ignore[var-annotated]
+
+    def __init__(self) -> None:
+        from mnemex.persistence.postgres import PostgresStorage
+
+        self.storage = PostgresStorage(self.dsn, snapshots_dir=tempfile.mkdtemp(prefix="mnemex-pg-snap-"),
+                                       schema=next(self.schemas))
+        super().__init__()
+
+    def open(self) -> ActorStore:
+        return self.storage.store("counter", KEY, keep=2)
+
+    def teardown(self) -> None:
+        super().teardown()
+        self.storage.close()
+        shutil.rmtree(self.storage.snapshots_dir, ignore_errors=True)
+
+
+def test_the_postgres_store_matches_the_model(postgres_server: object) -> None:
+    from hypothesis.stateful import run_state_machine_as_test
+
+    PostgresStoreMachine.dsn = postgres_server.dsn  # type: ignore[attr-defined]
+    PostgresStoreMachine.schemas = (f"machine{os.getpid()}_{n}" for n in itertools.count())
+    run_state_machine_as_test(PostgresStoreMachine,
+                              settings=settings(max_examples=25, stateful_step_count=12, deadline=None))
 
 
 TestFileStoreMachine = StoreMachine.TestCase

@@ -24,7 +24,7 @@ def test_public_names_are_pinned() -> None:
 
 
 def test_persistence_is_plain_blocking_code_without_trio_or_the_runtime() -> None:
-    for source in Path(mnemex.persistence.__file__).parent.glob("*.py"):
+    for source in Path(mnemex.persistence.__file__).parent.rglob("*.py"):
         tree = ast.parse(source.read_text(), str(source))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
