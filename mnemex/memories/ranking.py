@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -55,6 +55,7 @@ import numpy.typing as npt
 from mnemex.index import (
     BM25Index,
     EntityIndex,
+    ExactScores,
     KeywordIndex,
     VectorIndex,
     reciprocal_rank_fusion,
@@ -70,8 +71,8 @@ if TYPE_CHECKING:
     from mnemex.memories.keyed import MultiVectorSearch
 
 __all__ = ["ACCESS_HALF", "CONTEXT_ONLY", "COVERAGE_MIN_TERMS", "COVERAGE_RAMP", "CROWDING_NEIGHBOURS",
-           "DATE_SLACK", "FACTOR_RANGE", "CosineScale", "Mask", "Ranked", "Ranker", "calibrated_cosine",
-           "crowding", "found_by", "rank_factors", "text_weights"]
+           "DATE_SLACK", "FACTOR_RANGE", "CosineScale", "Mask", "RankCache", "Ranked", "Ranker",
+           "calibrated_cosine", "crowding", "found_by", "rank_factors", "text_weights"]
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -152,6 +153,8 @@ class Ranker:
     record_at: Callable[[int], MemoryRecord]
     graph: EntityGraph | None = None
     """The scope's entity graph, for query expansion in hybrid search (None: off)."""
+    cache: RankCache | None = None
+    """What the scope's searches share between its writes (None: nothing kept)."""
 
     def keyword_ranked(self, query: str, top_k: int, allowed: Mask | None) -> list[Ranked]:
         distinct = len(set(words(query, fold_accents=self.keyword.fold_accents)))
@@ -166,13 +169,30 @@ class Ranker:
         names at ``expansion_neighbour_weight`` (context-only matches cut as for the
         query); None when no memory holds one."""
         bm25, settings = self.bm25, self.settings
+        parts = ((expansion.aliases, settings.expansion_alias_weight),
+                 (expansion.neighbours, settings.expansion_neighbour_weight))
+        # the same entities give the same terms: their scores over every memory are
+        # kept until the index changes, and a filter only zeroes what it hides
+        total = self.cache.expanded(bm25, parts, self._expanded_scores) if self.cache is not None \
+            else self._expanded_scores(parts)
+        if total is None or allowed is None:
+            return total
+        total = total.copy()
+        shared = min(len(allowed), len(total))
+        total[:shared][~allowed[:shared]] = 0.0
+        total[shared:] = 0.0
+        return total
+
+    def _expanded_scores(self, parts: tuple[tuple[tuple[str, ...], float], ...]) -> F64 | None:
+        """The weighted BM25 scores of every doc slot for the terms of ``parts``
+        ((terms, weight) pairs; see _expanded), unfiltered; None when no memory holds one."""
+        bm25 = self.bm25
         total: F64 | None = None
-        for terms, weight in ((expansion.aliases, settings.expansion_alias_weight),
-                              (expansion.neighbours, settings.expansion_neighbour_weight)):
+        for terms, weight in parts:
             if not terms or weight <= 0:
                 continue
             parsed = bm25.tokenizer.parse_query(" ".join(terms))
-            scores = bm25.score_all(parsed, allowed)
+            scores = bm25.score_all(parsed)
             if scores is None:
                 continue
             scores = scores * weight
@@ -216,7 +236,11 @@ class Ranker:
             if not terms:
                 ideal = unit * len(named)
         worded = bm25.tokenizer.worded(query)
-        return _FullText(array, ranking, boosts, entity_hits, ideal, matches, worded, expanded)
+        boosted = None
+        if boosts:  # by doc slot, for look-ups of many docs at once
+            boosted = np.zeros(max(boosts) + 1, dtype=np.float64)
+            boosted[np.fromiter(boosts, dtype=np.int64, count=len(boosts))] = list(boosts.values())
+        return _FullText(array, ranking, boosts, entity_hits, ideal, matches, worded, expanded, boosted)
 
     def _fulltext_candidates(self, query: str, count: int, allowed: Mask | None,
                              expansion: Expansion | None = None) -> tuple[list[tuple[int, float]], _FullText]:
@@ -231,7 +255,7 @@ class Ranker:
             pool = np.union1d(_best(positive, ranking[positive], count), pool)
         totals = ranking[pool] if ranking is not None else np.zeros(len(pool), dtype=np.float64)
         if boosts:
-            totals = totals + np.array([boosts.get(doc, 0.0) for doc in pool.tolist()], dtype=np.float64)
+            totals = totals + fulltext.boosts_of(pool)
         best = _best(pool, totals, count)
         best_totals = totals[np.searchsorted(pool, best)]
         order = np.lexsort((best, -best_totals))
@@ -272,23 +296,24 @@ class Ranker:
         index = self.vectors if self.vectors is not None and len(self.vectors) else None
         if expansion is not None and index is not None and settings.expansion_vector_weight > 0:
             vector = self._expanded_vector(vector, expansion, index)
-        vector_ranked = index.search(vector, count, allowed) if index is not None else []
-        unit_query = _unit(vector)
+        # an exact index scores every memory once; the searches and cosines below read that
+        exact = index.exact_scores(vector) if isinstance(index, VectorIndex) else None
+        cosines_of = _Cosines(index, _unit(vector), exact)
+        vector_ranked = cosines_of.search(vector, count, allowed)
         dated = self._dated(query)
         extra: list[int] = []
-        mentioned: set[int] = set()
+        named = np.zeros(0, dtype=np.int64)  # the memories of the query's entities, ascending
         graph_found: list[int] = []
         if expansion is not None and expansion.docs:  # the memories of the query's entities join
-            named = np.array(sorted(expansion.docs), dtype=np.int64)
+            named = np.sort(np.fromiter(expansion.docs, dtype=np.int64, count=len(expansion.docs)))
             if allowed is not None:
                 named = named[(named < len(allowed)) & allowed[np.minimum(named, len(allowed) - 1)]]
-            mentioned = set(named.tolist())
-            graph_found = self._best_of(named, unit_query, fulltext, index, settings.expansion_candidates)
+            graph_found = self._best_of(named, fulltext, cosines_of, settings.expansion_candidates)
         if dated is not None:  # the best of the memories near a named period join the candidates
             near = _visible(dated > 0, allowed)
             if near.any():
                 if index is not None:
-                    extra += [doc for doc, _ in index.search(vector, count, near)]
+                    extra += [doc for doc, _ in cosines_of.search(vector, count, near)]
                 if fulltext.ranking is not None:
                     inside = np.flatnonzero(near[: len(fulltext.ranking)] & (fulltext.ranking > 0))
                     extra += _best(inside, fulltext.ranking[inside], count).tolist()
@@ -303,12 +328,11 @@ class Ranker:
         for doc, cosine in vector_ranked:
             cosines[position[doc]] = cosine
         if index is not None and len(vector_ranked) < len(candidates):
-            # candidates the vector list missed: their cosines, in one product
+            # candidates the vector list missed: their cosines, in one product (or look-up)
             missed = np.ones(len(docs), dtype=np.bool_)
             missed[[position[doc] for doc, _ in vector_ranked]] = False
-            rows = np.flatnonzero(missed & index.holds(docs))
-            if len(rows):
-                cosines[rows] = index.vectors(docs[rows]) @ unit_query
+            rows = np.flatnonzero(missed)
+            cosines[rows] = cosines_of(docs[rows])
         calibrated = calibrated_cosine(cosines, settings.cosine_floor, settings.cosine_ceiling)
         w_text, w_vector = settings.fusion_fulltext_weight, settings.fusion_vector_weight
         weights = np.full(len(docs), w_text / (w_text + w_vector))
@@ -334,16 +358,16 @@ class Ranker:
             near_period[held] = dated[docs[held]]
             relevance = relevance + (1.0 - relevance) * settings.date_weight * near_period
         names_entity = np.zeros(len(docs), dtype=np.float64)
-        if mentioned:
+        is_named = _members(docs, named)
+        if len(named):
             assert expansion is not None
-            for doc in candidates:  # a memory the named entity says counts fully, one naming it half
-                if doc in mentioned:
-                    names_entity[position[doc]] = expansion.lift(doc, MENTION_ONLY)
+            for i in np.flatnonzero(is_named).tolist():  # a memory the named entity says counts fully
+                names_entity[i] = expansion.lift(candidates[i], MENTION_ONLY)
             relevance = relevance + (1.0 - relevance) * settings.expansion_graph_weight * names_entity
         expanded = fulltext.expanded_scores(docs)
         sources = (("fulltext", {doc for doc, _ in text_ranked}),
                    ("vector", {doc for doc, _ in vector_ranked}),
-                   ("date", set(extra)), ("graph", set(graph_found) | mentioned))
+                   ("date", set(extra)), ("graph", set(graph_found)))
         half_life = settings.recency_half_life
         factor_weights = np.array([settings.rank_importance_weight, settings.rank_recency_weight,
                                    settings.rank_access_weight], dtype=np.float64)
@@ -376,7 +400,7 @@ class Ranker:
                 "factor": round(float(factors[i]), 6) if factors is not None else 1.0,
                 "graph": float(names_entity[i]), "expansion": round(float(expanded[i]), 6),
                 **{f"found.{name}": 1.0 for name, found in sources
-                   if doc in found or (name == "graph" and expanded[i] > 0)},
+                   if doc in found or (name == "graph" and (is_named[i] or expanded[i] > 0))},
             }))
         return out
 
@@ -392,19 +416,16 @@ class Ranker:
         moved: F32 = (_unit(vector) + self.settings.expansion_vector_weight * centroid).astype(np.float32)
         return _unit(moved)
 
-    def _best_of(self, docs: npt.NDArray[np.int64], unit_query: F32, fulltext: _FullText,
-                 index: VectorIndex | MultiVectorSearch | None, count: int) -> list[int]:
+    def _best_of(self, docs: npt.NDArray[np.int64], fulltext: _FullText, cosines_of: _Cosines,
+                 count: int) -> list[int]:
         """The ``count`` best of ``docs`` (the memories of the query's entities) by
         their full-text score (the expansion's terms included) plus their cosine to
         the query, ties by lower doc."""
         if len(docs) == 0 or count <= 0:
             return []
         score = fulltext.scores(docs)[0]
-        if index is not None:
-            held = index.holds(docs)
-            if held.any():
-                score = score.copy()
-                score[held] += index.vectors(docs[held]) @ unit_query
+        if cosines_of.index is not None:
+            score = score + cosines_of(docs)
         best: list[int] = _best(docs, score, count).tolist()
         return best
 
@@ -504,6 +525,16 @@ class _FullText(NamedTuple):
     matches: npt.NDArray[np.int32] | None
     worded: bool
     expanded: F64 | None = None
+    boosted: F64 | None = None
+    """The entity boosts by doc slot, up to the last boosted doc (None: no boost)."""
+
+    def boosts_of(self, docs: npt.NDArray[np.int64]) -> F64:
+        """The entity boost of each of ``docs`` (0 for a doc without one)."""
+        out = np.zeros(len(docs), dtype=np.float64)
+        if self.boosted is not None:
+            inside = docs < len(self.boosted)
+            out[inside] = self.boosted[docs[inside]]
+        return out
 
     def matched(self, docs: npt.NDArray[np.int64]) -> F64:
         """How many distinct query terms the content of each of ``docs`` holds."""
@@ -532,11 +563,85 @@ class _FullText(NamedTuple):
             inside = docs < len(array)
             bm25[inside] = array[docs[inside]]
             ranked[inside] = ranking[docs[inside]]
-        totals = ranked + np.array([self.boosts.get(doc, 0.0) for doc in docs.tolist()], dtype=np.float64) \
-            if self.boosts else ranked
+        totals = ranked + self.boosts_of(docs) if self.boosts else ranked
         if self.ideal > 0:
             return np.minimum(1.0, totals / self.ideal), bm25
         return np.zeros(len(docs), dtype=np.float64), bm25
+
+
+class _Cosines:
+    """A query's cosine to any memory, read from one exact product over the index
+    (``exact``) when there is one, else gathered from the index's vectors."""
+
+    __slots__ = ("exact", "index", "unit_query")
+
+    def __init__(self, index: VectorIndex | MultiVectorSearch | None, unit_query: F32,
+                 exact: ExactScores | None) -> None:
+        self.index, self.unit_query, self.exact = index, unit_query, exact
+
+    def search(self, vector: F32, top_k: int, allowed: Mask | None) -> list[tuple[int, float]]:
+        """The index's search for ``vector`` (the query's)."""
+        if self.index is None:
+            return []
+        if self.exact is not None:
+            return self.exact.search(top_k, allowed)
+        return self.index.search(vector, top_k, allowed)
+
+    def __call__(self, docs: npt.NDArray[np.int64]) -> F64:
+        """The cosine of each of ``docs``, 0 for a doc without a vector."""
+        if self.exact is not None:
+            return self.exact.of(docs)
+        out = np.zeros(len(docs), dtype=np.float64)
+        if self.index is not None:
+            held = self.index.holds(docs)
+            if held.any():
+                out[held] = self.index.vectors(docs[held]) @ self.unit_query
+        return out
+
+
+class RankCache:
+    """What a scope's searches share while its full-text index does not change: the
+    scores of a query expansion's terms over every memory (the same entities named
+    give the same terms). Bounded: at most ``limit`` entries and ``max_bytes``."""
+
+    def __init__(self, limit: int = 16, max_bytes: int = 8 << 20) -> None:
+        self.limit, self.max_bytes = limit, max_bytes
+        self._changes = -1
+        self._expanded: dict[Any, F64 | None] = {}
+        self.nbytes = 0
+
+    def expanded(self, bm25: BM25Index, key: Any,
+                 compute: Callable[[Any], F64 | None]) -> F64 | None:
+        """``compute(key)``, kept while ``bm25`` does not change (read-only)."""
+        if bm25.changes != self._changes:
+            self.clear()
+            self._changes = bm25.changes
+        if key in self._expanded:
+            return self._expanded[key]
+        found = compute(key)
+        size = found.nbytes if found is not None else 0
+        if len(self._expanded) >= self.limit or self.nbytes + size > self.max_bytes:
+            self.clear()
+            self._changes = bm25.changes
+        if found is not None:
+            found.flags.writeable = False
+        self._expanded[key] = found
+        self.nbytes += size
+        return found
+
+    def clear(self) -> None:
+        self._expanded.clear()
+        self.nbytes = 0
+        self._changes = -1
+
+
+def _members(docs: npt.NDArray[np.int64], ascending: npt.NDArray[np.int64]) -> Mask:
+    """For each of ``docs``, whether ``ascending`` (sorted) holds it."""
+    if not len(ascending):
+        return np.zeros(len(docs), dtype=np.bool_)
+    at = np.minimum(np.searchsorted(ascending, docs), len(ascending) - 1)
+    out: Mask = ascending[at] == docs
+    return out
 
 
 def _visible(mask: Mask, allowed: Mask | None) -> Mask:
