@@ -602,12 +602,13 @@ class _Cosines:
 class RankCache:
     """What a scope's searches share while its full-text index does not change: the
     scores of a query expansion's terms over every memory (the same entities named
-    give the same terms). Bounded: at most ``limit`` entries and ``max_bytes``."""
+    give the same terms). Bounded: the least recently used entries go past ``limit``
+    entries or ``max_bytes``."""
 
-    def __init__(self, limit: int = 16, max_bytes: int = 8 << 20) -> None:
+    def __init__(self, limit: int = 32, max_bytes: int = 8 << 20) -> None:
         self.limit, self.max_bytes = limit, max_bytes
         self._changes = -1
-        self._expanded: dict[Any, F64 | None] = {}
+        self._expanded: dict[Any, F64 | None] = {}  # least recently used first
         self.nbytes = 0
 
     def expanded(self, bm25: BM25Index, key: Any,
@@ -617,16 +618,17 @@ class RankCache:
             self.clear()
             self._changes = bm25.changes
         if key in self._expanded:
-            return self._expanded[key]
+            found = self._expanded[key] = self._expanded.pop(key)
+            return found
         found = compute(key)
         size = found.nbytes if found is not None else 0
-        if len(self._expanded) >= self.limit or self.nbytes + size > self.max_bytes:
-            self.clear()
-            self._changes = bm25.changes
         if found is not None:
             found.flags.writeable = False
         self._expanded[key] = found
         self.nbytes += size
+        while len(self._expanded) > 1 and (len(self._expanded) > self.limit or self.nbytes > self.max_bytes):
+            dropped = self._expanded.pop(next(iter(self._expanded)))
+            self.nbytes -= dropped.nbytes if dropped is not None else 0
         return found
 
     def clear(self) -> None:
