@@ -52,7 +52,8 @@ def test_a_kept_expansion_gives_the_hits_of_a_fresh_one_across_writes_and_filter
     driver.remember("Mel painted the lake at dawn.", "Caroline: Melanie, your painting is lovely!",
                     session_id="s2")
     assert_fresh_agrees(driver)
-    found = {h.memory.content: h for h in driver.search("What did Melanie paint?", top_k=20, min_score=-1).hits}
+    result = driver.search("What did Melanie paint?", top_k=20, min_score=-1)
+    found = {h.memory.content: h for h in result.hits}
     assert found["Mel painted the lake at dawn."].scores["expansion"] > 0  # "mel", an alias: a new match
     driver.send(Forget(ids=[ids[2], ids[4]], now=driver.tick()))
     assert_fresh_agrees(driver)
