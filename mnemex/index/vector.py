@@ -978,12 +978,20 @@ class ExactScores:
 
     def of(self, doc_ids: I64) -> npt.NDArray[np.float64]:
         """The cosines of ``doc_ids`` (0 for a doc without a vector)."""
-        index = self._index
-        out = np.zeros(len(doc_ids), dtype=np.float64)
-        inside = (doc_ids >= 0) & (doc_ids < len(index._row_of))
-        rows = np.full(len(doc_ids), -1, dtype=np.int64)
-        rows[inside] = index._row_of[doc_ids[inside]]
+        row_of = self._index._row_of
+        if not len(doc_ids):
+            return np.zeros(0, dtype=np.float64)
+        if int(doc_ids.min()) >= 0 and int(doc_ids.max()) < len(row_of):
+            rows = row_of[doc_ids]
+        else:
+            inside = (doc_ids >= 0) & (doc_ids < len(row_of))
+            rows = np.full(len(doc_ids), -1, dtype=np.int64)
+            rows[inside] = row_of[doc_ids[inside]]
         held = rows >= 0
+        if held.all():
+            every: npt.NDArray[np.float64] = self._scores[rows].astype(np.float64)
+            return every
+        out = np.zeros(len(doc_ids), dtype=np.float64)
         out[held] = self._scores[rows[held]]
         return out
 

@@ -196,7 +196,8 @@ class Ranker:
             if scores is None:
                 continue
             scores = scores * weight
-            scores[bm25.content_matches(parsed)[: len(scores)] == 0] *= CONTEXT_ONLY
+            own = bm25.content_matches(parsed)[: len(scores)]
+            np.multiply(scores, CONTEXT_ONLY, where=own == 0, out=scores)
             total = scores if total is None else total + scores
         return total
 
@@ -209,9 +210,8 @@ class Ranker:
         array = bm25.score_all(parsed, allowed) if len(bm25) else None
         ranking = matches = None
         if array is not None:
-            ranking = array.copy()
             matches = bm25.content_matches(parsed)[: len(array)]
-            ranking[matches == 0] *= CONTEXT_ONLY
+            ranking = np.multiply(array, CONTEXT_ONLY, where=matches == 0, out=array.copy())
         expanded = self._expanded(expansion, allowed) if expansion is not None and len(bm25) else None
         if expanded is not None:  # the expansion's terms count as the query's, at their weights
             if array is None or ranking is None:
@@ -305,7 +305,9 @@ class Ranker:
         named = np.zeros(0, dtype=np.int64)  # the memories of the query's entities, ascending
         graph_found: list[int] = []
         if expansion is not None and expansion.docs:  # the memories of the query's entities join
-            named = np.sort(np.fromiter(expansion.docs, dtype=np.int64, count=len(expansion.docs)))
+            # (a set of small ints iterates nearly in order: a stable sort is nearly a pass)
+            named = np.fromiter(expansion.docs, dtype=np.int64, count=len(expansion.docs))
+            named.sort(kind="stable")
             if allowed is not None:
                 named = named[(named < len(allowed)) & allowed[np.minimum(named, len(allowed) - 1)]]
             graph_found = self._best_of(named, fulltext, cosines_of, settings.expansion_candidates)
@@ -386,21 +388,27 @@ class Ranker:
             factors = None
             scores = relevance
         top = np.lexsort((docs, -scores))[:top_k]
+        crowding_shown = round(crowded, 6)
         out: list[Ranked] = []
-        for i in top.tolist():
+        # the breakdown of the top_k only, read from the arrays as plain floats in one go
+        shown = [values[top].tolist() for values in (
+            scores, texts, bm25s, calibrated, cosines, weights, near_period, relevance,
+            factors if factors is not None else np.ones(len(docs)), names_entity, expanded)]
+        for i, score, text, bm25, fused_vector, cosine, weight, date, relevant, factor, graph_lift, \
+                expansion_part in zip(top.tolist(), *shown, strict=True):
             doc = candidates[i]
             importance, recency, access = parts(doc)
-            out.append((doc, float(scores[i]), {
-                "fulltext": round(float(texts[i]), 6), "bm25": round(float(bm25s[i]), 6),
-                "entities": float(fulltext.entity_hits.get(doc, 0)), "vector": round(float(calibrated[i]), 6),
-                "cosine": round(float(cosines[i]), 6), "text_weight": round(float(weights[i]), 6),
-                "crowding": round(crowded, 6), "date": round(float(near_period[i]), 6),
-                "relevance": round(float(relevance[i]), 6), "importance": importance,
+            out.append((doc, score, {
+                "fulltext": round(text, 6), "bm25": round(bm25, 6),
+                "entities": float(fulltext.entity_hits.get(doc, 0)), "vector": round(fused_vector, 6),
+                "cosine": round(cosine, 6), "text_weight": round(weight, 6),
+                "crowding": crowding_shown, "date": round(date, 6),
+                "relevance": round(relevant, 6), "importance": importance,
                 "recency": round(recency, 6), "access": round(access, 6),
-                "factor": round(float(factors[i]), 6) if factors is not None else 1.0,
-                "graph": float(names_entity[i]), "expansion": round(float(expanded[i]), 6),
+                "factor": round(factor, 6) if factors is not None else 1.0,
+                "graph": graph_lift, "expansion": round(expansion_part, 6),
                 **{f"found.{name}": 1.0 for name, found in sources
-                   if doc in found or (name == "graph" and (is_named[i] or expanded[i] > 0))},
+                   if doc in found or (name == "graph" and (is_named[i] or expansion_part > 0))},
             }))
         return out
 
@@ -530,26 +538,17 @@ class _FullText(NamedTuple):
 
     def boosts_of(self, docs: npt.NDArray[np.int64]) -> F64:
         """The entity boost of each of ``docs`` (0 for a doc without one)."""
-        out = np.zeros(len(docs), dtype=np.float64)
-        if self.boosted is not None:
-            inside = docs < len(self.boosted)
-            out[inside] = self.boosted[docs[inside]]
-        return out
+        return _at(self.boosted, docs)
 
     def matched(self, docs: npt.NDArray[np.int64]) -> F64:
         """How many distinct query terms the content of each of ``docs`` holds."""
-        out = np.zeros(len(docs), dtype=np.float64)
-        if self.matches is not None:
-            inside = docs < len(self.matches)
-            out[inside] = self.matches[docs[inside]]
-        return out
+        return _at(self.matches, docs)
 
     def expanded_scores(self, docs: npt.NDArray[np.int64]) -> F64:
         """The part of ``docs``' normalised full-text scores the query expansion gave."""
-        out = np.zeros(len(docs), dtype=np.float64)
-        if self.expanded is not None and self.ideal > 0:
-            inside = docs < len(self.expanded)
-            out[inside] = np.minimum(1.0, self.expanded[docs[inside]] / self.ideal)
+        if self.expanded is None or self.ideal <= 0:
+            return np.zeros(len(docs), dtype=np.float64)
+        out: F64 = np.minimum(1.0, _at(self.expanded, docs) / self.ideal)
         return out
 
     def scores(self, docs: npt.NDArray[np.int64]) -> tuple[F64, F64]:
@@ -557,12 +556,8 @@ class _FullText(NamedTuple):
         cut) plus entity boosts over the ideal score, at most 1 (0 when the ideal is
         0); the BM25 scores as the index gives them."""
         array, ranking = self.array, self.ranking
-        bm25 = np.zeros(len(docs), dtype=np.float64)
-        ranked = np.zeros(len(docs), dtype=np.float64)
-        if array is not None and ranking is not None:
-            inside = docs < len(array)
-            bm25[inside] = array[docs[inside]]
-            ranked[inside] = ranking[docs[inside]]
+        bm25 = _at(array if ranking is not None else None, docs)
+        ranked = _at(ranking if array is not None else None, docs)
         totals = ranked + self.boosts_of(docs) if self.boosts else ranked
         if self.ideal > 0:
             return np.minimum(1.0, totals / self.ideal), bm25
@@ -643,6 +638,20 @@ def _members(docs: npt.NDArray[np.int64], ascending: npt.NDArray[np.int64]) -> M
         return np.zeros(len(docs), dtype=np.bool_)
     at = np.minimum(np.searchsorted(ascending, docs), len(ascending) - 1)
     out: Mask = ascending[at] == docs
+    return out
+
+
+def _at(values: npt.NDArray[np.float64] | npt.NDArray[np.int32] | None, docs: npt.NDArray[np.int64]) -> F64:
+    """``values`` (by doc slot) of each of ``docs`` as floats, 0 past their end (or
+    with no values)."""
+    if values is None:
+        return np.zeros(len(docs), dtype=np.float64)
+    if not len(docs) or int(docs.max()) < len(values):
+        out: F64 = values[docs].astype(np.float64, copy=False)
+        return out
+    out = np.zeros(len(docs), dtype=np.float64)
+    inside = docs < len(values)
+    out[inside] = values[docs[inside]]
     return out
 
 
