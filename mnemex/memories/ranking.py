@@ -45,6 +45,7 @@ A ``Ranker`` reads the scope's indexes and records; it never changes them.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
@@ -602,16 +603,18 @@ class RankCache:
 
     def __init__(self, limit: int = 32, max_bytes: int = 8 << 20) -> None:
         self.limit, self.max_bytes = limit, max_bytes
+        self._index: weakref.ref[BM25Index] | None = None  # the index the entries were computed from
         self._changes = -1
         self._expanded: dict[Any, F64 | None] = {}  # least recently used first
         self.nbytes = 0
 
     def expanded(self, bm25: BM25Index, key: Any,
                  compute: Callable[[Any], F64 | None]) -> F64 | None:
-        """``compute(key)``, kept while ``bm25`` does not change (read-only)."""
-        if bm25.changes != self._changes:
+        """``compute(key)``, kept while ``bm25`` does not change (read-only); another
+        index (a scope's indexes rebuilt) starts afresh."""
+        if bm25.changes != self._changes or self._index is None or self._index() is not bm25:
             self.clear()
-            self._changes = bm25.changes
+            self._index, self._changes = weakref.ref(bm25), bm25.changes
         if key in self._expanded:
             found = self._expanded[key] = self._expanded.pop(key)
             return found

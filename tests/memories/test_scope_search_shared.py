@@ -94,3 +94,13 @@ def test_the_cache_keeps_the_most_recently_used_within_its_bounds() -> None:
     bm25.add(1, "the kids")  # the index changed: nothing kept holds
     small.expanded(bm25, "b", compute)
     assert computed[-1] == "b" and len(computed) == 7
+    other = BM25Index()  # another index (a scope's rebuilt) at the same count of changes
+    for doc in range(2, 100):
+        if other.changes == bm25.changes:
+            break
+        (other if other.changes < bm25.changes else bm25).add(doc, "the lake")
+    assert other.changes == bm25.changes
+    small.expanded(bm25, "b", compute)
+    count = len(computed)
+    small.expanded(other, "b", compute)
+    assert len(computed) == count + 1
