@@ -13,6 +13,10 @@ of removed documents are reused), so cosine similarity is a dot product:
   was measured: recall@10 0.958 against exact at 100,000 LoCoMo-like texts with
   the hashing embedder (0.835 at 64, 0.939 at 200), p50 0.65 ms on one core.
 
+Several exact searches of one query (a hybrid ranking's candidates, filtered
+and not, and the cosines of given docs) share one product:
+:meth:`VectorIndex.exact_scores` (None in HNSW mode).
+
 Filtered search (``allowed``) runs inside the search: in exact mode over the
 allowed rows only; in HNSW mode through hnswlib's ``filter`` callable, except
 when few documents are allowed (at most ``exact_filter_max``, or a small share:

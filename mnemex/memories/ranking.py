@@ -40,7 +40,12 @@ questions have their ten nearest turns above 0.43, on the paraphrase set 90% bel
 ``COVERAGE_MIN_TERMS`` of them when the query is a sentence) is trusted on its words
 anywhere.
 
-A ``Ranker`` reads the scope's indexes and records; it never changes them.
+A ``Ranker`` reads the scope's indexes and records; it never changes them. What one
+hybrid search computes once: below the HNSW threshold, the query's cosine to every
+memory (one product; the vector candidates, the candidates' cosines and those of the
+named entities' memories are read from it). What a scope's searches share
+(``RankCache``, kept until the full-text index changes): the BM25 scores of the
+graph's expansion terms, the same for every query naming the same entities.
 """
 
 from __future__ import annotations
