@@ -77,7 +77,7 @@ if TYPE_CHECKING:
     from mnemex.memories.keyed import MultiVectorSearch
 
 __all__ = ["ACCESS_HALF", "CONTEXT_ONLY", "COVERAGE_MIN_TERMS", "COVERAGE_RAMP", "CROWDING_NEIGHBOURS",
-           "DATE_SLACK", "FACTOR_RANGE", "CosineScale", "Mask", "RankCache", "Ranked", "Ranker",
+           "DATE_SLACK", "FACTOR_RANGE", "FOUND_BY", "CosineScale", "Mask", "RankCache", "Ranked", "Ranker",
            "calibrated_cosine", "crowding", "found_by", "rank_factors", "text_weights"]
 
 F32 = npt.NDArray[np.float32]
@@ -373,9 +373,8 @@ class Ranker:
                 names_entity[i] = expansion.lift(candidates[i], MENTION_ONLY)
             relevance = relevance + (1.0 - relevance) * settings.expansion_graph_weight * names_entity
         expanded = fulltext.expanded_scores(docs)
-        sources = (("fulltext", {doc for doc, _ in text_ranked}),
-                   ("vector", {doc for doc, _ in vector_ranked}),
-                   ("date", set(extra)), ("graph", set(graph_found)))
+        sources = tuple(zip(FOUND_BY, ({doc for doc, _ in text_ranked}, {doc for doc, _ in vector_ranked},
+                                       set(extra), set(graph_found)), strict=True))
         half_life = settings.recency_half_life
         factor_weights = np.array([settings.rank_importance_weight, settings.rank_recency_weight,
                                    settings.rank_access_weight], dtype=np.float64)
@@ -458,13 +457,20 @@ class Ranker:
         return near
 
 
+FOUND_BY: Final = ("fulltext", "vector", "date", "graph")
+"""The candidate lists of a hybrid search, in the order ``Hit.found_by`` names them."""
+
+_MARKS: Final = tuple((f"found.{name}", name) for name in FOUND_BY)
+
+
 def found_by(scores: dict[str, float]) -> tuple[str, ...]:
-    """Take the ``found.<list>`` marks out of a hit's signals: the candidate lists
-    that brought it (see ``Hit.found_by``)."""
-    marks = [key for key in scores if key.startswith("found.")]
-    for key in marks:
-        del scores[key]
-    return tuple(key[6:] for key in marks)
+    """Take the ``found.<list>`` marks (of FOUND_BY) out of a hit's signals: the
+    candidate lists that brought it (see ``Hit.found_by``)."""
+    found = []
+    for mark, name in _MARKS:
+        if scores.pop(mark, None) is not None:
+            found.append(name)
+    return tuple(found)
 
 
 def calibrated_cosine(cosines: F64, floor: float, ceiling: float) -> F64:
