@@ -28,6 +28,7 @@ from mnemex.index.tokenizer import ParsedQuery as ParsedQuery
 from mnemex.index.tokenizer import Phrase as Phrase
 from mnemex.index.tokenizer import Tokenizer as Tokenizer
 from mnemex.index.tokenizer import words as words
+from mnemex.index.vector import ExactScores as ExactScores
 from mnemex.index.vector import GraphBuild as GraphBuild
 from mnemex.index.vector import SidecarStatus as SidecarStatus
 from mnemex.index.vector import VectorIndex as VectorIndex
@@ -37,6 +38,7 @@ __all__ = [
     "Allowed",
     "BM25Index",
     "EntityIndex",
+    "ExactScores",
     "GraphBuild",
     "KeywordIndex",
     "ParsedQuery",

@@ -100,8 +100,10 @@ def allowed_ids(allowed: Allowed) -> IdArray:
     return ids[ids >= 0]
 
 
-def top_k_by_score(ids: IdArray, scores: FloatArray, k: int) -> list[tuple[int, float]]:
-    """The k best (id, score) pairs, highest score first, equal scores by lower id.
+def top_k_by_score(ids: IdArray, scores: FloatArray | npt.NDArray[np.float32],
+                   k: int) -> list[tuple[int, float]]:
+    """The k best (id, score) pairs, highest score first, equal scores by lower id
+    (float32 scores are cut as they are and come back as floats).
 
     ``ids`` must be distinct. Exact at the cut: of several documents tied at the
     k-th score, the lowest ids are kept."""

@@ -224,6 +224,12 @@ class BM25Index(SidecarIndex):
         return _idf(len(self._content), self.document_frequency(term))
 
     @property
+    def changes(self) -> int:
+        """A count that grows with every change of the index: scores computed at one
+        count hold until it moves."""
+        return self._changes
+
+    @property
     def vocabulary_size(self) -> int:
         return len(self._vocab)
 

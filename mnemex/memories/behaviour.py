@@ -180,7 +180,7 @@ from mnemex.memories.protocol import (
     Updated,
     UpdateMemory,
 )
-from mnemex.memories.ranking import CosineScale, Ranker, found_by
+from mnemex.memories.ranking import CosineScale, RankCache, Ranker, found_by
 from mnemex.memories.sessions import session_echoes, session_memories
 from mnemex.memories.snapshot import (
     SNAPSHOT_FORMAT,
@@ -451,6 +451,7 @@ class ScopeMemory:
         self.documents = Documents()
         self.categories = ScopeCategories(settings.category_threshold, self.bm25.tokenizer)
         self.extractions.catalog = self.categories.as_dict
+        self.rank_cache = RankCache()  # transient: what searches share until the next write
 
     def live_bytes(self) -> int:
         """An estimate of the memory this scope holds while live, for the runtime's
@@ -464,7 +465,7 @@ class ScopeMemory:
             if vectors.mode == "hnsw":
                 per_vector = 2 * per_vector + 8 * self.settings.hnsw_m + 16
             size += len(vectors) * per_vector
-        return size
+        return size + self.rank_cache.nbytes
 
     def __repr__(self) -> str:
         return f"ScopeMemory(({self.app_name!r}, {self.user_id!r}), memories={len(self.doc_of)})"
@@ -1393,7 +1394,8 @@ class ScopeMemory:
         if allowed is not None and not allowed.any():
             return SearchResult(hits=[], mode=mode, facets={} if cmd.facets else None)
         ranker = Ranker(self.keyword, self.bm25, self.entities, self.keyed.vector_search(self.vectors),
-                        self.table, settings, self._record_at, self.graph if settings.expansion else None)
+                        self.table, settings, self._record_at, self.graph if settings.expansion else None,
+                        self.rank_cache)
         if mode == "keyword":
             ranked = ranker.keyword_ranked(query, top_k, allowed)
         elif mode == "fulltext":

@@ -40,14 +40,20 @@ questions have their ten nearest turns above 0.43, on the paraphrase set 90% bel
 ``COVERAGE_MIN_TERMS`` of them when the query is a sentence) is trusted on its words
 anywhere.
 
-A ``Ranker`` reads the scope's indexes and records; it never changes them.
+A ``Ranker`` reads the scope's indexes and records; it never changes them. What one
+hybrid search computes once: below the HNSW threshold, the query's cosine to every
+memory (one product; the vector candidates, the candidates' cosines and those of the
+named entities' memories are read from it). What a scope's searches share
+(``RankCache``, kept until the full-text index changes): the BM25 scores of the
+graph's expansion terms, the same for every query naming the same entities.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -55,6 +61,7 @@ import numpy.typing as npt
 from mnemex.index import (
     BM25Index,
     EntityIndex,
+    ExactScores,
     KeywordIndex,
     VectorIndex,
     reciprocal_rank_fusion,
@@ -70,8 +77,8 @@ if TYPE_CHECKING:
     from mnemex.memories.keyed import MultiVectorSearch
 
 __all__ = ["ACCESS_HALF", "CONTEXT_ONLY", "COVERAGE_MIN_TERMS", "COVERAGE_RAMP", "CROWDING_NEIGHBOURS",
-           "DATE_SLACK", "FACTOR_RANGE", "CosineScale", "Mask", "Ranked", "Ranker", "calibrated_cosine",
-           "crowding", "found_by", "rank_factors", "text_weights"]
+           "DATE_SLACK", "FACTOR_RANGE", "FOUND_BY", "CosineScale", "Mask", "RankCache", "Ranked", "Ranker",
+           "calibrated_cosine", "crowding", "found_by", "rank_factors", "text_weights"]
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -152,6 +159,8 @@ class Ranker:
     record_at: Callable[[int], MemoryRecord]
     graph: EntityGraph | None = None
     """The scope's entity graph, for query expansion in hybrid search (None: off)."""
+    cache: RankCache | None = None
+    """What the scope's searches share between its writes (None: nothing kept)."""
 
     def keyword_ranked(self, query: str, top_k: int, allowed: Mask | None) -> list[Ranked]:
         distinct = len(set(words(query, fold_accents=self.keyword.fold_accents)))
@@ -166,17 +175,35 @@ class Ranker:
         names at ``expansion_neighbour_weight`` (context-only matches cut as for the
         query); None when no memory holds one."""
         bm25, settings = self.bm25, self.settings
+        parts = ((expansion.aliases, settings.expansion_alias_weight),
+                 (expansion.neighbours, settings.expansion_neighbour_weight))
+        # the same entities give the same terms: their scores over every memory are
+        # kept until the index changes, and a filter only zeroes what it hides
+        total = self.cache.expanded(bm25, parts, self._expanded_scores) if self.cache is not None \
+            else self._expanded_scores(parts)
+        if total is None or allowed is None:
+            return total
+        total = total.copy()
+        shared = min(len(allowed), len(total))
+        total[:shared][~allowed[:shared]] = 0.0
+        total[shared:] = 0.0
+        return total
+
+    def _expanded_scores(self, parts: tuple[tuple[tuple[str, ...], float], ...]) -> F64 | None:
+        """The weighted BM25 scores of every doc slot for the terms of ``parts``
+        ((terms, weight) pairs; see _expanded), unfiltered; None when no memory holds one."""
+        bm25 = self.bm25
         total: F64 | None = None
-        for terms, weight in ((expansion.aliases, settings.expansion_alias_weight),
-                              (expansion.neighbours, settings.expansion_neighbour_weight)):
+        for terms, weight in parts:
             if not terms or weight <= 0:
                 continue
             parsed = bm25.tokenizer.parse_query(" ".join(terms))
-            scores = bm25.score_all(parsed, allowed)
+            scores = bm25.score_all(parsed)
             if scores is None:
                 continue
             scores = scores * weight
-            scores[bm25.content_matches(parsed)[: len(scores)] == 0] *= CONTEXT_ONLY
+            own = bm25.content_matches(parsed)[: len(scores)]
+            np.multiply(scores, CONTEXT_ONLY, where=own == 0, out=scores)
             total = scores if total is None else total + scores
         return total
 
@@ -189,9 +216,8 @@ class Ranker:
         array = bm25.score_all(parsed, allowed) if len(bm25) else None
         ranking = matches = None
         if array is not None:
-            ranking = array.copy()
             matches = bm25.content_matches(parsed)[: len(array)]
-            ranking[matches == 0] *= CONTEXT_ONLY
+            ranking = np.multiply(array, CONTEXT_ONLY, where=matches == 0, out=array.copy())
         expanded = self._expanded(expansion, allowed) if expansion is not None and len(bm25) else None
         if expanded is not None:  # the expansion's terms count as the query's, at their weights
             if array is None or ranking is None:
@@ -216,7 +242,11 @@ class Ranker:
             if not terms:
                 ideal = unit * len(named)
         worded = bm25.tokenizer.worded(query)
-        return _FullText(array, ranking, boosts, entity_hits, ideal, matches, worded, expanded)
+        boosted = None
+        if boosts:  # by doc slot, for look-ups of many docs at once
+            boosted = np.zeros(max(boosts) + 1, dtype=np.float64)
+            boosted[np.fromiter(boosts, dtype=np.int64, count=len(boosts))] = list(boosts.values())
+        return _FullText(array, ranking, boosts, entity_hits, ideal, matches, worded, expanded, boosted)
 
     def _fulltext_candidates(self, query: str, count: int, allowed: Mask | None,
                              expansion: Expansion | None = None) -> tuple[list[tuple[int, float]], _FullText]:
@@ -231,7 +261,7 @@ class Ranker:
             pool = np.union1d(_best(positive, ranking[positive], count), pool)
         totals = ranking[pool] if ranking is not None else np.zeros(len(pool), dtype=np.float64)
         if boosts:
-            totals = totals + np.array([boosts.get(doc, 0.0) for doc in pool.tolist()], dtype=np.float64)
+            totals = totals + fulltext.boosts_of(pool)
         best = _best(pool, totals, count)
         best_totals = totals[np.searchsorted(pool, best)]
         order = np.lexsort((best, -best_totals))
@@ -272,23 +302,26 @@ class Ranker:
         index = self.vectors if self.vectors is not None and len(self.vectors) else None
         if expansion is not None and index is not None and settings.expansion_vector_weight > 0:
             vector = self._expanded_vector(vector, expansion, index)
-        vector_ranked = index.search(vector, count, allowed) if index is not None else []
-        unit_query = _unit(vector)
+        # an exact index scores every memory once; the searches and cosines below read that
+        exact = index.exact_scores(vector) if isinstance(index, VectorIndex) else None
+        cosines_of = _Cosines(index, _unit(vector), exact)
+        vector_ranked = cosines_of.search(vector, count, allowed)
         dated = self._dated(query)
         extra: list[int] = []
-        mentioned: set[int] = set()
+        named = np.zeros(0, dtype=np.int64)  # the memories of the query's entities, ascending
         graph_found: list[int] = []
         if expansion is not None and expansion.docs:  # the memories of the query's entities join
-            named = np.array(sorted(expansion.docs), dtype=np.int64)
+            # (a set of small ints iterates nearly in order: a stable sort is nearly a pass)
+            named = np.fromiter(expansion.docs, dtype=np.int64, count=len(expansion.docs))
+            named.sort(kind="stable")
             if allowed is not None:
                 named = named[(named < len(allowed)) & allowed[np.minimum(named, len(allowed) - 1)]]
-            mentioned = set(named.tolist())
-            graph_found = self._best_of(named, unit_query, fulltext, index, settings.expansion_candidates)
+            graph_found = self._best_of(named, fulltext, cosines_of, settings.expansion_candidates)
         if dated is not None:  # the best of the memories near a named period join the candidates
             near = _visible(dated > 0, allowed)
             if near.any():
                 if index is not None:
-                    extra += [doc for doc, _ in index.search(vector, count, near)]
+                    extra += [doc for doc, _ in cosines_of.search(vector, count, near)]
                 if fulltext.ranking is not None:
                     inside = np.flatnonzero(near[: len(fulltext.ranking)] & (fulltext.ranking > 0))
                     extra += _best(inside, fulltext.ranking[inside], count).tolist()
@@ -303,12 +336,11 @@ class Ranker:
         for doc, cosine in vector_ranked:
             cosines[position[doc]] = cosine
         if index is not None and len(vector_ranked) < len(candidates):
-            # candidates the vector list missed: their cosines, in one product
+            # candidates the vector list missed: their cosines, in one product (or look-up)
             missed = np.ones(len(docs), dtype=np.bool_)
             missed[[position[doc] for doc, _ in vector_ranked]] = False
-            rows = np.flatnonzero(missed & index.holds(docs))
-            if len(rows):
-                cosines[rows] = index.vectors(docs[rows]) @ unit_query
+            rows = np.flatnonzero(missed)
+            cosines[rows] = cosines_of(docs[rows])
         calibrated = calibrated_cosine(cosines, settings.cosine_floor, settings.cosine_ceiling)
         w_text, w_vector = settings.fusion_fulltext_weight, settings.fusion_vector_weight
         weights = np.full(len(docs), w_text / (w_text + w_vector))
@@ -334,16 +366,15 @@ class Ranker:
             near_period[held] = dated[docs[held]]
             relevance = relevance + (1.0 - relevance) * settings.date_weight * near_period
         names_entity = np.zeros(len(docs), dtype=np.float64)
-        if mentioned:
+        is_named = _members(docs, named)
+        if len(named):
             assert expansion is not None
-            for doc in candidates:  # a memory the named entity says counts fully, one naming it half
-                if doc in mentioned:
-                    names_entity[position[doc]] = expansion.lift(doc, MENTION_ONLY)
+            for i in np.flatnonzero(is_named).tolist():  # a memory the named entity says counts fully
+                names_entity[i] = expansion.lift(candidates[i], MENTION_ONLY)
             relevance = relevance + (1.0 - relevance) * settings.expansion_graph_weight * names_entity
         expanded = fulltext.expanded_scores(docs)
-        sources = (("fulltext", {doc for doc, _ in text_ranked}),
-                   ("vector", {doc for doc, _ in vector_ranked}),
-                   ("date", set(extra)), ("graph", set(graph_found) | mentioned))
+        sources = tuple(zip(FOUND_BY, ({doc for doc, _ in text_ranked}, {doc for doc, _ in vector_ranked},
+                                       set(extra), set(graph_found)), strict=True))
         half_life = settings.recency_half_life
         factor_weights = np.array([settings.rank_importance_weight, settings.rank_recency_weight,
                                    settings.rank_access_weight], dtype=np.float64)
@@ -362,21 +393,27 @@ class Ranker:
             factors = None
             scores = relevance
         top = np.lexsort((docs, -scores))[:top_k]
+        crowding_shown = round(crowded, 6)
         out: list[Ranked] = []
-        for i in top.tolist():
+        # the breakdown of the top_k only, read from the arrays as plain floats in one go
+        shown = [values[top].tolist() for values in (
+            scores, texts, bm25s, calibrated, cosines, weights, near_period, relevance,
+            factors if factors is not None else np.ones(len(docs)), names_entity, expanded)]
+        for i, score, text, bm25, fused_vector, cosine, weight, date, relevant, factor, graph_lift, \
+                expansion_part in zip(top.tolist(), *shown, strict=True):
             doc = candidates[i]
             importance, recency, access = parts(doc)
-            out.append((doc, float(scores[i]), {
-                "fulltext": round(float(texts[i]), 6), "bm25": round(float(bm25s[i]), 6),
-                "entities": float(fulltext.entity_hits.get(doc, 0)), "vector": round(float(calibrated[i]), 6),
-                "cosine": round(float(cosines[i]), 6), "text_weight": round(float(weights[i]), 6),
-                "crowding": round(crowded, 6), "date": round(float(near_period[i]), 6),
-                "relevance": round(float(relevance[i]), 6), "importance": importance,
+            out.append((doc, score, {
+                "fulltext": round(text, 6), "bm25": round(bm25, 6),
+                "entities": float(fulltext.entity_hits.get(doc, 0)), "vector": round(fused_vector, 6),
+                "cosine": round(cosine, 6), "text_weight": round(weight, 6),
+                "crowding": crowding_shown, "date": round(date, 6),
+                "relevance": round(relevant, 6), "importance": importance,
                 "recency": round(recency, 6), "access": round(access, 6),
-                "factor": round(float(factors[i]), 6) if factors is not None else 1.0,
-                "graph": float(names_entity[i]), "expansion": round(float(expanded[i]), 6),
+                "factor": round(factor, 6) if factors is not None else 1.0,
+                "graph": graph_lift, "expansion": round(expansion_part, 6),
                 **{f"found.{name}": 1.0 for name, found in sources
-                   if doc in found or (name == "graph" and expanded[i] > 0)},
+                   if doc in found or (name == "graph" and (is_named[i] or expansion_part > 0))},
             }))
         return out
 
@@ -392,19 +429,16 @@ class Ranker:
         moved: F32 = (_unit(vector) + self.settings.expansion_vector_weight * centroid).astype(np.float32)
         return _unit(moved)
 
-    def _best_of(self, docs: npt.NDArray[np.int64], unit_query: F32, fulltext: _FullText,
-                 index: VectorIndex | MultiVectorSearch | None, count: int) -> list[int]:
+    def _best_of(self, docs: npt.NDArray[np.int64], fulltext: _FullText, cosines_of: _Cosines,
+                 count: int) -> list[int]:
         """The ``count`` best of ``docs`` (the memories of the query's entities) by
         their full-text score (the expansion's terms included) plus their cosine to
         the query, ties by lower doc."""
         if len(docs) == 0 or count <= 0:
             return []
         score = fulltext.scores(docs)[0]
-        if index is not None:
-            held = index.holds(docs)
-            if held.any():
-                score = score.copy()
-                score[held] += index.vectors(docs[held]) @ unit_query
+        if cosines_of.index is not None:
+            score = score + cosines_of(docs)
         best: list[int] = _best(docs, score, count).tolist()
         return best
 
@@ -423,13 +457,20 @@ class Ranker:
         return near
 
 
+FOUND_BY: Final = ("fulltext", "vector", "date", "graph")
+"""The candidate lists of a hybrid search, in the order ``Hit.found_by`` names them."""
+
+_MARKS: Final = tuple((f"found.{name}", name) for name in FOUND_BY)
+
+
 def found_by(scores: dict[str, float]) -> tuple[str, ...]:
-    """Take the ``found.<list>`` marks out of a hit's signals: the candidate lists
-    that brought it (see ``Hit.found_by``)."""
-    marks = [key for key in scores if key.startswith("found.")]
-    for key in marks:
-        del scores[key]
-    return tuple(key[6:] for key in marks)
+    """Take the ``found.<list>`` marks (of FOUND_BY) out of a hit's signals: the
+    candidate lists that brought it (see ``Hit.found_by``)."""
+    found = []
+    for mark, name in _MARKS:
+        if scores.pop(mark, None) is not None:
+            found.append(name)
+    return tuple(found)
 
 
 def calibrated_cosine(cosines: F64, floor: float, ceiling: float) -> F64:
@@ -504,21 +545,22 @@ class _FullText(NamedTuple):
     matches: npt.NDArray[np.int32] | None
     worded: bool
     expanded: F64 | None = None
+    boosted: F64 | None = None
+    """The entity boosts by doc slot, up to the last boosted doc (None: no boost)."""
+
+    def boosts_of(self, docs: npt.NDArray[np.int64]) -> F64:
+        """The entity boost of each of ``docs`` (0 for a doc without one)."""
+        return _at(self.boosted, docs)
 
     def matched(self, docs: npt.NDArray[np.int64]) -> F64:
         """How many distinct query terms the content of each of ``docs`` holds."""
-        out = np.zeros(len(docs), dtype=np.float64)
-        if self.matches is not None:
-            inside = docs < len(self.matches)
-            out[inside] = self.matches[docs[inside]]
-        return out
+        return _at(self.matches, docs)
 
     def expanded_scores(self, docs: npt.NDArray[np.int64]) -> F64:
         """The part of ``docs``' normalised full-text scores the query expansion gave."""
-        out = np.zeros(len(docs), dtype=np.float64)
-        if self.expanded is not None and self.ideal > 0:
-            inside = docs < len(self.expanded)
-            out[inside] = np.minimum(1.0, self.expanded[docs[inside]] / self.ideal)
+        if self.expanded is None or self.ideal <= 0:
+            return np.zeros(len(docs), dtype=np.float64)
+        out: F64 = np.minimum(1.0, _at(self.expanded, docs) / self.ideal)
         return out
 
     def scores(self, docs: npt.NDArray[np.int64]) -> tuple[F64, F64]:
@@ -526,17 +568,105 @@ class _FullText(NamedTuple):
         cut) plus entity boosts over the ideal score, at most 1 (0 when the ideal is
         0); the BM25 scores as the index gives them."""
         array, ranking = self.array, self.ranking
-        bm25 = np.zeros(len(docs), dtype=np.float64)
-        ranked = np.zeros(len(docs), dtype=np.float64)
-        if array is not None and ranking is not None:
-            inside = docs < len(array)
-            bm25[inside] = array[docs[inside]]
-            ranked[inside] = ranking[docs[inside]]
-        totals = ranked + np.array([self.boosts.get(doc, 0.0) for doc in docs.tolist()], dtype=np.float64) \
-            if self.boosts else ranked
+        bm25 = _at(array if ranking is not None else None, docs)
+        ranked = _at(ranking if array is not None else None, docs)
+        totals = ranked + self.boosts_of(docs) if self.boosts else ranked
         if self.ideal > 0:
             return np.minimum(1.0, totals / self.ideal), bm25
         return np.zeros(len(docs), dtype=np.float64), bm25
+
+
+class _Cosines:
+    """A query's cosine to any memory, read from one exact product over the index
+    (``exact``) when there is one, else gathered from the index's vectors."""
+
+    __slots__ = ("exact", "index", "unit_query")
+
+    def __init__(self, index: VectorIndex | MultiVectorSearch | None, unit_query: F32,
+                 exact: ExactScores | None) -> None:
+        self.index, self.unit_query, self.exact = index, unit_query, exact
+
+    def search(self, vector: F32, top_k: int, allowed: Mask | None) -> list[tuple[int, float]]:
+        """The index's search for ``vector`` (the query's)."""
+        if self.index is None:
+            return []
+        if self.exact is not None:
+            return self.exact.search(top_k, allowed)
+        return self.index.search(vector, top_k, allowed)
+
+    def __call__(self, docs: npt.NDArray[np.int64]) -> F64:
+        """The cosine of each of ``docs``, 0 for a doc without a vector."""
+        if self.exact is not None:
+            return self.exact.of(docs)
+        out = np.zeros(len(docs), dtype=np.float64)
+        if self.index is not None:
+            held = self.index.holds(docs)
+            if held.any():
+                out[held] = self.index.vectors(docs[held]) @ self.unit_query
+        return out
+
+
+class RankCache:
+    """What a scope's searches share while its full-text index does not change: the
+    scores of a query expansion's terms over every memory (the same entities named
+    give the same terms). Bounded: the least recently used entries go past ``limit``
+    entries or ``max_bytes``."""
+
+    def __init__(self, limit: int = 32, max_bytes: int = 8 << 20) -> None:
+        self.limit, self.max_bytes = limit, max_bytes
+        self._index: weakref.ref[BM25Index] | None = None  # the index the entries were computed from
+        self._changes = -1
+        self._expanded: dict[Any, F64 | None] = {}  # least recently used first
+        self.nbytes = 0
+
+    def expanded(self, bm25: BM25Index, key: Any,
+                 compute: Callable[[Any], F64 | None]) -> F64 | None:
+        """``compute(key)``, kept while ``bm25`` does not change (read-only); another
+        index (a scope's indexes rebuilt) starts afresh."""
+        if bm25.changes != self._changes or self._index is None or self._index() is not bm25:
+            self.clear()
+            self._index, self._changes = weakref.ref(bm25), bm25.changes
+        if key in self._expanded:
+            found = self._expanded[key] = self._expanded.pop(key)
+            return found
+        found = compute(key)
+        size = found.nbytes if found is not None else 0
+        if found is not None:
+            found.flags.writeable = False
+        self._expanded[key] = found
+        self.nbytes += size
+        while len(self._expanded) > 1 and (len(self._expanded) > self.limit or self.nbytes > self.max_bytes):
+            dropped = self._expanded.pop(next(iter(self._expanded)))
+            self.nbytes -= dropped.nbytes if dropped is not None else 0
+        return found
+
+    def clear(self) -> None:
+        self._expanded.clear()
+        self.nbytes = 0
+        self._changes = -1
+
+
+def _members(docs: npt.NDArray[np.int64], ascending: npt.NDArray[np.int64]) -> Mask:
+    """For each of ``docs``, whether ``ascending`` (sorted) holds it."""
+    if not len(ascending):
+        return np.zeros(len(docs), dtype=np.bool_)
+    at = np.minimum(np.searchsorted(ascending, docs), len(ascending) - 1)
+    out: Mask = ascending[at] == docs
+    return out
+
+
+def _at(values: npt.NDArray[np.float64] | npt.NDArray[np.int32] | None, docs: npt.NDArray[np.int64]) -> F64:
+    """``values`` (by doc slot) of each of ``docs`` as floats, 0 past their end (or
+    with no values)."""
+    if values is None:
+        return np.zeros(len(docs), dtype=np.float64)
+    if not len(docs) or int(docs.max()) < len(values):
+        out: F64 = values[docs].astype(np.float64, copy=False)
+        return out
+    out = np.zeros(len(docs), dtype=np.float64)
+    inside = docs < len(values)
+    out[inside] = values[docs[inside]]
+    return out
 
 
 def _visible(mask: Mask, allowed: Mask | None) -> Mask:

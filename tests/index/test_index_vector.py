@@ -64,6 +64,34 @@ def test_exact_mode_equals_brute_force_with_filters() -> None:
         assert_same_results(index.search(query, 10, allowed=allowed), brute_force(model, query, 10, allowed))
 
 
+def test_exact_scores_search_and_look_up_as_the_index_does() -> None:
+    """One product for several searches of a query (ExactScores): the index's own
+    results with and without filters, after removals and reused rows; cosines of any
+    doc (0 without a vector); none once a graph answers instead."""
+    vectors = unit_vectors(300)
+    index = VectorIndex(DIM, hnsw_threshold=400)
+    index.add_many(list(range(300)), vectors)
+    for doc_id in range(0, 300, 4):
+        index.remove(doc_id)
+    index.add_many([500, 501], unit_vectors(2, seed=3))  # into freed rows
+    everything = {d: index.vector(d) for d in index.doc_ids()}
+    for query in unit_vectors(10, seed=2):
+        scores = index.exact_scores(query * 2.0)  # any scale, as search takes it
+        assert scores is not None
+        for top_k in (1, 10, 400):
+            assert scores.search(top_k) == index.search(query * 2.0, top_k)
+            for allowed in (set(range(0, 600, 3)), set(), np.arange(600) % 5 == 0, [501, 7, 9999]):
+                got = scores.search(top_k, allowed)
+                assert [d for d, _ in got] == [d for d, _ in index.search(query * 2.0, top_k, allowed)]
+                assert_same_results(got, brute_force(everything, query, top_k, set(np.flatnonzero(allowed))
+                                                     if isinstance(allowed, np.ndarray) else set(allowed)))
+        docs = np.array([1, 4, 500, 9999, 2], dtype=np.int64)  # 4 was removed, 9999 never added
+        expected = [float(everything[d] @ query) if d in everything else 0.0 for d in docs.tolist()]
+        assert scores.of(docs) == pytest.approx(expected, abs=1e-6)
+    index.add_many(list(range(1000, 1200)), unit_vectors(200, seed=4))
+    assert index.mode == "hnsw" and index.exact_scores(vectors[0]) is None
+
+
 def test_rows_of_removed_documents_are_reused() -> None:
     index = VectorIndex(DIM)
     vectors = unit_vectors(10)

@@ -1,0 +1,79 @@
+"""Hybrid search with the entity graph's expansion against the hits the ranking
+gave before it was made faster (tests/fixtures/search-golden.json, written by the
+ranking of commit 62e120b with ``python tests/memories/test_scope_search_golden.py``):
+the same memories in the same order, every score and signal within float32 rounding.
+A change of ranking on purpose rewrites the fixture and says so."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scope_support import Driver
+
+from mnemex.memories.protocol import Forget
+
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "search-golden.json"
+SPEAKERS = ["Caroline", "Melanie", "Jon", "Gina"]
+TOPICS = ["hiking in the mountains", "the pottery class", "a support group", "painting the sunrise",
+          "the dance studio", "adopting a dog", "the camping trip", "a charity race", "the new job",
+          "a concert last weekend", "the family beach day", "a book about courage"]
+QUERIES = ["What did Melanie paint?", "Where did Mel go camping?", "When did Caroline join the support group?",
+           "What is Jon doing with the dance studio?", "Who ran the charity race?", "Gina's new job",
+           "pottery", "What book did Caroline read?", "Did Melanie and Caroline talk about dogs?",
+           "the concert last weekend", "What does Mel like about the beach?", "hiking with the kids"]
+
+
+def corpus() -> list[tuple[str, str]]:
+    """(content, session) of 300 turns: speakers talk of topics, sometimes naming
+    each other (Melanie also as Mel)."""
+    rng = random.Random(11)
+    turns = []
+    for i in range(300):
+        speaker, other = rng.sample(SPEAKERS, 2)
+        addressed = "Mel" if other == "Melanie" and rng.random() < 0.5 else other
+        topic, second = rng.sample(TOPICS, 2)
+        text = rng.choice([f"{addressed}, I loved {topic}!", f"I keep thinking about {topic} and {second}.",
+                           f"{addressed} told me about {topic} yesterday.", f"How was {topic}, {addressed}?"])
+        turns.append((f"{speaker}: {text} (turn {i})", f"session-{i // 20}"))
+    return turns
+
+
+def searches() -> list[list[Any]]:
+    """Each search's hits as [content, score, signals], after the corpus is stored,
+    filtered, and after some memories are forgotten."""
+    driver = Driver(expansion=True, fusion_candidates=30)
+    ids = [driver.remember(content, session_id=session)[0] for content, session in corpus()]
+    out: list[list[Any]] = []
+
+    def run(**options: Any) -> None:
+        for query in QUERIES:
+            result = driver.search(query, top_k=10, min_score=-1.0, **options)
+            out.append([[hit.memory.content, hit.score, hit.scores, list(hit.found_by)] for hit in result.hits])
+
+    run()
+    run(filter={"session_id": "session-3"})
+    driver.send(Forget(ids=ids[::7], now=driver.tick()))
+    run()
+    return out
+
+
+def test_hybrid_hits_are_those_of_the_ranking_before() -> None:
+    expected = json.loads(FIXTURE.read_text())
+    got = searches()
+    assert len(got) == len(expected)
+    for index, (hits, wanted) in enumerate(zip(got, expected, strict=True)):
+        assert [h[0] for h in hits] == [w[0] for w in wanted], (index, QUERIES[index % len(QUERIES)])
+        for hit, want in zip(hits, wanted, strict=True):
+            assert hit[1] == pytest.approx(want[1], abs=2e-6)
+            assert hit[3] == want[3] and set(hit[2]) == set(want[2])
+            assert hit[2] == pytest.approx(want[2], abs=2e-6)
+
+
+if __name__ == "__main__":  # writes the fixture from the ranking this runs on
+    FIXTURE.write_text(json.dumps(searches(), indent=None, sort_keys=True) + "\n")
+    print(f"wrote {FIXTURE}", file=sys.stderr)
