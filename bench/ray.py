@@ -2,6 +2,7 @@
 shard costs, and how long a lost node leaves its keys unserved.
 
 Run: python bench/ray.py [--quick] [--embedder hashing|minilm] [--memories 300] [--queries 200] [--ttl 6]
+                         [--scopes N [--concurrency 32]]
 
 One run: a local three-node Ray cluster (ray.cluster_utils, every node on
 127.0.0.1; a head with 2 CPUs and two workers with 1), three shards over one
@@ -15,6 +16,12 @@ actor and back (Ray's call, the wire encoding, the shard's trio thread).
 Then failover: a worker node hosting a shard is removed (``cluster.remove_node``);
 the time from its loss until a scope of that shard answers again is reported (Ray
 restarts the shard elsewhere; it takes the leases once they lapse: about ``--ttl``).
+
+With ``--scopes N`` (issue 22's bar, 100,000 across 4 shards): another cluster of
+four shards on a new data directory; N users each store one memory (``--concurrency``
+calls at once); the shards' resident memory is read from /proc before and after,
+and the growth per scope is set beside the scale issue's per-user bar (20,000
+users within 600 MB: 30 KB each).
 
 Prints a table and writes bench/results/ray.json.
 """
@@ -92,6 +99,51 @@ async def failover(rt: mnemex.ray.RayRuntime, cluster: Any, workers: list[Any]) 
             "intact": [m.id for m in page.memories] == [stored]}
 
 
+PER_USER_BAR_KB = 600 * 1024 / 20_000  # issue 17: 20,000 users of one memory within 600 MB
+
+
+def rss_kb(pid: int) -> int:
+    """Resident memory of a process, from /proc (KB)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+async def many_scopes(args: argparse.Namespace, data_dir: str) -> dict[str, Any]:
+    """N users of one memory each through four shards: the shards' memory per scope."""
+    config = mnemex.Config(data_dir=data_dir, embedder=args.embedder)
+    async with mnemex.ray.open_runtime(config, shards=4, ttl=args.ttl, margin=min(2.0, args.ttl / 4),
+                                       actor_options={"num_cpus": 0.5}) as rt:
+        await rt.scope(user_id="warm-up", app_name="bench").remember("warm-up")
+        pids = await rt.shard_pids()
+        before = [rss_kb(pid) for pid in pids]
+        limiter = trio.CapacityLimiter(args.concurrency)
+        done = [0]
+        started = time.perf_counter()
+        deadline = started + args.scope_seconds
+
+        async def store(first: int) -> None:
+            for i in range(first, args.scopes, args.concurrency):
+                if time.perf_counter() > deadline:
+                    return
+                async with limiter:
+                    await rt.scope(user_id=f"user-{i}", app_name="bench").remember(f"user {i} likes tea")
+                done[0] += 1
+
+        async with trio.open_nursery() as nursery:
+            for first in range(args.concurrency):
+                nursery.start_soon(store, first)
+        seconds = time.perf_counter() - started
+        after = [rss_kb(pid) for pid in await rt.shard_pids()]
+        check = await rt.scope(user_id="user-0", app_name="bench").memories()
+    grown = sum(after) - sum(before)
+    return {"scopes": done[0], "asked": args.scopes, "seconds": seconds, "per_second": done[0] / seconds,
+            "shard_rss_kb_before": before, "shard_rss_kb_after": after,
+            "kb_per_scope": grown / max(1, done[0]), "bar_kb_per_scope": PER_USER_BAR_KB,
+            "found_again": len(check.memories) == 1}
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     import ray
     from ray.cluster_utils import Cluster
@@ -119,6 +171,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     await measure(inproc, f"user{turn}", chunk_m, chunk_q, local)
                     await measure(cluster_rt, f"user{turn}", chunk_m, chunk_q, remote)
                 over = await failover(cluster_rt, cluster, workers)
+        scopes = None
+        if args.scopes:
+            with tempfile.TemporaryDirectory() as three:
+                scopes = await many_scopes(args, three)
     finally:
         ray.shutdown()
         cluster.shutdown()
@@ -127,7 +183,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         mine, theirs = latency_summary(local[call]), latency_summary(remote[call])
         calls[call] = {"in_process": mine, "ray": theirs, "p50_difference_ms": theirs["p50"] - mine["p50"]}
     return {"machine": machine(), "embedder": args.embedder, "shards": 3, "ttl": args.ttl,
-            "memories": args.memories, "queries": args.queries, "calls": calls, "failover": over}
+            "memories": args.memories, "queries": args.queries, "calls": calls, "failover": over,
+            "many_scopes": scopes}
 
 
 def main() -> None:
@@ -137,6 +194,10 @@ def main() -> None:
     parser.add_argument("--memories", type=int, default=300)
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--ttl", type=float, default=6.0, help="lease seconds (failover waits about this)")
+    parser.add_argument("--scopes", type=int, default=0,
+                        help="also store this many users of one memory through four shards (bar: 100,000)")
+    parser.add_argument("--concurrency", type=int, default=32, help="calls at once for --scopes")
+    parser.add_argument("--scope-seconds", type=float, default=900.0, help="stop storing scopes after this")
     args = parser.parse_args()
     if args.quick:
         args.memories, args.queries = 60, 40
@@ -155,6 +216,13 @@ def main() -> None:
               f"(lease ttl {report['ttl']:g} s); scope intact: {over['intact']}")
     else:
         print(f"\nfailover not measured: {over['error']}")
+    scopes = report["many_scopes"]
+    if scopes is not None:
+        print(f"\n{scopes['scopes']:,} scopes of one memory through 4 shards in {scopes['seconds']:.0f} s "
+              f"({scopes['per_second']:,.0f}/s): shards' RSS {sum(scopes['shard_rss_kb_before']) / 1024:,.0f} MB "
+              f"-> {sum(scopes['shard_rss_kb_after']) / 1024:,.0f} MB, {scopes['kb_per_scope']:.1f} KB a scope "
+              f"(bar {scopes['bar_kb_per_scope']:.0f} KB): {'met' if scopes['kb_per_scope'] <= scopes['bar_kb_per_scope'] else 'NOT met'}; "
+              f"found again: {scopes['found_again']}")
     print(f"wrote {write_results('ray', report)}")
 
 
