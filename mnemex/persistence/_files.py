@@ -6,10 +6,13 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
 from mnemex.errors import StorageError
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 __all__ = ["describe_os_error", "fsync_dir", "log", "read_file", "remove_quietly", "write_all",
            "write_atomic"]
@@ -71,6 +74,20 @@ def write_atomic(path: Path, chunks: Iterable[bytes | bytearray | memoryview], *
     if sync_dir and durable:
         fsync_dir(path.parent)
     return size
+
+
+def probe_writable(folder: Path) -> None:
+    """Prove ``folder`` takes writes: a file written, fsynced and removed in it (a
+    read-only or full disk fails here, when opening, and not on the first command).
+    Raises OSError."""
+    probe = folder / f".probe-{os.getpid()}-{threading.get_ident():x}"
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC, 0o644)
+    try:
+        write_all(fd, (b"mnemex write probe\n",))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+        probe.unlink(missing_ok=True)
 
 
 def remove_quietly(path: Path) -> bool:

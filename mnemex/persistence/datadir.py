@@ -38,7 +38,7 @@ from typing import cast
 import orjson
 
 from mnemex.errors import DataDirLocked, InvalidInput, StorageError
-from mnemex.persistence._files import describe_os_error, log, write_all
+from mnemex.persistence._files import describe_os_error, log, probe_writable
 from mnemex.persistence.layout import KEY_MANIFEST, actor_dir, check_kind, decode_key, legacy_actor_dir
 from mnemex.persistence.leases import FileLeases, Ownership
 from mnemex.persistence.openfiles import OpenFiles, open_files_limit
@@ -126,15 +126,8 @@ class DataDir:
                                f"of its own (mnemex serve, or open_runtime) to move them, then share it")
 
     def _probe(self) -> None:
-        probe = self.path / f".probe-{os.getpid()}-{id(self):x}"
         try:
-            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC, 0o644)
-            try:
-                write_all(fd, (b"mnemex write probe\n",))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-                probe.unlink(missing_ok=True)
+            probe_writable(self.path)
         except OSError as exc:
             raise StorageError(f"data directory {self.path} is not writable: {describe_os_error(exc)} "
                                f"(config.storage.data_dir; mnemex needs to write its journal there)") from exc

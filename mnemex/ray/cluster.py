@@ -33,11 +33,11 @@ import mnemex
 from mnemex import ActorClosed, Config, Extracted, InvalidInput, MnemexError, NotOwner, SessionAdded, Timeout
 from mnemex.client import Client as _Client
 from mnemex.config import DEFAULT, UseDefault
-from mnemex.lowlevel import VSHARDS, ActorRef, BlockingBridge, Key, Subscription, scope_kind, vshard_of
+from mnemex.lowlevel import VSHARDS, BlockingBridge, Key, Subscription, scope_kind, vshard_of
 from mnemex.ray.placement import Placement, create_cluster, read_cluster, read_placement, write_placement
 from mnemex.ray.requests import DEFAULT_LIMIT
 from mnemex.ray.shard import Shard, ShardHealth, shard_name
-from mnemex.remote import RemoteRuntime, open_wire_runtime, wire
+from mnemex.remote import HostRef, RemoteRuntime, open_wire_runtime, wire
 
 __all__ = ["Client", "RayHost", "RayRuntime", "open_runtime", "stop_cluster"]
 
@@ -89,28 +89,10 @@ async def wait_for(object_ref: Any) -> Any:
     return future.result()
 
 
-class RayRef(ActorRef):
+class RayRef(HostRef):
     """An actor of the cluster: ``ask`` and ``tell`` go to the shard serving it."""
 
-    __slots__ = ("host",)
-
-    def __init__(self, host: RayHost, kind: str, key: Key) -> None:
-        self.host = host
-        self.kind = kind
-        self.key = key
-
-    async def ask(self, command: Any, *, timeout: float | UseDefault | None = DEFAULT) -> Any:
-        return await self.host.ask(self.kind, self.key, command, timeout=timeout)
-
-    async def tell(self, command: Any) -> None:
-        await self.host.tell(self.kind, self.key, command)
-
-    def __eq__(self, other: object) -> bool:
-        return (isinstance(other, RayRef) and other.host is self.host and other.kind == self.kind
-                and other.key == self.key)
-
-    def __hash__(self) -> int:
-        return hash((self.kind, self.key))
+    __slots__ = ()
 
     def __repr__(self) -> str:
         return f"RayRef({self.kind!r}, {self.key!r})"

@@ -7,8 +7,8 @@ server) cannot each open the data directory: one process owns it. They run
 over a ``RemoteHost`` that carries their typed commands (``wire``) to the server.
 """
 
-from mnemex.remote.host import RemoteHost, RemoteRef, RemoteSubscription
+from mnemex.remote.host import HostRef, RemoteHost, RemoteRef, RemoteSubscription
 from mnemex.remote.runtime import RemoteRuntime, WireHost, connect, open_wire_runtime
 
-__all__ = ["RemoteHost", "RemoteRef", "RemoteRuntime", "RemoteSubscription", "WireHost", "connect",
+__all__ = ["HostRef", "RemoteHost", "RemoteRef", "RemoteRuntime", "RemoteSubscription", "WireHost", "connect",
            "open_wire_runtime"]

@@ -28,7 +28,7 @@ from mnemex.kernel import ActorRef, Subscription
 from mnemex.persistence.layout import check_key
 from mnemex.remote import wire
 
-__all__ = ["RemoteHost", "RemoteRef", "RemoteSubscription"]
+__all__ = ["HostRef", "RemoteHost", "RemoteRef", "RemoteSubscription"]
 
 log = logging.getLogger("mnemex.remote")
 
@@ -39,12 +39,13 @@ _encoder = msgspec.json.Encoder()
 _line_decoder = msgspec.json.Decoder(wire.StreamLine)
 
 
-class RemoteRef(ActorRef):
-    """An actor of a remote runtime: ``ask`` and ``tell`` go over HTTP."""
+class HostRef(ActorRef):
+    """An actor reached through a host other than the in-process kernel (a remote
+    server, a cluster's shards): ``ask`` and ``tell`` go through ``host``."""
 
     __slots__ = ("host",)
 
-    def __init__(self, host: RemoteHost, kind: str, key: Key) -> None:
+    def __init__(self, host: Any, kind: str, key: Key) -> None:
         # ActorRef's runtime is the in-process kernel; this ref carries its host instead
         self.host = host
         self.kind = kind
@@ -57,14 +58,20 @@ class RemoteRef(ActorRef):
         await self.host.tell(self.kind, self.key, command)
 
     def __eq__(self, other: object) -> bool:
-        return (isinstance(other, RemoteRef) and other.host is self.host and other.kind == self.kind
-                and other.key == self.key)
+        return (type(other) is type(self) and isinstance(other, HostRef) and other.host is self.host
+                and other.kind == self.kind and other.key == self.key)
 
     def __hash__(self) -> int:
         return hash((self.kind, self.key))
 
     def __repr__(self) -> str:
-        return f"RemoteRef({self.kind!r}, {self.key!r}, {self.host.url!r})"
+        return f"{type(self).__name__}({self.kind!r}, {self.key!r}, {self.host.url!r})"
+
+
+class RemoteRef(HostRef):
+    """An actor of a remote runtime: ``ask`` and ``tell`` go over HTTP."""
+
+    __slots__ = ()
 
 
 class RemoteSubscription(Subscription):

@@ -17,7 +17,7 @@ import psycopg
 from psycopg import sql
 
 from mnemex.errors import CorruptData, DataDirLocked, InvalidInput, MnemexError, NotOwner, StorageError
-from mnemex.persistence._files import describe_os_error, log, write_all
+from mnemex.persistence._files import describe_os_error, log, probe_writable
 from mnemex.persistence.journal import JournalEntry, check_entry, entry_crc
 from mnemex.persistence.layout import actor_dir, check_key, check_kind
 from mnemex.persistence.leases import Ownership
@@ -130,16 +130,9 @@ class PostgresStorage:
 
     def _probe_snapshots_dir(self) -> None:
         path = self.snapshots_dir
-        probe = path / f".probe-{os.getpid()}-{id(self):x}"
         try:
             path.mkdir(parents=True, exist_ok=True)
-            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
-                write_all(fd, (b"mnemex write probe\n",))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-                probe.unlink(missing_ok=True)
+            probe_writable(path)
         except OSError as exc:
             raise StorageError(f"snapshots directory {path} is not writable: {describe_os_error(exc)} "
                                f"(config.storage.data_dir; the postgres journal keeps snapshots there)"
