@@ -676,11 +676,14 @@ class Runtime:
         """Rebuild a crashed actor from its store, then serve what arrived meanwhile."""
         try:
             await self._reload(cell)
-        except _Quarantined:
+        except BaseException as exc:  # could not be loaded, or cancelled on the way
             cell.active = False
-            with trio.CancelScope(shield=True):
-                self._finish(cell)
-            return
+            if isinstance(exc, _Quarantined) or cell.state is _STOPPING or cell.state is CellState.CRASHED:
+                with trio.CancelScope(shield=True):
+                    self._finish(cell)
+            if isinstance(exc, _Quarantined):
+                return
+            raise
         await self._run_cell(cell)
 
     def _try_deliver(self, kind_name: str, key: Key, envelope: _Envelope) -> bool:
@@ -837,6 +840,8 @@ class Runtime:
         for attempt in range(cfg.kernel.restore_attempts):
             try:
                 await self._restore(cell)
+            except NotOwner as exc:
+                self._refuse(cell, exc)
             except Exception as exc:
                 error = exc
                 log.warning("%s: load attempt %d/%d failed: %r", cell.name, attempt + 1,
@@ -848,6 +853,18 @@ class Runtime:
                 return
         assert error is not None
         self._quarantine(cell, error, f"could not be loaded after {cfg.kernel.restore_attempts} attempts")
+
+    def _refuse(self, cell: _Cell, error: NotOwner) -> NoReturn:
+        """The store refused to load the actor: its virtual shard is another
+        process's now (the fence said so). Nothing is broken and nothing is retried:
+        what waits gets ``error`` (the caller goes to the owner) and the cell stops,
+        so a message after the lease is ours again loads a fresh one."""
+        log.info("%s: not loaded: %s", cell.name, error)
+        self._unregister(cell)
+        cell.move(_STOPPING)
+        self._fail_mailbox(cell, error)
+        self._end_subscriptions(cell, error)
+        raise _Quarantined
 
     def _quarantine(self, cell: _Cell, error: BaseException, what: str) -> NoReturn:
         self._stats["crashes"] += 1
@@ -1214,6 +1231,8 @@ class Runtime:
             if must_cut:
                 await self._in_thread(cell, cell.store.cut_after, cell.durable_seq)
             await self._restore(cell)
+        except NotOwner as exc:
+            self._refuse(cell, exc)
         except Exception as exc:
             log.exception("%s: reload failed", cell.name)
             self._quarantine(cell, exc, "could not be reloaded from its store")

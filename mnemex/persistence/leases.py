@@ -155,12 +155,13 @@ class _ShardLock:
     """This process's side of one virtual shard's lease lock: one descriptor, and how
     many of our threads hold its shared flock now (-1: our own takeover holds it)."""
 
-    __slots__ = ("changed", "fd", "holders")
+    __slots__ = ("changed", "fd", "holders", "renewing")
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.holders = 0
         self.changed = threading.Condition(threading.Lock())
+        self.renewing = threading.Lock()  # one renewal at a time (they share lease.json.tmp)
 
     def epoch(self) -> int:
         """The epoch the lock file holds (0: none yet). Read under the flock."""
@@ -227,6 +228,9 @@ class FileLeases:
         check_vshard(vshard)
         if not (isinstance(ttl, (int, float)) and ttl > 0):
             raise InvalidInput(f"ttl must be a positive number of seconds, got {ttl!r}", field="ttl")
+        renewed = self._renew(vshard, owner, ttl)
+        if renewed is not None:
+            return renewed
         with self._exclusive(vshard):
             current = self.holder(vshard)
             now = self._wall()
@@ -252,6 +256,29 @@ class FileLeases:
             # the shard may be taken; after a crash of the machine the lease reads as the
             # one before, or as none (taken then, under a higher epoch).
             self._write(lease, durable=not renewal)
+            return lease
+
+    def _renew(self, vshard: int, owner: str, ttl: float) -> Lease | None:
+        """Extend ``owner``'s current lease, holding the lease lock shared, beside this
+        process's writes (a takeover needs the lock alone, so it cannot come in
+        between): a renewal never waits for the writes, nor they for it. None when
+        this is not a plain renewal (the exclusive path decides then)."""
+        shard = self._shard(vshard)
+        with shard.renewing, self._shared(shard, vshard):
+            current = self.holder(vshard)
+            now = self._wall()
+            if current is None or current.owner != owner or current.expires <= now:
+                return None
+            try:
+                if shard.epoch() != current.epoch:
+                    return None
+            except (OSError, ValueError) as exc:
+                raise StorageError(f"cannot read the epoch of virtual shard {vshard}: {exc}") from exc
+            lease = Lease(vshard=vshard, owner=owner, epoch=current.epoch, expires=now + ttl)
+            # Not durable: the epoch fences, the expiry only says when the shard may be
+            # taken; after a crash of the machine it reads as the lease before, or none
+            # (taken then, under a higher epoch).
+            self._write(lease, durable=False)
             return lease
 
     def release(self, lease: Lease) -> None:
@@ -306,14 +333,7 @@ class FileLeases:
             raise NotOwner(f"virtual shard {vshard} is not owned by this process now (no current lease); "
                            f"nothing was written", vshard=vshard)
         shard = self._shard(vshard)
-        with shard.changed:
-            while shard.holders < 0:  # our own renewal holds it: wait for it
-                shard.changed.wait()
-            if shard.holders == 0:  # the first of our writers takes the shared flock for all
-                _flock(shard.fd, fcntl.LOCK_SH, time.monotonic() + self._wait,
-                       f"virtual shard {vshard}'s lease lock in {self.path}")
-            shard.holders += 1
-        try:
+        with self._shared(shard, vshard):
             try:
                 locked = shard.epoch()
             except (OSError, ValueError) as exc:
@@ -325,6 +345,24 @@ class FileLeases:
                                f"on record, owner {current.owner if current else 'unknown'!r}); nothing was "
                                f"written", vshard=vshard, owner=current.owner if current else None,
                                epoch=locked)
+            yield
+
+    @contextlib.contextmanager
+    def _shared(self, shard: _ShardLock, vshard: int) -> Iterator[None]:
+        """Hold ``vshard``'s lease lock shared, with this process's other holders (the
+        first takes the flock, the last lets go). Waits for this process's own
+        exclusive hold (a takeover or a release), ``wait`` seconds at most."""
+        deadline = time.monotonic() + self._wait
+        with shard.changed:
+            while shard.holders < 0:
+                if not shard.changed.wait(timeout=max(0.0, deadline - time.monotonic())):
+                    raise StorageError(f"virtual shard {vshard}: this process's takeover or release of "
+                                       f"its lease did not finish within {self._wait} s; nothing was written")
+            if shard.holders == 0:
+                _flock(shard.fd, fcntl.LOCK_SH, deadline,
+                       f"virtual shard {vshard}'s lease lock in {self.path}")
+            shard.holders += 1
+        try:
             yield
         finally:
             with shard.changed:

@@ -154,3 +154,32 @@ async def test_the_short_ways_of_blocking_calls_refuse_a_shard_no_longer_held(tm
         assert rt.write_parked("counter", KEY, Add(1), None, trio.current_time()) is False
         with pytest.raises(NotOwner):
             await rt.ask("counter", KEY, Get())
+
+
+async def test_a_load_the_fence_refuses_is_not_owned_not_crashed(tmp_path: Path, mock_clock: MockClock) -> None:
+    # an actor loading after its shard was taken over: the store refuses (NotOwner), which
+    # is no crash: nothing is retried or quarantined, and once the lease is back it loads
+    wall = Wall()
+    a, b = _shard(tmp_path, "a", wall), _shard(tmp_path, "b", wall)
+    assert a.leases is not None and b.leases is not None
+    once = mnemex.Config(data_dir=str(tmp_path), idle_timeout=3600.0, restore_attempts=1)  # no backoff
+    async with open_actor_runtime(once, [counter_kind()], storage=a, ownership=a.ownership) as ra, \
+            open_actor_runtime(_config(tmp_path), [counter_kind()], storage=b, ownership=b.ownership) as rb, \
+            trio.open_nursery() as nursery:
+        keep_a, keep_b = LeaseKeeper(ra, a.leases, ttl=9.0), LeaseKeeper(rb, b.leases, ttl=9.0, retry=0.5)
+        keep_a.assign([V])
+        await nursery.start(keep_a.run)
+        assert await ra.ask("counter", KEY, Add(5)) == 5
+        await ra.passivate("counter", KEY)
+        wall.now += 60  # a stalls; b takes the shard over
+        keep_b.assign([V])
+        await nursery.start(keep_b.run)
+        assert V in keep_b.held
+        with pytest.raises(NotOwner, match="taken over"):
+            await ra.ask("counter", KEY, Get())
+        assert ra.stats().crashes == 0
+        await keep_b.give_up([V])  # b hands it back; a takes it again on its next renewal
+        await _jump(mock_clock, 3.0, keep_a)
+        assert V in keep_a.held
+        assert await ra.ask("counter", KEY, Get()) == (5, 1)
+        nursery.cancel_scope.cancel()

@@ -266,3 +266,35 @@ def test_a_draining_shard_takes_no_request_but_still_writes_under_its_lease() ->
     assert mine.epoch(V) is None and not mine.serves(V)
     mine.grant(Lease(vshard=V, owner="a", epoch=3, expires=0.0), asked_at=clock.now, ttl=30.0)
     assert mine.serves(V)  # taken again later: no drain left over
+
+
+def test_a_renewal_goes_beside_writes_and_a_takeover_waits_for_them(tmp_path: Path) -> None:
+    import threading
+
+    wall = Clock()
+    mine, theirs = FileLeases(tmp_path, wall=wall, wait=5.0), FileLeases(tmp_path, wall=wall, wait=5.0)
+    first = mine.acquire(V, "a", ttl=10.0)
+    with mine.fence(V, lambda: first.epoch):  # a write in progress, in this very thread
+        renewed = mine.acquire(V, "a", ttl=10.0)  # never waits for it (it used to, for the whole write)
+        assert (renewed.epoch, renewed.expires) == (1, wall.now + 10.0)
+    wall.now += 11  # a's lease lapsed
+    order: list[str] = []
+    inside = threading.Event()
+
+    def write() -> None:
+        with mine.fence(V, lambda: first.epoch):
+            inside.set()
+            time.sleep(0.2)
+            order.append("write done")
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    inside.wait(5)
+    taken = theirs.acquire(V, "b", ttl=10.0)  # waits for the write under way
+    order.append("taken")
+    writer.join()
+    assert order == ["write done", "taken"] and taken.epoch == 2
+    with pytest.raises(NotOwner, match="taken over"), mine.fence(V, lambda: first.epoch):
+        pass
+    mine.close()
+    theirs.close()
