@@ -61,8 +61,12 @@ class ParkedRun(trio.abc.Instrument):
     """Holds ``lock`` while the run executes and lets go of it only while the run
     waits for I/O, after the end-of-batch work of the committer: whoever takes it
     then has the run stopped until it lets go (the run waits for it before going
-    on), so it may use what only the run's thread touches (the blocking bridge
-    answers a read, or journals a write, in the caller's thread so). ``wanted``
+    on), so it may use the kernel's own state (cells, the committer's round) that
+    only the run's thread touches otherwise (the blocking bridge answers a read, or
+    journals a write, in the caller's thread so). Not trio's own state: between
+    the I/O wait and taking the lock back, trio processes the I/O events (waking
+    tasks) without it, so a parked caller must never touch a trio object (an
+    Event, a task, the run queue). ``wanted``
     while the run waits to take it back: callers then leave it alone (a lock is not
     fair, and callers reading in a loop would starve the run)."""
 

@@ -556,8 +556,9 @@ class Runtime:
     def read_parked(self, kind: str, key: Key, command: Any, now: float) -> tuple[bool, Any]:
         """``ask_nowait``'s inline read, made from another thread while the run is
         parked waiting for I/O: the caller holds the lock that keeps the run from
-        going on (``parked``), so no code of the run executes meanwhile.
-        Touches no trio object (``now``: the run's clock, read by the caller).
+        going on (``parked``), so no kernel code of the run executes meanwhile (trio
+        may be processing I/O events: see ParkedRun). Touches no trio object
+        (``now``: the run's clock, read by the caller).
         ``(True, reply)`` when answered, ``(False, None)`` to ask the ordinary way
         (an actor not loaded or not idle, an unknown kind or key, a command the kind
         does not read inline, a runtime shutting down)."""
