@@ -214,6 +214,9 @@ def _replayer(inner: Callable[[Behaviour, Iterable[Any]], None],
             inner(behaviour.inner, head)
         for run in _runs(items[tail:]):
             if type(run) is Requested:
+                if run.id in seen and run.id not in behaviour.recent:
+                    continue  # applied above already: a repeat's line written ahead, then a kill
+                seen.add(run.id)
                 try:
                     behaviour.handle(run)
                 except MnemexError as exc:

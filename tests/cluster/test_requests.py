@@ -87,6 +87,17 @@ def test_replay_keeps_only_the_last_ids_and_never_applies_an_older_repeat_twice(
     assert isinstance(behaviour, Deduplicating) and list(behaviour.recent) == ["r3", "r4"]
 
 
+def test_a_repeat_written_ahead_in_the_tail_of_an_original_in_the_head_is_not_applied() -> None:
+    kind = deduplicating(agent_kind(), limit=2)
+    # r0 applied early (replayed in the batched head), its repeat's line written ahead
+    # and left by a kill among the last two requests: replay must not apply it again
+    commands = [Requested(f"r{i}", _append(f"m{i}")) for i in range(4)]
+    journal = _journal(kind, [*commands, commands[0]])
+    behaviour = kind.create(KEY)
+    kind.replay(behaviour, journal)
+    assert _history(behaviour) == [f"m{i}" for i in range(4)]
+
+
 def test_the_table_survives_a_snapshot() -> None:
     kind = deduplicating(agent_kind(), limit=8)
     behaviour = kind.create(KEY)
