@@ -679,7 +679,7 @@ class Runtime:
             await self._reload(cell)
         except BaseException as exc:  # could not be loaded, or cancelled on the way
             cell.active = False
-            if isinstance(exc, _Quarantined) or cell.state is _STOPPING or cell.state is CellState.CRASHED:
+            if cell.state is _STOPPING or cell.state is CellState.CRASHED:  # always so after _Quarantined
                 with trio.CancelScope(shield=True):
                     self._finish(cell)
             if isinstance(exc, _Quarantined):
@@ -1462,45 +1462,48 @@ class Runtime:
         cell = self._cells.get(ident)
         if cell is None or cell.state in DOWN:
             return
-        if not self._post(cell, _PASSIVATE):
+        await self._close_with(cell, _PASSIVATE)
+
+    async def _send_control(self, cell: _Cell, control: _Control) -> None:
+        """Queue ``control`` for ``cell``, waiting for room if its mailbox is full
+        (nothing to do if the mailbox closed meanwhile: the actor is stopping)."""
+        if not self._post(cell, control):
             try:
-                await self._put(cell, _Envelope(_PASSIVATE, None))
+                await self._put(cell, _Envelope(control, None))
             except MailboxClosed:
                 pass
+
+    async def _close_with(self, cell: _Cell, control: _Control) -> None:
+        """Send ``control`` (passivate or stop) and wait until the actor closed."""
+        await self._send_control(cell, control)
         await cell.wait_closed()
+
+    def _cells_of(self, vshards: Iterable[int]) -> list[_Cell]:
+        """The live actors of ``vshards``."""
+        wanted = set(vshards)
+        return [cell for (kind, key), cell in list(self._cells.items())
+                if cell.state not in DOWN and vshard_of(kind, key) in wanted]
 
     async def passivate_vshards(self, vshards: Iterable[int]) -> int:
         """Snapshot and unload every live actor of ``vshards`` (before their leases
         are given up: the next owner starts from a snapshot). Returns how many."""
-        wanted = set(vshards)
-        cells = [cell for (kind, key), cell in list(self._cells.items())
-                 if cell.state not in DOWN and vshard_of(kind, key) in wanted]
+        cells = self._cells_of(vshards)
         async with trio.open_nursery() as nursery:
             for cell in cells:
-                nursery.start_soon(self.passivate, cell.kind.name, cell.key)
+                nursery.start_soon(self._close_with, cell, _PASSIVATE)
         return len(cells)
 
     async def drop_vshards(self, vshards: Iterable[int], error: NotOwner) -> int:
         """Unload every live actor of ``vshards`` at once, without a snapshot: their
         leases were lost, so their state may be stale and their files are another
         owner's. What waits for them gets ``error``. Returns how many."""
-        wanted = set(vshards)
-        cells = [cell for (kind, key), cell in list(self._cells.items())
-                 if cell.state not in DOWN and vshard_of(kind, key) in wanted]
+        cells = self._cells_of(vshards)
         for cell in cells:
             cell.lost = error
         async with trio.open_nursery() as nursery:
             for cell in cells:
-                nursery.start_soon(self._stop_cell, cell)
+                nursery.start_soon(self._close_with, cell, _STOP)
         return len(cells)
-
-    async def _stop_cell(self, cell: _Cell) -> None:
-        if not self._post(cell, _STOP):
-            try:
-                await self._put(cell, _Envelope(_STOP, None))
-            except MailboxClosed:
-                pass
-        await cell.wait_closed()
 
     async def _janitor(self) -> None:
         """Passivate actors idle longer than config.kernel.idle_timeout."""
@@ -1609,11 +1612,8 @@ class Runtime:
         if self._shutdown is None:
             self._shutdown = ShutdownTally()
         for cell in list(self._cells.values()):
-            if cell.state in (_LOADING, _RUNNING) and not self._post(cell, _STOP):
-                try:
-                    await self._put(cell, _Envelope(_STOP, None))
-                except MailboxClosed:
-                    pass
+            if cell.state in (_LOADING, _RUNNING):
+                await self._send_control(cell, _STOP)
         await self._all_closed.wait()
         return self._report_shutdown()
 
