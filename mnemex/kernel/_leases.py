@@ -112,6 +112,12 @@ class LeaseKeeper:
                 nursery.start_soon(self._keep, vshard)
 
     async def _keep(self, vshard: int) -> None:
+        try:
+            await self._take(vshard)
+        finally:
+            self.attempts += 1
+
+    async def _take(self, vshard: int) -> None:
         asked = self.ownership.now()
         try:
             lease = await trio.to_thread.run_sync(self.leases.acquire, vshard, self.ownership.owner, self.ttl,
@@ -121,7 +127,6 @@ class LeaseKeeper:
             self._schedule(vshard, self.retry)
             return
         except MnemexError as exc:  # the volume or database failed: keep what we have, retry soon
-            self.attempts += 1
             log.warning("virtual shard %d: lease not renewed (%s); retrying in %.1f s",
                         vshard, exc, self.retry)
             self._schedule(vshard, self.retry)
@@ -136,11 +141,9 @@ class LeaseKeeper:
         self._held[vshard] = lease
         self.ownership.grant(lease, asked, self.ttl)
         self._schedule(vshard, self.ttl / 3)
-        self.attempts += 1
 
     async def _lose(self, vshard: int, error: NotOwner) -> None:
         """Forget ``vshard`` and drop its live actors (their state may be stale)."""
-        self.attempts += 1
         if self._held.pop(vshard, None) is None:
             return
         self.lost += 1

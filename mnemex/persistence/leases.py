@@ -138,14 +138,13 @@ class Ownership:
     def check(self, kind: str, key: tuple[str, ...]) -> int:
         """The epoch of the virtual shard of ``kind``/``key``; NotOwner if not ours now."""
         vshard = vshard_of(kind, key)
-        epoch = self.epoch(vshard)
-        if epoch is None or vshard in self._draining:
+        if not self.serves(vshard):
             lapsed = "is handing over" if vshard in self._draining else \
                 "no longer holds a current lease on" if vshard in self._held else "does not own"
             raise NotOwner(f"{kind} {'/'.join(key)!r} lives in virtual shard {vshard}, which "
                            f"{self.owner!r} {lapsed}; "
                            f"send it to the shard's owner", vshard=vshard)
-        return epoch
+        return self._held[vshard][0]
 
     def __repr__(self) -> str:
         return f"Ownership({self.owner!r}, {len(self._held)} virtual shards)"
@@ -238,24 +237,17 @@ class FileLeases:
                 raise NotOwner(f"virtual shard {vshard} is leased to {current.owner!r} "
                                f"(epoch {current.epoch}) for {current.expires - now:.1f} s more",
                                vshard=vshard, owner=current.owner, epoch=current.epoch)
+            # A takeover (a plain renewal went the shared way above): the epoch is raised
+            # in the lock file first, so the old owner's next write is refused.
             shard = self._shard(vshard)
             try:
-                locked = shard.epoch()
-                renewal = current is not None and current.owner == owner and current.expires > now \
-                    and current.epoch == locked
-                if renewal:
-                    epoch = locked
-                else:  # a takeover: the lock file first, so the old owner's next write is refused
-                    epoch = max(locked, current.epoch if current is not None else 0) + 1
-                    shard.set_epoch(epoch)
+                epoch = max(shard.epoch(), current.epoch if current is not None else 0) + 1
+                shard.set_epoch(epoch)
             except (OSError, ValueError) as exc:
                 raise StorageError(f"cannot read or write the epoch of virtual shard {vshard} in "
                                    f"{shard_dir(self.path, vshard) / LEASE_LOCK}: {exc}") from exc
             lease = Lease(vshard=vshard, owner=owner, epoch=epoch, expires=now + ttl)
-            # A renewal need not be durable: the epoch fences, the expiry only says when
-            # the shard may be taken; after a crash of the machine the lease reads as the
-            # one before, or as none (taken then, under a higher epoch).
-            self._write(lease, durable=not renewal)
+            self._write(lease, durable=True)
             return lease
 
     def _renew(self, vshard: int, owner: str, ttl: float) -> Lease | None:
