@@ -169,7 +169,7 @@ def cmd_shards(args: argparse.Namespace) -> int:
     import time
 
     from mnemex.persistence.leases import FileLeases
-    from mnemex.persistence.shards import iter_shard_dirs
+    from mnemex.persistence.shards import SHARDS_DIR, iter_shard_dirs, vshard_of
 
     root = Path(args.data_dir)
     if not root.is_dir():
@@ -177,10 +177,14 @@ def cmd_shards(args: argparse.Namespace) -> int:
         return 1
     leases, now = FileLeases(root), time.time()
     rows: list[dict[str, Any]] = []
-    counts: dict[tuple[int, Path], int] = {}
+    counts: dict[int, int] = {}
+    legacy = 0  # actors still where they were before virtual shards (moved when opened)
     for location in find_actors(root):
-        shard = location.path.parent.parent
-        counts[(int(shard.name, 16), shard)] = counts.get((int(shard.name, 16), shard), 0) + 1
+        if location.path.is_relative_to(root / SHARDS_DIR):
+            vshard = vshard_of(location.kind, location.key)
+            counts[vshard] = counts.get(vshard, 0) + 1
+        else:
+            legacy += 1
     for vshard, folder in iter_shard_dirs(root):
         damaged: str | None = None
         try:
@@ -188,7 +192,7 @@ def cmd_shards(args: argparse.Namespace) -> int:
         except MnemexError as exc:
             lease, damaged = None, str(exc)
         size = sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
-        rows.append({"vshard": vshard, "actors": counts.get((vshard, folder), 0), "bytes": size,
+        rows.append({"vshard": vshard, "actors": counts.get(vshard, 0), "bytes": size,
                      "owner": lease.owner if lease else None, "epoch": lease.epoch if lease else None,
                      "expires_in_s": round(lease.expires - now, 1) if lease else None, "damaged": damaged})
     if args.json:
@@ -207,6 +211,9 @@ def cmd_shards(args: argparse.Namespace) -> int:
     held = ", ".join(f"{owner}: {n}" for owner, n in sorted(owners.items())) or "none"
     print(f"\n{len(rows):,} virtual shards with folders, {sum(r['actors'] for r in rows):,} actors; "
           f"leases held now: {held}")
+    if legacy:
+        print(f"{legacy:,} actors are still in the layout before virtual shards: they move into their "
+              f"virtual shards' folders when the directory is next opened")
     return 1 if any(row["damaged"] for row in rows) else 0
 
 

@@ -298,3 +298,15 @@ def test_a_renewal_goes_beside_writes_and_a_takeover_waits_for_them(tmp_path: Pa
         pass
     mine.close()
     theirs.close()
+
+
+def test_mnemex_shards_counts_actors_still_in_the_old_layout_apart(tmp_path: Path) -> None:
+    data = tmp_path / "mnemex-data"
+    (data / "scopes" / "chat.alice").mkdir(parents=True)
+    (data / "scopes" / "chat.alice" / "journal.jsonl").write_bytes(b"")
+    (data / "shards" / "001").mkdir(parents=True)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    out = subprocess.run([sys.executable, "-m", "mnemex.cli", "shards", str(data)],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "1 actors are still in the layout before virtual shards" in out.stdout
