@@ -29,7 +29,7 @@ import fcntl
 import functools
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -38,7 +38,7 @@ from typing import cast
 import orjson
 
 from mnemex.errors import DataDirLocked, InvalidInput, StorageError
-from mnemex.persistence._files import describe_os_error, log, probe_writable
+from mnemex.persistence._files import describe_os_error, fsync_dir, log, probe_writable
 from mnemex.persistence.layout import KEY_MANIFEST, actor_dir, check_kind, decode_key, legacy_actor_dir
 from mnemex.persistence.leases import FileLeases, Ownership
 from mnemex.persistence.openfiles import OpenFiles, open_files_limit
@@ -190,7 +190,8 @@ class DataDir:
         if self._lock_fd is None:
             raise StorageError(f"data directory {self.path} is closed")
         if self._legacy_left:
-            _move_actor(legacy_actor_dir(self.path, kind, key), actor_dir(self.path, kind, key))
+            new = actor_dir(self.path, kind, key)
+            _sync_folders(_move_actor(legacy_actor_dir(self.path, kind, key), new))
         fence = None
         if self.ownership is not None and self.leases is not None:
             vshard, epoch_of = vshard_of(kind, key), self.ownership.epoch
@@ -263,9 +264,11 @@ def move_legacy_actors(data_dir: Path) -> bool:
     unknown until their actor is opened)."""
     left = False
     moved = 0
+    touched: set[Path] = set()
     for location in list(_actors_under(data_dir, quiet=True)):
-        _move_actor(location.path, actor_dir(data_dir, location.kind, location.key))
+        touched |= _move_actor(location.path, actor_dir(data_dir, location.kind, location.key))
         moved += 1
+    _sync_folders(touched)  # each folder once, not once per actor moved through it
     for kind_dir in _kind_dirs(data_dir):
         try:
             kind_dir.rmdir()  # only when empty: what is left has an unknown key
@@ -277,28 +280,30 @@ def move_legacy_actors(data_dir: Path) -> bool:
     return left
 
 
-def _move_actor(old: Path, new: Path) -> None:
-    """Rename ``old`` to ``new`` (one atomic rename) if ``old`` exists, durably."""
+def _move_actor(old: Path, new: Path) -> set[Path]:
+    """Rename ``old`` to ``new`` (one atomic rename) if ``old`` exists. Returns the
+    folders whose entries changed: the move is durable once they are synced."""
     if not old.is_dir():
-        return
+        return set()
     if new.exists():
         raise StorageError(f"actor folder {old} (layout before virtual shards) and {new} both exist; "
                            f"keep the one with the newer journal and remove the other, then start again")
     try:
         new.parent.mkdir(parents=True, exist_ok=True)
         os.rename(old, new)
-        for folder in {old.parent, new.parent, new.parent.parent, new.parent.parent.parent}:
-            _fsync_dir(folder)
     except OSError as exc:
         raise StorageError(f"cannot move actor folder {old} to {new}: {describe_os_error(exc)}") from exc
+    return {old.parent, new.parent, new.parent.parent, new.parent.parent.parent}
 
 
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | _CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _sync_folders(folders: Iterable[Path]) -> None:
+    """fsync each of ``folders`` (the entries a move changed)."""
+    for folder in sorted(folders):
+        try:
+            fsync_dir(folder)
+        except OSError as exc:
+            raise StorageError(f"cannot make the move of actor folders into {folder} durable: "
+                               f"{describe_os_error(exc)}") from exc
 
 
 def _kind_dirs(root: Path) -> list[Path]:
