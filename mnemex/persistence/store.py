@@ -340,8 +340,10 @@ class FileStore(ActorStore):
         """Create the actor folder and its key manifest (call with _lock held)."""
         if (self.path / KEY_MANIFEST).exists():
             return
-        chain = [self.path, *self.path.parents[: len(self.path.relative_to(self._data_dir).parts)]]
-        created = [folder for folder in (self._data_dir, *reversed(chain)) if not folder.exists()]
+        # data_dir, shards/, <vvv>/, <kind>s/ and the actor's own folder, top down
+        depth = len(self.path.relative_to(self._data_dir).parts)
+        chain = (*reversed(self.path.parents[:depth]), self.path)
+        created = [folder for folder in chain if not folder.exists()]
         self.path.mkdir(parents=True, exist_ok=True)
         manifest = self.path / KEY_MANIFEST
         tmp = manifest.with_name(KEY_MANIFEST + ".tmp")
