@@ -760,7 +760,8 @@ class _Api(RemoteRoutes):
         return json_response(Health(
             status=report.status, uptime_seconds=round(time.time() - self.started, 3),
             data_dir=self.rt.config.storage.data_dir if authorized else None, actors=report.actors,
-            streams=len(self.streams), journal=report.journal, categories=report.categories,
+            streams=report.streams if report.streams is not None else len(self.streams),
+            journal=report.journal, categories=report.categories,
             graph=report.graph, shards=report.shards), 503 if report.status == "unavailable" else 200)
 
     async def metrics_text(self, request: Request) -> Response:

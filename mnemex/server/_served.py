@@ -129,6 +129,8 @@ class RuntimeHealth(msgspec.Struct, frozen=True, kw_only=True):
     categories: dict[str, Any] | None = None
     graph: dict[str, int] | None = None
     shards: list[dict[str, Any]] | None = None
+    streams: int | None = None
+    """Pushed streams kept (None: those of the server's own PushedStreams)."""
 
 
 class PushedStreams(Protocol):
