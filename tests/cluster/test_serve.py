@@ -7,6 +7,8 @@ acknowledged over HTTP before the kill must be there after."""
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
 import os
 import re
@@ -15,17 +17,22 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 import trio
 
+import mnemex
 import mnemex.ray
 from mnemex.lowlevel import vshard_of
 from mnemex.ray.placement import read_placement
+from mnemex.ray.serving import serving
+from mnemex.server import Server, ServerSettings
 
 pytestmark = pytest.mark.slow
 
@@ -59,9 +66,9 @@ def front(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     data_dir = base / "shared"
     config = base / "mnemex.toml"
     config.write_text('embedder = "hashing"\nfsync = "always"\n')
-    command = [sys.executable, "-m", "mnemex.cli", "serve", "--ray", ray_cluster.address, "--host", "127.0.0.1",
-               "--port", "0", "--data-dir", str(data_dir), "--config", str(config), "--shards", "3",
-               "--lease-ttl", "6", "--stop-shards"]
+    command = [sys.executable, "-m", "mnemex.cli", "serve", "--ray", ray_cluster.address,
+               "--host", "127.0.0.1", "--port", "0", "--data-dir", str(data_dir), "--config", str(config),
+               "--shards", "3", "--lease-ttl", "6", "--stop-shards"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
     found = threading.Event()
@@ -92,11 +99,12 @@ def test_remember_search_and_messages_round_trip_through_serve_ray(front: Front)
         for i, fact in enumerate(["User writes Java", "User lives in Oslo", "User has a cat named Tom"]):
             r = http.post("/memory", json={"user_id": f"u{i}", "app_name": "chat", "content": fact})
             assert r.status_code == 201, r.text
-        r = http.post("/memory/search", json={"user_id": "u1", "app_name": "chat", "query": "where do they live?"})
+        r = http.post("/memory/search", json={"user_id": "u1", "app_name": "chat",
+                                              "query": "where do they live?"})
         assert r.status_code == 200, r.text
         assert [hit["content"] for hit in r.json()["results"]] == ["User lives in Oslo"]
-        r = http.post("/memory/search", json={"query": "Java cat", "top_k": 5,
-                                              "scopes": [{"user_id": f"u{i}", "app_name": "chat"} for i in range(3)]})
+        scopes = [{"user_id": f"u{i}", "app_name": "chat"} for i in range(3)]
+        r = http.post("/memory/search", json={"query": "Java cat", "top_k": 5, "scopes": scopes})
         assert r.status_code == 200, r.text
         assert {hit["user_id"] for hit in r.json()["results"]} == {"u0", "u2"}
 
@@ -140,8 +148,8 @@ class Reader(threading.Thread):
 
 
 def test_a_pushed_stream_reaches_every_reader_in_order_and_whole(front: Front) -> None:
-    chunks = [json.dumps({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": f"c{i}"}}]})
-              for i in range(600)]
+    chunks = [json.dumps({"object": "chat.completion.chunk",
+                          "choices": [{"index": 0, "delta": {"content": f"c{i}"}}]}) for i in range(600)]
     readers = [Reader(front, "/stream/q-relay?from-beginning=true&markers=true") for _ in range(3)]
     leaver = Reader(front, "/stream/q-relay?from-beginning=true", leave_after=20)
     for reader in [*readers, leaver]:
@@ -221,8 +229,10 @@ def test_health_shows_a_killed_shard_and_a_write_acknowledged_over_http_survives
         assert shown["status"] == "degraded", shown
         assert not killed["reachable"] or killed["held"] < killed["assigned"] or killed["state"] != "serving"
         metrics = http.get("/metrics").text
-        assert re.search(r'mnemex_shard_up\{shard="shard-%d"\} 0\.0' % index, metrics) or not killed["reachable"] \
-            or killed["state"] == "serving"
+        up = re.search(rf'mnemex_shard_up{{shard="shard-{index}"}} ([01])\.0', metrics)
+        assert up is not None, metrics
+        if up.group(1) == "0":  # unknown, not zero: no other series of it
+            assert f'mnemex_live_actors{{shard="shard-{index}"}}' not in metrics
 
         # the write was journaled before it was acknowledged: the restarted shard has it
         r = http.get(f"/agents/{agent}/messages", params={"session_id": "s"})
@@ -235,3 +245,42 @@ def test_health_shows_a_killed_shard_and_a_write_acknowledged_over_http_survives
             time.sleep(0.5)
         else:
             raise AssertionError("the cluster did not serve every virtual shard again within 30 s")
+
+
+# -- the platform contract (tests/server/test_platform_compat.py) through serve --ray -----------------
+COMPAT_CASES = ("test_post_messages_answers_200_success",
+                "test_sequence_is_1_based_in_insertion_order_across_sessions",
+                "test_health_is_text_ok_or_json_on_request",
+                "test_the_agent_prefix_keeps_agents_apart_from_the_default_ark")
+
+
+@functools.cache
+def _compat() -> Any:
+    """The platform compatibility tests, run here against a cluster (not copied)."""
+    path = Path(__file__).parents[1] / "server" / "test_platform_compat.py"
+    spec = importlib.util.spec_from_file_location("mnemex_platform_compat", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@asynccontextmanager
+async def _cluster_server(config: mnemex.Config, **settings: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """The compatibility tests' ``server`` fixture, serving a cluster of two shards on
+    the test's Ray cluster (the hashing embedder: no model to load in each shard)."""
+    config = config.replace(models=msgspec.structs.replace(config.models, embedder="hashing"))
+    opener = serving(address=None, shards=2, stop_shards=True, ttl=6.0, margin=1.5)
+    server = Server(config, ServerSettings(host="127.0.0.1", port=0, **settings), opener=opener)
+    await trio.to_thread.run_sync(server.start)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}", timeout=30) as client:
+            yield client
+    finally:
+        await trio.to_thread.run_sync(server.close)
+
+
+@pytest.mark.parametrize("case", COMPAT_CASES)
+async def test_the_platform_contract_holds_through_serve_ray(case: str, tmp_path: Path,
+                                                             ray_cluster: Any) -> None:
+    await getattr(_compat(), case)(tmp_path, _cluster_server)
