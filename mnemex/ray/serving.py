@@ -63,6 +63,9 @@ def serving(*, address: str | None, shards: int | None = None, data_dir: str | N
     unless ``stop_shards``. Other keywords go to ``open_runtime`` (``ttl``,
     ``actor_options``...)."""
 
+    # a Ray instance started by this process ends with it, and its shards too
+    detached = not stop_shards and address != "local"
+
     @asynccontextmanager
     async def opener(config: Config) -> AsyncIterator[tuple[ServedRuntime, Operations]]:
         path = data_dir if data_dir is not None else config.data_dir
@@ -71,8 +74,8 @@ def serving(*, address: str | None, shards: int | None = None, data_dir: str | N
             found = await trio.to_thread.run_sync(read_cluster, Path(path)) if path is not None else None
             count = found.shards if found is not None else 2
         async with open_runtime(config, address=address, shards=count, data_dir=data_dir,
-                                detached=not stop_shards, **options) as runtime:
-            yield runtime, ClusterOperations(runtime, address=address, detached=not stop_shards)
+                                detached=detached, **options) as runtime:
+            yield runtime, ClusterOperations(runtime, address=address, detached=detached)
 
     return opener
 
