@@ -38,10 +38,17 @@ from mnemex.ray.cluster import RayRuntime, _error_of, open_runtime, wait_for
 from mnemex.ray.placement import read_cluster
 from mnemex.ray.shard import ShardHealth, shard_name
 from mnemex.ray.streams import STREAM_KIND, STREAMS_GROUP, follow_stream, stream_call, stream_error
-from mnemex.server import ServerSettings
-from mnemex.server._bridge import Bridge
-from mnemex.server._schemas import StreamStatistics
-from mnemex.server._served import Gauges, Operations, PushedStreams, RuntimeHealth, ServedRuntime, ShardGauges
+from mnemex.server import (
+    Bridge,
+    Gauges,
+    Operations,
+    PushedStreams,
+    RuntimeHealth,
+    ServedRuntime,
+    ServerSettings,
+    ShardGauges,
+    StreamStatistics,
+)
 
 __all__ = ["ClusterOperations", "ClusterStreams", "serving"]
 

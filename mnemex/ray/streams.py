@@ -52,9 +52,8 @@ import trio
 from mnemex import ActorClosed, InvalidInput, MnemexError, MnemexRuntime, NotOwner, Timeout
 from mnemex.config import DEFAULT, ServerConfig, UseDefault
 from mnemex.lowlevel import Key, Subscription, vshard_of
-from mnemex.remote import wire
-from mnemex.remote.host import RemoteSubscription
-from mnemex.server._streams import CAUGHT_UP, PushedStream, StreamClosed, StreamHub
+from mnemex.remote import RemoteSubscription, wire
+from mnemex.server import CAUGHT_UP, PushedStream, StreamClosed, StreamHub
 
 if TYPE_CHECKING:
     from mnemex.ray.cluster import RayHost
