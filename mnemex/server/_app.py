@@ -168,6 +168,11 @@ def _timeout_event(message: str) -> bytes:
     return _sse_event({"error": {"message": message, "type": "timeout_error", "code": "timeout"}})
 
 
+def _broken_event(exc: MnemexError) -> bytes:
+    """The error event of a stream that cannot go on (then ``[DONE]``)."""
+    return _sse_event({"error": {"message": str(exc), "type": "server_error", "code": type(exc).__name__}})
+
+
 def _rfc3339(seconds: float) -> str:
     """``2024-05-01T12:00:00.123456Z``, as ``datetime.fromtimestamp(seconds, UTC)``
     would print it (microseconds rounded half to even). This runs for every message
@@ -426,6 +431,8 @@ class _Api(RemoteRoutes):
                         yield b"data: " + chunk + b"\n\n"
         except TimeoutError as exc:
             yield _timeout_event(str(exc))
+        except MnemexError as exc:  # where the stream was kept went away (a cluster's shard)
+            yield _broken_event(exc)
         if markers:
             yield b"data: [STREAM_END]\n\n"
         yield _DONE
@@ -471,6 +478,8 @@ class _Api(RemoteRoutes):
                         break
         except Timeout as exc:
             yield _timeout_event(str(exc))
+        except MnemexError as exc:  # the runtime is closing, or a cluster's shard went down
+            yield _broken_event(exc)
         if markers:
             yield b"data: [STREAM_END]\n\n"
         yield _DONE

@@ -220,6 +220,15 @@ def test_health_shows_a_killed_shard_and_a_write_acknowledged_over_http_survives
         placement = read_placement(front.data_dir)
         assert placement is not None
         index = placement.owners[vshard_of("agent", (agent,))]
+        # readers of streams kept by that shard: a session's, and a pushed stream not started yet
+        doomed = next(name for name in (f"doomed-{i}" for i in range(10_000))
+                      if placement.owners[vshard_of("stream", (name,))] == index)
+        readers = [Reader(front, f"/agents/{agent}/stream/s"),
+                   Reader(front, f"/stream/{doomed}?wait-for-query=60s")]
+        for reader in readers:
+            reader.start()
+            assert reader.opened.wait(30)
+        time.sleep(0.5)  # both are waiting on the shard
         os.kill(health["shards"][index]["pid"], signal.SIGKILL)
 
         r = http.get("/health", headers={"accept": "application/json"})
@@ -233,6 +242,13 @@ def test_health_shows_a_killed_shard_and_a_write_acknowledged_over_http_survives
         assert up is not None, metrics
         if up.group(1) == "0":  # unknown, not zero: no other series of it
             assert f'mnemex_live_actors{{shard="shard-{index}"}}' not in metrics
+
+        # the readers end with an error event, then [DONE]; not cut off, not left waiting
+        for reader in readers:
+            reader.join(30)
+            assert not reader.is_alive() and reader.error is None, reader.error
+            assert reader.data[-1] == "[DONE]"
+            assert json.loads(reader.data[-2])["error"]["code"] == "ActorClosed", reader.data
 
         # the write was journaled before it was acknowledged: the restarted shard has it
         r = http.get(f"/agents/{agent}/messages", params={"session_id": "s"})
