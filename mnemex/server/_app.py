@@ -452,9 +452,11 @@ class _Api(RemoteRoutes):
                                "model": "mnemex", "choices": [{"index": 0, "delta": delta,
                                                                "finish_reason": finish}]})
 
+        opened = False
         try:
             async with stream:
                 yield _OPENED
+                opened = True
                 async for event in stream:
                     event_: Any = event  # a StreamEvent
                     if event_.kind == "message" and event_.message is not None:
@@ -479,6 +481,8 @@ class _Api(RemoteRoutes):
         except Timeout as exc:
             yield _timeout_event(str(exc))
         except MnemexError as exc:  # the runtime is closing, or a cluster's shard went down
+            if not opened:  # NotFound: the caller reads a pushed stream of that name instead
+                raise
             yield _broken_event(exc)
         if markers:
             yield b"data: [STREAM_END]\n\n"

@@ -177,7 +177,7 @@ def test_a_pushed_stream_reaches_every_reader_in_order_and_whole(front: Front) -
         assert not reader.is_alive() and reader.error is None, reader.error
     for reader in readers:  # the markers: LIVE_MODE once caught up, wherever that fell
         assert reader.data[-2:] == ["[STREAM_END]", "[DONE]"]
-        assert [d for d in reader.data[:-2] if d != "[LIVE_MODE]"] == chunks
+        assert [d for d in reader.data[:-2] if d != "[LIVE_MODE]"] == chunks, reader.data[:5]
         assert reader.data.count("[LIVE_MODE]") == 1
     assert late.data == [*chunks, "[DONE]"]
     assert leaver.data == chunks[:20]
