@@ -12,8 +12,10 @@ A stream is a list that only grows, and a reader is an index into it: no
 per-reader queue, so a slow reader costs nothing but its index, and a push never
 waits for a reader. Readers wait on the stream's ``changed`` event, which the
 hub sets and replaces on every change. The hub lives on the server's asyncio
-loop (it needs nothing of the runtime). Streams live in memory only: the messages
-of a turn are stored by ``POST /messages``; a stream is the live view of it.
+loop (it needs nothing of the runtime); on a cluster each shard keeps one for the
+stream names it owns and reads it from trio (``mnemex.ray.streams``: all but
+``follow`` is loop-free). Streams live in memory only: the messages of a turn are
+stored by ``POST /messages``; a stream is the live view of it.
 """
 
 from __future__ import annotations
