@@ -1,6 +1,7 @@
 """The ``mnemex`` command: serve, inspect, replay, export and import a data directory.
 
     mnemex serve [--host H] [--port P] [--data-dir DIR] [--config FILE.toml] [--token T]
+                 [--ray ADDRESS [--shards N] [--lease-ttl SECONDS] [--stop-shards]]
     mnemex mcp --data-dir DIR --user-id U --app-name A [--agent NAME] [--allow-scope-args] [--graph-tools]
                [--config FILE.toml] [--http [--host H] [--port P] [--token T]]
     mnemex inspect DATA_DIR [--json]
@@ -423,12 +424,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     try:
         config = load_settings(args)
+        opener = _cluster_opener(args)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        serve(config)
+        serve(config, opener=opener)
     except InvalidInput as exc:  # what the operator must fix: one line, no traceback
         print(f"mnemex serve: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _cluster_opener(args: argparse.Namespace) -> Any:
+    """``mnemex serve --ray``'s opener of the cluster's runtime; None without --ray."""
+    if args.ray is None:
+        if args.shards is not None or args.stop_shards or args.lease_ttl is not None:
+            raise InvalidInput("--shards, --lease-ttl and --stop-shards go with --ray ADDRESS",
+                               field="shards")
+        return None
+    try:
+        from mnemex.ray.serving import serving
+    except ImportError as exc:
+        raise InvalidInput(f"--ray needs Ray ({exc}): pip install 'mnemex[ray]'", field="ray") from None
+    leases = {} if args.lease_ttl is None else {"ttl": args.lease_ttl, "margin": min(2.0, args.lease_ttl / 4)}
+    return serving(address=args.ray, shards=args.shards, stop_shards=args.stop_shards, **leases)
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
@@ -475,6 +492,19 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--data-dir", help="data directory (default ./mnemex-data)")
     serve.add_argument("--config", help="a TOML config file; the [server] table holds server settings")
     serve.add_argument("--token", help="require this bearer token (or set MNEMEX_TOKEN)")
+    serve.add_argument("--ray", metavar="ADDRESS",
+                       help="serve a cluster of shards on the Ray cluster at ADDRESS (host:port of its "
+                            "head, auto, or local to start one here); --data-dir must be mounted at the same "
+                            "path on every node")
+    serve.add_argument("--shards", type=int,
+                       help="with --ray: how many shards (default: as many as the data directory's cluster "
+                            "has, else 2)")
+    serve.add_argument("--lease-ttl", type=float, metavar="SECONDS",
+                       help="with --ray: each virtual shard's lease (default 15): a shard whose process died "
+                            "is served again by its restart within about this long")
+    serve.add_argument("--stop-shards", action="store_true",
+                       help="with --ray: shut the shards down when this server stops (by default they go on "
+                            "serving other servers and the next start)")
     serve.set_defaults(run=cmd_serve)
 
     mcp = sub.add_parser(

@@ -26,8 +26,9 @@ PACKAGES: dict[str, tuple[str, ...]] = {
                "mnemex.checkpoints"),
     "integrations": ("mnemex", "mnemex.lowlevel", "mnemex.config"),
     # a cluster's shards on Ray: the public API, and the wire of the remote clients (the refs
-    # over another host, the whitelist of commands and their reply types)
-    "ray": ("mnemex", "mnemex.lowlevel", "mnemex.config", "mnemex.remote", "mnemex.client"),
+    # over another host, the whitelist of commands and their reply types); the HTTP server in
+    # front of it (mnemex serve --ray) and the pushed streams its shards keep
+    "ray": ("mnemex", "mnemex.lowlevel", "mnemex.config", "mnemex.remote", "mnemex.client", "mnemex.server"),
 }
 # behaviours, codecs and ranking: no trio, no kernel, no models, no server, no runtime
 BEHAVIOUR_PACKAGES = ("conversations", "memories", "knowledge", "state", "checkpoints")

@@ -103,8 +103,9 @@ class RayHost:
 
     def __init__(self, config: Config, shards: list[Any], placement: Placement, address: str, *,
                  kinds: tuple[str, ...] = (wire.AGENT, wire.SCOPE, wire.STATE, wire.CHECKPOINT),
-                 data_dir: Path | None = None) -> None:
+                 data_dir: Path | None = None, nursery: trio.Nursery | None = None) -> None:
         self._config = config
+        self._nursery = nursery
         self.shards = shards
         self.placement = placement
         self.data_dir = data_dir
@@ -232,8 +233,14 @@ class RayHost:
 
     async def subscribe(self, kind: str, key: str | Key, topic: str, command: Any = None, *,
                         buffer: int = 1024, timeout: float | UseDefault | None = DEFAULT) -> Subscription:
-        raise InvalidInput("live session feeds are not proxied across a Ray cluster yet; read the "
-                           "session's messages instead", field="subscribe")
+        """A session's live feed, read from the shard serving the agent
+        (``mnemex.ray.streams``)."""
+        from mnemex.ray.streams import subscribe_feed
+
+        if self.closed or self._nursery is None:
+            raise ActorClosed("the cluster client is closed")
+        return await subscribe_feed(self, self._nursery, kind, key, topic, command=command, buffer=buffer,
+                                    timeout=timeout)
 
 
 def _unsupported(call: str, instead: str) -> NoReturn:
@@ -350,7 +357,11 @@ def start_shards(ray: Any, data_dir: Path, cluster: str, shards: int, config: Co
     """The shard actors of ``cluster``: the running ones (by name), else started.
     ``max_task_retries=0``: a call whose shard died is retried by the client, with
     its request id, never blindly by Ray."""
-    actor = ray.remote(max_restarts=-1, max_task_retries=0, max_concurrency=256)(Shard)
+    from mnemex.ray.streams import STREAMS_GROUP, STREAMS_THREADS
+
+    # stream calls wait for chunks: a group of threads of their own, never those of commands
+    actor = ray.remote(max_restarts=-1, max_task_retries=0, max_concurrency=256,
+                       concurrency_groups={STREAMS_GROUP: STREAMS_THREADS})(Shard)
     handles = []
     for index in range(shards):
         name = f"mnemex-{cluster}-{shard_name(index)}"
@@ -408,7 +419,7 @@ async def open_runtime(config: Config, *, address: str | None = None, shards: in
     where = address or "the local Ray cluster"
 
     def make_host(cfg: Config, nursery: trio.Nursery) -> RayHost:
-        return RayHost(cfg, handles, placement, where, kinds=tuple(kinds), data_dir=root)
+        return RayHost(cfg, handles, placement, where, kinds=tuple(kinds), data_dir=root, nursery=nursery)
 
     info_sent = _info(config, kinds, embedder)
     try:

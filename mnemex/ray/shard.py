@@ -40,6 +40,7 @@ from mnemex import Config, ExtractionError, InvalidInput, MnemexError, MnemexRun
 from mnemex.lowlevel import BlockingBridge, DataDir, LeaseKeeper, Leases, Ownership, vshard_of
 from mnemex.ray.placement import read_cluster, read_placement
 from mnemex.ray.requests import DEFAULT_LIMIT, Repeated, Requested, check_request_id, request_kinds
+from mnemex.ray.streams import ShardStreams
 from mnemex.remote import wire
 
 __all__ = ["Shard", "ShardHealth", "encode_error", "shard_name"]
@@ -73,6 +74,14 @@ class ShardHealth(msgspec.Struct, frozen=True, kw_only=True):
     leases_lost: int
     live_actors: int
     started: float
+    stats: dict[str, int] = {}
+    """The runtime's counts (``RuntimeStats``); empty while it is not open."""
+    journal: dict[str, Any] = {}
+    """Its journals' health (``journal_health()``); empty while it is not open."""
+    streams: int = 0
+    """Pushed streams kept here."""
+    feeds: int = 0
+    """Session feeds read from here by fronts."""
 
 
 def encode_error(exc: MnemexError) -> bytes:
@@ -106,6 +115,8 @@ class _Service:
         self.leaving: set[int] = set()
         """Virtual shards being given up: refused at once, so that their actors, once
         snapshotted, are not loaded again here."""
+        self.streams = ShardStreams(shard.config.server)
+        """The pushed streams and session feeds of the keys served here (``mnemex.ray.streams``)."""
 
     def check(self, kind: str, key: tuple[str, ...]) -> MnemexRuntime:
         if self.rt is None or self.keeper is None:
@@ -200,6 +211,7 @@ class Shard:
         service = self._service = _Service(self)
         async with trio.open_nursery() as nursery:
             await nursery.start(service.run)
+            await nursery.start(service.streams.run_reaper)
             try:
                 yield service
             finally:
@@ -221,6 +233,15 @@ class Shard:
         """One wire command for one actor: ``(True, reply JSON)`` or ``(False, error JSON)``."""
         try:
             return self._call(lambda service: _ask(service, kind, body, request_id))
+        except MnemexError as exc:
+            return False, encode_error(exc)
+
+    def streams(self, op: str, *args: Any) -> tuple[bool, Any]:
+        """A live-stream call of a front (``mnemex.ray.streams.stream_call``): ``(True,
+        value)`` or ``(False, error JSON)``. Called in the STREAMS_GROUP threads."""
+        try:
+            return True, self._call(lambda service: service.streams.serve(
+                op, args, lambda kind, key: _owning(service, kind, key)))
         except MnemexError as exc:
             return False, encode_error(exc)
 
@@ -258,16 +279,7 @@ class Shard:
         return self._call(_held)
 
     def health(self) -> ShardHealth:
-        return self._call(self._health)
-
-    async def _health(self, service: _Service) -> ShardHealth:
-        keeper, rt = service.keeper, service.rt
-        return ShardHealth(name=self.name, owner=self.owner, pid=os.getpid(), node=self.node,
-                           node_id=self.node_id, state=service.state,
-                           problem=service.problem, held=len(keeper.held) if keeper else 0,
-                           assigned=len(keeper._wanted) if keeper else 0,
-                           leases_lost=keeper.lost if keeper else 0,
-                           live_actors=len(rt.kernel.live_keys()) if rt else 0, started=self.started)
+        return self._call(lambda service: _health(self, service))
 
     def scope_keys(self) -> list[tuple[str, str]]:
         async def run(service: _Service) -> list[tuple[str, str]]:
@@ -297,6 +309,21 @@ def _ray_node_id() -> str | None:
     return None
 
 
+async def _health(shard: Shard, service: _Service) -> ShardHealth:
+    # a function, not a method: one coroutine method would make Ray run Shard as an
+    # asyncio actor, whose plain methods then block its one event loop, one call at a time
+    keeper, rt = service.keeper, service.rt
+    return ShardHealth(name=shard.name, owner=shard.owner, pid=os.getpid(), node=shard.node,
+                       node_id=shard.node_id, state=service.state,
+                       problem=service.problem, held=len(keeper.held) if keeper else 0,
+                       assigned=len(keeper._wanted) if keeper else 0,
+                       leases_lost=keeper.lost if keeper else 0,
+                       live_actors=len(rt.kernel.live_keys()) if rt else 0, started=shard.started,
+                       stats=rt.stats().as_dict() if rt else {},
+                       journal=rt.journal_health() if rt else {},
+                       streams=len(service.streams.hub), feeds=service.streams.feeds)
+
+
 async def _held(service: _Service) -> list[int]:
     return service.keeper.held if service.keeper is not None else []
 
@@ -323,6 +350,19 @@ async def _ask(service: _Service, kind: str, raw: bytes, request_id: str | None)
     if type(reply) is Repeated:
         return True, reply.reply
     return True, _encode(reply)
+
+
+async def _owning(service: _Service, kind: str, key: tuple[str, ...]) -> MnemexRuntime:
+    """The runtime, if this shard serves ``kind``/``key`` now; else NotOwner, with the
+    owner as its hint when the lease on record names one."""
+    rt = service.check(kind, key)
+    ownership = rt.kernel.ownership
+    if ownership is not None:
+        try:
+            ownership.check(kind, key)
+        except NotOwner as exc:
+            raise await _hinted(service, exc) from None
+    return rt
 
 
 async def _hinted(service: _Service, error: NotOwner) -> NotOwner:

@@ -15,10 +15,28 @@ own errors. Starlette's Request (query strings, headers, path parameters) and
 its streaming response (disconnect handling for server-sent events) are kept:
 they cost little, and the alternative is writing them again. Bodies are
 decoded and checked by msgspec Structs (``_schemas``), once.
+
+Another runtime can be served (``mnemex serve --ray``, ``mnemex.ray.serving``):
+``Server(config, opener=...)`` opens it with its ``Operations`` (``_served``);
+what such a host needs is exported here too.
 """
 
 from mnemex.server._app import build_app
-from mnemex.server._schemas import ServerSettings
+from mnemex.server._bridge import Bridge
+from mnemex.server._schemas import ServerSettings, StreamStatistics
 from mnemex.server._serve import Server, serve
+from mnemex.server._served import (
+    Gauges,
+    LocalOperations,
+    Operations,
+    PushedStreams,
+    RuntimeHealth,
+    RuntimeOpener,
+    ServedRuntime,
+    ShardGauges,
+)
+from mnemex.server._streams import CAUGHT_UP, PushedStream, StreamClosed, StreamHub
 
-__all__ = ["Server", "ServerSettings", "build_app", "serve"]
+__all__ = ["CAUGHT_UP", "Bridge", "Gauges", "LocalOperations", "Operations", "PushedStream", "PushedStreams",
+           "RuntimeHealth", "RuntimeOpener", "ServedRuntime", "Server", "ServerSettings", "ShardGauges",
+           "StreamClosed", "StreamHub", "StreamStatistics", "build_app", "serve"]

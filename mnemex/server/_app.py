@@ -106,7 +106,8 @@ from mnemex.server._schemas import (
     StreamStatistics,
     one_session,
 )
-from mnemex.server._streams import CAUGHT_UP, StreamClosed, StreamHub
+from mnemex.server._served import LocalOperations, Operations, PushedStreams, ServedRuntime
+from mnemex.server._streams import CAUGHT_UP, StreamClosed
 
 __all__ = ["build_app"]
 
@@ -167,6 +168,11 @@ def _timeout_event(message: str) -> bytes:
     return _sse_event({"error": {"message": message, "type": "timeout_error", "code": "timeout"}})
 
 
+def _broken_event(exc: MnemexError) -> bytes:
+    """The error event of a stream that cannot go on (then ``[DONE]``)."""
+    return _sse_event({"error": {"message": str(exc), "type": "server_error", "code": type(exc).__name__}})
+
+
 def _rfc3339(seconds: float) -> str:
     """``2024-05-01T12:00:00.123456Z``, as ``datetime.fromtimestamp(seconds, UTC)``
     would print it (microseconds rounded half to even). This runs for every message
@@ -206,14 +212,15 @@ def _record(entry: Any) -> MessageRecord:
 
 
 class _Api(RemoteRoutes):
-    def __init__(self, runtime: MnemexRuntime, settings: ServerSettings, metrics: Metrics,
-                 bridge: Bridge | None) -> None:
+    def __init__(self, runtime: ServedRuntime, operations: Operations, settings: ServerSettings,
+                 metrics: Metrics, bridge: Bridge | None) -> None:
         self.rt = runtime
+        self.ops = operations
         self.settings = settings
         self.metrics = metrics
         self.call = bridge.call if bridge is not None else _unbridged
         self.bridge = bridge
-        self.streams = StreamHub(settings)
+        self.streams: PushedStreams = operations.pushed_streams(settings, bridge)
         self.started = time.time()
         self._agents: dict[str, AgentRef] = {}
 
@@ -308,18 +315,22 @@ class _Api(RemoteRoutes):
         pending = b""
         count = 0
 
-        def push(line: bytes) -> None:
+        async def push(lines: list[bytes]) -> None:
+            # the lines of one read of the body go together (one call, on a cluster)
             nonlocal count
-            try:
-                self.streams.push(name, line)
-            except StreamClosed as exc:
-                raise HttpError(409, str(exc), field="stream_id") from None
-            except TooLarge as exc:
-                raise HttpError(413, str(exc), headers={"Connection": "close"}) from None
-            except InvalidInput as exc:
+            if not lines:
+                return
+            taken, error = await self.streams.push(name, lines)
+            count += taken
+            if isinstance(error, StreamClosed):
+                raise HttpError(409, str(error), field="stream_id") from None
+            if isinstance(error, TooLarge):
+                raise HttpError(413, str(error), headers={"Connection": "close"}) from None
+            if isinstance(error, InvalidInput):
                 where = f"line {count + 1}"
-                raise HttpError(400, f"{where} of the stream: {exc}", field=where) from None
-            count += 1
+                raise HttpError(400, f"{where} of the stream: {error}", field=where) from None
+            if error is not None:
+                raise error
 
         async with aclosing(request.stream()) as body:
             async for data in body:
@@ -330,11 +341,9 @@ class _Api(RemoteRoutes):
                                         headers={"Connection": "close"})
                     continue
                 *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    if line.strip():
-                        push(line.strip())
+                await push([line.strip() for line in lines if line.strip()])
         if pending.strip():
-            push(pending.strip())
+            await push([pending.strip()])
         return json_response(StreamPushed(status="stream_processed", query=name, chunks_received=count))
 
     async def complete_stream(self, request: Request) -> Response:
@@ -342,7 +351,7 @@ class _Api(RemoteRoutes):
         An id that is only a stored session (the older spec) completes the session."""
         name = request.path_params["stream_id"]
         await self._no_body(request)
-        status = self.streams.complete(name)
+        status = await self.streams.complete(name)
         if status is None:
             agent = self.agent(request)
             if name in {s.session_id for s in await self.call(agent.sessions)}:
@@ -353,11 +362,11 @@ class _Api(RemoteRoutes):
         return json_response(StreamCompleted(status=status, query=name))
 
     async def purge_streams(self, request: Request) -> Response:
-        dropped = self.streams.purge()
+        dropped = await self.streams.purge()
         return json_response(StreamsPurged(status="success", message="Stream data purged", streams=dropped))
 
     async def stream_statistics(self, request: Request) -> Response:
-        return json_response(self.streams.statistics())
+        return json_response(await self.streams.statistics())
 
     async def stream(self, request: Request) -> Response:
         """``GET /stream/{id}``: server-sent events. A pushed stream of that name, or
@@ -377,7 +386,7 @@ class _Api(RemoteRoutes):
         elif wait_for_session and "wait-for-query" not in request.query_params:
             wait = 30.0  # the older spec's default
         body: AsyncIterator[bytes]
-        if self.streams.get(name) is None:
+        if not await self.streams.exists(name):
             agent = self.agent(request)
             events = self._bridge().iterate(lambda: self._session(
                 name, agent.subscribe(name, from_beginning=from_beginning, wait_for_session=wait_for_session,
@@ -409,7 +418,7 @@ class _Api(RemoteRoutes):
     async def _pushed(self, name: str, from_beginning: bool, wait: float,
                       markers: bool) -> AsyncIterator[bytes]:
         follow: Any = self.streams.follow(name, from_beginning=from_beginning, wait=wait,
-                                     heartbeat=self.settings.stream_heartbeat)
+                                          heartbeat=self.settings.stream_heartbeat)
         try:
             async with aclosing(follow):
                 async for chunk in follow:
@@ -422,6 +431,8 @@ class _Api(RemoteRoutes):
                         yield b"data: " + chunk + b"\n\n"
         except TimeoutError as exc:
             yield _timeout_event(str(exc))
+        except MnemexError as exc:  # where the stream was kept went away (a cluster's shard)
+            yield _broken_event(exc)
         if markers:
             yield b"data: [STREAM_END]\n\n"
         yield _DONE
@@ -441,9 +452,11 @@ class _Api(RemoteRoutes):
                                "model": "mnemex", "choices": [{"index": 0, "delta": delta,
                                                                "finish_reason": finish}]})
 
+        opened = False
         try:
             async with stream:
                 yield _OPENED
+                opened = True
                 async for event in stream:
                     event_: Any = event  # a StreamEvent
                     if event_.kind == "message" and event_.message is not None:
@@ -467,6 +480,10 @@ class _Api(RemoteRoutes):
                         break
         except Timeout as exc:
             yield _timeout_event(str(exc))
+        except MnemexError as exc:  # the runtime is closing, or a cluster's shard went down
+            if not opened:  # NotFound: the caller reads a pushed stream of that name instead
+                raise
+            yield _broken_event(exc)
         if markers:
             yield b"data: [STREAM_END]\n\n"
         yield _DONE
@@ -750,49 +767,22 @@ class _Api(RemoteRoutes):
     async def health(self, request: Request) -> Response:
         if "application/json" not in request.headers.get("accept", ""):
             return PlainTextResponse("OK")
-        stats = self.rt.stats()
+        report = await self.call(self.ops.health)
         token = self.settings.token
         authorized = token is not None and _has_token(request, token)
         return json_response(Health(
-            status="ok", uptime_seconds=round(time.time() - self.started, 3),
-            data_dir=self.rt.config.storage.data_dir if authorized else None,
-            actors={"live": stats.live, "spawned": stats.spawns, "passivations": stats.passivations,
-                    "crashes": stats.crashes, "mailbox_depth": stats.mailbox_depth,
-                    "live_bytes": stats.live_bytes, "budget_passivations": stats.budget_passivations},
-            streams=len(self.streams), journal=self.rt.journal_health(),
-            categories=await self._category_health(),
-            graph=await self.call(self.rt.graph_stats)))
-
-    async def _category_health(self) -> dict[str, Any]:
-        """Category statistics over the scopes loaded now (at most _HEALTH_SCOPES of
-        them, so a health check stays cheap; none is loaded for it)."""
-        keys = [key for _, key in self.rt.live_keys("scope")]
-        asked = keys[:_HEALTH_SCOPES]
-        counts: dict[str, int] = {}
-        memories = custom = reclassifying = 0
-        for app_name, user_id in asked:
-            try:
-                catalog = await self.call(self.rt.scope(user_id=user_id, app_name=app_name).categories)
-            except MnemexError:  # passivated meanwhile, or closing: left out
-                continue
-            memories += catalog.total
-            custom += catalog.version > 0
-            reclassifying += catalog.reclassifying
-            for name, count in catalog.counts.items():
-                counts[name] = counts.get(name, 0) + count
-        return {"scopes_live": len(keys), "scopes_asked": len(asked), "memories": memories,
-                "per_category": dict(sorted(counts.items(), key=lambda item: (-item[1], item[0]))),
-                "misc": counts.get("misc", 0), "custom_catalogs": custom, "reclassifying": reclassifying}
+            status=report.status, uptime_seconds=round(time.time() - self.started, 3),
+            data_dir=self.rt.config.storage.data_dir if authorized else None, actors=report.actors,
+            streams=report.streams if report.streams is not None else len(self.streams),
+            journal=report.journal, categories=report.categories,
+            graph=report.graph, shards=report.shards), 503 if report.status == "unavailable" else 200)
 
     async def metrics_text(self, request: Request) -> Response:
-        return Response(self.metrics.render(self.rt), media_type=self.metrics.content_type)
+        return Response(self.metrics.render(await self.call(self.ops.gauges)),
+                        media_type=self.metrics.content_type)
 
     async def openapi(self, request: Request) -> Response:
         return json_response(_document())
-
-
-_HEALTH_SCOPES: Final = 50
-"""Scopes a health check asks for their category statistics at most."""
 
 
 def _categories_out(catalog: Any) -> CategoriesOut:
@@ -1039,8 +1029,8 @@ class App:
     """The ASGI app of one server: the Guard in front of the Router. ``routes`` lists
     every (path, method) served."""
 
-    def __init__(self, runtime: MnemexRuntime, router: Router, settings: ServerSettings, metrics: Metrics,
-                 streams: StreamHub) -> None:
+    def __init__(self, runtime: ServedRuntime, router: Router, settings: ServerSettings, metrics: Metrics,
+                 streams: PushedStreams) -> None:
         self.runtime = runtime
         self.routes = router.routes
         self.metrics = metrics
@@ -1051,13 +1041,19 @@ class App:
         await self._app(scope, receive, send)
 
 
-def build_app(runtime: MnemexRuntime, settings: ServerSettings | None = None, *,
-              bridge: Bridge | None = None) -> App:
+def build_app(runtime: MnemexRuntime | ServedRuntime, settings: ServerSettings | None = None, *,
+              bridge: Bridge | None = None, operations: Operations | None = None) -> App:
     """The ASGI app serving ``runtime`` (every route of ROUTES, behind the Guard), on an
-    asyncio loop whose ``bridge`` reaches the runtime's trio run (see Server)."""
+    asyncio loop whose ``bridge`` reaches the runtime's trio run (see Server).
+    ``operations``: health, metrics and pushed streams of a runtime that is not a
+    ``MnemexRuntime`` (a cluster's: ``mnemex.ray``); by default the in-process ones."""
     settings = settings if settings is not None else runtime.config.server
-    metrics = Metrics()
-    api = _Api(runtime, settings, metrics, bridge)
+    if operations is None:
+        if not isinstance(runtime, MnemexRuntime):
+            raise TypeError(f"build_app serves a {type(runtime).__name__} only with its operations=")
+        operations = LocalOperations(runtime)
+    metrics = Metrics(clustered=not isinstance(operations, LocalOperations))
+    api = _Api(runtime, operations, settings, metrics, bridge)
     open_paths = {"/health"} if settings.open_health else set()
     routes: list[Route] = []
     for spec in ROUTES:

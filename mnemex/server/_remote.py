@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 import mnemex
-from mnemex import DEFAULT, ExtractionError, InvalidInput, MnemexError, MnemexRuntime
+from mnemex import DEFAULT, ExtractionError, InvalidInput, MnemexError
 from mnemex.remote import wire
 from mnemex.server._http import HttpError, error_response, json_response, read_body, status_of
 from mnemex.server._openapi import RouteSpec
@@ -29,6 +29,7 @@ from mnemex.server._schemas import ServerSettings
 
 if TYPE_CHECKING:
     from mnemex.server._bridge import Bridge
+    from mnemex.server._served import Operations, ServedRuntime
 
 __all__ = ["REMOTE_ROUTES", "RemoteRoutes"]
 
@@ -51,21 +52,20 @@ class RemoteRoutes:
     """The handlers of REMOTE_ROUTES, mixed into the app's _Api (its runtime, settings,
     bridge and streams)."""
 
-    rt: MnemexRuntime
+    rt: ServedRuntime
+    ops: Operations
     settings: ServerSettings
     call: Callable[..., Awaitable[Any]]
 
     bridge: Bridge | None
 
     def _embedder(self) -> wire.EmbedderInfo | None:
-        try:
-            embedder = self.rt.scope_services().embedder
-        except InvalidInput:
-            return None
-        return wire.EmbedderInfo(embedder.name, embedder.dim)
+        named = self.ops.embedder_info()
+        return wire.EmbedderInfo(*named) if named is not None else None
 
     def _kinds(self) -> list[str]:
-        return [kind for kind in wire.KEYS if kind in self.rt.kinds]
+        kinds = self.ops.kinds
+        return [kind for kind in wire.KEYS if kind in kinds]
 
     async def remote_info(self, request: Request) -> Response:
         config = self.rt.config
@@ -75,12 +75,12 @@ class RemoteRoutes:
             conversations=config.conversations, knowledge=config.knowledge, models=config.models))
 
     async def remote_scopes(self, request: Request) -> Response:
-        return json_response(wire.ScopeKeys(self.rt.scope_keys()))
+        return json_response(wire.ScopeKeys(await self.call(self.ops.scope_keys)))
 
     async def remote_ask(self, request: Request) -> Response:
         kind = request.path_params["kind"]
         body_type = wire.ask_request_type(kind)
-        if body_type is None or kind not in self.rt.kinds:
+        if body_type is None or kind not in self.ops.kinds:
             raise HttpError(404, f"no actor kind {kind!r} is served remotely; the kinds are "
                                  f"{', '.join(self._kinds())}", field="kind")
         raw = await read_body(request, self.settings.max_body_bytes, self.settings.body_timeout)
@@ -153,7 +153,7 @@ async def _prepended(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[
         await rest.aclose()  # type: ignore[attr-defined]
 
 
-async def _feed(rt: MnemexRuntime, body: wire.WatchAgent, heartbeat: float) -> AsyncIterator[bytes]:
+async def _feed(rt: ServedRuntime, body: wire.WatchAgent, heartbeat: float) -> AsyncIterator[bytes]:
     """The session's feed as NDJSON (runs in the runtime's trio run): Started, each
     event, then Finished or Failed; a blank line after ``heartbeat`` quiet seconds, so
     a reader that left is noticed."""

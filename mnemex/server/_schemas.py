@@ -133,6 +133,10 @@ class Health(msgspec.Struct, omit_defaults=True):
     memories the offline classifier, a caller or an extractor classified, scopes
     with a catalog of their own and scopes re-classifying."""
     graph: dict[str, int] | None = None
+    shards: list[dict[str, Any]] | None = None
+    """A cluster's (``mnemex serve --ray``): each shard as it answered, or as not
+    answering (``reachable`` false: dead, restarting or frozen); ``status`` is then
+    degraded while some shard does not serve, unavailable (503) while none does."""
 
 
 class PostEntity(msgspec.Struct, forbid_unknown_fields=True):

@@ -30,7 +30,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, Final
 
 import outcome
@@ -41,14 +41,15 @@ import uvloop
 from outcome import Outcome
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from mnemex import Config, InvalidInput, MnemexRuntime, open_runtime
+from mnemex import Config, InvalidInput, open_runtime
 from mnemex.server._app import build_app
 from mnemex.server._bridge import Bridge
 from mnemex.server._guard import LOOPBACK, host_name
 from mnemex.server._http import json_response
 from mnemex.server._schemas import ServerSettings
+from mnemex.server._served import LocalOperations, Operations, RuntimeOpener, ServedRuntime
 
-__all__ = ["Server", "bind", "serve"]
+__all__ = ["Server", "bind", "open_local", "serve"]
 
 log = logging.getLogger("mnemex.server")
 
@@ -98,20 +99,32 @@ def bind(settings: ServerSettings) -> socket.socket:
     return sock
 
 
-def serve(config: Config, settings: ServerSettings | None = None) -> None:
+def serve(config: Config, settings: ServerSettings | None = None, *,
+          opener: RuntimeOpener | None = None) -> None:
     """Serve until SIGINT or SIGTERM: ``mnemex serve``. InvalidInput when the
-    address cannot be listened on."""
-    Server(config, settings).run()
+    address cannot be listened on. ``opener``: see Server."""
+    Server(config, settings, opener=opener).run()
+
+
+@contextlib.asynccontextmanager
+async def open_local(config: Config) -> AsyncIterator[tuple[ServedRuntime, Operations]]:
+    """The runtime of ``mnemex serve``: ``open_runtime(config)`` in this process."""
+    async with open_runtime(config) as runtime:
+        yield runtime, LocalOperations(runtime)
 
 
 class Server:
     """One HTTP server over one runtime. ``run()`` serves in the calling thread until
     a signal or ``stop()``; ``start()`` serves on a thread of its own (for a
     program or a test that goes on meanwhile) and ``close()`` stops it and waits.
-    Either way the socket is bound at construction: ``port`` is known at once."""
+    Either way the socket is bound at construction: ``port`` is known at once.
+    ``opener(config)`` opens the runtime served, with its Operations (default: one in
+    this process; ``mnemex.ray.serving`` gives a cluster's)."""
 
-    def __init__(self, config: Config, settings: ServerSettings | None = None) -> None:
+    def __init__(self, config: Config, settings: ServerSettings | None = None, *,
+                 opener: RuntimeOpener | None = None) -> None:
         self.config = config
+        self.opener: RuntimeOpener = opener if opener is not None else open_local
         self.settings = settings if settings is not None else config.server
         self._socket = bind(self.settings)
         self.port: int = self._socket.getsockname()[1]
@@ -121,7 +134,7 @@ class Server:
         self._stop_requested = False
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
-        self.runtime: MnemexRuntime | None = None
+        self.runtime: ServedRuntime | None = None
         """The runtime being served (None before start and after the end)."""
 
     # -- running --------------------------------------------------------------------
@@ -184,19 +197,18 @@ class Server:
     # -- the loop's side ------------------------------------------------------------
     async def _main(self, handle_signals: bool) -> None:
         loop = self._loop = asyncio.get_running_loop()
-        guest = _Guest(self.config, loop)
+        guest = _Guest(self.config, self.opener, loop)
         with _exit_on_signals(self._request_exit) if handle_signals else contextlib.nullcontext():
             trio.lowlevel.start_guest_run(
                 guest.main, run_sync_soon_threadsafe=loop.call_soon_threadsafe,
                 run_sync_soon_not_threadsafe=loop.call_soon, done_callback=guest.finished,
                 host_uses_signal_set_wakeup_fd=True)
-            runtime: MnemexRuntime | None = None
+            operations: Operations | None = None
             try:
-                bridge, runtime = await guest.opened()
+                bridge, runtime, operations = await guest.opened()
                 self.runtime = runtime
-                app = build_app(runtime, self.settings, bridge=bridge)
-                connections = _connection_budget(self.settings.max_connections,
-                                                 runtime.journal_health().get("max_open_files"))
+                app = build_app(runtime, self.settings, bridge=bridge, operations=operations)
+                connections = _connection_budget(self.settings.max_connections, operations.open_files())
                 self._uvicorn = _Uvicorn(_uvicorn_config(app, self.settings, connections), guest)
                 if self._stop_requested:
                     self._uvicorn.should_exit = True
@@ -204,29 +216,27 @@ class Server:
                     log.warning("listening on %s without a token: anyone who reaches it may read and delete "
                                 "every memory; only Host names in server.allowed_hosts are answered",
                                 self.settings.host)
-                log.info("mnemex serving on http://%s:%d (data in %s)", self.settings.host, self.port,
-                         self.config.storage.data_dir)
+                log.info("mnemex serving on http://%s:%d (%s)", self.settings.host, self.port,
+                         operations.describe())
                 await self._uvicorn.serve(sockets=[self._socket], ready=self._ready)
             finally:
                 # uvicorn has stopped accepting and finished (or cut off) every request:
                 # the runtime now drains its mailboxes and snapshots every actor
                 self.runtime = None
                 await guest.close()
-        report = runtime.shutdown_report if runtime is not None else None
-        if report is not None and report.ok:
-            log.info("mnemex stopped; every actor snapshotted")
-        else:  # the runtime logged which snapshots failed, at ERROR
-            log.warning("mnemex stopped; NOT every actor was snapshotted (see the error above)")
+        ok, message = operations.stopped() if operations is not None else (False, "the runtime never opened")
+        log.log(logging.INFO if ok else logging.WARNING, "mnemex stopped; %s", message)
 
 
 class _Guest:
     """The trio run hosted by the server's loop: it opens the runtime, offers a
     Bridge to it, and closes it when told."""
 
-    def __init__(self, config: Config, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, config: Config, opener: RuntimeOpener, loop: asyncio.AbstractEventLoop) -> None:
         self.config = config
+        self.opener = opener
         self.loop = loop
-        self._opened: asyncio.Future[tuple[Bridge, MnemexRuntime]] = loop.create_future()
+        self._opened: asyncio.Future[tuple[Bridge, ServedRuntime, Operations]] = loop.create_future()
         self._done: asyncio.Future[BaseException | None] = loop.create_future()
         self._reported = False
         self._stop: trio.Event | None = None
@@ -235,10 +245,10 @@ class _Guest:
     async def main(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
         self._stop = trio.Event()
-        async with open_runtime(self.config) as runtime, trio.open_nursery() as calls:
+        async with self.opener(self.config) as (runtime, operations), trio.open_nursery() as calls:
             bridge = Bridge(calls, self.loop)
             if not self._opened.done():
-                self._opened.set_result((bridge, runtime))
+                self._opened.set_result((bridge, runtime, operations))
             await self._stop.wait()
             bridge.close()
             calls.cancel_scope.cancel()  # what uvicorn cut off past the grace period
@@ -257,7 +267,7 @@ class _Guest:
         """The trio run ended (by close(), or because the runtime failed)."""
         return self._done.done()
 
-    async def opened(self) -> tuple[Bridge, MnemexRuntime]:
+    async def opened(self) -> tuple[Bridge, ServedRuntime, Operations]:
         return await self._opened
 
     async def close(self) -> None:

@@ -12,8 +12,10 @@ A stream is a list that only grows, and a reader is an index into it: no
 per-reader queue, so a slow reader costs nothing but its index, and a push never
 waits for a reader. Readers wait on the stream's ``changed`` event, which the
 hub sets and replaces on every change. The hub lives on the server's asyncio
-loop (it needs nothing of the runtime). Streams live in memory only: the messages
-of a turn are stored by ``POST /messages``; a stream is the live view of it.
+loop (it needs nothing of the runtime); on a cluster each shard keeps one for the
+stream names it owns and reads it from trio (``mnemex.ray.streams``: all but
+``follow`` is loop-free). Streams live in memory only: the messages of a turn are
+stored by ``POST /messages``; a stream is the live view of it.
 """
 
 from __future__ import annotations
@@ -196,14 +198,27 @@ class StreamHub:
         return sum(1 for s in streams if s.started)
 
     # -- reading --------------------------------------------------------------------
+    def attach(self, name: str) -> PushedStream:
+        """The stream ``name`` with one more reader (made, empty, if there is none: a
+        reader may come first); ``detach`` it when the reader goes."""
+        stream = self._entry(name)
+        stream.readers += 1
+        return stream
+
+    def detach(self, stream: PushedStream) -> None:
+        """One reader of ``stream`` went; a stream nobody pushed to nor reads any more
+        is forgotten (a wait that saw nothing leaves nothing behind)."""
+        stream.readers -= 1
+        if stream.readers == 0 and not stream.started and self._streams.get(stream.name) is stream:
+            del self._streams[stream.name]
+
     async def follow(self, name: str, *, from_beginning: bool, wait: float,
                      heartbeat: float) -> AsyncIterator[bytes | None]:
         """The chunks of ``name`` as they come: the retained ones first when
         ``from_beginning``, then CAUGHT_UP once, then live ones; None for a heartbeat
         (nothing to send for ``heartbeat`` seconds). Ends at completion; raises
         TimeoutError if the stream has not started ``wait`` seconds from now."""
-        stream = self._entry(name)
-        stream.readers += 1
+        stream = self.attach(name)
         clock = asyncio.get_running_loop().time
         try:
             position = 0 if from_beginning else len(stream.chunks)
@@ -230,9 +245,7 @@ class StreamHub:
                 if not changed.is_set() and (stream.started or clock() < start_by):
                     yield None
         finally:
-            stream.readers -= 1
-            if stream.readers == 0 and not stream.started and self._streams.get(name) is stream:
-                del self._streams[name]  # a wait that saw nothing leaves nothing behind
+            self.detach(stream)
 
     # -- statistics -----------------------------------------------------------------
     def statistics(self) -> StreamStatistics:
