@@ -237,6 +237,7 @@ class _Guest:
         self._stop = trio.Event()
         async with open_runtime(self.config) as runtime, trio.open_nursery() as calls:
             bridge = Bridge(calls, self.loop)
+            runtime.kernel.report_to_host(self.loop.call_soon_threadsafe)  # see Bridge.ask
             if not self._opened.done():
                 self._opened.set_result((bridge, runtime))
             await self._stop.wait()
