@@ -210,8 +210,10 @@ class GroupCommitter:
         """From a thread holding ``parked.lock`` (the run is stopped): start the round
         of what was written there, as the end of a batch would, rather than wake the
         run for it. Nothing when every slot is taken: a round under way reports, and
-        the run then starts the next one."""
-        self._at_end_of_batch(wake=False)
+        the run (or the host loop, see ``report_to_host``) then starts the next one.
+        Nothing with a ``window`` either: the commit loop waits it out first."""
+        if self._hooked:
+            self._at_end_of_batch(wake=False)
 
     def _start_round(self, cells: list[Durable]) -> None:
         """Hand the round's journals to the threads: one filesystem-wide sync for

@@ -47,7 +47,7 @@ from typing import Any, Final, Generic, TypeVar
 import trio
 
 from mnemex import ActorClosed
-from mnemex.kernel import ActorRef, Runtime
+from mnemex.lowlevel import ActorRef, Runtime
 
 __all__ = ["Bridge"]
 
