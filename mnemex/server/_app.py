@@ -47,6 +47,7 @@ from mnemex import (
     Timeout,
     TooLarge,
 )
+from mnemex.lowlevel import ActorRef
 from mnemex.server._bridge import Bridge
 from mnemex.server._guard import Guard
 from mnemex.server._http import (
@@ -237,7 +238,8 @@ class _Api(RemoteRoutes):
         body = PostMessages.decode(raw)
         agent = self.agent(request)
         bridge = self.bridge
-        if bridge is not None and agent.configured:  # the bridge's short way: no trio task
+        direct = type(agent) is AgentRef and agent.configured and type(agent.ref) is ActorRef
+        if bridge is not None and direct:  # the bridge's short way (an in-process agent): no trio task
             command = agent.append_command(body.session, body.message_list, query_id=body.query_id or None)
             appended = await bridge.ask(agent.ref, command)
             then = agent.appended(command, appended)
