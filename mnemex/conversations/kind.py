@@ -16,7 +16,7 @@ from mnemex.conversations.behaviour import (
     encode_agent_command,
     is_agent_write,
 )
-from mnemex.conversations.protocol import ExpireSessions, FindExpired
+from mnemex.conversations.protocol import AppendItems, AppendMessages, ExpireSessions, FindExpired
 from mnemex.conversations.summaries import Summarizer
 from mnemex.conversations.tokens import TokenCounter
 from mnemex.effects import Key
@@ -48,7 +48,13 @@ def agent_kind(config: Config | None = None, *, summarizer: Summarizer | None = 
         return AgentMemory.restore(key[0], image, settings)
 
     return ActorKind(name=name, create=create, restore=restore, encode=encode_agent_command,
-                     decode=agent_codec.decode, is_journaled=is_agent_write)
+                     decode=agent_codec.decode, is_journaled=is_agent_write, inline_write=_appends)
+
+
+def _appends(command: Any) -> bool:
+    """Appends change the agent and give no effects but Emits (the appended entries, and
+    the end of sessions their timestamp expires): the kernel may take them inline."""
+    return type(command) is AppendMessages or type(command) is AppendItems
 
 
 async def sweep_expired_sessions(host: Host, kind: str = AGENT_KIND, *,

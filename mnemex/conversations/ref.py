@@ -160,6 +160,13 @@ class AgentRef:
             await self._configure()
         return await self._ref.ask(command, timeout=timeout)
 
+    @property
+    def configured(self) -> bool:
+        """True when the next command needs no policy or ttl sent first (always so for a
+        ref of the default policy and ttl, and once sent): ``ref`` may then be asked
+        directly with what ``append_command`` builds."""
+        return self._configured
+
     # -- writing --------------------------------------------------------------------
     async def append(self, session_id: str, messages: Iterable[Any], query_id: str | None = None,
                      turn: Turn | None = None) -> Appended:
@@ -167,12 +174,28 @@ class AgentRef:
         all or none. Raises InvalidInput (unknown role, a tool result without its
         call, content that is not text...) or TooLarge, storing nothing.
         ``messages=[]`` stores nothing. ``turn`` records the turn's metadata."""
+        return await self._appended(self.append_command(session_id, messages, query_id, turn))
+
+    def append_command(self, session_id: str, messages: Iterable[Any], query_id: str | None = None,
+                       turn: Turn | None = None) -> AppendMessages:
+        """The command ``append`` sends for these arguments (refusing a single message
+        as it does), for a host that asks ``ref`` itself (the HTTP server, with no
+        trio task per request); ``appended`` then does what ``append`` does with the
+        reply. Only when ``configured``."""
         if isinstance(messages, Mapping | str | bytes):
             raise InvalidInput("messages must be a list of chat messages, not a single one", field="messages")
-        raw = messages_to_raw(messages)
-        command = AppendMessages(session_id=session_id, messages=raw, timestamp=time.time(),
-                                 query_id=query_id, turn=turn)
-        return await self._appended(command, raw)
+        return AppendMessages(session_id=session_id, messages=messages_to_raw(messages),
+                              timestamp=time.time(), query_id=query_id, turn=turn)
+
+    def appended(self, command: AppendMessages | AppendItems, reply: Appended) -> Awaitable[None] | None:
+        """What ``append`` does once ``command`` is answered ``reply``: count it for
+        automatic extraction. Returns what must then be awaited in the runtime's run
+        (telling the session's scope, once its buffer is full), or None."""
+        hook = self._services.after_append
+        if hook is None or not reply.count:
+            return None
+        raw = command.messages if isinstance(command, AppendMessages) else command.items
+        return hook(self.name, reply, sum(len(message) for message in raw) // 4)
 
     async def append_items(self, session_id: str, items: Iterable[Any], query_id: str | None = None,
                            turn: Turn | None = None, *, state: Mapping[str, Any] | None = None,
@@ -197,15 +220,13 @@ class AgentRef:
                               timestamp=time.time() if timestamp is None else timestamp, query_id=query_id,
                               turn=turn, state=None if not state else encode_values(state),
                               existing=existing)
-        return await self._appended(command, raw)
+        return await self._appended(command)
 
-    async def _appended(self, command: AppendMessages | AppendItems, raw: list[msgspec.Raw]) -> Appended:
+    async def _appended(self, command: AppendMessages | AppendItems) -> Appended:
         reply: Appended = await self._ask(command)
-        hook = self._services.after_append
-        if hook is not None and reply.count:
-            then = hook(self.name, reply, sum(len(message) for message in raw) // 4)
-            if then is not None:
-                await then
+        then = self.appended(command, reply)
+        if then is not None:
+            await then
         return reply
 
     async def pop(self, session_id: str) -> StoredMessage | None:

@@ -21,7 +21,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 import trio
 
@@ -128,6 +128,9 @@ class GroupCommitter:
         self._hooked = False  # the run calls _at_end_of_batch: submit need not wake the loop
         self.parked: ParkedRun | None = None
         """While ``run`` runs (with no ``window``): the run's lock (see ParkedRun)."""
+        self.report_via: Callable[..., object] | None = None
+        """A guest run's host loop's ``call_soon_threadsafe``: the threads report there
+        (see ``report_to_host``) rather than by waking the run."""
 
     def submit(self, cell: Durable, release: Callable[[BaseException | None], None]) -> None:
         """Release ``release`` once everything ``cell`` has written so far is durable."""
@@ -207,8 +210,10 @@ class GroupCommitter:
         """From a thread holding ``parked.lock`` (the run is stopped): start the round
         of what was written there, as the end of a batch would, rather than wake the
         run for it. Nothing when every slot is taken: a round under way reports, and
-        the run then starts the next one."""
-        self._at_end_of_batch(wake=False)
+        the run (or the host loop, see ``report_to_host``) then starts the next one.
+        Nothing with a ``window`` either: the commit loop waits it out first."""
+        if self._hooked:
+            self._at_end_of_batch(wake=False)
 
     def _start_round(self, cells: list[Durable]) -> None:
         """Hand the round's journals to the threads: one filesystem-wide sync for
@@ -258,9 +263,52 @@ class GroupCommitter:
         finally:
             if errors is None:
                 errors = [StorageError("fsync interrupted")] * len(cells)
+            if not self._to_host(self._report_hosted, cells, marks, errors, left):
+                assert self._token is not None
+                with contextlib.suppress(trio.RunFinishedError):  # run() waits for every report
+                    self._token.run_sync_soon(self._report, cells, marks, errors, left)
+
+    def _to_host(self, callback: Callable[..., None], *args: Any) -> bool:
+        """Have the host loop call ``callback(*args)``; False when there is none (or it
+        has closed)."""
+        via = self.report_via
+        if via is None:
+            return False
+        try:
+            via(callback, *args)
+        except RuntimeError:  # the loop has closed
+            return False
+        return True
+
+    def report_to_host(self, call_soon_threadsafe: Callable[..., object] | None) -> None:
+        """Report rounds through ``call_soon_threadsafe``, the host loop's of a guest run
+        (``trio.lowlevel.start_guest_run``) hosted on the run's thread; None: by
+        waking the run (``TrioToken.run_sync_soon``). A report then runs on that
+        thread between two ticks of the run, where trio lets the host wake tasks,
+        and releases the replies there: a caller waiting in the host loop (the HTTP
+        server's) gets its answer without the run taking a turn at all (its I/O
+        wait, a thread in guest mode, is not woken, nor its entry queue)."""
+        self.report_via = call_soon_threadsafe
+
+    def _report_hosted(self, cells: list[Durable], marks: list[int], errors: list[BaseException | None],
+                       left: list[int]) -> None:
+        """``_report`` in the host loop, between two ticks of the run: with the run's lock
+        (``parked``), which no code of the run holds there, unless another thread has
+        it (a blocking caller: then the report goes the run's way). Starts the round
+        of what was written meanwhile, as the run's end of a batch would."""
+        parked = self.parked
+        if parked is not None and not parked.lock.acquire(blocking=False):
             assert self._token is not None
-            with contextlib.suppress(trio.RunFinishedError):  # run() waits for every report
+            with contextlib.suppress(trio.RunFinishedError):
                 self._token.run_sync_soon(self._report, cells, marks, errors, left)
+            return
+        try:
+            self._report(cells, marks, errors, left)
+            if self._hooked:
+                self._at_end_of_batch(wake=False)
+        finally:
+            if parked is not None:
+                parked.lock.release()
 
     def _report(self, cells: list[Durable], marks: list[int], errors: list[BaseException | None],
                 left: list[int]) -> None:

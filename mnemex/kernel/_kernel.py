@@ -528,7 +528,11 @@ class Runtime:
         False, and nothing sent, when the mailbox has no room now (ask the ordinary
         way then). Raises what ``ask`` raises before sending (an unknown kind, an
         invalid key, ActorClosed while shutting down, ActorCrashed for a quarantined
-        actor)."""
+        actor). Also callable from a guest run's host loop on the run's thread,
+        between two ticks of the run (where trio lets the host wake tasks), holding
+        ``parked``'s lock when there is one: a write taken inline there needs
+        ``start_commit`` afterwards, since no end of a batch of the run starts its
+        round."""
         self._kind(kind)
         key = check_key(key, self.config.kernel.max_key_bytes, kind=kind)
         cell = self._cell_for(kind, key)
@@ -591,6 +595,23 @@ class Runtime:
         self._committer.round_from_parked()
         return True
 
+    def start_commit(self) -> None:
+        """Start the group commit's round of the journal lines written since the last
+        round, where no end of a batch of the run would come to start it: from a
+        guest run's host loop, on the run's thread between two of its ticks, after
+        writes it made there with ``ask_nowait`` (holding ``parked``'s lock, as
+        ``write_parked``'s caller does). Writes made in one turn of the host loop
+        share a round this way. Nothing when every round's slot is taken: the
+        round under way starts the next when it reports (``report_to_host``)."""
+        self._committer.round_from_parked()
+
+    def report_to_host(self, call_soon_threadsafe: Callable[..., object] | None) -> None:
+        """Have the group commit's threads report through a guest run's host loop
+        (``call_soon_threadsafe``; None: by waking the run), so that a write asked
+        from that loop (``ask_nowait``) is answered there once durable without the
+        run taking a turn (see GroupCommitter.report_to_host)."""
+        self._committer.report_to_host(call_soon_threadsafe)
+
     def _serves(self, kind: str, key: Key) -> bool:
         """True unless an ownership says this runtime does not hold the key's virtual
         shard now (the ordinary path then answers NotOwner)."""
@@ -614,18 +635,24 @@ class Runtime:
 
     def _write_inline(self, cell: _Cell, command: Any, waiter: Any, now: float | None) -> bool:
         """Handle a write the kind takes inline (``ActorKind.inline_write``) of an idle,
-        loaded actor holding no write that is not durable yet, here and now, as its
-        task would handle a batch of that one message (journal line first, then the
-        handler; a refusal's line cut again; the reply released once durable): the
-        same outcome without starting the actor's task. False (nothing done) when
-        the actor or the command does not qualify. A handler that crashes or gives
-        effects (which such a write must not) is answered ActorCrashed and the actor
-        rebuilt from its store, in a task, before it takes another message. ``now``:
-        the run's clock, given when called from another thread with the run parked
-        (``write_parked``): what only the run may do is then handed to it."""
+        loaded actor here and now, as its task would handle a batch of that one
+        message (journal line first, then the handler; a refusal's line cut again;
+        the reply released once durable, after the writes before it; its Emits
+        performed): the same outcome without starting the actor's task. False
+        (nothing done) when the actor or the command does not qualify. Writes of
+        the actor that are not durable yet do not stop it: as in a batch after
+        them, its reply waits for them too, and if one of their fsyncs fails the
+        actor has diverged and this reply is StorageError with theirs (no write is
+        taken inline then, until the actor's task has reloaded it). A handler that
+        crashes or gives effects other than Emit (which such a write must not) is
+        answered ActorCrashed and the actor rebuilt from its store, in a task,
+        before it takes another message. ``now``: the run's clock, given when
+        called from another thread with the run parked (``write_parked``): what
+        only the run may do is then handed to it, and an actor with subscribers is
+        left to its task (an Emit wakes them: the run's business)."""
         inline = cell.kind.inline_write
         if (inline is None or cell.state is not _RUNNING or cell.active or cell.redo or cell.diverged
-                or cell.written > cell.synced or len(cell.mailbox)
+                or len(cell.mailbox) or (now is not None and cell.subscribers)
                 or (not cell.in_memory and cell.store.needs_recovery) or not inline(command)):
             return False
         kind = cell.kind
@@ -645,10 +672,11 @@ class Runtime:
             waiter.resolve(exc)
             return True
         turn = take_turn(kind, cell.behaviour, command, payload)
-        if turn.crash is not None or turn.effects:
+        if turn.crash is not None or any(type(effect) is not Emit for effect in turn.effects):
             self._cut_ahead(cell, seq - 1)
             self._stats["crashes"] += 1
-            bug = turn.crash or TypeError(f"{type(command).__name__} is taken inline but gave effects")
+            bug = turn.crash or TypeError(f"{type(command).__name__} is taken inline but gave effects "
+                                          f"other than Emit")
             log.error("%s: handler crashed on %s", cell.name, type(command).__name__, exc_info=bug)
             error = ActorCrashed(f"{cell.name} crashed handling {type(command).__name__}: {bug!r}; "
                                  f"it was reloaded from its last accepted state")
@@ -667,6 +695,9 @@ class Runtime:
             cell.ts = ts
             cell.journal_bytes += len(payload)
             self._release(cell, [(waiter, turn.reply, None)], durable_needed=True)
+        for effect in turn.effects:  # Emits only (checked above), performed as the actor's task would
+            if isinstance(effect, Emit):
+                self._emit(cell, effect)
         if now is None:
             self._maybe_snapshot(cell)
         elif self._snapshot_due(cell, now):

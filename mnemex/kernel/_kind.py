@@ -57,9 +57,10 @@ class ActorKind:
     such read of an idle, loaded actor whose writes are all durable is answered at
     once, in the callback that brings it into the runtime's thread, without
     starting the actor's task (see ``Runtime.ask_nowait``). ``inline_write``
-    (optional) names the writes whose handler returns no effects: such a write of
-    an idle actor is handled in that callback too (journaled and applied there, its
-    reply released once durable, as the actor's task would).
+    (optional) names the writes whose handler returns no effects but Emits: such a
+    write of an idle actor is handled in that callback too (journaled and applied
+    there, its Emits performed, its reply released once durable, as the actor's
+    task would).
     """
 
     name: str

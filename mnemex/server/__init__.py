@@ -19,6 +19,17 @@ decoded and checked by msgspec Structs (``_schemas``), once.
 Another runtime can be served (``mnemex serve --ray``, ``mnemex.ray.serving``):
 ``Server(config, opener=...)`` opens it with its ``Operations`` (``_served``);
 what such a host needs is exported here too.
+
+POST /messages does not cross into trio at all (``Bridge.ask``): the append is
+handed to the kernel from the loop, between two ticks of the guest run, and
+taken there (journal line, then the agent's state) when the agent is idle; its
+reply comes back through the loop once the group commit's thread reports the
+line durable. Measured the same way against crossing into trio for it (a trio
+task per request, the run woken through its entry queue and its I/O-wait
+thread, the reply through the run again): 105 -> 92 us of server CPU per
+request, and the app, bridge and kernel alone 70 -> 63 us (16 clients in
+process, no HTTP); the rest is uvicorn, the socket's send, and the fsync
+threads' handoffs of the GIL.
 """
 
 from mnemex.server._app import build_app

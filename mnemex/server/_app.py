@@ -47,6 +47,7 @@ from mnemex import (
     Timeout,
     TooLarge,
 )
+from mnemex.lowlevel import ActorRef
 from mnemex.server._bridge import Bridge
 from mnemex.server._guard import Guard
 from mnemex.server._http import (
@@ -242,8 +243,18 @@ class _Api(RemoteRoutes):
     async def post_messages(self, request: Request) -> Response:
         raw = await read_body(request, self.settings.max_body_bytes, self.settings.body_timeout)
         body = PostMessages.decode(raw)
-        appended = await self.call(self.agent(request).append, body.session, body.message_list,
-                                   query_id=body.query_id or None)
+        agent = self.agent(request)
+        bridge = self.bridge
+        direct = type(agent) is AgentRef and agent.configured and type(agent.ref) is ActorRef
+        if bridge is not None and direct:  # the bridge's short way (an in-process agent): no trio task
+            command = agent.append_command(body.session, body.message_list, query_id=body.query_id or None)
+            appended = await bridge.ask(agent.ref, command)
+            then = agent.appended(command, appended)
+            if then is not None:
+                await bridge.call(_awaited, then)
+        else:
+            appended = await self.call(agent.append, body.session, body.message_list,
+                                       query_id=body.query_id or None)
         return json_response(MessagesStored(
             status="success", session_id=body.session, conversation_id=body.session, stored=appended.count,
             first_sequence=appended.first_sequence if appended.count else None))
@@ -1019,6 +1030,10 @@ ROUTES: Final[tuple[RouteSpec, ...]] = (
 
 _UNBRIDGED: Final = ("this app reaches its runtime through a Bridge: serve it with mnemex.server.Server "
                      "(build_app(runtime) without one only lists the routes)")
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
 
 
 async def _unbridged(*args: Any, **kwargs: Any) -> Any:

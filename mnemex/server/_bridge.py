@@ -15,6 +15,17 @@ Order: a call starts after every call its caller awaited before it, so one
 connection's requests (HTTP/1.1 answers them one at a time) reach the actors in
 the order it sent them; concurrent calls, like concurrent requests, have no
 order among themselves (trio starts a batch of new tasks in any order).
+An ask of one actor (``Bridge.ask``) takes a shorter way: no trio task at all.
+Between two ticks of the run its thread runs the loop's callbacks while the run
+is parked at its I/O wait, where trio lets the host wake its tasks; there the
+ask goes straight to the kernel (``Runtime.ask_nowait``, under the run's lock
+``parked``, as a blocking caller's would): into the actor's mailbox, or, for a
+write the kind takes inline (an append) of an idle actor, journaled and applied
+at once. The writes of one turn of the loop then share a group-commit round,
+whose threads report to this loop (``Runtime.report_to_host``): the reply
+reaches its handler once its line is durable, and the run is not woken for any
+of it.
+
 Cancellation: a request's call is never
 cut short (uvicorn does not cancel a handler whose client left; its answer is
 dropped). A stream's producer is ``cancellable``: when its reader goes, the trio
@@ -28,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final, Generic, TypeVar
@@ -35,6 +47,7 @@ from typing import Any, Final, Generic, TypeVar
 import trio
 
 from mnemex import ActorClosed
+from mnemex.lowlevel import ActorRef, Runtime
 
 __all__ = ["Bridge"]
 
@@ -56,6 +69,30 @@ class _Call(Generic[T]):
         self.scope: trio.CancelScope | None = None
 
 
+class _Answer:
+    """The waiter of one ``Bridge.ask`` (the kernel's waiter protocol: ``done`` and
+    ``resolve``): the kernel resolves it, in the run or in the host loop, both on
+    this thread, and that settles the asker's asyncio future."""
+
+    __slots__ = ("done", "future")
+
+    def __init__(self, future: asyncio.Future[Any]) -> None:
+        self.future = future
+        self.done = False
+
+    def resolve(self, value: Any) -> None:
+        if self.done:
+            return
+        self.done = True
+        future = self.future
+        if future.done():  # the asker was cancelled: nobody to answer
+            return
+        if isinstance(value, BaseException):
+            future.set_exception(value)
+        else:
+            future.set_result(value)
+
+
 class Bridge:
     """Calls from asyncio code into one trio run hosted on the same thread.
 
@@ -67,8 +104,13 @@ class Bridge:
         self._nursery = nursery
         self._loop = loop
         self._token = trio.lowlevel.current_trio_token()
+        # the run's context: what the kernel starts from the loop (an actor's task) runs
+        # in it, as if started by the run, not in a request's asyncio context
+        self._context = contextvars.copy_context()
         self._pending: deque[_Call[Any]] = deque()
+        self._asks: deque[tuple[Runtime, ActorRef, Any, _Answer]] = deque()
         self._woken = False
+        self._committing: set[Runtime] = set()
         self._closed = False
 
     # -- asyncio side -------------------------------------------------------------
@@ -99,6 +141,63 @@ class Bridge:
             if call.scope is not None:
                 self._token.run_sync_soon(call.scope.cancel)
             raise
+
+    async def ask(self, ref: ActorRef, command: Any) -> Any:
+        """``await ref.ask(command)`` (the default ask timeout) from asyncio, with no trio
+        task: the kernel takes it here, between two ticks of the run (see the
+        module's docstring); from the run, in a batch, when another thread holds the
+        run's lock. Cancelling the caller abandons the answer, never the ask."""
+        if self._closed:
+            raise ActorClosed("the server is shutting down; retry against its successor")
+        future: asyncio.Future[Any] = self._loop.create_future()
+        answer = _Answer(future)
+        kernel = ref.runtime
+        if not self._ask_here(kernel, ref, command, answer):
+            self._asks.append((kernel, ref, command, answer))
+            if not self._woken:
+                self._woken = True
+                self._token.run_sync_soon(self._start_pending)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            answer.done = True
+            raise
+
+    def _ask_here(self, kernel: Runtime, ref: ActorRef, command: Any, answer: _Answer) -> bool:
+        """Hand the ask to the kernel from the loop; False (nothing done) when another
+        thread holds the run's lock. A write taken gets its round at the end of this
+        turn of the loop, with the others made in it."""
+        parked = kernel.parked
+        if parked is not None and not parked.lock.acquire(blocking=False):
+            return False
+        try:
+            if not self._context.run(kernel.ask_nowait, ref.kind, ref.key, command, answer):
+                return False  # the mailbox is full: from the run, which waits for room
+        except Exception as exc:  # ActorClosed, NotOwner, ActorCrashed: the asker's to raise
+            answer.resolve(exc)
+            return True
+        finally:
+            if parked is not None:
+                parked.lock.release()
+        if kernel not in self._committing:
+            self._committing.add(kernel)
+            self._loop.call_soon(self._start_commit, kernel)
+        return True
+
+    def _start_commit(self, kernel: Runtime) -> None:
+        """In the loop, once per turn that asked ``kernel``: start the round of the writes
+        taken inline meanwhile (the run would at the end of its next batch; it may
+        not take one soon)."""
+        self._committing.discard(kernel)
+        parked = kernel.parked
+        if parked is not None and not parked.lock.acquire(blocking=False):
+            self._token.run_sync_soon(_nothing)  # another thread has the run: its next batch starts it
+            return
+        try:
+            self._context.run(kernel.start_commit)
+        finally:
+            if parked is not None:
+                parked.lock.release()
 
     async def iterate(self, source: Callable[[], AsyncIterator[T]], *, buffer: int = 64) -> AsyncIterator[T]:
         """The items of ``source()``, an async iterator of the trio run, as an asyncio
@@ -144,6 +243,30 @@ class Bridge:
             if call.future.done():  # cancelled before it started
                 continue
             self._nursery.start_soon(self._run, call)
+        asks = self._asks
+        while asks:
+            kernel, ref, command, answer = asks.popleft()
+            if answer.done:
+                continue
+            try:
+                if kernel.ask_nowait(ref.kind, ref.key, command, answer):
+                    continue
+            except Exception as exc:
+                answer.resolve(exc)
+                continue
+            self._nursery.start_soon(self._ask_waiting, ref, command, answer)  # no room: wait for it
+
+    @staticmethod
+    async def _ask_waiting(ref: ActorRef, command: Any, answer: _Answer) -> None:
+        try:
+            value = await ref.ask(command)
+        except trio.Cancelled:
+            answer.resolve(ActorClosed("the server is shutting down; the request was not answered"))
+            raise
+        except Exception as exc:
+            answer.resolve(exc)
+        else:
+            answer.resolve(value)
 
     async def _run(self, call: _Call[Any]) -> None:
         if not call.cancellable:
@@ -171,6 +294,10 @@ class Bridge:
             return
         if not future.done():
             future.set_result(result)
+
+
+def _nothing() -> None:
+    """A callback that only wakes the run (its batch's end starts a commit round)."""
 
 
 class _Failure:

@@ -1,0 +1,299 @@
+"""``Bridge.ask``: an ask made from the server's asyncio loop goes to the kernel
+there, between two ticks of the trio guest run, with no trio task; a write of an
+idle actor is journaled and applied at once (beside writes still waiting for
+their fsync), and its reply comes back through the loop once durable, the
+group commit's threads reporting to the loop (``Runtime.report_to_host``).
+
+The kernel's guarantees hold on this way too: replies only once durable and in
+order, a failed fsync answers every write it held StorageError and the actor
+goes back to what is durable, a cancelled asker abandons its answer and not its
+write, an actor's Emits reach its subscribers in order; and when another thread
+holds the run's lock the ask goes through the run instead.
+
+Each test runs a uvloop loop hosting the runtime's trio run as a guest, as
+``mnemex serve`` does. The counter kind is made to take its writes inline; the
+storage keeps journals in memory with an fsync the test holds (``gate``) or fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import outcome
+import pytest
+import trio
+import uvloop
+
+import mnemex
+from mnemex import StorageError
+from mnemex.lowlevel import ActorRef, Runtime, open_actor_runtime
+from mnemex.persistence import MemoryStore
+from mnemex.server._bridge import Bridge
+from mnemex.testing import Add, Entries, Fail, Get, counter_kind
+
+INLINE = dataclasses.replace(counter_kind(), inline_write=lambda c: type(c) in (Add, Fail))
+
+
+class GatedStore(MemoryStore):
+    """A journal in memory whose fsync waits for the storage's gate (when set) and
+    fails while the storage says so."""
+
+    def __init__(self, storage: GatedStorage, kind: str, key: tuple[str, ...], keep: int) -> None:
+        super().__init__(kind, key, keep=keep)
+        self.storage = storage
+
+    def sync(self) -> None:
+        storage = self.storage
+        storage.entered.set()
+        gate = storage.gate
+        if gate is not None:
+            assert gate.wait(10), "the test never opened the fsync gate"
+        if storage.fail:
+            raise StorageError("could not fsync the journal: Input/output error (EIO)")
+
+    def commands(self) -> list[Any]:
+        return [counter_kind().decode(entry.payload) for entry in self.recover().journal]
+
+
+class GatedStorage:
+    def __init__(self) -> None:
+        self.gate: threading.Event | None = None
+        self.entered = threading.Event()
+        self.fail = False
+        self.stores: dict[tuple[str, tuple[str, ...]], GatedStore] = {}
+
+    def store(self, kind: str, key: tuple[str, ...], keep: int = 2) -> GatedStore:
+        if (kind, key) not in self.stores:
+            self.stores[(kind, key)] = GatedStore(self, kind, key, keep)
+        return self.stores[(kind, key)]
+
+    def hold(self) -> threading.Event:
+        """Hold every fsync from now on until the returned gate is set."""
+        self.entered.clear()
+        self.gate = gate = threading.Event()
+        return gate
+
+    def syncfs(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+@dataclasses.dataclass
+class Hosted:
+    bridge: Bridge
+    runtime: Runtime
+    storage: GatedStorage
+    ref: ActorRef
+    run_calls: list[int]  # how many times the run took asks queued for it (its entry queue)
+    activations: list[int]  # how many times the kernel started an actor's task
+
+
+def started(ready: asyncio.Future[Any], done: asyncio.Future[outcome.Outcome[None]]) -> Callable[
+        [outcome.Outcome[None]], None]:
+    """The guest run's done callback: a run that ends before it is ready fails
+    ``ready`` with its error (the test would wait for it forever)."""
+
+    def finished(result: outcome.Outcome[None]) -> None:
+        done.set_result(result)
+        if not ready.done():
+            ready.set_exception(result.error if isinstance(result, outcome.Error)
+                                else RuntimeError("the guest run ended before it was ready"))
+
+    return finished
+
+
+def hosted(test: Callable[[Hosted], Awaitable[None]]) -> None:
+    """Run ``test`` on a uvloop loop hosting a runtime (the inline counter kind) as a
+    trio guest, its commit reporting to the loop, as the server sets it up."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        storage = GatedStorage()
+        cfg = mnemex.Config(data_dir=None, restore_backoff=0.0)
+        ready: asyncio.Future[tuple[Bridge, Runtime, trio.lowlevel.TrioToken, trio.Event]] = loop.create_future()
+        done: asyncio.Future[outcome.Outcome[None]] = loop.create_future()
+
+        async def guest() -> None:
+            stop = trio.Event()
+            async with open_actor_runtime(cfg, [INLINE], storage=storage) as runtime, \
+                    trio.open_nursery() as nursery:
+                runtime.report_to_host(loop.call_soon_threadsafe)
+                ready.set_result((Bridge(nursery, loop), runtime, trio.lowlevel.current_trio_token(), stop))
+                await stop.wait()
+
+        trio.lowlevel.start_guest_run(guest, run_sync_soon_threadsafe=loop.call_soon_threadsafe,
+                                      run_sync_soon_not_threadsafe=loop.call_soon,
+                                      done_callback=started(ready, done), host_uses_signal_set_wakeup_fd=True)
+        bridge, runtime, token, stop = await ready
+        ref = runtime.ref("counter", "c")
+        try:
+            assert await bridge.ask(ref, Add(1)) == 1  # loads the actor (in its task)
+            run_calls, activations = [0], [0]
+            start_pending, activate = bridge._start_pending, runtime._activate
+
+            def counted_start() -> None:
+                run_calls[0] += bool(bridge._asks)
+                start_pending()
+
+            def counted_activate(cell: Any) -> None:
+                activations[0] += 1
+                activate(cell)
+
+            bridge._start_pending = counted_start  # type: ignore[method-assign]
+            runtime._activate = counted_activate  # type: ignore[method-assign]
+            await test(Hosted(bridge, runtime, storage, ref, run_calls, activations))
+        finally:
+            if storage.gate is not None:
+                storage.gate.set()
+            token.run_sync_soon(stop.set)
+            (await done).unwrap()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main())
+
+
+async def entered(storage: GatedStorage) -> None:
+    """Until a held fsync has begun."""
+    assert await asyncio.to_thread(storage.entered.wait, 10)
+
+
+def test_writes_are_taken_in_the_loop_beside_one_waiting_for_its_fsync_and_answered_in_order_once_durable(
+        ) -> None:
+    async def test(h: Hosted) -> None:
+        gate = h.storage.hold()
+        answered: list[int] = []
+        first = asyncio.ensure_future(h.bridge.ask(h.ref, Add(5)))
+        first.add_done_callback(lambda f: answered.append(f.result()))
+        await entered(h.storage)  # journaled, applied, its fsync held
+        second = asyncio.ensure_future(h.bridge.ask(h.ref, Add(2)))
+        second.add_done_callback(lambda f: answered.append(f.result()))
+        await asyncio.sleep(0)  # the second ask's step: taken at once, beside the first
+        store = h.storage.store("counter", ("c",))
+        assert store.commands() == [Add(1), Add(5), Add(2)]
+        assert not first.done() and not second.done()  # neither is durable yet
+        gate.set()
+        assert await asyncio.gather(first, second) == [6, 8]
+        assert answered == [6, 8]
+        assert h.run_calls == [0] and h.activations == [0]  # no trio task, nothing through the run
+
+    hosted(test)
+
+
+def test_a_failed_fsync_answers_every_write_it_held_storage_error_and_the_actor_goes_back_to_what_is_durable(
+        ) -> None:
+    async def test(h: Hosted) -> None:
+        gate = h.storage.hold()
+        first = asyncio.ensure_future(h.bridge.ask(h.ref, Add(10)))
+        await entered(h.storage)
+        second = asyncio.ensure_future(h.bridge.ask(h.ref, Add(20)))
+        await asyncio.sleep(0)
+        h.storage.fail = True
+        gate.set()
+        for write in (first, second):
+            with pytest.raises(StorageError, match="Input/output error|did not become durable"):
+                await write
+        h.storage.fail = False
+        h.storage.gate = None
+        assert await h.bridge.ask(h.ref, Get()) == (1, 1)  # reloaded: neither write is there
+        assert await h.bridge.ask(h.ref, Add(2)) == 3
+        assert await h.bridge.ask(h.ref, Entries()) == [("", 1), ("", 2)]
+
+    hosted(test)
+
+
+def test_a_refused_write_is_answered_its_error_and_changes_nothing() -> None:
+    async def test(h: Hosted) -> None:
+        with pytest.raises(mnemex.InvalidInput, match="rejected on purpose"):
+            await h.bridge.ask(h.ref, Fail())
+        assert await h.bridge.ask(h.ref, Add(2)) == 3
+        assert h.storage.store("counter", ("c",)).commands() == [Add(1), Add(2)]
+
+    hosted(test)
+
+
+def test_a_cancelled_asker_abandons_its_answer_but_not_its_write() -> None:
+    async def test(h: Hosted) -> None:
+        gate = h.storage.hold()
+        asker = asyncio.ensure_future(h.bridge.ask(h.ref, Add(3)))
+        await entered(h.storage)
+        asker.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asker
+        gate.set()
+        h.storage.gate = None
+        assert await h.bridge.ask(h.ref, Add(1)) == 5  # after the abandoned one, durable
+
+    hosted(test)
+
+
+def test_an_ask_while_another_thread_holds_the_runs_lock_goes_through_the_run() -> None:
+    async def test(h: Hosted) -> None:
+        parked = h.runtime.parked
+        assert parked is not None
+        held, release = threading.Event(), threading.Event()
+
+        def holder() -> None:
+            with parked.lock:
+                held.set()
+                release.wait(10)
+
+        thread = threading.Thread(target=holder)
+        thread.start()
+        assert await asyncio.to_thread(held.wait, 10)
+        asker = asyncio.ensure_future(h.bridge.ask(h.ref, Add(4)))
+        await asyncio.sleep(0)  # its step: the lock is taken, so it is queued for the run
+        assert len(h.bridge._asks) == 1
+        release.set()
+        assert await asker == 5
+        thread.join(10)
+        assert h.run_calls == [1]
+
+    hosted(test)
+
+
+def test_an_agents_appends_taken_in_the_loop_reach_its_subscribers_in_order(tmp_path: Any) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[outcome.Outcome[None]] = loop.create_future()
+        ready: asyncio.Future[tuple[Bridge, Any]] = loop.create_future()
+        seen: list[str] = []
+        subscribed = loop.create_future()
+        finished = loop.create_future()
+
+        async def guest() -> None:
+            config = mnemex.Config(data_dir=str(tmp_path / "data"), embedder="hashing")
+            async with mnemex.open_runtime(config) as rt, trio.open_nursery() as nursery:
+                rt.kernel.report_to_host(loop.call_soon_threadsafe)
+                agent = rt.agent("a")
+                await agent.append("s", [{"role": "user", "content": "first"}])  # the agent loaded
+                ready.set_result((Bridge(nursery, loop), agent))
+                async with agent.subscribe("s") as stream:
+                    subscribed.set_result(None)
+                    async for event in stream:
+                        if event.message is not None:
+                            seen.append(event.message.message["content"])
+                            if len(seen) == 5:
+                                break
+                finished.set_result(None)
+
+        trio.lowlevel.start_guest_run(guest, run_sync_soon_threadsafe=loop.call_soon_threadsafe,
+                                      run_sync_soon_not_threadsafe=loop.call_soon,
+                                      done_callback=started(ready, done), host_uses_signal_set_wakeup_fd=True)
+        bridge, agent = await ready
+        await subscribed
+        asks = [bridge.ask(agent.ref, agent.append_command("s", [{"role": "user", "content": f"m{n}"}]))
+                for n in range(5)]
+        replies = await asyncio.gather(*asks)
+        assert [reply.first_sequence for reply in replies] == [2, 3, 4, 5, 6]
+        await finished
+        assert seen == ["m0", "m1", "m2", "m3", "m4"]
+        (await done).unwrap()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main())
