@@ -450,8 +450,8 @@ def test_many_leases_are_taken_in_one_transaction_and_a_row_a_commit_holds_is_le
     leases = storage.leases
     assert leases is not None
     taken = leases.acquire_many([1, 2, 3], "a", 60)
-    assert {v: (lease.owner, lease.epoch) for v, lease in taken.items() if not isinstance(lease, NotOwner)} == {
-        1: ("a", 1), 2: ("a", 1), 3: ("a", 1)}
+    held = {v: (lease.owner, lease.epoch) for v, lease in taken.items() if not isinstance(lease, NotOwner)}
+    assert held == {1: ("a", 1), 2: ("a", 1), 3: ("a", 1)}
     renewed = leases.acquire_many([1, 2, 3], "a", 60)  # a renewal keeps the epoch
     assert [renewed[v].epoch for v in (1, 2, 3)] == [1, 1, 1]  # type: ignore[union-attr]
     theirs = leases.acquire_many([2, 4], "b", 60)
