@@ -66,7 +66,16 @@ def _config(path: Path, backend: dict[str, Any] | None = None) -> mnemex.Config:
 
 @pytest.fixture
 def client(ray_cluster: Any, tmp_path: Path, backend: dict[str, Any]) -> Iterator[mnemex.ray.Client]:
+    """A cluster of three shards, with each backend (the fault tests run on both)."""
     with mnemex.ray.Client(_config(tmp_path / "shared", backend), shards=3, actor_options={"num_cpus": 1},
+                           **LEASES) as opened:
+        yield opened
+
+
+@pytest.fixture
+def files_client(ray_cluster: Any, tmp_path: Path) -> Iterator[mnemex.ray.Client]:
+    """A cluster of three shards journaling in files (what does not depend on the backend)."""
+    with mnemex.ray.Client(_config(tmp_path / "shared"), shards=3, actor_options={"num_cpus": 1},
                            **LEASES) as opened:
         yield opened
 
@@ -140,9 +149,10 @@ def test_acknowledged_writes_survive_killing_a_shard_process_mid_stream(client: 
 
 
 def test_a_write_whose_reply_was_lost_is_applied_once_when_retried_after_the_shard_restarted(
-        client: mnemex.ray.Client) -> None:
+        files_client: mnemex.ray.Client) -> None:
     import ray
 
+    client = files_client
     vshard = vshard_of("agent", ("retried",))
     shard = client.cluster.host.shards[client.cluster.placement.owners[vshard]]
     append = AppendMessages(session_id="s1", messages=[msgspec.Raw(b'{"role":"user","content":"once"}')],
@@ -280,7 +290,8 @@ def _until(condition: Any, seconds: float, what: str) -> None:
 
 
 def test_archive_extract_and_automatic_extraction_reach_a_scope_on_another_shard(
-        client: mnemex.ray.Client) -> None:
+        files_client: mnemex.ray.Client) -> None:
+    client = files_client
     placement = client.cluster.placement
     app, user = _apart("archivist")
     home = placement.owners[vshard_of("agent", ("archivist",))]
@@ -338,12 +349,15 @@ def test_archiving_while_the_scopes_and_then_the_agents_shard_is_killed_loses_an
         client: mnemex.ray.Client) -> None:
     agent = "mover"
     scope_key = _apart(agent)
+    # both pids now: while a killed shard restarts, asking every shard its pid fails
+    receiver = _pid_of(client, vshard_of("scope", scope_key))
+    sender = _pid_of(client, vshard_of("agent", (agent,)))
     archiver = Archiver(client, agent, scope_key, 24)
     archiver.start()
     _until(lambda: archiver.done >= 4 or not archiver.is_alive(), 60, "the first archives")
-    os.kill(_pid_of(client, vshard_of("scope", scope_key)), signal.SIGKILL)  # the Forwards' receiver
+    os.kill(receiver, signal.SIGKILL)  # the Forwards' receiver
     _until(lambda: archiver.done >= 12 or not archiver.is_alive(), 90, "archiving after the first kill")
-    os.kill(_pid_of(client, vshard_of("agent", (agent,))), signal.SIGKILL)  # the Forwards' sender
+    os.kill(sender, signal.SIGKILL)  # the Forwards' sender
     archiver.join(120)
     assert not archiver.is_alive() and not archiver.errors, archiver.errors
     assert client.cluster.host.retries > 0  # the second kill was met by the client
