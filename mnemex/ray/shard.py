@@ -366,7 +366,8 @@ async def _ask(service: _Service, kind: str, raw: bytes, request_id: str | None)
     rt = service.check(kind, key)
     command = wire.to_actor(body.command)
     _check_vectors(rt, command)
-    if request_id is not None and kind in service.deduplicated and rt.kinds[kind].is_journaled(command):
+    if request_id is not None and kind in service.deduplicated:
+        # a write is applied once per id; a read (archiving) only names its effects' ids by it
         command = Requested(check_request_id(request_id), command)
     timeout: Any = body.timeout if body.timeout is not None else mnemex.DEFAULT
     try:

@@ -308,3 +308,15 @@ def test_replay_rebuilds_the_live_table_whatever_the_requests_and_retries(
         kept.append(command)
     live, replayed = _run_live_then_replay(limit, kept)
     _assert_same(live, replayed)
+
+
+def test_a_read_sent_with_a_request_id_is_handled_as_a_read_and_records_nothing() -> None:
+    kind = deduplicating(agent_kind(), limit=8)
+    behaviour = kind.create(KEY)
+    behaviour.handle(Requested("w1", _append("hello")))
+    read = GetHistory(session_id="s1", now=1_700_000_001.0)
+    for _ in range(2):  # the same id twice: a read is answered afresh each time
+        entries = _reply(behaviour.handle(Requested("r1", read)))
+        assert [msgspec.json.decode(entry.message)["content"] for entry in entries] == ["hello"]
+    assert isinstance(behaviour, Deduplicating) and list(behaviour.recent) == ["w1"]
+    assert kind.encode(Requested("w1", _append("x"))) and not kind.is_journaled(Requested("r1", read))
