@@ -34,6 +34,7 @@ from mnemex.kernel import (
     ActorKind,
     ActorRef,
     BlockingBridge,
+    HandOver,
     LeaseKeeper,
     Runtime,
     RuntimeStats,
@@ -57,6 +58,7 @@ from mnemex.persistence import (
     vshard_of,
 )
 from mnemex.persistence.snapshot import encode_snapshot
+from mnemex.runtime import shared_storage
 
 __all__ = [
     # virtual shards and their ownership (a runtime serving part of a cluster)
@@ -68,8 +70,11 @@ __all__ = [
     "Leases",
     # a runtime on a background thread, for hosts that are not trio (a Ray shard)
     "BlockingBridge",
+    # a message for an actor another runtime holds, handed to the host (Runtime.elsewhere)
+    "HandOver",
     "Ownership",
     "actor_dir",
+    "shared_storage",
     "split_vshards",
     "vshard_of",
     "Blob",

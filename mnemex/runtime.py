@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 import trio
 
@@ -60,11 +60,14 @@ from mnemex.memories.ref import (
 from mnemex.memories.transfer import ExportHeader, ImportReport
 from mnemex.models.batcher import EmbeddingBatcher
 from mnemex.models.rerankers import reranker_from_config
-from mnemex.persistence import Ownership, Storage, find_actors
+from mnemex.persistence import DataDir, Ownership, Storage, find_actors
 from mnemex.state.kind import STATE_KIND, state_kind
 from mnemex.state.ref import StateRef
 
-__all__ = ["MnemexRuntime", "open_runtime"]
+if TYPE_CHECKING:
+    from mnemex.persistence.postgres import PostgresStorage
+
+__all__ = ["MnemexRuntime", "open_runtime", "shared_storage"]
 
 log = logging.getLogger("mnemex.runtime")
 
@@ -212,7 +215,7 @@ class MnemexRuntime:
         agent = self.agent(agent_name)
         scope = self.scope(user_id=user_id, app_name=app_name)
         known = (await agent.entries(session_id, None, 0, 0)).total
-        read = agent_reader(agent.entries, session_id)
+        read = agent_reader(agent.entries, session_id, (AGENT_KIND, agent_name))
         return await extract_session(scope.ref.ask, session_id, read, known,
                                      mode="if_needed" if if_needed else "now")
 
@@ -226,7 +229,7 @@ class MnemexRuntime:
         """Extract the dead letter of the session that starts at position ``first`` again."""
         agent = self.agent(agent_name)
         scope = self.scope(user_id=user_id, app_name=app_name)
-        read = agent_reader(agent.entries, session_id)
+        read = agent_reader(agent.entries, session_id, (AGENT_KIND, agent_name))
         return await retry_dead_letter(scope.ref.ask, session_id, first, read)
 
     def extract_automatically(self, agent_name: str, *, app_name: str, user_id: str,
@@ -274,7 +277,7 @@ class MnemexRuntime:
             knowledge = self.config.knowledge
             waiting = self._waiting[key] = _Waiting(
                 self.scope(user_id=target.user_id, app_name=target.app_name).ref,
-                agent_reader(self.agent(agent_name).entries, appended.session_id),
+                agent_reader(self.agent(agent_name).entries, appended.session_id, (AGENT_KIND, agent_name)),
                 (target.app_name, target.user_id, appended.session_id),
                 target.turns or knowledge.turns, target.tokens or knowledge.tokens,
                 # a buffer of its own: the scope starts the job when told (its cursor's is the config's)
@@ -287,6 +290,17 @@ class MnemexRuntime:
         if full and not self._busy(waiting):
             return self._offer(key, waiting, waiting.mode)
         return None
+
+    async def note_append(self, agent_name: str, appended: Appended, tokens: int) -> None:
+        """What an ``AgentRef`` append does once the agent answered, for an append sent
+        to the agent's actor directly (a cluster's shard does, with a request id):
+        automatic extraction counts it. ``tokens``: the appended messages' JSON
+        bytes / 4, as AgentRef estimates them."""
+        hook = self._agent_services(AGENT_KIND).after_append
+        if hook is not None and appended.count:
+            then = hook(agent_name, appended, tokens)
+            if then is not None:
+                await then
 
     def _busy(self, waiting: _Waiting) -> bool:
         """A job of the session runs: telling its scope now would only queue behind it
@@ -497,17 +511,36 @@ async def open_runtime(config: Config | None = None, *, kinds: Iterable[ActorKin
 def configured_storage(config: Config) -> Storage | None:
     """The storage ``config.storage.backend`` names when it is not the data directory
     the kernel opens by default: the postgres journal (None for ``files``)."""
-    settings = config.storage
-    if settings.backend != "postgres":
+    if config.storage.backend != "postgres":
         return None
+    return _postgres(config, None, 30.0)
+
+
+def shared_storage(config: Config, ownership: Ownership, *,
+                   lease_wait: float = 30.0) -> DataDir | PostgresStorage:
+    """The storage of a runtime that serves part of a cluster: the virtual shards
+    ``ownership`` holds, of the data directory every node mounts (``DataDir``), or of
+    the postgres journal ``config.storage`` names (snapshots in that directory). Its
+    ``leases`` are where ``ownership``'s leases are taken (``LeaseKeeper``); a
+    takeover waits at most ``lease_wait`` seconds for a frozen holder's commit
+    (postgres). Blocks (it opens files or connects): call it in a worker thread."""
+    if config.storage.backend == "postgres":
+        return _postgres(config, ownership, lease_wait)
+    if config.data_dir is None:
+        raise InvalidInput("a runtime serving part of a cluster needs a shared data_dir", field="data_dir")
+    return DataDir(config.data_dir, ownership=ownership)
+
+
+def _postgres(config: Config, ownership: Ownership | None, lease_wait: float) -> PostgresStorage:
+    settings = config.storage
     try:
         from mnemex.persistence.postgres import PostgresStorage
     except ImportError as exc:
         raise InvalidInput("config.storage.backend is 'postgres', but psycopg is not installed: "
                            "pip install 'mnemex[postgres]'", field="storage.backend") from exc
     assert settings.postgres_dsn is not None and settings.data_dir is not None  # checked by the config
-    return PostgresStorage(settings.postgres_dsn, snapshots_dir=settings.data_dir,
-                           schema=settings.postgres_schema)
+    return PostgresStorage(settings.postgres_dsn, snapshots_dir=settings.data_dir, ownership=ownership,
+                           schema=settings.postgres_schema, lease_wait=lease_wait)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     # the runtime protocol over HTTP: the refs of the behaviour packages over a remote host
     "remote": ("mnemex", "mnemex.errors", "mnemex.config", "mnemex.effects", "mnemex.kernel", "mnemex.persistence",
                "mnemex.conversations", "mnemex.memories", "mnemex.models", "mnemex._ids", "mnemex.state",
-               "mnemex.checkpoints"),
+               "mnemex.checkpoints", "mnemex.knowledge"),
     "integrations": ("mnemex", "mnemex.lowlevel", "mnemex.config"),
     # a cluster's shards on Ray: the public API, and the wire of the remote clients (the refs
     # over another host, the whitelist of commands and their reply types); the HTTP server in
@@ -164,9 +164,11 @@ def test_the_extension_face_is_pinned() -> None:
         "WriteValue", "checkpoint_kind",
         # virtual shards, their leases and folders
         "VSHARDS", "DataDir", "FileLeases", "Lease", "LeaseKeeper", "Leases", "Ownership", "actor_dir", "split_vshards",
-        "vshard_of",
+        "vshard_of", "shared_storage",
         # a runtime on a background thread (the blocking Client's, a Ray shard's)
         "BlockingBridge",
+        # a message for an actor another runtime holds, handed to the host (a Ray shard's)
+        "HandOver",
     ])
     for name in mnemex.lowlevel.__all__:
         assert getattr(mnemex.lowlevel, name) is not None

@@ -3,6 +3,7 @@ passivation, snapshots and the blocking bridge. Knows bytes, not memories.
 (The effects behaviours return are plain data in ``mnemex.effects``.)"""
 
 from mnemex.kernel._bridge import BlockingBridge, BlockingRef
+from mnemex.kernel._elsewhere import Caller, Elsewhere, HandOver
 from mnemex.kernel._kernel import (
     ActorRef,
     Runtime,
@@ -20,6 +21,9 @@ __all__ = [
     "ActorRef",
     "BlockingBridge",
     "BlockingRef",
+    "Caller",
+    "Elsewhere",
+    "HandOver",
     "LeaseKeeper",
     "Runtime",
     "RuntimeStats",

@@ -46,6 +46,7 @@ from mnemex.errors import (
 )
 from mnemex.kernel._commit import GroupCommitter, ParkedRun, release_through
 from mnemex.kernel._deadlines import AskDeadlines
+from mnemex.kernel._elsewhere import Elsewhere, HandOver
 from mnemex.kernel._kind import ActorKind
 from mnemex.kernel._lifecycle import DOWN, FINAL, CellState, Lifecycle
 from mnemex.kernel._mailbox import Mailbox, MailboxClosed
@@ -383,7 +384,8 @@ class ActorRef:
 
     async def tell(self, command: Any) -> None:
         """Send ``command`` without waiting for its reply (see Runtime.tell)."""
-        await self.runtime._deliver(self.kind, self.key, _Envelope(command, None))
+        if not self.runtime._handed_over(HandOver(self.kind, self.key, command)):
+            await self.runtime._deliver(self.kind, self.key, _Envelope(command, None))
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, ActorRef) and other.runtime is self.runtime
@@ -407,6 +409,11 @@ class Runtime:
         self._storage = storage
         self.ownership = ownership
         """The virtual shards this runtime serves (None: every key, alone)."""
+        self.elsewhere: Elsewhere | None = None
+        """The host's way to the actors of virtual shards this runtime does not hold
+        (a cluster's shard): Tells and Forwards to them, and this runtime's own
+        ``tell`` to them, are handed to it (see ``mnemex.kernel._elsewhere``); None:
+        they fail with NotOwner."""
         self._kinds: dict[str, ActorKind] = {}
         self._cells: OrderedDict[tuple[str, Key], _Cell] = OrderedDict()
         self._closing_cells: dict[tuple[str, Key], _Cell] = {}
@@ -485,7 +492,8 @@ class Runtime:
         (or raises Busy under ``overload="fail"``). A handler error is logged."""
         self._kind(kind)
         checked = check_key(key, self.config.kernel.max_key_bytes, kind=kind)
-        await self._deliver(kind, checked, _Envelope(command, None))
+        if not self._handed_over(HandOver(kind, checked, command)):
+            await self._deliver(kind, checked, _Envelope(command, None))
 
     async def _ask_checked(self, kind: str, key: Key, command: Any,
                            timeout: float | UseDefault | None) -> Any:
@@ -1059,7 +1067,7 @@ class Runtime:
             kept_bytes = 0
             was_cut = False
             replies: list[_Reply] = []
-            effects: list[tuple[Effect, _Waiter | None]] = []
+            effects: list[tuple[Effect, _Waiter | None, Any, int]] = []
             crashed = False
             index = start
             while index < end:
@@ -1123,8 +1131,8 @@ class Runtime:
                     if turn.ignored_answers:
                         log.error("%s: %s returned %d effects that answer it; only the first does",
                                   cell.name, type(command).__name__, turn.ignored_answers + 1)
-                    for effect in turn.effects:
-                        effects.append((effect, waiter if effect is answering else None))
+                    for position, effect in enumerate(turn.effects):
+                        effects.append((effect, waiter if effect is answering else None, command, position))
                     if answering is not None:
                         waiter = None  # the answering effect carries the caller on
                     replies.append((waiter, out, None))
@@ -1140,8 +1148,8 @@ class Runtime:
                 cell.journal_bytes += kept_bytes
             window = 1 if was_cut else min(window * 2, count)
             self._release(cell, replies, durable_needed=kept > 0)
-            for effect, waiter in effects:
-                await self._perform(cell, effect, waiter)
+            for effect, waiter, origin, position in effects:
+                await self._perform(cell, effect, waiter, origin, position)
             if crashed:
                 try:
                     await self._reload(cell)
@@ -1280,9 +1288,11 @@ class Runtime:
         error = None if cell.diverged else await self._sync_error(cell)
         release_through(cell, cell.written, error)
 
-    async def _perform(self, cell: _Cell, effect: Effect, waiter: _Waiter | None) -> None:
-        """Carry out one effect; ``waiter`` is the caller an answering effect
-        (Forward, Job with answers) answers in place of the handler."""
+    async def _perform(self, cell: _Cell, effect: Effect, waiter: _Waiter | None, origin: Any = None,
+                       position: int = 0) -> None:
+        """Carry out one effect, number ``position`` of the step of command
+        ``origin``; ``waiter`` is the caller an answering effect (Forward, Job with
+        answers) answers in place of the handler."""
         if type(effect) is Emit:
             self._emit(cell, effect)
         elif type(effect) is Tell or type(effect) is Forward:
@@ -1290,7 +1300,9 @@ class Runtime:
             try:
                 self._kind(effect.kind)
                 target = check_key(effect.key, self.config.kernel.max_key_bytes, kind=effect.kind)
-                await self._deliver(effect.kind, target, _Envelope(effect.command, waiter))
+                if not self._handed_over(HandOver(effect.kind, target, effect.command, origin, position,
+                                                  waiter)):
+                    await self._deliver(effect.kind, target, _Envelope(effect.command, waiter))
             except MnemexError as exc:
                 if waiter is not None:
                     waiter.resolve(exc)
@@ -1301,6 +1313,14 @@ class Runtime:
                                      name=effect.name)
         else:
             raise TypeError(f"unknown effect {effect!r}")
+
+    def _handed_over(self, message: HandOver) -> bool:
+        """Hand ``message`` to ``elsewhere`` when this runtime does not hold its key's
+        virtual shard and has a host that reaches the one that does."""
+        if self.elsewhere is None or self._serves(message.kind, message.key):
+            return False
+        self.elsewhere(message)
+        return True
 
     def _add_subscriber(self, cell: _Cell, sub: Subscription) -> None:
         if cell.subscribers is None:

@@ -107,6 +107,24 @@ class LeaseKeeper:
     async def _round(self) -> None:
         now = trio.current_time()
         due = [vshard for vshard, at in self._next.items() if at <= now]
+        many = getattr(self.leases, "acquire_many", None)
+        if many is not None and len(due) > 1:
+            # a database takes them in one transaction (thousands every ttl/3 would not
+            # keep up one by one); those it leaves out are taken one by one below
+            asked = self.ownership.now()
+            try:
+                got = await trio.to_thread.run_sync(many, due, self.ownership.owner, self.ttl,
+                                                    limiter=self._limiter)
+            except MnemexError as exc:  # the database failed: keep what we have, retry soon
+                log.warning("%d leases not renewed (%s); retrying in %.1f s", len(due), exc, self.retry)
+                for vshard in due:
+                    self._schedule(vshard, self.retry)
+                self.attempts += len(due)
+                return
+            for vshard, outcome in got.items():
+                await self._settle(vshard, asked, outcome)
+                self.attempts += 1
+            due = [vshard for vshard in due if vshard not in got]
         async with trio.open_nursery() as nursery:
             for vshard in due:
                 nursery.start_soon(self._keep, vshard)
@@ -123,14 +141,22 @@ class LeaseKeeper:
             lease = await trio.to_thread.run_sync(self.leases.acquire, vshard, self.ownership.owner, self.ttl,
                                                   limiter=self._limiter)
         except NotOwner as exc:
-            await self._lose(vshard, exc)
-            self._schedule(vshard, self.retry)
+            await self._settle(vshard, asked, exc)
             return
         except MnemexError as exc:  # the volume or database failed: keep what we have, retry soon
             log.warning("virtual shard %d: lease not renewed (%s); retrying in %.1f s",
                         vshard, exc, self.retry)
             self._schedule(vshard, self.retry)
             return
+        await self._settle(vshard, asked, lease)
+
+    async def _settle(self, vshard: int, asked: float, outcome: Lease | NotOwner) -> None:
+        """Act on the lease of ``vshard`` taken (asked for at ``asked``), or on who holds it."""
+        if isinstance(outcome, NotOwner):
+            await self._lose(vshard, outcome)
+            self._schedule(vshard, self.retry)
+            return
+        lease = outcome
         if vshard not in self._wanted:  # given up meanwhile
             await trio.to_thread.run_sync(self.leases.release, lease, limiter=self._limiter)
             return

@@ -49,7 +49,8 @@ from mnemex.memories.extraction import (
 from mnemex.memories.protocol import Extracted, JobUsage, NewFact, Search
 from mnemex.memories.snapshot import encode_vector
 
-__all__ = ["KnowledgeServices", "agent_reader", "default_extractor", "list_reader", "merge_extracted"]
+__all__ = ["AgentReader", "KnowledgeServices", "agent_reader", "default_extractor", "list_reader",
+           "merge_extracted"]
 
 log = logging.getLogger("mnemex.knowledge")
 
@@ -104,14 +105,22 @@ def provider_reader(provider: Callable[[int, int], Any]) -> ReadMessages:
     return read
 
 
-def agent_reader(entries: Callable[..., Awaitable[Any]], session_id: str) -> ReadMessages:
-    """A reader over one session of an agent (``AgentRef.entries``): position i is the
-    session's i-th stored message. Items stored without a role (OpenAI Responses
-    ``function_call``, ``function_call_output``, ``reasoning``...) say nothing to
-    extract from: they are skipped, their positions left out."""
+class AgentReader:
+    """``ReadMessages`` over one session of an agent (see ``agent_reader``). ``agent``
+    names the agent, ``(kind, name)``, when known: a host that sends the command
+    carrying this reader to another process (a cluster's shard) makes the same
+    reader there from it."""
 
-    async def read(first: int, upto: int) -> Sequence[SourceMessage]:
-        page = await entries(session_id, None, upto - first, first)
+    __slots__ = ("agent", "entries", "session_id")
+
+    def __init__(self, entries: Callable[..., Awaitable[Any]], session_id: str,
+                 agent: tuple[str, str] | None = None) -> None:
+        self.entries = entries
+        self.session_id = session_id
+        self.agent = agent
+
+    async def __call__(self, first: int, upto: int) -> Sequence[SourceMessage]:
+        page = await self.entries(self.session_id, None, upto - first, first)
         out = []
         for i, entry in enumerate(page.entries):
             if entry.item and not entry.role:
@@ -120,7 +129,15 @@ def agent_reader(entries: Callable[..., Awaitable[Any]], session_id: str) -> Rea
             out.append(_message_of(first + i, message, entry.timestamp))
         return out
 
-    return read
+
+def agent_reader(entries: Callable[..., Awaitable[Any]], session_id: str,
+                 agent: tuple[str, str] | None = None) -> ReadMessages:
+    """A reader over one session of an agent (``AgentRef.entries``): position i is the
+    session's i-th stored message. Items stored without a role (OpenAI Responses
+    ``function_call``, ``function_call_output``, ``reasoning``...) say nothing to
+    extract from: they are skipped, their positions left out. ``agent``: the agent's
+    ``(kind, name)`` (see ``AgentReader``)."""
+    return AgentReader(entries, session_id, agent)
 
 
 def default_extractor(config: Config) -> Extractor:

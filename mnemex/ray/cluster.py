@@ -30,20 +30,20 @@ import msgspec
 import trio
 
 import mnemex
-from mnemex import ActorClosed, Config, Extracted, InvalidInput, MnemexError, NotOwner, SessionAdded, Timeout
+from mnemex import ActorClosed, Config, Extracted, InvalidInput, MnemexError, NotOwner, Timeout
 from mnemex.client import Client as _Client
 from mnemex.config import DEFAULT, UseDefault
 from mnemex.lowlevel import VSHARDS, BlockingBridge, Key, Subscription, scope_kind, vshard_of
 from mnemex.ray.placement import Placement, create_cluster, read_cluster, read_placement, write_placement
 from mnemex.ray.requests import DEFAULT_LIMIT
-from mnemex.ray.shard import Shard, ShardHealth, shard_name
-from mnemex.remote import HostRef, RemoteRuntime, open_wire_runtime, wire
+from mnemex.ray.shard import NAMESPACE, Shard, ShardHealth, actor_name, shard_name
+from mnemex.remote import HostRef, RemoteRuntime, crossing, open_wire_runtime, wire
 
 __all__ = ["Client", "RayHost", "RayRuntime", "open_runtime", "stop_cluster"]
 
 log = logging.getLogger("mnemex.ray")
 
-_NAMESPACE: Final = "mnemex"
+_NAMESPACE: Final = NAMESPACE
 _HINT_WAIT: Final = 5.0
 _encoder = msgspec.json.Encoder()
 
@@ -179,8 +179,34 @@ class RayHost:
                                field="command")
         limit = self._limit(timeout)
         body = _encoder.encode({"key": list(ref.key), "command": sent})
-        vshard = vshard_of(kind, ref.key)
         request_id = uuid.uuid4().hex
+        what = type(command).__name__
+        index, payload = await self.route(
+            kind, ref.key, lambda shard: shard.ask.remote(kind, body, request_id), limit=limit, what=what)
+        try:
+            return msgspec.json.decode(payload, type=row.reply)
+        except msgspec.MsgspecError as exc:
+            raise MnemexError(f"{shard_name(index)} answered {what} with what is not a {row.reply!r}: "
+                              f"{exc}") from exc
+
+    async def deliver(self, kind: str, key: Key, payload: bytes, request_id: str, *, limit: float,
+                      what: str, gone: Callable[[], bool] | None = None) -> bytes:
+        """Hand a command encoded for crossing (``mnemex.ray.crossing``) to the actor's
+        shard, as a Forward, a Tell or an extraction does, re-routing and retrying
+        with ``request_id`` for up to ``limit`` seconds, or until ``gone()`` (its
+        caller gave up); the reply, as JSON."""
+        _, reply = await self.route(kind, key, lambda shard: shard.deliver.remote(kind, list(key), payload,
+                                                                                  request_id),
+                                    limit=limit, what=what, gone=gone)
+        return reply
+
+    async def route(self, kind: str, key: Key, send: Callable[[Any], Any], *, limit: float, what: str,
+                    gone: Callable[[], bool] | None = None) -> tuple[int, bytes]:
+        """``send(shard)`` (a Ray call answering ``(ok, JSON)``) to the shard serving
+        actor ``(kind, key)`` until one answers: on NotOwner to the hint or the placement
+        again, on a dead shard again once Ray restarted it, for up to ``limit`` seconds
+        (or until ``gone()``). The shard's index and its reply; its error raised."""
+        vshard = vshard_of(kind, key)
         deadline = trio.current_time() + limit
         target: int | None = None
         pause = 0.02
@@ -194,23 +220,18 @@ class RayHost:
             target = None
             with trio.move_on_at(until):
                 try:
-                    ok, payload = await wait_for(self.shards[index].ask.remote(kind, body, request_id))
+                    ok, payload = await wait_for(send(self.shards[index]))
                 except ray.exceptions.RayTaskError as exc:  # the shard's method raised: a bug, not a fault
-                    raise MnemexError(f"{shard_name(index)} failed on {type(command).__name__}: "
-                                      f"{exc}") from exc
+                    raise MnemexError(f"{shard_name(index)} failed on {what}: {exc}") from exc
                 except ray.exceptions.RayError as exc:  # died (restarting), unavailable for now, lost
                     last = ActorClosed(f"{shard_name(index)} is down ({type(exc).__name__}); retrying")
                     last.__cause__ = exc
                 else:
                     if ok:
-                        try:
-                            return msgspec.json.decode(payload, type=row.reply)
-                        except msgspec.MsgspecError as exc:
-                            raise MnemexError(f"{shard_name(index)} answered {type(command).__name__} "
-                                              f"with what is not a {row.reply!r}: {exc}") from exc
+                        return index, payload
                     error = _error_of(payload)
                     if not isinstance(error, NotOwner) or error.vshard != vshard:
-                        raise error  # (a NotOwner of another virtual shard: a forward across shards)
+                        raise error
                     last = error
                     await self.refresh_placement()  # another driver may have moved it
                     placed = self.placement.owners[vshard]
@@ -219,8 +240,8 @@ class RayHost:
                         target = placed
                     elif hinted is not None and hinted != index:
                         target = hinted
-            if trio.current_time() + pause >= deadline:
-                raise Timeout(f"no shard served {kind} {'/'.join(ref.key)!r} (virtual shard {vshard}) "
+            if trio.current_time() + pause >= deadline or (gone is not None and gone()):
+                raise Timeout(f"no shard served {kind} {'/'.join(key)!r} (virtual shard {vshard}) "
                               f"within {limit:g} s; last: {last}; a write may have been applied, and "
                               f"retrying it is safe only through the same call") from last
             self.retries += 1
@@ -336,12 +357,32 @@ class RayRuntime(RemoteRuntime):
 
     async def extract(self, agent_name: str, session_id: str, *, user_id: str, app_name: str,
                       if_needed: bool = False) -> Extracted:
-        _unsupported("extract", "an agent and a scope may live on two shards; extract with "
-                                "scope.extract_from(session_id, messages) from the messages you read")
+        """Extract facts from session ``session_id`` of agent ``agent_name`` into the
+        long-term memory of (app_name, user_id) (see ``MnemexRuntime.extract``): the
+        scope's shard runs the job, which reads the session on the agent's shard."""
+        for what, value in (("agent_name", agent_name), ("session_id", session_id),
+                            ("user_id", user_id), ("app_name", app_name)):
+            if not isinstance(value, str) or not value:
+                raise InvalidInput(f"{what} must be a non-empty string, got {value!r}", field=what)
+        if self.config.conversations.retain != "all":
+            raise InvalidInput("extracting an agent's sessions needs config.conversations.retain = \"all\"",
+                               field="conversations.retain")
+        agent = self.agent(agent_name)
+        known = (await agent.entries(session_id, None, 0, 0)).total
+        host, key = self._host, (app_name, user_id)
 
-    async def archive(self, agent_name: str, session_id: str, *, user_id: str, app_name: str) -> SessionAdded:
-        _unsupported("archive", "an agent and a scope may live on two shards; read the session's messages "
-                                "and scope.add_session(...) them")
+        async def deliver(payload: bytes) -> bytes:
+            return await host.deliver(wire.SCOPE, key, payload, uuid.uuid4().hex,
+                                      limit=self.config.kernel.ask_timeout, what="ExtractSession")
+
+        return await crossing.extract_agent_session(deliver, agent.entries, (wire.AGENT, agent_name),
+                                                    session_id, known, if_needed=if_needed)
+
+    def extract_automatically(self, agent_name: str, *, app_name: str, user_id: str,
+                              session_id: str | None = None, turns: int | None = None,
+                              tokens: int | None = None) -> None:
+        _unsupported("extract_automatically", "list the sessions in config.knowledge.auto of the config the "
+                                              "cluster is opened with: its shards extract them")
 
 
 def _info(config: Config, kinds: list[str], embedder: Any) -> wire.RuntimeInfo:
@@ -364,7 +405,7 @@ def start_shards(ray: Any, data_dir: Path, cluster: str, shards: int, config: Co
                        concurrency_groups={STREAMS_GROUP: STREAMS_THREADS})(Shard)
     handles = []
     for index in range(shards):
-        name = f"mnemex-{cluster}-{shard_name(index)}"
+        name = actor_name(cluster, index)
         handles.append(actor.options(name=name, namespace=_NAMESPACE, get_if_exists=True, **options).remote(
             index, str(data_dir), cluster, config, ttl=ttl, retry=retry, margin=margin, limit=limit))
     return handles
@@ -455,7 +496,7 @@ async def stop_cluster(data_dir: str, *, address: str | None = None, timeout: fl
     handles = []
     for index in range(info.shards):
         try:
-            handles.append(ray.get_actor(f"mnemex-{info.cluster}-{shard_name(index)}", namespace=_NAMESPACE))
+            handles.append(ray.get_actor(actor_name(info.cluster, index), namespace=_NAMESPACE))
         except ValueError:
             continue  # not running
     await _stop(ray, handles, timeout)

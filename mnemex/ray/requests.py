@@ -10,6 +10,14 @@ crash: ``deduplicating(kind)`` wraps an actor kind so that a ``Requested(id,
 command)`` is journaled as ``{"type":"mnemex.request","id":...,"cmd":<the
 command's own line>}``, and its behaviour keeps, per actor, the ids of its last
 ``limit`` requested writes with their replies (JSON, as they cross the wire).
+Only journaled writes are recorded, every one of them (so that replaying the
+journal rebuilds exactly the table the actor had): a write answered by an effect
+(a Forward, a Job with ``answers``) is recorded as applied without a reply, and a
+repeat of it is refused rather than applied again. A read sent with an id is
+handled as a plain read: its id only names what it sends on (``derived_id``:
+the Forwards and Tells of a step carry ids made from their command's, so that a
+retried command's effects are deduplicated by their receivers too).
+
 Replaying the journal rebuilds the table; a snapshot carries it in its header
 (``extra["mnemex.requests"]``), so a shard that takes over a virtual shard from a
 snapshot (a rebalance) knows the ids its predecessor applied. Lines of plain
@@ -23,6 +31,7 @@ Sans-io, like the behaviours it wraps: no trio, no Ray.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
@@ -47,7 +56,8 @@ from mnemex.lowlevel import (
     scope_kind,
 )
 
-__all__ = ["REQUESTS_FIELD", "Repeated", "Requested", "Deduplicating", "deduplicating", "request_kinds"]
+__all__ = ["REQUESTS_FIELD", "Deduplicating", "Repeated", "Requested", "deduplicating", "derived_id",
+           "request_kinds"]
 
 log = logging.getLogger("mnemex.ray")
 
@@ -58,6 +68,9 @@ DEFAULT_LIMIT: Final = 256
 ``limit`` requested writes is applied again (clients retry within seconds)."""
 _TAG: Final = b'{"type":"mnemex.request",'
 _MAX_ID: Final = 128
+_ELSEWHERE: Final = b""
+"""The recorded reply of a write answered by an effect: applied, its reply not kept
+(every reply kept is JSON, never empty)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,14 +107,28 @@ def check_request_id(value: object) -> str:
     return value
 
 
+def derived_id(request_id: str, position: int) -> str:
+    """The request id of the effect at ``position`` of the step of request
+    ``request_id``: the same every time that command is handled again (a retry), so
+    the effect's receiver deduplicates it. A chain of them stays within the id limit
+    (a long one is hashed)."""
+    derived = f"{request_id}.{position}"
+    if len(derived) <= _MAX_ID:
+        return derived
+    return "h." + hashlib.blake2b(derived.encode(), digest_size=24).hexdigest()
+
+
 class Deduplicating:
-    """A behaviour with a table of the request ids it applied (see the module doc)."""
+    """A behaviour with a table of the request ids it applied (see the module doc).
+    ``is_journaled`` tells the kind's writes (None: every command is one)."""
 
-    __slots__ = ("inner", "limit", "recent")
+    __slots__ = ("inner", "is_journaled", "limit", "recent")
 
-    def __init__(self, inner: Behaviour, limit: int, recent: Iterable[tuple[str, bytes]] = ()) -> None:
+    def __init__(self, inner: Behaviour, limit: int, recent: Iterable[tuple[str, bytes]] = (), *,
+                 is_journaled: Callable[[Any], bool] | None = None) -> None:
         self.inner = inner
         self.limit = limit
+        self.is_journaled = is_journaled
         self.recent: OrderedDict[str, bytes] = OrderedDict(recent)
         while len(self.recent) > limit:
             self.recent.popitem(last=False)
@@ -109,16 +136,26 @@ class Deduplicating:
     def handle(self, command: Any) -> Any:
         if type(command) is not Requested:
             return self.inner.handle(command)
+        if self.is_journaled is not None and not self.is_journaled(command.command):
+            # a read (or what starts work, as archiving and extraction do): nothing is
+            # journaled, so nothing is recorded; what it sends on carries derived ids
+            return self.inner.handle(command.command)
         seen = self.recent.get(command.id)
         if seen is not None:
+            if seen == _ELSEWHERE:
+                raise MnemexError(f"request {command.id!r} ({type(command.command).__name__}) was applied "
+                                  f"already; its answer came from another actor or a job and is not kept "
+                                  f"here: read the result instead of retrying")
             return Step(Repeated(seen), unchanged=True)  # nothing journaled, nothing applied
         out = self.inner.handle(command.command)  # a refusal raises: nothing recorded
         if type(out) is Step:
-            if out.unchanged or any(type(e) is Forward or (type(e) is Job and e.answers)
-                                    for e in out.effects):
-                # changed nothing (its line is cut), or answered later by an effect whose
-                # reply this table never sees: such commands are idempotent (archive, a
-                # session's embedding, extraction), a retry applies nothing new
+            if out.unchanged:
+                return out  # changed nothing: its line is cut, as if it never came
+            if any(type(e) is Forward or (type(e) is Job and e.answers) for e in out.effects):
+                # journaled, answered by an effect whose reply this table never sees:
+                # recorded as applied, so that a retry does not apply it again (and so
+                # that replay, which records every journaled request, agrees)
+                self._record(command.id, _ELSEWHERE)
                 return out
             reply = out.reply
         else:
@@ -174,7 +211,8 @@ def _journaled(inner: Callable[[Any], bool]) -> Callable[[Any], bool]:
     return is_journaled
 
 
-def _restorer(inner: Callable[[Key, Image], Behaviour], limit: int) -> Callable[[Key, Image], Behaviour]:
+def _restorer(inner: Callable[[Key, Image], Behaviour], limit: int,
+              is_journaled: Callable[[Any], bool]) -> Callable[[Key, Image], Behaviour]:
     def restore(key: Key, image: Image) -> Behaviour:
         table = image.extra.get(REQUESTS_FIELD)
         recent: list[tuple[str, bytes]] = []
@@ -182,9 +220,27 @@ def _restorer(inner: Callable[[Key, Image], Behaviour], limit: int) -> Callable[
             extra = {name: value for name, value in image.extra.items() if name != REQUESTS_FIELD}
             image = dataclasses.replace(image, extra=extra)
             recent = [(str(rid), str(reply).encode()) for rid, reply in table]
-        return Deduplicating(inner(key, image), limit, recent)
+        return Deduplicating(inner(key, image), limit, recent, is_journaled=is_journaled)
 
     return restore
+
+
+def _applying(known: Iterable[str], items: list[Any], limit: int) -> list[int]:
+    """The positions of the requests of ``items`` (journal lines, in order) that were
+    applied: those whose id the table did not hold when they came. The table's
+    membership is followed without replies (it holds the last ``limit`` applied ids,
+    starting from ``known``); a line of a repeat of an id the table held is one
+    written ahead of a repeat, then left by a kill: never applied."""
+    members: OrderedDict[str, None] = OrderedDict.fromkeys(known)
+    applied: list[int] = []
+    for position, item in enumerate(items):
+        if type(item) is not Requested or item.id in members:
+            continue
+        members[item.id] = None
+        if len(members) > limit:
+            members.popitem(last=False)
+        applied.append(position)
+    return applied
 
 
 def _replayer(inner: Callable[[Behaviour, Iterable[Any]], None],
@@ -194,29 +250,29 @@ def _replayer(inner: Callable[[Behaviour, Iterable[Any]], None],
             raise TypeError(f"a deduplicating kind replays into Deduplicating, not "
                             f"{type(behaviour).__name__}")
         items = list(commands)
-        requested = [i for i, command in enumerate(items) if type(command) is Requested]
-        # Only the last `limit` requests can stay in the table: the commands before the
-        # first of them replay at the inner kind's own (batched) pace, unwrapped; the
-        # rest one by one, recording their replies. A request whose id was applied
-        # already (a line written ahead of a repeat, then a kill) is never replayed.
-        tail = requested[-limit] if len(requested) >= limit else (requested[0] if requested else len(items))
-        seen = set(behaviour.recent)
+        applied = _applying(behaviour.recent, items, limit)
+        # Every applied request was recorded when it came (see Deduplicating.handle),
+        # so the table is the last `limit` of them: the commands before the first of
+        # those replay at the inner kind's own (batched) pace, unwrapped, and the rest
+        # one by one, recording their replies. A request that was not applied (a
+        # repeat's line written ahead, then a kill) is never replayed. (A refused
+        # command's line is cut when it is refused; one left by a kill before the cut
+        # is refused again here and recorded by neither.)
+        tail = applied[-limit] if len(applied) >= limit else (applied[0] if applied else len(items))
+        applies = set(applied)
         head: list[Any] = []
-        for item in items[:tail]:
-            if type(item) is Requested:
-                if item.id in seen:
-                    continue
-                seen.add(item.id)
-                head.append(item.command)
-            else:
+        for position in range(tail):
+            item = items[position]
+            if type(item) is not Requested:
                 head.append(item)
+            elif position in applies:
+                head.append(item.command)
         if head:
             inner(behaviour.inner, head)
-        for run in _runs(items[tail:]):
+        rest = [item for position, item in enumerate(items[tail:], tail)
+                if type(item) is not Requested or position in applies]
+        for run in _runs(rest):
             if type(run) is Requested:
-                if run.id in seen and run.id not in behaviour.recent:
-                    continue  # applied above already: a repeat's line written ahead, then a kill
-                seen.add(run.id)
                 try:
                     behaviour.handle(run)
                 except MnemexError as exc:
@@ -247,9 +303,10 @@ def _wrapped(kind: ActorKind, limit: int) -> dict[str, Any]:
     create = kind.create
 
     def fresh(key: Key) -> Behaviour:
-        return Deduplicating(create(key), limit)
+        return Deduplicating(create(key), limit, is_journaled=kind.is_journaled)
 
-    return {"create": fresh, "restore": _restorer(kind.restore, limit), "encode": _encoder(kind.encode),
+    return {"create": fresh, "restore": _restorer(kind.restore, limit, kind.is_journaled),
+            "encode": _encoder(kind.encode),
             "decode": _decoder(kind.decode), "is_journaled": _journaled(kind.is_journaled),
             "replay": _replayer(kind.replay, limit)}
 

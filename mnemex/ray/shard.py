@@ -36,14 +36,15 @@ import msgspec
 import trio
 
 import mnemex
-from mnemex import Config, ExtractionError, InvalidInput, MnemexError, MnemexRuntime, NotOwner
-from mnemex.lowlevel import BlockingBridge, DataDir, LeaseKeeper, Leases, Ownership, vshard_of
+from mnemex import ActorClosed, Config, ExtractionError, InvalidInput, MnemexError, MnemexRuntime, NotOwner
+from mnemex.lowlevel import BlockingBridge, LeaseKeeper, Leases, Ownership, shared_storage, vshard_of
+from mnemex.ray.forwarding import Forwarder
 from mnemex.ray.placement import read_cluster, read_placement
 from mnemex.ray.requests import DEFAULT_LIMIT, Repeated, Requested, check_request_id, request_kinds
 from mnemex.ray.streams import ShardStreams
-from mnemex.remote import wire
+from mnemex.remote import crossing, wire
 
-__all__ = ["Shard", "ShardHealth", "encode_error", "shard_name"]
+__all__ = ["NAMESPACE", "Shard", "ShardHealth", "actor_name", "encode_error", "shard_name"]
 
 log = logging.getLogger("mnemex.ray")
 
@@ -52,9 +53,18 @@ _encode = msgspec.json.Encoder().encode
 _STATES: Final = ("starting", "serving", "blind", "failed")
 
 
+NAMESPACE: Final = "mnemex"
+"""The Ray namespace of the shard actors."""
+
+
 def shard_name(index: int) -> str:
     """The stable name of shard ``index`` (its owner names start with it)."""
     return f"shard-{index}"
+
+
+def actor_name(cluster: str, index: int) -> str:
+    """The name Ray knows shard ``index`` of ``cluster`` by (in ``NAMESPACE``)."""
+    return f"mnemex-{cluster}-{shard_name(index)}"
 
 
 class ShardHealth(msgspec.Struct, frozen=True, kw_only=True):
@@ -117,6 +127,34 @@ class _Service:
         snapshotted, are not loaded again here."""
         self.streams = ShardStreams(shard.config.server)
         """The pushed streams and session feeds of the keys served here (``mnemex.ray.streams``)."""
+        self.forwarder: Forwarder | None = None
+        self._router: Any = None
+        self._router_lock = trio.Lock()
+        self.shards = 0
+        """How many shards the cluster has (from its data directory)."""
+
+    async def router(self) -> Any:
+        """The way to the other shards (a ``RayHost`` over the cluster's shard actors,
+        found by name when first needed): what Forwards and Tells across shards take."""
+        async with self._router_lock:
+            if self._router is None:
+                import ray
+
+                from mnemex.ray.cluster import RayHost  # (cluster.py starts shards: it imports this module)
+
+                shard = self.shard
+                names = [actor_name(shard.cluster, index) for index in range(self.shards)]
+                try:
+                    handles = await trio.to_thread.run_sync(
+                        lambda: [ray.get_actor(name, namespace=NAMESPACE) for name in names])
+                except ValueError as exc:  # one is not running (yet): the hand-over fails, told
+                    raise ActorClosed(f"a shard of cluster {shard.cluster!r} is not running: {exc}") from exc
+                placement = await trio.to_thread.run_sync(read_placement, shard.path)
+                if placement is None:
+                    raise MnemexError(f"{shard.path} holds no placement of cluster {shard.cluster!r}")
+                self._router = RayHost(shard.config, handles, placement, f"{shard.name}'s cluster",
+                                       data_dir=shard.path)
+            return self._router
 
     def check(self, kind: str, key: tuple[str, ...]) -> MnemexRuntime:
         if self.rt is None or self.keeper is None:
@@ -145,7 +183,7 @@ class _Service:
                 self.problem, self.state = f"the runtime stopped on {exc!r}", "failed"
                 log.exception("%s: the runtime stopped; opening it again in %.1f s", shard.owner, pause)
             finally:
-                self.rt = self.keeper = self.leases = None
+                self.rt = self.keeper = self.leases = self.forwarder = None
             await trio.sleep(pause)
             pause = min(pause * 2, shard.retry * 4)
 
@@ -157,10 +195,14 @@ class _Service:
             found = "nothing" if info is None else f"cluster {info.cluster!r}"
             raise MnemexError(f"data directory {shard.path} on this node holds {found}, not cluster "
                               f"{shard.cluster!r}: is the shared volume mounted here? Serving nothing")
+        self.shards = info.shards
         ownership = Ownership(shard.owner, margin=shard.margin)
-        storage = await trio.to_thread.run_sync(lambda: DataDir(shard.path, ownership=ownership))
-        assert storage.leases is not None
         config = shard.config.replace(data_dir=str(shard.path))
+        # the data directory every node mounts, or the postgres journal the config names
+        # (a frozen holder's commit holds a takeover back for two leases at most)
+        storage = await trio.to_thread.run_sync(
+            lambda: shared_storage(config, ownership, lease_wait=max(2 * shard.ttl, 10.0)))
+        assert storage.leases is not None
         kinds = request_kinds(config, shard.limit)
         self.deduplicated = frozenset(kind.name for kind in kinds)
         async with mnemex.open_runtime(config, kinds=kinds, storage=storage,
@@ -172,6 +214,8 @@ class _Service:
             if placement is not None:
                 keeper.assign(placement.vshards_of(shard.index))
             await nursery.start(keeper.run)
+            self.forwarder = Forwarder(rt, nursery, self.router)
+            rt.kernel.elsewhere = self.forwarder  # Tells and Forwards to the other shards' actors
             self.rt, self.keeper, self.leases = rt, keeper, storage.leases
             self.state, self.problem = "serving", None
             self.ready.set()
@@ -242,6 +286,15 @@ class Shard:
         try:
             return True, self._call(lambda service: service.streams.serve(
                 op, args, lambda kind, key: _owning(service, kind, key)))
+        except MnemexError as exc:
+            return False, encode_error(exc)
+
+    def deliver(self, kind: str, key: list[str], payload: bytes, request_id: str) -> tuple[bool, bytes]:
+        """A command another shard hands over for an actor of this one (a Tell, a
+        Forward, an extraction: see ``mnemex.ray.forwarding``), encoded as it crosses
+        (``mnemex.remote.crossing``): ``(True, reply JSON)`` or ``(False, error JSON)``."""
+        try:
+            return self._call(lambda service: _deliver(service, kind, tuple(key), payload, request_id))
         except MnemexError as exc:
             return False, encode_error(exc)
 
@@ -340,14 +393,38 @@ async def _ask(service: _Service, kind: str, raw: bytes, request_id: str | None)
     rt = service.check(kind, key)
     command = wire.to_actor(body.command)
     _check_vectors(rt, command)
-    if request_id is not None and kind in service.deduplicated and rt.kinds[kind].is_journaled(command):
+    if request_id is not None and kind in service.deduplicated:
+        # a write is applied once per id; a read (archiving) only names its effects' ids by it
         command = Requested(check_request_id(request_id), command)
     timeout: Any = body.timeout if body.timeout is not None else mnemex.DEFAULT
     try:
         reply = await rt.kernel.ask(kind, key, command, timeout=timeout)
     except NotOwner as exc:
         raise await _hinted(service, exc) from None
-    if type(reply) is Repeated:
+    if type(reply) is Repeated or type(reply) is crossing.Relayed:
+        return True, reply.reply
+    if isinstance(body.command, wire.APPENDS):  # what hangs on appends (automatic extraction) runs
+        sent = body.command.messages if isinstance(body.command, wire.APPENDS[0]) else body.command.items
+        await rt.note_append(key[0], reply, sum(len(message) for message in sent) // 4)
+    return True, _encode(reply)
+
+
+async def _deliver(service: _Service, kind: str, key: tuple[str, ...], payload: bytes,
+                   request_id: str) -> tuple[bool, bytes]:
+    rt = service.check(kind, key)
+    actor_kind = rt.kinds.get(kind)
+    if actor_kind is None:
+        raise InvalidInput(f"no actor kind {kind!r} here", field="kind")
+    forwarder = service.forwarder
+    assert forwarder is not None
+    command = crossing.decode_crossing(payload, actor_kind.decode, forwarder.ask_agent)
+    if kind in service.deduplicated:
+        command = Requested(check_request_id(request_id), command)
+    try:
+        reply = await rt.kernel.ask(kind, key, command)
+    except NotOwner as exc:
+        raise await _hinted(service, exc) from None
+    if type(reply) is Repeated or type(reply) is crossing.Relayed:
         return True, reply.reply
     return True, _encode(reply)
 

@@ -297,8 +297,9 @@ async def _server_info(http: httpx.AsyncClient, url: str) -> wire.RuntimeInfo:
 def _effective_config(info: wire.RuntimeInfo, config: Config | None) -> Config:
     base = config if config is not None else Config(models=info.models)
     kernel = msgspec.structs.replace(base.kernel, ask_timeout=info.ask_timeout)
+    # the client keeps nothing: its storage settings (a cluster's postgres journal) are the server's
     return base.replace(kernel=kernel, memories=info.memories, conversations=info.conversations,
-                        knowledge=info.knowledge, data_dir=None)
+                        knowledge=info.knowledge, data_dir=None, backend="files")
 
 
 def _check_embedder(url: str, info: wire.RuntimeInfo, embedder: Embedder) -> None:

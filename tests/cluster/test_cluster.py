@@ -5,6 +5,7 @@ shared data directory (all nodes run on this machine: a tmp folder is shared).""
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import threading
@@ -18,22 +19,62 @@ import pytest
 
 import mnemex
 import mnemex.ray
+from mnemex.config import AutoExtract
 from mnemex.conversations.protocol import AppendMessages
 from mnemex.lowlevel import vshard_of
 from mnemex.memories.protocol import CountMemories, NewMemory, Remember
-from mnemex.ray.placement import create_cluster
+from mnemex.ray.placement import Placement, create_cluster
 
 pytestmark = pytest.mark.slow
 
 LEASES = {"ttl": 6.0, "margin": 1.5, "retry": 0.2}
+AUTO_AGENT = "auto-bot"
+"""Its sessions are extracted automatically (``knowledge.auto``), into ``AUTO_SCOPE``."""
+_schemas = itertools.count()
 
 
-def _config(path: Path) -> mnemex.Config:
-    return mnemex.Config(data_dir=str(path), embedder="hashing", fsync="always")
+def _apart(agent: str, shards: int = 3) -> tuple[str, str]:
+    """A scope key placed (initially) on another shard than agent ``agent``."""
+    owners = Placement.initial(shards).owners
+    home = owners[vshard_of("agent", (agent,))]
+    for i in range(1_000_000):
+        key = ("app", f"{agent}-user-{i}")
+        if owners[vshard_of("scope", key)] != home:
+            return key
+    raise AssertionError("unreachable")
+
+
+AUTO_SCOPE = _apart(AUTO_AGENT)
+
+
+@pytest.fixture(params=["files", "postgres"])
+def backend(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Where the shards keep their journals: the shared data directory, or a real
+    PostgreSQL the tests start (skipped, saying why, where none can be started)."""
+    if request.param == "files":
+        return {}
+    server = request.getfixturevalue("postgres_server")
+    return {"backend": "postgres", "postgres_dsn": server.dsn,
+            "postgres_schema": f"c{os.getpid()}_{next(_schemas)}"}
+
+
+def _config(path: Path, backend: dict[str, Any] | None = None) -> mnemex.Config:
+    auto = (AutoExtract(agent=AUTO_AGENT, app_name=AUTO_SCOPE[0], user_id=AUTO_SCOPE[1], turns=2),)
+    return mnemex.Config(data_dir=str(path), embedder="hashing", fsync="always", knowledge_auto=auto,
+                         **(backend or {}))
 
 
 @pytest.fixture
-def client(ray_cluster: Any, tmp_path: Path) -> Iterator[mnemex.ray.Client]:
+def client(ray_cluster: Any, tmp_path: Path, backend: dict[str, Any]) -> Iterator[mnemex.ray.Client]:
+    """A cluster of three shards, with each backend (the fault tests run on both)."""
+    with mnemex.ray.Client(_config(tmp_path / "shared", backend), shards=3, actor_options={"num_cpus": 1},
+                           **LEASES) as opened:
+        yield opened
+
+
+@pytest.fixture
+def files_client(ray_cluster: Any, tmp_path: Path) -> Iterator[mnemex.ray.Client]:
+    """A cluster of three shards journaling in files (what does not depend on the backend)."""
     with mnemex.ray.Client(_config(tmp_path / "shared"), shards=3, actor_options={"num_cpus": 1},
                            **LEASES) as opened:
         yield opened
@@ -108,9 +149,10 @@ def test_acknowledged_writes_survive_killing_a_shard_process_mid_stream(client: 
 
 
 def test_a_write_whose_reply_was_lost_is_applied_once_when_retried_after_the_shard_restarted(
-        client: mnemex.ray.Client) -> None:
+        files_client: mnemex.ray.Client) -> None:
     import ray
 
+    client = files_client
     vshard = vshard_of("agent", ("retried",))
     shard = client.cluster.host.shards[client.cluster.placement.owners[vshard]]
     append = AppendMessages(session_id="s1", messages=[msgspec.Raw(b'{"role":"user","content":"once"}')],
@@ -133,18 +175,18 @@ def test_a_write_whose_reply_was_lost_is_applied_once_when_retried_after_the_sha
 
 
 def test_a_shard_that_cannot_see_the_data_refuses_it_and_never_serves_it_empty(
-        ray_cluster: Any, tmp_path: Path) -> None:
+        ray_cluster: Any, tmp_path: Path, backend: dict[str, Any]) -> None:
     import ray
 
     shared = tmp_path / "shared"
     info, _ = create_cluster(shared, 1)
-    with mnemex.ray.Client(_config(shared), shards=1, **LEASES) as opened:
+    with mnemex.ray.Client(_config(shared, backend), shards=1, **LEASES) as opened:
         opened.scope(app_name="app", user_id="alice").remember("User writes Java")
     # a shard of the same cluster on a node whose data directory is not the shared one
     elsewhere = tmp_path / "not-mounted"
     actor = ray.remote(max_restarts=0)(mnemex.ray.Shard)
     blind = actor.options(name="blind", namespace="mnemex-tests").remote(
-        0, str(elsewhere), info.cluster, _config(elsewhere), **LEASES)
+        0, str(elsewhere), info.cluster, _config(elsewhere, backend), **LEASES)
     try:
         vshard = vshard_of("scope", ("app", "alice"))
         assert ray.get(blind.assign.remote([vshard], 3.0)) == []
@@ -238,6 +280,93 @@ def test_node_loss_moves_its_shards_with_every_scope_intact(
     # the cluster the other tests share gets its third node back
     ray_cluster.workers.append(ray_cluster.add_node(node_ip_address="127.0.0.1", num_cpus=1,
                                                     object_store_memory=80 * 1024 * 1024))
+
+
+def _until(condition: Any, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen within {seconds:g} s"
+        time.sleep(0.2)
+
+
+def test_archive_extract_and_automatic_extraction_reach_a_scope_on_another_shard(
+        files_client: mnemex.ray.Client) -> None:
+    client = files_client
+    placement = client.cluster.placement
+    app, user = _apart("archivist")
+    home = placement.owners[vshard_of("agent", ("archivist",))]
+    assert placement.owners[vshard_of("scope", (app, user))] != home
+    client.agent("archivist").append("s1", [
+        {"role": "user", "content": "I live in Lisbon and I work as a nurse."},
+        {"role": "assistant", "content": "Lisbon is lovely!"}])
+    added = client.archive("archivist", "s1", user_id=user, app_name=app)  # forwarded to the scope's shard
+    assert added.added == 2 and len(added.ids) == 2
+    again = client.archive("archivist", "s1", user_id=user, app_name=app)
+    assert again.added == 0 and again.ids == added.ids
+    scope = client.scope(app_name=app, user_id=user)
+    assert sorted(m.id for m in scope.memories().memories) == sorted(added.ids)
+    # the scope's shard runs the job; the job reads the session on the agent's shard
+    extracted = client.extract("archivist", "s1", user_id=user, app_name=app)
+    assert extracted.status == "committed" and extracted.upto == 2 and len(extracted.added) == 2
+    assert client.extract("archivist", "s1", user_id=user, app_name=app).status == "nothing_new"
+    contents = {m.content for m in scope.memories().memories}
+    assert {"The user lives in Lisbon.", "The user works as a nurse."} <= contents
+    # automatic extraction: the agent's shard counts the appends and tells the scope's shard
+    auto = client.scope(app_name=AUTO_SCOPE[0], user_id=AUTO_SCOPE[1])
+    client.agent(AUTO_AGENT).append("s1", [{"role": "user", "content": "I live in Porto."}])
+    client.agent(AUTO_AGENT).append("s1", [{"role": "user", "content": "I work as a pilot."}])
+    _until(lambda: auto.count() >= 2, 60, "automatic extraction")
+    assert {m.content for m in auto.memories().memories} == {"The user lives in Porto.",
+                                                             "The user works as a pilot."}
+
+
+class Archiver(threading.Thread):
+    """Appends ``count`` sessions of two messages to agent ``agent`` and archives each
+    into ``scope``, keeping what was acknowledged."""
+
+    def __init__(self, client: mnemex.ray.Client, agent: str, scope: tuple[str, str], count: int) -> None:
+        super().__init__(daemon=True)
+        self.client, self.agent, self.scope, self.count = client, agent, scope, count
+        self.ids: dict[str, list[str]] = {}
+        self.errors: list[BaseException] = []
+        self.done = 0
+
+    def run(self) -> None:
+        agent = self.client.agent(self.agent)
+        try:
+            for i in range(self.count):
+                agent.append(f"s{i}", [{"role": "user", "content": f"I keep note number {i}."},
+                                       {"role": "assistant", "content": f"Understood, filed in drawer {i}."}])
+                added = self.client.archive(self.agent, f"s{i}", user_id=self.scope[1],
+                                            app_name=self.scope[0])
+                self.ids[f"s{i}"] = added.ids
+                self.done = i + 1
+        except BaseException as exc:
+            self.errors.append(exc)
+
+
+def test_archiving_while_the_scopes_and_then_the_agents_shard_is_killed_loses_and_duplicates_nothing(
+        client: mnemex.ray.Client) -> None:
+    agent = "mover"
+    scope_key = _apart(agent)
+    # both pids now: while a killed shard restarts, asking every shard its pid fails
+    receiver = _pid_of(client, vshard_of("scope", scope_key))
+    sender = _pid_of(client, vshard_of("agent", (agent,)))
+    archiver = Archiver(client, agent, scope_key, 24)
+    archiver.start()
+    _until(lambda: archiver.done >= 4 or not archiver.is_alive(), 60, "the first archives")
+    os.kill(receiver, signal.SIGKILL)  # the Forwards' receiver
+    _until(lambda: archiver.done >= 12 or not archiver.is_alive(), 90, "archiving after the first kill")
+    os.kill(sender, signal.SIGKILL)  # the Forwards' sender
+    archiver.join(120)
+    assert not archiver.is_alive() and not archiver.errors, archiver.errors
+    assert client.cluster.host.retries > 0  # the second kill was met by the client
+    scope = client.scope(app_name=scope_key[0], user_id=scope_key[1])
+    stored = {m.id: m.content for m in scope.memories(limit=100).memories}
+    assert len(stored) == 48  # every message of every session once: nothing lost, nothing twice
+    for i in range(24):
+        assert [stored[memory_id] for memory_id in archiver.ids[f"s{i}"]] == [
+            f"I keep note number {i}.", f"Understood, filed in drawer {i}."]
 
 
 def test_a_detached_cluster_outlives_its_driver_and_drivers_share_its_placement(

@@ -444,6 +444,32 @@ def test_leases_renew_release_and_say_who_holds_them(open_storage: OpenStorage) 
         leases.acquire(4096, "b", 1)
 
 
+def test_many_leases_are_taken_in_one_transaction_and_a_row_a_commit_holds_is_left_to_wait_for(
+        open_storage: OpenStorage, postgres_server: PostgresServer) -> None:
+    storage = open_storage(ownership=Ownership("a"))
+    leases = storage.leases
+    assert leases is not None
+    taken = leases.acquire_many([1, 2, 3], "a", 60)
+    held = {v: (lease.owner, lease.epoch) for v, lease in taken.items() if not isinstance(lease, NotOwner)}
+    assert held == {1: ("a", 1), 2: ("a", 1), 3: ("a", 1)}
+    renewed = leases.acquire_many([1, 2, 3], "a", 60)  # a renewal keeps the epoch
+    assert [renewed[v].epoch for v in (1, 2, 3)] == [1, 1, 1]  # type: ignore[union-attr]
+    theirs = leases.acquire_many([2, 4], "b", 60)
+    refused, fresh = theirs[2], theirs[4]
+    assert isinstance(refused, NotOwner) and (refused.owner, refused.epoch) == ("a", 1)
+    assert not isinstance(fresh, NotOwner) and (fresh.owner, fresh.epoch) == ("b", 1)
+    leases.release(taken[3])  # type: ignore[arg-type]
+    # a commit in flight reads lease row 1 FOR SHARE: the batch leaves it out (a takeover
+    # must wait for that commit: acquire does) and takes the rest
+    with psycopg.connect(postgres_server.dsn) as conn, conn.transaction():
+        conn.execute(f'SELECT 1 FROM "{storage.schema}".leases WHERE vshard = 1 FOR SHARE')
+        left = leases.acquire_many([1, 3], "b", 60)
+        assert list(left) == [3] and (left[3].owner, left[3].epoch) == ("b", 2)  # type: ignore[union-attr]
+    assert leases.holder(1) is not None and leases.holder(1).owner == "a"  # type: ignore[union-attr]
+    with pytest.raises(InvalidInput):
+        leases.acquire_many([4096], "b", 1)
+
+
 def test_an_owner_frozen_inside_its_commit_is_cut_off_by_the_server(
         open_storage: OpenStorage, monkeypatch: pytest.MonkeyPatch) -> None:
     old = open_storage(ownership=Ownership("old"), lease_wait=2.0, flush_interval=None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -84,6 +84,51 @@ class PostgresLeases:
                                ) from exc
         except psycopg.Error as exc:
             raise db_error(f"cannot acquire the lease of virtual shard {vshard}", exc) from exc
+
+    def acquire_many(self, vshards: Sequence[int], owner: str, ttl: float) -> dict[int, Lease | NotOwner]:
+        """``acquire`` for many virtual shards in one transaction (a shard renews
+        thousands every few seconds: one transaction each would not keep up): the
+        lease, or the NotOwner naming its holder, of each. A shard whose row a commit
+        in flight holds is left out (``SKIP LOCKED``): ``acquire`` it alone, which
+        waits for that commit."""
+        for vshard in vshards:
+            check_vshard(vshard)
+        if not isinstance(owner, str) or not owner:
+            raise InvalidInput(f"owner must be a non-empty str, got {owner!r}", field="owner")
+        if not (isinstance(ttl, (int, float)) and ttl > 0):
+            raise InvalidInput(f"ttl must be a positive number of seconds, got {ttl!r}", field="ttl")
+        table = self._db.table("leases")
+        wanted = sorted(set(vshards))
+        out: dict[int, Lease | NotOwner] = {}
+        try:
+            with self._connection() as conn, conn.transaction():
+                conn.execute(sql.SQL("INSERT INTO {} (vshard, owner, epoch, expires) SELECT v, '', 0, 0 FROM "
+                                     "unnest(%s::int4[]) AS v ON CONFLICT (vshard) DO NOTHING").format(table),
+                             (wanted,))
+                rows = conn.execute(sql.SQL(
+                    "SELECT vshard, owner, epoch, expires, extract(epoch FROM clock_timestamp())::float8 "
+                    "FROM {} WHERE vshard = ANY(%s::int4[]) ORDER BY vshard FOR UPDATE SKIP LOCKED"
+                ).format(table), (wanted,)).fetchall()
+                granted: list[Lease] = []
+                for vshard, current, held_epoch, expires, now in rows:
+                    if current and current != owner and expires > now:
+                        out[vshard] = NotOwner(f"virtual shard {vshard} is leased to {current!r} (epoch "
+                                               f"{held_epoch}) for {expires - now:.1f} s more", vshard=vshard,
+                                               owner=current, epoch=held_epoch)
+                        continue
+                    epoch = held_epoch if current == owner and expires > now else held_epoch + 1
+                    lease = out[vshard] = Lease(vshard=vshard, owner=owner, epoch=epoch, expires=now + ttl)
+                    granted.append(lease)
+                if granted:
+                    conn.execute(sql.SQL(
+                        "UPDATE {} AS t SET owner = %s, epoch = u.epoch, expires = u.expires FROM "
+                        "unnest(%s::int4[], %s::int8[], %s::float8[]) AS u(vshard, epoch, expires) "
+                        "WHERE t.vshard = u.vshard").format(table),
+                        (owner, [g.vshard for g in granted], [g.epoch for g in granted],
+                         [g.expires for g in granted]))
+        except psycopg.Error as exc:
+            raise db_error(f"cannot acquire the leases of {len(wanted)} virtual shards", exc) from exc
+        return out
 
     def release(self, lease: Lease) -> None:
         try:
