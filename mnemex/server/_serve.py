@@ -41,8 +41,7 @@ import uvloop
 from outcome import Outcome
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from mnemex import Config, InvalidInput, open_runtime
-from mnemex.lowlevel import Runtime
+from mnemex import Config, InvalidInput, MnemexRuntime, open_runtime
 from mnemex.server._app import build_app
 from mnemex.server._bridge import Bridge
 from mnemex.server._guard import LOOPBACK, host_name
@@ -248,9 +247,8 @@ class _Guest:
         self._stop = trio.Event()
         async with self.opener(self.config) as (runtime, operations), trio.open_nursery() as calls:
             bridge = Bridge(calls, self.loop)
-            kernel = getattr(runtime, "kernel", None)  # an in-process runtime's: see Bridge.ask
-            if isinstance(kernel, Runtime):
-                kernel.report_to_host(self.loop.call_soon_threadsafe)
+            if isinstance(runtime, MnemexRuntime):  # an in-process runtime's kernel: see Bridge.ask
+                runtime.kernel.report_to_host(self.loop.call_soon_threadsafe)
             if not self._opened.done():
                 self._opened.set_result((bridge, runtime, operations))
             await self._stop.wait()
