@@ -136,7 +136,8 @@ _STEERING = st.sampled_from([
 
 @settings(max_examples=400, deadline=None)
 @given(st.lists(_STEERING, max_size=30), st.sampled_from([None, "Anna", "yeah", "the Wizard"]))
-def test_the_same_names_as_the_plain_reading_on_steering_pieces(pieces: list[str], author: str | None) -> None:
+def test_the_same_names_as_the_plain_reading_on_steering_pieces(pieces: list[str],
+                                                                 author: str | None) -> None:
     text = "".join(pieces)
     assert mentions(text, author) == reference_mentions(text, author)
 

@@ -37,7 +37,8 @@ def test_warm_fills_the_shared_tables_once_and_touches_no_scope(monkeypatch: pyt
         other.warm()  # other settings are warmed on their own
 
 
-def test_open_runtime_warms_and_stores_nothing(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_open_runtime_warms_and_stores_nothing(tmp_path: pathlib.Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kind_module, "_WARMED", set())
 
     async def main() -> None:
