@@ -903,7 +903,8 @@ def ingest_bars(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     workload or peer did not run says so."""
     at = {(r["system"], r["workload"]): r for r in results if r.get("status") == "ok"}
     out: list[dict[str, Any]] = []
-    for workload, bar in ((f"one:{BAR_SIZE}", INGEST_BARS["acked_100k"]), ("one:1000", INGEST_BARS["acked_1k"])):
+    for workload, bar in ((f"one:{BAR_SIZE}", INGEST_BARS["acked_100k"]),
+                          ("one:1000", INGEST_BARS["acked_1k"])):
         ours = at.get(("mnemex", workload))
         name = f"acknowledged ingest at {Workload.parse(workload).title} >= {bar:,.0f}/s (fsync=batch)"
         if ours is None:
@@ -916,7 +917,8 @@ def ingest_bars(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ours, peer = at.get(("mnemex", f"one:{BAR_SIZE}")), at.get(("hnswlib", f"one:{BAR_SIZE}"))
     name = f"HNSW graph complete within {INGEST_BARS['graph_ratio']}x raw hnswlib's build (same vectors)"
     if ours is None or peer is None:
-        out.append({"bar": name, "figure": f"mnemex and hnswlib not both measured at {BAR_SIZE:,}", "ok": None})
+        out.append({"bar": name, "ok": None,
+                    "figure": f"mnemex and hnswlib not both measured at {BAR_SIZE:,}"})
     else:
         ratio = ours["ingest_s"] / peer["ingest_s"]
         out.append({"bar": name, "ok": ratio <= INGEST_BARS["graph_ratio"],
@@ -925,7 +927,8 @@ def ingest_bars(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ours, peer = at.get(("mnemex", SMALL_SCOPES)), at.get(("hnswlib", SMALL_SCOPES))
     name = f"vector p50 over 1,000 scopes of 100 within {INGEST_BARS['small_p50_ratio']:g}x raw hnswlib's"
     if ours is None or peer is None:
-        out.append({"bar": name, "figure": f"mnemex and hnswlib not both measured on {SMALL_SCOPES}", "ok": None})
+        out.append({"bar": name, "ok": None,
+                    "figure": f"mnemex and hnswlib not both measured on {SMALL_SCOPES}"})
     else:
         mine, theirs = ours["modes"]["vector"]["p50"], peer["modes"]["vector"]["p50"]
         out.append({"bar": name, "ok": mine <= INGEST_BARS["small_p50_ratio"] * theirs,
