@@ -157,6 +157,8 @@ class _Token(NamedTuple):
     common: bool
     joiner: bool        # one of _JOINERS
     long_joiner: bool   # one of _LONG_JOINERS
+    acronym: bool       # is_acronym(token)
+    opener: int         # what it is alone, opening a sentence: 0 no name, 1 weak, 2 name
 
 
 class _Gap(NamedTuple):
@@ -177,8 +179,11 @@ def _token_info(raw: str) -> _Token:
     if info is None:
         token = _clean(raw)
         low = token.lower()
+        common = _common(token)
+        opener = 0 if common or not _name_like(token) else (1 if low in _known_words() else 2)
         info = _Token(token, raw.endswith((".", "!", "?")) and not is_acronym(raw.rstrip(".")),
-                      _is_capitalised(token), _common(token), low in _JOINERS, low in _LONG_JOINERS)
+                      _is_capitalised(token), common, low in _JOINERS, low in _LONG_JOINERS,
+                      is_acronym(token), opener)
         if len(_TOKENS) >= _CACHE_LIMIT:
             _TOKENS.clear()
         _TOKENS[raw] = info
@@ -229,20 +234,19 @@ def mentions(text: str, author: str | None = None, *, max_words: int = 6) -> lis
         if run:
             if len(run) == 1:
                 first = run[0]
-                word = first.token
-                if is_acronym(word):
-                    note(word, "acronym")
+                if first.acronym:
+                    note(first.token, "acronym")
                 elif not first.common and not run_at_start:
-                    note(word, "name")
-                elif not first.common and _name_like(word):
+                    note(first.token, "name")
+                elif first.opener:
                     # a known word opening a sentence is a name only if written so elsewhere too
-                    note(word, "weak" if word.lower() in _known_words() else "name")
+                    note(first.token, "weak" if first.opener == 1 else "name")
             else:
                 while run and run[0].common and run_at_start:
                     run = run[1:]
                 if len(run) == 1:
                     if not run[0].common:
-                        note(run[0].token, "acronym" if is_acronym(run[0].token) else "name")
+                        note(run[0].token, "acronym" if run[0].acronym else "name")
                 elif run:
                     note(" ".join(t.token for t in run[:max_words]), "name")
         run = []
