@@ -479,6 +479,9 @@ async def open_runtime(config: Config | None = None, *, kinds: Iterable[ActorKin
             served.append(batchers[kind.name][0])
         else:
             served.append(kind)
+    for kind in served:
+        if isinstance(kind, ScopeKind):
+            kind.warm()  # the process-wide tables scopes share, built now rather than by a first write
     async with open_actor_runtime(cfg, served, storage=storage, ownership=ownership) as kernel, \
             trio.open_nursery() as services:
         for name, (_, batcher) in batchers.items():

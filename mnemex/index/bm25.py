@@ -41,7 +41,7 @@ import itertools
 import math
 from array import array
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
 import numpy as np
@@ -239,12 +239,15 @@ class BM25Index(SidecarIndex):
         text, weighted by ``context_weight``) as document *doc_id*."""
         self.add_many([(doc_id, text, context_text)])
 
-    def add_many(self, items: Sequence[tuple[int, str, str | None]]) -> None:
+    def add_many(self, items: Sequence[tuple[int, str, str | None]],
+                 analysed: Mapping[str, tuple[list[str], list[int]]] | None = None) -> None:
         """Index many ``(doc_id, text, context_text)`` documents, as :meth:`add` does
         each, in one pass: the batch's postings are counted and grouped by term with
         array operations, so each term is touched once per batch. New terms are
         numbered in order of first use in the contents, document after document, and
-        then in the contexts. Nothing changes when any of them is invalid."""
+        then in the contexts. Nothing changes when any of them is invalid.
+        ``analysed``: texts whose ``tokenizer.positioned`` the caller has already
+        (by this index's tokenizer, or one of equal ``signature``)."""
         items = list(items)
         docs: list[int] = []
         for item in items:
@@ -267,7 +270,10 @@ class BM25Index(SidecarIndex):
         if not docs:
             return
         tokenizer = self.tokenizer
-        contents = [tokenizer.positioned(text) for _, text, _ in items]
+        if analysed:
+            contents = [analysed.get(text) or tokenizer.positioned(text) for _, text, _ in items]
+        else:
+            contents = [tokenizer.positioned(text) for _, text, _ in items]
         content_ids = [self._term_ids(terms) for terms, _ in contents]
         context_ids = [self._term_ids(tokenizer.tokens(context_text)) if context_text else []
                        for _, _, context_text in items]

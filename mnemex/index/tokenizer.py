@@ -400,9 +400,12 @@ class Tokenizer:
         elif isinstance(stem, str) and stem:
             self.stem = stem
         self._stem_word: Callable[[str], str] | None = None
-        self._stems: dict[str, str] = {}
+        # word -> its term (stemmed, folded), or None for a stop word: shared by every
+        # tokenizer of these settings in the process (see _shared_terms)
+        self._terms_of: dict[str, str | None] = {}
         if self.stem is not None:
             self._stem_word = _snowball(self.stem)
+            self._terms_of = _shared_terms(self.stem, self.fold_accents, self.stop_words)
         # Folding the text before splitting it gives the same words as folding each
         # word; a stemmer must see the accents, so then each stem is folded instead.
         self._fold_text = self.fold_accents and self._stem_word is None
@@ -438,16 +441,16 @@ class Tokenizer:
         """Index terms of *text* and the position of each in the word stream
         (stop words occupy positions too, so positions may skip)."""
         raw = _raw_tokens(text, True, self._fold_text)
-        stops = self.stop_words
         if self._stem_word is None:
+            stops = self.stop_words
             positions = [i for i, w in enumerate(raw) if w not in stops]
             return [raw[i] for i in positions], positions
-        if self.fold_accents:
-            positions = [i for i, w in enumerate(raw) if _fold(w) not in stops]
-            return [_fold(self._stem(raw[i])) for i in positions], positions
-        positions = [i for i, w in enumerate(raw) if w not in stops]
-        stem = self._stem
-        return [stem(raw[i]) for i in positions], positions
+        known = self._terms_of.get
+        terms = [known(w, _UNSEEN) for w in raw]
+        if _UNSEEN in terms:  # a word not seen yet: find its term (and keep it)
+            terms = [self._term(w) for w in raw]
+        positions = [i for i, term in enumerate(terms) if term is not None]
+        return [terms[i] for i in positions], positions  # type: ignore[misc]
 
     def query_tokens(self, text: str) -> list[str]:
         """Query terms of *text* (quotes not read): as :meth:`tokens`, but a run of
@@ -473,24 +476,47 @@ class Tokenizer:
         return ParsedQuery(tuple(terms), tuple(phrases))
 
     def _terms(self, raw: list[str]) -> list[str]:
-        stops = self.stop_words
         if self._stem_word is None:
+            stops = self.stop_words
             return [w for w in raw if w not in stops]
-        stem = self._stem
-        if self.fold_accents:
-            return [_fold(stem(w)) for w in raw if _fold(w) not in stops]
-        return [stem(w) for w in raw if w not in stops]
+        known = self._terms_of.get
+        terms = [known(w, _UNSEEN) for w in raw]
+        if _UNSEEN in terms:
+            terms = [self._term(w) for w in raw]
+        return [term for term in terms if term is not None]
 
-    def _stem(self, word: str) -> str:
-        cached = self._stems.get(word)
-        if cached is not None:
-            return cached
+    def _term(self, word: str) -> str | None:
+        """The term of one word: None for a stop word, else its stem (folded when
+        accents are)."""
+        terms = self._terms_of
+        if word in terms:
+            return terms[word]
         assert self._stem_word is not None
-        stemmed = self._stem_word(word)
-        if len(self._stems) >= self._STEM_CACHE_LIMIT:
-            self._stems.clear()
-        self._stems[word] = stemmed
-        return stemmed
+        if self.fold_accents:
+            term = None if _fold(word) in self.stop_words else _fold(self._stem_word(word))
+        else:
+            term = None if word in self.stop_words else self._stem_word(word)
+        if len(terms) >= self._STEM_CACHE_LIMIT:
+            terms.clear()
+        terms[word] = term
+        return term
+
+
+_UNSEEN: Final = "\x00"
+"""Stands for a word's term not known yet (no token holds a NUL character)."""
+_TERMS: dict[tuple[str, bool, frozenset[str]], dict[str, str | None]] = {}
+
+
+def _shared_terms(language: str, fold_accents: bool, stop_words: frozenset[str]) -> dict[str, str | None]:
+    """The word -> term table of every stemming tokenizer of these settings: a
+    scope's words are mostly another scope's too, and a Snowball stem costs tens of
+    microseconds, so a new scope starts with the stems already known. (At most a
+    few settings occur in a process: the table of each is kept.)"""
+    key = (language, fold_accents, stop_words)
+    table = _TERMS.get(key)
+    if table is None:
+        table = _TERMS[key] = {}
+    return table
 
 
 def _snowball(language: str) -> Callable[[str], str]:

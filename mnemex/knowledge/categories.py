@@ -260,18 +260,21 @@ class Classifier:
         """Every category the text holds a cue of, with its confidence, best first."""
         return [(self.names[index], round(1.0 - math.exp(-total), 4)) for index, total in self._weights(text)]
 
-    def _weights(self, text: str) -> list[tuple[int, float]]:
+    def _weights(self, text: str, tokens: Sequence[str] | None = None) -> list[tuple[int, float]]:
         totals: dict[int, float] = {}
-        for token in set(self.tokenizer.tokens(text)):
+        for token in set(self.tokenizer.tokens(text) if tokens is None else tokens):
             for index, weight in self.cues.get(token, ()):
                 totals[index] = totals.get(index, 0.0) + weight
         return sorted(totals.items(), key=lambda item: (-item[1], item[0]))
 
-    def classify(self, text: str) -> tuple[tuple[str, ...], tuple[float, ...]]:
+    def classify(self, text: str,
+                 tokens: Sequence[str] | None = None) -> tuple[tuple[str, ...], tuple[float, ...]]:
         """The categories of ``text`` at or above the threshold and within
         ``RELATIVE`` of the best (at most ``MAX_CATEGORIES``, best first) with their
-        confidences; ``misc`` with ``1 - best`` when none is."""
-        weights = self._weights(text)
+        confidences; ``misc`` with ``1 - best`` when none is. ``tokens``: the text's
+        tokens as this classifier's tokenizer (or one of equal ``signature``) gives
+        them, when the caller has them already."""
+        weights = self._weights(text, tokens)
         best = weights[0][1] if weights else 0.0
         kept = [(self.names[index], round(1.0 - math.exp(-total), 4)) for index, total in weights
                 if total >= RELATIVE * best][:MAX_CATEGORIES]

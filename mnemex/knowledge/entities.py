@@ -69,7 +69,8 @@ right left true false exactly indeed actually honestly seriously speaking talkin
 COMMON_CAPITALISED: Final = frozenset(_COMMON_WORDS.split())
 """Capitalised words that begin sentences without being names (with the stop words)."""
 
-_TOKEN = re.compile(r"[^\W_][\w'\u2019\-+&.]*", re.UNICODE)
+# a token, with the text before it (what cannot start one): (gap, token) pairs
+_GAP_TOKEN = re.compile(r"([\W_]*)([^\W_][\w'\u2019\-+&.]*)", re.UNICODE)
 _SPEAKER = re.compile(r"^\s*([A-Z][\w'\u2019\-]*(?:\s+[A-Z][\w'\u2019\-]*){0,2})\s*:\s")
 _SENTENCE_END = re.compile(r"[.!?…:;\"“”()\[\]]\s*$")
 _ACRONYM = re.compile(r"^[A-Z][A-Z0-9&]{1,7}\+?$")
@@ -88,9 +89,11 @@ class Mention(NamedTuple):
     kind: str
 
 
+@functools.lru_cache(maxsize=65_536)
 def name_key(name: str, *, fold_accents: bool = True) -> str:
     """The form names are compared in: normalised words, no leading article, no
-    trailing possessive ``s``; empty when nothing is left."""
+    trailing possessive ``s``; empty when nothing is left. (Kept for the names seen
+    last: every memory naming someone asks for the key of that name again.)"""
     parts = normalize_phrase(_POSSESSIVE.sub("", name.strip()), fold_accents=fold_accents).split(" ")
     while parts and parts[0] in ARTICLES:
         parts = parts[1:]
@@ -141,14 +144,76 @@ def _common(token: str) -> bool:
     return low in COMMON_CAPITALISED or low in ENGLISH_STOP_WORDS
 
 
+_GAP_STARTS: Final = re.compile(r"[.!?…]\s*$|\n")
+_CACHE_LIMIT: Final = 65_536
+
+
+class _Token(NamedTuple):
+    """What ``mentions`` needs of one token as matched (a pure function of it)."""
+
+    token: str          # cleaned: trailing ``.-&`` and a possessive cut
+    ends_sentence: bool
+    capitalised: bool
+    common: bool
+    joiner: bool        # one of _JOINERS
+    long_joiner: bool   # one of _LONG_JOINERS
+    acronym: bool       # is_acronym(token)
+    opener: int         # what it is alone, opening a sentence: 0 no name, 1 weak, 2 name
+
+
+class _Gap(NamedTuple):
+    """What ``mentions`` needs of the text between two tokens."""
+
+    ends_run: bool        # ends a sentence (punctuation), so a run closes
+    breaks_run: bool      # anything but blanks or a dash: a run open before it closes
+    starts_sentence: bool
+
+
+_TOKENS: dict[str, _Token] = {}
+_GAPS: dict[str, _Gap] = {}
+_SPACE_GAP: Final = _Gap(False, False, False)
+
+
+def _token_info(raw: str) -> _Token:
+    info = _TOKENS.get(raw)
+    if info is None:
+        token = _clean(raw)
+        low = token.lower()
+        common = _common(token)
+        opener = 0 if common or not _name_like(token) else (1 if low in _known_words() else 2)
+        info = _Token(token, raw.endswith((".", "!", "?")) and not is_acronym(raw.rstrip(".")),
+                      _is_capitalised(token), common, low in _JOINERS, low in _LONG_JOINERS,
+                      is_acronym(token), opener)
+        if len(_TOKENS) >= _CACHE_LIMIT:
+            _TOKENS.clear()
+        _TOKENS[raw] = info
+    return info
+
+
+def _gap_info(gap: str) -> _Gap:
+    info = _GAPS.get(gap)
+    if info is None:
+        info = _Gap(_SENTENCE_END.search(gap) is not None, gap.strip(" \t") not in ("", "-"),
+                    bool(gap) and _GAP_STARTS.search(gap) is not None)
+        if len(_GAPS) >= _CACHE_LIMIT:
+            _GAPS.clear()
+        _GAPS[gap] = info
+    return info
+
+
 def mentions(text: str, author: str | None = None, *, max_words: int = 6) -> list[Mention]:
     """The names ``text`` mentions, in order of first appearance, each once (by
-    surface). ``author``, when it is a capitalised name, is a speaker too."""
+    surface). ``author``, when it is a capitalised name, is a speaker too.
+
+    What is learnt of a token or of the text between two tokens depends on it
+    alone, so it is kept (``_token_info``, ``_gap_info``) and each later memory
+    reads most of its words with one look-up; a lower-case word outside a name
+    run, most words, costs nothing more."""
     found: dict[str, Mention] = {}
 
     def note(surface: str, kind: str) -> None:
         surface = surface.strip()
-        if surface and name_key(surface) and surface not in found:
+        if surface and surface not in found and _keyed(surface):
             found[surface] = Mention(surface, kind)
 
     if author and _is_capitalised(author.strip()) and not _common(author.strip()):
@@ -158,58 +223,61 @@ def mentions(text: str, author: str | None = None, *, max_words: int = 6) -> lis
     if speaker:
         note(speaker.group(1), "speaker")
         start = speaker.end()
-    run: list[str] = []
+    run: list[_Token] = []
     run_at_start = False
     sentence_start = True
 
     def close() -> None:
         nonlocal run
-        while run and (run[-1].lower() in _JOINERS or run[-1].lower() in _LONG_JOINERS):
+        while run and (run[-1].joiner or run[-1].long_joiner):
             run.pop()
         if run:
             if len(run) == 1:
-                word = run[0]
-                if is_acronym(word):
-                    note(word, "acronym")
-                elif not _common(word) and not run_at_start:
-                    note(word, "name")
-                elif not _common(word) and _name_like(word):
+                first = run[0]
+                if first.acronym:
+                    note(first.token, "acronym")
+                elif not first.common and not run_at_start:
+                    note(first.token, "name")
+                elif first.opener:
                     # a known word opening a sentence is a name only if written so elsewhere too
-                    note(word, "weak" if word.lower() in _known_words() else "name")
+                    note(first.token, "weak" if first.opener == 1 else "name")
             else:
-                while run and _common(run[0]) and run_at_start:
+                while run and run[0].common and run_at_start:
                     run = run[1:]
                 if len(run) == 1:
-                    if not _common(run[0]):
-                        note(run[0], "acronym" if is_acronym(run[0]) else "name")
+                    if not run[0].common:
+                        note(run[0].token, "acronym" if run[0].acronym else "name")
                 elif run:
-                    note(" ".join(run[:max_words]), "name")
+                    note(" ".join(t.token for t in run[:max_words]), "name")
         run = []
 
-    previous_end = start
-    for match in _TOKEN.finditer(text, start):
-        gap = text[previous_end:match.start()]
-        previous_end = match.end()
-        raw = match.group(0)
-        ends_sentence = raw.endswith((".", "!", "?")) and not is_acronym(raw.rstrip("."))
-        token = _clean(raw)
-        if _SENTENCE_END.search(gap) or (gap.strip(" \t") not in ("", "-") and run):
-            close()
-        if gap and re.search(r"[.!?…]\s*$|\n", gap):
-            sentence_start = True
-        if run and token and _common(token) and token.lower() not in _JOINERS and \
-                not (len(run) >= 2 and token.lower() in _LONG_JOINERS):
+    known = _TOKENS.get
+    for gap, raw in _GAP_TOKEN.findall(text, start):
+        info = known(raw) or _token_info(raw)
+        if gap != " ":  # (one space, the usual gap, changes nothing)
+            between = _gap_info(gap) if gap else _SPACE_GAP
+            if run and (between.ends_run or between.breaks_run):
+                close()
+            if between.starts_sentence:
+                sentence_start = True
+        if run and info.common and not info.joiner and not (len(run) >= 2 and info.long_joiner):
             close()  # "Knowing I'm", "OK They're": a common word ends a name
             run_at_start = False
-        if token and (_is_capitalised(token) or (run and token.lower() in _JOINERS)
-                      or (len(run) >= 2 and token.lower() in _LONG_JOINERS)):
+        if info.capitalised or (run and info.joiner) or (len(run) >= 2 and info.long_joiner):
             if not run:
                 run_at_start = sentence_start
-            run.append(token)
-        else:
+            run.append(info)
+        elif run:
             close()
-        sentence_start = ends_sentence
-        if ends_sentence:
+        sentence_start = info.ends_sentence
+        if sentence_start and run:
             close()
-    close()
+    if run:
+        close()
     return list(found.values())
+
+
+@functools.lru_cache(maxsize=_CACHE_LIMIT)
+def _keyed(surface: str) -> bool:
+    """Whether ``surface`` has a name key (words left once articles are cut)."""
+    return bool(name_key(surface))

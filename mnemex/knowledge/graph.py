@@ -198,11 +198,19 @@ class EntityGraph:
         self._doc_names[doc] = tuple(keys)
         self._doc_flags[doc] = tuple(flag for flag, _ in keys.values())
         self._doc_surfaces[doc] = tuple(surface for _, surface in keys.values())
+        surfaces, name_docs = self._surfaces, self._name_docs
         for key, (flag, surface) in keys.items():
             self._count(key, flag, 1)
             if surface:
-                self._surfaces.setdefault(key, Counter())[surface] += 1
-            self._name_docs.setdefault(key, set()).add(doc)
+                spellings = surfaces.get(key)  # (a Counter made only for a new key)
+                if spellings is None:
+                    spellings = surfaces[key] = Counter()
+                spellings[surface] += 1
+            holders = name_docs.get(key)
+            if holders is None:
+                name_docs[key] = {doc}
+            else:
+                holders.add(doc)
 
     def _note(self, keys: dict[str, tuple[int, str]], surface: str, kind: str) -> None:
         key = self.key(surface)

@@ -452,6 +452,10 @@ class ScopeMemory:
         self.categories = ScopeCategories(settings.category_threshold, self.bm25.tokenizer)
         self.extractions.catalog = self.categories.as_dict
         self.rank_cache = RankCache()  # transient: what searches share until the next write
+        # transient: content -> its full-text terms and positions, found while a command's
+        # memories were classified, read (and emptied) when they are indexed (a refused
+        # command's are dropped by the next indexing: at most one command's worth)
+        self._analysed: dict[str, tuple[list[str], list[int]]] = {}
 
     def live_bytes(self) -> int:
         """An estimate of the memory this scope holds while live, for the runtime's
@@ -706,7 +710,15 @@ class ScopeMemory:
         if not isinstance(memory, NewMemory):
             raise InvalidInput(f"memories must be NewMemory, got {type(memory).__name__}", field="memories")
         record = record_of(memory, now, settings.max_content_bytes, settings.max_metadata_bytes)
-        return (self.categories.classify_new(record) if classify else record), memory.vector
+        if not classify:
+            return record, memory.vector
+        if self.replaying:  # (a replay indexes a whole run at its end: nothing is kept for it)
+            return self.categories.classify_new(record), memory.vector
+        # the terms full-text indexing reads, found once: the classifier reads them too
+        analysed = self._analysed.get(record.content)
+        if analysed is None:
+            analysed = self._analysed[record.content] = self.bm25.tokenizer.positioned(record.content)
+        return self.categories.classify_new(record, tokens=analysed[0]), memory.vector
 
     def _remember(self, memories: Any, embedder: Any, dim: Any,
                   now: Any, classify: bool = False) -> tuple[list[str], list[bool]]:
@@ -836,6 +848,7 @@ class ScopeMemory:
         Their sessions are joined first (unless ``contexts``, each doc's context, is
         given: a restore), so each is indexed once with its final context and each
         older neighbour whose context changed is re-ranked once."""
+        analysed, self._analysed = self._analysed, {}
         if not placed:
             return
         placed = [(doc, self._record_at(doc)) for doc, _ in placed]  # as changed since they were placed
@@ -855,7 +868,8 @@ class ScopeMemory:
         docs = [doc for doc, _ in placed]
         self.keyword.add_many(docs, [record.content for _, record in placed],
                               [record.timestamp for _, record in placed])
-        self.bm25.add_many([(doc, record.content, contexts.get(doc) or None) for doc, record in placed])
+        self.bm25.add_many([(doc, record.content, contexts.get(doc) or None) for doc, record in placed],
+                           analysed)
         for doc, context in changed:
             self.bm25.update(doc, self._record_at(doc).content, context)
         self.table.add_many(placed)

@@ -166,7 +166,7 @@ class ScopeCategories:
 
     # -- classifying what is stored ------------------------------------------------------------
     def classify_new(self, record: MemoryRecord, *, confidences: Sequence[float] = (),
-                     by: str | None = None) -> MemoryRecord:
+                     by: str | None = None, tokens: Sequence[str] | None = None) -> MemoryRecord:
         """``record`` with its categories: a caller's (``by`` None, categories given)
         kept as given; an extractor's (``by``) kept where confident enough; else the
         offline classifier's."""
@@ -181,7 +181,7 @@ class ScopeCategories:
                 return msgspec.structs.replace(record, categories=tuple(n for n, _ in pairs),
                                                category_confidences=tuple(v for _, v in pairs),
                                                classified_by=by)
-        names, values = self.classifier.classify(record.content)
+        names, values = self.classifier.classify(record.content, tokens)
         return msgspec.structs.replace(record, categories=names, category_confidences=values,
                                        classified_by=CLASSIFIER)
 

@@ -1032,7 +1032,7 @@ async def _search_command(services: ScopeServices, query: Any, top_k: int, *,
         if chosen == "hybrid" and readable(embedder, query) < MIN_READABLE:
             chosen = "fulltext"  # the model cannot read the query: its vector would mislead
         else:
-            mean = rows.mean(axis=0)
+            mean = rows[0] if len(rows) == 1 else rows.mean(axis=0)  # (the mean of one row is that row)
             norm = float(np.linalg.norm(mean))
             vector = encode_vector(mean / norm if norm > 0 else mean)
     return Search(query=query, vector=vector, embedder=embedder.name if vector is not None else None,

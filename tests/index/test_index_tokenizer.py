@@ -204,3 +204,47 @@ def test_the_ascii_fast_path_finds_what_the_regular_expressions_find(text: str) 
 def test_a_query_is_worded_when_it_holds_a_stop_word(query: str, worded: bool) -> None:
     assert Tokenizer().worded(query) is worded
     assert Tokenizer(stop_words=False).worded(query) is False
+
+
+# -- the terms of stemming tokenizers are shared (issue 17: a new scope starts with them) ----------
+def _plain_terms(text: str, fold: bool) -> list[str]:
+    """The stemmed terms as read without any table: stop words out, Snowball, folding."""
+    from mnemex.index.tokenizer import _fold, _raw_tokens, _snowball
+
+    stem = _snowball("english")
+    stops = ENGLISH_STOP_WORDS
+    raw = _raw_tokens(text, True, False)
+    if fold:
+        return [_fold(stem(w)) for w in raw if _fold(w) not in stops]
+    return [stem(w) for w in raw if w not in stops]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["running", "runs", "the", "Café", "cafés", "naïve", "x", "1", "a",
+                                 "don't", "Caroline's", "東京", "über", "généralement", "s", "i'm"]),
+                max_size=20), st.booleans())
+def test_stemmed_terms_are_those_of_the_plain_reading(words_: list[str], fold: bool) -> None:
+    text = " ".join(words_)
+    first, second = Tokenizer(stem=True, fold_accents=fold), Tokenizer(stem=True, fold_accents=fold)
+    expected = _plain_terms(text, fold)
+    assert first.tokens(text) == expected
+    assert second.tokens(text) == expected  # read from the table the first one filled
+    terms, positions = second.positioned(text)
+    assert terms == expected and len(positions) == len(terms)
+
+
+def test_stemming_tokenizers_share_terms_only_with_equal_settings() -> None:
+    plain, same = Tokenizer(stem=True), Tokenizer(stem=True)
+    folded, custom = Tokenizer(stem=True, fold_accents=True), Tokenizer(stem=True, stop_words=["running"])
+    assert plain._terms_of is same._terms_of
+    assert plain._terms_of is not folded._terms_of and plain._terms_of is not custom._terms_of
+    assert custom.tokens("running runs") == ["run"]  # its own stop word, not the shared table's term
+    assert plain.tokens("running runs") == ["run", "run"]
+
+
+def test_the_shared_term_table_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Tokenizer, "_STEM_CACHE_LIMIT", 4)
+    tokenizer = Tokenizer(stem=True, stop_words=["zzz-only-here"])
+    text = "alpha beta gamma delta epsilon zeta eta theta"
+    assert tokenizer.tokens(text) == _plain_terms(text, False)
+    assert 0 < len(tokenizer._terms_of) <= 4

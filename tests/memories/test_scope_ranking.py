@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scope_support import EMBEDDER, Driver
 
 import mnemex
@@ -268,3 +270,17 @@ async def test_a_newcomers_questions_find_their_memory_and_the_rest_find_nothing
             assert 0.25 <= hits[0].score <= 1.0
         silent = [not (await scope.search(query)).hits for query in data["no_answer"]]
         assert sum(silent) >= 0.8 * len(silent)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["what", "does", "the", "user", "USER", "User's", "u\u017fer", "users", "is",
+                                 "has", "to", "about", "work", "?", " ", "  ", "\u2019s", "user\u2019s",
+                                 "abuser", "Üser", "do", "I"]), max_size=12))
+def test_first_person_skips_only_queries_no_pattern_can_change(pieces: list[str]) -> None:
+    from mnemex.memories.queries import _FIRST_PERSON
+
+    query = " ".join(pieces)
+    out = query
+    for pattern, replacement in _FIRST_PERSON:
+        out = pattern.sub(replacement, out)
+    assert first_person(query) == (None if out == query else out)
