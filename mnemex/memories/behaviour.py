@@ -456,15 +456,12 @@ class ScopeMemory:
     def live_bytes(self) -> int:
         """An estimate of the memory this scope holds while live, for the runtime's
         ``kernel.max_live_bytes`` budget: a constant per scope and per memory, the
-        texts, and 4 bytes a dimension for each vector (twice once the HNSW graph
-        holds its own copy, plus its links)."""
+        texts, and each vector's bytes (its float32 row; once there is an HNSW graph,
+        also the graph's quantised copy and its links)."""
         size = SCOPE_BYTES + len(self.doc_of) * MEMORY_BYTES + self.content_bytes
         vectors = self.vectors
         if vectors is not None and len(vectors):
-            per_vector = 4 * self.dim
-            if vectors.mode == "hnsw":
-                per_vector = 2 * per_vector + 8 * self.settings.hnsw_m + 16
-            size += len(vectors) * per_vector
+            size += len(vectors) * vectors.bytes_per_vector
         return size + self.rank_cache.nbytes
 
     def __repr__(self) -> str:
