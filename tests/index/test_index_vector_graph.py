@@ -119,8 +119,10 @@ def test_an_hnswlib_graph_of_earlier_versions_is_rebuilt(tmp_path: Path) -> None
 
 @pytest.mark.parametrize("order", [("usearch.index", "onnxruntime"), ("onnxruntime", "usearch.index")])
 def test_usearch_and_onnxruntime_load_into_one_process_in_either_order(order: tuple[str, str]) -> None:
-    if importlib.util.find_spec("onnxruntime") is None:  # (not imported here: this process holds usearch)
+    # (onnxruntime is not imported here: this process holds usearch already)
+    if importlib.util.find_spec("onnxruntime") is None:
         pytest.skip("onnxruntime is not installed")
     code = f"import {order[0]}, {order[1]}; print('both')"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          check=False)
     assert done.returncode == 0 and done.stdout.strip() == "both", done.stderr[-2000:]

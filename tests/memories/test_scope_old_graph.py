@@ -58,7 +58,8 @@ def test_a_scope_with_an_hnswlib_graph_opens_and_its_graph_is_rebuilt(tmp_path: 
             exported = [item async for item in scope.export()]
             await rt.passivate("scope", ("chat", "carol"))
             # the new snapshot holds the new graph's sidecars, and they load back
-            assert list(folder.glob("snapshot-*.usearch.bin")) and list(folder.glob("snapshot-*.usearchmeta.bin"))
+            assert list(folder.glob("snapshot-*.usearch.bin"))
+            assert list(folder.glob("snapshot-*.usearchmeta.bin"))
             stats = await scope.stats()
             assert stats.vector_mode == "hnsw" and not stats.graph_pending
             assert await answers(scope) == old
