@@ -5,20 +5,34 @@ of removed documents are reused), so cosine similarity is a dot product:
 
 * **exact** while the index holds fewer than ``hnsw_threshold`` vectors: one
   matrix-vector product (about 1 ms for 20,000 x 384 on one core);
-* **HNSW** past it: an hnswlib graph (inner-product space) over the same vectors,
-  grown by doubling with ``resize_index``; removals are ``mark_deleted``
-  tombstones, and the graph is rebuilt once tombstones pass ``tombstone_ratio``
-  of its elements. The search beam ``ef`` is ``ef_search`` for up to 10 results
-  and grows in proportion beyond (``ef_search * top_k / 10``). The default 320
-  was measured: recall@10 0.958 against exact at 100,000 LoCoMo-like texts with
-  the hashing embedder (0.835 at 64, 0.939 at 200), p50 0.65 ms on one core.
+* **HNSW** past it: a usearch graph (inner product) over a quantised copy of the
+  vectors (``quantization``: int8 by default, a quarter of the float32 rows; float16
+  or float32 on request). The graph gives ``rescore * top_k`` candidates by their
+  quantised scores, rescored from the float32 rows, so a hit's score is its exact
+  cosine. Removals take a key out of the graph (its node stays, a tombstone), and
+  the graph is rebuilt once tombstones pass ``tombstone_ratio`` of its elements.
+  The search beam ``ef`` is ``ef_search`` for up to 10 results and grows in
+  proportion beyond (``ef_search * top_k / 10``).
+
+  Measured (LoCoMo-like texts and near-copies of them, hashing embedder, 384 dims,
+  300 questions, recall@10 against exact; bench/million.py's corpus): at 200,000,
+  int8 with M 16, ef_construction 100 and ef 320 finds 0.906 (rescoring the top 20)
+  to 0.910 (the top 40 or 80; 0.839 without rescoring), p50 0.6 ms on a loaded
+  machine; at 1,000,000 0.703 (hnswlib's float32 graph on the same vectors 0.665):
+  that corpus holds ~360 near-copies of each text, which HNSW walks badly. The graph
+  costs ~575 bytes a vector at 1,000,000 (hnswlib's about 1,700), so a scope's vectors
+  cost 2.1 GB there instead of 3.2.
+
+  Below ``hnsw_threshold`` searches are exact float32 products, as before: small
+  scopes give the same hits whatever the graph's quantisation.
 
 Several exact searches of one query (a hybrid ranking's candidates, filtered
 and not, and the cosines of given docs) share one product:
 :meth:`VectorIndex.exact_scores` (None in HNSW mode).
 
 Filtered search (``allowed``) runs inside the search: in exact mode over the
-allowed rows only; in HNSW mode through hnswlib's ``filter`` callable, except
+allowed rows only; in HNSW mode by filtering the graph's answer (asked for as
+many more candidates as the allowed share is small; exact when too few are allowed), except
 when few documents are allowed (at most ``exact_filter_max``, or a small share:
 about 24,000 of 100,000), where an exact pass over those rows is both faster
 and exact (filtered HNSW slows down as the allowed share shrinks).
@@ -35,22 +49,23 @@ crosses a threshold. An owner that must not stall (an actor) sets
 and hands the result back with :meth:`VectorIndex.adopt`, which replays the
 changes made since the plan. Until then searches stay exact and correct.
 
-Determinism: graphs are built with one thread (``num_threads=1``) and a fixed
-``seed``, so the same operations give the same graph and the same results.
+Determinism: graphs are built with one thread (``num_threads=1``); usearch draws
+node levels from its own fixed seed (``seed`` is kept for compatibility and is not
+used), so the same operations give the same graph and the same results.
 ``num_threads>1`` builds faster but the graph then depends on thread timing.
 
 Persistence: the raw vectors are the truth. :meth:`VectorIndex.snapshot_view` gives
 a snapshot's writer the vectors (a raw file, block by block) and the graph
-(hnswlib's own ``save_index``) without copying them: while the view is read, rows
+(usearch's own ``save``) without copying them: while the view is read, rows
 it covers are not reused, removals are marked in the graph only afterwards
 (searches leave them out meanwhile) and inserts wait beside the graph.
-:meth:`VectorIndex.from_snapshot` loads the graph with ``load_index`` after
-checking that it was saved from exactly these ids and rows, rebuilding otherwise.
-:meth:`VectorIndex.to_sidecar` / :meth:`VectorIndex.from_sidecar` are the older
-format (the graph's pickled state), still read.
+:meth:`VectorIndex.from_snapshot` loads the graph after checking that it was saved
+from exactly these ids and rows with this quantisation, rebuilding otherwise (an
+hnswlib graph of earlier versions is rebuilt). :meth:`VectorIndex.to_sidecar` /
+:meth:`VectorIndex.from_sidecar` are the older format (the graph as one blob).
 
 Graph builds beside the owner read the rows through such a view too. A catch-up
-clones the live graph through hnswlib's file, or, when the owner gives a ``guard``
+copies the live graph, or, when the owner gives a ``guard``
 (the lock its searches hold) and a ``save_guard`` (the one snapshots saving the
 graph hold), adds to the live graph in place, a few vectors per hold of the guard:
 one graph in memory instead of two.
@@ -124,9 +139,8 @@ class GraphBuild:
     """A graph to build beside the index: ``run()`` may go to a worker thread, then
     :meth:`VectorIndex.adopt` attaches the result. ``token`` ties it to the plan that
     made it. A fresh build reads the index's rows through a view (no copy: rows it
-    reads are not reused until it is done); a catch-up clones the live graph through
-    hnswlib's own file (one more graph in memory, not two) and adds the deferred
-    vectors, copied here."""
+    reads are not reused until it is done); a catch-up copies the live graph (one
+    more graph in memory, not two) and adds the deferred vectors, copied here."""
 
     token: int
     ids: I64
@@ -185,8 +199,8 @@ class VectorIndex:
     dimensions, keyed by int doc ids. See the module docstring for the modes.
 
     Memory: 4 * dim bytes per vector for the matrix, plus, in HNSW mode, the
-    graph's copy of the vector and about 8 * m + 16 bytes of links per element,
-    and a second copy of the deferred vectors (``defer_inserts``).
+    graph's quantised copy (dim bytes in int8) and about 8 * m + 16 bytes of links
+    per element, and a second copy of the deferred vectors (``defer_inserts``).
     """
 
     # Filtered HNSW costs about 0.8 ms / (share of documents allowed) at 100,000 x 384,
@@ -656,7 +670,7 @@ class VectorIndex:
                       graph: str | None, meta: bytes | memoryview | None,
                       **params: Any) -> VectorIndex:
         """An index over the vectors a :class:`VectorsView` wrote (rows as the index held
-        them), with its graph loaded from the file hnswlib saved (its path)
+        them), with its graph loaded from the file usearch saved (its path)
         when ``meta`` shows it was saved from exactly these vectors; otherwise the
         graph is rebuilt (if wanted). ``sidecar_status`` says what happened."""
         index = cls(dim, **params)
@@ -996,7 +1010,7 @@ class VectorsView:
 
     The vectors file: ``MNXVEC01``, the dimension (u32), the dtype (4 bytes, ``<f4``),
     the count (u64), the doc ids (int64), the rows (little-endian): see
-    :func:`read_vectors_file`. The graph: hnswlib's own file (``save_index``) and a
+    :func:`read_vectors_file`. The graph: usearch's own file (``save``) and a
     small JSON ``meta_chunks`` naming the ids, rows and tombstones it belongs to."""
 
     __slots__ = ("__weakref__", "_graph", "_graph_size", "_ids", "_live_rows", "_pending", "_quantization",

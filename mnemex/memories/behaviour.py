@@ -246,6 +246,7 @@ class ScopeSettings:
     hnsw_ef_construction: int = 100
     hnsw_ef_search: int = 320
     hnsw_tombstone_ratio: float = 0.2
+    hnsw_quantization: Literal["i8", "f16", "f32"] = "i8"
     hnsw_sidecar: bool = True
     hnsw_threads: int = 1
     search_mode: Literal["keyword", "fulltext", "vector", "hybrid"] = "hybrid"
@@ -319,6 +320,7 @@ class ScopeSettings:
         return {"hnsw_threshold": self.hnsw_threshold, "m": self.hnsw_m,
                 "ef_construction": self.hnsw_ef_construction, "ef_search": self.hnsw_ef_search,
                 "tombstone_ratio": self.hnsw_tombstone_ratio, "num_threads": self.hnsw_threads,
+                "quantization": self.hnsw_quantization,
                 "auto_build": False, "defer_inserts": True,
                 "guard": TurnLock(), "save_guard": threading.Lock()}
 
