@@ -170,7 +170,8 @@ def child_recover(args: argparse.Namespace) -> dict[str, Any]:
     import trio
 
     work = Work(Path(args.workspace), Workload(1, args.size), args.embedder)
-    config = mnemex.Config(data_dir=args.data_dir, embedder=args.embedder)
+    # the first ask waits for the whole recovery, which is what is timed: no 30 s limit
+    config = mnemex.Config(data_dir=args.data_dir, embedder=args.embedder, ask_timeout=args.timeout)
     out: dict[str, Any] = {}
 
     async def main() -> None:

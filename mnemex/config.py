@@ -373,9 +373,18 @@ class MemoriesConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=
     """HNSW build breadth: higher is better recall and slower ingest."""
     hnsw_ef_search: PositiveInt = 320
     """HNSW search breadth per 10 results: higher is better recall and slower search.
-    Measured at 100,000 LoCoMo-like memories (hashing embedder, M 16, ef_construction
-    100): recall@10 against exact 0.955 at 192, 0.960 at 256, 0.971 at 320, 0.976 at
-    400; a graph grown by catch-ups loses about 0.01 against one built at once."""
+    Measured with the int8 graph (usearch; hits rescored from the float32 rows) at
+    100,000 LoCoMo-like memories (hashing embedder, M 16, ef_construction 100):
+    recall@10 against exact 0.966 at 320 (p50 0.35 ms), 0.981 at 480, 0.989 at 640
+    (hnswlib's float32 graph gave 0.971 at 320); at 200,000 0.910 at 320. M 32 with
+    ef_construction 200 gives 0.966 at 200,000 for the same search time but takes
+    about twice as long to build. A graph grown by catch-ups loses about 0.01
+    against one built at once."""
+    hnsw_quantization: Literal["i8", "f16", "f32"] = "i8"
+    """How the HNSW graph holds its copy of the vectors: int8 (a quarter of the float32
+    rows, 384 bytes at 384 dimensions), float16 or float32. Hits are rescored from the
+    float32 rows whatever it is, so scores stay exact cosines; below ``hnsw_threshold``
+    searches are exact float32 products."""
     hnsw_tombstone_ratio: Annotated[float, msgspec.Meta(gt=0, lt=1)] = 0.2
     """Share of deleted nodes at which the HNSW graph is rebuilt, in (0, 1)."""
     hnsw_sidecar: bool = True

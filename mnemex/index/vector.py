@@ -5,20 +5,34 @@ of removed documents are reused), so cosine similarity is a dot product:
 
 * **exact** while the index holds fewer than ``hnsw_threshold`` vectors: one
   matrix-vector product (about 1 ms for 20,000 x 384 on one core);
-* **HNSW** past it: an hnswlib graph (inner-product space) over the same vectors,
-  grown by doubling with ``resize_index``; removals are ``mark_deleted``
-  tombstones, and the graph is rebuilt once tombstones pass ``tombstone_ratio``
-  of its elements. The search beam ``ef`` is ``ef_search`` for up to 10 results
-  and grows in proportion beyond (``ef_search * top_k / 10``). The default 320
-  was measured: recall@10 0.958 against exact at 100,000 LoCoMo-like texts with
-  the hashing embedder (0.835 at 64, 0.939 at 200), p50 0.65 ms on one core.
+* **HNSW** past it: a usearch graph (inner product) over a quantised copy of the
+  vectors (``quantization``: int8 by default, a quarter of the float32 rows; float16
+  or float32 on request). The graph gives ``rescore * top_k`` candidates by their
+  quantised scores, rescored from the float32 rows, so a hit's score is its exact
+  cosine. Removals take a key out of the graph (its node stays, a tombstone), and
+  the graph is rebuilt once tombstones pass ``tombstone_ratio`` of its elements.
+  The search beam ``ef`` is ``ef_search`` for up to 10 results and grows in
+  proportion beyond (``ef_search * top_k / 10``).
+
+  Measured (LoCoMo-like texts and near-copies of them, hashing embedder, 384 dims,
+  300 questions, recall@10 against exact; bench/million.py's corpus): at 200,000,
+  int8 with M 16, ef_construction 100 and ef 320 finds 0.906 (rescoring the top 20)
+  to 0.910 (the top 40 or 80; 0.839 without rescoring), p50 0.6 ms on a loaded
+  machine; at 1,000,000 0.703 (hnswlib's float32 graph on the same vectors 0.665):
+  that corpus holds ~360 near-copies of each text, which HNSW walks badly. The graph
+  costs ~575 bytes a vector at 1,000,000 (hnswlib's about 1,700), so a scope's vectors
+  cost 2.1 GB there instead of 3.2.
+
+  Below ``hnsw_threshold`` searches are exact float32 products, as before: small
+  scopes give the same hits whatever the graph's quantisation.
 
 Several exact searches of one query (a hybrid ranking's candidates, filtered
 and not, and the cosines of given docs) share one product:
 :meth:`VectorIndex.exact_scores` (None in HNSW mode).
 
 Filtered search (``allowed``) runs inside the search: in exact mode over the
-allowed rows only; in HNSW mode through hnswlib's ``filter`` callable, except
+allowed rows only; in HNSW mode by filtering the graph's answer (asked for as
+many more candidates as the allowed share is small; exact when too few are allowed), except
 when few documents are allowed (at most ``exact_filter_max``, or a small share:
 about 24,000 of 100,000), where an exact pass over those rows is both faster
 and exact (filtered HNSW slows down as the allowed share shrinks).
@@ -35,22 +49,23 @@ crosses a threshold. An owner that must not stall (an actor) sets
 and hands the result back with :meth:`VectorIndex.adopt`, which replays the
 changes made since the plan. Until then searches stay exact and correct.
 
-Determinism: graphs are built with one thread (``num_threads=1``) and a fixed
-``seed``, so the same operations give the same graph and the same results.
+Determinism: graphs are built with one thread (``num_threads=1``); usearch draws
+node levels from its own fixed seed (``seed`` is kept for compatibility and is not
+used), so the same operations give the same graph and the same results.
 ``num_threads>1`` builds faster but the graph then depends on thread timing.
 
 Persistence: the raw vectors are the truth. :meth:`VectorIndex.snapshot_view` gives
 a snapshot's writer the vectors (a raw file, block by block) and the graph
-(hnswlib's own ``save_index``) without copying them: while the view is read, rows
+(usearch's own ``save``) without copying them: while the view is read, rows
 it covers are not reused, removals are marked in the graph only afterwards
 (searches leave them out meanwhile) and inserts wait beside the graph.
-:meth:`VectorIndex.from_snapshot` loads the graph with ``load_index`` after
-checking that it was saved from exactly these ids and rows, rebuilding otherwise.
-:meth:`VectorIndex.to_sidecar` / :meth:`VectorIndex.from_sidecar` are the older
-format (the graph's pickled state), still read.
+:meth:`VectorIndex.from_snapshot` loads the graph after checking that it was saved
+from exactly these ids and rows with this quantisation, rebuilding otherwise (an
+hnswlib graph of earlier versions is rebuilt). :meth:`VectorIndex.to_sidecar` /
+:meth:`VectorIndex.from_sidecar` are the older format (the graph as one blob).
 
 Graph builds beside the owner read the rows through such a view too. A catch-up
-clones the live graph through hnswlib's file, or, when the owner gives a ``guard``
+copies the live graph, or, when the owner gives a ``guard``
 (the lock its searches hold) and a ``save_guard`` (the one snapshots saving the
 graph hold), adds to the live graph in place, a few vectors per hold of the guard:
 one graph in memory instead of two.
@@ -63,19 +78,17 @@ import functools
 import hashlib
 import math
 import struct
-import tempfile
 import weakref
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
-import hnswlib
 import numpy as np
 import numpy.typing as npt
 import orjson
+from usearch.index import Index as _Graph
 
 from mnemex.errors import InvalidInput
 from mnemex.index._select import (
@@ -94,10 +107,14 @@ F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
 
 SidecarStatus = Literal["none", "loaded", "absent", "stale", "corrupt"]
+Quantization = Literal["i8", "f16", "f32"]
+_QUANTIZATIONS: tuple[Quantization, ...] = ("i8", "f16", "f32")
+_QUANTIZED_BYTES: dict[str, int] = {"i8": 1, "f16": 2, "f32": 4}
 
 _MAGIC = b"MNXHNSW1"
-_SIDECAR_VERSION = 3
-_GRAPH_FILE_VERSION = 1
+_SIDECAR_VERSION = 4  # 3 and before: an hnswlib graph (stale: rebuilt)
+_GRAPH_FILE_VERSION = 2  # 1: hnswlib's file (stale: rebuilt)
+_GRAPH_LIBRARY = "usearch"
 _VECTORS_MAGIC = b"MNXVEC01"
 _WRITE_BLOCK = 8192
 _IN_PLACE_BATCH = 32  # vectors a catch-up in place adds per hold of the guard (~10 ms at 384 dims)
@@ -114,6 +131,7 @@ class _GraphParams:
     ef_construction: int
     seed: int
     num_threads: int
+    quantization: Quantization
 
 
 @dataclass(slots=True)
@@ -121,9 +139,8 @@ class GraphBuild:
     """A graph to build beside the index: ``run()`` may go to a worker thread, then
     :meth:`VectorIndex.adopt` attaches the result. ``token`` ties it to the plan that
     made it. A fresh build reads the index's rows through a view (no copy: rows it
-    reads are not reused until it is done); a catch-up clones the live graph through
-    hnswlib's own file (one more graph in memory, not two) and adds the deferred
-    vectors, copied here."""
+    reads are not reused until it is done); a catch-up copies the live graph (one
+    more graph in memory, not two) and adds the deferred vectors, copied here."""
 
     token: int
     ids: I64
@@ -168,16 +185,12 @@ class GraphBuild:
         search waits for one batch at most); None when the plan went stale."""
         graph, guard, saving, vectors = self.base, self.guard, self.save_guard, self.vectors
         assert guard is not None and saving is not None and vectors is not None
-        with saving, guard:
-            needed = graph.get_current_count() + len(self.ids)
-            if needed > graph.get_max_elements():
-                graph.resize_index(max(needed, 2 * graph.get_max_elements()))
         for start in range(0, len(self.ids), _IN_PLACE_BATCH):
             if self.current is not None and self.current() != self.token:
                 return None  # a newer plan covers these
             with saving, guard:
                 batch = slice(start, start + _IN_PLACE_BATCH)
-                graph.add_items(vectors[batch], self.ids[batch], num_threads=self.params.num_threads)
+                _graph_add(graph, self.ids[batch], vectors[batch], self.params.num_threads)
         return graph
 
 
@@ -186,8 +199,8 @@ class VectorIndex:
     dimensions, keyed by int doc ids. See the module docstring for the modes.
 
     Memory: 4 * dim bytes per vector for the matrix, plus, in HNSW mode, the
-    graph's copy of the vector and about 8 * m + 16 bytes of links per element,
-    and a second copy of the deferred vectors (``defer_inserts``).
+    graph's quantised copy (dim bytes in int8) and about 8 * m + 16 bytes of links
+    per element, and a second copy of the deferred vectors (``defer_inserts``).
     """
 
     # Filtered HNSW costs about 0.8 ms / (share of documents allowed) at 100,000 x 384,
@@ -200,17 +213,22 @@ class VectorIndex:
                  exact_filter_max: int = 4096, seed: int = 100, num_threads: int = 1,
                  auto_build: bool = True, defer_inserts: bool = False, catch_up_min: int = 1024,
                  catch_up_share: float = 0.05, guard: AbstractContextManager[Any] | None = None,
-                 save_guard: AbstractContextManager[Any] | None = None) -> None:
+                 save_guard: AbstractContextManager[Any] | None = None, quantization: Quantization = "i8",
+                 rescore: int = 4) -> None:
         for name, value, low in (("dim", dim, 1), ("hnsw_threshold", hnsw_threshold, 1), ("m", m, 2),
                                  ("ef_construction", ef_construction, 1), ("ef_search", ef_search, 1),
                                  ("exact_filter_max", exact_filter_max, 0), ("seed", seed, 0),
-                                 ("num_threads", num_threads, 1)):
+                                 ("num_threads", num_threads, 1), ("rescore", rescore, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise InvalidInput(f"{name} is {value!r}; it must be an int >= {low}", field=name)
         if not (math.isfinite(tombstone_ratio) and 0 < tombstone_ratio < 1):
             raise InvalidInput(f"tombstone_ratio is {tombstone_ratio}; it must be in (0, 1)",
                                field="tombstone_ratio")
+        if quantization not in _QUANTIZATIONS:
+            raise InvalidInput(f"quantization is {quantization!r}; it must be one of {_QUANTIZATIONS}",
+                               field="quantization")
         self.dim = dim
+        self.rescore = rescore
         self.hnsw_threshold = hnsw_threshold
         self.ef_search = ef_search
         self.tombstone_ratio = float(tombstone_ratio)
@@ -219,7 +237,7 @@ class VectorIndex:
         self.defer_inserts = defer_inserts
         self.catch_up_min = catch_up_min
         self.catch_up_share = catch_up_share
-        self._params = _GraphParams(dim, m, ef_construction, seed, num_threads)
+        self._params = _GraphParams(dim, m, ef_construction, seed, num_threads, quantization)
         self._rows = np.zeros((0, dim), dtype=np.float32)
         self._row_ids = np.zeros(0, dtype=np.int64)         # doc id per row, -1 when free
         self._row_of = np.zeros(0, dtype=np.int64)          # row per doc id, -1 when absent
@@ -271,6 +289,15 @@ class VectorIndex:
     @property
     def tombstones(self) -> int:
         return len(self._tombstones)
+
+    @property
+    def bytes_per_vector(self) -> int:
+        """About what one vector costs here: its float32 row, and in HNSW mode the
+        graph's quantised copy and its links (``2 * m`` on the base layer)."""
+        row = 4 * self.dim
+        if self._graph is None:
+            return row
+        return row + _QUANTIZED_BYTES[self._params.quantization] * self.dim + 8 * self._params.m + 16
 
     @property
     def pending(self) -> int:
@@ -380,7 +407,7 @@ class VectorIndex:
                 self._marks_later.append(doc_id)  # searches leave it out meanwhile
             else:
                 with self._guard:
-                    self._graph.mark_deleted(doc_id)
+                    self._graph.remove(doc_id)
             self._tombstones.add(doc_id)
         self._maybe_build()
 
@@ -533,13 +560,12 @@ class VectorIndex:
             self._marks_later = marks
         else:
             self._marks_later = []
-            with self._guard:
-                for doc_id in marks:
-                    try:
-                        graph.mark_deleted(doc_id)
-                    except RuntimeError:
-                        pass  # marked already (the clone was taken after the live graph marked it)
-        self._graph, self._graph_size, self._tombstones = graph, int(graph.get_current_count()), tombstones
+            if marks:
+                with self._guard:  # (a key removed already is passed over)
+                    graph.remove(np.array(marks, dtype=np.uint64))
+        # a removed key keeps its node in the graph until a rebuild: counted as a tombstone
+        size = len(graph) + len(tombstones) - (len(set(marks)) if later else 0)
+        self._graph, self._graph_size, self._tombstones = graph, size, tombstones
         self._touched = None
         build.graph = None
         _release_freed_memory()  # the replaced graph's many small blocks
@@ -604,30 +630,15 @@ class VectorIndex:
 
     def to_sidecar(self) -> bytes | None:
         """The graph as bytes (None in exact mode): a header naming the ids and
-        tombstones it covers and a checksum, then hnswlib's own arrays. Costs a
-        copy of the graph; call it where the index is not changing."""
+        tombstones it covers and a checksum, then the graph as usearch serialises it.
+        Costs a copy of the graph; call it where the index is not changing."""
         if self._graph is None:
             return None
-        state = self._graph.__getstate__()[0]  # hnswlib's own copy of the graph
-        scalars: dict[str, Any] = {}
-        arrays: list[dict[str, Any]] = []
-        # Views of those arrays, joined once below: the graph is copied one more
-        # time only (at 100,000 x 384 each copy is about 160 MB of peak memory).
-        parts: list[memoryview | bytes] = []
-        offset = 0
-        crc = 0
-        for key, value in state.items():
-            if isinstance(value, np.ndarray):
-                part = byte_view(value)
-                arrays.append({"name": key, "dtype": value.dtype.str, "shape": list(value.shape),
-                               "offset": offset, "nbytes": len(part)})
-                parts.append(part)
-                crc = zlib.crc32(part, crc)
-                offset += len(part)
-            else:
-                scalars[key] = value
+        body = self._graph.save()  # usearch's own serialisation (a copy)
         header = orjson.dumps({
             "version": _SIDECAR_VERSION,
+            "library": _GRAPH_LIBRARY,
+            "quantization": self._params.quantization,
             "dim": self.dim,
             "count": self._count,
             "ids_checksum": self._ids_checksum(),
@@ -635,11 +646,9 @@ class VectorIndex:
             "tombstones": sorted(self._tombstones),
             "pending": sorted(self._pending),
             "graph_size": self._graph_size,
-            "body_checksum": f"{crc:08x}",  # _crc of the joined body
-            "scalars": scalars,
-            "arrays": arrays,
+            "body_checksum": _crc(body),
         })
-        return b"".join([_MAGIC, struct.pack("<Q", len(header)), header, *parts])
+        return b"".join([_MAGIC, struct.pack("<Q", len(header)), header, body])
 
     def snapshot_view(self) -> VectorsView:
         """What a snapshot writes of this index, read later in the writer's thread
@@ -652,7 +661,7 @@ class VectorIndex:
         view = VectorsView(self.dim, self._rows, live_rows, self._row_ids[live_rows], graph=self._graph,
                            save_guard=self._save_guard,
                            tombstones=sorted(self._tombstones), pending=sorted(self._pending),
-                           graph_size=self._graph_size)
+                           graph_size=self._graph_size, quantization=self._params.quantization)
         self._views.append(weakref.ref(view))
         return view
 
@@ -661,7 +670,7 @@ class VectorIndex:
                       graph: str | None, meta: bytes | memoryview | None,
                       **params: Any) -> VectorIndex:
         """An index over the vectors a :class:`VectorsView` wrote (rows as the index held
-        them), with its graph loaded from the file hnswlib saved (its path)
+        them), with its graph loaded from the file usearch saved (its path)
         when ``meta`` shows it was saved from exactly these vectors; otherwise the
         graph is rebuilt (if wanted). ``sidecar_status`` says what happened."""
         index = cls(dim, **params)
@@ -688,22 +697,19 @@ class VectorIndex:
         self._free.extend(self._free_later)
         self._free_later = []
         if self._graph is not None and self._marks_later:
-            with self._guard:
-                for doc_id in self._marks_later:
-                    try:
-                        self._graph.mark_deleted(doc_id)
-                    except RuntimeError:
-                        pass  # marked already
+            with self._guard:  # (a key removed already is passed over)
+                self._graph.remove(np.array(self._marks_later, dtype=np.uint64))
         self._marks_later = []
         return False
 
-    def _load_graph_file(self, graph: str, meta_data: bytes | memoryview) -> SidecarStatus:
+    def _load_graph_file(self, graph_path: str, meta_data: bytes | memoryview) -> SidecarStatus:
         try:
             meta = orjson.loads(meta_data)
             if not isinstance(meta, dict):
                 return "corrupt"
-            if meta.get("version") != _GRAPH_FILE_VERSION or meta.get("space") != "ip":
-                return "stale"
+            if meta.get("version") != _GRAPH_FILE_VERSION or meta.get("space") != "ip" or \
+                    meta.get("quantization") != self._params.quantization:
+                return "stale"  # (version 1: hnswlib's file; the graph is rebuilt)
             if (meta["dim"] != self.dim or meta["count"] != self._count
                     or meta["ids_checksum"] != self._ids_checksum()
                     or meta["rows_crc"] != f"{zlib.crc32(byte_view(self._rows[: self._count])):08x}"):
@@ -713,30 +719,39 @@ class VectorIndex:
             graph_size = int(meta["graph_size"])
         except (ValueError, KeyError, TypeError, orjson.JSONDecodeError):
             return "corrupt"
+        graph = _new_graph(self._params)
+        try:
+            graph.load(graph_path)
+        except (RuntimeError, ValueError, OSError):
+            return "corrupt"
+        status = self._check_graph(graph, tombstones, pending)
+        if status != "loaded":
+            return status
+        self._graph_size = graph_size
+        return "loaded"
+
+    def _check_graph(self, graph: Any, tombstones: I64, pending: I64) -> SidecarStatus:
+        """Adopt a loaded graph when its keys are those of the live docs (but the
+        deferred ones) and its quantisation and size are this index's; "stale" otherwise."""
         live = self._sorted_ids()
         if len(pending) and not bool(self.holds(pending).all()):
             return "stale"
-        expected = np.union1d(np.setdiff1d(live, pending, assume_unique=True), tombstones)
-        index = hnswlib.Index(space="ip", dim=self.dim)
-        try:
-            index.load_index(graph, max_elements=0)
-        except (RuntimeError, ValueError, OSError):
-            return "corrupt"
-        labels = np.sort(np.asarray(index.get_ids_list(), dtype=np.int64))
-        # deferred docs a catch-up in place had added when the graph was saved are in it
-        # too (they stay deferred: searched exactly as well, and added again)
-        extra = np.setdiff1d(labels, expected, assume_unique=True)
-        if len(np.setdiff1d(expected, labels, assume_unique=True)) or not np.isin(extra, pending).all():
+        if graph.ndim != self.dim or graph.connectivity != self._params.m or \
+                str(graph.dtype).rsplit(".", 1)[-1].lower() != self._params.quantization:
             return "stale"
-        graph_size = int(index.get_current_count())
-        for doc_id in tombstones.tolist():
-            try:
-                index.mark_deleted(doc_id)
-            except RuntimeError:
-                pass  # marked in the file already
-        index.set_num_threads(self._params.num_threads)
-        self._graph = index
-        self._graph_size = graph_size
+        expected = np.setdiff1d(live, pending, assume_unique=True)
+        labels = np.sort(np.asarray(graph.keys, dtype=np.uint64).astype(np.int64))
+        # keys removed while a snapshot read the graph are still in it (and among the
+        # tombstones); deferred docs a catch-up in place had added are in it too (they
+        # stay deferred: searched exactly as well, and added again)
+        extra = np.setdiff1d(labels, expected, assume_unique=True)
+        if len(np.setdiff1d(expected, labels, assume_unique=True)) or \
+                not np.isin(extra, np.union1d(pending, tombstones)).all():
+            return "stale"
+        stale_keys = np.intersect1d(extra, tombstones, assume_unique=True)
+        if len(stale_keys):
+            graph.remove(stale_keys.astype(np.uint64))
+        self._graph = graph
         self._tombstones = set(tombstones.tolist())
         self._pending = dict.fromkeys(pending.tolist())
         self._pending_block = None
@@ -752,45 +767,29 @@ class VectorIndex:
             header = orjson.loads(data[start : start + header_size])
             body = memoryview(data)[start + header_size :]
             if header.get("version") != _SIDECAR_VERSION:
-                return "stale"
+                return "stale"  # an hnswlib graph (version 3 and before): rebuilt
             if _crc(body) != header["body_checksum"]:
                 return "corrupt"
             if (header["dim"] != self.dim or header["count"] != self._count
+                    or header.get("quantization") != self._params.quantization
                     or header["ids_checksum"] != self._ids_checksum()
                     or header["vectors_checksum"] != self._vectors_checksum()):
                 return "stale"
-            state: dict[str, Any] = dict(header["scalars"])
-            for spec in header["arrays"]:
-                chunk = body[spec["offset"] : spec["offset"] + spec["nbytes"]]
-                state[spec["name"]] = np.frombuffer(chunk, dtype=np.dtype(spec["dtype"])).reshape(
-                    spec["shape"])  # hnswlib copies what it adopts
+            tombstones = {int(t) for t in header["tombstones"]}
+            pending = {int(t) for t in header.get("pending", [])}
+            graph_size = int(header["graph_size"])
         except (ValueError, KeyError, TypeError, struct.error, orjson.JSONDecodeError):
             return "corrupt"
-        if state.get("space") != "ip" or state.get("dim") != self.dim:
-            return "stale"
-        tombstones = {int(t) for t in header["tombstones"]}
-        pending = {int(t) for t in header.get("pending", [])}
-        labels = state.get("label_lookup_external")
-        if not isinstance(labels, np.ndarray):
-            return "corrupt"
-        live = set(self.doc_ids())
-        if not pending <= live or set(labels.tolist()) != (live - pending) | tombstones or (
-                (live - pending) & tombstones):
-            return "stale"
-        graph = hnswlib.Index.__new__(hnswlib.Index)
+        graph = _new_graph(self._params)
         try:
-            graph.__setstate__((state,))
-        except (RuntimeError, ValueError, TypeError):
+            graph.load(bytes(body))
+        except (RuntimeError, ValueError):
             return "corrupt"
-        # The graph's own copy of the vectors is the one the checksums above vouch for:
-        # the body checksum covers it, and the header names the vectors it was made from.
-        graph.set_num_threads(self._params.num_threads)
-        self._graph = graph
-        self._graph_size = int(header["graph_size"])
-        self._tombstones = tombstones
-        self._pending = dict.fromkeys(sorted(pending))
-        self._pending_block = None
-        self._touched = None
+        status = self._check_graph(graph, np.array(sorted(tombstones), dtype=np.int64),
+                                   np.array(sorted(pending), dtype=np.int64))
+        if status != "loaded":
+            return status
+        self._graph_size = graph_size
         return "loaded"
 
     def _adopt_unit_rows(self, doc_ids: Sequence[int] | I64, vectors: npt.ArrayLike) -> None:
@@ -839,13 +838,9 @@ class VectorIndex:
 
     def _graph_insert(self, ids: I64, matrix: F32, new: int) -> None:
         """Add or update *ids* in the graph; *new* of them are labels it lacks."""
-        graph = self._graph
         needed = self._graph_size + new
-        capacity = graph.get_max_elements()
         with self._guard:
-            if needed > capacity:
-                graph.resize_index(max(needed, 2 * capacity))
-            graph.add_items(matrix, ids, num_threads=self._params.num_threads)
+            _graph_add(self._graph, ids, matrix, self._params.num_threads)
         self._tombstones.difference_update(ids.tolist())
         self._graph_size = needed
 
@@ -853,20 +848,29 @@ class VectorIndex:
                       allowed: npt.NDArray[np.bool_] | None) -> list[tuple[int, float]]:
         k = min(top_k, allowed_count)
         ef = max(k, min(max(self.ef_search, math.ceil(self.ef_search * k / 10)), _MAX_EF))
-        self._graph.set_ef(ef)
-        allowed_filter = None if allowed is None else allowed.tobytes().__getitem__
+        # The graph ranks by its quantised vectors: it gives ``rescore`` times as many
+        # candidates, rescored below from the float32 rows. A filter is applied to its
+        # answer (the graph has none of its own), so it is asked for as many more as the
+        # allowed share is small; when too few of them are allowed, the search is exact.
+        wanted = self.rescore * k
+        if allowed is not None:
+            wanted = math.ceil(wanted * 1.5 * max(1, self._count) / max(1, allowed_count))
         unmarked = len(self._marks_later)
-        try:
-            with self._guard:
-                labels, _ = self._graph.knn_query(query, k=min(k + unmarked, self._graph_size), num_threads=1,
-                                                  filter=allowed_filter)
-        except RuntimeError:
-            # hnswlib found fewer than k reachable elements: answer exactly instead.
+        count = min(wanted + unmarked, self._graph_size)
+        with self._guard:
+            graph = self._graph
+            graph.expansion_search = max(ef, count)
+            labels = graph.search(query, count, threads=1).keys
+        ids = np.asarray(labels, dtype=np.uint64).astype(np.int64).reshape(-1)
+        if allowed is not None:
+            ids = ids[ids < len(allowed)]
+            ids = ids[allowed[ids]]
+        if len(ids) < k:
+            # fewer than k reachable (or allowed) among the graph's answer: answer exactly instead
             if allowed is None:
                 return self._exact_all(query, top_k)
             rows = self._row_of[np.flatnonzero(allowed)]
             return self._exact_rows(query, rows[rows >= 0], top_k)
-        ids = labels[0].astype(np.int64)
         rows = self._row_of[ids[ids < len(self._row_of)]]
         if len(rows) < len(ids) or (rows < 0).any():
             # removed while a snapshot or a build read the graph (not marked in it yet),
@@ -1006,16 +1010,18 @@ class VectorsView:
 
     The vectors file: ``MNXVEC01``, the dimension (u32), the dtype (4 bytes, ``<f4``),
     the count (u64), the doc ids (int64), the rows (little-endian): see
-    :func:`read_vectors_file`. The graph: hnswlib's own file (``save_index``) and a
+    :func:`read_vectors_file`. The graph: usearch's own file (``save``) and a
     small JSON ``meta_chunks`` naming the ids, rows and tombstones it belongs to."""
 
-    __slots__ = ("__weakref__", "_graph", "_graph_size", "_ids", "_live_rows", "_pending", "_rows",
-                 "_rows_crc", "_save_guard", "_tombstones", "dim", "done")
+    __slots__ = ("__weakref__", "_graph", "_graph_size", "_ids", "_live_rows", "_pending", "_quantization",
+                 "_rows", "_rows_crc", "_save_guard", "_tombstones", "dim", "done")
 
     def __init__(self, dim: int, rows: F32, live_rows: I64, ids: I64, *, graph: Any, tombstones: list[int],
                  pending: list[int], graph_size: int,
-                 save_guard: AbstractContextManager[Any] | None = None) -> None:
+                 save_guard: AbstractContextManager[Any] | None = None,
+                 quantization: Quantization = "i8") -> None:
         self.dim = dim
+        self._quantization = quantization
         self._save_guard = save_guard if save_guard is not None else contextlib.nullcontext()
         self._rows, self._live_rows, self._ids = rows, live_rows, ids
         self._graph, self._graph_size = graph, graph_size
@@ -1053,18 +1059,19 @@ class VectorsView:
         self._rows_crc = crc
 
     def write_graph(self, path: str) -> None:
-        """The graph as hnswlib saves it into the file at ``path``."""
+        """The graph as usearch saves it into the file at ``path``."""
         assert self._graph is not None
         # a build adding to it in place waits; searches do not (the owner changes
         # nothing in a graph a view reads: removals wait, inserts are deferred)
         with self._save_guard:
-            self._graph.save_index(path)
+            self._graph.save(path)
 
     def meta_chunks(self) -> Iterator[bytes]:
         """What the graph file belongs to (read after ``vector_chunks``: it names their checksum)."""
         assert self._rows_crc is not None, "vector_chunks first"
         yield orjson.dumps({
-            "version": _GRAPH_FILE_VERSION, "space": "ip", "dim": self.dim, "count": len(self._ids),
+            "version": _GRAPH_FILE_VERSION, "library": _GRAPH_LIBRARY, "space": "ip",
+            "quantization": self._quantization, "dim": self.dim, "count": len(self._ids),
             "ids_checksum": _ids_checksum(np.sort(self._ids)), "rows_crc": f"{self._rows_crc:08x}",
             "tombstones": self._tombstones, "pending": self._pending, "graph_size": self._graph_size,
         })
@@ -1151,33 +1158,38 @@ def _crc(data: bytes | memoryview) -> str:
     return f"{zlib.crc32(data):08x}"
 
 
+def _new_graph(params: _GraphParams) -> Any:
+    """An empty usearch graph of these parameters (inner product over ``quantization``
+    vectors; usearch draws node levels from its own fixed seed, so one thread adding
+    the same vectors in the same order gives the same graph)."""
+    return _Graph(ndim=params.dim, metric="ip", dtype=params.quantization, connectivity=params.m,
+                  expansion_add=params.ef_construction, expansion_search=64)
+
+
+def _graph_add(graph: Any, ids: I64, vectors: F32, threads: int) -> None:
+    """Add (or replace) ``ids`` in ``graph``: a key still in it is removed first (usearch
+    keeps one vector per key)."""
+    keys = ids.astype(np.uint64)
+    present = np.asarray(graph.contains(keys), dtype=np.bool_).reshape(-1)
+    if present.any():
+        graph.remove(keys[present])
+    graph.add(keys, np.ascontiguousarray(vectors, dtype=np.float32), threads=threads)
+
+
 def _extend_graph(base: Any, ids: I64, vectors: F32, params: _GraphParams) -> Any:
-    """A clone of ``base`` with ``ids`` added (a catch-up). The clone is taken here,
-    in the builder's thread, through hnswlib's own file (its pickled state would be a
-    third copy of the graph in memory): the owner leaves ``base`` unchanged meanwhile
-    (it only searches it; removals wait for the build's view)."""
-    needed = base.get_current_count() + len(ids)
-    capacity = max(needed, 2 * base.get_max_elements()) if needed > base.get_max_elements() else \
-        base.get_max_elements()
-    with tempfile.TemporaryDirectory(prefix="mnemex-hnsw-") as folder:
-        path = str(Path(folder) / "graph.bin")
-        base.save_index(path)
-        graph = hnswlib.Index(space="ip", dim=params.dim)
-        graph.load_index(path, max_elements=capacity)
-    graph.set_num_threads(params.num_threads)
+    """A copy of ``base`` with ``ids`` added (a catch-up), taken in the builder's
+    thread: the owner leaves ``base`` unchanged meanwhile (it only searches it;
+    removals wait for the build's view)."""
+    graph = base.copy()
     if len(ids):
-        graph.add_items(vectors, ids, num_threads=params.num_threads)
+        _graph_add(graph, ids, vectors, params.num_threads)
     return graph
 
 
 def _build_graph(view: VectorsView, params: _GraphParams) -> Any:
     """A graph over the rows ``view`` reads, added a block at a time (one thread adds
     them in the same order as one call would: the same graph)."""
-    count = len(view.doc_ids)
-    graph = hnswlib.Index(space="ip", dim=params.dim)
-    graph.init_index(max_elements=max(_MIN_ROWS, count + count // 2),
-                     ef_construction=params.ef_construction, M=params.m, random_seed=params.seed)
-    graph.set_num_threads(params.num_threads)
+    graph = _new_graph(params)
     for ids, rows in view.blocks():
-        graph.add_items(rows, ids, num_threads=params.num_threads)
+        graph.add(ids.astype(np.uint64), rows, threads=params.num_threads)
     return graph

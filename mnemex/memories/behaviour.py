@@ -246,6 +246,7 @@ class ScopeSettings:
     hnsw_ef_construction: int = 100
     hnsw_ef_search: int = 320
     hnsw_tombstone_ratio: float = 0.2
+    hnsw_quantization: Literal["i8", "f16", "f32"] = "i8"
     hnsw_sidecar: bool = True
     hnsw_threads: int = 1
     search_mode: Literal["keyword", "fulltext", "vector", "hybrid"] = "hybrid"
@@ -319,6 +320,7 @@ class ScopeSettings:
         return {"hnsw_threshold": self.hnsw_threshold, "m": self.hnsw_m,
                 "ef_construction": self.hnsw_ef_construction, "ef_search": self.hnsw_ef_search,
                 "tombstone_ratio": self.hnsw_tombstone_ratio, "num_threads": self.hnsw_threads,
+                "quantization": self.hnsw_quantization,
                 "auto_build": False, "defer_inserts": True,
                 "guard": TurnLock(), "save_guard": threading.Lock()}
 
@@ -460,15 +462,12 @@ class ScopeMemory:
     def live_bytes(self) -> int:
         """An estimate of the memory this scope holds while live, for the runtime's
         ``kernel.max_live_bytes`` budget: a constant per scope and per memory, the
-        texts, and 4 bytes a dimension for each vector (twice once the HNSW graph
-        holds its own copy, plus its links)."""
+        texts, and each vector's bytes (its float32 row; once there is an HNSW graph,
+        also the graph's quantised copy and its links)."""
         size = SCOPE_BYTES + len(self.doc_of) * MEMORY_BYTES + self.content_bytes
         vectors = self.vectors
         if vectors is not None and len(vectors):
-            per_vector = 4 * self.dim
-            if vectors.mode == "hnsw":
-                per_vector = 2 * per_vector + 8 * self.settings.hnsw_m + 16
-            size += len(vectors) * per_vector
+            size += len(vectors) * vectors.bytes_per_vector
         return size + self.rank_cache.nbytes
 
     def __repr__(self) -> str:

@@ -8,8 +8,10 @@ is held as one bytes object):
   and their float32 rows, raw (``VectorsView.write_vectors``), read back mapped;
 * ``records2``: the records again as MessagePack chunks of 4,096 (length-prefixed),
   a few times faster to decode than the lines;
-* ``hnswlib`` and ``hnswmeta``: the HNSW graph as hnswlib saves it and what it was
-  saved from, loaded with hnswlib's ``load_index`` instead of being rebuilt;
+* ``usearch`` and ``usearchmeta``: the HNSW graph as usearch saves it (its vectors
+  quantised, see ``mnemex.index.vector``) and what it was saved from, loaded instead of
+  being rebuilt (the ``hnswlib`` and ``hnswmeta`` sidecars of earlier format 2
+  snapshots, an hnswlib graph, are passed over: the graph is rebuilt);
 * the text indexes' sidecars.
 
 A sidecar that only makes a restart fast and is missing, stale or damaged is
@@ -52,8 +54,8 @@ _VECTORS: Final = "vectors"  # format 1
 _RECORDS: Final = "records"  # format 1
 _VECTORS2: Final = "vectors2"
 _RECORDS2: Final = "records2"
-_GRAPH: Final = "hnswlib"
-_GRAPH_META: Final = "hnswmeta"
+_GRAPH: Final = "usearch"
+_GRAPH_META: Final = "usearchmeta"
 _RECORDS_CHUNK: Final = 4096
 _encode = msgspec.json.Encoder()
 
@@ -295,8 +297,8 @@ def read_vectors(name: str, image: Image, vector_docs: Sequence[int], dim: int) 
 def restore_vectors(name: str, image: Image, vector_docs: Sequence[int], dim: int,
                     params: Mapping[str, Any], *, graph: bool = True) -> VectorIndex:
     """The vector index of ``image``: format 2 from its vectors sidecar (and its graph
-    from hnswlib's file when ``graph`` and it is usable), format 1 from its vectors
-    sidecar or lines (and its pickled graph)."""
+    from usearch's file when ``graph`` and it is usable), format 1 from its vectors
+    sidecar or lines (its graph, hnswlib's pickled state, is rebuilt)."""
     if image.extra.get("format", 1) == 2:
         data = image.sidecars.get(_VECTORS2)
         if data is None:

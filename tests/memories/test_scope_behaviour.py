@@ -505,6 +505,23 @@ def test_a_failed_graph_build_leaves_search_exact() -> None:
     assert not d.jobs  # not retried at once
 
 
+@pytest.mark.parametrize("quantization", ["i8", "f16", "f32"])
+def test_a_scopes_graph_holds_the_configured_quantization_and_scores_are_exact(quantization: str) -> None:
+    exact = Driver(hnsw_threshold=10_000)
+    graph = Driver(hnsw_threshold=50, hnsw_quantization=quantization)
+    texts = [f"memory {i} about {['tea', 'lakes', 'trains', 'violins'][i % 4]} on day {i}" for i in range(120)]
+    exact.remember(*texts)
+    graph.remember(*texts)
+    graph.run_jobs()
+    assert graph.memory.vectors is not None and graph.memory.vectors.mode == "hnsw"
+    assert graph.memory.vectors._params.quantization == quantization
+    for query in ("tea on day 4", "violins", "lakes and trains"):
+        hits = graph.search(query, "vector", min_score=0.0).hits
+        got = [(h.memory.content, round(h.score, 6)) for h in hits]
+        assert got == [(h.memory.content, round(h.score, 6))
+                       for h in exact.search(query, "vector", min_score=0.0).hits]
+
+
 # -- session context ----------------------------------------------------------------------------
 def test_a_memorys_session_neighbours_rank_it_in_fulltext_search() -> None:
     driver = Driver()

@@ -35,7 +35,7 @@ def test_a_restored_scope_keeps_no_snapshot_file_mapped(tmp_path: Path) -> None:
     data = driver.memory.snapshot()
     assert callable(data.records) and callable(data.sidecars)
     sidecars = data.sidecars()
-    assert {"records2", "vectors2", "hnswlib", "hnswmeta", "keyword", "bm25"} <= set(sidecars)
+    assert {"records2", "vectors2", "usearch", "usearchmeta", "keyword", "bm25"} <= set(sidecars)
     assert data.required == {"vectors2"}
     store = FileStore(tmp_path, "scope", KEY)
     store.write_snapshot(7, 1_000, data.records(), created=2_000, extra=dict(data.extra), sidecars=sidecars,
