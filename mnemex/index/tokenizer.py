@@ -59,6 +59,7 @@ import functools
 import importlib
 import itertools
 import re
+import threading
 import unicodedata
 from collections.abc import Callable, Iterable
 from typing import Final, NamedTuple
@@ -401,6 +402,7 @@ class Tokenizer:
             self.stem = stem
         self._stem_word: Callable[[str], str] | None = None
         self._stems: dict[str, str] = {}
+        self._stem_lock = threading.Lock()
         if self.stem is not None:
             self._stem_word = _snowball(self.stem)
         # Folding the text before splitting it gives the same words as folding each
@@ -486,7 +488,8 @@ class Tokenizer:
         if cached is not None:
             return cached
         assert self._stem_word is not None
-        stemmed = self._stem_word(word)
+        with self._stem_lock:  # a Snowball stemmer keeps its word in itself: one at a time
+            stemmed = self._stem_word(word)
         if len(self._stems) >= self._STEM_CACHE_LIMIT:
             self._stems.clear()
         self._stems[word] = stemmed

@@ -50,6 +50,7 @@ graph's expansion terms, the same for every query naming the same entities.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -610,7 +611,8 @@ class RankCache:
     """What a scope's searches share while its full-text index does not change: the
     scores of a query expansion's terms over every memory (the same entities named
     give the same terms). Bounded: the least recently used entries go past ``limit``
-    entries or ``max_bytes``."""
+    entries or ``max_bytes``. Searches running side by side (beside the actor) share
+    it: its entries change under a lock; what is computed is computed outside it."""
 
     def __init__(self, limit: int = 32, max_bytes: int = 8 << 20) -> None:
         self.limit, self.max_bytes = limit, max_bytes
@@ -618,29 +620,38 @@ class RankCache:
         self._changes = -1
         self._expanded: dict[Any, F64 | None] = {}  # least recently used first
         self.nbytes = 0
+        self._lock = threading.Lock()
 
     def expanded(self, bm25: BM25Index, key: Any,
                  compute: Callable[[Any], F64 | None]) -> F64 | None:
         """``compute(key)``, kept while ``bm25`` does not change (read-only); another
         index (a scope's indexes rebuilt) starts afresh."""
-        if bm25.changes != self._changes or self._index is None or self._index() is not bm25:
-            self.clear()
-            self._index, self._changes = weakref.ref(bm25), bm25.changes
-        if key in self._expanded:
-            found = self._expanded[key] = self._expanded.pop(key)
-            return found
+        with self._lock:
+            if bm25.changes != self._changes or self._index is None or self._index() is not bm25:
+                self._clear()
+                self._index, self._changes = weakref.ref(bm25), bm25.changes
+            if key in self._expanded:
+                found = self._expanded[key] = self._expanded.pop(key)
+                return found
         found = compute(key)
-        size = found.nbytes if found is not None else 0
         if found is not None:
             found.flags.writeable = False
-        self._expanded[key] = found
-        self.nbytes += size
-        while len(self._expanded) > 1 and (len(self._expanded) > self.limit or self.nbytes > self.max_bytes):
-            dropped = self._expanded.pop(next(iter(self._expanded)))
-            self.nbytes -= dropped.nbytes if dropped is not None else 0
+        with self._lock:
+            if key in self._expanded or bm25.changes != self._changes:
+                return found  # another search kept it meanwhile, or the index changed
+            self._expanded[key] = found
+            self.nbytes += found.nbytes if found is not None else 0
+            while len(self._expanded) > 1 and (len(self._expanded) > self.limit
+                                               or self.nbytes > self.max_bytes):
+                dropped = self._expanded.pop(next(iter(self._expanded)))
+                self.nbytes -= dropped.nbytes if dropped is not None else 0
         return found
 
     def clear(self) -> None:
+        with self._lock:
+            self._clear()
+
+    def _clear(self) -> None:
         self._expanded.clear()
         self.nbytes = 0
         self._changes = -1
