@@ -856,11 +856,11 @@ class VectorIndex:
                       allowed: npt.NDArray[np.bool_] | None) -> list[tuple[int, float]]:
         k = min(top_k, allowed_count)
         ef = max(k, min(max(self.ef_search, math.ceil(self.ef_search * k / 10)), _MAX_EF))
-        self._graph.set_ef(ef)
         allowed_filter = None if allowed is None else allowed.tobytes().__getitem__
         unmarked = len(self._marks_later)
         try:
-            with self._guard:
+            with self._guard:  # ef is the graph's: set it in the same hold (searches may run side by side)
+                self._graph.set_ef(ef)
                 labels, _ = self._graph.knn_query(query, k=min(k + unmarked, self._graph_size), num_threads=1,
                                                   filter=allowed_filter)
         except RuntimeError:
