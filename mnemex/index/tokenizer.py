@@ -55,14 +55,15 @@ Everything here is pure and deterministic.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import itertools
 import re
-import threading
 import unicodedata
 from collections.abc import Callable, Iterable
-from typing import Final, NamedTuple
+from contextlib import AbstractContextManager
+from typing import Any, Final, NamedTuple
 
 from mnemex.errors import InvalidInput
 
@@ -386,7 +387,8 @@ class Tokenizer:
     _STEM_CACHE_LIMIT: Final = 200_000
 
     def __init__(self, stop_words: bool | Iterable[str] = True, stem: bool | str = False,
-                 fold_accents: bool = False) -> None:
+                 fold_accents: bool = False, *,
+                 stem_guard: AbstractContextManager[Any] | None = None) -> None:
         self.fold_accents = bool(fold_accents)
         if stop_words is True:
             self.stop_words: frozenset[str] = ENGLISH_STOP_WORDS
@@ -402,7 +404,10 @@ class Tokenizer:
             self.stem = stem
         self._stem_word: Callable[[str], str] | None = None
         self._stems: dict[str, str] = {}
-        self._stem_lock = threading.Lock()
+        # A Snowball stemmer keeps the word it stems in itself: an owner whose threads
+        # share this tokenizer (searches side by side) gives a lock for it.
+        self._stem_guard: AbstractContextManager[Any] = (stem_guard if stem_guard is not None
+                                                         else contextlib.nullcontext())
         if self.stem is not None:
             self._stem_word = _snowball(self.stem)
         # Folding the text before splitting it gives the same words as folding each
@@ -488,7 +493,7 @@ class Tokenizer:
         if cached is not None:
             return cached
         assert self._stem_word is not None
-        with self._stem_lock:  # a Snowball stemmer keeps its word in itself: one at a time
+        with self._stem_guard:
             stemmed = self._stem_word(word)
         if len(self._stems) >= self._STEM_CACHE_LIMIT:
             self._stems.clear()

@@ -64,7 +64,6 @@ import hashlib
 import math
 import struct
 import tempfile
-import threading
 import weakref
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -237,7 +236,6 @@ class VectorIndex:
         self._views: list[weakref.ref[VectorsView]] = []   # snapshots being written from this index
         self._free_later: list[int] = []                    # rows freed while a view reads them
         self._marks_later: list[int] = []                   # graph tombstones to mark once no view reads it
-        self._views_lock = threading.Lock()                 # _viewed's, for searches side by side
         # A lock shared with builder threads (given by an owner that runs builds beside
         # it): with one, a catch-up adds to the live graph in place, in small batches
         # between searches, instead of cloning it (one graph in memory, not two).
@@ -684,19 +682,18 @@ class VectorIndex:
         waited for it is done: freed rows become reusable, removals are marked in the graph."""
         if not self._views:
             return False
-        with self._views_lock:  # searches side by side (beside their actor) may all get here
+        with self._guard:  # searches side by side (beside their owner) may all get here
             self._views = [ref for ref in self._views if (view := ref()) is not None and not view.done]
             if self._views:
                 return True
             self._free.extend(self._free_later)
             self._free_later = []
-            if self._graph is not None and self._marks_later:
-                with self._guard:
-                    for doc_id in self._marks_later:
-                        try:
-                            self._graph.mark_deleted(doc_id)
-                        except RuntimeError:
-                            pass  # marked already
+            if self._graph is not None:
+                for doc_id in self._marks_later:
+                    try:
+                        self._graph.mark_deleted(doc_id)
+                    except RuntimeError:
+                        pass  # marked already
             self._marks_later = []
             return False
 

@@ -438,7 +438,8 @@ class ScopeMemory:
         fold = settings.fold_accents
         self.keyword = KeywordIndex(keep_words=False, fold_accents=fold)  # _unindex passes the content
         self.bm25 = BM25Index(k1=settings.bm25_k1, b=settings.bm25_b,
-                              tokenizer=Tokenizer(stem=settings.fulltext_stem, fold_accents=fold),
+                              tokenizer=Tokenizer(stem=settings.fulltext_stem, fold_accents=fold,
+                                                  stem_guard=threading.Lock()),
                               context_weight=settings.context_weight)
         # per session: its memories as (id, doc), by id; neighbours give each its context
         self.sessions: dict[str, list[tuple[str, int]]] = {}
