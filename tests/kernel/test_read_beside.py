@@ -101,7 +101,8 @@ async def test_reads_run_side_by_side_in_worker_threads_and_see_exactly_the_writ
     async with open_actor_runtime(mnemex.Config(data_dir=None), [BESIDE]) as rt:
         replies = await batch(rt, [Add(1), Get(), Get(), Add(10), Get(), Add(100)])
         assert replies[0] == 1 and replies[3] == 11 and replies[5] == 111
-        (first, first_thread), (second, second_thread), (third, third_thread) = replies[1], replies[2], replies[4]
+        (first, first_thread), (second, second_thread) = replies[1], replies[2]
+        third, third_thread = replies[4]
         assert (first, second, third) == (1, 1, 11)
         assert first_thread != second_thread  # both waited at the barrier: side by side
         assert threading.get_ident() not in (first_thread, second_thread, third_thread)

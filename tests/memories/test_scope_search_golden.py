@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from scope_support import Driver
 
+from mnemex.memories import behaviour
 from mnemex.memories.protocol import Forget
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "search-golden.json"
@@ -65,7 +66,8 @@ def searches(beside: bool = False) -> list[list[Any]]:
         else:
             results = [driver.search(query, top_k=10, min_score=-1.0, **options) for query in QUERIES]
         for result in results:
-            out.append([[hit.memory.content, hit.score, hit.scores, list(hit.found_by)] for hit in result.hits])
+            out.append([[hit.memory.content, hit.score, hit.scores, list(hit.found_by)]
+                        for hit in result.hits])
 
     run()
     run(filter={"session_id": "session-3"})
@@ -75,7 +77,8 @@ def searches(beside: bool = False) -> list[list[Any]]:
 
 
 @pytest.mark.parametrize("beside", [False, True], ids=["in-turn", "beside"])
-def test_hybrid_hits_are_those_of_the_ranking_before(beside: bool) -> None:
+def test_hybrid_hits_are_those_of_the_ranking_before(beside: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(behaviour, "BESIDE_MIN_MEMORIES", 0)  # 300 memories: beside too
     expected = json.loads(FIXTURE.read_text())
     got = searches(beside)
     assert len(got) == len(expected)
