@@ -3,7 +3,8 @@ memory service and a bare ASGI app, clients and servers on this machine (loopbac
 
 Run: python bench/http.py [--ark PATH] [--baseline-tree PATH] [--rounds N]
                           [--connections 1,16,64] [--quick] [--duration S]
-                          [--memories N] [--chunks K] [--readers R] [--warmup S] [--embedder NAME]
+                          [--memories N] [--users U] [--routes get,search,post,stream]
+                          [--chunks K] [--readers R] [--warmup S] [--embedder NAME]
                           [--bare-stack uvicorn|hypercorn-trio] [--out FILE]
 
 Servers, each a subprocess kept up for the whole run:
@@ -27,8 +28,9 @@ the tables giving medians (nearest rank):
 - ``GET /messages?session_id=``: a 50-message session stored first through POST
   /messages on each server. Measured before anything else is stored: the reference
   service filters every stored message on each GET.
-- ``POST /memory/search`` over --memories memories (mnemex servers and bare only:
-  the reference service has no such route).
+- ``POST /memory/search`` over --memories memories in each of --users scopes (one
+  by default; with more, request *i* searches user *i* mod --users), mnemex servers
+  and bare only: the reference service has no such route.
 - ``POST /messages``: one user message per request, 64 sessions in turn.
 - a pushed stream: --readers readers ``GET /stream/{id}?from-beginning=true&wait-for-query=30s``,
   one pusher ``POST /stream/{id}`` with a chunked NDJSON body of --chunks
@@ -36,6 +38,8 @@ the tables giving medians (nearest rank):
   the chunks all readers received per second, from the first pushed byte to the
   last reader's ``[DONE]``; each reader's chunks are checked to be every one, once,
   in order (an asyncio client on raw sockets, parsed by httptools).
+
+--routes measures only some of them (names: get, search, post, stream).
 
 The bars of issue 23 are printed as a table with their verdicts. Any answer >= 400,
 socket error, or chunk lost, duplicated or out of order prints a WARNING and the
@@ -105,7 +109,8 @@ counter = 0
 request = function()
   counter = counter + 1
   local q = queries[(counter % #queries) + 1]
-  local body = '{"query":"' .. q .. '","user_id":"bench","app_name":"bench","top_k":10}'
+  local user = 'bench' .. (counter % {USERS})
+  local body = '{"query":"' .. q .. '","user_id":"' .. user .. '","app_name":"bench","top_k":10}'
   return wrk.format("POST", "/memory/search", {["Content-Type"] = "application/json"}, body)
 end
 """
@@ -113,14 +118,18 @@ end
 
 @dataclass(frozen=True)
 class Bar:
-    """One bar of issue 23: ``side`` at 16 connections against a figure or the
-    reference service's (``times`` its req/s)."""
+    """One bar of issue 23 (or, for searches, 17): ``side`` at 16 connections against
+    a figure or the reference service's (``times`` its req/s). A search bar holds for
+    its ``memories`` in each of ``users`` scopes, and gets no verdict from a run of
+    others."""
 
     label: str
     route: str
     minimum_rps: float | None = None
     times_ark: float | None = None
     max_p99_over_p50: float | None = None
+    memories: int = 10_000
+    users: int = 1
 
 
 BARS = (
@@ -128,9 +137,14 @@ BARS = (
     Bar("GET /messages (50-message session), 16 conns: mnemex >= 1.5x ark", GET_MESSAGES, times_ark=1.5),
     Bar("POST /memory/search (10,000 memories), 16 conns: >= 2,000 req/s", SEARCH, minimum_rps=2000),
     Bar("POST /memory/search (10,000 memories), 16 conns: p99 <= 3x p50", SEARCH, max_p99_over_p50=3.0),
+    Bar("POST /memory/search (100,000 memories), 16 conns: p99 <= 3x p50 (issue 17)", SEARCH,
+        max_p99_over_p50=3.0, memories=100_000),
+    Bar("POST /memory/search (16 users of 10,000 memories), 16 conns: p99 <= 3x p50 (issue 17)", SEARCH,
+        max_p99_over_p50=3.0, users=16),
 )
 BAR_CONNECTIONS = 16
 BAR_MEMORIES = 10_000
+ROUTE_NAMES = {"get": GET_MESSAGES, "search": SEARCH, "post": POST_MESSAGES, "stream": STREAM}
 STREAM_BAR_READERS = 10
 STREAM_BAR_RATE = 20_000
 
@@ -323,35 +337,40 @@ def store_read_session(server: Server) -> str | None:
     return None
 
 
-def store_memories(server: Server, n_memories: int) -> str | None:
-    """--memories memories in one scope through POST /memory/batch, then one search;
-    a warning unless it answers 2xx."""
+def store_memories(server: Server, n_memories: int, users: int) -> str | None:
+    """--memories memories in each of --users scopes (users ``bench0``, ``bench1``...)
+    through POST /memory/batch, then one search of each; a warning unless they answer 2xx."""
     texts, _ = texts_and_questions()
     started_at = time.perf_counter()
     rng = random.Random(7)
-    batch: list[dict[str, Any]] = []
+    answers = []
     with httpx.Client(base_url=server.base, timeout=600) as http:
-        for i in range(n_memories):
-            text = f"{texts[i % len(texts)]} (note {i}, {rng.randrange(10**6)})"
-            batch.append({"content": text, "user_id": "bench", "app_name": "bench"})
-            if len(batch) == 500 or i == n_memories - 1:
-                http.post("/memory/batch", json={"memories": batch}).raise_for_status()
-                batch = []
-        answer = http.post("/memory/search", json={"query": "weekend trip", "user_id": "bench",
-                                                   "app_name": "bench", "top_k": 10})
-    print(f"{server.side:9} stored {n_memories:,} memories in {time.perf_counter() - started_at:.1f} s; "
-          f"probe: POST /memory/search -> {answer.status_code}", flush=True)
-    if not 200 <= answer.status_code < 300:
-        return f"{server.side}: probe POST /memory/search answered {answer.status_code}: {answer.text[:200]}"
+        for user in range(users):
+            batch: list[dict[str, Any]] = []
+            for i in range(n_memories):
+                text = f"{texts[i % len(texts)]} (note {i}, {rng.randrange(10**6)})"
+                batch.append({"content": text, "user_id": f"bench{user}", "app_name": "bench"})
+                if len(batch) == 500 or i == n_memories - 1:
+                    http.post("/memory/batch", json={"memories": batch}).raise_for_status()
+                    batch = []
+        for user in range(users):
+            probe = {"query": "weekend trip", "user_id": f"bench{user}", "app_name": "bench", "top_k": 10}
+            answers.append(http.post("/memory/search", json=probe))
+    print(f"{server.side:9} stored {n_memories:,} memories for each of {users:,} users in "
+          f"{time.perf_counter() - started_at:.1f} s; probe: POST /memory/search -> "
+          f"{sorted({a.status_code for a in answers})}", flush=True)
+    bad = next((a for a in answers if not 200 <= a.status_code < 300), None)
+    if bad is not None:
+        return f"{server.side}: probe POST /memory/search answered {bad.status_code}: {bad.text[:200]}"
     return None
 
 
-def search_script() -> str:
+def search_script(users: int) -> str:
     _, questions = texts_and_questions()
     safe = [q.replace('"', "").replace("\\", "") for q in questions[:200]]
     # Lua string escapes are not JSON's: keep non-ASCII text as UTF-8 bytes
     listed = ",".join(json.dumps(q, ensure_ascii=False) for q in safe)
-    return SEARCH_LUA.replace("{QUERIES}", "{" + listed + "}")
+    return SEARCH_LUA.replace("{QUERIES}", "{" + listed + "}").replace("{USERS}", str(users))
 
 
 # -- wrk ---------------------------------------------------------------------------------------
@@ -658,15 +677,20 @@ def stream_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def bar_rows(medians: list[dict[str, Any]], streams: list[dict[str, Any]], *,
-             memories: int) -> list[dict[str, Any]]:
-    """Issue 23's bars: what was measured, and pass (True), FAIL (False) or why
-    there is no verdict."""
+             memories: int, users: int) -> list[dict[str, Any]]:
+    """Issue 23's bars (and 17's search bars): what was measured, and pass (True),
+    FAIL (False) or why there is no verdict. Only the search bars of the run's
+    memories and users are given (issue 23's when no bar has them)."""
     def median(route: str, side: str) -> dict[str, Any] | None:
         return next((m for m in medians if (m["route"], m["side"], m["connections"]) ==
                      (route, side, BAR_CONNECTIONS)), None)
 
     out = []
+    measured = (memories, users) if (memories, users) in {(b.memories, b.users) for b in BARS} \
+        else (BAR_MEMORIES, 1)
     for bar in BARS:
+        if bar.route == SEARCH and (bar.memories, bar.users) != measured:
+            continue  # the search bars of the run's setting (issue 23's for a setting of none)
         ours, theirs = median(bar.route, MNEMEX), median(bar.route, ARK)
         measured_text, verdict = "-", None
         if ours is not None and bar.times_ark is not None:
@@ -689,8 +713,9 @@ def bar_rows(medians: list[dict[str, Any]], streams: list[dict[str, Any]], *,
             met = "no verdict: ark not measured"
         elif any(m["non_2xx"] or m["socket_errors"] for m in (ours, theirs) if m is not None):
             met = "no verdict: answers >= 400 or socket errors"
-        elif bar.route == SEARCH and memories != BAR_MEMORIES:
-            met = f"no verdict: {memories:,} memories, the bar's are {BAR_MEMORIES:,}"
+        elif bar.route == SEARCH and (memories, users) != (bar.memories, bar.users):
+            met = (f"no verdict: {users:,} x {memories:,} memories, the bar's are "
+                   f"{bar.users:,} x {bar.memories:,}")
         out.append({"bar": bar.label, "measured": measured_text, "met": met})
     label = (f"pushed stream to {STREAM_BAR_READERS} readers: >= {STREAM_BAR_RATE:,} chunks/s total, "
              "none lost or reordered")
@@ -761,6 +786,10 @@ def main() -> None:
     parser.add_argument("--memories", type=int, default=BAR_MEMORIES,
                         help="memories stored in each mnemex server for the search rows "
                              f"(default {BAR_MEMORIES:,})")
+    parser.add_argument("--users", type=int, default=1,
+                        help="scopes of --memories memories each that the searches spread over (default 1)")
+    parser.add_argument("--routes", default=",".join(ROUTE_NAMES),
+                        help=f"what to measure, of {','.join(ROUTE_NAMES)} (default all)")
     parser.add_argument("--chunks", type=int, default=None,
                         help="chunks pushed per stream (default 20,000; 5,000 with --quick)")
     parser.add_argument("--readers", type=int, default=STREAM_BAR_READERS,
@@ -791,6 +820,10 @@ def main() -> None:
     rounds = args.rounds or (1 if args.quick else 3)
     chunks = args.chunks or (5_000 if args.quick else 20_000)
     connections = [int(c) for c in args.connections.split(",")]
+    unknown = set(args.routes.split(",")) - set(ROUTE_NAMES)
+    if unknown or args.users < 1:
+        sys.exit(f"--routes: unknown {', '.join(sorted(unknown))}" if unknown else "--users must be >= 1")
+    routes = {ROUTE_NAMES[name] for name in args.routes.split(",")}
     rows: list[dict[str, Any]] = []
     stream_rows: list[dict[str, Any]] = []
     warnings: list[str] = []
@@ -820,13 +853,14 @@ def main() -> None:
         warnings += [w for w in map(probe, servers) if w]
         warnings += [w for w in map(store_read_session, servers) if w]
         for server in servers:
-            if server.kind == MNEMEX and (warning := store_memories(server, args.memories)):
+            if server.kind == MNEMEX and SEARCH in routes and (
+                    warning := store_memories(server, args.memories, args.users)):
                 warnings.append(warning)
             # what storing queued (indexing, journal flushes, snapshots) is not measured
             wait_until_idle(server.process.pid, limit_s=60)
-        urls = {GET_MESSAGES: (f"/messages?session_id={READ_SESSION}", ""), SEARCH: ("", search_script()),
-                POST_MESSAGES: ("", POST_MESSAGES_LUA)}
-        for route in ROUTES:
+        urls = {GET_MESSAGES: (f"/messages?session_id={READ_SESSION}", ""),
+                SEARCH: ("", search_script(args.users)), POST_MESSAGES: ("", POST_MESSAGES_LUA)}
+        for route in (r for r in ROUTES if r in routes):
             path, script = urls[route]
             for server in servers:
                 if server.serves(route) and args.warmup > 0:
@@ -839,7 +873,7 @@ def main() -> None:
                     for server in servers:
                         if server.serves(route):
                             run(server, route, server.base + path, script, conns=conns, round_=round_)
-        for round_ in range(1, rounds + 1):
+        for round_ in range(1, rounds + 1 if STREAM in routes else 1):
             for server in servers:
                 row = {"route": STREAM, "side": server.side, "round": round_,
                        **measured_stream(server, f"bench-{round_}", chunks=chunks, readers=args.readers)}
@@ -856,10 +890,11 @@ def main() -> None:
 
     medians = summary(rows)
     streams = stream_summary(stream_rows)
+    searched = f"{args.memories:,} memories" + (f" x {args.users:,} users" if args.users > 1 else "")
     print()
     print(table(["route", "server", "conns", "runs", "req/s (median)", "min-max", "p50 ms", "p99 ms",
                  "p99/p50", "CPU us/req", "non-2xx", "socket err"],
-                [[m["route"] + (f" ({args.memories:,} memories)" if m["route"] == SEARCH else ""), m["side"],
+                [[m["route"] + (f" ({searched})" if m["route"] == SEARCH else ""), m["side"],
                   m["connections"], m["runs"], fmt_num(m["median_rps"]),
                   f"{m['rps_min']:,.0f}-{m['rps_max']:,.0f}",
                   fmt_ms(m["median_p50_ms"]), fmt_ms(m["median_p99_ms"]), fmt_ratio(m["p99_over_p50"]),
@@ -873,10 +908,11 @@ def main() -> None:
                   fmt_num(s["median_server_cpu_us"], 1), fmt_num(s["lost"]), fmt_num(s["duplicated"]),
                   fmt_num(s["reordered"]), f"{s['readers_done']}/{s['readers'] * s['runs']}"]
                  for s in streams]))
-    bars = bar_rows(medians, streams, memories=args.memories)
+    bars = bar_rows(medians, streams, memories=args.memories, users=args.users)
     print()
     verdicts = {True: "pass", False: "FAIL"}
-    print(table(["bar (issue 23)", "measured", ""],
+    title = "bar (issue 23)" + ("" if (args.memories, args.users) == (BAR_MEMORIES, 1) else ", search: 17")
+    print(table([title, "measured", ""],
                 [[b["bar"], b["measured"], verdicts.get(b["met"], b["met"])] for b in bars], left=3))
     versus = []
     if args.baseline_tree is not None:
@@ -894,7 +930,7 @@ def main() -> None:
     report = {
         "benchmark": "http", "machine": machine(), "duration_s": duration, "rounds": rounds,
         "connections": connections, "warmup_s": args.warmup, "memories": args.memories,
-        "embedder": args.embedder,
+        "users": args.users, "routes": sorted(routes), "embedder": args.embedder,
         "stream": {"chunks": chunks, "readers": args.readers}, "bare_stack": args.bare_stack,
         "servers": {s.side: s.imported for s in servers}, "ark_skipped": ark_skipped or None,
         "baseline_tree": str(args.baseline_tree.resolve()) if args.baseline_tree else None,
@@ -907,8 +943,8 @@ def main() -> None:
         # a smoke or partial run leaves the last full run's http.json alone
         custom = args.rounds not in (None, 3) or any(
             getattr(args, key) != parser.get_default(key)
-            for key in ("connections", "duration", "memories", "chunks", "readers", "embedder", "bare_stack",
-                        "warmup"))
+            for key in ("connections", "duration", "memories", "users", "routes", "chunks", "readers",
+                        "embedder", "bare_stack", "warmup"))
         path = write_results("http-quick" if args.quick else "http-custom" if custom else "http", report)
     print(f"\nwrote {path}")
     if warnings:

@@ -109,6 +109,12 @@ class KernelConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     are passivated until the total is under nine tenths of it. None: half the
     machine's physical memory. An actor in use is never passivated for it, so one
     scope larger than the budget still serves."""
+    read_threads: Annotated[int, msgspec.Meta(ge=0, le=64)] = 2
+    """Worker threads that run reads beside their actors (an actor kind's
+    ``read_beside``: a scope's searches), process-wide. While they run, the event
+    loop's thread serves other requests and actors, and the parts of a search that
+    let go of the GIL (the vector product, the HNSW walk) run on another core. 0:
+    every read runs in its actor's turn, on the event loop's thread."""
     shutdown_timeout: PositiveFloat = 30.0
     """Seconds a clean shutdown may take to drain mailboxes and write snapshots."""
     restore_attempts: PositiveInt = 3

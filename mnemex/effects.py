@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 __all__ = [
     "Behaviour",
+    "Beside",
     "Effect",
     "Emit",
     "Forward",
@@ -158,3 +159,17 @@ class Step:
     reply: Any
     effects: tuple[Effect, ...] = ()
     unchanged: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Beside:
+    """A read a behaviour answers beside its actor (``ActorKind.read_beside``):
+    ``run()`` gives the reply (or raises the MnemexError refusing it) in a worker
+    thread, while the actor's own thread goes on serving others. It must only read
+    the behaviour, which changes under it in no way meanwhile: the kernel runs it
+    beside the other reads of the same run of commands, and handles nothing of that
+    actor until every one has returned. ``effects`` are performed as a Step's, after
+    the reply (planned when the read was, on the actor's thread)."""
+
+    run: Callable[[], Any]
+    effects: tuple[Effect, ...] = ()

@@ -19,6 +19,7 @@ from mnemex.conversations.summaries import ExtractiveSummarizer, LLMSummarizer, 
 from mnemex.conversations.tokens import TokenCounter
 from mnemex.effects import (
     Behaviour,
+    Beside,
     Effect,
     Emit,
     Forward,
@@ -94,6 +95,7 @@ __all__ = [
     "ActorKind",
     "ActorRef",
     "Behaviour",
+    "Beside",
     "Command",
     "Effect",
     "Emit",

@@ -153,8 +153,8 @@ def test_the_public_face_is_pinned() -> None:
 
 def test_the_extension_face_is_pinned() -> None:
     assert sorted(mnemex.lowlevel.__all__) == sorted([
-        "ActorKind", "ActorRef", "Behaviour", "Command", "Effect", "Emit", "Forward", "Host", "Image", "Job",
-        "JobResult", "JsonCodec", "Key", "Reply", "Runtime", "RuntimeStats", "ScopeKind", "ShutdownReport",
+        "ActorKind", "ActorRef", "Behaviour", "Beside", "Command", "Effect", "Emit", "Forward", "Host", "Image",
+        "Job", "JobResult", "JsonCodec", "Key", "Reply", "Runtime", "RuntimeStats", "ScopeKind", "ShutdownReport",
         "SnapshotData", "Step", "Subscription", "Tell", "agent_kind", "encode_snapshot", "open_actor_runtime",
         "rebuild_behaviour", "replay_actor", "replay_data_dir", "scope_kind",
         # what plugs into the built-in kinds

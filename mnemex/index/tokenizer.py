@@ -55,13 +55,15 @@ Everything here is pure and deterministic.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import itertools
 import re
 import unicodedata
 from collections.abc import Callable, Iterable
-from typing import Final, NamedTuple
+from contextlib import AbstractContextManager
+from typing import Any, Final, NamedTuple
 
 from mnemex.errors import InvalidInput
 
@@ -385,7 +387,8 @@ class Tokenizer:
     _STEM_CACHE_LIMIT: Final = 200_000
 
     def __init__(self, stop_words: bool | Iterable[str] = True, stem: bool | str = False,
-                 fold_accents: bool = False) -> None:
+                 fold_accents: bool = False, *,
+                 stem_guard: AbstractContextManager[Any] | None = None) -> None:
         self.fold_accents = bool(fold_accents)
         if stop_words is True:
             self.stop_words: frozenset[str] = ENGLISH_STOP_WORDS
@@ -403,6 +406,10 @@ class Tokenizer:
         # word -> its term (stemmed, folded), or None for a stop word: shared by every
         # tokenizer of these settings in the process (see _shared_terms)
         self._terms_of: dict[str, str | None] = {}
+        # A Snowball stemmer keeps the word it stems in itself: an owner whose threads
+        # share this tokenizer (searches side by side) gives a lock for it.
+        self._stem_guard: AbstractContextManager[Any] = (stem_guard if stem_guard is not None
+                                                         else contextlib.nullcontext())
         if self.stem is not None:
             self._stem_word = _snowball(self.stem)
             self._terms_of = _shared_terms(self.stem, self.fold_accents, self.stop_words)
@@ -492,10 +499,13 @@ class Tokenizer:
         if word in terms:
             return terms[word]
         assert self._stem_word is not None
-        if self.fold_accents:
-            term = None if _fold(word) in self.stop_words else _fold(self._stem_word(word))
+        stop = _fold(word) in self.stop_words if self.fold_accents else word in self.stop_words
+        if stop:
+            term = None
         else:
-            term = None if word in self.stop_words else self._stem_word(word)
+            with self._stem_guard:
+                stemmed = self._stem_word(word)
+            term = _fold(stemmed) if self.fold_accents else stemmed
         if len(terms) >= self._STEM_CACHE_LIMIT:
             terms.clear()
         terms[word] = term

@@ -691,16 +691,17 @@ class VectorIndex:
         waited for it is done: freed rows become reusable, removals are marked in the graph."""
         if not self._views:
             return False
-        self._views = [ref for ref in self._views if (view := ref()) is not None and not view.done]
-        if self._views:
-            return True
-        self._free.extend(self._free_later)
-        self._free_later = []
-        if self._graph is not None and self._marks_later:
-            with self._guard:  # (a key removed already is passed over)
+        with self._guard:  # searches side by side (beside their owner) may all get here
+            self._views = [ref for ref in self._views if (view := ref()) is not None and not view.done]
+            if self._views:
+                return True
+            self._free.extend(self._free_later)
+            self._free_later = []
+            if self._graph is not None and self._marks_later:
+                # (a key removed already is passed over)
                 self._graph.remove(np.array(self._marks_later, dtype=np.uint64))
-        self._marks_later = []
-        return False
+            self._marks_later = []
+            return False
 
     def _load_graph_file(self, graph_path: str, meta_data: bytes | memoryview) -> SidecarStatus:
         try:

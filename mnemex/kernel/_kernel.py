@@ -32,7 +32,19 @@ import trio
 
 from mnemex._gcpause import collector_paused
 from mnemex.config import DEFAULT, Config, UseDefault
-from mnemex.effects import Behaviour, Effect, Emit, Forward, Image, Job, JobResult, Key, SnapshotData, Tell
+from mnemex.effects import (
+    Behaviour,
+    Beside,
+    Effect,
+    Emit,
+    Forward,
+    Image,
+    Job,
+    JobResult,
+    Key,
+    SnapshotData,
+    Tell,
+)
 from mnemex.errors import (
     ActorClosed,
     ActorCrashed,
@@ -433,6 +445,8 @@ class Runtime:
         self._stats = {"asks": 0, "tells": 0, "spawns": 0, "passivations": 0, "crashes": 0,
                        "live_bytes": 0, "budget_passivations": 0}
         self._store_threads = trio.CapacityLimiter(_STORE_THREADS)
+        read_threads = config.kernel.read_threads
+        self._read_threads = trio.CapacityLimiter(read_threads) if read_threads else None
         self._shutdown: ShutdownTally | None = None  # counts closes once aclose() began
         self.shutdown_report: ShutdownReport | None = None
         """What the shutdown did (see aclose); None until it has finished."""
@@ -1035,6 +1049,7 @@ class Runtime:
         start = 0
         window = count  # how many lines one run writes ahead
         control: _Control | None = None
+        beside: dict[int, TurnResult] = {}  # turns of reads answered beside the actor, by position
         while start < count:
             if cell.diverged or (not cell.in_memory and cell.store.needs_recovery):
                 await self._recover_diverged(cell, batch[start:])
@@ -1100,7 +1115,12 @@ class Runtime:
                         kept += 1
                         kept_bytes += len(payload)
                 elif payload is None:
-                    turn = take_turn(kind, behaviour, command, None)
+                    if index - 1 not in beside and sub is None and kind.read_beside is not None \
+                            and self._read_threads is not None:
+                        beside = await self._read_beside(cell, behaviour, batch, payloads=payloads,
+                                                         first=index - 1, end=end)
+                    answered = beside.pop(index - 1, None)
+                    turn = answered if answered is not None else take_turn(kind, behaviour, command, None)
                 else:
                     turn = payload  # refused: it cannot be journaled
                 waiter = envelope.waiter
@@ -1151,6 +1171,7 @@ class Runtime:
             for effect, waiter, origin, position in effects:
                 await self._perform(cell, effect, waiter, origin, position)
             if crashed:
+                beside.clear()  # read from a state the crash may have left half changed
                 try:
                     await self._reload(cell)
                 except _Quarantined:
@@ -1160,6 +1181,62 @@ class Runtime:
                             envelope.waiter.resolve(error)
                     raise
         return control
+
+    async def _read_beside(self, cell: _Cell, behaviour: Behaviour, batch: list[_Envelope], *,
+                           payloads: list[bytes | TurnResult | None], first: int, end: int
+                           ) -> dict[int, TurnResult]:
+        """The turns of the run of reads from ``first`` (before ``end``) that the kind
+        answers beside the actor (``ActorKind.read_beside``), by position in the batch;
+        empty when the read at ``first`` is not one. They run in worker threads, side
+        by side; this waits for all of them, so the actor changes in no way while they
+        read it. A read whose planning or run breaks (not a MnemexError) is a crash, as
+        in ``take_turn``: the run stops before it for the caller to handle it."""
+        read_beside = cell.kind.read_beside
+        assert read_beside is not None and self._read_threads is not None
+        reads: list[tuple[int, Beside]] = []
+        turns: dict[int, TurnResult] = {}
+        position = first
+        while position < end and payloads[position] is None:
+            command = batch[position].command
+            if type(command) is _Subscribe or isinstance(command, _Control):
+                break
+            try:
+                plan = read_beside(behaviour, command)
+            except Exception as exc:
+                turns[position] = TurnResult(None, crash=exc)
+                break
+            if plan is None:
+                break
+            reads.append((position, plan))
+            position += 1
+        if not reads:
+            return turns
+        replies: list[Any] = [None] * len(reads)
+        errors: list[BaseException | None] = [None] * len(reads)
+        order = iter(range(len(reads)))  # shared by the threads: each takes the next read
+
+        def work() -> None:
+            for i in order:
+                try:
+                    replies[i] = reads[i][1].run()
+                except BaseException as exc:  # sorted out below, in the actor's task
+                    errors[i] = exc
+
+        limiter = self._read_threads
+        async with trio.open_nursery() as nursery:
+            for _ in range(min(int(limiter.total_tokens), len(reads))):
+                nursery.start_soon(functools.partial(trio.to_thread.run_sync, work, limiter=limiter))
+        for (position, plan), reply, error in zip(reads, replies, errors, strict=True):
+            if error is None:
+                turns[position] = TurnResult(reply, effects=plan.effects)
+            elif isinstance(error, MnemexError):
+                # refused; what its planning started is still done (the reply is the error)
+                turns[position] = TurnResult(error, effects=plan.effects, refused=not plan.effects)
+            elif isinstance(error, Exception):
+                turns[position] = TurnResult(None, crash=error)
+            else:
+                raise error
+        return turns
 
     def _cut_ahead(self, cell: _Cell, seq: int) -> None:
         """Take the lines written ahead after ``seq`` off the journal. If that fails,

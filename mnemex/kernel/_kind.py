@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from mnemex.effects import Behaviour, Image, Key
+from mnemex.effects import Behaviour, Beside, Image, Key
 from mnemex.errors import MnemexError
 
 __all__ = ["ActorKind", "handle_each"]
@@ -61,6 +61,14 @@ class ActorKind:
     write of an idle actor is handled in that callback too (journaled and applied
     there, its Emits performed, its reply released once durable, as the actor's
     task would).
+
+    ``read_beside`` (optional) takes the reads that may run beside the actor: given
+    the behaviour and a command (on the actor's task, in mailbox order), it returns
+    None (the command is handled as usual) or a ``Beside``, whose ``run`` the kernel
+    calls in a worker thread (``kernel.read_threads`` of them at most). The reads of
+    one run of such commands in a batch run side by side; the actor handles nothing
+    else until all have returned, so each sees every command before it and none
+    after it, and the replies keep their order.
     """
 
     name: str
@@ -72,3 +80,4 @@ class ActorKind:
     replay: Callable[[Behaviour, Iterable[Any]], None] = handle_each
     inline_read: Callable[[Any], bool] | None = None
     inline_write: Callable[[Any], bool] | None = None
+    read_beside: Callable[[Behaviour, Any], Beside | None] | None = None

@@ -758,13 +758,26 @@ class EntityGraph:
         return out[: limit * depth]
 
     def expansion(self, query: str, *, neighbours: int = 3) -> Expansion | None:
-        """What a query gains from the graph (None: it names no entity)."""
+        """What a query gains from the graph (None: it names no entity). Memoized until
+        the graph changes: it depends only on the entities the query names and the
+        query's words that name them (the same object is returned for each query that
+        names them so; do not change it)."""
         found = self.find(query)
         if not found:
             return None
         asked = set(normalize_phrase(query, fold_accents=self.fold_accents).split(" "))
-        named_words = {word for entity in found for key in self.keys_of(entity) for word in key.split(" ")
-                       if word in asked}
+        named_words = frozenset(word for entity in found for key in self.keys_of(entity)
+                                for word in key.split(" ") if word in asked)
+        memo = self._memoized()
+        memo_key = ("expansion", tuple(found), named_words, neighbours)
+        made: Expansion | None = memo.get(memo_key)
+        if made is None:
+            made = memo[memo_key] = self._expansion(found, named_words, neighbours)
+        return made
+
+    def _expansion(self, found: list[str], asked: frozenset[str], neighbours: int) -> Expansion:
+        """``expansion`` of a query naming ``found`` with the words ``asked`` of their
+        names (an alias all of whose words the query holds adds nothing)."""
         aliases: dict[str, None] = {}
         near: dict[str, None] = {}
         docs: set[int] = set()
@@ -782,7 +795,7 @@ class EntityGraph:
                 if other not in found:
                     near.setdefault(other, None)
         return Expansion(tuple(found), tuple(aliases), tuple(near), frozenset(docs), frozenset(spoken),
-                         tuple(each), frozenset(named_words))
+                         tuple(each), asked)
 
     # -- persistence ------------------------------------------------------------------------------
     def to_sidecar(self) -> bytes:

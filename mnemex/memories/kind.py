@@ -17,7 +17,7 @@ from typing import Any, Final
 import numpy as np
 
 from mnemex.config import Config
-from mnemex.effects import Behaviour, Image, Key
+from mnemex.effects import Behaviour, Beside, Image, Key
 from mnemex.errors import InvalidInput
 from mnemex.kernel import ActorKind
 from mnemex.memories.behaviour import EmbedTexts, ScopeMemory, ScopeSettings, is_scope_write, scope_codec
@@ -29,6 +29,11 @@ from mnemex.models.hashing import Embedder
 __all__ = ["SCOPE_KIND", "ScopeKind", "cosine_scale_of", "scope_kind"]
 
 SCOPE_KIND: Final = "scope"
+
+
+def _search_beside(behaviour: Behaviour, command: Any) -> Beside | None:
+    """The scope kind's ``read_beside``: its searches (``ScopeMemory.search_beside``)."""
+    return behaviour.search_beside(command) if isinstance(behaviour, ScopeMemory) else None
 
 
 def _replay(behaviour: Behaviour, commands: Iterable[Any]) -> None:
@@ -92,7 +97,7 @@ def _build(name: str, embedder: Embedder | None, settings: ScopeSettings) -> Sco
 
     return ScopeKind(name=name, create=create, restore=restore, encode=scope_codec.encode,
                      decode=scope_codec.decode, is_journaled=is_scope_write, replay=_replay,
-                     embedder=embedder, settings=settings)
+                     read_beside=_search_beside, embedder=embedder, settings=settings)
 
 
 def cosine_scale_of(embedder: object) -> CosineScale:

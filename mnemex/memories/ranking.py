@@ -50,10 +50,11 @@ graph's expansion terms, the same for every query naming the same entities.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -84,6 +85,7 @@ F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
 Mask = npt.NDArray[np.bool_]
 Ranked = tuple[int, float, dict[str, float]]   # (doc, score, signals)
+_T = TypeVar("_T")
 
 ACCESS_HALF: Final = 10.0
 """Uses at which a memory's access signal is one half: access_count / (access_count + 10)."""
@@ -311,9 +313,8 @@ class Ranker:
         named = np.zeros(0, dtype=np.int64)  # the memories of the query's entities, ascending
         graph_found: list[int] = []
         if expansion is not None and expansion.docs:  # the memories of the query's entities join
-            # (a set of small ints iterates nearly in order: a stable sort is nearly a pass)
-            named = np.fromiter(expansion.docs, dtype=np.int64, count=len(expansion.docs))
-            named.sort(kind="stable")
+            named = self.cache.named_docs(self.bm25, expansion) if self.cache is not None \
+                else _ascending(expansion.docs)
             if allowed is not None:
                 named = named[(named < len(allowed)) & allowed[np.minimum(named, len(allowed) - 1)]]
             graph_found = self._best_of(named, fulltext, cosines_of, settings.expansion_candidates)
@@ -421,11 +422,11 @@ class Ranker:
                          index: VectorIndex | MultiVectorSearch) -> F32:
         """The query's vector moved toward the named entities' memories (the mean of
         their vectors: the entity as the scope knows it)."""
-        docs = np.array(sorted(expansion.spoken or expansion.docs), dtype=np.int64)[:2000]
-        held = docs[index.holds(docs)] if len(docs) else docs
-        if not len(held):
+        cache = self.cache
+        centroid = cache.centroid(self.bm25, expansion, index, _centroid) if cache is not None \
+            else _centroid((expansion, index))
+        if centroid is None:
             return vector
-        centroid = _unit(index.vectors(held).mean(axis=0).astype(np.float32))
         moved: F32 = (_unit(vector) + self.settings.expansion_vector_weight * centroid).astype(np.float32)
         return _unit(moved)
 
@@ -607,43 +608,112 @@ class _Cosines:
 
 
 class RankCache:
-    """What a scope's searches share while its full-text index does not change: the
-    scores of a query expansion's terms over every memory (the same entities named
-    give the same terms). Bounded: the least recently used entries go past ``limit``
-    entries or ``max_bytes``."""
+    """What a scope's searches share while its full-text index does not change (every
+    write that adds, changes or removes a memory changes it): the scores of a query
+    expansion's terms over every memory (the same entities named give the same
+    terms), and, per expansion the entity graph gives (the same object while the
+    graph does not change), its memories as a sorted array and the centroid of their
+    vectors. Bounded: the least recently used entries go past ``limit`` entries (of
+    each) or ``max_bytes`` (of term scores). Searches running side by side (beside the
+    actor) share it: its entries change under a lock; what is computed is computed
+    outside it."""
 
     def __init__(self, limit: int = 32, max_bytes: int = 8 << 20) -> None:
         self.limit, self.max_bytes = limit, max_bytes
         self._index: weakref.ref[BM25Index] | None = None  # the index the entries were computed from
         self._changes = -1
         self._expanded: dict[Any, F64 | None] = {}  # least recently used first
+        self._named: dict[Expansion, npt.NDArray[np.int64]] = {}
+        self._centroids: dict[tuple[Expansion, int, int], F32 | None] = {}
         self.nbytes = 0
+        self._lock = threading.Lock()
 
     def expanded(self, bm25: BM25Index, key: Any,
                  compute: Callable[[Any], F64 | None]) -> F64 | None:
         """``compute(key)``, kept while ``bm25`` does not change (read-only); another
         index (a scope's indexes rebuilt) starts afresh."""
-        if bm25.changes != self._changes or self._index is None or self._index() is not bm25:
-            self.clear()
-            self._index, self._changes = weakref.ref(bm25), bm25.changes
-        if key in self._expanded:
-            found = self._expanded[key] = self._expanded.pop(key)
-            return found
+        with self._lock:
+            self._follow(bm25)
+            if key in self._expanded:
+                found = self._expanded[key] = self._expanded.pop(key)
+                return found
         found = compute(key)
-        size = found.nbytes if found is not None else 0
         if found is not None:
             found.flags.writeable = False
-        self._expanded[key] = found
-        self.nbytes += size
-        while len(self._expanded) > 1 and (len(self._expanded) > self.limit or self.nbytes > self.max_bytes):
-            dropped = self._expanded.pop(next(iter(self._expanded)))
-            self.nbytes -= dropped.nbytes if dropped is not None else 0
+        with self._lock:
+            if key in self._expanded or bm25.changes != self._changes:
+                return found  # another search kept it meanwhile, or the index changed
+            self._expanded[key] = found
+            self.nbytes += found.nbytes if found is not None else 0
+            while len(self._expanded) > 1 and (len(self._expanded) > self.limit
+                                               or self.nbytes > self.max_bytes):
+                dropped = self._expanded.pop(next(iter(self._expanded)))
+                self.nbytes -= dropped.nbytes if dropped is not None else 0
+        return found
+
+    def named_docs(self, bm25: BM25Index, expansion: Expansion) -> npt.NDArray[np.int64]:
+        """The expansion's memories (``docs``), ascending, read-only."""
+        return self._kept(bm25, self._named, expansion, lambda e: _ascending(e.docs))
+
+    def centroid(self, bm25: BM25Index, expansion: Expansion, index: VectorIndex | MultiVectorSearch,
+                 compute: Callable[[tuple[Expansion, VectorIndex | MultiVectorSearch]], F32 | None]
+                 ) -> F32 | None:
+        """``compute((expansion, index))``: the centroid of the vectors of its
+        memories in ``index`` (kept per index and its size, as the rest)."""
+        return self._kept(bm25, self._centroids, (expansion, id(index), len(index)),
+                          lambda _key: compute((expansion, index)))
+
+    def _kept(self, bm25: BM25Index, table: dict[Any, _T], key: Any, compute: Callable[[Any], _T]) -> _T:
+        with self._lock:
+            self._follow(bm25)
+            if key in table:
+                found = table[key] = table.pop(key)
+                return found
+        found = compute(key)
+        with self._lock:
+            if bm25.changes == self._changes:
+                table[key] = found
+                while len(table) > self.limit:
+                    del table[next(iter(table))]
         return found
 
     def clear(self) -> None:
+        with self._lock:
+            self._clear()
+
+    def _follow(self, bm25: BM25Index) -> None:
+        """Forget everything when ``bm25`` changed, or is another index (under the lock)."""
+        if bm25.changes != self._changes or self._index is None or self._index() is not bm25:
+            self._clear()
+            self._index, self._changes = weakref.ref(bm25), bm25.changes
+
+    def _clear(self) -> None:
         self._expanded.clear()
+        self._named.clear()
+        self._centroids.clear()
         self.nbytes = 0
         self._changes = -1
+
+
+def _ascending(docs: frozenset[int]) -> npt.NDArray[np.int64]:
+    """``docs`` as a sorted array (read-only: caches share it)."""
+    out = np.fromiter(docs, dtype=np.int64, count=len(docs))
+    out.sort(kind="stable")  # a set of small ints iterates nearly in order: nearly a pass
+    out.flags.writeable = False
+    return out
+
+
+def _centroid(key: tuple[Expansion, VectorIndex | MultiVectorSearch]) -> F32 | None:
+    """The unit mean of the vectors of the memories the expansion's entities say (or,
+    when they say none, name): the first 2,000 by doc; None when none has a vector."""
+    expansion, index = key
+    docs = np.array(sorted(expansion.spoken or expansion.docs), dtype=np.int64)[:2000]
+    held = docs[index.holds(docs)] if len(docs) else docs
+    if not len(held):
+        return None
+    centroid = _unit(index.vectors(held).mean(axis=0).astype(np.float32))
+    centroid.flags.writeable = False
+    return centroid
 
 
 def _members(docs: npt.NDArray[np.int64], ascending: npt.NDArray[np.int64]) -> Mask:

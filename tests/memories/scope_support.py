@@ -85,10 +85,14 @@ class Driver:
 
     def search(self, query: str, mode: str = "hybrid", top_k: int = 10, min_score: float | None = None,
                filter: Mapping[str, Any] | None = None) -> Any:
+        return self.send(self.search_command(query, mode, top_k, min_score, filter))
+
+    def search_command(self, query: str, mode: str = "hybrid", top_k: int = 10, min_score: float | None = None,
+                       filter: Mapping[str, Any] | None = None) -> Search:
         vector = encode_vector(EMBEDDER.embed([query])[0]) if mode in ("vector", "hybrid") else None
-        return self.send(Search(query=query, vector=vector, embedder=EMBEDDER.name if vector else None,
-                                dim=EMBEDDER.dim if vector else 0, top_k=top_k, mode=mode,  # type: ignore[arg-type]
-                                min_score=min_score, filter=dict(filter) if filter else None, now=self.now))
+        return Search(query=query, vector=vector, embedder=EMBEDDER.name if vector else None,
+                      dim=EMBEDDER.dim if vector else 0, top_k=top_k, mode=mode,  # type: ignore[arg-type]
+                      min_score=min_score, filter=dict(filter) if filter else None, now=self.now)
 
     def run_jobs(self) -> None:
         while self.jobs:

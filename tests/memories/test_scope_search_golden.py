@@ -2,19 +2,23 @@
 gave before it was made faster (tests/fixtures/search-golden.json, written by the
 ranking of commit 62e120b with ``python tests/memories/test_scope_search_golden.py``):
 the same memories in the same order, every score and signal within float32 rounding.
-A change of ranking on purpose rewrites the fixture and says so."""
+A change of ranking on purpose rewrites the fixture and says so. The same searches
+run beside the actor (``ScopeMemory.search_beside``), four at a time in threads as
+the kernel runs them, give the same hits."""
 
 from __future__ import annotations
 
 import json
 import random
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 from scope_support import Driver
 
+from mnemex.memories import behaviour
 from mnemex.memories.protocol import Forget
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "search-golden.json"
@@ -43,17 +47,27 @@ def corpus() -> list[tuple[str, str]]:
     return turns
 
 
-def searches() -> list[list[Any]]:
+def searches(beside: bool = False) -> list[list[Any]]:
     """Each search's hits as [content, score, signals], after the corpus is stored,
-    filtered, and after some memories are forgotten."""
+    filtered, and after some memories are forgotten; ``beside``: each set of queries
+    planned in the actor's turn and ranked four at a time in threads."""
     driver = Driver(expansion=True, fusion_candidates=30)
     ids = [driver.remember(content, session_id=session)[0] for content, session in corpus()]
     out: list[list[Any]] = []
 
     def run(**options: Any) -> None:
-        for query in QUERIES:
-            result = driver.search(query, top_k=10, min_score=-1.0, **options)
-            out.append([[hit.memory.content, hit.score, hit.scores, list(hit.found_by)] for hit in result.hits])
+        if beside:
+            plans = [driver.memory.search_beside(driver.search_command(query, top_k=10, min_score=-1.0,
+                                                                      **options))
+                     for query in QUERIES]
+            assert all(plan is not None and not plan.effects for plan in plans)
+            with ThreadPoolExecutor(4) as pool:
+                results = list(pool.map(lambda plan: plan.run(), plans))  # type: ignore[union-attr]
+        else:
+            results = [driver.search(query, top_k=10, min_score=-1.0, **options) for query in QUERIES]
+        for result in results:
+            out.append([[hit.memory.content, hit.score, hit.scores, list(hit.found_by)]
+                        for hit in result.hits])
 
     run()
     run(filter={"session_id": "session-3"})
@@ -62,9 +76,11 @@ def searches() -> list[list[Any]]:
     return out
 
 
-def test_hybrid_hits_are_those_of_the_ranking_before() -> None:
+@pytest.mark.parametrize("beside", [False, True], ids=["in-turn", "beside"])
+def test_hybrid_hits_are_those_of_the_ranking_before(beside: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(behaviour, "BESIDE_MIN_MEMORIES", 0)  # 300 memories: beside too
     expected = json.loads(FIXTURE.read_text())
-    got = searches()
+    got = searches(beside)
     assert len(got) == len(expected)
     for index, (hits, wanted) in enumerate(zip(got, expected, strict=True)):
         assert [h[0] for h in hits] == [w[0] for w in wanted], (index, QUERIES[index % len(QUERIES)])
