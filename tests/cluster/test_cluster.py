@@ -324,17 +324,25 @@ class Archiver(threading.Thread):
     """Appends ``count`` sessions of two messages to agent ``agent`` and archives each
     into ``scope``, keeping what was acknowledged."""
 
-    def __init__(self, client: mnemex.ray.Client, agent: str, scope: tuple[str, str], count: int) -> None:
+    def __init__(self, client: mnemex.ray.Client, agent: str, scope: tuple[str, str], count: int,
+                 hold_at: int | None = None) -> None:
         super().__init__(daemon=True)
         self.client, self.agent, self.scope, self.count = client, agent, scope, count
         self.ids: dict[str, list[str]] = {}
         self.errors: list[BaseException] = []
         self.done = 0
+        self.hold_at = hold_at
+        """Before this session, wait for ``go`` (having set ``held``): a test kills a shard there."""
+        self.held = threading.Event()
+        self.go = threading.Event()
 
     def run(self) -> None:
         agent = self.client.agent(self.agent)
         try:
             for i in range(self.count):
+                if i == self.hold_at:
+                    self.held.set()
+                    self.go.wait(120)
                 agent.append(f"s{i}", [{"role": "user", "content": f"I keep note number {i}."},
                                        {"role": "assistant", "content": f"Understood, filed in drawer {i}."}])
                 added = self.client.archive(self.agent, f"s{i}", user_id=self.scope[1],
@@ -352,12 +360,15 @@ def test_archiving_while_the_scopes_and_then_the_agents_shard_is_killed_loses_an
     # both pids now: while a killed shard restarts, asking every shard its pid fails
     receiver = _pid_of(client, vshard_of("scope", scope_key))
     sender = _pid_of(client, vshard_of("agent", (agent,)))
-    archiver = Archiver(client, agent, scope_key, 24)
+    archiver = Archiver(client, agent, scope_key, 24, hold_at=12)
     archiver.start()
     _until(lambda: archiver.done >= 4 or not archiver.is_alive(), 60, "the first archives")
     os.kill(receiver, signal.SIGKILL)  # the Forwards' receiver
-    _until(lambda: archiver.done >= 12 or not archiver.is_alive(), 90, "archiving after the first kill")
+    _until(lambda: archiver.held.is_set() or not archiver.is_alive(), 90, "archiving after the first kill")
+    # the archiver waits before its 13th session: the next call meets the killed sender
+    # (without the hold it could be done before the kill, archives being quick)
     os.kill(sender, signal.SIGKILL)  # the Forwards' sender
+    archiver.go.set()
     archiver.join(120)
     assert not archiver.is_alive() and not archiver.errors, archiver.errors
     assert client.cluster.host.retries > 0  # the second kill was met by the client
