@@ -24,7 +24,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Final, NoReturn
+from typing import Any, Final, NoReturn, cast
 
 import msgspec
 import trio
@@ -206,7 +206,17 @@ class RayHost:
         actor ``(kind, key)`` until one answers: on NotOwner to the hint or the placement
         again, on a dead shard again once Ray restarted it, for up to ``limit`` seconds
         (or until ``gone()``). The shard's index and its reply; its error raised."""
-        vshard = vshard_of(kind, key)
+        index, reply = await self.route_vshard(vshard_of(kind, key), f"{kind} {'/'.join(key)!r}", send,
+                                               limit=limit, what=what, gone=gone)
+        return index, cast(bytes, reply)
+
+    async def route_vshard(self, vshard: int, name: str, send: Callable[[Any], Any], *, limit: float,
+                           what: str, gone: Callable[[], bool] | None = None, retry_dead: bool = True,
+                           error_of: Callable[[Any], MnemexError] | None = None) -> tuple[int, Any]:
+        """``route`` for virtual shard ``vshard`` (``name`` says what is served, in
+        errors). A shard that is down is waited for only with ``retry_dead``, else it is
+        ActorClosed at once; ``error_of`` reads an error answer (the wire's by default)."""
+        read_error = _error_of if error_of is None else error_of
         deadline = trio.current_time() + limit
         target: int | None = None
         pause = 0.02
@@ -224,12 +234,16 @@ class RayHost:
                 except ray.exceptions.RayTaskError as exc:  # the shard's method raised: a bug, not a fault
                     raise MnemexError(f"{shard_name(index)} failed on {what}: {exc}") from exc
                 except ray.exceptions.RayError as exc:  # died (restarting), unavailable for now, lost
-                    last = ActorClosed(f"{shard_name(index)} is down ({type(exc).__name__}); retrying")
+                    down = ActorClosed(f"{shard_name(index)}, which serves virtual shard {vshard}, is down "
+                                       f"({type(exc).__name__})")
+                    if not retry_dead:
+                        raise down from exc
+                    last = down
                     last.__cause__ = exc
                 else:
                     if ok:
                         return index, payload
-                    error = _error_of(payload)
+                    error = read_error(payload)
                     if not isinstance(error, NotOwner) or error.vshard != vshard:
                         raise error
                     last = error
@@ -241,7 +255,7 @@ class RayHost:
                     elif hinted is not None and hinted != index:
                         target = hinted
             if trio.current_time() + pause >= deadline or (gone is not None and gone()):
-                raise Timeout(f"no shard served {kind} {'/'.join(key)!r} (virtual shard {vshard}) "
+                raise Timeout(f"no shard served {name} (virtual shard {vshard}) "
                               f"within {limit:g} s; last: {last}; a write may have been applied, and "
                               f"retrying it is safe only through the same call") from last
             self.retries += 1

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 import trio
 
-from mnemex import ActorClosed, InvalidInput, MnemexError, MnemexRuntime, NotOwner, Timeout
+from mnemex import ActorClosed, InvalidInput, MnemexError, MnemexRuntime
 from mnemex.config import DEFAULT, ServerConfig, UseDefault
 from mnemex.lowlevel import Key, Subscription, vshard_of
 from mnemex.remote import RemoteSubscription, wire
@@ -375,53 +375,17 @@ def _encode_error(exc: MnemexError) -> bytes:
 async def stream_call(host: RayHost, vshard: int, op: str, *args: Any, limit: float,
                       retry_dead: bool) -> tuple[int, Any]:
     """Call ``op`` of the stream service of the shard serving ``vshard``: the shard's
-    index and the value. NotOwner re-routes (to the placement read again, or the
-    hinted owner) until ``limit`` seconds; a shard that is down is waited for only
-    with ``retry_dead`` (a read: its streams are gone with it anyway), else it is
-    ActorClosed."""
-    from mnemex.ray.cluster import _error_of, _ray, wait_for
-    from mnemex.ray.shard import shard_name
+    index and the value. NotOwner re-routes (``RayHost.route_vshard``) until ``limit``
+    seconds; a shard that is down is waited for only with ``retry_dead`` (a read: its
+    streams are gone with it anyway), else it is ActorClosed."""
+    from mnemex.ray.cluster import _error_of
 
-    ray = _ray()
-    deadline = trio.current_time() + limit
-    target: int | None = None
-    pause = 0.02
-    last: BaseException | None = None
-    while True:
-        index = target if target is not None else host.placement.owners[vshard]
-        target = None
-        with trio.move_on_at(deadline):
-            call = host.shards[index].streams.options(concurrency_group=STREAMS_GROUP)
-            try:
-                ok, payload = await wait_for(call.remote(op, *args))
-            except ray.exceptions.RayTaskError as exc:
-                raise MnemexError(f"{shard_name(index)} failed on the stream call {op}: {exc}") from exc
-            except ray.exceptions.RayError as exc:
-                down = ActorClosed(f"{shard_name(index)}, which serves virtual shard {vshard}, is down "
-                                   f"({type(exc).__name__})")
-                if not retry_dead:
-                    raise down from exc
-                last = down
-            else:
-                if ok:
-                    return index, payload
-                error = stream_error(payload, _error_of)
-                if not isinstance(error, NotOwner) or error.vshard != vshard:
-                    raise error
-                last = error
-                await host.refresh_placement()
-                placed = host.placement.owners[vshard]
-                hinted = host.shard_of_owner(error.owner)
-                if placed != index:
-                    target = placed
-                elif hinted is not None and hinted != index:
-                    target = hinted
-        if trio.current_time() + pause >= deadline:
-            raise Timeout(f"no shard served the {op} of virtual shard {vshard} within {limit:g} s; "
-                          f"last: {last}") from last
-        host.retries += 1
-        await trio.sleep(pause)
-        pause = min(pause * 2, 0.25)
+    def send(shard: Any) -> Any:
+        return shard.streams.options(concurrency_group=STREAMS_GROUP).remote(op, *args)
+
+    return await host.route_vshard(vshard, f"the streams' {op}", send, limit=limit,
+                                   what=f"the stream call {op}", retry_dead=retry_dead,
+                                   error_of=lambda payload: stream_error(payload, _error_of))
 
 
 def release_reader(host: RayHost, index: int, reader: str) -> None:
