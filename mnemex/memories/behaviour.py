@@ -420,11 +420,14 @@ class _SearchPlan(NamedTuple):
     allowed: npt.NDArray[np.bool_] | None
 
 
-BESIDE_MIN_MEMORIES: Final = 5_000
+BESIDE_MIN_MEMORIES: Final = 30_000
 """Memories from which a scope's searches run beside the actor (``search_beside``).
-Handing a search to a worker thread and its reply back costs about 85 us of CPU and
-0.2 ms of waiting (trio.to_thread, 2 cores under load); a search of a few thousand
-memories costs about that much: in a smaller scope it runs in the actor's turn."""
+Measured through HTTP on 2 cores (bench/http.py --routes search, 16 connections,
+beside against ``kernel.read_threads = 0`` in the same run): at 10,000 memories
+beside lost (1,016 against 1,235 req/s; 1,192 against 810 us of CPU a search: the
+threads and the loop contend for the GIL more than the matrix product gains), at
+30,000 it was about even (554 against 523 req/s, 36% more CPU), at 100,000 it won
+(294 against 187 req/s, the same CPU). Below this a search runs in the actor's turn."""
 
 
 # -- the behaviour ---------------------------------------------------------------------------------
