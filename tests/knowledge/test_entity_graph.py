@@ -145,6 +145,30 @@ def test_expansion_adds_aliases_neighbours_and_memories() -> None:
     assert graph.expansion("swords and shields") is None
 
 
+def test_expansions_are_kept_until_the_graph_changes_and_within_their_bounds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    graph = EntityGraph()
+    names = [f"Person{chr(65 + i)}" for i in range(12)]
+    for doc in range(120):
+        graph.add(doc, f"{names[doc % 12]} met {names[(doc + 1) % 12]} at noon.")
+    first = graph.expansion(f"what did {names[0]} say")
+    assert first is not None and graph.expansion(f"what did {names[0]} say") is first  # kept
+    graph.add(120, f"{names[0]} left.")
+    again = graph.expansion(f"what did {names[0]} say")
+    assert again is not first and again is not None and 120 in again.docs  # the graph changed
+    # bounded by the memories they name in all: the least recently used go first
+    monkeypatch.setattr(graph_module, "_EXPANSION_DOCS_MAX", 50)
+    for name in names:
+        graph.expansion(f"and {name}?")
+        assert graph._expansion_docs == sum(len(e.docs) for e in graph._expansions.values())
+        assert graph._expansion_docs <= 50 or len(graph._expansions) == 1
+    assert len(graph._expansions) < len(names)
+    monkeypatch.setattr(graph_module, "_EXPANSIONS_MAX", 3)
+    for name in names:
+        graph.expansion(f"only {name}")
+    assert len(graph._expansions) <= 3
+
+
 # -- the scope's commands ------------------------------------------------------------------------
 class Journaled(Driver):
     """A driver that keeps the writes a kernel would journal (``sent``)."""
