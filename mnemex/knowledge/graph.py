@@ -33,6 +33,7 @@ them changes it. Nothing here reads a clock or does I/O.
 from __future__ import annotations
 
 import math
+import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -162,6 +163,7 @@ class EntityGraph:
         self._expansions: dict[tuple[Any, ...], Expansion] = {}  # least recently used first
         self._expansions_of: dict[tuple[Any, ...], Any] | None = None  # the memo they belong with
         self._expansion_docs = 0
+        self._expansions_lock = threading.Lock()
         self._relations: tuple[tuple[int, int], int] | None = None
 
     def __len__(self) -> int:
@@ -777,20 +779,33 @@ class EntityGraph:
         asked = set(normalize_phrase(query, fold_accents=self.fold_accents).split(" "))
         named_words = frozenset(word for entity in found for key in self.keys_of(entity)
                                 for word in key.split(" ") if word in asked)
-        memo = self._memoized()
-        if self._expansions_of is not memo:  # the graph changed: they are out of date
-            self._expansions_of, self._expansions, self._expansion_docs = memo, {}, 0
-        kept = self._expansions
         memo_key = (tuple(found), named_words, neighbours)
-        made = kept.pop(memo_key, None)
-        if made is None:
-            made = self._expansion(found, named_words, neighbours)
+        # searches of a large scope run side by side (beside its actor): the kept
+        # expansions change under a lock; one is built outside it
+        with self._expansions_lock:
+            kept = self._kept_expansions()
+            made = kept.pop(memo_key, None)
+            if made is not None:
+                kept[memo_key] = made
+                return made
+        made = self._expansion(found, named_words, neighbours)
+        with self._expansions_lock:
+            kept = self._kept_expansions()
+            if memo_key in kept:  # another search kept it meanwhile
+                return kept[memo_key]
             self._expansion_docs += len(made.docs)
             while kept and (len(kept) >= _EXPANSIONS_MAX
                             or self._expansion_docs > _EXPANSION_DOCS_MAX):
                 self._expansion_docs -= len(kept.pop(next(iter(kept))).docs)
-        kept[memo_key] = made
+            kept[memo_key] = made
         return made
+
+    def _kept_expansions(self) -> dict[tuple[Any, ...], Expansion]:
+        """The expansions kept (under ``_expansions_lock``): none once the graph changed."""
+        memo = self._memoized()
+        if self._expansions_of is not memo:  # the graph changed: they are out of date
+            self._expansions_of, self._expansions, self._expansion_docs = memo, {}, 0
+        return self._expansions
 
     def _expansion(self, found: list[str], asked: frozenset[str], neighbours: int) -> Expansion:
         """``expansion`` of a query naming ``found`` with the words ``asked`` of their

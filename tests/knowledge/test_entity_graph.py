@@ -400,3 +400,39 @@ def test_a_restore_takes_the_mentions_from_the_sidecar_and_falls_back_when_it_ca
     assert graph_summary(ScopeMemory.restore(KEY, damaged, driver.memory.settings)) == expected
     other = ScopeMemory.restore(KEY, image, replace(driver.memory.settings, entity_detection=False))
     assert "Black Tower" not in {e.name for e in other.handle(ListEntities()).entities}
+
+
+def test_expansions_kept_stay_consistent_when_searches_ask_side_by_side() -> None:
+    # searches of a large scope run beside its actor, several at a time
+    import random
+    import sys
+    import threading
+
+    graph = EntityGraph()
+    names = [f"Person{chr(65 + i % 26)}{chr(65 + i // 26)}" for i in range(120)]
+    for doc in range(1200):
+        graph.add(doc, "x", entities=[names[doc % 120], names[(doc * 7) % 120]])
+    queries = [f"what did {name} say" for name in names]
+    errors: list[BaseException] = []
+
+    def ask(seed: int) -> None:
+        chosen = random.Random(seed)
+        try:
+            for _ in range(3000):
+                graph.expansion(queries[chosen.randrange(len(queries))])
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        threads = [threading.Thread(target=ask, args=(seed,)) for seed in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors
+    assert graph._expansion_docs == sum(len(e.docs) for e in graph._expansions.values())
+    assert len(graph._expansions) <= graph_module._EXPANSIONS_MAX
