@@ -21,7 +21,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol, TypeAlias
+from typing import Any, Final, Protocol, TypeAlias
 
 import trio
 
@@ -30,6 +30,9 @@ from mnemex.errors import MnemexError, StorageError
 __all__ = ["Durable", "GroupCommitter"]
 
 log = logging.getLogger("mnemex.runtime")
+
+_UNREPORTED: Final = object()
+"""A round's outcome not reported yet (``GroupCommitter._pending``)."""
 
 
 class Durable(Protocol):
@@ -123,6 +126,9 @@ class GroupCommitter:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []
         self._in_flight = 0
+        # per journal (id of its cell), the marks of its rounds under way, oldest first,
+        # each with its outcome once reported: outcomes are released in this order only
+        self._pending: dict[int, deque[list[Any]]] = {}
         self._drained: trio.Event | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._hooked = False  # the run calls _at_end_of_batch: submit need not wake the loop
@@ -224,6 +230,7 @@ class GroupCommitter:
             count = min(self._threads, len(cells))
             chunks = [(self._sync_all, cells[i :: self._threads]) for i in range(count)]
         left = [len(chunks)]  # chunks of this round not reported yet: the round's slot is then free
+        self._note_round(cells)
         for sync, chunk in chunks:
             self._in_flight += 1
             if self._in_flight > len(self._workers) and len(self._workers) < self._threads:
@@ -316,7 +323,7 @@ class GroupCommitter:
         self._in_flight -= 1
         for cell, mark, error in zip(cells, marks, errors, strict=True):
             try:
-                release_through(cell, mark, error)
+                self._release_in_order(cell, mark, error)
             except Exception:  # a callback here must not raise: trio would end the whole run
                 log.exception("group commit: releasing the replies of a journal failed")
         left[0] -= 1
@@ -325,6 +332,35 @@ class GroupCommitter:
         if not self._in_flight and self._drained is not None:
             self._drained.set()
             self._drained = None
+
+    def _note_round(self, cells: list[Durable]) -> None:
+        """A round of ``cells`` starts: their outcomes are released in round order."""
+        for cell in cells:
+            self._pending.setdefault(id(cell), deque()).append([cell.written, _UNREPORTED])
+
+    def _release_in_order(self, cell: Durable, mark: int, error: BaseException | None) -> None:
+        """Note one round's outcome for ``cell`` and release the outcomes known, oldest
+        round first. Rounds of one journal overlap and may report out of order: a later
+        round's success must not release the replies of an earlier round before that
+        round's outcome is known (the earlier one may have failed, and a later fsync of
+        the same file can succeed past a lost write: Linux reports a writeback error
+        once), so it waits for the earlier round."""
+        pending = self._pending.get(id(cell))
+        if pending is None:  # (not started by a round: released as it comes)
+            release_through(cell, mark, error)
+            return
+        for entry in pending:
+            if entry[0] == mark and entry[1] is _UNREPORTED:
+                entry[1] = error
+                break
+        else:
+            release_through(cell, mark, error)
+            return
+        while pending and pending[0][1] is not _UNREPORTED:
+            done_mark, done_error = pending.popleft()
+            release_through(cell, done_mark, done_error)
+        if not pending:
+            del self._pending[id(cell)]
 
     def _sync_whole_fs(self, cells: list[Durable]) -> list[BaseException | None]:
         """One syncfs for every journal of the round (see DataDir.syncfs)."""

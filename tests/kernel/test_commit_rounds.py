@@ -149,3 +149,29 @@ async def test_a_round_that_cannot_start_a_thread_fails_its_journals(monkeypatch
             await released.wait()
         nursery.cancel_scope.cancel()
     assert isinstance(outcomes[0], StorageError) and "could not start a thread" in str(outcomes[0])
+
+
+def test_rounds_of_one_journal_are_released_in_their_order_whatever_order_they_report_in() -> None:
+    # round 1 (write A, mark 1) and round 2 (write B, mark 2) overlap; round 2's fsync
+    # reports success first, round 1's failure after: A must be answered the failure
+    # (a later fsync of the file can succeed past a lost write), never durable
+    committer = GroupCommitter(window=0.0)
+    journal = Journal()
+    answered: list[tuple[str, BaseException | None]] = []
+    journal.acks.append((1, lambda error: answered.append(("A", error))))
+    committer._note_round([journal])
+    journal.written = 2
+    journal.acks.append((2, lambda error: answered.append(("B", error))))
+    committer._note_round([journal])
+    committer._release_in_order(journal, 2, None)
+    assert answered == [] and journal.synced == 0  # round 1 has not reported
+    failure = StorageError("fsync failed: EIO")
+    committer._release_in_order(journal, 1, failure)
+    assert answered[0] == ("A", failure)
+    assert [name for name, _ in answered] == ["A", "B"] and not committer._pending
+    # in order, each is released as it reports
+    journal.written = 3
+    journal.acks.append((3, lambda error: answered.append(("C", error))))
+    committer._note_round([journal])
+    committer._release_in_order(journal, 3, None)
+    assert answered[-1] == ("C", None) and journal.synced == 3
