@@ -496,8 +496,10 @@ class Tokenizer:
         """The term of one word: None for a stop word, else its stem (folded when
         accents are)."""
         terms = self._terms_of
-        if word in terms:
-            return terms[word]
+        # one look-up: the table is the process's, and another thread may clear it
+        known = terms.get(word, _UNSEEN)
+        if known != _UNSEEN:
+            return known
         assert self._stem_word is not None
         stop = _fold(word) in self.stop_words if self.fold_accents else word in self.stop_words
         if stop:
