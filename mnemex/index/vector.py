@@ -872,12 +872,13 @@ class VectorIndex:
                 return self._exact_all(query, top_k)
             rows = self._row_of[np.flatnonzero(allowed)]
             return self._exact_rows(query, rows[rows >= 0], top_k)
-        rows = self._row_of[ids[ids < len(self._row_of)]]
-        if len(rows) < len(ids) or (rows < 0).any():
+        ids = ids[ids < len(self._row_of)]
+        rows = self._row_of[ids]
+        if (rows < 0).any():
             # removed while a snapshot or a build read the graph (not marked in it yet),
             # or added to it in place by a build not adopted (yet)
-            ids = ids[: len(rows)][rows >= 0]
-            rows = rows[rows >= 0]
+            kept = rows >= 0
+            ids, rows = ids[kept], rows[kept]
         scores = (self._rows[rows] @ query).astype(np.float64)
         return top_k_by_score(ids, scores, top_k)
 
