@@ -50,10 +50,7 @@ class PostgresLeases:
 
     def acquire(self, vshard: int, owner: str, ttl: float) -> Lease:
         check_vshard(vshard)
-        if not isinstance(owner, str) or not owner:
-            raise InvalidInput(f"owner must be a non-empty str, got {owner!r}", field="owner")
-        if not (isinstance(ttl, (int, float)) and ttl > 0):
-            raise InvalidInput(f"ttl must be a positive number of seconds, got {ttl!r}", field="ttl")
+        _check_claim(owner, ttl)
         table = self._db.table("leases")
         try:
             with self._connection() as conn, conn.transaction():
@@ -93,10 +90,7 @@ class PostgresLeases:
         waits for that commit."""
         for vshard in vshards:
             check_vshard(vshard)
-        if not isinstance(owner, str) or not owner:
-            raise InvalidInput(f"owner must be a non-empty str, got {owner!r}", field="owner")
-        if not (isinstance(ttl, (int, float)) and ttl > 0):
-            raise InvalidInput(f"ttl must be a positive number of seconds, got {ttl!r}", field="ttl")
+        _check_claim(owner, ttl)
         table = self._db.table("leases")
         wanted = sorted(set(vshards))
         out: dict[int, Lease | NotOwner] = {}
@@ -156,3 +150,11 @@ class PostgresLeases:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+
+def _check_claim(owner: str, ttl: float) -> None:
+    """The owner and ttl of a lease asked for, as ``Leases`` takes them."""
+    if not isinstance(owner, str) or not owner:
+        raise InvalidInput(f"owner must be a non-empty str, got {owner!r}", field="owner")
+    if not (isinstance(ttl, (int, float)) and ttl > 0):
+        raise InvalidInput(f"ttl must be a positive number of seconds, got {ttl!r}", field="ttl")
