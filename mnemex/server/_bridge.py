@@ -132,9 +132,7 @@ class Bridge:
         future: asyncio.Future[T] = self._loop.create_future()
         call = _Call(fn, args, kwargs, future, cancellable)
         self._pending.append(call)
-        if not self._woken:
-            self._woken = True
-            self._token.run_sync_soon(self._start_pending)
+        self._wake_run()
         try:
             return await future
         except asyncio.CancelledError:
@@ -154,9 +152,7 @@ class Bridge:
         kernel = ref.runtime
         if not self._ask_here(kernel, ref, command, answer):
             self._asks.append((kernel, ref, command, answer))
-            if not self._woken:
-                self._woken = True
-                self._token.run_sync_soon(self._start_pending)
+            self._wake_run()
         try:
             return await future
         except asyncio.CancelledError:
@@ -233,6 +229,13 @@ class Bridge:
     def close(self) -> None:
         """Refuse new calls (ActorClosed): the server is shutting down."""
         self._closed = True
+
+    def _wake_run(self) -> None:
+        """Have the run start what is pending: woken once for all that is submitted
+        before it gets there."""
+        if not self._woken:
+            self._woken = True
+            self._token.run_sync_soon(self._start_pending)
 
     # -- trio side ------------------------------------------------------------------
     def _start_pending(self) -> None:
