@@ -13,6 +13,7 @@ import json
 import math
 import os
 import platform
+import random
 import re
 import resource
 import shlex
@@ -123,6 +124,18 @@ def fts5_match(text: str) -> str:
 
 
 # -- numbers ------------------------------------------------------------------------------------
+WORDS = ["memory", "agent", "context", "java", "lisbon", "budget", "flat", "office", "weather", "tool",
+         "result", "summary", "token", "window", "session", "user", "assistant", "decision", "number",
+         "plan", "march", "invoice", "flight", "tea", "cello", "sister", "garden", "train", "berlin"]
+
+
+def texts(count: int, seed: int) -> list[str]:
+    """``count`` short synthetic memories over ``WORDS`` (the same for the same seed)."""
+    rng = random.Random(seed)
+    return [f"The user {rng.choice(['likes', 'wrote', 'planned', 'booked', 'forgot'])} "
+            + " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 14))) for _ in range(count)]
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """The ``q`` quantile (0..1) by nearest rank; NaN for no values."""
     if not values:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import sys
 import tempfile
 import time
@@ -47,21 +46,11 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 import trio  # noqa: E402
-from _common import fmt_ms, latency_summary, machine, table, write_results  # noqa: E402
+from _common import fmt_ms, latency_summary, machine, table, texts, write_results  # noqa: E402
 
 import mnemex  # noqa: E402
 import mnemex.ray  # noqa: E402
 from mnemex.lowlevel import vshard_of  # noqa: E402
-
-WORDS = ["memory", "agent", "context", "java", "lisbon", "budget", "flat", "office", "weather", "tool",
-         "result", "summary", "token", "window", "session", "user", "assistant", "decision", "number",
-         "plan", "march", "invoice", "flight", "tea", "cello", "sister", "garden", "train", "berlin"]
-
-
-def texts(count: int, seed: int) -> list[str]:
-    rng = random.Random(seed)
-    return [f"The user {rng.choice(['likes', 'wrote', 'planned', 'booked', 'forgot'])} "
-            + " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 14))) for _ in range(count)]
 
 
 async def measure(rt: Any, user: str, memories: list[str], queries: list[str],

@@ -32,20 +32,10 @@ sys.path.insert(0, str(_BENCH.parent))
 sys.path.append(str(_BENCH))
 
 import trio  # noqa: E402
-from _common import fmt_ms, fmt_ratio, latency_summary, machine, table, write_results  # noqa: E402
+from _common import WORDS, fmt_ms, fmt_ratio, latency_summary, machine, table, texts, write_results  # noqa: E402
 
 import mnemex  # noqa: E402
 from mnemex.server import Server, ServerSettings  # noqa: E402
-
-WORDS = ["memory", "agent", "context", "java", "lisbon", "budget", "flat", "office", "weather", "tool",
-         "result", "summary", "token", "window", "session", "user", "assistant", "decision", "number",
-         "plan", "march", "invoice", "flight", "tea", "cello", "sister", "garden", "train", "berlin"]
-
-
-def texts(count: int, seed: int) -> list[str]:
-    rng = random.Random(seed)
-    return [f"The user {rng.choice(['likes', 'wrote', 'planned', 'booked', 'forgot'])} "
-            + " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 14))) for _ in range(count)]
 
 
 async def measure(rt: Any, user: str, memories: list[str], queries: list[str],
