@@ -710,7 +710,10 @@ class Runtime:
             return True
         if turn.payload is None:  # refused, or changed nothing: its line comes off again
             self._cut_ahead(cell, seq - 1)
-            self._release(cell, [(waiter, turn.reply, None)], durable_needed=False)
+            # As in a batch: if a write before it does not become durable, this answer
+            # (made on a state holding that write) is dropped and the command handled
+            # again once the actor is back at its durable state.
+            self._release(cell, [(waiter, turn.reply, _Envelope(command, waiter))], durable_needed=False)
         else:
             cell.seq = seq
             cell.written += 1
@@ -1358,8 +1361,10 @@ class Runtime:
 
     async def _flush(self, cell: _Cell) -> None:
         """Make everything written durable and release every pending reply (our own
-        fsync covers every write made so far, whichever group commit is in flight).
-        Once a write failed to become durable, the rest fail without an fsync."""
+        fsync covers every write made so far, whichever group commit is in flight:
+        the store's syncs do not overlap and a failed one makes every later one
+        fail, see ``ActorStore.sync``, so it cannot succeed past a round that
+        failed). Once a write failed to become durable, the rest fail without an fsync."""
         if cell.written <= cell.synced:
             return
         error = None if cell.diverged else await self._sync_error(cell)

@@ -162,7 +162,10 @@ class ActorStore(abc.ABC):
     @abc.abstractmethod
     def sync(self) -> None:
         """Make every appended line durable (fsync). After it raises, every later
-        append and sync raises too, until ``recover()``."""
+        append and sync raises too, until ``recover()``. Syncs of one store do not
+        overlap (one waits for the other): so a sync that returns normally leaves no
+        earlier failure unreported, which lets the kernel release every pending reply
+        on its own sync while a group commit of the same store is still on disk."""
 
     @abc.abstractmethod
     def write_snapshot(self, seq: int, ts: int, records: Iterable[bytes], *, created: int,

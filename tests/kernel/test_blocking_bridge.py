@@ -178,6 +178,40 @@ def test_a_refused_write_changes_nothing_and_leaves_no_journal_line() -> None:
         assert storage.store("counter", ("c",)).commands() == [Add(1), Add(2)]
 
 
+def test_a_refused_write_behind_one_whose_fsync_fails_is_handled_again() -> None:
+    # The refusal is made on a state holding the write before it; when that write's
+    # fsync fails, the refusal is not answered StorageError with it (it wrote
+    # nothing) but handled again on the durable state, as in a batch.
+    with bridge() as (opened, storage):
+        ask(opened, Add(1))
+        storage.gate = gate = threading.Event()
+        storage.entered.clear()
+        replies: dict[str, Any] = {}
+
+        def call(name: str, command: Any) -> None:
+            try:
+                replies[name] = ask(opened, command)
+            except Exception as exc:  # noqa: BLE001 - the reply is what the test checks
+                replies[name] = exc
+
+        writer = threading.Thread(target=call, args=("write", Add(10)))
+        writer.start()
+        assert storage.entered.wait(10)  # the write is applied; its fsync is held
+        refused = threading.Thread(target=call, args=("refused", Fail()))
+        refused.start()
+        refused.join(0.2)
+        assert refused.is_alive() and "refused" not in replies  # waits for the write before it
+        storage.fail = True
+        gate.set()
+        writer.join(10)
+        refused.join(10)
+        storage.fail = False
+        assert isinstance(replies["write"], StorageError)
+        assert isinstance(replies["refused"], InvalidInput), replies["refused"]
+        assert ask(opened, Get()) == (1, 1)
+        assert storage.store("counter", ("c",)).commands() == [Add(1)]
+
+
 @pytest.mark.parametrize("command", [Crash(), Slow()], ids=["crash", "effects"])
 def test_an_inline_write_that_crashes_or_gives_effects_is_undone_by_a_reload(command: Any) -> None:
     with bridge() as (opened, storage):
