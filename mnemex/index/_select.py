@@ -111,11 +111,9 @@ def top_k_by_score(ids: IdArray, scores: FloatArray | npt.NDArray[np.float32],
     if n == 0:
         return []
     if n > k:
+        # fewer than k scores lie above the k-th: sorted, the ties at the cut follow them by id
         kth = np.partition(scores, n - k)[n - k]
-        above = scores > kth
-        tied = np.flatnonzero(scores == kth)
-        tied = tied[np.argsort(ids[tied], kind="stable")][: k - int(np.count_nonzero(above))]
-        keep = np.concatenate([np.flatnonzero(above), tied])
+        keep = np.flatnonzero(scores >= kth)
         ids, scores = ids[keep], scores[keep]
-    order = np.lexsort((ids, -scores))
+    order = np.lexsort((ids, -scores))[:k]
     return list(zip(ids[order].tolist(), np.asarray(scores[order], dtype=np.float64).tolist(), strict=True))

@@ -42,7 +42,7 @@ import math
 from array import array
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any, Self
+from typing import Any, NamedTuple, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -66,10 +66,22 @@ from mnemex.index._sidecar import (
 )
 from mnemex.index.tokenizer import ParsedQuery, Phrase, Tokenizer
 
-__all__ = ["BM25Index"]
+__all__ = ["BM25Index", "Scored"]
 
 _F64 = npt.NDArray[np.float64]
 _I64 = npt.NDArray[np.int64]
+
+
+class Scored(NamedTuple):
+    """One query's scores (:meth:`BM25Index.scored`): ``scores`` as
+    :meth:`BM25Index.score_all` gives them, ``matches`` as
+    :meth:`BM25Index.content_matches`, and ``context_docs``, the doc slots that hold
+    one of the query's terms in their context but not in their content (repeats
+    possible; such a doc may hold another term in its content)."""
+
+    scores: _F64
+    matches: npt.NDArray[np.int32]
+    context_docs: _I64
 
 _TF_MAX = 0xFFFF               # term frequencies are packed as content | context << 16
 _CONTEXT_TF_MAX = 0x7FFF       # (int32, so the context part keeps the sign bit clear)
@@ -103,17 +115,28 @@ class _Postings:
     def __init__(self) -> None:
         self.docs = array("i")
         self.tfs = array("i")
-        self.cache: tuple[_I64, _F64, _F64] | None = None
+        self.cache: tuple[_I64, _F64, _F64, _I64, _I64] | None = None
 
     def arrays(self) -> tuple[_I64, _F64, _F64]:
+        """The docs and their content and context term frequencies (numpy)."""
+        docs, tf_content, tf_context, _, _ = self.filled()
+        return docs, tf_content, tf_context
+
+    def filled(self) -> tuple[_I64, _F64, _F64, _I64, _I64]:
+        """:meth:`arrays`, then the docs that hold the term in their content and those
+        that hold it in their context only; kept until the postings change."""
         if self.cache is None:
             if not self.docs:
                 empty = np.zeros(0, dtype=np.float64)
-                self.cache = (np.zeros(0, dtype=np.int64), empty, empty)
+                none = np.zeros(0, dtype=np.int64)
+                self.cache = (none, empty, empty, none, none)
                 return self.cache
             docs = np.frombuffer(self.docs, dtype=np.int32).astype(np.int64)
             packed = np.frombuffer(self.tfs, dtype=np.int32)
-            self.cache = (docs, (packed & _TF_MAX).astype(np.float64), (packed >> 16).astype(np.float64))
+            tf_content = (packed & _TF_MAX).astype(np.float64)
+            in_content = tf_content > 0
+            split = (docs, docs[:0]) if in_content.all() else (docs[in_content], docs[~in_content])
+            self.cache = (docs, tf_content, (packed >> 16).astype(np.float64), *split)
         return self.cache
 
 
@@ -411,6 +434,24 @@ class BM25Index(SidecarIndex):
         """BM25 score of every doc id slot for *query* (0 where it does not match,
         including slots with no document), or None when nothing can match."""
         parsed = self.tokenizer.parse_query(query) if isinstance(query, str) else query
+        return self._scored(parsed, allowed, None)
+
+    def scored(self, query: str | ParsedQuery, allowed: Allowed = None) -> Scored | None:
+        """:meth:`score_all` and :meth:`content_matches` in one pass over the query
+        terms' postings, with the docs that hold a term in their context only (see
+        :class:`Scored`); None when nothing can match (as ``score_all``)."""
+        parsed = self.tokenizer.parse_query(query) if isinstance(query, str) else query
+        counts = np.zeros(self._capacity, dtype=np.int32)
+        context: list[_I64] = []
+        found = self._scored(parsed, allowed, (counts, context))
+        if found is None:
+            return None
+        return Scored(found, counts, np.concatenate(context) if context else np.zeros(0, dtype=np.int64))
+
+    def _scored(self, parsed: ParsedQuery, allowed: Allowed,
+                matches: tuple[npt.NDArray[np.int32], list[_I64]] | None) -> _F64 | None:
+        """score_all's scores; with ``matches`` (counts by doc slot, a list for the
+        context-only docs), fills them as :meth:`scored` says."""
         term_ids = sorted({self._vocab[t] for t in parsed.all_terms if t in self._vocab})
         n_docs = len(self._content)
         if not term_ids or n_docs == 0:
@@ -429,7 +470,7 @@ class BM25Index(SidecarIndex):
         _, content_norms, context_norms = self._norms
         scores = np.zeros(self._capacity, dtype=np.float64)
         for term_id in term_ids:
-            docs, tf_content, tf_context = self._postings[term_id].arrays()
+            docs, tf_content, tf_context, in_content, context_only = self._postings[term_id].filled()
             df = len(docs)
             if df == 0:
                 continue
@@ -438,6 +479,10 @@ class BM25Index(SidecarIndex):
             if context_norms is not None:
                 tf += weight * tf_context / context_norms[docs]
             scores[docs] += idf * (k1 + 1.0) * tf / (k1 + tf)
+            if matches is not None:
+                matches[0][in_content] += 1
+                if len(context_only):
+                    matches[1].append(context_only)
         mask = allowed_mask(allowed, self._capacity)
         if mask is not None:
             scores[~mask] = 0.0
@@ -455,8 +500,7 @@ class BM25Index(SidecarIndex):
         parsed = self.tokenizer.parse_query(query) if isinstance(query, str) else query
         counts = np.zeros(self._capacity, dtype=np.int32)
         for term_id in sorted({self._vocab[t] for t in parsed.all_terms if t in self._vocab}):
-            docs, tf_content, _ = self._postings[term_id].arrays()
-            counts[docs[tf_content > 0]] += 1
+            counts[self._postings[term_id].filled()[3]] += 1
         return counts
 
     def phrase_docs(self, phrase: Phrase) -> list[int]:
@@ -595,8 +639,7 @@ class BM25Index(SidecarIndex):
         # Documents holding every phrase word in their content, rarest word first.
         lists = []
         for term_id in set(term_ids):
-            docs, tf_content, _ = self._postings[term_id].arrays()
-            lists.append(docs[tf_content > 0])
+            lists.append(self._postings[term_id].filled()[3])
         lists.sort(key=len)
         candidates = np.sort(lists[0])
         for docs in lists[1:]:

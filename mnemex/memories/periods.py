@@ -45,12 +45,17 @@ _PATTERNS: Final = (  # most specific first; a span matched once is not read aga
     ("my", re.compile(rf"\b({_MONTH})\.?,?\s+{_YEAR}\b", re.IGNORECASE)),
     ("y", re.compile(rf"(?<![\d-]){_YEAR}(?![\d-])")),
 )
+_ANY_YEAR: Final = re.compile(r"(?:19|20)\d\d")
+"""What each of _PATTERNS needs somewhere: four digits of a year (one search where
+the patterns' month names would be tried at every word)."""
 
 
 def named_periods(query: str) -> tuple[tuple[float, float], ...]:
     """The periods ``query`` names, as (start, end) seconds since the epoch, UTC, end
     excluded: a day is 24 hours, a month its calendar month, a year its calendar
     year. In the order they occur; () when it names none."""
+    if _ANY_YEAR.search(query) is None:  # every form holds a year: most queries end here
+        return ()
     found: list[tuple[int, float, float]] = []
     taken: list[tuple[int, int]] = []
     for form, pattern in _PATTERNS:

@@ -215,11 +215,14 @@ class Ranker:
         and the entity boosts of the docs naming a query entity."""
         bm25 = self.bm25
         parsed = bm25.tokenizer.parse_query(query)
-        array = bm25.score_all(parsed, allowed) if len(bm25) else None
-        ranking = matches = None
-        if array is not None:
-            matches = bm25.content_matches(parsed)[: len(array)]
-            ranking = np.multiply(array, CONTEXT_ONLY, where=matches == 0, out=array.copy())
+        scored = bm25.scored(parsed, allowed) if len(bm25) else None
+        array = ranking = matches = None
+        if scored is not None:
+            array, matches = scored.scores, scored.matches
+            ranking = array.copy()
+            # only a doc holding a term in its context can match by its context alone
+            context_only = scored.context_docs[matches[scored.context_docs] == 0]
+            ranking[context_only] = array[context_only] * CONTEXT_ONLY
         expanded = self._expanded(expansion, allowed) if expansion is not None and len(bm25) else None
         if expanded is not None:  # the expansion's terms count as the query's, at their weights
             if array is None or ranking is None:
@@ -260,7 +263,8 @@ class Ranker:
         pool = np.array(sorted(boosts), dtype=np.int64)
         if ranking is not None:
             positive = np.flatnonzero(ranking > 0)
-            pool = np.union1d(_best(positive, ranking[positive], count), pool)
+            best = _best(positive, ranking[positive], count)
+            pool = np.union1d(best, pool) if len(pool) else np.sort(best)  # (distinct ids)
         totals = ranking[pool] if ranking is not None else np.zeros(len(pool), dtype=np.float64)
         if boosts:
             totals = totals + fulltext.boosts_of(pool)
@@ -332,16 +336,19 @@ class Ranker:
             return []
         docs = np.array(candidates, dtype=np.int64)
         texts, bm25s = fulltext.scores(docs)
-        cosines = np.zeros(len(docs), dtype=np.float64)
-        position = {doc: i for i, doc in enumerate(candidates)}
-        for doc, cosine in vector_ranked:
-            cosines[position[doc]] = cosine
-        if index is not None and len(vector_ranked) < len(candidates):
-            # candidates the vector list missed: their cosines, in one product (or look-up)
-            missed = np.ones(len(docs), dtype=np.bool_)
-            missed[[position[doc] for doc, _ in vector_ranked]] = False
-            rows = np.flatnonzero(missed)
-            cosines[rows] = cosines_of(docs[rows])
+        if exact is not None:  # every candidate's cosine read from the one product, as the list's were
+            cosines = exact.of(docs)
+        else:
+            cosines = np.zeros(len(docs), dtype=np.float64)
+            position = {doc: i for i, doc in enumerate(candidates)}
+            for doc, cosine in vector_ranked:
+                cosines[position[doc]] = cosine
+            if index is not None and len(vector_ranked) < len(candidates):
+                # candidates the vector list missed: their cosines, in one product (or look-up)
+                missed = np.ones(len(docs), dtype=np.bool_)
+                missed[[position[doc] for doc, _ in vector_ranked]] = False
+                rows = np.flatnonzero(missed)
+                cosines[rows] = cosines_of(docs[rows])
         calibrated = calibrated_cosine(cosines, settings.cosine_floor, settings.cosine_ceiling)
         w_text, w_vector = settings.fusion_fulltext_weight, settings.fusion_vector_weight
         weights = np.full(len(docs), w_text / (w_text + w_vector))
@@ -370,12 +377,11 @@ class Ranker:
         is_named = _members(docs, named)
         if len(named):
             assert expansion is not None
-            for i in np.flatnonzero(is_named).tolist():  # a memory the named entity says counts fully
-                names_entity[i] = expansion.lift(candidates[i], MENTION_ONLY)
+            lift = expansion.lift
+            named_at = np.flatnonzero(is_named)  # a memory the named entity says counts fully
+            names_entity[named_at] = [lift(doc, MENTION_ONLY) for doc in docs[named_at].tolist()]
             relevance = relevance + (1.0 - relevance) * settings.expansion_graph_weight * names_entity
         expanded = fulltext.expanded_scores(docs)
-        sources = tuple(zip(FOUND_BY, ({doc for doc, _ in text_ranked}, {doc for doc, _ in vector_ranked},
-                                       set(extra), set(graph_found)), strict=True))
         half_life = settings.recency_half_life
         factor_weights = np.array([settings.rank_importance_weight, settings.rank_recency_weight,
                                    settings.rank_access_weight], dtype=np.float64)
@@ -394,28 +400,40 @@ class Ranker:
             factors = None
             scores = relevance
         top = np.lexsort((docs, -scores))[:top_k]
+        # the breakdown of the top_k only: one gather of every signal, read as plain floats
+        shown = np.array((scores, texts, bm25s, calibrated, cosines, weights, near_period, relevance,
+                          factors if factors is not None else np.ones(len(docs)), names_entity,
+                          expanded)).take(top, axis=1).T.tolist()
+        # the lists that brought a hit (FOUND_BY's order); graph: it names a query entity,
+        # or the expansion's terms scored it
+        by_text, by_vector = {doc for doc, _ in text_ranked}, {doc for doc, _ in vector_ranked}
+        by_date, by_graph = set(extra), set(graph_found)
         crowding_shown = round(crowded, 6)
+        entity_hits = fulltext.entity_hits
         out: list[Ranked] = []
-        # the breakdown of the top_k only, read from the arrays as plain floats in one go
-        shown = [values[top].tolist() for values in (
-            scores, texts, bm25s, calibrated, cosines, weights, near_period, relevance,
-            factors if factors is not None else np.ones(len(docs)), names_entity, expanded)]
-        for i, score, text, bm25, fused_vector, cosine, weight, date, relevant, factor, graph_lift, \
-                expansion_part in zip(top.tolist(), *shown, strict=True):
-            doc = candidates[i]
+        for doc, named_it, (score, text, bm25, fused_vector, cosine, weight, date, relevant, factor,
+                            graph_lift, expansion_part) in zip(docs[top].tolist(), is_named[top].tolist(),
+                                                               shown, strict=True):
             importance, recency, access = parts(doc)
-            out.append((doc, score, {
+            signals = {
                 "fulltext": round(text, 6), "bm25": round(bm25, 6),
-                "entities": float(fulltext.entity_hits.get(doc, 0)), "vector": round(fused_vector, 6),
+                "entities": float(entity_hits.get(doc, 0)), "vector": round(fused_vector, 6),
                 "cosine": round(cosine, 6), "text_weight": round(weight, 6),
                 "crowding": crowding_shown, "date": round(date, 6),
                 "relevance": round(relevant, 6), "importance": importance,
                 "recency": round(recency, 6), "access": round(access, 6),
                 "factor": round(factor, 6) if factors is not None else 1.0,
                 "graph": graph_lift, "expansion": round(expansion_part, 6),
-                **{f"found.{name}": 1.0 for name, found in sources
-                   if doc in found or (name == "graph" and (is_named[i] or expansion_part > 0))},
-            }))
+            }
+            if doc in by_text:
+                signals["found.fulltext"] = 1.0
+            if doc in by_vector:
+                signals["found.vector"] = 1.0
+            if doc in by_date:
+                signals["found.date"] = 1.0
+            if doc in by_graph or named_it or expansion_part > 0:
+                signals["found.graph"] = 1.0
+            out.append((doc, score, signals))
         return out
 
     def _expanded_vector(self, vector: F32, expansion: Expansion,

@@ -8,8 +8,9 @@ import math
 import random
 from collections import Counter
 
+import numpy as np
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
@@ -226,6 +227,31 @@ texts = st.lists(st.sampled_from(WORDS), max_size=6).map(" ".join)
 queries = st.one_of(texts, st.tuples(texts, texts).map(lambda p: f'"{p[0]}" {p[1]}'))
 
 
+def assert_scored(index: BM25Index, docs: dict[int, Doc], query: str, allowed: set[int] | None) -> None:
+    """One pass gives score_all's scores, content_matches' counts and the docs that
+    hold a query term in their context only, as the long way round finds them."""
+    tokenizer = index.tokenizer
+    found = index.scored(query, allowed)
+    alone = index.score_all(query, allowed)
+    if found is None:
+        assert alone is None
+        return
+    assert alone is not None
+    np.testing.assert_array_equal(found.scores, alone)
+    np.testing.assert_array_equal(found.matches, index.content_matches(query))
+    terms = set(tokenizer.parse_query(query).all_terms)
+    content = {d: set(tokenizer.positioned(text)[0]) for d, (text, _) in docs.items()}
+    context = {d: set(tokenizer.tokens(ctx)) if ctx else set() for d, (_, ctx) in docs.items()}
+    for doc_id in docs:
+        assert found.matches[doc_id] == len(terms & content[doc_id])
+    assert set(found.context_docs.tolist()) == {
+        d for d in docs if (terms & context[d]) - content[d]}
+    expected = brute_force_scores(docs, query, tokenizer)
+    for doc_id in docs:
+        want = expected.get(doc_id, 0.0) if allowed is None or doc_id in allowed else 0.0
+        assert found.scores[doc_id] == pytest.approx(want, rel=1e-9, abs=1e-12)
+
+
 class BM25Machine(RuleBasedStateMachine):
     """BM25Index against a dict of documents scored by the formula, the long way."""
 
@@ -264,6 +290,11 @@ class BM25Machine(RuleBasedStateMachine):
                     if allowed is None or d in allowed}
         assert_same_ranking(self.index.search(query, top_k, allowed=allowed), expected, top_k)
 
+    @rule(query=queries, data=st.data())
+    def scored(self, query: str, data: st.DataObject) -> None:
+        assert_scored(self.index, self.docs, query,
+                      data.draw(st.none() | st.sets(st.integers(0, max(0, self.next_id)))))
+
     @invariant()
     def sizes_agree(self) -> None:
         assert len(self.index) == len(self.docs)
@@ -271,3 +302,17 @@ class BM25Machine(RuleBasedStateMachine):
 
 BM25Machine.TestCase.settings = settings(max_examples=30, stateful_step_count=30, deadline=None)
 test_bm25_index_matches_brute_force = BM25Machine.TestCase
+
+
+@given(st.lists(st.tuples(texts, st.none() | texts), min_size=1, max_size=12), queries,
+       st.none() | st.sets(st.integers(0, 12)), st.sets(st.integers(0, 11)))
+@settings(max_examples=200, deadline=None)
+def test_one_pass_scores_counts_and_finds_the_context_only_docs(
+        docs: list[Doc], query: str, allowed: set[int] | None, removed: set[int]) -> None:
+    index, held = BM25Index(), dict(enumerate(docs))
+    for doc_id, (text, ctx) in held.items():
+        index.add(doc_id, text, ctx)
+    for doc_id in sorted(removed & set(held))[:-1]:  # one doc stays
+        index.remove(doc_id)
+        del held[doc_id]
+    assert_scored(index, held, query, allowed)

@@ -193,6 +193,63 @@ def test_a_neighbour_holding_no_query_word_is_lifted_by_its_context_but_does_not
     assert hits[1].score == pytest.approx(min(1.0, CONTEXT_ONLY * bm25[doc] / ideal), abs=1e-5)
 
 
+def _best_by(scores: dict[int, float], count: int, noise: float = 0.0) -> tuple[set[int], set[int]]:
+    """The ``count`` best docs (ties by lower doc), and those within ``noise`` of the
+    cut, which may fall on either side of it."""
+    ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+    cut = ranked[count - 1][1] if len(ranked) >= count else -math.inf
+    near = {doc for doc, score in ranked if abs(score - cut) <= noise} if len(ranked) > count else set()
+    return {doc for doc, _ in ranked[:count]}, near
+
+
+HYBRID_WORDS = ["dog", "cat", "walk", "park", "rain", "sun", "the", "a", "blue", "river", "tree"]
+
+
+@given(st.lists(st.tuples(st.lists(st.sampled_from(HYBRID_WORDS), min_size=1, max_size=7).map(" ".join),
+                          st.sampled_from([None, "s1", "s2", "s3"])), min_size=1, max_size=40),
+       st.lists(st.sampled_from(HYBRID_WORDS), min_size=1, max_size=4).map(" ".join),
+       st.integers(1, 12), st.integers(1, 8))
+@settings(max_examples=120, deadline=None)
+def test_hybrid_signals_and_candidate_lists_are_those_of_the_simple_way(
+        notes: list[tuple[str, str | None]], query: str, top_k: int, candidates: int) -> None:
+    """Each hybrid hit's BM25, full-text (context-only matches cut to CONTEXT_ONLY),
+    cosine and candidate lists, against the indexes read the long way: a score per
+    memory, a full sort for each list (ties by lower doc)."""
+    d = Driver(expansion=False, fusion_candidates=candidates)
+    for content, session in notes:
+        d.remember(content, **({"session_id": session} if session else {}))
+    memory = d.memory
+    bm25, index = memory.bm25, memory.vectors
+    assert index is not None
+    hits = d.search(query, "hybrid", top_k=top_k, min_score=-1.0).hits
+    raw = bm25.score_all(query)
+    parsed = bm25.tokenizer.parse_query(query)
+    ideal = sum(bm25.idf(term) for term in parsed.all_terms)
+    q = EMBEDDER.embed([query])[0].astype(np.float32)
+    docs = sorted(memory.doc_of.values())
+    # one product per memory: float32 sums in another order than the index's, so a
+    # cosine may differ in its last bits
+    cosine = {doc: float(index.vectors([doc])[0] @ q) for doc in docs}
+    text: dict[int, float] = {}
+    for doc in docs:
+        own = bm25.content_matches(query)[doc] if raw is not None else 0
+        value = 0.0 if raw is None else float(raw[doc]) * (CONTEXT_ONLY if own == 0 else 1.0)
+        if value > 0:
+            text[doc] = value
+    count = max(top_k, candidates)
+    (by_text, _), (by_vector, near_cut) = _best_by(text, count), _best_by(cosine, count, 1e-6)
+    if not near_cut:
+        assert len(hits) == min(top_k, len(by_text | by_vector))
+    for hit in hits:
+        doc = memory.doc_of[hit.memory.id]
+        assert ("fulltext" in hit.found_by) == (doc in by_text)
+        if doc not in near_cut:
+            assert ("vector" in hit.found_by) == (doc in by_vector)
+        assert hit.scores["bm25"] == round(float(raw[doc]) if raw is not None else 0.0, 6)
+        assert hit.scores["fulltext"] == round(min(1.0, text.get(doc, 0.0) / ideal) if ideal > 0 else 0.0, 6)
+        assert hit.scores["cosine"] == pytest.approx(cosine[doc], abs=1e-6)
+
+
 # -- dates named in a query --------------------------------------------------------------------
 @pytest.mark.parametrize(("query", "periods"), [
     ("What did Gina find on 1 February, 2023?", [("2023-02-01", "2023-02-02")]),
@@ -208,6 +265,33 @@ def test_a_neighbour_holding_no_query_word_is_lifted_by_its_context_but_does_not
 ])
 def test_a_query_names_days_months_and_years(query: str, periods: list[tuple[str, str]]) -> None:
     assert named_periods(query) == tuple((day(a), day(b)) for a, b in periods)
+
+
+PIECES = ["in", "on", "the", "of", "13th", "1", "31", "Oct", "oct.", "October", "Sept.", "june", "2023",
+          "1999", "2099", "2100", "1899", "19", "20", "23", "2023-10", "2023-10-13", "2022-2023", "12", ",",
+          "-", "\u0662\u0660\u0662\u0663", "20\u0662\u0663", "\uff11\uff19\uff19\uff19"]
+
+
+@given(st.lists(st.sampled_from(PIECES), max_size=8), st.sampled_from([" ", "", ", "]))
+@settings(max_examples=300, deadline=None)
+def test_periods_are_looked_for_only_where_a_year_is_written(pieces: list[str], glue: str) -> None:
+    """A query without the digits of a year names no period (named_periods stops
+    there): the same periods as trying every form, as the long way does."""
+    from mnemex.memories import periods
+
+    query = glue.join(pieces)
+    found: list[tuple[int, float, float]] = []
+    taken: list[tuple[int, int]] = []
+    for form, pattern in periods._PATTERNS:
+        for match in pattern.finditer(query):
+            start, end = match.span()
+            if any(start < b and a < end for a, b in taken):
+                continue
+            period = periods._period(form, match.groups())
+            if period is not None:
+                taken.append((start, end))
+                found.append((start, *period))
+    assert named_periods(query) == tuple((a, b) for _, a, b in sorted(found))
 
 
 def test_a_time_near_a_period_counts_less_the_further_it_is() -> None:
