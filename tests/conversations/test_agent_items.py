@@ -310,6 +310,7 @@ def test_pop_rewrites_nothing_that_was_snapshotted() -> None:
     driver = Driver(make())
     add(driver, "s", *[said(f"m{i}") for i in range(50)])
     driver.snapshot()
+    assert len(history(driver, "s")) == 50  # a command: the snapshot's lines are now the session's
     conv = driver.memory.sessions["s"]
     lines = conv.lines
     first = lines[0]
