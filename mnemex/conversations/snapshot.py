@@ -110,11 +110,17 @@ def encode_sessions(sessions: Iterable[Conversation], ranks: Mapping[str, int], 
             yield from item.old
             item.old = []
             if item.fresh:
-                lines = [_encode(entry) for entry in item.fresh]
+                lines: list[bytes] = []
+                decoded: list[MessageEntry] = []
+                for entry in item.fresh:  # a line at a time: the writer may cede the GIL between two
+                    line = _encode(entry)
+                    lines.append(line)
+                    if encoded is not None:
+                        decoded.append(_decode_entry(line))
+                    yield line
                 item.fresh = []
-                yield from lines
                 if encoded is not None:
-                    item.decoded = [_decode_entry(line) for line in lines]
+                    item.decoded = decoded
                     item.encoded = lines
                     encoded.append(item)
             for turn in item.turns:
