@@ -29,7 +29,11 @@ task per request, the run woken through its entry queue and its I/O-wait
 thread, the reply through the run again): 105 -> 92 us of server CPU per
 request, and the app, bridge and kernel alone 70 -> 63 us (16 clients in
 process, no HTTP); the rest is uvicorn, the socket's send, and the fsync
-threads' handoffs of the GIL.
+threads' handoffs of the GIL. A body that arrived with its head (the usual
+small one) is read without arming the body timeout, and the content type is
+checked on the raw headers: with the agent's snapshot taken off its turn
+(``mnemex.conversations.snapshot``), 87 -> 74 us of server CPU per request and
+p99 63 -> 20 ms (same run, 4 rounds, load 5).
 """
 
 from mnemex.server._app import build_app
