@@ -825,7 +825,7 @@ class AgentMemory:
                 sources.append(conv.entries)
                 total += len(conv.entries)
             else:
-                positions = conv.by_query.get(query_id)
+                positions = conv.query_positions(query_id)
                 if positions:
                     sources.append(_Picked(conv.entries, positions))
                     total += len(positions)
@@ -942,7 +942,7 @@ class _Picked(Sequence[MessageEntry]):
 
     __slots__ = ("entries", "positions")
 
-    def __init__(self, entries: list[MessageEntry], positions: list[int]) -> None:
+    def __init__(self, entries: list[MessageEntry], positions: Sequence[int]) -> None:
         self.entries = entries
         self.positions = positions
 

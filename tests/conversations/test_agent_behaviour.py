@@ -484,3 +484,21 @@ def test_an_expired_session_behind_a_fresher_one_still_starts_afresh() -> None:
     history = driver.send(GetHistory(session_id="b", now=180.0))
     assert [msgspec.json.decode(e.message)["content"] for e in history] == ["new b"]
     assert driver.emitted[-2].event == SessionEnded("expired")
+
+
+def test_a_long_history_leaves_the_cyclic_collector_nothing_per_message_or_query() -> None:
+    """Each query id's positions are kept where the GC does not look: with one list a
+    query, a full collection walked the whole history (0.7 s at 300,000 queries)."""
+    import gc
+
+    driver = Driver(make())
+    for i in range(300):
+        driver.append(f"s{i % 3}", user(f"m{i}"), assistant(f"a{i}"), query_id=f"q{i}")
+    memory = driver.memory
+    buckets = [bucket for conv in memory.sessions.values() for bucket in conv.by_query.values()]
+    assert len(buckets) == 300 and not any(map(gc.is_tracked, buckets))
+    page = driver.send(ListMessages(query_id="q7", limit=None))
+    assert [msgspec.json.decode(e.message)["content"] for e in page.entries] == ["m7", "a7"]
+    driver.send(PopMessage(session_id="s1", timestamp=driver.tick()))
+    conv = memory.sessions["s1"]
+    assert [conv.entries[p].query_id for p in conv.query_positions("q298")] == ["q298"]
