@@ -18,7 +18,7 @@ import heapq
 import itertools
 import logging
 import math
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -101,6 +101,8 @@ from mnemex.conversations.protocol import (
 from mnemex.conversations.pruning import compression_cut, context_window, max_messages_start, summary_target
 from mnemex.conversations.snapshot import (
     SNAPSHOT_FORMAT,
+    CapturedSession,
+    adopt_encoded,
     check_format,
     decode_policy,
     decode_sessions,
@@ -138,6 +140,9 @@ __all__ = [
 log = logging.getLogger("mnemex.agent")
 
 _MAX_ID_CHARS: Final = 1024
+_ADOPT_BUDGET: Final = 512
+"""Entries a command adopts at most from a snapshot's writer (see adopt_encoded):
+each frees the entry it replaces, so the cost is spread over the turns after it."""
 
 agent_codec: JsonCodec[AgentCommandType] = JsonCodec(AgentCommandType, "agent command")
 
@@ -244,6 +249,8 @@ class AgentMemory:
         self.clock = 0.0  # the latest time any command carried (transient)
         self._turn_index: TurnIndex | None = None
         self._tokenizer: Tokenizer | None = None
+        # sessions whose new lines a snapshot's writer encoded, to adopt (see snapshot)
+        self._encoded: deque[CapturedSession] = deque()
 
     def live_bytes(self) -> int:
         """An estimate of the memory this agent holds while live, for the runtime's
@@ -345,6 +352,8 @@ class AgentMemory:
 
     # -- dispatch --------------------------------------------------------------------
     def handle(self, command: Any) -> Any:
+        if self._encoded:  # what the last snapshot's writer encoded: kept, a little a turn
+            adopt_encoded(self._encoded, self.sessions, _ADOPT_BUDGET)
         match command:
             case AppendMessages() | AppendItems():
                 return self._append(command)
@@ -816,7 +825,7 @@ class AgentMemory:
                 sources.append(conv.entries)
                 total += len(conv.entries)
             else:
-                positions = conv.by_query.get(query_id)
+                positions = conv.query_positions(query_id)
                 if positions:
                     sources.append(_Picked(conv.entries, positions))
                     total += len(positions)
@@ -886,7 +895,8 @@ class AgentMemory:
     def snapshot(self) -> SnapshotData:
         """The state as record lines (see ``conversations.snapshot``) and counters."""
         ranks = {session_id: rank for rank, session_id in enumerate(self.activity)}
-        records = encode_sessions(self.sessions.values(), ranks, self.sequence + 1)
+        adopt_encoded(self._encoded, self.sessions)
+        records = encode_sessions(self.sessions.values(), ranks, self.sequence + 1, self._encoded)
         extra = {
             "format": SNAPSHOT_FORMAT,
             "sequence": self.sequence,
@@ -932,7 +942,7 @@ class _Picked(Sequence[MessageEntry]):
 
     __slots__ = ("entries", "positions")
 
-    def __init__(self, entries: list[MessageEntry], positions: list[int]) -> None:
+    def __init__(self, entries: list[MessageEntry], positions: Sequence[int]) -> None:
         self.entries = entries
         self.positions = positions
 

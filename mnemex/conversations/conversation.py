@@ -9,6 +9,8 @@ built by slicing, whatever the length of the history.
 from __future__ import annotations
 
 import bisect
+import struct
+from collections.abc import Sequence
 from typing import Any, Final
 
 import msgspec
@@ -27,6 +29,9 @@ SUMMARY_OPEN: Final = "[Previous Conversation Summary]"
 SUMMARY_CLOSE: Final = "[End of Summary]"
 
 _encode = msgspec.json.Encoder()
+_POSITION: Final = struct.Struct("=q")
+"""An entry's position in a query's bucket (``Conversation.by_query``): native, as
+``memoryview.cast("q")`` reads it back."""
 
 
 class Summary(msgspec.Struct, frozen=True):
@@ -118,7 +123,10 @@ class Conversation:
         self.sys_cum: list[int] = [0]  # sys_cum[j]: tokens of the first j system entries
         self.user_idx: list[int] = []
         self.calls: set[str] = set()
-        self.by_query: dict[str | None, list[int]] = {}
+        # the positions of each query id's entries, packed (see query_positions): a list a
+        # query would be tracked by the cyclic GC, whose full collections then walked
+        # one object per query of the whole history (0.7 s at 300,000 queries)
+        self.by_query: dict[str | None, bytearray] = {}
         self.last_append = 0
         self.summary: Summary | None = None
         self.pair: tuple[msgspec.Raw, msgspec.Raw] | None = None
@@ -152,9 +160,9 @@ class Conversation:
             self.calls.update(entry.tool_call_ids)
         bucket = self.by_query.get(entry.query_id)
         if bucket is None:
-            self.by_query[entry.query_id] = [index]
+            self.by_query[entry.query_id] = bytearray(_POSITION.pack(index))
         else:
-            bucket.append(index)
+            bucket += _POSITION.pack(index)
         if entry.item:
             self.items += 1
             if self.items == 1:
@@ -177,7 +185,7 @@ class Conversation:
             self.user_idx.pop()
         self.calls.difference_update(entry.tool_call_ids)
         bucket = self.by_query[entry.query_id]
-        bucket.pop()
+        del bucket[-_POSITION.size:]
         if not bucket:
             del self.by_query[entry.query_id]
         if entry.item:
@@ -224,6 +232,11 @@ class Conversation:
     def tokens(self) -> int:
         """Tokens of every stored message."""
         return self.cum[-1] + self.sys_cum[-1]
+
+    def query_positions(self, query_id: str | None) -> Sequence[int]:
+        """The positions of the entries of ``query_id``, in order (empty when none)."""
+        bucket = self.by_query.get(query_id)
+        return memoryview(bytes(bucket)).cast("q") if bucket else ()
 
     @property
     def query_count(self) -> int:

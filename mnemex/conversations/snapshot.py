@@ -5,11 +5,15 @@ its summary), its entries (one ``MessageEntry`` each, the very bytes the session
 keeps, so a snapshot re-encodes only what was appended since the last one), then its
 turn lines. Entry lines are recognised by their first field, so the common line is
 decoded once, straight into a MessageEntry.
+
+A snapshot is taken in the actor's turn and written beside it (see
+``encode_sessions``): the turn copies references, the writer's thread encodes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -22,8 +26,8 @@ from mnemex.conversations.tokens import TokenCounter
 from mnemex.conversations.validation import recount_tokens
 from mnemex.errors import CorruptData
 
-__all__ = ["SNAPSHOT_FORMAT", "RestoredSession", "check_format", "decode_policy", "decode_sessions",
-           "encode_sessions"]
+__all__ = ["SNAPSHOT_FORMAT", "CapturedSession", "RestoredSession", "adopt_encoded", "check_format",
+           "decode_policy", "decode_sessions", "encode_sessions"]
 
 SNAPSHOT_FORMAT: Final = 1
 
@@ -52,24 +56,111 @@ _decode_entry = msgspec.json.Decoder(MessageEntry).decode
 _ENTRY_PREFIX: Final = b'{"sequence":'
 
 
-def encode_sessions(sessions: Iterable[Conversation], ranks: Mapping[str, int],
-                    next_sequence: int) -> list[bytes]:
-    """The record lines of ``sessions``; ``ranks`` is each one's place in the activity
-    order, ``next_sequence`` the sequence the next appended message will get."""
-    records: list[bytes] = []
+class CapturedSession:
+    """One session as a snapshot took it in the actor's turn: what the writer's
+    thread encodes (its session line, the lines encoded by earlier snapshots, the
+    entries appended since, its turns), and, once it has, the new lines and their
+    entries decoded from them, for the actor to adopt (``adopt_encoded``)."""
+
+    __slots__ = ("adopted", "conv", "decoded", "encoded", "entries", "fresh", "head", "known", "lines", "old",
+                 "pops", "turns")
+
+    def __init__(self, conv: Conversation, head: _SessionLine) -> None:
+        self.conv = conv
+        self.head = head
+        self.lines = conv.lines  # the list itself: adoption checks nothing replaced it
+        self.entries = conv.entries
+        self.known = known = len(conv.lines)
+        self.old = conv.lines[:]  # pop() cuts ``lines`` in place
+        self.fresh = conv.entries[known:]  # frozen entries: safe to encode in another thread
+        self.turns = conv.turns[:] if conv.turns else []
+        self.pops = conv.pops
+        self.encoded: list[bytes] = []
+        self.decoded: list[MessageEntry] = []
+        self.adopted = 0  # of ``encoded``, kept by the conversation so far
+
+
+def encode_sessions(sessions: Iterable[Conversation], ranks: Mapping[str, int], next_sequence: int,
+                    encoded: deque[CapturedSession] | None = None) -> Callable[[], Iterator[bytes]]:
+    """The record lines of ``sessions`` as a callable that makes them; ``ranks`` is each
+    one's place in the activity order, ``next_sequence`` the sequence the next
+    appended message will get.
+
+    Taking the snapshot here costs the actor's turn a copy of references: nothing is
+    encoded. The callable (the writer's thread) encodes the session lines, the
+    entries appended since the last snapshot and the turns; it reads only what was
+    copied here (entries and turns are frozen). Each session's new lines, with
+    their entries decoded from them (whose messages then share the lines' memory),
+    are put on ``encoded`` for ``adopt_encoded``: so every entry is encoded once."""
+    captured: list[CapturedSession] = []
     for conv in sessions:
-        entries, lines = conv.entries, conv.lines
-        for index in range(len(lines), len(entries)):
-            line = _encode(entries[index])
-            entries[index] = _decode_entry(line)  # its message now shares the line's memory
-            lines.append(line)
-        last_append = entries[conv.last_append].sequence if conv.last_append < len(conv) else next_sequence
-        records.append(_encode(_SessionLine(conv.session_id, conv.generation, conv.created_at,
-                                            conv.updated_at, ranks.get(conv.session_id, 0), last_append,
-                                            conv.completed, conv.summary, conv.pops, conv.state)))
-        records += lines
-        records += [_encode(_TurnLine(turn)) for turn in conv.turns]
+        entries = conv.entries
+        last_append = entries[conv.last_append].sequence if conv.last_append < len(entries) else next_sequence
+        head = _SessionLine(conv.session_id, conv.generation, conv.created_at, conv.updated_at,
+                            ranks.get(conv.session_id, 0), last_append, conv.completed, conv.summary,
+                            conv.pops, dict(conv.state) if conv.state else {})
+        captured.append(CapturedSession(conv, head))
+
+    def records() -> Iterator[bytes]:
+        # what is written is let go of here, not where the snapshot is dropped: the
+        # entries an adoption replaced may be held by nothing else (freeing 100,000
+        # of them in the actor's thread would stall it)
+        for item in captured:
+            yield _encode(item.head)
+            yield from item.old
+            item.old = []
+            if item.fresh:
+                lines: list[bytes] = []
+                decoded: list[MessageEntry] = []
+                for entry in item.fresh:  # a line at a time: the writer may cede the GIL between two
+                    line = _encode(entry)
+                    lines.append(line)
+                    if encoded is not None:
+                        decoded.append(_decode_entry(line))
+                    yield line
+                item.fresh = []
+                if encoded is not None:
+                    item.decoded = decoded
+                    item.encoded = lines
+                    encoded.append(item)
+            for turn in item.turns:
+                yield _encode(_TurnLine(turn))
+            item.turns = []
+        captured.clear()
+
     return records
+
+
+def adopt_encoded(encoded: deque[CapturedSession], sessions: Mapping[str, Conversation],
+                  budget: int | None = None) -> None:
+    """In the actor: keep the lines a snapshot's writer encoded (``encode_sessions``)
+    for the next snapshot, and the entries decoded from them in place of the ones
+    they encode (equal, sharing the lines' memory). At most ``budget`` entries a
+    call (each replaced entry is freed here): the rest at the next. A session
+    changed meanwhile in a way that moves its entries (a pop, a rebuild, a new
+    session of the same id) keeps what it has: its next snapshot encodes them."""
+    left = budget
+    while encoded:
+        item = encoded[0]
+        conv = item.conv
+        at = item.known + item.adopted
+        if (sessions.get(conv.session_id) is not conv or conv.lines is not item.lines
+                or conv.entries is not item.entries or conv.pops != item.pops or len(conv.lines) != at
+                or len(conv.entries) < item.known + len(item.encoded)):
+            encoded.popleft()
+            continue
+        count = len(item.encoded) - item.adopted
+        if left is not None:
+            count = min(count, left)
+            left -= count
+        start = item.adopted
+        conv.lines.extend(item.encoded[start : start + count])
+        conv.entries[at : at + count] = item.decoded[start : start + count]
+        item.adopted += count
+        if item.adopted == len(item.encoded):
+            encoded.popleft()
+        if left is not None and left <= 0:
+            return
 
 
 @dataclass(slots=True)

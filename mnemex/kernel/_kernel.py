@@ -22,7 +22,7 @@ import math
 import os
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Final, NoReturn
@@ -1832,7 +1832,7 @@ def _rebuild(kind: ActorKind, key: Key, store: ActorStore) -> tuple[Behaviour, R
 def _write_snapshot(store: ActorStore, data: SnapshotData, seq: int, ts: int) -> int:
     """Encode (in this worker thread) and write a snapshot; returns its body bytes."""
     try:
-        records: Iterable[bytes] = data.records() if callable(data.records) else data.records
+        records: Iterable[bytes] = _ceding(data.records() if callable(data.records) else data.records)
         sidecars = data.sidecars() if callable(data.sidecars) else data.sidecars
         # the records go to the store as they are made: it writes them a chunk at a time
         return store.write_snapshot(seq, ts, records, created=int(time.time() * 1000), extra=dict(data.extra),
@@ -1840,6 +1840,20 @@ def _write_snapshot(store: ActorStore, data: SnapshotData, seq: int, ts: int) ->
     finally:
         if data.done is not None:
             data.done()
+
+
+_CEDE_EVERY: Final = 512
+
+
+def _ceding(records: Iterable[bytes]) -> Iterator[bytes]:
+    """``records``, letting the other threads have the GIL every ``_CEDE_EVERY``: the
+    records of a large actor keep the writer's thread busy for a long time (encoding,
+    checksums), and the thread of the actors (the event loop's) would otherwise get
+    the GIL back only once a switch interval (5 ms) at a time."""
+    for count, line in enumerate(records, 1):
+        yield line
+        if not count % _CEDE_EVERY:
+            time.sleep(0)
 
 
 def _freeze_startup_heap(config: Config) -> None:

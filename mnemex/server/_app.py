@@ -890,14 +890,33 @@ def _form_bool(name: str, value: str) -> bool:
 def _check_content_type(request: Request) -> None:
     """A body on a JSON route must say it is JSON: a web page can send text/plain or a
     form to any address without asking, never application/json."""
-    headers = request.headers
-    has_body = headers.get("content-length", "0") not in ("0", "") or "transfer-encoding" in headers
-    content_type = headers.get("content-type")
-    if content_type is None and not has_body:
+    length = chunked = raw_type = None
+    for name, value in request.scope["headers"]:  # one pass, the first of each (as Headers.get)
+        if name == b"content-type":
+            if raw_type is None:
+                raw_type = value
+        elif name == b"content-length":
+            if length is None:
+                length = value
+        elif name == b"transfer-encoding":
+            chunked = value
+    if raw_type is None and length in (None, b"0", b"") and chunked is None:
         return
-    if content_type is None or not is_json_type(content_type):
-        raise HttpError(415, f"Content-Type {content_type or 'missing'!s}: this route takes "
-                             f"application/json", field="Content-Type")
+    if raw_type is not None:
+        known = _JSON_TYPES_SEEN.get(raw_type)
+        if known is None:
+            if len(_JSON_TYPES_SEEN) >= 256:
+                _JSON_TYPES_SEEN.clear()
+            known = _JSON_TYPES_SEEN[raw_type] = is_json_type(raw_type.decode("latin-1"))
+        if known:
+            return
+    content_type = raw_type.decode("latin-1") if raw_type is not None else None
+    raise HttpError(415, f"Content-Type {content_type or 'missing'!s}: this route takes "
+                         f"application/json", field="Content-Type")
+
+
+_JSON_TYPES_SEEN: dict[bytes, bool] = {}
+"""is_json_type of each Content-Type value met (a few: clients send the same one)."""
 
 
 _SESSION = Param("session_id", "string", "one session (conversation_id is the same thing)")

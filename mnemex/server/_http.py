@@ -36,6 +36,7 @@ __all__ = [
     "check_token",
     "decode_json",
     "error_response",
+    "header",
     "is_json_type",
     "json_response",
     "parse_duration",
@@ -131,36 +132,66 @@ class _BodyTooLarge(HttpError):
         super().__init__(413, message, headers={"Connection": "close"})
 
 
+def header(scope: Scope, name: bytes) -> bytes | None:
+    """The first value of the request header ``name`` (lower case), raw; None when
+    absent. One pass over the list the server gave (cheaper than a Headers object
+    for the one or two a route reads)."""
+    for key, value in scope["headers"]:
+        if key == name:
+            value_: bytes = value
+            return value_
+    return None
+
+
 async def read_body(request: Request, limit: int, timeout: float) -> bytes:
     """The request body, refusing past ``limit`` bytes (413) or when it takes longer
     than ``timeout`` seconds to arrive (408). Either refusal closes the connection
     after the answer (``Connection: close``): the rest of the body is not read."""
-    declared = request.headers.get("content-length")
+    declared = header(request.scope, b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _BodyTooLarge(f"request body is {int(declared):,} bytes; the limit is {limit:,} "
                             f"(server.max_body_bytes)")
+    receive = request.receive
+    if _has_whole_body(receive):  # the usual small body, read with its head: nothing to wait for
+        return _body_of(await receive(), [], 0, limit)[0] or b""
     chunks: list[bytes] = []
     size = 0
-    receive = request.receive
     try:
         async with asyncio.timeout(timeout):
             while True:
-                message = await receive()
-                if message["type"] != "http.request":
-                    raise ClientDisconnect
-                chunk: bytes = message.get("body", b"")
-                if chunk:
-                    size += len(chunk)
-                    if size > limit:
-                        raise _BodyTooLarge(f"request body is over the limit of {limit:,} bytes "
-                                            f"(server.max_body_bytes)")
-                    chunks.append(chunk)
-                if not message.get("more_body", False):
-                    break
+                body, size = _body_of(await receive(), chunks, size, limit)
+                if body is not None:
+                    return body
     except TimeoutError:
         raise HttpError(408, f"request body did not arrive within {timeout:g} s (server.body_timeout)",
                         headers={"Connection": "close"}) from None
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _body_of(message: Any, chunks: list[bytes], size: int, limit: int) -> tuple[bytes | None, int]:
+    """Take one ``http.request`` message into ``chunks``: (the whole body, size) when
+    it was the last, else (None, the size so far)."""
+    if message["type"] != "http.request":
+        raise ClientDisconnect
+    chunk: bytes = message.get("body", b"")
+    if chunk:
+        size += len(chunk)
+        if size > limit:
+            raise _BodyTooLarge(f"request body is over the limit of {limit:,} bytes (server.max_body_bytes)")
+        chunks.append(chunk)
+    if message.get("more_body", False):
+        return None, size
+    return (chunks[0] if len(chunks) == 1 else b"".join(chunks)), size
+
+
+def _has_whole_body(receive: Receive) -> bool:
+    """Whether the server holds the request's whole body, so that one ``receive()``
+    returns it at once: uvicorn's request cycle (whose method ``receive`` is) says so
+    once its parser has seen the end of the message. False for any other server:
+    its body is read the bounded way."""
+    cycle = getattr(receive, "__self__", None)
+    return (cycle is not None and getattr(cycle, "more_body", True) is False
+            and getattr(cycle, "disconnected", True) is False
+            and getattr(cycle, "response_complete", True) is False)
 
 
 _MISSING = re.compile(r"(?:missing required|contains unknown) field `([^`]*)`")

@@ -34,6 +34,7 @@ from mnemex.conversations.protocol import (
     ListSessions,
     ListTurns,
     MaxMessages,
+    PopMessage,
     SearchTurns,
     SessionCounts,
     SessionEnded,
@@ -336,14 +337,93 @@ def test_snapshots_encode_each_entry_once_and_restore_from_the_lines() -> None:
     driver.append("s", user("one"), user("two"))
     first, _ = state_lines(driver.memory)
     conv = driver.memory.sessions["s"]
-    assert conv.lines == first[1:3]
+    assert conv.lines == []  # the writer's lines are the actor's from its next command on
     driver.append("s", user("three"))
+    assert conv.lines == first[1:3]
+    assert [bytes(e.message) for e in conv.entries[:2]] == [
+        msgspec.json.encode(user(text)) for text in ("one", "two")]
     second, _ = state_lines(driver.memory)
-    assert second[1:3] == first[1:3] and len(conv.lines) == 3  # only the new entry was encoded
+    assert second[1:3] == first[1:3]
+    driver.send(GetStats(now=driver.tick()))
+    assert len(conv.lines) == 3  # only the new entry was encoded
     driver.snapshot()
     restored = driver.rebuilt()
     assert restored.sessions["s"].lines == conv.lines
     assert state_lines(restored) == state_lines(driver.memory)
+
+
+def test_a_snapshot_is_taken_in_the_turn_and_encoded_later_as_it_was() -> None:
+    """The actor's turn copies references; the writer (later, another thread) encodes
+    the state of that moment, whatever the actor did meanwhile."""
+    def build() -> Driver:
+        driver = Driver(make())
+        driver.append("a", user("one"), assistant("two"))
+        driver.append("b", user("bee"))
+        driver.send(SetPolicy(policy=MaxMessages(3), session_id="b"))
+        return driver
+
+    driver, twin = build(), build()
+    data = driver.memory.snapshot()
+    assert driver.memory.sessions["a"].lines == []  # nothing encoded in the turn
+    driver.append("a", user("three"))
+    driver.send(DeleteSession(session_id="b", timestamp=driver.tick()))
+    driver.append("c", user("new"))
+    assert callable(data.records)
+    assert (list(data.records()), dict(data.extra)) == state_lines(twin.memory)
+    driver.append("a", user("four"))
+    lines, _ = state_lines(driver.memory)
+    driver.snapshot()
+    assert state_lines(driver.rebuilt()) == (lines, state_lines(driver.memory)[1])
+
+
+@pytest.mark.parametrize("change", ["pop", "delete and append", "prune"])
+def test_a_session_changed_while_its_snapshot_is_written_keeps_its_own_entries(change: str) -> None:
+    def build() -> Driver:
+        driver = Driver(make(retain="pruned"))
+        driver.send(SetPolicy(policy=MaxMessages(2), session_id="s"))
+        driver.append("s", *(user(f"m{i}") for i in range(6)))
+        return driver
+
+    def apply(driver: Driver) -> None:
+        if change == "pop":
+            driver.send(PopMessage(session_id="s", timestamp=driver.tick()))
+        elif change == "delete and append":
+            driver.send(DeleteSession(session_id="s", timestamp=driver.tick()))
+            driver.append("s", user("again"))
+        else:  # retain="pruned" rebuilds the session once enough can go
+            driver.append("s", *(user(f"n{i}") for i in range(70)))
+
+    driver, twin = build(), build()
+    data = driver.memory.snapshot()
+    apply(driver)
+    apply(twin)
+    list(data.records() if callable(data.records) else data.records)  # the writer ends after the change
+    assert driver.memory._encoded
+    driver.send(GetStats(now=driver.tick()))
+    twin.send(GetStats(now=twin.tick()))
+    assert not driver.memory._encoded
+    conv, same = driver.memory.sessions["s"], twin.memory.sessions["s"]
+    assert [e.sequence for e in conv.entries] == [e.sequence for e in same.entries]
+    assert [msgspec.json.encode(e) for e in conv.entries[:len(conv.lines)]] == conv.lines
+    assert state_lines(driver.memory) == state_lines(twin.memory)
+    driver.snapshot()
+    assert state_lines(driver.rebuilt()) == state_lines(twin.memory)
+
+
+def test_a_writers_lines_are_adopted_a_bounded_number_a_command() -> None:
+    driver = Driver(make())
+    for i in range(3):
+        driver.append("s", *(user(f"m{i}-{j}") for j in range(400)))
+    data = driver.memory.snapshot()
+    list(data.records() if callable(data.records) else data.records)
+    conv = driver.memory.sessions["s"]
+    driver.send(GetStats(now=driver.tick()))
+    assert len(conv.lines) == 512
+    driver.send(GetStats(now=driver.tick()))
+    assert len(conv.lines) == 1024
+    driver.send(GetStats(now=driver.tick()))
+    assert len(conv.lines) == 1200 and not driver.memory._encoded
+    assert [msgspec.json.encode(e) for e in conv.entries] == conv.lines
 
 
 def test_a_corrupt_snapshot_record_is_corrupt_data() -> None:
@@ -404,3 +484,21 @@ def test_an_expired_session_behind_a_fresher_one_still_starts_afresh() -> None:
     history = driver.send(GetHistory(session_id="b", now=180.0))
     assert [msgspec.json.decode(e.message)["content"] for e in history] == ["new b"]
     assert driver.emitted[-2].event == SessionEnded("expired")
+
+
+def test_a_long_history_leaves_the_cyclic_collector_nothing_per_message_or_query() -> None:
+    """Each query id's positions are kept where the GC does not look: with one list a
+    query, a full collection walked the whole history (0.7 s at 300,000 queries)."""
+    import gc
+
+    driver = Driver(make())
+    for i in range(300):
+        driver.append(f"s{i % 3}", user(f"m{i}"), assistant(f"a{i}"), query_id=f"q{i}")
+    memory = driver.memory
+    buckets = [bucket for conv in memory.sessions.values() for bucket in conv.by_query.values()]
+    assert len(buckets) == 300 and not any(map(gc.is_tracked, buckets))
+    page = driver.send(ListMessages(query_id="q7", limit=None))
+    assert [msgspec.json.decode(e.message)["content"] for e in page.entries] == ["m7", "a7"]
+    driver.send(PopMessage(session_id="s1", timestamp=driver.tick()))
+    conv = memory.sessions["s1"]
+    assert [conv.entries[p].query_id for p in conv.query_positions("q298")] == ["q298"]

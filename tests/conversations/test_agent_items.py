@@ -302,7 +302,8 @@ def test_pop_unwinds_every_index_as_if_the_message_had_never_been_appended() -> 
     got, want = popped.memory.sessions["s"], never.memory.sessions["s"]
     for name in ("cum", "sys_idx", "sys_cum", "user_idx", "calls", "items"):
         assert getattr(got, name) == getattr(want, name), name
-    assert got.by_query == {None: [0, 1, 2]} == want.by_query
+    assert got.by_query == want.by_query and list(got.query_positions(None)) == [0, 1, 2]
+    assert list(got.query_positions("q9")) == [] and "q9" not in got.by_query
     assert got.tokens == want.tokens and got.last_append == 2
 
 
@@ -310,6 +311,7 @@ def test_pop_rewrites_nothing_that_was_snapshotted() -> None:
     driver = Driver(make())
     add(driver, "s", *[said(f"m{i}") for i in range(50)])
     driver.snapshot()
+    assert len(history(driver, "s")) == 50  # a command: the snapshot's lines are now the session's
     conv = driver.memory.sessions["s"]
     lines = conv.lines
     first = lines[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -362,3 +363,22 @@ def test_restore_from_image_rebuilds_the_counter() -> None:
     records = data.records() if callable(data.records) else data.records
     again = Counter.restore(("k",), Image(list(records), dict(data.extra), {}))
     assert (again.total, again.log) == (5, [("a", 2), ("b", 3)])
+
+
+def test_a_snapshot_writer_cedes_the_gil_every_few_hundred_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large actor's snapshot keeps its writer's thread busy: it lets the actors'
+    thread have the GIL every _CEDE_EVERY records, and writes every record as given."""
+    from mnemex.kernel import _kernel
+
+    ceded: list[int] = []
+    written: list[bytes] = []
+    lines = [b'{"n":%d}' % i for i in range(2 * _kernel._CEDE_EVERY + 7)]
+
+    def records() -> Iterator[bytes]:
+        for line in lines:
+            written.append(line)
+            yield line
+
+    monkeypatch.setattr(_kernel.time, "sleep", lambda seconds: ceded.append(len(written)))
+    assert list(_kernel._ceding(records())) == lines
+    assert ceded == [_kernel._CEDE_EVERY, 2 * _kernel._CEDE_EVERY]

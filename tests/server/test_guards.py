@@ -218,6 +218,21 @@ async def test_a_json_route_refuses_a_body_of_another_content_type(tmp_path: Pat
         assert r.is_success, r.text
 
 
+async def test_a_json_route_refuses_a_body_without_a_content_type_and_takes_json_types(tmp_path: Path,
+                                                                                     server: Any) -> None:
+    async with server(cfg(tmp_path)) as http:
+        body = json.dumps({"session_id": "s", "messages": [MESSAGE]}).encode()
+        request = http.build_request("POST", "/messages", content=body)
+        request.headers.pop("Content-Type", None)
+        r = await http.send(request)
+        assert_json_error(r, 415)
+        assert "missing" in r.json()["error"]
+        for content_type in ("text/plain", "application/json", "text/plain", "Application/Vnd.Api+JSON"):
+            r = await http.post("/messages", content=body, headers={"Content-Type": content_type})
+            assert r.status_code == (415 if content_type == "text/plain" else 200), (content_type, r.text)
+        assert await stored_messages(http) == 2
+
+
 # -- the token --------------------------------------------------------------------------------
 @pytest.mark.parametrize("build", [
     lambda: mnemex.Config(server=ServerConfig(token="")),
