@@ -239,9 +239,10 @@ def test_a_store_with_another_model_is_refused_rather_than_mixing_vectors() -> N
 def test_items_expire_refresh_on_read_and_are_swept() -> None:
     with mnemex.Client(memory()) as client:
         store = MnemexStore(client, ttl={"default_ttl": 10.0, "refresh_on_read": True})
-        store.put(("t",), "short", {"v": 1}, ttl=0.0005)  # 30 ms
         store.put(("t",), "long", {"v": 2})
         store.put(("t",), "forever", {"v": 3}, ttl=None)
+        # last, and long enough (600 ms) to be listed below on a busy machine too
+        store.put(("t",), "short", {"v": 1}, ttl=0.01)
         long_id = client.scope(user_id="store", app_name="langgraph").memories_in(("t",)).memories
         first = {r.key: r.expires_at for r in long_id}
         assert first["forever"] is None and first["long"] is not None
