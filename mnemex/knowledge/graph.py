@@ -131,6 +131,14 @@ by 400 MB)."""
 class EntityGraph:
     """The entity graph of one scope; see the module doc."""
 
+    # slots: one graph per live scope, with more attributes than Python shares a
+    # dict's keys for (30): each would carry a dict of its own (~1.6 KB)
+    __slots__ = ("_acronyms", "_changes", "_doc_flags", "_doc_names", "_doc_surfaces", "_expansion_docs",
+                 "_expansions", "_expansions_lock", "_expansions_of", "_finder", "_gazetteer", "_groups",
+                 "_memo", "_memo_state", "_name_docs", "_relations", "_resolution", "_resolutions",
+                 "_speakers", "_strong", "_surfaces", "_unembedded", "apart", "declared", "detect",
+                 "fold_accents", "merges", "typed", "types", "vectors")
+
     def __init__(self, *, detect: bool = True, fold_accents: bool = True) -> None:
         self.detect = detect
         self.fold_accents = fold_accents
