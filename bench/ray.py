@@ -2,7 +2,7 @@
 shard costs, and how long a lost node leaves its keys unserved.
 
 Run: python bench/ray.py [--quick] [--embedder hashing|minilm] [--memories 300] [--queries 200] [--ttl 6]
-                         [--scopes N [--concurrency 32]]
+                         [--scopes N [--concurrency 32] [--baseline-scopes N]]
 
 One run: a local three-node Ray cluster (ray.cluster_utils, every node on
 127.0.0.1; a head with 2 CPUs and two workers with 1), three shards over one
@@ -21,7 +21,11 @@ With ``--scopes N`` (issue 22's bar, 100,000 across 4 shards): another cluster o
 four shards on a new data directory; N users each store one memory (``--concurrency``
 calls at once); the shards' resident memory is read from /proc before and after,
 and the growth per scope is set beside the scale issue's per-user bar (20,000
-users within 600 MB: 30 KB each).
+users within 600 MB: 30 KB each). Beside it, in the same run (once the cluster is
+down), the same number of scopes (``--baseline-scopes``, default N; 0: none) in one
+runtime opened in a child process, the same way: its own resident memory before and
+after, per scope (that runtime embeds the texts itself, so its embedder's bounded
+word caches are in its figure; the shards get vectors).
 
 Prints a table and writes bench/results/ray.json.
 """
@@ -29,7 +33,10 @@ Prints a table and writes bench/results/ray.json.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -46,7 +53,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 import trio  # noqa: E402
-from _common import fmt_ms, latency_summary, machine, table, texts, write_results  # noqa: E402
+from _common import fmt_ms, latency_summary, machine, rss_bytes, table, texts, write_results  # noqa: E402
 
 import mnemex  # noqa: E402
 import mnemex.ray  # noqa: E402
@@ -133,6 +140,49 @@ async def many_scopes(args: argparse.Namespace, data_dir: str) -> dict[str, Any]
             "found_again": len(check.memories) == 1}
 
 
+async def in_process_scopes(args: argparse.Namespace) -> None:
+    """The baseline of ``many_scopes``: as many users of one memory each in one runtime
+    in this process (a child of the benchmark), its resident memory before and after,
+    printed as JSON. Then the process leaves without the runtime's clean shutdown
+    (snapshotting every scope takes minutes and is not what is measured)."""
+    data_dir = tempfile.mkdtemp(prefix="mnemex-bench-")
+    config = mnemex.Config(data_dir=data_dir, embedder=args.embedder)
+    async with mnemex.open_runtime(config) as rt:
+        await rt.scope(user_id="warm-up", app_name="bench").remember("warm-up")
+        before = rss_bytes()
+        limiter = trio.CapacityLimiter(args.concurrency)
+        count = args.baseline_child
+        started = time.perf_counter()
+
+        async def store(first: int) -> None:
+            for i in range(first, count, args.concurrency):
+                async with limiter:
+                    await rt.scope(user_id=f"user-{i}", app_name="bench").remember(f"user {i} likes tea")
+
+        async with trio.open_nursery() as nursery:
+            for first in range(args.concurrency):
+                nursery.start_soon(store, first)
+        seconds = time.perf_counter() - started
+        after = rss_bytes()
+        grown = (after - before) / 1024
+        print(json.dumps({"scopes": count, "seconds": seconds, "rss_kb_before": before // 1024,
+                          "rss_kb_after": after // 1024, "kb_per_scope": grown / max(1, count),
+                          "live": rt.stats().live}), flush=True)
+        shutil.rmtree(data_dir, ignore_errors=True)
+        os._exit(0)
+
+
+def baseline_scopes(args: argparse.Namespace) -> dict[str, Any]:
+    """``in_process_scopes`` in a child process (its memory apart from Ray's driver)."""
+    command = [sys.executable, str(Path(__file__).resolve()), "--baseline-child", str(args.baseline_scopes),
+               "--embedder", args.embedder, "--concurrency", str(args.concurrency)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=args.scope_seconds + 300,
+                          check=False)
+    if done.returncode != 0:
+        return {"error": f"the in-process run failed (exit {done.returncode}): {done.stderr.strip()[-500:]}"}
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     import ray
     from ray.cluster_utils import Cluster
@@ -167,6 +217,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         ray.shutdown()
         cluster.shutdown()
+    if scopes is not None and args.baseline_scopes:
+        scopes["in_process"] = await trio.to_thread.run_sync(baseline_scopes, args)
     calls = {}
     for call in ("remember", "search"):
         mine, theirs = latency_summary(local[call]), latency_summary(remote[call])
@@ -174,6 +226,23 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return {"machine": machine(), "embedder": args.embedder, "shards": 3, "ttl": args.ttl,
             "memories": args.memories, "queries": args.queries, "calls": calls, "failover": over,
             "many_scopes": scopes}
+
+
+def scope_rows(scopes: dict[str, Any]) -> list[list[str]]:
+    """The --scopes table: the four shards' growth, and the same run's in-process baseline."""
+    bar = scopes["bar_kb_per_scope"]
+    rows = [["4 shards through Ray", f"{scopes['scopes']:,}", f"{scopes['seconds']:.0f}",
+             f"{scopes['per_second']:,.0f}", f"{sum(scopes['shard_rss_kb_before']) / 1024:,.0f}",
+             f"{sum(scopes['shard_rss_kb_after']) / 1024:,.0f}", f"{scopes['kb_per_scope']:.1f}",
+             "yes" if scopes["kb_per_scope"] <= bar else "NO"]]
+    baseline = scopes.get("in_process")
+    if baseline is not None and "error" not in baseline:
+        rows.append(["one runtime in-process", f"{baseline['scopes']:,}", f"{baseline['seconds']:.0f}",
+                     f"{baseline['scopes'] / baseline['seconds']:,.0f}",
+                     f"{baseline['rss_kb_before'] / 1024:,.0f}",
+                     f"{baseline['rss_kb_after'] / 1024:,.0f}", f"{baseline['kb_per_scope']:.1f}",
+                     "yes" if baseline["kb_per_scope"] <= bar else "NO"])
+    return rows
 
 
 def main() -> None:
@@ -187,7 +256,15 @@ def main() -> None:
                         help="also store this many users of one memory through four shards (bar: 100,000)")
     parser.add_argument("--concurrency", type=int, default=32, help="calls at once for --scopes")
     parser.add_argument("--scope-seconds", type=float, default=900.0, help="stop storing scopes after this")
+    parser.add_argument("--baseline-scopes", type=int, default=None,
+                        help="scopes in one in-process runtime beside --scopes (default: as many; 0: none)")
+    parser.add_argument("--baseline-child", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.baseline_child:  # the child process of the in-process baseline
+        trio.run(in_process_scopes, args)
+        return
+    if args.baseline_scopes is None:
+        args.baseline_scopes = args.scopes
     if args.quick:
         args.memories, args.queries = 60, 40
     report = trio.run(run, args)
@@ -207,11 +284,13 @@ def main() -> None:
         print(f"\nfailover not measured: {over['error']}")
     scopes = report["many_scopes"]
     if scopes is not None:
-        print(f"\n{scopes['scopes']:,} scopes of one memory through 4 shards in {scopes['seconds']:.0f} s "
-              f"({scopes['per_second']:,.0f}/s): shards' RSS {sum(scopes['shard_rss_kb_before']) / 1024:,.0f} MB "
-              f"-> {sum(scopes['shard_rss_kb_after']) / 1024:,.0f} MB, {scopes['kb_per_scope']:.1f} KB a scope "
-              f"(bar {scopes['bar_kb_per_scope']:.0f} KB): {'met' if scopes['kb_per_scope'] <= scopes['bar_kb_per_scope'] else 'NOT met'}; "
-              f"found again: {scopes['found_again']}")
+        print(f"\nscopes of one memory each (bar {scopes['bar_kb_per_scope']:.1f} KB a scope):")
+        headers = ["where", "scopes", "s", "per s", "RSS before MB", "after MB", "KB a scope", "within bar"]
+        print(table(headers, scope_rows(scopes)))
+        baseline = scopes.get("in_process")
+        if baseline is not None and "error" in baseline:
+            print(f"in one runtime in-process: {baseline['error']}")
+        print(f"found again through Ray: {scopes['found_again']}")
     print(f"wrote {write_results('ray', report)}")
 
 

@@ -42,7 +42,7 @@ import math
 from array import array
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple, Self
+from typing import Any, Final, NamedTuple, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -140,6 +140,10 @@ class _Postings:
         return self.cache
 
 
+_NO_POSTINGS: Final = memoryview(b"").cast("i")
+"""The empty base of a new index's postings (read only, like every base)."""
+
+
 class _PostingsTable:
     """Every term's postings, by term id. The terms read from a sidecar stay
     slices of its two posting arrays until first touched, so a load makes no
@@ -147,10 +151,11 @@ class _PostingsTable:
 
     __slots__ = ("_base_docs", "_base_tfs", "_bounds", "_items")
 
-    def __init__(self, docs: bytes = b"", tfs: bytes = b"", bounds: list[int] | None = None) -> None:
-        self._base_docs = memoryview(docs).cast("i")
-        self._base_tfs = memoryview(tfs).cast("i")
-        self._bounds = bounds if bounds is not None else [0]     # term i: [bounds[i], bounds[i + 1])
+    def __init__(self, docs: bytes = b"", tfs: bytes = b"", bounds: Sequence[int] = (0,)) -> None:
+        # a new index (every live scope's, from its first memory) shares the empty views
+        self._base_docs = memoryview(docs).cast("i") if docs else _NO_POSTINGS
+        self._base_tfs = memoryview(tfs).cast("i") if tfs else _NO_POSTINGS
+        self._bounds = bounds                                     # term i: [bounds[i], bounds[i + 1])
         self._items: list[_Postings | None] = [None] * (len(self._bounds) - 1)
 
     def __len__(self) -> int:

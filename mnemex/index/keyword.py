@@ -109,7 +109,7 @@ class KeywordIndex(SidecarIndex):
         self._order = np.zeros(0, dtype=np.int64)
         self._order_ts = np.zeros(0, dtype=np.float64)
         self._pending_add: dict[int, None] = {}
-        self._pending_remove: set[int] = set()
+        self._pending_remove: dict[int, None] = {}  # a set: an empty dict is a third of an empty set
 
     # -- reading ---------------------------------------------------------------------
     def __len__(self) -> int:
@@ -225,7 +225,7 @@ class KeywordIndex(SidecarIndex):
                 postings.pop()
             self._sparse_cache.pop(word, None)
         self._pending_add.pop(doc_id, None)
-        self._pending_remove.add(doc_id)
+        self._pending_remove[doc_id] = None
 
     def update(self, doc_id: int, text: str, timestamp: float) -> None:
         """Replace document *doc_id* (remove, then add)."""

@@ -203,10 +203,14 @@ class VectorIndex:
     per element, and a second copy of the deferred vectors (``defer_inserts``).
     """
 
-    # Filtered HNSW costs about 0.8 ms / (share of documents allowed) at 100,000 x 384,
-    # an exact pass over the allowed rows about 0.14 us per row: exact wins while
-    # allowed**2 <= _filter_crossover * len(self) (about 24,000 allowed of 100,000).
-    _filter_crossover = 6000
+    # slots: one index per live scope, with more attributes than Python shares a
+    # dict's keys for (30): each would carry a dict of its own (~1.6 KB)
+    __slots__ = ("_count", "_filter_crossover", "_free", "_free_later", "_graph", "_graph_size", "_guard",
+                 "_high", "_in_place", "_marks_later", "_params", "_pending", "_pending_block",
+                 "_plan_token", "_row_ids", "_row_of", "_rows", "_save_guard", "_tombstones", "_touched",
+                 "_views", "auto_build", "catch_up_min", "catch_up_share", "defer_inserts", "dim",
+                 "ef_search", "exact_filter_max", "hnsw_threshold", "rescore", "sidecar_status",
+                 "tombstone_ratio")
 
     def __init__(self, dim: int, *, hnsw_threshold: int = 20_000, m: int = 16,
                  ef_construction: int = 200, ef_search: int = 320, tombstone_ratio: float = 0.2,
@@ -237,6 +241,10 @@ class VectorIndex:
         self.defer_inserts = defer_inserts
         self.catch_up_min = catch_up_min
         self.catch_up_share = catch_up_share
+        # Filtered HNSW costs about 0.8 ms / (share of documents allowed) at 100,000 x 384,
+        # an exact pass over the allowed rows about 0.14 us per row: exact wins while
+        # allowed**2 <= _filter_crossover * len(self) (about 24,000 allowed of 100,000).
+        self._filter_crossover = 6000
         self._params = _GraphParams(dim, m, ef_construction, seed, num_threads, quantization)
         self._rows = np.zeros((0, dim), dtype=np.float32)
         self._row_ids = np.zeros(0, dtype=np.int64)         # doc id per row, -1 when free

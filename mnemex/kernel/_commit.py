@@ -27,7 +27,7 @@ import trio
 
 from mnemex.errors import MnemexError, StorageError
 
-__all__ = ["Durable", "GroupCommitter"]
+__all__ = ["Durable", "GroupCommitter", "hold", "release_through"]
 
 log = logging.getLogger("mnemex.runtime")
 
@@ -42,13 +42,24 @@ class Durable(Protocol):
     """Number of journal writes made so far (a monotonic mark)."""
     synced: int
     """Highest write mark known to be durable."""
-    acks: deque[tuple[int, Callable[[BaseException | None], None]]]
-    """(mark, release) in order: release(None) once durable, release(error) if not."""
+    acks: deque[tuple[int, Callable[[BaseException | None], None]]] | None
+    """(mark, release) in order: release(None) once durable, release(error) if not;
+    None while there are none (``hold`` makes it: an empty deque is 760 bytes, and
+    most live actors wait for no fsync)."""
 
     def sync(self) -> None: ...
 
     def covered(self) -> None:
         """Note that a filesystem-wide sync made this actor's writes durable."""
+
+
+def hold(cell: Durable, mark: int, release: Callable[[BaseException | None], None]) -> None:
+    """Queue ``release`` to be called once ``cell``'s writes through ``mark`` are
+    durable (or could not be made so)."""
+    acks = cell.acks
+    if acks is None:
+        cell.acks = acks = deque()
+    acks.append((mark, release))
 
 
 def release_through(cell: Durable, mark: int, error: BaseException | None) -> None:
@@ -58,6 +69,8 @@ def release_through(cell: Durable, mark: int, error: BaseException | None) -> No
     acks = cell.acks
     while acks and acks[0][0] <= mark:
         acks.popleft()[1](error)
+    if acks is not None and not acks and cell.acks is acks:
+        cell.acks = None
 
 
 class ParkedRun(trio.abc.Instrument):
@@ -144,7 +157,7 @@ class GroupCommitter:
         if mark <= cell.synced:
             release(None)
             return
-        cell.acks.append((mark, release))
+        hold(cell, mark, release)
         self._dirty[id(cell)] = cell
         if self._wake is not None and not self._hooked:
             self._wake.set()

@@ -56,7 +56,7 @@ from mnemex.errors import (
     Timeout,
     UnknownActorKind,
 )
-from mnemex.kernel._commit import GroupCommitter, ParkedRun, release_through
+from mnemex.kernel._commit import GroupCommitter, ParkedRun, hold, release_through
 from mnemex.kernel._deadlines import AskDeadlines
 from mnemex.kernel._elsewhere import Elsewhere, HandOver
 from mnemex.kernel._kind import ActorKind
@@ -300,7 +300,7 @@ class _Cell(Lifecycle):
         self.crash_until = 0.0
         self.written = 0
         self.synced = 0
-        self.acks: deque[tuple[int, Callable[[BaseException | None], None]]] = deque()
+        self.acks: deque[tuple[int, Callable[[BaseException | None], None]]] | None = None
         self.subscribers: dict[str, list[Subscription]] | None = None
         # the last seq known durable, and whether the behaviour holds a write after it
         # whose fsync failed (it must be reloaded: see Runtime._recover_diverged)
@@ -1280,7 +1280,7 @@ class Runtime:
         if policy == "batch":
             self._committer.submit(cell, release)
         else:  # "always": this actor's own fsync, before its next batch
-            cell.acks.append((cell.written, release))
+            hold(cell, cell.written, release)
             self._nursery.start_soon(self._sync_now, cell, cell.written)
 
     def _answer_undurable(self, cell: _Cell, replies: list[_Reply], error: BaseException | None) -> None:
@@ -1716,7 +1716,7 @@ class Runtime:
     def journal_health(self) -> dict[str, Any]:
         """Journal lag for health checks: replies waiting for their fsync, fsync
         rounds so far and recent fsync latency (ms)."""
-        pending = sum(len(cell.acks) for cell in self._cells.values())
+        pending = sum(len(cell.acks) for cell in self._cells.values() if cell.acks is not None)
         recent = sorted(self._committer.fsync_seconds)
 
         def quantile(q: float) -> float:

@@ -2,9 +2,10 @@
 
 Not a trio memory channel: an idle actor has no task parked on a receive (its
 task starts with its next message), so the receive side is a plain
-``get_nowait`` and only senders ever wait. That makes a mailbox one deque and
-a parking lot made on first need — cheap enough that ten thousand idle actors
-cost little memory and spawn fast.
+``get_nowait`` and only senders ever wait. That makes a mailbox a deque held
+while it has items and a parking lot made on first need — cheap enough that a
+hundred thousand idle actors cost little memory and spawn fast (an empty deque
+is 760 bytes: an idle actor's mailbox holds none).
 """
 
 from __future__ import annotations
@@ -30,20 +31,25 @@ class Mailbox(Generic[T]):
     __slots__ = ("_waiting", "capacity", "closed", "items")
 
     def __init__(self, capacity: int) -> None:
-        self.items: deque[T] = deque()
+        self.items: deque[T] | None = None
+        """The queued items; None while there are none."""
         self.capacity = capacity
         self.closed = False
         self._waiting: trio.lowlevel.ParkingLot | None = None
 
     def __len__(self) -> int:
-        return len(self.items)
+        items = self.items
+        return 0 if items is None else len(items)
 
     def put_nowait(self, item: T) -> None:
         if self.closed:
             raise MailboxClosed
-        if len(self.items) >= self.capacity:
+        items = self.items
+        if items is None:
+            self.items = items = deque()
+        elif len(items) >= self.capacity:
             raise trio.WouldBlock
-        self.items.append(item)
+        items.append(item)
 
     async def put(self, item: T) -> None:
         """Queue ``item``, waiting while the mailbox is full. Cancellable."""
@@ -60,10 +66,12 @@ class Mailbox(Generic[T]):
 
     def get_nowait(self) -> T:
         """The oldest item; raises trio.WouldBlock when empty."""
-        try:
-            item = self.items.popleft()
-        except IndexError:
-            raise trio.WouldBlock from None
+        items = self.items
+        if items is None:
+            raise trio.WouldBlock
+        item = items.popleft()
+        if not items:
+            self.items = None
         if self._waiting is not None and self._waiting:
             self._waiting.unpark()
         return item

@@ -435,6 +435,14 @@ class ScopeMemory:
     """The long-term memory of one (app_name, user_id). Synchronous, deterministic;
     see the module doc."""
 
+    # slots: a live scope's attributes are more than Python shares a dict's keys for
+    # (30), so each scope would carry a dict of its own (~1.6 KB)
+    __slots__ = ("_analysed", "_texts", "app_name", "bm25", "by_content", "categories", "clock",
+                 "content_bytes", "dim", "doc_of", "docs", "documents", "embedder", "entities",
+                 "extractions", "free", "graph", "graph_failed_at", "graph_pending_since", "graph_restored",
+                 "graph_stale", "keyed", "keyword", "names_since", "rank_cache", "replaying", "sessions",
+                 "settings", "table", "twins", "user_id", "vectors")
+
     def __init__(self, key: Key, settings: ScopeSettings) -> None:
         if len(key) != 2:
             raise InvalidInput(f"a scope key is (app_name, user_id), got {key!r}", field="key")

@@ -134,7 +134,9 @@ class Documents:
         self.infos: dict[str, DocumentInfo] = {}
         # document id -> chunk index -> memory id, from the chunk memories' sources
         self.members: dict[str, dict[int, str]] = {}
-        self.flowing: set[str] = set()  # transient: extraction goes on by itself
+        # transient: extraction goes on by itself (a set; as a dict, an empty one is
+        # 64 bytes, not 216: every live scope holds one)
+        self.flowing: dict[str, None] = {}
 
     def __len__(self) -> int:
         return len(self.infos)
@@ -289,7 +291,7 @@ def forget_document(scope: ScopeMemory, cmd: ForgetDocument) -> Any:
     scope._forget(gone)
     documents.infos.pop(document_id, None)
     documents.members.pop(document_id, None)
-    documents.flowing.discard(document_id)
+    documents.flowing.pop(document_id, None)
     scope.extractions.sessions.pop(session, None)  # a job of it still running is dropped when it ends
     return _with_graph(scope, Forgotten(ids=gone))
 
@@ -323,9 +325,9 @@ def extract_document(scope: ScopeMemory, cmd: ExtractDocument) -> Any:
     if info is None:
         raise NotFound(f"scope {scope.name} holds no document {cmd.document_id!r}")
     if cmd.mode == "flush":
-        scope.documents.flowing.add(info.id)
+        scope.documents.flowing[info.id] = None
     else:
-        scope.documents.flowing.discard(info.id)
+        scope.documents.flowing.pop(info.id, None)
     messages = [SourceMessage(position=index, role=DOCUMENT_ROLE, text=record.content,
                               speaker=info.title or info.id, time=info.ingested_at)
                 for index, record in _chunks(scope, info.id) if index < info.chunks]
@@ -358,7 +360,7 @@ def apply_document_extraction(scope: ScopeMemory, cmd: ApplyExtraction) -> Any:
             document_id in documents.flowing:
         session = scope.extractions.sessions.get(cmd.session_id)
         if session is None or session.read is None or session.cursor.done >= session.cursor.known:
-            documents.flowing.discard(str(document_id))
+            documents.flowing.pop(str(document_id), None)
         else:
             now = cmd.now if math.isfinite(cmd.now) else scope.clock
             _, jobs = scope.extractions.request(ExtractSession(

@@ -59,7 +59,7 @@ FILTER_KEYS: Final = frozenset({
 _SINGLE: Final = ("session_id", "actor_id", "author", "kind", "attributed_to")
 _OPERATORS: Final = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists"})
 _MAX_LIST: Final = 10_000
-_MIN_CAPACITY: Final = 16
+_MIN_CAPACITY: Final = 4  # every live scope holds eight columns: small until it grows
 
 
 class FilterTable:

@@ -30,6 +30,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -194,8 +195,7 @@ class DataDir:
             _sync_folders(_move_actor(legacy_actor_dir(self.path, kind, key), new))
         fence = None
         if self.ownership is not None and self.leases is not None:
-            vshard, epoch_of = vshard_of(kind, key), self.ownership.epoch
-            fence = functools.partial(self.leases.fence, vshard, functools.partial(epoch_of, vshard))
+            fence = _Fence(self.leases, self.ownership, vshard_of(kind, key))
         return FileStore(self.path, kind, key, keep=keep, files=self.open_files, fence=fence)
 
     def actors(self) -> Iterator[ActorLocation]:
@@ -220,6 +220,23 @@ class DataDir:
 
     def __repr__(self) -> str:
         return f"DataDir({str(self.path)!r}{'' if self.is_open else ', closed'})"
+
+
+class _Fence:
+    """What a store holds around every change to its folder when the virtual shard
+    is leased: ``leases.fence`` at the epoch ``ownership`` holds it with (one small
+    object per live actor's store)."""
+
+    __slots__ = ("_leases", "_ownership", "_vshard")
+
+    def __init__(self, leases: FileLeases, ownership: Ownership, vshard: int) -> None:
+        self._leases, self._ownership, self._vshard = leases, ownership, vshard
+
+    def __call__(self) -> AbstractContextManager[None]:
+        return self._leases.fence(self._vshard, self._epoch)
+
+    def _epoch(self) -> int | None:
+        return self._ownership.epoch(self._vshard)
 
 
 def _held_shared(path: Path) -> bool:

@@ -216,11 +216,11 @@ class FileStore(ActorStore):
                  files: OpenFiles | None = None,
                  fence: Callable[[], AbstractContextManager[None]] | None = None) -> None:
         self.kind = check_kind(kind)
-        self.path = actor_dir(Path(data_dir), kind, key)
+        # one store per live actor: the data directory's Path is shared, not copied
+        self._data_dir = data_dir if isinstance(data_dir, Path) else Path(data_dir)
+        self.path = actor_dir(self._data_dir, kind, key)
         self.key = key
         self.keep = _check_keep(keep)
-        self._data_dir = Path(data_dir)
-        self._journal = self.path / JOURNAL
         self._files = files if files is not None else OpenFiles(1)
         self._file: OpenFile | None = None  # the journal's descriptor, which _files may close
         # _lock guards the journal's descriptor (used only while it is held: _files
@@ -249,6 +249,11 @@ class FileStore(ActorStore):
         # held around every change to the folder when the actor's virtual shard is leased
         # (see leases.py): NotOwner, and nothing changed, once another process took it over
         self._fence = fence if fence is not None else _unfenced
+
+    @property
+    def _journal(self) -> Path:
+        """The journal's path (made when asked: a live actor's store keeps fewer Paths)."""
+        return self.path / JOURNAL
 
     # -- reading ---------------------------------------------------------------
 

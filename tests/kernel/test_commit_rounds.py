@@ -13,7 +13,7 @@ import trio
 import trio.testing
 
 from mnemex.errors import StorageError
-from mnemex.kernel._commit import GroupCommitter
+from mnemex.kernel._commit import GroupCommitter, hold
 
 
 class Journal:
@@ -22,7 +22,7 @@ class Journal:
     def __init__(self) -> None:
         self.written = 1
         self.synced = 0
-        self.acks: deque[tuple[int, Callable[[BaseException | None], None]]] = deque()
+        self.acks: deque[tuple[int, Callable[[BaseException | None], None]]] | None = None
         self.syncs = 0
         self.covers = 0
 
@@ -158,10 +158,10 @@ def test_rounds_of_one_journal_are_released_in_their_order_whatever_order_they_r
     committer = GroupCommitter(window=0.0)
     journal = Journal()
     answered: list[tuple[str, BaseException | None]] = []
-    journal.acks.append((1, lambda error: answered.append(("A", error))))
+    hold(journal, 1, lambda error: answered.append(("A", error)))
     committer._note_round([journal])
     journal.written = 2
-    journal.acks.append((2, lambda error: answered.append(("B", error))))
+    hold(journal, 2, lambda error: answered.append(("B", error)))
     committer._note_round([journal])
     committer._release_in_order(journal, 2, None)
     assert answered == [] and journal.synced == 0  # round 1 has not reported
@@ -171,7 +171,8 @@ def test_rounds_of_one_journal_are_released_in_their_order_whatever_order_they_r
     assert [name for name, _ in answered] == ["A", "B"] and not committer._pending
     # in order, each is released as it reports
     journal.written = 3
-    journal.acks.append((3, lambda error: answered.append(("C", error))))
+    hold(journal, 3, lambda error: answered.append(("C", error)))
     committer._note_round([journal])
     committer._release_in_order(journal, 3, None)
     assert answered[-1] == ("C", None) and journal.synced == 3
+    assert journal.acks is None  # a journal waiting for no fsync keeps no queue
