@@ -257,9 +257,12 @@ class ScopeRef:
         return [encode_vector(row) for row in matrix]
 
     def _new_memory(self, content: Any, fields: Mapping[str, Any], now: float) -> NewMemory:
-        given = dict(fields)
-        memory_id = given.pop("id", None) or self._services.ids.next(now)
-        memory = new_memory(memory_id, content, given)
+        if fields:
+            given = dict(fields)
+            memory_id = given.pop("id", None) or self._services.ids.next(now)
+            memory = new_memory(memory_id, content, given)
+        else:  # (content alone: what new_memory would make, without reading the fields)
+            memory = NewMemory(id=self._services.ids.next(now), content=content)
         config = self._config  # refused here, before embedding and before any actor sees it
         record_of(memory, now, config.memories.max_content_bytes, config.memories.max_metadata_bytes)
         return memory
