@@ -76,8 +76,8 @@ class HashingEmbedder:
     ``char_weight`` (each n-gram ``char_weight / sqrt(n-grams in the word)``).
     Features of a word (and of each pair of words) are computed once and cached, so
     throughput grows as the vocabulary repeats (the n-grams of a call's new words
-    are hashed once in the call); a batch's features are summed by one numpy call. Deterministic: equal inputs give
-    bit-equal outputs."""
+    are hashed once in the call); a batch's features are summed by one numpy call.
+    Deterministic: equal inputs give bit-equal outputs."""
 
     cosine_scale = (0.1, 0.6, 0.0)
     """(floor, ceiling, crowded) of its cosines (mnemex.memories.ranking.CosineScale),

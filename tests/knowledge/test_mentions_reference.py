@@ -165,7 +165,8 @@ _ASCII_STEERING = st.sampled_from([
     "Anna", "Black", "Tower", "of", "the", "and", "for", "de", "NASA", "E.U.", "e.U.", "I'm", "OK", "Yeah",
     "iPhone", "eBay", "x-Men", "3M", "4th", "a_B", "_Ann", "mr.", "end.", "ok!", "why?", "Mr.", "it's",
     "Gandros's", "Paris'", "X", "ab", "Working", "C3PO", "R2-D2", "LGBTQ+", "&", "+", "q&A", "hi",
-    " ", "  ", ". ", "! ", "? ", ": ", "; ", "\n", " - ", "-", "--", "(", ")", '"', "'", "_", "\t", ",", "...",
+    " ", "  ", ". ", "! ", "? ", ": ", "; ", "\n", " - ", "-", "--", "(", ")", '"', "'", "_", "\t", ",",
+    "...",
 ])
 
 

@@ -94,6 +94,7 @@ _FIELDS = {
                              optional={name: strategy for name, strategy in _FIELDS.items()
                                        if name not in ("id", "content")}),
        st.sampled_from([(10_240, 16_384), (10_240, 1), (10_240, 2), (4, 30)]))
-def test_the_record_or_the_error_of_checking_every_field(fields: dict[str, Any], limits: tuple[int, int]) -> None:
+def test_the_record_or_the_error_of_checking_every_field(fields: dict[str, Any],
+                                                        limits: tuple[int, int]) -> None:
     memory = NewMemory(**fields)
     assert _answer(record_of, memory, 100.0, *limits) == _answer(reference_record, memory, 100.0, *limits)

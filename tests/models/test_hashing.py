@@ -117,7 +117,8 @@ def reference_vector(embedder: HashingEmbedder, text: str) -> npt.NDArray[np.flo
     row = np.zeros(embedder.dim, dtype=np.float64)
 
     def add(kind: str, feature: str, weight: float) -> None:
-        value = int.from_bytes(hashlib.blake2b(f"{kind}:{feature}".encode(), digest_size=8).digest(), "little")
+        digest = hashlib.blake2b(f"{kind}:{feature}".encode(), digest_size=8).digest()
+        value = int.from_bytes(digest, "little")
         row[value % embedder.dim] += (1.0 if value >> 63 else -1.0) * weight
 
     previous = None
@@ -142,7 +143,8 @@ def reference_vector(embedder: HashingEmbedder, text: str) -> npt.NDArray[np.flo
 @given(st.lists(st.text(st.sampled_from("ab cA.é東'-"), max_size=30) | st.sampled_from(GOLDEN_TEXTS),
                 max_size=8),
        st.sampled_from([{}, {"dim": 8}, {"bigram_weight": 0.0}, {"char_weight": 0.0}]))
-def test_a_batch_is_the_features_of_each_text_summed_in_order(texts: list[str], options: dict[str, Any]) -> None:
+def test_a_batch_is_the_features_of_each_text_summed_in_order(texts: list[str],
+                                                              options: dict[str, Any]) -> None:
     embedder = HashingEmbedder(**options)
     embedder.embed(texts[::2])  # some words and pairs known already, some not
     rows = np.array([reference_vector(embedder, text) for text in texts], dtype=np.float64).reshape(
