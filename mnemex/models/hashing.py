@@ -129,7 +129,7 @@ class HashingEmbedder:
             start = len(parts)
             self._parts(text, parts, grams)
             per_text.append(len(parts) - start)
-        matrix: npt.NDArray[np.float64] = np.zeros((n, self.dim), dtype=np.float64)
+        matrix: npt.NDArray[np.float64]
         if parts:
             # every feature of the batch in the order it was found, summed per (row,
             # column) by one bincount: each cell adds its terms in the text's order
@@ -139,7 +139,9 @@ class HashingEmbedder:
                     + np.frombuffer(b"".join(map(_COLUMNS, parts)), dtype=np.int64))
             sums = np.bincount(flat, weights=np.frombuffer(b"".join(map(_VALUES, parts)), dtype=np.float64),
                                minlength=n * self.dim)
-            matrix = sums.reshape(n, self.dim).astype(np.float64, copy=False)
+            matrix = sums.reshape(n, self.dim)
+        else:
+            matrix = np.zeros((n, self.dim), dtype=np.float64)
         norms = np.linalg.norm(matrix, axis=1)
         nonzero = norms > 0
         matrix[nonzero] /= norms[nonzero, None]
