@@ -87,7 +87,7 @@ _WARM_TEXTS: Final = (
     "Melanie: Working on my painting classes this week; the kids loved the museum trip!",
     # the tokenizer's expressions for text beyond ASCII, within the BMP and beyond it
     # (about 20 ms each to compile)
-    "Zoë: the café in München – and 東京 next spring.",
+    "Zoë: the café in München \u2013 and 東京 next spring.",
     "Zoë: a yoga class 🧘 at the café.",
 )
 
