@@ -139,7 +139,7 @@ class HashingEmbedder:
                     + np.frombuffer(b"".join(map(_COLUMNS, parts)), dtype=np.int64))
             sums = np.bincount(flat, weights=np.frombuffer(b"".join(map(_VALUES, parts)), dtype=np.float64),
                                minlength=n * self.dim)
-            matrix = sums.reshape(n, self.dim)
+            matrix = sums.reshape(n, self.dim).astype(np.float64, copy=False)
         else:
             matrix = np.zeros((n, self.dim), dtype=np.float64)
         norms = np.linalg.norm(matrix, axis=1)
