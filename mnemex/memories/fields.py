@@ -228,7 +228,9 @@ def record_of(memory: NewMemory, now: float, max_content_bytes: int, max_metadat
     limits named by their config settings), labels de-duplicated, the timestamp
     defaulting to ``now``. InvalidInput or TooLarge naming the field otherwise."""
     # (each check is called only for a value that is not its default: most memories
-    # give a few fields, and a check per field was most of the cost)
+    # give a few fields, and a check per field was most of the cost; a default is
+    # kept as the very object given, as a check returns it: the records encode
+    # with omit_defaults, which knows a default by identity)
     timestamp = now if memory.timestamp is None else check_seconds(memory.timestamp, "timestamp")
     valid_at, invalid_at = ((None, None) if memory.valid_at is None and memory.invalid_at is None
                             else _check_validity(memory.valid_at, memory.invalid_at))
@@ -242,7 +244,8 @@ def record_of(memory: NewMemory, now: float, max_content_bytes: int, max_metadat
         author=_text(memory.author, "author"),
         timestamp=timestamp,
         created_at=now,
-        importance=0.5 if importance == 0.5 and type(importance) is float else check_importance(importance),
+        importance=(importance if type(importance) is float and 0.0 <= importance <= 1.0
+                    else check_importance(importance)),
         session_id=_text(memory.session_id, "session_id"),
         actor_id=_text(memory.actor_id, "actor_id"),
         categories=_labels(memory.categories, "categories"),
