@@ -30,13 +30,15 @@ _ID_LIMIT: Final = 1 << 128
 SESSION_ID_BLOCK: Final = 1 << 32
 
 
+# every pair of digits, by the 10 bits they write
+_PAIRS: Final = tuple(first + second for first in CROCKFORD for second in CROCKFORD)
+_PAIR_SHIFTS: Final = tuple(range(5 * _ID_CHARS - 10, -1, -10))
+
+
 def encode_id(value: int) -> str:
     """A 128-bit value as 26 Crockford base-32 characters (sorting as the value does)."""
-    chars = []
-    for _ in range(_ID_CHARS):
-        chars.append(CROCKFORD[value & 31])
-        value >>= 5
-    return "".join(reversed(chars))
+    pairs = _PAIRS
+    return "".join([pairs[(value >> shift) & 1023] for shift in _PAIR_SHIFTS])
 
 
 def id_at(first: str, offset: int) -> str:

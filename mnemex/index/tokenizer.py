@@ -455,7 +455,7 @@ class Tokenizer:
         known = self._terms_of.get
         terms = [known(w, _UNSEEN) for w in raw]
         if _UNSEEN in terms:  # a word not seen yet: find its term (and keep it)
-            terms = [self._term(w) for w in raw]
+            terms = [self._term(w) if term == _UNSEEN else term for w, term in zip(raw, terms, strict=True)]
         positions = [i for i, term in enumerate(terms) if term is not None]
         return [terms[i] for i in positions], positions  # type: ignore[misc]
 
@@ -489,7 +489,7 @@ class Tokenizer:
         known = self._terms_of.get
         terms = [known(w, _UNSEEN) for w in raw]
         if _UNSEEN in terms:
-            terms = [self._term(w) for w in raw]
+            terms = [self._term(w) if term == _UNSEEN else term for w, term in zip(raw, terms, strict=True)]
         return [term for term in terms if term is not None]
 
     def _term(self, word: str) -> str | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from mnemex._gcpause import collector_paused
 from mnemex.effects import Behaviour, Effect, Forward, Job, Step
 from mnemex.errors import InvalidInput, MnemexError
 from mnemex.kernel._kind import ActorKind
@@ -24,6 +25,11 @@ from mnemex.kernel._kind import ActorKind
 __all__ = ["TurnResult", "encode_turn", "take_turn"]
 
 _NO_EFFECTS: Final[tuple[Effect, ...]] = ()
+_LARGE_PAYLOAD: Final = 1 << 16
+"""Bytes of a journal line from which its command runs with the cyclic collector
+paused (a batch of memories: most of what it allocates lives on, and the
+collector would otherwise pass over the growing batch hundreds of times in one
+turn); cycles made meanwhile are found when it resumes."""
 
 
 class _Encode:
@@ -84,7 +90,11 @@ def take_turn(kind: ActorKind, behaviour: Behaviour, command: Any,
             return encoded
         payload = encoded
     try:
-        out = behaviour.handle(command)
+        if payload is not None and len(payload) >= _LARGE_PAYLOAD:
+            with collector_paused():
+                out = behaviour.handle(command)
+        else:
+            out = behaviour.handle(command)
     except MnemexError as exc:
         return TurnResult(exc, refused=True)
     except Exception as exc:

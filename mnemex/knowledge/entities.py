@@ -71,6 +71,11 @@ COMMON_CAPITALISED: Final = frozenset(_COMMON_WORDS.split())
 
 # a token, with the text before it (what cannot start one): (gap, token) pairs
 _GAP_TOKEN = re.compile(r"([\W_]*)([^\W_][\w'\u2019\-+&.]*)", re.UNICODE)
+# In ASCII text: the tokens that open no name (a small letter or a digit first), the
+# last of them kept, then the gap before the next capitalised token and that token.
+# Possessive throughout: the tokens are cut exactly as _GAP_TOKEN cuts them, never
+# re-cut to find a capital inside one ("iPhone").
+_TO_CAPITAL = re.compile(r"(?:[\W_]*+([a-z0-9][\w'\u2019\-+&.]*+))*+([\W_]*+)([A-Z][\w'\u2019\-+&.]*+)")
 _SPEAKER = re.compile(r"^\s*([A-Z][\w'\u2019\-]*(?:\s+[A-Z][\w'\u2019\-]*){0,2})\s*:\s")
 _SENTENCE_END = re.compile(r"[.!?…:;\"“”()\[\]]\s*$")
 _ACRONYM = re.compile(r"^[A-Z][A-Z0-9&]{1,7}\+?$")
@@ -207,8 +212,9 @@ def mentions(text: str, author: str | None = None, *, max_words: int = 6) -> lis
 
     What is learnt of a token or of the text between two tokens depends on it
     alone, so it is kept (``_token_info``, ``_gap_info``) and each later memory
-    reads most of its words with one look-up; a lower-case word outside a name
-    run, most words, costs nothing more."""
+    reads most of its words with one look-up; in ASCII text the words outside a
+    name run that are not capitalised, most words, are passed over in one regular
+    expression match up to the next capitalised word."""
     found: dict[str, Mention] = {}
 
     def note(surface: str, kind: str) -> None:
@@ -252,7 +258,9 @@ def mentions(text: str, author: str | None = None, *, max_words: int = 6) -> lis
         run = []
 
     known = _TOKENS.get
-    for gap, raw in _GAP_TOKEN.findall(text, start):
+
+    def take(gap: str, raw: str) -> None:
+        nonlocal run_at_start, sentence_start
         info = known(raw) or _token_info(raw)
         if gap != " ":  # (one space, the usual gap, changes nothing)
             between = _gap_info(gap) if gap else _SPACE_GAP
@@ -272,6 +280,24 @@ def mentions(text: str, author: str | None = None, *, max_words: int = 6) -> lis
         sentence_start = info.ends_sentence
         if sentence_start and run:
             close()
+
+    if not text.isascii():
+        for gap, raw in _GAP_TOKEN.findall(text, start):
+            take(gap, raw)
+    else:
+        # Outside a run a token that is not capitalised changes nothing but whether
+        # a sentence ends with it, so those are skipped in one match up to the next
+        # capitalised token; the tokens of a run are read one by one.
+        at = start
+        while hop := _TO_CAPITAL.match(text, at):
+            skipped = hop.group(1)
+            if skipped is not None:  # (a token opening small is no acronym)
+                sentence_start = skipped[-1] in ".!?"
+            take(hop.group(2), hop.group(3))
+            at = hop.end()
+            while run and (step := _GAP_TOKEN.match(text, at)):
+                take(step.group(1), step.group(2))
+                at = step.end()
     if run:
         close()
     return list(found.values())

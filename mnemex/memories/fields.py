@@ -227,30 +227,52 @@ def record_of(memory: NewMemory, now: float, max_content_bytes: int, max_metadat
     """The record a scope stores for ``memory`` at ``now``: every field checked (the
     limits named by their config settings), labels de-duplicated, the timestamp
     defaulting to ``now``. InvalidInput or TooLarge naming the field otherwise."""
+    # (each check is called only for a value that is not its default: most memories
+    # give a few fields, and a check per field was most of the cost; a default is
+    # kept as the very object given, as a check returns it: the records encode
+    # with omit_defaults, which knows a default by identity)
     timestamp = now if memory.timestamp is None else check_seconds(memory.timestamp, "timestamp")
-    valid_at, invalid_at = _check_validity(memory.valid_at, memory.invalid_at)
-    scope_kind, scope_id = check_scope_part(memory.scope_kind, memory.scope_id)
+    valid_at, invalid_at = ((None, None) if memory.valid_at is None and memory.invalid_at is None
+                            else _check_validity(memory.valid_at, memory.invalid_at))
+    scope_kind, scope_id = (("global", None) if memory.scope_kind is None and memory.scope_id is None
+                            else check_scope_part(memory.scope_kind, memory.scope_id))
+    metadata = memory.metadata
+    importance = memory.importance
     return MemoryRecord(
         id=check_memory_id(memory.id),
         content=check_content(memory.content, max_content_bytes),
-        author=check_text(memory.author, "author", MAX_FIELD_BYTES),
+        author=_text(memory.author, "author"),
         timestamp=timestamp,
         created_at=now,
-        importance=check_importance(memory.importance),
-        session_id=check_text(memory.session_id, "session_id", MAX_FIELD_BYTES),
-        actor_id=check_text(memory.actor_id, "actor_id", MAX_FIELD_BYTES),
-        categories=check_labels(memory.categories, "categories"),
-        entities=check_labels(memory.entities, "entities", phrases=True),
-        metadata=check_metadata(memory.metadata, max_metadata_bytes),
-        source=check_text(memory.source, "source", MAX_FIELD_BYTES),
+        importance=(importance if type(importance) is float and 0.0 <= importance <= 1.0
+                    else check_importance(importance)),
+        session_id=_text(memory.session_id, "session_id"),
+        actor_id=_text(memory.actor_id, "actor_id"),
+        categories=_labels(memory.categories, "categories"),
+        entities=_labels(memory.entities, "entities", phrases=True),
+        metadata=(metadata if type(metadata) is dict and not metadata and max_metadata_bytes >= 2
+                  else check_metadata(metadata, max_metadata_bytes)),
+        source=_text(memory.source, "source"),
         kind="fact" if memory.kind is None else check_kind(memory.kind),
-        attributed_to=check_text(memory.attributed_to, "attributed_to", MAX_FIELD_BYTES),
+        attributed_to=_text(memory.attributed_to, "attributed_to"),
         valid_at=valid_at,
         invalid_at=invalid_at,
         scope_kind=scope_kind,
         scope_id=scope_id,
-        **check_keyed(memory, now),
+        **(_NOT_KEYED if not memory.namespace and memory.key is None and not memory.vectors
+           and memory.ttl is None and memory.dedupe is True else check_keyed(memory, now)),
     )
+
+
+_NOT_KEYED: Final[dict[str, Any]] = {}
+
+
+def _text(value: Any, what: str) -> str | None:
+    return None if value is None else check_text(value, what, MAX_FIELD_BYTES)
+
+
+def _labels(value: Any, what: str, *, phrases: bool = False) -> tuple[str, ...]:
+    return () if type(value) is tuple and not value else check_labels(value, what, phrases=phrases)
 
 
 def _unknown(names: Mapping[str, Any], allowed: frozenset[str]) -> None:

@@ -105,7 +105,7 @@ __all__ = [
 MemoryStatus = Literal["active", "superseded", "merged"]
 
 
-class SourceRef(msgspec.Struct, frozen=True, omit_defaults=True):
+class SourceRef(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """Where a memory came from: messages ``first``..``last`` (positions) of session
     ``session_id``, or chunk ``chunk`` of document ``document``."""
 
@@ -116,7 +116,7 @@ class SourceRef(msgspec.Struct, frozen=True, omit_defaults=True):
     chunk: int | None = None
 
 
-class Change(msgspec.Struct, frozen=True, omit_defaults=True):
+class Change(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """One step in how a memory came to be (``MemoryRecord.history``).
 
     ``op``: created, reinforced (stated again), absorbed (a duplicate wording was
@@ -136,7 +136,7 @@ class Change(msgspec.Struct, frozen=True, omit_defaults=True):
     source: SourceRef | None = None
 
 
-class MemoryRecord(msgspec.Struct, frozen=True, omit_defaults=True):
+class MemoryRecord(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """One long-term memory of a (app_name, user_id) scope.
 
     Times are seconds since the epoch (UTC). ``timestamp`` is when the original
@@ -277,7 +277,7 @@ class SearchResponse(msgspec.Struct, frozen=True):
     memories: list[MemoryEntry] = msgspec.field(default_factory=list)
 
 
-class NewMemory(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class NewMemory(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """A memory to store, as the ref sends it: ``id`` assigned by the runtime (sortable
     by time), ``vector`` the embedding of ``content`` (float32 bytes, of the command's
     embedder). ``timestamp`` None means the command's ``now``."""

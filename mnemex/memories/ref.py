@@ -253,13 +253,15 @@ class ScopeRef:
         return self._services.config
 
     async def _embed(self, texts: Sequence[str]) -> list[bytes]:
-        matrix = await self._services.batcher.embed(texts)
-        return [encode_vector(row) for row in matrix]
+        return _encoded_rows(await self._services.batcher.embed(texts))
 
     def _new_memory(self, content: Any, fields: Mapping[str, Any], now: float) -> NewMemory:
-        given = dict(fields)
-        memory_id = given.pop("id", None) or self._services.ids.next(now)
-        memory = new_memory(memory_id, content, given)
+        if fields:
+            given = dict(fields)
+            memory_id = given.pop("id", None) or self._services.ids.next(now)
+            memory = new_memory(memory_id, content, given)
+        else:  # (content alone: what new_memory would make, without reading the fields)
+            memory = NewMemory(id=self._services.ids.next(now), content=content)
         config = self._config  # refused here, before embedding and before any actor sees it
         record_of(memory, now, config.memories.max_content_bytes, config.memories.max_metadata_bytes)
         return memory
@@ -1159,13 +1161,20 @@ async def _remember_batches(services: ScopeServices, batches: Sequence[tuple[Act
 
     async def store(index: int, vectors: npt.NDArray[np.float32]) -> None:
         scope, memories = batches[index]
-        with_vectors = [msgspec.structs.replace(memory, vector=encode_vector(vector))
-                        for memory, vector in zip(memories, vectors, strict=True)]
+        with_vectors = [msgspec.structs.replace(memory, vector=vector)
+                        for memory, vector in zip(memories, _encoded_rows(vectors), strict=True)]
         replies.append(await scope.ask(Remember(memories=with_vectors, embedder=embedder.name,
                                                 dim=embedder.dim, now=now, classify=True)))
 
     await services.batcher.embed_each([[memory.content for memory in memories] for _, memories in batches],
                                       store)
+
+
+def _encoded_rows(matrix: npt.NDArray[np.float32]) -> list[bytes]:
+    """Each row of ``matrix`` as ``encode_vector`` writes it (the matrix encoded once)."""
+    data = encode_vector(matrix)
+    size = len(data) // len(matrix) if len(matrix) else 0
+    return [data[start:start + size] for start in range(0, len(data), size)] if size else [b""] * len(matrix)
 
 
 # -- whole data directories ---------------------------------------------------------------------

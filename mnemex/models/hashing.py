@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import operator
 from array import array
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
@@ -26,6 +27,13 @@ from mnemex.index.tokenizer import ENGLISH_STOP_WORDS, words
 __all__ = ["Embedder", "HashingEmbedder", "l2_normalize"]
 
 F32Matrix = npt.NDArray[np.float32]
+
+_Part = tuple[bytes, bytes, int, bool]
+"""The features of a word or of a pair of words: their columns (int64) and values
+(float64) as bytes, how many, and whether the word is a stop word."""
+_COLUMNS = operator.itemgetter(0)
+_VALUES = operator.itemgetter(1)
+_SIZE = operator.itemgetter(2)
 
 
 @runtime_checkable
@@ -66,8 +74,10 @@ class HashingEmbedder:
     1.0 (a stop word 0.25, and no n-grams), a pair of consecutive non-stop words
     ``bigram_weight``, and a word's character n-grams together
     ``char_weight`` (each n-gram ``char_weight / sqrt(n-grams in the word)``).
-    Features of a word are computed once and cached, so throughput grows as the
-    vocabulary repeats. Deterministic: equal inputs give bit-equal outputs."""
+    Features of a word (and of each pair of words) are computed once and cached, so
+    throughput grows as the vocabulary repeats (the n-grams of a call's new words
+    are hashed once in the call); a batch's features are summed by one numpy call.
+    Deterministic: equal inputs give bit-equal outputs."""
 
     cosine_scale = (0.1, 0.6, 0.0)
     """(floor, ceiling, crowded) of its cosines (mnemex.memories.ranking.CosineScale),
@@ -98,8 +108,8 @@ class HashingEmbedder:
         self.ngram_range = (low, high)
         self.name = (f"hashing-v1-d{dim}-b{bigram_weight:g}-c{char_weight:g}-s{stop_weight:g}"
                      f"-n{low}{high}")
-        self._word_cache: dict[str, tuple[array[int], array[float]]] = {}
-        self._pair_cache: dict[str, tuple[int, float]] = {}
+        self._word_cache: dict[str, _Part] = {}
+        self._pair_cache: dict[str, _Part] = {}
 
     def __repr__(self) -> str:
         return f"HashingEmbedder(dim={self.dim})"
@@ -110,56 +120,64 @@ class HashingEmbedder:
         if isinstance(texts, str):
             raise InvalidInput("embed takes a sequence of texts, not one str", field="texts")
         n = len(texts)
-        columns = array("q")
-        values = array("d")
+        parts: list[_Part] = []
         per_text = array("q")
+        grams: dict[str, tuple[int, float]] = {}  # the n-grams hashed in this call (new words share many)
         for text in texts:
             if not isinstance(text, str):
                 raise InvalidInput(f"texts must be str, got {type(text).__name__}", field="texts")
-            start = len(columns)
-            self._features(text, columns, values)
-            per_text.append(len(columns) - start)
-        matrix: npt.NDArray[np.float64] = np.zeros((n, self.dim), dtype=np.float64)
-        if columns:
-            rows = np.repeat(np.arange(n, dtype=np.int64), np.frombuffer(per_text, dtype=np.int64))
-            flat = rows * self.dim + np.frombuffer(columns, dtype=np.int64)
-            sums = np.bincount(flat, weights=np.frombuffer(values, dtype=np.float64),
+            start = len(parts)
+            self._parts(text, parts, grams)
+            per_text.append(len(parts) - start)
+        matrix: npt.NDArray[np.float64]
+        if parts:
+            # every feature of the batch in the order it was found, summed per (row,
+            # column) by one bincount: each cell adds its terms in the text's order
+            sizes = np.fromiter(map(_SIZE, parts), dtype=np.int64, count=len(parts))
+            part_rows = np.repeat(np.arange(n, dtype=np.int64), np.frombuffer(per_text, dtype=np.int64))
+            flat = (np.repeat(part_rows, sizes) * self.dim
+                    + np.frombuffer(b"".join(map(_COLUMNS, parts)), dtype=np.int64))
+            sums = np.bincount(flat, weights=np.frombuffer(b"".join(map(_VALUES, parts)), dtype=np.float64),
                                minlength=n * self.dim)
             matrix = sums.reshape(n, self.dim).astype(np.float64, copy=False)
+        else:
+            matrix = np.zeros((n, self.dim), dtype=np.float64)
         norms = np.linalg.norm(matrix, axis=1)
         nonzero = norms > 0
         matrix[nonzero] /= norms[nonzero, None]
         return matrix.astype(np.float32)
 
     # -- insides ---------------------------------------------------------------------
-    def _features(self, text: str, columns: array[int], values: array[float]) -> None:
+    def _parts(self, text: str, parts: list[_Part], grams: dict[str, tuple[int, float]]) -> None:
+        """Append the features of ``text`` to ``parts``: each word's (kept per word),
+        and after each word that is not a stop word its pair with the one before."""
         previous: str | None = None
         cache = self._word_cache
+        pairs = self._pair_cache if self.bigram_weight > 0 else None
+        append = parts.append
         for word in words(text):
-            cached = cache.get(word)
-            if cached is None:
-                cached = self._word_features(word)
+            part = cache.get(word)
+            if part is None:
+                part = self._word_part(word, grams)
                 if len(cache) >= self._CACHE_LIMIT:
                     cache.clear()
-                cache[word] = cached
-            columns.extend(cached[0])
-            values.extend(cached[1])
-            if word in ENGLISH_STOP_WORDS:
+                cache[word] = part
+            append(part)
+            if part[3]:  # a stop word: no pair
                 continue
-            if previous is not None and self.bigram_weight > 0:
-                column, value = self._pair_feature(previous, word)
-                columns.append(column)
-                values.append(value)
+            if previous is not None and pairs is not None:
+                pair = pairs.get(f"{previous} {word}")
+                append(pair if pair is not None else self._pair_part(previous, word))
             previous = word
 
-    def _word_features(self, word: str) -> tuple[array[int], array[float]]:
+    def _word_part(self, word: str, known: dict[str, tuple[int, float]]) -> _Part:
         columns = array("q")
         values = array("d")
         if word in ENGLISH_STOP_WORDS:
             column, sign = self._hash("w", word)
             columns.append(column)
             values.append(sign * self.stop_weight)
-            return columns, values
+            return columns.tobytes(), values.tobytes(), 1, True
         column, sign = self._hash("w", word)
         columns.append(column)
         values.append(sign)
@@ -171,21 +189,22 @@ class HashingEmbedder:
             if grams:
                 weight = self.char_weight / math.sqrt(len(grams))
                 for gram in grams:
-                    column, sign = self._hash("c", gram)
+                    hashed = known.get(gram)
+                    if hashed is None:
+                        hashed = known[gram] = self._hash("c", gram)
+                    column, sign = hashed
                     columns.append(column)
                     values.append(sign * weight)
-        return columns, values
+        return columns.tobytes(), values.tobytes(), len(columns), False
 
-    def _pair_feature(self, first: str, second: str) -> tuple[int, float]:
+    def _pair_part(self, first: str, second: str) -> _Part:
         pair = f"{first} {second}"
-        cached = self._pair_cache.get(pair)
-        if cached is None:
-            column, sign = self._hash("b", pair)
-            cached = (column, sign * self.bigram_weight)
-            if len(self._pair_cache) >= self._CACHE_LIMIT:
-                self._pair_cache.clear()
-            self._pair_cache[pair] = cached
-        return cached
+        column, sign = self._hash("b", pair)
+        part = (array("q", [column]).tobytes(), array("d", [sign * self.bigram_weight]).tobytes(), 1, False)
+        if len(self._pair_cache) >= self._CACHE_LIMIT:
+            self._pair_cache.clear()
+        self._pair_cache[pair] = part
+        return part
 
     def _hash(self, kind: str, feature: str) -> tuple[int, float]:
         digest = hashlib.blake2b(f"{kind}:{feature}".encode(), digest_size=8).digest()

@@ -155,3 +155,29 @@ def test_what_is_kept_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     text = " ".join(f"Name{i} word{i}.{' ' * (i % 12)}" for i in range(40))
     assert mentions(text) == reference_mentions(text)
     assert 0 < len(entities._TOKENS) <= 8 and 0 < len(entities._GAPS) <= 8
+
+
+# In ASCII text mentions() passes over the tokens that are not capitalised in one match
+# up to the next capitalised one: pieces that cut tokens where that could go wrong (a
+# capital inside a token, "iPhone"; tokens joined by . - ' & + _; digits; sentence ends
+# on small words; joiners after a run).
+_ASCII_STEERING = st.sampled_from([
+    "Anna", "Black", "Tower", "of", "the", "and", "for", "de", "NASA", "E.U.", "e.U.", "I'm", "OK", "Yeah",
+    "iPhone", "eBay", "x-Men", "3M", "4th", "a_B", "_Ann", "mr.", "end.", "ok!", "why?", "Mr.", "it's",
+    "Gandros's", "Paris'", "X", "ab", "Working", "C3PO", "R2-D2", "LGBTQ+", "&", "+", "q&A", "hi",
+    " ", "  ", ". ", "! ", "? ", ": ", "; ", "\n", " - ", "-", "--", "(", ")", '"', "'", "_", "\t", ",",
+    "...",
+])
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(_ASCII_STEERING, max_size=40), st.sampled_from([None, "Anna", "the Wizard"]))
+def test_the_same_names_as_the_plain_reading_on_ascii_pieces(pieces: list[str], author: str | None) -> None:
+    text = "".join(pieces)
+    assert mentions(text, author) == reference_mentions(text, author)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.characters(max_codepoint=127), max_size=120))
+def test_the_same_names_as_the_plain_reading_on_any_ascii_text(text: str) -> None:
+    assert mentions(text) == reference_mentions(text)

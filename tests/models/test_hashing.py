@@ -1,16 +1,23 @@
 """HashingEmbedder: shape, normalisation, determinism across processes, lexical
-similarity."""
+similarity; its vectors pinned (a stored format) and equal to the features of each
+text summed one at a time."""
 
 from __future__ import annotations
 
 import hashlib
+import math
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mnemex.errors import InvalidInput
+from mnemex.index.tokenizer import ENGLISH_STOP_WORDS, words
 from mnemex.models.hashing import Embedder, HashingEmbedder, l2_normalize
 
 TEXTS = ["I write Java at a bank", "Java developer at a bank", "I love painting sunsets", ""]
@@ -74,3 +81,74 @@ def test_l2_normalize_keeps_zero_rows() -> None:
     rows = l2_normalize([[3.0, 4.0], [0.0, 0.0]])
     assert rows.dtype == np.float32
     assert rows.tolist() == [[0.6000000238418579, 0.800000011920929], [0.0, 0.0]]
+
+
+# -- the vectors are a stored format: they never change -------------------------------------------
+GOLDEN_TEXTS = [
+    "Caroline: I went to the LGBTQ+ support group yesterday and it was so powerful.",
+    "the the the and of a", "", "paint painting painted painter", "Ärzte über naïve café",
+    "東京で友達に会った", "ส้มตำ อร่อย", "Running, runner, runs: ran! don't won't I'm", "x " * 50,
+    "Java developer at a bank; I write Java at a bank, Java Java.",
+]
+# sha256 of the vectors of GOLDEN_TEXTS, written by the embedder before its batch
+# summing (issue 17): journals and snapshots hold these vectors, so not one bit may move
+GOLDEN_DIGESTS = [
+    ({}, "02a81716ca8e7936c5381ffa511e096679294ec675865914c7b9eb8999d5beea"),
+    ({"dim": 32}, "0f2c02fe5061317bb25c110a277461350fddef84304e225314355c1f8b4357be"),
+    ({"bigram_weight": 0.0}, "4689fb2d275cca2814b03ac8d8fa3fa08f492dacb59974ed0a70e03e29368079"),
+    ({"char_weight": 0.0}, "f5b8f9d0c22cf2fe038bddd611a8b83468074105bf9733b97038dd9696215a17"),
+    ({"ngram_range": (2, 6), "stop_weight": 0.0},
+     "bd331db5f4358fb9372ee9ef18a684b921e53926f757c5c4140210322caf58ed"),
+]
+
+
+@pytest.mark.parametrize(("settings", "digest"), GOLDEN_DIGESTS)
+def test_the_vectors_are_those_stored_before(settings: dict[str, Any], digest: str) -> None:
+    embedder = HashingEmbedder(**settings)
+    assert hashlib.sha256(embedder.embed(GOLDEN_TEXTS).tobytes()).hexdigest() == digest
+    # a second call reads the kept words and pairs: the same bits
+    assert hashlib.sha256(embedder.embed(GOLDEN_TEXTS).tobytes()).hexdigest() == digest
+
+
+def reference_vector(embedder: HashingEmbedder, text: str) -> npt.NDArray[np.float64]:
+    """The embedding as specified, one feature at a time: a word's hash (a stop word
+    weighted stop_weight, and nothing more), its character n-grams, then the pair of
+    it and the previous word that is not a stop word; summed in that order."""
+    row = np.zeros(embedder.dim, dtype=np.float64)
+
+    def add(kind: str, feature: str, weight: float) -> None:
+        digest = hashlib.blake2b(f"{kind}:{feature}".encode(), digest_size=8).digest()
+        value = int.from_bytes(digest, "little")
+        row[value % embedder.dim] += (1.0 if value >> 63 else -1.0) * weight
+
+    previous = None
+    for word in words(text):
+        if word in ENGLISH_STOP_WORDS:
+            add("w", word, embedder.stop_weight)
+            continue
+        add("w", word, 1.0)
+        if embedder.char_weight > 0:
+            marked = f"<{word}>"
+            low, high = embedder.ngram_range
+            grams = [marked[i:i + n] for n in range(low, high + 1) for i in range(len(marked) - n + 1)]
+            for gram in grams:
+                add("c", gram, embedder.char_weight / math.sqrt(len(grams)))
+        if previous is not None and embedder.bigram_weight > 0:
+            add("b", f"{previous} {word}", embedder.bigram_weight)
+        previous = word
+    return row
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.text(st.sampled_from("ab cA.é東'-"), max_size=30) | st.sampled_from(GOLDEN_TEXTS),
+                max_size=8),
+       st.sampled_from([{}, {"dim": 8}, {"bigram_weight": 0.0}, {"char_weight": 0.0}]))
+def test_a_batch_is_the_features_of_each_text_summed_in_order(texts: list[str],
+                                                              options: dict[str, Any]) -> None:
+    embedder = HashingEmbedder(**options)
+    embedder.embed(texts[::2])  # some words and pairs known already, some not
+    rows = np.array([reference_vector(embedder, text) for text in texts], dtype=np.float64).reshape(
+        len(texts), embedder.dim)
+    norms = np.linalg.norm(rows, axis=1)
+    rows[norms > 0] /= norms[norms > 0, None]
+    assert embedder.embed(texts).tobytes() == rows.astype(np.float32).tobytes()

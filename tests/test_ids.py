@@ -1,0 +1,32 @@
+"""Memory ids: 26 Crockford base-32 digits that sort as the values they write."""
+
+from __future__ import annotations
+
+import random
+
+from mnemex._ids import CROCKFORD, IdClock, encode_id, id_at
+
+
+def digit_by_digit(value: int) -> str:
+    digits = []
+    for _ in range(26):
+        digits.append(CROCKFORD[value & 31])
+        value >>= 5
+    return "".join(reversed(digits))
+
+
+def test_an_id_writes_its_value_five_bits_a_digit() -> None:
+    draw = random.Random(17)
+    values = [0, 1, 31, 32, 1023, 1024, (1 << 128) - 1, (1 << 130) - 1, 1 << 129]
+    values += [draw.getrandbits(draw.choice((5, 10, 48, 80, 127, 128, 130))) for _ in range(20_000)]
+    for value in values:
+        assert encode_id(value) == digit_by_digit(value), value
+
+
+def test_ids_sort_as_they_are_made_and_blocks_count_on() -> None:
+    clock = IdClock()
+    made = [clock.next(1_700_000_000.0 + step / 7) for step in range(5_000)]
+    assert made == sorted(made) and len(set(made)) == len(made)
+    first = clock.reserve(1_700_000_100.0, 10)
+    assert [id_at(first, i) for i in range(3)] == sorted({id_at(first, i) for i in range(3)})
+    assert id_at(first, 0) == first
