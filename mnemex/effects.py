@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 __all__ = [
+    "STOP_WAIT",
     "Behaviour",
     "Beside",
     "Effect",
@@ -105,12 +106,23 @@ class Job:
     that command's caller is not answered with the Step's reply but with the
     reply (or error) to the delivered command, so a handler can answer only
     after slow work without blocking its mailbox. At most one effect of a Step
-    may answer (this or a Forward)."""
+    may answer (this or a Forward).
+
+    ``stop``: for work in a thread that can end early when asked (between steps):
+    called when the runtime closes with the job under way; the runtime then waits
+    for the thread (at most ``STOP_WAIT`` seconds) rather than leave it running,
+    since a thread inside native code when the process exits aborts it. Without
+    ``stop`` such a thread is left to finish (or die with the process)."""
 
     work: Callable[[], Any] | Callable[[], Awaitable[Any]]
     deliver: Callable[[JobResult], Any]
     name: str = "job"
     answers: bool = False
+    stop: Callable[[], None] | None = None
+
+
+STOP_WAIT = 60.0
+"""Seconds a closing runtime waits for the thread of a Job it asked to stop."""
 
 
 @dataclass(frozen=True, slots=True)

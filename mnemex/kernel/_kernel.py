@@ -14,6 +14,7 @@ per-sender FIFO holds for replies as for commands.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import inspect
@@ -33,6 +34,7 @@ import trio
 from mnemex._gcpause import collector_paused
 from mnemex.config import DEFAULT, Config, UseDefault
 from mnemex.effects import (
+    STOP_WAIT,
     Behaviour,
     Beside,
     Effect,
@@ -1451,8 +1453,10 @@ class Runtime:
         try:
             if _is_async(job.work):
                 value = await job.work()
-            else:
+            elif job.stop is None:
                 value = await trio.to_thread.run_sync(job.work, abandon_on_cancel=True)
+            else:
+                value = await _stoppable_in_thread(job)
             result = JobResult(value=value)
         except Exception as exc:
             result = JobResult(error=exc)
@@ -1827,6 +1831,35 @@ def rebuild_behaviour(kind: ActorKind, key: Key, recovered: Recovered) -> Behavi
 def _rebuild(kind: ActorKind, key: Key, store: ActorStore) -> tuple[Behaviour, Recovered]:
     recovered = store.recover()
     return rebuild_behaviour(kind, key, recovered), recovered
+
+
+async def _stoppable_in_thread(job: Job) -> Any:
+    """``job.work`` in a worker thread; if cancelled meanwhile (the runtime closes),
+    ``job.stop()`` and a wait (shielded, at most STOP_WAIT seconds) for the thread
+    to end, so no thread of ours is left in native code when the process exits.
+    The thread is started here, whatever happens next (``trio.to_thread`` may be
+    cancelled before it starts one, and then nothing would tell it ended)."""
+    token = trio.lowlevel.current_trio_token()
+    ended = trio.Event()
+    results: list[outcome.Outcome[Any]] = []
+
+    def report(result: outcome.Outcome[Any]) -> None:  # in the worker thread
+        results.append(result)
+        with contextlib.suppress(trio.RunFinishedError):  # (only once the wait gave up)
+            token.run_sync_soon(ended.set)
+
+    trio.lowlevel.start_thread_soon(job.work, report, name=f"mnemex job {job.name}")
+    try:
+        await ended.wait()
+    except trio.Cancelled:
+        assert job.stop is not None
+        job.stop()
+        with trio.CancelScope(shield=True), trio.move_on_after(STOP_WAIT) as waited:
+            await ended.wait()
+        if waited.cancelled_caught:
+            log.warning("job %s did not stop within %.0f s of being asked", job.name, STOP_WAIT)
+        raise
+    return results[0].unwrap()
 
 
 def _write_snapshot(store: ActorStore, data: SnapshotData, seq: int, ts: int) -> int:

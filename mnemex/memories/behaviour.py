@@ -1312,7 +1312,7 @@ class ScopeMemory:
                 return GraphReady(None, f"{type(result.error).__name__}: {result.error}")
             return GraphReady(result.value)
 
-        return Job(build.run, deliver, name=f"scope.hnsw {self.app_name}/{self.user_id}")
+        return Job(build.run, deliver, name=f"scope.hnsw {self.app_name}/{self.user_id}", stop=build.stop)
 
     def _graph_ready(self, ready: GraphReady) -> Any:
         self.graph_pending_since = None
