@@ -128,13 +128,13 @@ _MEMO_MAX: Final = 4096
 """Entries the graph's memo of neighbours, entities' memories and speakers'
 memories holds at most."""
 _EXPANSIONS_MAX: Final = 64
-_EXPANSION_DOCS_MAX: Final = 200_000
+_EXPANSION_DOCS_MAX: Final = 50_000
 """Query expansions the graph keeps at most (the least recently used go first), and
 memories their own sets may hold in all. An expansion of one entity shares the
 memo's sets of its memories; one of several holds their unions, thousands of
 memories in a large scope (expansions kept by the hundred, each with copies of its
 entities' sets, raised a 100,000-memory scope's RSS by 400 MB, and by 80 MB when
-only the copies were left)."""
+only the copies were left; unions of 200,000 memories in all held 40 MB)."""
 
 
 class EntityGraph:
