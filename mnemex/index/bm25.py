@@ -62,7 +62,7 @@ from mnemex.index._sidecar import (
     corrupt,
     doc_ids_checksum,
     load_sidecar,
-    pack_sidecar,
+    sidecar_chunks,
 )
 from mnemex.index.tokenizer import ParsedQuery, Phrase, Tokenizer
 
@@ -471,6 +471,11 @@ class BM25Index(SidecarIndex):
         built with, the doc count and ids checksum, then the raw arrays. Costs a
         copy of the postings and sequences, no per-posting work; call it where the
         index is not changing."""
+        return b"".join(self.to_sidecar_chunks())
+
+    def to_sidecar_chunks(self) -> list[bytes | memoryview]:
+        """:meth:`to_sidecar`'s blob as chunks, views of copies taken here (they stay
+        valid while the index changes), never joined: a snapshot writes them."""
         postings, content, context = self._postings, self._content, self._context
         used = max(content) + 1 if content else 0    # removed slots hold zero lengths
         term_docs, posting_docs, posting_tfs = postings.columns()
@@ -491,10 +496,10 @@ class BM25Index(SidecarIndex):
             "posting_tfs": np.frombuffer(posting_tfs, dtype=np.int32),
             **_sequences("content", content),
             **_sequences("context", context),
-            "len_content": self._len_content[:used],
-            "len_context": self._len_context[:used],
+            "len_content": self._len_content[:used].copy(),
+            "len_context": self._len_context[:used].copy(),
         }
-        return pack_sidecar(_MAGIC, header, arrays)
+        return sidecar_chunks(_MAGIC, header, arrays)
 
     @classmethod
     def from_sidecar(cls, data: bytes | memoryview, k1: float = 1.5, b: float = 0.75,
