@@ -70,6 +70,8 @@ __all__ = ["BM25Index"]
 
 _F64 = npt.NDArray[np.float64]
 _I64 = npt.NDArray[np.int64]
+_F32 = npt.NDArray[np.float32]
+_I32 = npt.NDArray[np.int32]
 
 _TF_MAX = 0xFFFF               # term frequencies are packed as content | context << 16
 _CONTEXT_TF_MAX = 0x7FFF       # (int32, so the context part keeps the sign bit clear)
@@ -96,24 +98,27 @@ _SIDECAR_ARRAYS: dict[str, np.dtype[Any]] = {
 
 
 class _Postings:
-    """One term's documents and packed term frequencies, with a numpy view cache."""
+    """One term's documents and packed term frequencies, with a numpy cache: doc ids
+    as int32 and the frequencies as float32 (whole numbers below 2**16, exact), 12
+    bytes a posting instead of 24 (the terms of 200 searches kept 17 MB at 100,000
+    memories); the scores are computed in float64 as before."""
 
     __slots__ = ("cache", "docs", "tfs")
 
     def __init__(self) -> None:
         self.docs = array("i")
         self.tfs = array("i")
-        self.cache: tuple[_I64, _F64, _F64] | None = None
+        self.cache: tuple[_I32, _F32, _F32] | None = None
 
-    def arrays(self) -> tuple[_I64, _F64, _F64]:
+    def arrays(self) -> tuple[_I32, _F32, _F32]:
         if self.cache is None:
             if not self.docs:
-                empty = np.zeros(0, dtype=np.float64)
-                self.cache = (np.zeros(0, dtype=np.int64), empty, empty)
+                empty = np.zeros(0, dtype=np.float32)
+                self.cache = (np.zeros(0, dtype=np.int32), empty, empty)
                 return self.cache
-            docs = np.frombuffer(self.docs, dtype=np.int32).astype(np.int64)
+            docs = np.frombuffer(self.docs, dtype=np.int32).copy()
             packed = np.frombuffer(self.tfs, dtype=np.int32)
-            self.cache = (docs, (packed & _TF_MAX).astype(np.float64), (packed >> 16).astype(np.float64))
+            self.cache = (docs, (packed & _TF_MAX).astype(np.float32), (packed >> 16).astype(np.float32))
         return self.cache
 
 
@@ -434,9 +439,9 @@ class BM25Index(SidecarIndex):
             if df == 0:
                 continue
             idf = _idf(n_docs, df)
-            tf = tf_content / content_norms[docs]
+            tf = tf_content / content_norms[docs]  # float64 (the norms')
             if context_norms is not None:
-                tf += weight * tf_context / context_norms[docs]
+                tf += np.multiply(tf_context, weight, dtype=np.float64) / context_norms[docs]
             scores[docs] += idf * (k1 + 1.0) * tf / (k1 + tf)
         mask = allowed_mask(allowed, self._capacity)
         if mask is not None:
@@ -598,14 +603,14 @@ class BM25Index(SidecarIndex):
     def _phrase_holders(self, phrase: Phrase) -> _I64:
         term_ids = [self._vocab[t] for t in phrase.tokens]
         # Documents holding every phrase word in their content, rarest word first.
-        lists = []
+        lists: list[_I64] = []
         for term_id in set(term_ids):
             docs, tf_content, _ = self._postings[term_id].arrays()
-            lists.append(docs[tf_content > 0])
+            lists.append(docs[tf_content > 0].astype(np.int64))
         lists.sort(key=len)
         candidates = np.sort(lists[0])
-        for docs in lists[1:]:
-            candidates = candidates[np.isin(candidates, docs, assume_unique=True)]
+        for others in lists[1:]:
+            candidates = candidates[np.isin(candidates, others, assume_unique=True)]
             if len(candidates) == 0:
                 return candidates
         if len(term_ids) == 1:
