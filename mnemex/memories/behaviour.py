@@ -1499,10 +1499,12 @@ class ScopeMemory:
         ``memories.snapshot``)."""
         pairs = [(doc, record) for doc, record in enumerate(self.docs) if record is not None]
         index = self.vectors
-        # the text indexes' sidecars as chunks, written one after another (joined, the
-        # BM25 one was a second copy of 20 MB at 100,000 memories)
+        # the text indexes' sidecars as chunks, written one after another and let go
+        # as they are (joined, the BM25 one was a second copy of 20 MB at 100,000
+        # memories; held, its arrays stayed while the vectors and records were written)
         sidecars: dict[str, Sidecar] = {
-            "keyword": self.keyword.to_sidecar_chunks(), "bm25": self.bm25.to_sidecar_chunks(),
+            "keyword": _drained(self.keyword.to_sidecar_chunks()),
+            "bm25": _drained(self.bm25.to_sidecar_chunks()),
             "entities": self.entities.to_sidecar(), GRAPH_SIDECAR: self.graph.to_sidecar()} if pairs else {}
         extra = {
             "format": SNAPSHOT_FORMAT,
@@ -1573,3 +1575,9 @@ class ScopeMemory:
         return memory
 
 
+def _drained(chunks: list[bytes | memoryview]) -> Iterator[bytes | memoryview]:
+    """``chunks`` in order, each let go as the next is asked for (a snapshot reads a
+    sidecar's chunks once: what is written is freed)."""
+    chunks.reverse()
+    while chunks:
+        yield chunks.pop()
