@@ -34,7 +34,7 @@ Key = tuple[str, ...]
 SidecarWriter = Callable[[str], None]
 """Writes a sidecar into the file at the path it is given (a library's own save)."""
 
-Sidecar = bytes | SidecarWriter | Iterable[bytes]
+Sidecar = bytes | SidecarWriter | Iterable[bytes | memoryview]
 """A sidecar as a snapshot gives it: bytes, a writer, or chunks of bytes made as they
 are written (in the writer's thread): a large sidecar streams to disk instead of
 being one bytes object."""

@@ -31,7 +31,7 @@ from mnemex.errors import CorruptData
 
 __all__ = ["SIDECAR_VERSION", "Sidecar", "TermsByDoc", "byte_view", "corrupt",
            "doc_ids_checksum", "load_sidecar", "require_words_scheme",
-           "pack_sidecar", "read_header", "sidecar_info", "unpack_sidecar"]
+           "pack_sidecar", "read_header", "sidecar_chunks", "sidecar_info", "unpack_sidecar"]
 
 SIDECAR_VERSION = 1
 # The layout. What a sidecar's words are (the tokenization) is a setting in its
@@ -65,6 +65,15 @@ def byte_view(array: npt.NDArray[Any]) -> memoryview | bytes:
 
 def pack_sidecar(magic: bytes, header: Mapping[str, Any], arrays: Mapping[str, npt.NDArray[Any]]) -> bytes:
     """One blob holding *header* (JSON-able) and *arrays*, in the layout above."""
+    return b"".join(sidecar_chunks(magic, header, arrays))
+
+
+def sidecar_chunks(magic: bytes, header: Mapping[str, Any],
+                   arrays: Mapping[str, npt.NDArray[Any]]) -> list[bytes | memoryview]:
+    """:func:`pack_sidecar`'s blob as the chunks it joins, without joining them (a
+    snapshot writes them one after another: no second copy of a large index). The
+    arrays' chunks are views of them: the arrays must not change while they are in
+    use (give copies of an index's live arrays)."""
     specs: list[dict[str, Any]] = []
     parts: list[memoryview | bytes] = []
     offset = 0
@@ -86,7 +95,7 @@ def pack_sidecar(magic: bytes, header: Mapping[str, Any], arrays: Mapping[str, n
     for part in parts:
         digest.update(part)
     preamble = _PREAMBLE.pack(magic, SIDECAR_VERSION, len(encoded), digest.digest())
-    return b"".join([preamble, encoded, *parts])
+    return [preamble, encoded, *parts]
 
 
 def sidecar_info(data: bytes | memoryview, magic: bytes, what: str) -> dict[str, Any]:

@@ -62,7 +62,7 @@ from mnemex.index._sidecar import (
     corrupt,
     doc_ids_checksum,
     load_sidecar,
-    pack_sidecar,
+    sidecar_chunks,
 )
 from mnemex.index.tokenizer import ParsedQuery, Phrase, Tokenizer
 
@@ -70,6 +70,8 @@ __all__ = ["BM25Index", "Scored"]
 
 _F64 = npt.NDArray[np.float64]
 _I64 = npt.NDArray[np.int64]
+_F32 = npt.NDArray[np.float32]
+_I32 = npt.NDArray[np.int32]
 
 
 class Scored(NamedTuple):
@@ -108,35 +110,38 @@ _SIDECAR_ARRAYS: dict[str, np.dtype[Any]] = {
 
 
 class _Postings:
-    """One term's documents and packed term frequencies, with a numpy view cache."""
+    """One term's documents and packed term frequencies, with a numpy cache: doc ids
+    as int32 and the frequencies as float32 (whole numbers below 2**16, exact), 12
+    bytes a posting instead of 24 (the terms of 200 searches kept 17 MB at 100,000
+    memories); the scores are computed in float64 as before."""
 
     __slots__ = ("cache", "docs", "tfs")
 
     def __init__(self) -> None:
         self.docs = array("i")
         self.tfs = array("i")
-        self.cache: tuple[_I64, _F64, _F64, _I64, _I64] | None = None
+        self.cache: tuple[_I32, _F32, _F32, _I32, _I32] | None = None
 
-    def arrays(self) -> tuple[_I64, _F64, _F64]:
+    def arrays(self) -> tuple[_I32, _F32, _F32]:
         """The docs and their content and context term frequencies (numpy)."""
         docs, tf_content, tf_context, _, _ = self.filled()
         return docs, tf_content, tf_context
 
-    def filled(self) -> tuple[_I64, _F64, _F64, _I64, _I64]:
+    def filled(self) -> tuple[_I32, _F32, _F32, _I32, _I32]:
         """:meth:`arrays`, then the docs that hold the term in their content and those
         that hold it in their context only; kept until the postings change."""
         if self.cache is None:
             if not self.docs:
-                empty = np.zeros(0, dtype=np.float64)
-                none = np.zeros(0, dtype=np.int64)
+                empty = np.zeros(0, dtype=np.float32)
+                none = np.zeros(0, dtype=np.int32)
                 self.cache = (none, empty, empty, none, none)
                 return self.cache
-            docs = np.frombuffer(self.docs, dtype=np.int32).astype(np.int64)
+            docs = np.frombuffer(self.docs, dtype=np.int32).copy()
             packed = np.frombuffer(self.tfs, dtype=np.int32)
-            tf_content = (packed & _TF_MAX).astype(np.float64)
+            tf_content = (packed & _TF_MAX).astype(np.float32)
             in_content = tf_content > 0
             split = (docs, docs[:0]) if in_content.all() else (docs[in_content], docs[~in_content])
-            self.cache = (docs, tf_content, (packed >> 16).astype(np.float64), *split)
+            self.cache = (docs, tf_content, (packed >> 16).astype(np.float32), *split)
         return self.cache
 
 
@@ -447,14 +452,15 @@ class BM25Index(SidecarIndex):
         :class:`Scored`); None when nothing can match (as ``score_all``)."""
         parsed = self.tokenizer.parse_query(query) if isinstance(query, str) else query
         counts = np.zeros(self._capacity, dtype=np.int32)
-        context: list[_I64] = []
+        context: list[_I32] = []
         found = self._scored(parsed, allowed, (counts, context))
         if found is None:
             return None
-        return Scored(found, counts, np.concatenate(context) if context else np.zeros(0, dtype=np.int64))
+        context_docs = np.concatenate(context).astype(np.int64) if context else np.zeros(0, dtype=np.int64)
+        return Scored(found, counts, context_docs)
 
     def _scored(self, parsed: ParsedQuery, allowed: Allowed,
-                matches: tuple[npt.NDArray[np.int32], list[_I64]] | None) -> _F64 | None:
+                matches: tuple[npt.NDArray[np.int32], list[_I32]] | None) -> _F64 | None:
         """score_all's scores; with ``matches`` (counts by doc slot, a list for the
         context-only docs), fills them as :meth:`scored` says."""
         term_ids = sorted({self._vocab[t] for t in parsed.all_terms if t in self._vocab})
@@ -480,9 +486,9 @@ class BM25Index(SidecarIndex):
             if df == 0:
                 continue
             idf = _idf(n_docs, df)
-            tf = tf_content / content_norms[docs]
+            tf = tf_content / content_norms[docs]  # float64 (the norms')
             if context_norms is not None:
-                tf += weight * tf_context / context_norms[docs]
+                tf += np.multiply(tf_context, weight, dtype=np.float64) / context_norms[docs]
             scores[docs] += idf * (k1 + 1.0) * tf / (k1 + tf)
             if matches is not None:
                 matches[0][in_content] += 1
@@ -520,6 +526,11 @@ class BM25Index(SidecarIndex):
         built with, the doc count and ids checksum, then the raw arrays. Costs a
         copy of the postings and sequences, no per-posting work; call it where the
         index is not changing."""
+        return b"".join(self.to_sidecar_chunks())
+
+    def to_sidecar_chunks(self) -> list[bytes | memoryview]:
+        """:meth:`to_sidecar`'s blob as chunks, views of copies taken here (they stay
+        valid while the index changes), never joined: a snapshot writes them."""
         postings, content, context = self._postings, self._content, self._context
         used = max(content) + 1 if content else 0    # removed slots hold zero lengths
         term_docs, posting_docs, posting_tfs = postings.columns()
@@ -540,10 +551,10 @@ class BM25Index(SidecarIndex):
             "posting_tfs": np.frombuffer(posting_tfs, dtype=np.int32),
             **_sequences("content", content),
             **_sequences("context", context),
-            "len_content": self._len_content[:used],
-            "len_context": self._len_context[:used],
+            "len_content": self._len_content[:used].copy(),
+            "len_context": self._len_context[:used].copy(),
         }
-        return pack_sidecar(_MAGIC, header, arrays)
+        return sidecar_chunks(_MAGIC, header, arrays)
 
     @classmethod
     def from_sidecar(cls, data: bytes | memoryview, k1: float = 1.5, b: float = 0.75,
@@ -642,13 +653,13 @@ class BM25Index(SidecarIndex):
     def _phrase_holders(self, phrase: Phrase) -> _I64:
         term_ids = [self._vocab[t] for t in phrase.tokens]
         # Documents holding every phrase word in their content, rarest word first.
-        lists = []
+        lists: list[_I64] = []
         for term_id in set(term_ids):
-            lists.append(self._postings[term_id].filled()[3])
+            lists.append(self._postings[term_id].filled()[3].astype(np.int64))
         lists.sort(key=len)
         candidates = np.sort(lists[0])
-        for docs in lists[1:]:
-            candidates = candidates[np.isin(candidates, docs, assume_unique=True)]
+        for others in lists[1:]:
+            candidates = candidates[np.isin(candidates, others, assume_unique=True)]
             if len(candidates) == 0:
                 return candidates
         if len(term_ids) == 1:

@@ -50,7 +50,7 @@ from mnemex.index._sidecar import (
     TermsByDoc,
     corrupt,
     doc_ids_checksum,
-    pack_sidecar,
+    sidecar_chunks,
 )
 from mnemex.index.tokenizer import words, words_scheme
 
@@ -283,6 +283,11 @@ class KeywordIndex(SidecarIndex):
         """The whole index as one blob for :meth:`from_sidecar`: the doc count and
         ids checksum, then the raw arrays. Merges the pending recency changes
         first (as a search would); call it where the index is not changing."""
+        return b"".join(self.to_sidecar_chunks())
+
+    def to_sidecar_chunks(self) -> list[bytes | memoryview]:
+        """:meth:`to_sidecar`'s blob as chunks, views of copies taken here (they stay
+        valid while the index changes), never joined: a snapshot writes them."""
         self._sync_order()
         dense, sparse = self._dense, self._sparse
         bits = [np.packbits(column) for column in dense.values()]
@@ -306,9 +311,9 @@ class KeywordIndex(SidecarIndex):
             "sparse_postings": sparse_postings,
             "doc_ids": doc_ids.astype(np.int32),
             "timestamps": self._timestamps[doc_ids],
-            "order": self._order.astype(np.int32),
+            "order": self._order.astype(np.int32),  # a copy, whatever its type
         }
-        return pack_sidecar(_MAGIC, header, arrays)
+        return sidecar_chunks(_MAGIC, header, arrays)
 
     @classmethod
     def from_sidecar(cls, data: bytes | memoryview, *, fold_accents: bool = False) -> Self:

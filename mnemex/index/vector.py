@@ -117,7 +117,8 @@ _SIDECAR_VERSION = 4  # 3 and before: an hnswlib graph (stale: rebuilt)
 _GRAPH_FILE_VERSION = 2  # 1: hnswlib's file (stale: rebuilt)
 _GRAPH_LIBRARY = "usearch"
 _VECTORS_MAGIC = b"MNXVEC01"
-_WRITE_BLOCK = 8192
+_WRITE_BLOCK = 1024  # rows a snapshot copies at a time (1.5 MB at 384 dims; 8,192 made two 12 MB copies)
+_BUILD_BLOCK = 8192  # rows a fresh graph build adds per call
 _IN_PLACE_BATCH = 32  # vectors a catch-up in place adds per hold of the guard (~10 ms at 384 dims)
 _MIN_ROWS = 1
 _VERIFY_CHUNK = 8192
@@ -535,7 +536,7 @@ class VectorIndex:
         if graph is not None and self._pending and \
                 len(self._tombstones) <= self.tombstone_ratio * max(1, self._graph_size):
             ids = np.fromiter(self._pending, dtype=np.int64, count=len(self._pending))
-            vectors = self._rows[self._row_of[ids]].copy()
+            vectors = self._rows[self._row_of[ids]]  # a copy already (a second one was a transient of 90 MB)
             docs = self._row_ids[: self._high]
             labels = frozenset(docs[docs >= 0].tolist()).difference(self._pending) | self._tombstones
             # the view keeps removals from the live graph while the builder clones it (or
@@ -1059,10 +1060,10 @@ class VectorsView:
 
     def blocks(self) -> Iterator[tuple[I64, F32]]:
         """(doc ids, float32 rows) a block at a time, in the vectors file's order."""
-        for start in range(0, len(self._ids), _WRITE_BLOCK):
-            rows = self._live_rows[start : start + _WRITE_BLOCK]
+        for start in range(0, len(self._ids), _BUILD_BLOCK):
+            rows = self._live_rows[start : start + _BUILD_BLOCK]
             block = np.ascontiguousarray(self._rows[rows], dtype=np.float32)
-            yield self._ids[start : start + _WRITE_BLOCK], block
+            yield self._ids[start : start + _BUILD_BLOCK], block
 
     def vector_chunks(self) -> Iterator[bytes]:
         """The vectors file, a block of rows at a time."""

@@ -118,14 +118,23 @@ class _Resolution:
     members: dict[str, list[str]] = field(default_factory=dict)  # representative -> keys, sorted
 
 
+def _own_docs(expansion: Expansion) -> int:
+    """The memories an expansion holds in sets of its own: the unions of several
+    entities' sets (one entity's are the graph memo's, shared)."""
+    return len(expansion.docs) + len(expansion.spoken) if len(expansion.each) > 1 else 0
+
+
 _MEMO_MAX: Final = 4096
-"""Entries the graph's memo of neighbours and speakers' memories holds at most."""
+"""Entries the graph's memo of neighbours, entities' memories and speakers'
+memories holds at most."""
 _EXPANSIONS_MAX: Final = 64
-_EXPANSION_DOCS_MAX: Final = 200_000
+_EXPANSION_DOCS_MAX: Final = 50_000
 """Query expansions the graph keeps at most (the least recently used go first), and
-memories they may name in all: an expansion holds its entities' memories, thousands
-each in a large scope (kept by the hundred they raised a 100,000-memory scope's RSS
-by 400 MB)."""
+memories their own sets may hold in all. An expansion of one entity shares the
+memo's sets of its memories; one of several holds their unions, thousands of
+memories in a large scope (expansions kept by the hundred, each with copies of its
+entities' sets, raised a 100,000-memory scope's RSS by 400 MB, and by 80 MB when
+only the copies were left; unions of 200,000 memories in all held 40 MB)."""
 
 
 class EntityGraph:
@@ -617,6 +626,15 @@ class EntityGraph:
             self._memo_state, self._memo = state, {}
         return self._memo
 
+    def _mentioning(self, entity: str) -> frozenset[int]:
+        """``docs_of(entity)`` frozen, memoized until the graph changes: every kept
+        expansion naming the entity shares this one set."""
+        memo = self._memoized()
+        found: frozenset[int] | None = memo.get(("docs", entity))
+        if found is None:
+            found = memo[("docs", entity)] = frozenset(self.docs_of(entity))
+        return found
+
     def spoken_by(self, entity: str) -> frozenset[int]:
         """The memories the entity is the speaker (or author) of (memoized until the
         graph changes)."""
@@ -802,10 +820,10 @@ class EntityGraph:
             kept = self._kept_expansions()
             if memo_key in kept:  # another search kept it meanwhile
                 return kept[memo_key]
-            self._expansion_docs += len(made.docs)
+            self._expansion_docs += _own_docs(made)
             while kept and (len(kept) >= _EXPANSIONS_MAX
                             or self._expansion_docs > _EXPANSION_DOCS_MAX):
-                self._expansion_docs -= len(kept.pop(next(iter(kept))).docs)
+                self._expansion_docs -= _own_docs(kept.pop(next(iter(kept))))
             kept[memo_key] = made
         return made
 
@@ -821,22 +839,22 @@ class EntityGraph:
         names (an alias all of whose words the query holds adds nothing)."""
         aliases: dict[str, None] = {}
         near: dict[str, None] = {}
-        docs: set[int] = set()
-        spoken: set[int] = set()
-        each = []
+        # the entities' sets are the memo's (shared by every expansion naming them);
+        # only an expansion of several entities holds unions of its own
+        each = tuple((self._mentioning(entity), self.spoken_by(entity)) for entity in found)
+        if len(each) == 1:
+            docs, spoken = each[0]
+        else:
+            docs = frozenset().union(*(mentioning for mentioning, _ in each))
+            spoken = frozenset().union(*(saying for _, saying in each))
         for entity in found:
-            mentioning, saying = self.docs_of(entity), self.spoken_by(entity)
-            docs |= mentioning
-            spoken |= saying
-            each.append((frozenset(mentioning), frozenset(saying)))
             for key in self.keys_of(entity):
                 if not set(key.split(" ")) <= asked:
                     aliases.setdefault(key, None)
             for other, _weight, _docs in self.neighbours(entity, limit=neighbours):
                 if other not in found:
                     near.setdefault(other, None)
-        return Expansion(tuple(found), tuple(aliases), tuple(near), frozenset(docs), frozenset(spoken),
-                         tuple(each), asked)
+        return Expansion(tuple(found), tuple(aliases), tuple(near), docs, spoken, each, asked)
 
     # -- persistence ------------------------------------------------------------------------------
     def to_sidecar(self) -> bytes:

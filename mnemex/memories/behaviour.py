@@ -195,6 +195,7 @@ from mnemex.memories.snapshot import (
     write_snapshot,
 )
 from mnemex.memories.transfer import import_records, vectors_of
+from mnemex.persistence.snapshot import Sidecar
 
 __all__ = [
     "GraphReady",
@@ -1506,9 +1507,13 @@ class ScopeMemory:
         ``memories.snapshot``)."""
         pairs = [(doc, record) for doc, record in enumerate(self.docs) if record is not None]
         index = self.vectors
-        sidecars = {"keyword": self.keyword.to_sidecar(), "bm25": self.bm25.to_sidecar(),
-                    "entities": self.entities.to_sidecar(),
-                    GRAPH_SIDECAR: self.graph.to_sidecar()} if pairs else {}
+        # the text indexes' sidecars as chunks, written one after another and let go
+        # as they are (joined, the BM25 one was a second copy of 20 MB at 100,000
+        # memories; held, its arrays stayed while the vectors and records were written)
+        sidecars: dict[str, Sidecar] = {
+            "keyword": _drained(self.keyword.to_sidecar_chunks()),
+            "bm25": _drained(self.bm25.to_sidecar_chunks()),
+            "entities": self.entities.to_sidecar(), GRAPH_SIDECAR: self.graph.to_sidecar()} if pairs else {}
         extra = {
             "format": SNAPSHOT_FORMAT,
             "scope": [self.app_name, self.user_id],
@@ -1578,3 +1583,9 @@ class ScopeMemory:
         return memory
 
 
+def _drained(chunks: list[bytes | memoryview]) -> Iterator[bytes | memoryview]:
+    """``chunks`` in order, each let go as the next is asked for (a snapshot reads a
+    sidecar's chunks once: what is written is freed)."""
+    chunks.reverse()
+    while chunks:
+        yield chunks.pop()

@@ -122,6 +122,9 @@ linearly (a conversation on 10 April tells what happened "last weekend")."""
 CROWDING_NEIGHBOURS: Final = 10
 """How many of a query's nearest memories tell how crowded the scope is around it."""
 
+_COSINE_BLOCK: Final = 1024
+"""Vectors gathered at a time for the cosines of a hybrid search's named memories."""
+
 _SMOOTHING: Final = 0.02
 """Width, in cosine, of the rounded corners of :func:`calibrated_cosine`."""
 
@@ -619,9 +622,12 @@ class _Cosines:
             return self.exact.of(docs)
         out = np.zeros(len(docs), dtype=np.float64)
         if self.index is not None:
-            held = self.index.holds(docs)
-            if held.any():
-                out[held] = self.index.vectors(docs[held]) @ self.unit_query
+            at = np.flatnonzero(self.index.holds(docs))
+            # gathered a block at a time: the memories of a named entity can be tens
+            # of thousands, whose vectors at once were a transient of tens of MB
+            for start in range(0, len(at), _COSINE_BLOCK):
+                rows = at[start:start + _COSINE_BLOCK]
+                out[rows] = self.index.vectors(docs[rows]) @ self.unit_query
         return out
 
 

@@ -211,7 +211,8 @@ def _read_vectors_sidecar(data: bytes | memoryview | None, docs: Sequence[int], 
 
 
 def write_snapshot(pairs: Sequence[tuple[int, MemoryRecord]], vectors: VectorIndex | None,
-                   sidecars: dict[str, bytes], extra: dict[str, Any], *, graph: bool = True) -> SnapshotData:
+                   sidecars: Mapping[str, Sidecar], extra: dict[str, Any], *,
+                   graph: bool = True) -> SnapshotData:
     """The snapshot of a scope holding ``pairs`` (doc id, record): its lines and, when
     it holds any memory, ``sidecars`` (the indexes') with the records, vectors and
     (``graph``) HNSW graph sidecars, written in the writer's thread from the list of

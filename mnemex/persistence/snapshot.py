@@ -85,7 +85,7 @@ _T = TypeVar("_T")
 SidecarWriter = Callable[[str], None]
 """Writes a sidecar into the file at the path it is given (a library's own save)."""
 
-Sidecar = bytes | SidecarWriter | Iterable[bytes]
+Sidecar = bytes | SidecarWriter | Iterable[bytes | memoryview]
 """A sidecar as a snapshot is given it: bytes, a writer, or chunks of bytes (read
 once, as they are written)."""
 

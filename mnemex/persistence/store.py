@@ -707,7 +707,7 @@ class FileStore(ActorStore):
                 remove_quietly(path)
 
 
-_CUT_CHUNK = 1 << 23
+_CUT_CHUNK = 1 << 20  # read at a time by a journal cut (8 MiB held up to 24 MiB at once)
 _NOT_FENCED = contextlib.nullcontext()
 
 

@@ -388,3 +388,24 @@ def test_loading_leaves_the_garbage_collector_as_it_found_it(enabled: bool) -> N
     finally:
         if was:
             gc.enable()
+
+
+def test_text_sidecars_as_chunks_are_the_blob_and_outlive_changes_to_the_index() -> None:
+    # a snapshot takes the chunks in the actor's turn and writes them later, in its
+    # writer's thread, while the index takes more writes: the chunks must not change
+    bm25, keyword = BM25Index(), KeywordIndex()
+    for doc in range(40):
+        bm25.add(doc, f"caroline went hiking {doc} times in the mountains", "a trip")
+        keyword.add(doc, f"caroline went hiking {doc} times", float(doc))
+    for index in (bm25, keyword):
+        blob = index.to_sidecar()
+        chunks = index.to_sidecar_chunks()
+        assert len(chunks) > 2 and b"".join(chunks) == blob
+        for doc in range(40, 60):  # the index grows and changes after the chunks were taken
+            if isinstance(index, BM25Index):
+                index.add(doc, "melanie painted a sunrise " * 3, "a new context")
+            else:
+                index.add(doc, "melanie painted a sunrise", 100.0 + doc)
+        index.remove(3)
+        assert b"".join(chunks) == blob
+        assert type(index).from_sidecar(b"".join(chunks)).to_sidecar() == blob

@@ -156,11 +156,18 @@ def test_expansions_are_kept_until_the_graph_changes_and_within_their_bounds(
     graph.add(120, f"{names[0]} left.")
     again = graph.expansion(f"what did {names[0]} say")
     assert again is not first and again is not None and 120 in again.docs  # the graph changed
-    # bounded by the memories they name in all: the least recently used go first
+    # an entity's memories are one set, shared by every expansion naming it
+    pair = graph.expansion(f"did {names[0]} meet {names[1]}")
+    assert pair is not None and pair.each[0] == (again.docs, again.spoken)
+    assert pair.each[0][0] is again.docs and pair.each[0][1] is again.spoken
+    assert pair.docs == again.docs | pair.each[1][0] and pair.spoken == again.spoken | pair.each[1][1]
+    # bounded by the memories their own sets (unions over several entities) hold in
+    # all: the least recently used go first
     monkeypatch.setattr(graph_module, "_EXPANSION_DOCS_MAX", 50)
-    for name in names:
-        graph.expansion(f"and {name}?")
-        assert graph._expansion_docs == sum(len(e.docs) for e in graph._expansions.values())
+    for i, name in enumerate(names):
+        graph.expansion(f"and {name} with {names[(i + 5) % 12]}?")
+        assert graph._expansion_docs == sum(len(e.docs) + len(e.spoken) for e in graph._expansions.values()
+                                            if len(e.entities) > 1)
         assert graph._expansion_docs <= 50 or len(graph._expansions) == 1
     assert len(graph._expansions) < len(names)
     monkeypatch.setattr(graph_module, "_EXPANSIONS_MAX", 3)
@@ -412,7 +419,9 @@ def test_expansions_kept_stay_consistent_when_searches_ask_side_by_side() -> Non
     names = [f"Person{chr(65 + i % 26)}{chr(65 + i // 26)}" for i in range(120)]
     for doc in range(1200):
         graph.add(doc, "x", entities=[names[doc % 120], names[(doc * 7) % 120]])
-    queries = [f"what did {name} say" for name in names]
+    # one entity (the memo's sets, shared) and two (unions of their own)
+    queries = [f"what did {name} say" for name in names] + \
+        [f"did {name} meet {names[(i + 1) % 120]}" for i, name in enumerate(names)]
     errors: list[BaseException] = []
 
     def ask(seed: int) -> None:
@@ -434,5 +443,6 @@ def test_expansions_kept_stay_consistent_when_searches_ask_side_by_side() -> Non
     finally:
         sys.setswitchinterval(interval)
     assert not errors
-    assert graph._expansion_docs == sum(len(e.docs) for e in graph._expansions.values())
+    assert graph._expansion_docs == sum(graph_module._own_docs(e) for e in graph._expansions.values())
+    assert graph._expansion_docs > 0
     assert len(graph._expansions) <= graph_module._EXPANSIONS_MAX

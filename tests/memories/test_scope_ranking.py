@@ -368,3 +368,33 @@ def test_first_person_skips_only_queries_no_pattern_can_change(pieces: list[str]
     for pattern, replacement in _FIRST_PERSON:
         out = pattern.sub(replacement, out)
     assert first_person(query) == (None if out == query else out)
+
+
+def test_cosines_of_many_memories_are_gathered_a_block_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the memories of a named entity can be tens of thousands: their vectors are read
+    # a block at a time, never all at once, and each doc gets its own cosine
+    from mnemex.index import VectorIndex
+    from mnemex.memories import ranking
+
+    rng = np.random.default_rng(5)
+    index = VectorIndex(16)
+    held = np.arange(0, 2600, 2, dtype=np.int64)  # odd docs have no vector
+    index.add_many(held, rng.standard_normal((len(held), 16)).astype(np.float32))
+    query = rng.standard_normal(16).astype(np.float32)
+    unit = query / np.linalg.norm(query)
+    gathered: list[int] = []
+    vectors = index.vectors
+
+    def counted(doc_ids: Any) -> Any:
+        gathered.append(len(doc_ids))
+        return vectors(doc_ids)
+
+    monkeypatch.setattr(index, "vectors", counted)
+    docs = np.arange(0, 2700, dtype=np.int64)  # past the last doc too
+    cosines = ranking._Cosines(index, unit, None)(docs)
+    assert max(gathered) == ranking._COSINE_BLOCK and sum(gathered) == len(held)
+    expected = np.zeros(len(docs))
+    expected[held] = np.array([float(vectors([doc])[0] @ unit) for doc in held.tolist()])
+    assert cosines.dtype == np.float64
+    assert np.allclose(cosines, expected, rtol=0, atol=1e-6)
+    assert (cosines[1::2] == 0).all() and (cosines[2600:] == 0).all()
