@@ -78,7 +78,6 @@ import functools
 import hashlib
 import math
 import struct
-import threading
 import weakref
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -160,14 +159,18 @@ class GraphBuild:
     """...and the one a snapshot saving it holds."""
     current: Callable[[], int] | None = field(default=None, repr=False)
     """The index's newest plan token (an in-place catch-up stops once it is stale)."""
-    stopped: threading.Event = field(default_factory=threading.Event, repr=False)
-    """Set by :meth:`stop`: ``run`` ends at its next block, with no graph."""
+    stopping: bool = False
+    """Set by :meth:`stop` (from another thread: a plain attribute, read between
+    blocks): ``run`` ends at its next block, with no graph."""
 
     def stop(self) -> None:
         """Ask ``run`` (in another thread) to end early, with no graph, once the block it
         is adding is in (a closing runtime waits for that rather than exit with a
         thread inside usearch, which aborts the process)."""
-        self.stopped.set()
+        self.stopping = True
+
+    def _stopping(self) -> bool:
+        return self.stopping
 
     def run(self) -> GraphBuild:
         """Build the graph (slow: about 0.5 ms per vector per thread); returns self."""
@@ -175,14 +178,14 @@ class GraphBuild:
             if self.graph is None:
                 if self.base is None:
                     assert self.view is not None
-                    self.graph = _build_graph(self.view, self.params, self.stopped)
+                    self.graph = _build_graph(self.view, self.params, self._stopping)
                 elif self.guard is not None:
                     assert self.vectors is not None
                     self.graph = self._add_in_place()
                     self.base = None
                 else:
                     assert self.vectors is not None
-                    self.graph = _extend_graph(self.base, self.ids, self.vectors, self.params, self.stopped)
+                    self.graph = _extend_graph(self.base, self.ids, self.vectors, self.params, self._stopping)
                     self.base = None
         finally:
             if self.view is not None:
@@ -196,7 +199,7 @@ class GraphBuild:
         graph, guard, saving, vectors = self.base, self.guard, self.save_guard, self.vectors
         assert guard is not None and saving is not None and vectors is not None
         for start in range(0, len(self.ids), _IN_PLACE_BATCH):
-            if (self.current is not None and self.current() != self.token) or self.stopped.is_set():
+            if (self.current is not None and self.current() != self.token) or self.stopping:
                 return None  # a newer plan covers these, or the runtime is closing
             with saving, guard:
                 batch = slice(start, start + _IN_PLACE_BATCH)
@@ -1196,25 +1199,26 @@ def _graph_add(graph: Any, ids: I64, vectors: F32, threads: int) -> None:
     graph.add(keys, np.ascontiguousarray(vectors, dtype=np.float32), threads=threads)
 
 
-def _extend_graph(base: Any, ids: I64, vectors: F32, params: _GraphParams, stopped: threading.Event) -> Any:
+def _extend_graph(base: Any, ids: I64, vectors: F32, params: _GraphParams,
+                  stopped: Callable[[], bool]) -> Any:
     """A copy of ``base`` with ``ids`` added (a catch-up), taken in the builder's
     thread: the owner leaves ``base`` unchanged meanwhile (it only searches it;
     removals wait for the build's view). None once ``stopped``."""
     graph = base.copy()
     for start in range(0, len(ids), _WRITE_BLOCK):
-        if stopped.is_set():
+        if stopped():
             return None
         _graph_add(graph, ids[start : start + _WRITE_BLOCK], vectors[start : start + _WRITE_BLOCK],
                    params.num_threads)
     return graph
 
 
-def _build_graph(view: VectorsView, params: _GraphParams, stopped: threading.Event) -> Any:
+def _build_graph(view: VectorsView, params: _GraphParams, stopped: Callable[[], bool]) -> Any:
     """A graph over the rows ``view`` reads, added a block at a time (one thread adds
     them in the same order as one call would: the same graph). None once ``stopped``."""
     graph = _new_graph(params)
     for ids, rows in view.blocks():
-        if stopped.is_set():
+        if stopped():
             return None
         graph.add(ids.astype(np.uint64), rows, threads=params.num_threads)
     return graph
