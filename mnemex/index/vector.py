@@ -1205,10 +1205,10 @@ def _extend_graph(base: Any, ids: I64, vectors: F32, params: _GraphParams,
     thread: the owner leaves ``base`` unchanged meanwhile (it only searches it;
     removals wait for the build's view). None once ``stopped``."""
     graph = base.copy()
-    for start in range(0, len(ids), _WRITE_BLOCK):
+    for start in range(0, len(ids), _BUILD_BLOCK):
         if stopped():
             return None
-        _graph_add(graph, ids[start : start + _WRITE_BLOCK], vectors[start : start + _WRITE_BLOCK],
+        _graph_add(graph, ids[start : start + _BUILD_BLOCK], vectors[start : start + _BUILD_BLOCK],
                    params.num_threads)
     return graph
 

@@ -1848,17 +1848,20 @@ async def _stoppable_in_thread(job: Job) -> Any:
         with contextlib.suppress(trio.RunFinishedError):  # (only once the wait gave up)
             token.run_sync_soon(ended.set)
 
-    trio.lowlevel.start_thread_soon(job.work, report, name=f"mnemex job {job.name}")
-    try:
-        await ended.wait()
-    except trio.Cancelled:
-        assert job.stop is not None
-        job.stop()
-        with trio.CancelScope(shield=True), trio.move_on_after(STOP_WAIT) as waited:
+    # a token of trio's thread limiter, as trio.to_thread would take (a cancel while
+    # waiting for it starts no thread)
+    async with trio.to_thread.current_default_thread_limiter():
+        trio.lowlevel.start_thread_soon(job.work, report, name=f"mnemex job {job.name}")
+        try:
             await ended.wait()
-        if waited.cancelled_caught:
-            log.warning("job %s did not stop within %.0f s of being asked", job.name, STOP_WAIT)
-        raise
+        except trio.Cancelled:
+            assert job.stop is not None
+            job.stop()
+            with trio.CancelScope(shield=True), trio.move_on_after(STOP_WAIT) as waited:
+                await ended.wait()
+            if waited.cancelled_caught:
+                log.warning("job %s did not stop within %.0f s of being asked", job.name, STOP_WAIT)
+            raise
     return results[0].unwrap()
 
 
