@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from gated_storage import GatedStorage
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,55 +31,10 @@ import mnemex
 from mnemex.errors import ActorCrashed, InvalidInput, StorageError, Timeout
 from mnemex.kernel import ActorKind, BlockingBridge, Runtime
 from mnemex.lowlevel import open_actor_runtime
-from mnemex.persistence import MemoryStore
 from mnemex.testing import Add, Crash, Entries, Fail, Get, Slow, counter_kind
 
 INLINE = dataclasses.replace(counter_kind(), inline_read=lambda c: type(c) in (Get, Entries),
                              inline_write=lambda c: type(c) in (Add, Fail, Crash, Slow))
-
-
-class GatedStore(MemoryStore):
-    """A journal in memory whose fsync waits for the storage's gate (when set) and
-    fails while the storage says so. Not a MemoryStore to the kernel (its type
-    differs): replies wait for a group commit that calls ``sync``."""
-
-    def __init__(self, storage: GatedStorage, kind: str, key: tuple[str, ...], keep: int) -> None:
-        super().__init__(kind, key, keep=keep)
-        self.storage = storage
-
-    def sync(self) -> None:
-        storage = self.storage
-        storage.entered.set()
-        gate = storage.gate
-        if gate is not None:
-            assert gate.wait(10), "the test never opened the fsync gate"
-        if storage.fail:
-            raise StorageError("could not fsync the journal: Input/output error (EIO)")
-        storage.syncs += 1
-
-    def commands(self) -> list[Any]:
-        kind = counter_kind()
-        return [kind.decode(entry.payload) for entry in self.recover().journal]
-
-
-class GatedStorage:
-    def __init__(self) -> None:
-        self.gate: threading.Event | None = None
-        self.entered = threading.Event()
-        self.fail = False
-        self.syncs = 0
-        self.stores: dict[tuple[str, tuple[str, ...]], GatedStore] = {}
-
-    def store(self, kind: str, key: tuple[str, ...], keep: int = 2) -> GatedStore:
-        if (kind, key) not in self.stores:
-            self.stores[(kind, key)] = GatedStore(self, kind, key, keep)
-        return self.stores[(kind, key)]
-
-    def syncfs(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        pass
 
 
 @contextmanager
@@ -191,7 +147,7 @@ def test_a_refused_write_behind_one_whose_fsync_fails_is_handled_again() -> None
         def call(name: str, command: Any) -> None:
             try:
                 replies[name] = ask(opened, command)
-            except Exception as exc:  # noqa: BLE001 - the reply is what the test checks
+            except Exception as exc:  # the reply is what the test checks
                 replies[name] = exc
 
         writer = threading.Thread(target=call, args=("write", Add(10)))

@@ -27,61 +27,15 @@ import outcome
 import pytest
 import trio
 import uvloop
+from gated_storage import GatedStorage
 
 import mnemex
 from mnemex import StorageError
 from mnemex.lowlevel import ActorRef, Runtime, open_actor_runtime
-from mnemex.persistence import MemoryStore
 from mnemex.server._bridge import Bridge
 from mnemex.testing import Add, Entries, Fail, Get, counter_kind
 
 INLINE = dataclasses.replace(counter_kind(), inline_write=lambda c: type(c) in (Add, Fail))
-
-
-class GatedStore(MemoryStore):
-    """A journal in memory whose fsync waits for the storage's gate (when set) and
-    fails while the storage says so."""
-
-    def __init__(self, storage: GatedStorage, kind: str, key: tuple[str, ...], keep: int) -> None:
-        super().__init__(kind, key, keep=keep)
-        self.storage = storage
-
-    def sync(self) -> None:
-        storage = self.storage
-        storage.entered.set()
-        gate = storage.gate
-        if gate is not None:
-            assert gate.wait(10), "the test never opened the fsync gate"
-        if storage.fail:
-            raise StorageError("could not fsync the journal: Input/output error (EIO)")
-
-    def commands(self) -> list[Any]:
-        return [counter_kind().decode(entry.payload) for entry in self.recover().journal]
-
-
-class GatedStorage:
-    def __init__(self) -> None:
-        self.gate: threading.Event | None = None
-        self.entered = threading.Event()
-        self.fail = False
-        self.stores: dict[tuple[str, tuple[str, ...]], GatedStore] = {}
-
-    def store(self, kind: str, key: tuple[str, ...], keep: int = 2) -> GatedStore:
-        if (kind, key) not in self.stores:
-            self.stores[(kind, key)] = GatedStore(self, kind, key, keep)
-        return self.stores[(kind, key)]
-
-    def hold(self) -> threading.Event:
-        """Hold every fsync from now on until the returned gate is set."""
-        self.entered.clear()
-        self.gate = gate = threading.Event()
-        return gate
-
-    def syncfs(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        pass
 
 
 @dataclasses.dataclass
