@@ -518,6 +518,18 @@ class Runtime:
         if isinstance(limit, bool) or not isinstance(limit, int | float) or not limit > 0:  # NaN too
             raise InvalidInput(f"ask timeout must be a number of seconds > 0, None (no limit) or DEFAULT, "
                                f"got {limit!r}", field="timeout")
+        cell = self._cells.get((kind, key))
+        if cell is not None and cell.kind.inline_read is not None and self._accepting \
+                and self._serves(kind, key):
+            turn = self._read_inline(cell, command)
+            if turn is not None:
+                # answered as the actor would answer it next (it is idle and every write it
+                # took is durable): no mailbox, no task switch but the checkpoint
+                self._stats["asks"] += 1
+                cell.last_active = trio.current_time()
+                self._cells.move_to_end((kind, key))
+                await trio.lowlevel.checkpoint()
+                return _unwrap(turn.reply)
         waiter = _Waiter(trio.lowlevel.current_task())
         envelope = _Envelope(command, waiter)
         self._stats["asks"] += 1
@@ -648,13 +660,18 @@ class Runtime:
         otherwise, or when the handler broke the inline contract (it crashed or gave
         effects): the mailbox path handles the read again, crash handling included
         (the read changed nothing)."""
-        inline = cell.kind.inline_read
+        kind = cell.kind
+        inline = kind.inline_read
         if (inline is None or cell.state is not _RUNNING or cell.active or cell.redo or cell.diverged
                 or cell.written > cell.synced or len(cell.mailbox)
                 or (not cell.in_memory and cell.store.needs_recovery) or not inline(command)):
             return None
-        assert cell.behaviour is not None
-        turn = take_turn(cell.kind, cell.behaviour, command, None)
+        behaviour = cell.behaviour
+        assert behaviour is not None
+        when = kind.inline_when
+        if when is not None and not when(behaviour, command):
+            return None
+        turn = take_turn(kind, behaviour, command, None)
         return turn if turn.crash is None and not turn.effects else None
 
     def _write_inline(self, cell: _Cell, command: Any, waiter: Any, now: float | None) -> bool:

@@ -60,7 +60,14 @@ class ActorKind:
     (optional) names the writes whose handler returns no effects but Emits: such a
     write of an idle actor is handled in that callback too (journaled and applied
     there, its Emits performed, its reply released once durable, as the actor's
-    task would).
+    task would). An ``ask`` from a task of the run is answered inline the same way:
+    in the caller's task, with no mailbox round trip (see ``Runtime.ask``).
+
+    ``inline_when`` (optional) narrows ``inline_read`` for reads that are plain
+    reads in some states only: given the behaviour and a command ``inline_read``
+    names, whether the handler would answer it now changing nothing, giving no
+    effects, and quickly enough to run in a caller's task (None: every command
+    ``inline_read`` names is). It must change nothing itself.
 
     ``read_beside`` (optional) takes the reads that may run beside the actor: given
     the behaviour and a command (on the actor's task, in mailbox order), it returns
@@ -80,4 +87,5 @@ class ActorKind:
     replay: Callable[[Behaviour, Iterable[Any]], None] = handle_each
     inline_read: Callable[[Any], bool] | None = None
     inline_write: Callable[[Any], bool] | None = None
+    inline_when: Callable[[Behaviour, Any], bool] | None = None
     read_beside: Callable[[Behaviour, Any], Beside | None] | None = None

@@ -115,6 +115,7 @@ from mnemex.memories.graph import (
     merge_entities,
     name_embed_failed,
     name_jobs,
+    names_due,
     note_relations,
     reindex_graph,
     related_entities,
@@ -181,7 +182,7 @@ from mnemex.memories.protocol import (
     Updated,
     UpdateMemory,
 )
-from mnemex.memories.ranking import CosineScale, RankCache, Ranker, found_by
+from mnemex.memories.ranking import CosineScale, RankCache, Ranker, found_by, rounded
 from mnemex.memories.sessions import session_echoes, session_memories
 from mnemex.memories.snapshot import (
     SNAPSHOT_FORMAT,
@@ -1290,15 +1291,26 @@ class ScopeMemory:
             return dataclasses.replace(reply, effects=(*reply.effects, *jobs))
         return Step(reply, jobs)
 
-    def _graph_job(self, now: float) -> Job | None:
+    def _wants_jobs(self, now: float) -> bool:
+        """Whether ``_with_graph`` would plan a job at ``now`` (when not, it changes
+        nothing and answers the reply as it is)."""
+        return self._graph_due(now) or self.categories.is_due(self, now) or names_due(self, now)
+
+    def _graph_due(self, now: float) -> bool:
+        """Whether ``_graph_job`` plans a build at ``now`` (when not, it changes nothing)."""
         index = self.vectors
         if index is None or not index.wants_graph:
-            return None
+            return False
         pending = self.graph_pending_since
         if pending is not None and now - pending < self.settings.graph_stale + 0.001 * len(index):
-            return None  # one is being built (a pending plan older than that was lost in a restart)
-        if self.graph_failed_at is not None and abs(len(index) - self.graph_failed_at) < 1000:
+            return False  # one is being built (a pending plan older than that was lost in a restart)
+        return self.graph_failed_at is None or abs(len(index) - self.graph_failed_at) >= 1000
+
+    def _graph_job(self, now: float) -> Job | None:
+        if not self._graph_due(now):
             return None
+        index = self.vectors
+        assert index is not None
         build = index.plan_graph()
         self.graph_pending_since = now
         if build.base is not None:
@@ -1414,6 +1426,23 @@ class ScopeMemory:
         return result if plan.allowed is not None and not plan.allowed.any() else \
             self._with_graph(result, now=plan.now)
 
+    def searches_inline(self, command: Any) -> bool:
+        """Whether ``command`` is a search this scope answers as a plain read now
+        (``ActorKind.inline_when``): a scope of fewer than ``BESIDE_MIN_MEMORIES`` (a
+        larger one's searches run beside the actor), where no job is due at the
+        search's time nor at the scope's clock (``handle`` plans one at both: the
+        HNSW graph, a re-classification, names to embed; planning one is a change).
+        Changes nothing; a search whose ``now`` is not a finite number is left to
+        ``handle`` (which says why it refuses it)."""
+        if type(command) is not Search or len(self.doc_of) >= BESIDE_MIN_MEMORIES:
+            return False
+        now = command.now
+        if type(now) is not float and (type(now) is not int or isinstance(now, bool)):
+            return False
+        if not math.isfinite(now):
+            return False
+        return not (self._wants_jobs(now) or self._wants_jobs(self.clock))
+
     def search_beside(self, command: Any) -> Beside | None:
         """A search to run beside the actor (``ActorKind.read_beside``): checked and
         its filter applied here, in the actor's turn, its jobs planned as ``handle``
@@ -1492,11 +1521,14 @@ class ScopeMemory:
             if min_score is None:
                 min_score = settings.hybrid_min_score
         # the cut reads the relevance: a ranking factor reorders hits, it never removes one
-        hits = [Hit(self._record_at(doc), round(score, 6), scores, self.app_name, self.user_id,
-                    found_by(scores))
+        record_at, app_name, user_id = self._record_at, self.app_name, self.user_id
+        marked = mode == "hybrid"  # (only a hybrid ranking marks the lists that found a hit)
+        hits = [Hit(record_at(doc), rounded(score), scores, app_name, user_id,
+                    found_by(scores) if marked else ())
                 for doc, score, scores in ranked
                 if min_score is None or scores.get("relevance", score) >= min_score]
-        hits = hits[:top_k]
+        if len(hits) > top_k:
+            hits = hits[:top_k]
         facets = None if plan.facets is None else (
             facets_of_hits(hits) if plan.facets == "hits" else facets_of_mask(self, allowed))
         return SearchResult(hits=hits, mode=mode, facets=facets)

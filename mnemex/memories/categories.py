@@ -206,11 +206,15 @@ class ScopeCategories:
                                total=len(scope.doc_of))
 
     # -- the re-classification ------------------------------------------------------------------
+    def is_due(self, scope: ScopeMemory, now: float) -> bool:
+        """Whether ``jobs`` may plan a job at ``now`` (when not, it changes nothing)."""
+        if not self.reclassifying or scope.replaying:
+            return False
+        return self.planned_at is None or now - self.planned_at >= _STALE
+
     def jobs(self, scope: ScopeMemory, now: float) -> tuple[Job, ...]:
         """The next re-classification job, when one is due and none is in flight."""
-        if not self.reclassifying or scope.replaying:
-            return ()
-        if self.planned_at is not None and now - self.planned_at < _STALE:
+        if not self.is_due(scope, now):
             return ()
         after = self.after
         queue = self._queue

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from mnemex.memories.behaviour import ScopeMemory
 
 __all__ = ["MAX_ALIASES", "NameEmbedFailed", "declare_entity", "entity_detail", "graph_stats",
-           "list_entities", "merge_entities", "name_embed_failed", "name_jobs", "note_relations",
+           "list_entities", "merge_entities", "name_embed_failed", "name_jobs", "names_due", "note_relations",
            "reindex_graph", "related_entities", "resolve_names", "unmerge_entity"]
 
 log = logging.getLogger("mnemex.memories")
@@ -330,21 +330,26 @@ def _embeds_names(scope: ScopeMemory) -> bool:
         and scope.graph.vectors.embedder in (None, settings.embedder_name) and _threshold(scope) is not None
 
 
+def names_due(scope: ScopeMemory, now: float) -> bool:
+    """Whether ``name_jobs`` plans a job at ``now``: the scope resolves names by their
+    vectors, none is in flight, and some names have no vector yet (when not, it
+    changes nothing)."""
+    if scope.replaying or not scope.settings.entity_embeddings or not scope.graph.unembedded(1):
+        return False
+    since = scope.names_since
+    if since is not None and now - since < NAME_RETRY:
+        return False
+    return _embeds_names(scope)  # not: no model, none measured, or names of another model: spelling only
+
+
 def name_jobs(scope: ScopeMemory, now: float) -> tuple[Job, ...]:
     """A Job embedding the names that have no vector yet, when the scope resolves
     names by their vectors, none is in flight and there are some (never in a
     replay: the journal has the results)."""
-    settings, graph = scope.settings, scope.graph
-    if scope.replaying or not settings.entity_embeddings:
+    if not names_due(scope, now):
         return ()
-    since = scope.names_since
-    if since is not None and now - since < NAME_RETRY:
-        return ()
-    if not _embeds_names(scope):
-        return ()  # no model, none measured, or names of another model: spelling only
-    keys = graph.unembedded(NAME_BATCH)
-    if not keys:
-        return ()
+    settings = scope.settings
+    keys = scope.graph.unembedded(NAME_BATCH)
     embed, embedder, dim, threshold = settings.embed, settings.embedder_name, settings.embedder_dim, \
         _threshold(scope)
     assert embed is not None and embedder is not None and threshold is not None

@@ -22,7 +22,7 @@ from mnemex.errors import InvalidInput
 from mnemex.kernel import ActorKind
 from mnemex.memories.behaviour import EmbedTexts, ScopeMemory, ScopeSettings, is_scope_write, scope_codec
 from mnemex.memories.extraction import RunExtraction, Timer
-from mnemex.memories.protocol import NewMemory, Remember
+from mnemex.memories.protocol import NewMemory, Remember, Search
 from mnemex.memories.ranking import CosineScale
 from mnemex.models.hashing import Embedder
 
@@ -34,6 +34,16 @@ SCOPE_KIND: Final = "scope"
 def _search_beside(behaviour: Behaviour, command: Any) -> Beside | None:
     """The scope kind's ``read_beside``: its searches (``ScopeMemory.search_beside``)."""
     return behaviour.search_beside(command) if isinstance(behaviour, ScopeMemory) else None
+
+
+def _is_search(command: Any) -> bool:
+    """The scope kind's ``inline_read``: searches (``_searches_inline`` says when)."""
+    return type(command) is Search
+
+
+def _searches_inline(behaviour: Behaviour, command: Any) -> bool:
+    """The scope kind's ``inline_when``: ``ScopeMemory.searches_inline``."""
+    return isinstance(behaviour, ScopeMemory) and behaviour.searches_inline(command)
 
 
 def _replay(behaviour: Behaviour, commands: Iterable[Any]) -> None:
@@ -101,7 +111,8 @@ def _build(name: str, embedder: Embedder | None, settings: ScopeSettings) -> Sco
 
     return ScopeKind(name=name, create=create, restore=restore, encode=scope_codec.encode,
                      decode=scope_codec.decode, is_journaled=is_scope_write, replay=_replay,
-                     read_beside=_search_beside, embedder=embedder, settings=settings)
+                     inline_read=_is_search, inline_when=_searches_inline, read_beside=_search_beside,
+                     embedder=embedder, settings=settings)
 
 
 def cosine_scale_of(embedder: object) -> CosineScale:

@@ -248,24 +248,39 @@ class EmbeddingBatcher:
 
     async def embed_queries(self, texts: Sequence[str]) -> F32:
         """Vectors of search queries, as ``embed`` (see the module docstring); a
-        query whose vector is kept is not embedded again."""
+        query whose vector is kept is not embedded again. Not a checkpoint when
+        nothing waits (every vector kept, or the queries embedded at once in this
+        task): a search's next await, its ask, is one."""
         wanted = list(texts)
-        cache, name = self.query_cache, self.embedder.name
+        cache, name, lane = self.query_cache, self.embedder.name, self._queries
         if cache.size == 0:
-            return await self._request(wanted, self._queries).vectors()
+            if wanted and self._is_quick(wanted, lane):
+                return self._embed_now(wanted, lane)
+            return await self._request(wanted, lane).vectors()
         rows = [cache.get(name, text) for text in wanted]
         missing = list(dict.fromkeys(text for text, row in zip(wanted, rows, strict=True) if row is None))
-        found: dict[str, F32] = {}
-        if missing:
-            made = await self._request(missing, self._queries).vectors()
-            found = dict(zip(missing, made, strict=True))
-            for text, vector in found.items():
-                cache.put(name, text, vector)
-        else:
-            await trio.lowlevel.checkpoint()
-        if not wanted:
-            return np.zeros((0, self.embedder.dim), dtype=np.float32)
+        if not missing:
+            if not wanted:
+                return np.zeros((0, self.embedder.dim), dtype=np.float32)
+            return np.stack([row for row in rows if row is not None])  # (every one is kept)
+        made = self._embed_now(missing, lane) if self._is_quick(missing, lane) \
+            else await self._request(missing, lane).vectors()
+        for text, vector in zip(missing, made, strict=True):
+            cache.put(name, text, vector)
+        if len(missing) == len(wanted):  # each asked once, none kept: the rows as made
+            return made
+        found = dict(zip(missing, made, strict=True))
         return np.stack([found[text] if row is None else row for text, row in zip(wanted, rows, strict=True)])
+
+    def _embed_now(self, texts: list[str], lane: _Lane) -> F32:
+        """``texts`` embedded here and now (measured quick: see ``_is_quick``), the
+        call counted and timed; raises EmbedderError."""
+        started = time.perf_counter()
+        matrix = embed_checked(self.embedder, texts, lane.is_query)
+        self._observe(texts, time.perf_counter() - started)
+        self.calls += 1
+        self.texts += len(texts)
+        return matrix
 
     def _request(self, texts: list[str], lane: _Lane) -> PendingEmbedding:
         """``texts`` queued in ``lane``, or embedded at once when they are measured to
@@ -278,15 +293,11 @@ class EmbeddingBatcher:
         if not texts:
             done._finish()
             return done
-        started = time.perf_counter()
         try:
-            matrix = embed_checked(self.embedder, texts, lane.is_query)
+            matrix = self._embed_now(texts, lane)
         except MnemexError as error:
             done._fail(error)
             return done
-        self._observe(texts, time.perf_counter() - started)
-        self.calls += 1
-        self.texts += len(texts)
         done._put(matrix)
         return done
 
