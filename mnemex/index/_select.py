@@ -100,6 +100,12 @@ def allowed_ids(allowed: Allowed) -> IdArray:
     return ids[ids >= 0]
 
 
+_SORT_ALL = 256
+"""Scores up to which ``top_k_by_score`` sorts them all rather than cutting at the
+k-th first (the same pairs: the cut only spares the sort work; measured, sorting
+100 takes about two thirds of the time of the cut and the sort of what it keeps)."""
+
+
 def top_k_by_score(ids: IdArray, scores: FloatArray | npt.NDArray[np.float32],
                    k: int) -> list[tuple[int, float]]:
     """The k best (id, score) pairs, highest score first, equal scores by lower id
@@ -110,10 +116,10 @@ def top_k_by_score(ids: IdArray, scores: FloatArray | npt.NDArray[np.float32],
     n = len(ids)
     if n == 0:
         return []
-    if n > k:
+    if n > k and n > _SORT_ALL:
         # fewer than k scores lie above the k-th: sorted, the ties at the cut follow them by id
         kth = np.partition(scores, n - k)[n - k]
         keep = np.flatnonzero(scores >= kth)
         ids, scores = ids[keep], scores[keep]
     order = np.lexsort((ids, -scores))[:k]
-    return list(zip(ids[order].tolist(), np.asarray(scores[order], dtype=np.float64).tolist(), strict=True))
+    return list(zip(ids[order].tolist(), scores[order].astype(np.float64).tolist(), strict=True))

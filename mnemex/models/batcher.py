@@ -145,19 +145,17 @@ class _Rate:
     hop (measured: 16% of them with one core kept busy beside); the first call of a
     cold embedder is slow the same way. A real change shows after three calls."""
 
-    __slots__ = ("_last",)
+    __slots__ = ("_last", "value")
 
     def __init__(self) -> None:
         self._last: deque[float] = deque(maxlen=5)
+        self.value: float | None = None
+        """The median (None before the first call): read before every query, kept."""
 
     def observe(self, rate: float) -> None:
-        self._last.append(rate)
-
-    @property
-    def value(self) -> float | None:
-        if not self._last:
-            return None
-        return sorted(self._last)[(len(self._last) - 1) // 2]
+        last = self._last
+        last.append(rate)
+        self.value = sorted(last)[(len(last) - 1) // 2]
 
 
 def embed_checked(embedder: Embedder, texts: list[str], is_query: bool = False) -> F32:

@@ -43,3 +43,14 @@ def test_many_ties_at_the_cut_keep_the_lowest_ids() -> None:
     assert [doc for doc, _ in got[:10]] == sorted(ids[::100].tolist())
     assert [doc for doc, _ in got[10:]] == [1, 2, 3, 4, 5]
     assert [score for _, score in got] == [1.0] * 10 + [0.0] * 5
+
+
+@given(st.lists(st.tuples(st.integers(0, 100_000), scores_of), min_size=200, max_size=700,
+                unique_by=lambda p: p[0]),
+       st.integers(1, 40), st.sampled_from([np.float64, np.float32]))
+@settings(max_examples=100, deadline=None)
+def test_the_top_k_of_many_are_those_of_a_full_sort_either_side_of_sorting_them_all(
+        pairs: list[tuple[int, float]], k: int, dtype: type) -> None:
+    ids = np.array([i for i, _ in pairs], dtype=np.int64)
+    scores = np.array([s for _, s in pairs], dtype=dtype)
+    assert top_k_by_score(ids, scores, k) == by_full_sort(ids.tolist(), scores.astype(np.float64).tolist(), k)

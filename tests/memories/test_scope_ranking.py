@@ -31,6 +31,7 @@ from mnemex.memories.ranking import (
     CosineScale,
     calibrated_cosine,
     crowding,
+    rounded,
     text_weights,
 )
 from mnemex.memories.snapshot import encode_vector
@@ -400,3 +401,10 @@ def test_cosines_of_many_memories_are_gathered_a_block_at_a_time(monkeypatch: py
     assert cosines.dtype == np.float64
     assert np.allclose(cosines, expected, rtol=0, atol=1e-6)
     assert (cosines[1::2] == 0).all() and (cosines[2600:] == 0).all()
+
+
+@given(st.floats(allow_nan=False) | st.floats(-2.0, 2.0) | st.integers(-10**7, 10**7).map(lambda n: n / 2e6))
+@settings(max_examples=2000, deadline=None)
+def test_rounded_is_round_to_six_places(value: float) -> None:
+    got = rounded(value)
+    assert got == round(value, 6) and math.copysign(1.0, got) == math.copysign(1.0, round(value, 6))

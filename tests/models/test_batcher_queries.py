@@ -4,6 +4,7 @@ has one (a model that embeds queries apart) and to ``embed`` where it has not.""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -73,3 +74,38 @@ async def test_without_embed_queries_queries_still_go_in_calls_of_their_own_thro
         [("embed", ["I like tea", "I work as a nurse", "We live in Berlin"]),
          ("embed", ["what does she drink?", "where does she work?"])]
     np.testing.assert_allclose(results[3], HashingEmbedder(dim=32).embed(["where does she work?"]), atol=1e-6)
+
+
+class Threads(WithQueries):
+    """Records the thread of each call too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: list[int] = []
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        self.threads.append(threading.get_ident())
+        return super().embed_queries(texts)
+
+
+async def test_a_quick_query_is_embedded_in_the_asking_task_and_its_rows_are_the_callers_own() -> None:
+    embedder = Threads()
+    for cache_size in (0, 8):
+        batcher = EmbeddingBatcher(embedder, batch_size=64, query_cache_size=cache_size)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(batcher.run)
+            for i in range(5):  # measured (the median of five calls): quick
+                await batcher.embed_queries([f"warm the measured rate {i}"])
+            embedder.calls.clear()
+            embedder.threads.clear()
+            first = await batcher.embed_queries(["what does she drink?", "what do I drink?"])
+            assert embedder.calls == [("query", ["what does she drink?", "what do I drink?"])]
+            assert embedder.threads == [threading.get_ident()]  # here: no thread hop
+            again = await batcher.embed_queries(["what do I drink?", "what does she drink?"])
+            expected = HashingEmbedder.embed(embedder, ["query: what does she drink?",
+                                                        "query: what do I drink?"])
+            assert np.array_equal(first, expected) and np.array_equal(again, expected[::-1])
+            again[:] = 0.0  # the caller's own rows: what is kept for the next caller is not changed
+            assert np.array_equal(await batcher.embed_queries(["what does she drink?"]), expected[:1])
+            assert batcher.calls == 6 + (cache_size == 0) * 2
+            nursery.cancel_scope.cancel()

@@ -1,0 +1,152 @@
+"""Reads answered in the asking task (``ActorKind.inline_read``, ``inline_when``): an
+``ask`` from a task of the run for a read the kind names, of an idle, loaded actor
+whose every write is durable, is answered there, as the actor would answer it next,
+without a mailbox round trip. So a read still sees every write acknowledged before
+it was sent: a read behind a write that is queued, or applied but not yet durable,
+goes through the mailbox, behind it."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import trio
+import trio.testing
+from gated_storage import GatedStorage
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mnemex
+from mnemex.effects import Behaviour
+from mnemex.kernel import ActorKind, Runtime
+from mnemex.lowlevel import open_actor_runtime
+from mnemex.testing import Add, Counter, Entries, Get, counter_kind
+
+WHEN: list[bool] = []
+"""What the next ``inline_when`` calls answer (True once the list is empty)."""
+
+
+def _reads(command: Any) -> bool:
+    return type(command) is Get or type(command) is Entries
+
+
+def _when(behaviour: Behaviour, command: Any) -> bool:
+    assert isinstance(behaviour, Counter)
+    return WHEN.pop(0) if WHEN else True
+
+
+INLINE: ActorKind = dataclasses.replace(counter_kind(), inline_read=_reads, inline_when=_when)
+
+
+def counting_activations(rt: Runtime) -> list[int]:
+    """How many times an actor's task is started from now on (one count in a list)."""
+    count = [0]
+    activate = rt._activate
+
+    def counted(cell: Any) -> None:
+        count[0] += 1
+        activate(cell)
+
+    rt._activate = counted  # type: ignore[method-assign]
+    return count
+
+
+async def test_a_read_of_an_idle_actor_is_answered_without_starting_its_task() -> None:
+    async with open_actor_runtime(mnemex.Config(data_dir=None), [INLINE], storage=GatedStorage()) as rt:
+        assert await rt.ask("counter", "c", Add(2)) == 2  # loads the actor, in its task
+        await trio.testing.wait_all_tasks_blocked()  # its task lingered and ended
+        started = counting_activations(rt)
+        for _ in range(5):
+            assert await rt.ask("counter", "c", Get()) == (2, 1)
+        assert await rt.ask("counter", "c", Entries()) == [("", 2)]
+        assert started == [0]
+        assert await rt.ask("counter", "c", Add(3)) == 5  # a write takes the mailbox
+        assert started == [1]
+
+
+async def test_a_read_the_behaviour_does_not_take_inline_goes_through_the_mailbox() -> None:
+    WHEN[:] = [False]
+    async with open_actor_runtime(mnemex.Config(data_dir=None), [INLINE], storage=GatedStorage()) as rt:
+        assert await rt.ask("counter", "c", Add(1)) == 1
+        await trio.testing.wait_all_tasks_blocked()
+        started = counting_activations(rt)
+        assert await rt.ask("counter", "c", Get()) == (1, 1)  # inline_when said no
+        assert started == [1]
+        await trio.testing.wait_all_tasks_blocked()
+        assert await rt.ask("counter", "c", Get()) == (1, 1)
+        assert started == [1]
+
+
+async def test_a_read_behind_a_write_not_yet_durable_waits_for_it_in_the_mailbox() -> None:
+    storage = GatedStorage()
+    async with open_actor_runtime(mnemex.Config(data_dir=None), [INLINE], storage=storage) as rt:
+        assert await rt.ask("counter", "c", Add(1)) == 1
+        await trio.testing.wait_all_tasks_blocked()
+        gate = storage.hold()
+        answers: dict[str, Any] = {}
+
+        async def ask(name: str, command: Any) -> None:
+            answers[name] = await rt.ask("counter", "c", command)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask, "add", Add(10))
+            await trio.to_thread.run_sync(storage.entered.wait, 10)  # applied, its fsync held
+            started = counting_activations(rt)
+            nursery.start_soon(ask, "get", Get())
+            await trio.testing.wait_all_tasks_blocked()
+            assert answers == {}  # neither answered while the write is not durable
+            assert started == [1]  # the read went to the actor's task
+            gate.set()
+        assert answers == {"add": 11, "get": (11, 2)}
+
+
+async def test_a_queued_write_is_seen_by_the_read_sent_after_it() -> None:
+    async with open_actor_runtime(mnemex.Config(data_dir=None), [INLINE], storage=GatedStorage()) as rt:
+        assert await rt.ask("counter", "c", Add(1)) == 1
+        await trio.testing.wait_all_tasks_blocked()
+        await rt.tell("counter", "c", Add(4))  # queued, not handled yet
+        assert await rt.ask("counter", "c", Get()) == (5, 2)
+
+
+# -- the order guarantee, under interleavings hypothesis chooses -----------------------------------
+steps = st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["add", "get", "pause"]), st.integers(1, 9)),
+                 min_size=1, max_size=40)
+
+
+@given(steps)
+@settings(max_examples=60, deadline=None)
+def test_every_read_sees_the_writes_acknowledged_before_it_and_none_not_sent_yet(
+        plan: list[tuple[int, str, int]]) -> None:
+    """Four tasks run their part of ``plan`` (adds, reads, pauses of one scheduling
+    round; the journal's group commit runs in its threads, as in a server); each
+    read's total is at least the sum of the adds acknowledged before it was sent and
+    at most the sum of those sent before it was answered."""
+
+    async def main() -> None:
+        storage = GatedStorage()
+        acked = sent = 0
+        async with open_actor_runtime(mnemex.Config(data_dir=None), [INLINE], storage=storage) as rt:
+            assert await rt.ask("counter", "c", Add(0)) == 0
+
+            async def worker(me: int) -> None:
+                nonlocal acked, sent
+                for who, what, n in plan:
+                    if who != me:
+                        continue
+                    if what == "add":
+                        sent += n
+                        await rt.ask("counter", "c", Add(n))
+                        acked += n
+                    elif what == "get":
+                        floor = acked
+                        total, _ = await rt.ask("counter", "c", Get())
+                        assert floor <= total <= sent
+                    else:
+                        await trio.lowlevel.checkpoint()
+
+            async with trio.open_nursery() as nursery:
+                for me in range(4):
+                    nursery.start_soon(worker, me)
+            assert (await rt.ask("counter", "c", Get()))[0] == acked == sent
+
+    trio.run(main)
