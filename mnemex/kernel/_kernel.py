@@ -491,7 +491,12 @@ class Runtime:
     # -- asking ----------------------------------------------------------------
     async def ask(self, kind: str, key: str | Key, command: Any, *,
                   timeout: float | UseDefault | None = DEFAULT) -> Any:
-        """Send ``command`` to the actor and return its reply.
+        """Send ``command`` to the actor and return its reply. A read the kind
+        answers inline (``ActorKind.inline_read``, ``inline_when``) of an idle, loaded
+        actor holding no write that is not durable yet is answered in the calling
+        task, as the actor would answer it next: no mailbox round trip, one
+        checkpoint. Any other command, or a read behind a queued or not yet durable
+        write, goes through the mailbox, in order.
 
         Raises what the handler raised (a MnemexError), ActorCrashed (cause chained)
         when the handler or the actor's load broke, Busy when the mailbox is full
@@ -527,6 +532,7 @@ class Runtime:
                 # took is durable): no mailbox, no task switch but the checkpoint
                 self._stats["asks"] += 1
                 cell.last_active = trio.current_time()
+                self._unmeasured.add(cell)  # (a read may keep what later reads share)
                 self._cells.move_to_end((kind, key))
                 await trio.lowlevel.checkpoint()
                 return _unwrap(turn.reply)

@@ -1304,7 +1304,7 @@ class ScopeMemory:
         pending = self.graph_pending_since
         if pending is not None and now - pending < self.settings.graph_stale + 0.001 * len(index):
             return False  # one is being built (a pending plan older than that was lost in a restart)
-        return self.graph_failed_at is None or abs(len(index) - self.graph_failed_at) >= 1000
+        return self.graph_failed_at is None or not abs(len(index) - self.graph_failed_at) < 1000
 
     def _graph_job(self, now: float) -> Job | None:
         if not self._graph_due(now):

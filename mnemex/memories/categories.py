@@ -210,7 +210,7 @@ class ScopeCategories:
         """Whether ``jobs`` may plan a job at ``now`` (when not, it changes nothing)."""
         if not self.reclassifying or scope.replaying:
             return False
-        return self.planned_at is None or now - self.planned_at >= _STALE
+        return self.planned_at is None or not now - self.planned_at < _STALE
 
     def jobs(self, scope: ScopeMemory, now: float) -> tuple[Job, ...]:
         """The next re-classification job, when one is due and none is in flight."""
