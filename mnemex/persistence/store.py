@@ -397,8 +397,12 @@ class FileStore(ActorStore):
         if not entries:
             return
         lines = encode_lines(entries)
-        ends = list(itertools.accumulate(map(len, lines)))
-        data = b"".join(lines)
+        if len(lines) == 1:  # an inline write's
+            data = lines[0]
+            ends = [len(data)]
+        else:
+            ends = list(itertools.accumulate(map(len, lines)))
+            data = b"".join(lines)
         del lines
         first, last = entries[0][0], entries[-1][0]
         with self._fence(), self._lock:
