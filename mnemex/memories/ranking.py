@@ -460,6 +460,10 @@ class Ranker:
             return []
         score = fulltext.scores(docs)[0]
         if cosines_of.index is not None:
+            if cosines_of.exact is not None:  # only those whose cosine's bound reaches the cut
+                reach = cosines_of.exact.reach(docs, score, count)
+                if reach is not None:
+                    docs, score = docs[reach], score[reach]
             score = score + cosines_of(docs)
         best: list[int] = _best(docs, score, count).tolist()
         return best
