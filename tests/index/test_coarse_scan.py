@@ -58,8 +58,8 @@ def test_every_rows_product_lies_within_its_bounds(dim: int) -> None:
                (5.0 * unit(rng.standard_normal((1, dim))))[0],  # any length: the bound scales with it
                (1e-3 * unit(rng.standard_normal((1, dim))))[0], np.zeros(dim, dtype=np.float32)]
     scan = CoarseScan(dim)
-    for query in queries:
-        query = np.ascontiguousarray(query, dtype=np.float32)
+    for given in queries:
+        query = np.ascontiguousarray(given, dtype=np.float32)
         lower, upper = scan.scan(matrix, len(matrix), query)
         products = (matrix @ query).astype(np.float64)
         assert (lower <= products).all() and (products <= upper).all()
@@ -134,7 +134,8 @@ def test_an_exact_index_finds_what_the_full_product_finds() -> None:
     dim = 48
     index = VectorIndex(dim, hnsw_threshold=100_000)
     index.add_many(np.arange(2500), clustered(2500, dim, seed=3))
-    queries = np.concatenate([clustered(6, dim, seed=4), unit(np.random.default_rng(5).standard_normal((3, dim)))])
+    queries = np.concatenate([clustered(6, dim, seed=4),
+                              unit(np.random.default_rng(5).standard_normal((3, dim)))])
     assert_same_answers(index, queries, seed=6)
     # free rows (high above count), then rows reused and written after the pass,
     # fewer than DIRTY_MAX (scored exactly) and then more (packed again)
@@ -145,7 +146,8 @@ def test_an_exact_index_finds_what_the_full_product_finds() -> None:
     index.update(10, clustered(1, dim, seed=9)[0])
     assert index._coarse is not None and 0 < len(index._coarse._state.dirty) <= _coarse.DIRTY_MAX
     assert_same_answers(index, queries, seed=10)
-    index.add_many(np.arange(6000, 6000 + 2 * _coarse.DIRTY_MAX), clustered(2 * _coarse.DIRTY_MAX, dim, seed=11))
+    more = 2 * _coarse.DIRTY_MAX
+    index.add_many(np.arange(6000, 6000 + more), clustered(more, dim, seed=11))
     assert_same_answers(index, queries, seed=12)  # past the rows once packed, and a grown rows array
     assert not index._coarse._state.dirty and index._coarse._state.packed == index._high
     for doc in index.doc_ids()[: len(index) - 100]:  # shrunk below the coarse pass: the full product again
