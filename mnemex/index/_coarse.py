@@ -43,7 +43,7 @@ import numkong as _nk  # usearch's SIMD kernels (a dependency of usearch, and of
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["BLOCK", "DIRTY_MAX", "MIN_ROWS", "CoarseScan", "exact_rows"]
+__all__ = ["BLOCK", "DIRTY_MAX", "MIN_VALUES", "CoarseScan", "exact_rows"]
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -56,9 +56,13 @@ DIRTY_MAX: Final = 256
 """Rows written since they were packed that a pass scores exactly, one by one,
 before their blocks are packed again: a write then a search costs no packing."""
 
-MIN_ROWS: Final = 4096
-"""Rows from which an exact index scores a query by the coarse pass: below, the
-float32 product over every row costs about what the pass's fixed costs do."""
+MIN_VALUES: Final = 7500 * 384
+"""Rows times dimensions from which an exact index scores a query by the coarse pass
+(what it saves grows with both, its own costs with neither). Hybrid searches
+of bench/http.py's memories, 384 dimensions, one core, caches warm (cold: the caches
+evicted between searches, as a busy machine or many scopes do), coarse against the
+full product: 5,000 rows 522 vs 483 us; 7,500 547 vs 548 (cold 849 vs 950); 10,000
+651 vs 715 (cold 978 vs 1,171)."""
 
 SLACK: Final = 1e-9
 """Added to every row's bound: the float64 rounding of scales, norms and sums (and of
@@ -74,12 +78,12 @@ _GROUP: Final = 4
 
 
 def exact_rows(matrix: F32, high: int, query: F32, rows: I64) -> tuple[I64, F32]:
-    """The float32 products of ``rows`` (distinct, in [0, high)) with ``query`` as the
-    product over ``matrix[:high]`` computes them (see the module doc): the rows of
-    whole groups of four in the full product in groups of four (the last one padded
-    with a repeat), those of its last ``high % 4`` after them, all of those. Returns
-    the rows computed (``rows``, and the last ones whenever one of them is asked
-    for) and their products."""
+    """The float32 products of ``rows`` (in [0, high); a repeat is computed again)
+    with ``query`` as the product over ``matrix[:high]`` computes them (see the module
+    doc): the rows of whole groups of four in the full product in groups of four (the
+    last one padded with a repeat), those of its last ``high % 4`` after them, all of
+    those. Returns the rows computed (``rows``, and the last ones whenever one of them
+    is asked for) and their products."""
     full = high - high % _GROUP
     if full == 0:
         every = np.arange(high, dtype=np.int64)

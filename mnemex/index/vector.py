@@ -479,7 +479,7 @@ class VectorIndex:
             self._coarse = None
             return None
         self._viewed()
-        if self._high < _coarse.MIN_ROWS:
+        if self._high * self.dim < _coarse.MIN_VALUES:
             self._coarse = None  # (a scope that shrank)
             return ExactScores(self, self._rows[: self._high] @ query)
         # a coarse int8 pass with a bound on its error; the float32 product only over
@@ -1001,10 +1001,11 @@ class ExactScores:
     read it instead of multiplying the vectors again. Valid until the index changes;
     a ranking keeps it for one search only.
 
-    Over ``_coarse.MIN_ROWS`` rows and more it holds each row's int8 approximation and
-    the bound on its error instead of the float32 products; a search or look-up
-    computes the float32 products of the rows it needs (those whose bound reaches the
-    cut), each as the full product gives it (see ``mnemex.index._coarse``)."""
+    From ``_coarse.MIN_VALUES`` rows times dimensions on, it holds each row's int8
+    approximation and the bound on its error instead of the float32 products; a
+    search or look-up computes the float32 products of the rows it needs (those whose
+    bound reaches the cut), each as the full product gives it (see
+    ``mnemex.index._coarse``)."""
 
     __slots__ = ("_index", "_known", "_lower", "_query", "_scores", "_upper")
 
@@ -1101,7 +1102,7 @@ class ExactScores:
         """The float32 products of ``rows`` (as the full product gives them)."""
         known = self._known
         if known is not None:
-            needed = np.unique(rows[~known[rows]])  # (in order: the gather reads ahead)
+            needed = np.sort(rows[~known[rows]])  # (in order: the gather reads ahead)
             if len(needed):
                 assert self._query is not None
                 taken, products = _coarse.exact_rows(self._index._rows, len(known), self._query, needed)

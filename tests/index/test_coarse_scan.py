@@ -125,11 +125,11 @@ def best(docs: np.ndarray, scores: np.ndarray, count: int) -> set[int]:
 
 
 @pytest.fixture
-def coarse_from_64(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_coarse, "MIN_ROWS", 64)
+def coarse_from_3072_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_coarse, "MIN_VALUES", 64 * 48)
 
 
-@pytest.mark.usefixtures("coarse_from_64")
+@pytest.mark.usefixtures("coarse_from_3072_values")
 def test_an_exact_index_finds_what_the_full_product_finds() -> None:
     dim = 48
     index = VectorIndex(dim, hnsw_threshold=100_000)
@@ -156,7 +156,7 @@ def test_an_exact_index_finds_what_the_full_product_finds() -> None:
     assert index.exact_scores(queries[0]) is not None and index._coarse is not None
 
 
-@pytest.mark.usefixtures("coarse_from_64")
+@pytest.mark.usefixtures("coarse_from_3072_values")
 def test_a_small_index_uses_the_full_product_and_a_graph_none() -> None:
     index = VectorIndex(16, hnsw_threshold=300)
     index.add_many(np.arange(50), clustered(50, 16, seed=1))
@@ -169,7 +169,7 @@ def test_a_small_index_uses_the_full_product_and_a_graph_none() -> None:
     assert index._coarse is None  # its copy let go with exact mode
 
 
-@pytest.mark.usefixtures("coarse_from_64")
+@pytest.mark.usefixtures("coarse_from_3072_values")
 def test_passes_side_by_side_each_read_one_copy() -> None:
     """Searches beside the actor pass at once (the first ones packing): each answer
     is the full product's."""

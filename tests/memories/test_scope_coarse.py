@@ -19,9 +19,9 @@ def test_hybrid_hits_through_the_coarse_pass_are_the_full_products(
         beside: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(behaviour, "BESIDE_MIN_MEMORIES", 0)
     with threadpool_limits(1, user_api="blas"):
-        monkeypatch.setattr(_coarse, "MIN_ROWS", 10**9)
+        monkeypatch.setattr(_coarse, "MIN_VALUES", 10**12)
         full = searches(beside)
-        monkeypatch.setattr(_coarse, "MIN_ROWS", 64)  # the corpus' 300 memories pass through it
+        monkeypatch.setattr(_coarse, "MIN_VALUES", 64 * 48)  # the corpus' 300 memories pass through it
         passes = []
         real_scan = _coarse.CoarseScan.scan
 
