@@ -467,6 +467,9 @@ class VectorIndex:
             mask[ids] = True
             return self._with_pending(query, top_k, self._graph_search(query, top_k, len(rows), mask), mask)
         if self._graph is None:
+            if self._high * self.dim >= _coarse.MIN_VALUES:  # through the coarse pass (exact_scores)
+                bounds = self._coarse_scan().scan(self._rows, self._high, query)
+                return ExactScores(self, None, query=query, bounds=bounds).search(top_k)
             return self._exact_all(query, top_k)
         return self._with_pending(query, top_k, self._graph_search(query, top_k, self._count, None), None)
 
@@ -484,11 +487,14 @@ class VectorIndex:
             return ExactScores(self, self._rows[: self._high] @ query)
         # a coarse int8 pass with a bound on its error; the float32 product only over
         # the rows that could be among the best (mnemex.index._coarse)
+        bounds = self._coarse_scan().scan(self._rows, self._high, query)
+        return ExactScores(self, None, query=query, bounds=bounds)
+
+    def _coarse_scan(self) -> _coarse.CoarseScan:
         scan = self._coarse
         if scan is None:
             scan = self._coarse = _coarse.CoarseScan(self.dim)
-        lower, upper = scan.scan(self._rows, self._high, query)
-        return ExactScores(self, None, query=query, bounds=(lower, upper))
+        return scan
 
     def _with_pending(self, query: F32, top_k: int, found: list[tuple[int, float]],
                       allowed: npt.NDArray[np.bool_] | None) -> list[tuple[int, float]]:

@@ -97,7 +97,7 @@ def assert_same_answers(index: VectorIndex, queries: np.ndarray, seed: int) -> N
         coarse, full = index.exact_scores(query), full_scores(index, query)
         assert coarse is not None and coarse._known is not None  # the coarse pass ran
         for top_k in (1, 10, 30, 200):
-            assert coarse.search(top_k) == full.search(top_k)
+            assert coarse.search(top_k) == full.search(top_k) == index.search(query, top_k)
             for allowed in (set(rng.choice(ids, 40).tolist()), ids[rng.random(len(ids)) < 0.3],
                             rng.random(int(ids.max()) + 1) < 0.5, [], [int(ids.max()) + 10]):
                 assert coarse.search(top_k, allowed) == full.search(top_k, allowed)
