@@ -24,7 +24,11 @@ of removed documents are reused), so cosine similarity is a dot product:
   cost 2.1 GB there instead of 3.2.
 
   Below ``hnsw_threshold`` searches are exact float32 products, as before: small
-  scopes give the same hits whatever the graph's quantisation.
+  scopes give the same hits whatever the graph's quantisation. From about 7,500 x 384
+  (``_coarse.MIN_VALUES``) an exact search first scores every row from an int8 copy
+  with a bound on its error, then takes the float32 product only of the rows whose
+  bound reaches the cut, each as the full product gives it: the same hits and
+  scores, in about half the time of the full product (see ``mnemex.index._coarse``).
 
 Several exact searches of one query (a hybrid ranking's candidates, filtered
 and not, and the cosines of given docs) share one product:
