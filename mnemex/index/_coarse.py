@@ -5,9 +5,9 @@ core on its float32 product (OpenBLAS' AVX2 kernel; 15 MB of rows read per query
 :class:`CoarseScan` keeps every row also as int8 (a scale per row), packed for
 numkong's integer dot products (AVX-512 VNNI here): the same pass over int8 rows
 costs ~50 us, and each row's approximation comes with a bound on how far it can be
-from the float32 product. The exact product then only runs over the rows that could
-still be among the best (:meth:`CoarseScan.exact`): a search's results, ids and
-scores, are those of the full product.
+from the float32 product. The float32 product then only runs over the rows that could
+still be among the best (:func:`exact_rows`, called by ``vector.ExactScores``): a
+search's results, ids and scores, are those of the full product.
 
 The bound, for a row ``r`` (stored float32) and the query ``u`` (float32). The row's
 codes are ``c = rint(r * fl(1 / s))`` with ``s = max |r| / 127``, so each component of
@@ -29,9 +29,9 @@ computes rows four at a time (each row's sum on its own, in one order) and the l
 padded to a multiple of four (and the full product's last rows after at least one
 group of four), gives each row bit for bit what the product over every row gives
 (one BLAS thread, as ``mnemex serve`` runs; tests/index/test_coarse_scan.py checks
-it; a product split over several threads can put a row among a thread's last ones). A BLAS that
-grouped otherwise could differ in the last bit of a score; which rows are found
-would still be the same, as the bound includes the product's own rounding.
+it; a product split over several threads can put a row among a thread's last ones).
+A BLAS that grouped otherwise could differ in the last bit of a score; which rows
+are found would still be the same, as the bound includes the product's own rounding.
 """
 
 from __future__ import annotations
