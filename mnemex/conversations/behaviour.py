@@ -895,7 +895,6 @@ class AgentMemory:
     def snapshot(self) -> SnapshotData:
         """The state as record lines (see ``conversations.snapshot``) and counters."""
         ranks = {session_id: rank for rank, session_id in enumerate(self.activity)}
-        adopt_encoded(self._encoded, self.sessions)
         records = encode_sessions(self.sessions.values(), ranks, self.sequence + 1, self._encoded)
         extra = {
             "format": SNAPSHOT_FORMAT,

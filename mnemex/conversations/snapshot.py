@@ -13,7 +13,7 @@ A snapshot is taken in the actor's turn and written beside it (see
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -65,13 +65,17 @@ class CapturedSession:
     __slots__ = ("adopted", "conv", "decoded", "encoded", "entries", "fresh", "head", "known", "lines", "old",
                  "pops", "turns")
 
-    def __init__(self, conv: Conversation, head: _SessionLine) -> None:
+    def __init__(self, conv: Conversation, head: _SessionLine, waiting: Sequence[bytes] = ()) -> None:
         self.conv = conv
         self.head = head
         self.lines = conv.lines  # the list itself: adoption checks nothing replaced it
         self.entries = conv.entries
-        self.known = known = len(conv.lines)
+        # ``waiting``: lines an earlier writer encoded that the conversation has not
+        # adopted yet; they are adopted before this capture's, so they count as known
+        self.known = known = len(conv.lines) + len(waiting)
         self.old = conv.lines[:]  # pop() cuts ``lines`` in place
+        if waiting:
+            self.old += waiting
         self.fresh = conv.entries[known:]  # frozen entries: safe to encode in another thread
         self.turns = conv.turns[:] if conv.turns else []
         self.pops = conv.pops
@@ -91,15 +95,21 @@ def encode_sessions(sessions: Iterable[Conversation], ranks: Mapping[str, int], 
     entries appended since the last snapshot and the turns; it reads only what was
     copied here (entries and turns are frozen). Each session's new lines, with
     their entries decoded from them (whose messages then share the lines' memory),
-    are put on ``encoded`` for ``adopt_encoded``: so every entry is encoded once."""
+    are put on ``encoded`` for ``adopt_encoded``: so every entry is encoded once.
+    Lines already on ``encoded`` and not adopted yet (a snapshot soon after another)
+    are taken as encoded, not adopted here: adoption stays a bounded step a turn."""
     captured: list[CapturedSession] = []
+    waiting: dict[int, list[bytes]] = {}
+    if encoded:
+        sessions = list(sessions)
+        waiting = _waiting_lines(encoded, sessions)
     for conv in sessions:
         entries = conv.entries
         last_append = entries[conv.last_append].sequence if conv.last_append < len(entries) else next_sequence
         head = _SessionLine(conv.session_id, conv.generation, conv.created_at, conv.updated_at,
                             ranks.get(conv.session_id, 0), last_append, conv.completed, conv.summary,
                             conv.pops, dict(conv.state) if conv.state else {})
-        captured.append(CapturedSession(conv, head))
+        captured.append(CapturedSession(conv, head, waiting.get(id(conv), ())))
 
     def records() -> Iterator[bytes]:
         # what is written is let go of here, not where the snapshot is dropped: the
@@ -131,6 +141,34 @@ def encode_sessions(sessions: Iterable[Conversation], ranks: Mapping[str, int], 
     return records
 
 
+def _adoptable(item: CapturedSession, sessions: Mapping[str, Conversation], lines: int) -> bool:
+    """Whether ``item``'s lines still encode its conversation's next entries, the
+    conversation holding ``lines`` adopted lines: nothing replaced or moved them."""
+    conv = item.conv
+    return (sessions.get(conv.session_id) is conv and conv.lines is item.lines
+            and conv.entries is item.entries and conv.pops == item.pops and lines == item.known + item.adopted
+            and len(conv.entries) >= item.known + len(item.encoded))
+
+
+def _waiting_lines(encoded: Iterable[CapturedSession],
+                   sessions: Iterable[Conversation]) -> dict[int, list[bytes]]:
+    """Per conversation (by id), the lines on ``encoded`` that adoption will give it,
+    in order: what it will hold past its own ``lines``. References only, no
+    adoption: an earlier writer's lines wait for the bounded steps of later turns."""
+    by_id = {conv.session_id: conv for conv in sessions}
+    held: dict[int, int] = {}  # lines each conversation holds once the items before are adopted
+    waiting: dict[int, list[bytes]] = {}
+    for item in encoded:
+        conv = item.conv
+        lines = held.get(id(conv), len(conv.lines))
+        if not _adoptable(item, by_id, lines):
+            continue  # adoption drops it: its entries are encoded again
+        rest = item.encoded[item.adopted:]
+        waiting.setdefault(id(conv), []).extend(rest)
+        held[id(conv)] = lines + len(rest)
+    return waiting
+
+
 def adopt_encoded(encoded: deque[CapturedSession], sessions: Mapping[str, Conversation],
                   budget: int | None = None) -> None:
     """In the actor: keep the lines a snapshot's writer encoded (``encode_sessions``)
@@ -144,9 +182,7 @@ def adopt_encoded(encoded: deque[CapturedSession], sessions: Mapping[str, Conver
         item = encoded[0]
         conv = item.conv
         at = item.known + item.adopted
-        if (sessions.get(conv.session_id) is not conv or conv.lines is not item.lines
-                or conv.entries is not item.entries or conv.pops != item.pops or len(conv.lines) != at
-                or len(conv.entries) < item.known + len(item.encoded)):
+        if not _adoptable(item, sessions, len(conv.lines)):
             encoded.popleft()
             continue
         count = len(item.encoded) - item.adopted

@@ -708,7 +708,8 @@ class Runtime:
             return False  # not journaled, or refused already: the mailbox path answers it
         assert cell.behaviour is not None
         later: Callable[..., Any] = _now if now is None else self._token.run_sync_soon
-        cell.last_active = trio.current_time() if now is None else now
+        at = trio.current_time() if now is None else now
+        cell.last_active = at
         self._unmeasured.add(cell)
         ts = max(int(time.time() * 1000), cell.ts)
         seq = cell.seq + 1
@@ -719,7 +720,7 @@ class Runtime:
             waiter.resolve(exc)
             return True
         turn = take_turn(kind, cell.behaviour, command, payload)
-        if turn.crash is not None or any(type(effect) is not Emit for effect in turn.effects):
+        if turn.crash is not None or not _only_emits(turn.effects):
             self._cut_ahead(cell, seq - 1)
             self._stats["crashes"] += 1
             bug = turn.crash or TypeError(f"{type(command).__name__} is taken inline but gave effects "
@@ -749,7 +750,7 @@ class Runtime:
             if isinstance(effect, Emit):
                 self._emit(cell, effect)
         if now is None:
-            self._maybe_snapshot(cell)
+            self._maybe_snapshot(cell, at)
         elif self._snapshot_due(cell, now):
             later(self._maybe_snapshot, cell)
         return True
@@ -1509,8 +1510,10 @@ class Runtime:
                  and cell.journal_bytes >= cfg.storage.snapshot_growth * cell.snap_bytes)
                 or now - cell.snap_time >= cfg.storage.snapshot_interval)
 
-    def _maybe_snapshot(self, cell: _Cell) -> None:
-        if self._snapshot_due(cell, trio.current_time()):
+    def _maybe_snapshot(self, cell: _Cell, now: float | None = None) -> None:
+        """Take a snapshot of ``cell`` if one is due (``now``: the run's clock, if read
+        already in this turn)."""
+        if self._snapshot_due(cell, trio.current_time() if now is None else now):
             assert cell.behaviour is not None
             data = cell.behaviour.snapshot()
             cell.snapshot_done = trio.Event()
@@ -1886,6 +1889,14 @@ async def _stoppable_in_thread(job: Job) -> Any:
                 log.warning("job %s did not stop within %.0f s of being asked", job.name, STOP_WAIT)
             raise
     return results[0].unwrap()
+
+
+def _only_emits(effects: tuple[Any, ...]) -> bool:
+    """True if every effect is an Emit (a write taken inline gives no other)."""
+    for effect in effects:  # noqa: SIM110 - no generator made per inline write
+        if type(effect) is not Emit:
+            return False
+    return True
 
 
 def _write_snapshot(store: ActorStore, data: SnapshotData, seq: int, ts: int) -> int:

@@ -79,7 +79,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ACCESS_HALF", "CONTEXT_ONLY", "COVERAGE_MIN_TERMS", "COVERAGE_RAMP", "CROWDING_NEIGHBOURS",
            "DATE_SLACK", "FACTOR_RANGE", "FOUND_BY", "CosineScale", "Mask", "RankCache", "Ranked", "Ranker",
-           "calibrated_cosine", "crowding", "found_by", "rank_factors", "rounded", "text_weights"]
+           "calibrated_cosine", "crowding", "found_by", "rank_factors", "rounded", "rounded6",
+           "text_weights"]
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -127,14 +128,6 @@ _COSINE_BLOCK: Final = 1024
 
 _SMOOTHING: Final = 0.02
 """Width, in cosine, of the rounded corners of :func:`calibrated_cosine`."""
-
-
-def rounded(value: float) -> float:
-    """``round(value, 6)``, the precision of every score a hit shows, in half its
-    time: both take the correctly rounded decimal string of 6 places (the same
-    ``dtoa`` digits) and read it back, and round's own way there is the slower one
-    (a search of ten hits rounds 30 to 100 scores)."""
-    return float(f"{value:.6f}")
 
 
 class CosineScale(NamedTuple):
@@ -411,10 +404,14 @@ class Ranker:
             factors = None
             scores = relevance
         top = np.lexsort((docs, -scores))[:top_k]
-        # the breakdown of the top_k only: one gather of every signal, read as plain floats
-        shown = np.array((scores, texts, bm25s, calibrated, cosines, weights, near_period, relevance,
-                          factors if factors is not None else np.ones(len(docs)), names_entity,
-                          expanded)).take(top, axis=1).T.tolist()
+        top_docs = docs[top].tolist()
+        importances, recencies, accesses = zip(*(parts(doc) for doc in top_docs), strict=True)
+        # the breakdown of the top_k only: one gather of every signal, rounded to 6
+        # decimals in one pass (as round() rounds), read as plain floats
+        rounded = rounded6(np.vstack((np.array((texts, bm25s, calibrated, cosines, weights, near_period,
+                                                relevance, factors if factors is not None else relevance,
+                                                expanded)).take(top, axis=1),
+                                      np.array((recencies, accesses), dtype=np.float64)))).T.tolist()
         # the lists that brought a hit (FOUND_BY's order); graph: it names a query entity,
         # or the expansion's terms scored it
         by_text, by_vector = {doc for doc, _ in text_ranked}, {doc for doc, _ in vector_ranked}
@@ -422,19 +419,17 @@ class Ranker:
         crowding_shown = round(crowded, 6)
         entity_hits = fulltext.entity_hits
         out: list[Ranked] = []
-        for doc, named_it, (score, text, bm25, fused_vector, cosine, weight, date, relevant, factor,
-                            graph_lift, expansion_part) in zip(docs[top].tolist(), is_named[top].tolist(),
-                                                               shown, strict=True):
-            importance, recency, access = parts(doc)
+        for doc, score, named_it, graph_lift, expansion_part, importance, (
+                text, bm25, fused_vector, cosine, weight, date, relevant, factor, expansion_shown, recency,
+                access) in zip(top_docs, scores[top].tolist(), is_named[top].tolist(),
+                               names_entity[top].tolist(), expanded[top].tolist(), importances, rounded,
+                               strict=True):
             signals = {
-                "fulltext": round(text, 6), "bm25": round(bm25, 6),
-                "entities": float(entity_hits.get(doc, 0)), "vector": round(fused_vector, 6),
-                "cosine": round(cosine, 6), "text_weight": round(weight, 6),
-                "crowding": crowding_shown, "date": round(date, 6),
-                "relevance": round(relevant, 6), "importance": importance,
-                "recency": round(recency, 6), "access": round(access, 6),
-                "factor": round(factor, 6) if factors is not None else 1.0,
-                "graph": graph_lift, "expansion": round(expansion_part, 6),
+                "fulltext": text, "bm25": bm25, "entities": float(entity_hits.get(doc, 0)),
+                "vector": fused_vector, "cosine": cosine, "text_weight": weight, "crowding": crowding_shown,
+                "date": date, "relevance": relevant, "importance": importance, "recency": recency,
+                "access": access, "factor": factor if factors is not None else 1.0, "graph": graph_lift,
+                "expansion": expansion_shown,
             }
             if doc in by_text:
                 signals["found.fulltext"] = 1.0
@@ -468,6 +463,10 @@ class Ranker:
             return []
         score = fulltext.scores(docs)[0]
         if cosines_of.index is not None:
+            if cosines_of.exact is not None:  # only those whose cosine's bound reaches the cut
+                reach = cosines_of.exact.reach(docs, score, count)
+                if reach is not None:
+                    docs, score = docs[reach], score[reach]
             score = score + cosines_of(docs)
         best: list[int] = _best(docs, score, count).tolist()
         return best
@@ -501,6 +500,39 @@ def found_by(scores: dict[str, float]) -> tuple[str, ...]:
         if scores.pop(mark, None) is not None:
             found.append(name)
     return tuple(found)
+
+
+_ROUND_FAST_BELOW: Final = 2.0 ** 30
+"""Scaled values (``x * 1e6``) below which :func:`rounded6` rounds in numpy: their
+product is within 2**-23 of the exact one, far inside its guard around halves."""
+
+
+def rounded6(values: F64) -> F64:
+    """``round(x, 6)`` of every value, exactly as Python rounds (the float nearest to
+    ``x``'s exact binary value rounded half to even at 6 decimals), in one pass.
+    ``rint(x * 1e6)`` is that rounding unless ``x * 1e6`` lies within 1e-6 of a half
+    (its product's own rounding error is far smaller below ``_ROUND_FAST_BELOW``), and
+    dividing the whole number by 1e6 gives the float nearest to the decimal, as
+    Python's parse of it does (IEEE division of two exact floats rounds correctly).
+    The values near a half, large or not finite are rounded by Python itself."""
+    with np.errstate(over="ignore", invalid="ignore"):  # (the values they concern are Python's)
+        scaled = values * 1e6
+        whole = np.rint(scaled)
+        out: F64 = whole / 1e6
+        doubtful = ~(np.abs(scaled) < _ROUND_FAST_BELOW) | (np.abs(np.abs(scaled - whole) - 0.5) < 1e-6)
+    if doubtful.any():
+        flat, source = out.reshape(-1), values.reshape(-1)
+        for i in np.flatnonzero(doubtful.reshape(-1)).tolist():
+            flat[i] = round(float(source[i]), 6)
+    return out
+
+
+def rounded(value: float) -> float:
+    """``round(value, 6)`` of one value (``rounded6``'s form for a few: a search of ten
+    vector hits shows 30 scores), in half round's time: both take the correctly
+    rounded decimal string of 6 places (the same ``dtoa`` digits) and read it back,
+    and round's own way there is the slower one."""
+    return float(f"{value:.6f}")
 
 
 def calibrated_cosine(cosines: F64, floor: float, ceiling: float) -> F64:

@@ -12,10 +12,13 @@ use is sorted out only when a descriptor must be closed, from the counter's
 stamps (a heap, entries re-queued lazily), which is exactly least recently used.
 A write to a closed journal costs one ``open``.
 
-A store uses its descriptor only while it holds its own lock; to close it,
-``OpenFiles`` takes that lock without waiting, and passes over a store that
-holds it. So a descriptor is never closed under a write, a journal cut or an
-fsync's ``dup``, and nobody waits.
+A store uses its descriptor while it holds its own lock, or while it has it
+pinned (``pin``/``unpin``, each with that lock held): an fsync pins it and runs
+without the lock, so appends go on meanwhile. To close it, ``OpenFiles`` takes
+that lock without waiting and passes over a store that holds it or a file that
+is pinned; a descriptor replaced or discarded while pinned is closed by the last
+``unpin``. So a descriptor is never closed under a write, a journal cut or an
+fsync, and nobody waits.
 
 Closing a descriptor loses nothing. Journals are written with ``os.write`` on
 raw descriptors, so there is no buffer in this process to flush: every byte
@@ -81,7 +84,7 @@ class OpenFile:
     """One owner's open descriptor: ``fd``, or -1 once ``OpenFiles`` closed it.
     Read and used only with the owner's lock held (``lock``)."""
 
-    __slots__ = ("_clock", "fd", "lock", "owner", "queued", "used")
+    __slots__ = ("_clock", "fd", "lock", "owner", "pins", "queued", "retired", "used")
 
     def __init__(self, owner: Hashable, fd: int, lock: threading.Lock, clock: itertools.count[int]) -> None:
         self.owner = owner
@@ -92,6 +95,10 @@ class OpenFile:
         """Stamp of the last use (a runtime-wide counter)."""
         self.queued = self.used
         """Stamp of this file's entry in the LRU heap."""
+        self.pins = 0
+        """Users of ``fd`` without the owner's lock (an fsync under way): not closed meanwhile."""
+        self.retired: list[int] | None = None
+        """Descriptors replaced or discarded while pinned: closed by the last ``unpin``."""
 
     def use(self) -> int:
         """``fd``, and the file marked as the most recently used; -1 if it was closed
@@ -182,6 +189,12 @@ class OpenFiles:
                 file.queued = file.used
                 heapq.heappush(heap, (file.queued, file))
             elif file.lock.acquire(blocking=False):  # not waiting: an owner in use is passed over
+                if file.pins:  # an fsync under way: in use too
+                    file.lock.release()
+                    busy += 1
+                    file.used = file.queued = next(self._clock)
+                    heapq.heappush(heap, (file.queued, file))
+                    continue
                 del self._files[file.owner]
                 victims.append(file.fd)
                 file.fd, file.owner = -1, None  # no cycle with the store, which keeps its file
@@ -203,8 +216,25 @@ class OpenFiles:
             if file is None:
                 return False
             old, file.fd = file.fd, fd
-        _close([old])
+        if not _retire(file, old):
+            _close([old])
         return True
+
+    @staticmethod
+    def pin(file: OpenFile) -> int:
+        """Keep ``file``'s descriptor open until ``unpin``, for use without the owner's
+        lock (an fsync); returns it. Call with the owner's lock held and ``fd`` open."""
+        file.pins += 1
+        return file.fd
+
+    @staticmethod
+    def unpin(file: OpenFile) -> None:
+        """End one ``pin``; the last closes the descriptors replaced or discarded
+        meanwhile. Call with the owner's lock held."""
+        file.pins -= 1
+        if not file.pins and file.retired:
+            retired, file.retired = file.retired, None
+            _close(retired)
 
     def discard(self, owner: Hashable) -> None:
         """Close ``owner``'s descriptor, if it has one. Call with the owner's lock held."""
@@ -216,7 +246,8 @@ class OpenFiles:
             if len(self._heap) > 2 * len(self._files) + 64:  # mostly closed files' entries: compact
                 self._heap = [(open_.queued, open_) for open_ in self._files.values()]
                 heapq.heapify(self._heap)
-        _close([fd])
+        if not _retire(file, fd):
+            _close([fd])
 
     def close(self) -> None:
         """Close every descriptor whose owner is not using it now (at shutdown,
@@ -226,7 +257,8 @@ class OpenFiles:
             for owner, file in list(self._files.items()):
                 if file.lock.acquire(blocking=False):
                     del self._files[owner]
-                    victims.append(file.fd)
+                    if not _retire(file, file.fd):
+                        victims.append(file.fd)
                     file.fd, file.owner = -1, None
                     file.lock.release()
             if not self._files:
@@ -235,6 +267,17 @@ class OpenFiles:
 
     def __repr__(self) -> str:
         return f"OpenFiles({len(self)} of {self.limit} open)"
+
+
+def _retire(file: OpenFile, fd: int) -> bool:
+    """Leave ``fd`` for ``file``'s last ``unpin`` to close, if it is pinned (call with
+    the owner's lock held); False when it is not: close it now."""
+    if not file.pins:
+        return False
+    if file.retired is None:
+        file.retired = []
+    file.retired.append(fd)
+    return True
 
 
 def _close(fds: list[int]) -> None:

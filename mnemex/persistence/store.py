@@ -397,8 +397,12 @@ class FileStore(ActorStore):
         if not entries:
             return
         lines = encode_lines(entries)
-        ends = list(itertools.accumulate(map(len, lines)))
-        data = b"".join(lines)
+        if len(lines) == 1:  # an inline write's
+            data = lines[0]
+            ends = [len(data)]
+        else:
+            ends = list(itertools.accumulate(map(len, lines)))
+            data = b"".join(lines)
         del lines
         first, last = entries[0][0], entries[-1][0]
         with self._fence(), self._lock:
@@ -439,7 +443,7 @@ class FileStore(ActorStore):
             self._sync()
 
     def _sync(self) -> None:
-        fd: int | None = None
+        pinned: OpenFile | None = None
         try:
             with self._lock:
                 if self._broken is not None:
@@ -448,17 +452,22 @@ class FileStore(ActorStore):
                 if self._dirty:
                     # Reopened if the runtime closed it since the write (an fsync
                     # through any descriptor makes the file's data durable), then
-                    # duplicated: the store's own may be closed once the lock is
-                    # released, by a journal cut's swap or to make room. Fsyncing
-                    # the old file after a cut is harmless: the cut made its lines
-                    # durable in the new one.
-                    fd = os.dup(self._journal_fd())
+                    # pinned: not closed once the lock is released (by a journal
+                    # cut's swap, or to make room) until the fsync is done. No dup
+                    # and close a round: each would give the GIL up and take it back
+                    # in the commit thread. Fsyncing the old file after a cut is
+                    # harmless: the cut made its lines durable in the new one.
+                    fd = self._journal_fd()
+                    pinned = self._file
+                    assert pinned is not None
+                    OpenFiles.pin(pinned)
                     self._dirty = False
             # fdatasync: the data and the size that reads need, without the
             # timestamps fsync also writes. Outside the lock: appends go on meanwhile.
-            if fd is not None:
+            if pinned is not None:
                 os.fdatasync(fd)
-            self._sync_entries(unsynced)
+            if unsynced:
+                self._sync_entries(unsynced)
         except OSError as exc:
             message = (f"could not fsync journal {self._journal}: {describe_os_error(exc)}; lines written "
                        f"since the last fsync may be lost, so this journal refuses writes until the "
@@ -467,8 +476,9 @@ class FileStore(ActorStore):
                 self._broken = message
             raise StorageError(message) from exc
         finally:
-            if fd is not None:
-                os.close(fd)
+            if pinned is not None:
+                with self._lock:
+                    OpenFiles.unpin(pinned)
 
     @property
     def needs_recovery(self) -> bool:

@@ -184,14 +184,19 @@ def _body_of(message: Any, chunks: list[bytes], size: int, limit: int) -> tuple[
 
 
 def _has_whole_body(receive: Receive) -> bool:
-    """Whether the server holds the request's whole body, so that one ``receive()``
-    returns it at once: uvicorn's request cycle (whose method ``receive`` is) says so
-    once its parser has seen the end of the message. False for any other server:
-    its body is read the bounded way."""
+    """Whether one ``receive()`` returns the request's whole body without waiting:
+    uvicorn's request cycle (whose method ``receive`` is) holds it once its parser
+    has seen the end of the message, and hands it over at once while its message
+    event is set (it is cleared once the body was taken: a second ``receive()``
+    would wait for the client to leave). False for any other server, and whenever
+    in doubt: the body is then read the bounded way, under ``body_timeout``."""
     cycle = getattr(receive, "__self__", None)
-    return (cycle is not None and getattr(cycle, "more_body", True) is False
-            and getattr(cycle, "disconnected", True) is False
-            and getattr(cycle, "response_complete", True) is False)
+    if (cycle is None or getattr(cycle, "more_body", True) is not False
+            or getattr(cycle, "disconnected", True) is not False
+            or getattr(cycle, "response_complete", True) is not False):
+        return False
+    event = getattr(cycle, "message_event", None)
+    return isinstance(event, asyncio.Event) and event.is_set()
 
 
 _MISSING = re.compile(r"(?:missing required|contains unknown) field `([^`]*)`")

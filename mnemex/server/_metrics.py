@@ -8,6 +8,7 @@ other series (its counts are unknown, not zero)."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -16,6 +17,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from mnemex.server._served import Gauges, ShardGauges
 
 __all__ = ["Metrics"]
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5)
 
 _GAUGES = (("live", "mnemex_live_actors", "Actors loaded in memory"),
            ("mailbox_depth", "mnemex_mailbox_depth", "Messages waiting in all mailboxes"),
@@ -39,33 +42,54 @@ class Metrics:
         self.requests = Counter("mnemex_http_requests", "HTTP requests by route and status",
                                 ["method", "route", "status"], registry=r)
         self.latency = Histogram("mnemex_http_request_seconds", "HTTP request latency by route",
-                                 ["method", "route"], registry=r,
-                                 buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5))
+                                 ["method", "route"], registry=r, buckets=_LATENCY_BUCKETS)
+        self._bounds = (*(float(bound) for bound in _LATENCY_BUCKETS), float("inf"))
         self.streams = Gauge("mnemex_sse_streams", "Open server-sent event streams", registry=r)
         labels = ["shard"] if clustered else []
         self.gauges = {field: Gauge(name, text, labels, registry=r) for field, name, text in _GAUGES}
         self.fsync = Gauge("mnemex_fsync_seconds", "Recent fsync latency", [*labels, "quantile"], registry=r)
         self.up = (Gauge("mnemex_shard_up", "1 when the shard answered the last scrape, else 0", ["shard"],
                          registry=r) if clustered else None)
-        # the labelled children of requests and latency, by (method, route, status); the routes
-        # are the app's own templates, so this stays small
-        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        # per (method, route, status): the labelled children of requests and latency, and
+        # what was observed since the last scrape (requests, seconds, per bucket), counted
+        # in plain numbers and added to the children when scraped (a Counter's and a
+        # Histogram's own updates take a lock each, every request). The routes are the
+        # app's own templates, so this stays small.
+        self._children: dict[tuple[str, str, int], tuple[Any, Any, _Observed]] = {}
         self._shown: set[str] = set()
         """The processes whose gauges have series now."""
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
-        key = (method, route, status)
-        children = self._children.get(key)
+        children = self._children.get((method, route, status))
         if children is None:  # once per (method, route, status): label lookups take a lock
-            children = self._children[key] = (self.requests.labels(method, route, str(status)),
-                                               self.latency.labels(method, route))
-        children[0].inc()
-        children[1].observe(seconds)
+            children = self._children[(method, route, status)] = (
+                self.requests.labels(method, route, str(status)), self.latency.labels(method, route),
+                _Observed(len(self._bounds)))
+        observed = children[2]
+        observed.count += 1
+        observed.seconds += seconds
+        observed.buckets[bisect_left(self._bounds, seconds)] += 1  # the first bound >= seconds
 
     def render(self, gauges: Gauges) -> bytes:
+        self._add_observed()
         for process in gauges.processes:
             self._set(process)
         return generate_latest(self.registry)
+
+    def _add_observed(self) -> None:
+        """Add what was observed since the last scrape to the requests' and latency's
+        children: the same figures as observing each request in them."""
+        for requests, latency, observed in self._children.values():
+            if not observed.count:
+                continue
+            requests.inc(observed.count)
+            latency._sum.inc(observed.seconds)
+            for index, count in enumerate(observed.buckets):
+                if count:
+                    latency._buckets[index].inc(count)
+                    observed.buckets[index] = 0
+            observed.count = 0
+            observed.seconds = 0.0
 
     def _set(self, process: ShardGauges) -> None:
         labels: tuple[str, ...] = (process.name,) if self.clustered else ()
@@ -85,3 +109,14 @@ class Metrics:
             (gauge.labels(*labels) if labels else gauge).set(value)
         self.fsync.labels(*labels, "p50").set(process.fsync_p50_ms / 1000)
         self.fsync.labels(*labels, "p99").set(process.fsync_p99_ms / 1000)
+
+
+class _Observed:
+    """Requests of one (method, route, status) since the last scrape."""
+
+    __slots__ = ("buckets", "count", "seconds")
+
+    def __init__(self, buckets: int) -> None:
+        self.count = 0
+        self.seconds = 0.0
+        self.buckets = [0] * buckets

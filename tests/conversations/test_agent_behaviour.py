@@ -426,6 +426,44 @@ def test_a_writers_lines_are_adopted_a_bounded_number_a_command() -> None:
     assert [msgspec.json.encode(e) for e in conv.entries] == conv.lines
 
 
+def test_a_snapshot_soon_after_another_adopts_nothing_itself() -> None:
+    """A snapshot before the last writer's lines were all adopted (a quiet agent's
+    interval or final snapshot) takes them as encoded lines: it adopts none in its
+    turn, later commands still adopt at most 512 each, and nothing is encoded twice
+    or lost."""
+    driver, twin = Driver(make()), Driver(make())  # the twin takes no snapshot before the second
+    for d in (driver, twin):
+        for i in range(3):
+            d.append("s", *(user(f"m{i}-{j}") for j in range(400)))
+        d.append("t", user("other"))
+    first = driver.memory.snapshot()
+    list(first.records() if callable(first.records) else first.records)
+    conv = driver.memory.sessions["s"]
+    for d in (driver, twin):
+        d.send(GetStats(now=d.tick()))
+    assert len(conv.lines) == 512  # one bounded step
+    second = driver.memory.snapshot()  # 688 lines of "s" not adopted yet
+    assert len(conv.lines) == 512  # the snapshot's turn took none back
+    expected = twin.memory.snapshot()
+    for d in (driver, twin):
+        d.append("s", user("after"))
+    assert len(conv.lines) == 1024
+    assert callable(second.records) and callable(expected.records)
+    assert list(second.records()) == list(expected.records())
+    steps = []
+    for _ in range(10):  # bounded: three steps are enough
+        before = len(conv.lines)
+        driver.send(GetStats(now=driver.tick()))
+        steps.append(len(conv.lines) - before)
+        if not driver.memory._encoded:
+            break
+    assert not driver.memory._encoded and max(steps) <= 512
+    assert len(conv.lines) == 1200  # the entry appended after the second snapshot: encoded by the next
+    assert [msgspec.json.encode(e) for e in conv.entries[:1200]] == conv.lines
+    driver.snapshot()
+    assert state_lines(driver.rebuilt()) == state_lines(driver.memory)
+
+
 def test_a_corrupt_snapshot_record_is_corrupt_data() -> None:
     driver = Driver(make())
     driver.append("s", user("one"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import random
 import re
 import zlib
 from pathlib import Path
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from mnemex.errors import CorruptData, InvalidInput
 from mnemex.persistence import JournalEntry, Level
-from mnemex.persistence.journal import audit_journal, encode_entries, read_journal, scan_journal
+from mnemex.persistence.journal import audit_journal, encode_entries, encode_lines, read_journal, scan_journal
 
 payloads = st.one_of(
     st.sampled_from([b"{}", b"[]", b"0", b'"x"', b'{"t":"scope.remember","content":"\\u00e9 \\n"}']),
@@ -204,3 +205,20 @@ def test_audit_calls_a_torn_archive_damage(tmp_path: Path) -> None:
     _entries, [archived] = audit_journal(data, tmp_path / "journal-1-3.jsonl", is_archive=True)
     assert (live.level, live.line) == (Level.NOTE, 3) and "torn tail" in live.message
     assert (archived.level, archived.line) == (Level.ERROR, 3) and "not a torn write" in archived.message
+
+
+def test_a_line_is_the_json_object_orjson_writes_for_it() -> None:
+    """Lines are formatted directly, byte for byte the object ``orjson.dumps`` gives
+    ``{"seq", "ts", "crc", "cmd"}`` (the format every reader parses), for seqs and
+    times up to their largest and payloads of any JSON."""
+    rng = random.Random(3)
+    payloads = [b'{"t":"x"}', b"[]", b'"\\u2028 \xc3\xa9"', b'{"a":[1,2.5,null,true],"b":{"c":"\\n"}}', b"0"]
+    for _ in range(3000):
+        seq = rng.choice([1, 9, 10, rng.randrange(1, 2**63), 2**63 - 1])
+        ts = rng.choice([0, 9, rng.randrange(2**63), 2**63 - 1])
+        payload = rng.choice(payloads)
+        crc = zlib.crc32(payload, zlib.crc32(b"%d:%d:" % (seq, ts)))
+        expected = orjson.dumps({"seq": seq, "ts": ts, "crc": crc, "cmd": orjson.Fragment(payload)},
+                                option=orjson.OPT_APPEND_NEWLINE)
+        assert encode_lines([(seq, ts, payload)]) == [expected]
+        assert scan_journal(expected, "test").entries == [JournalEntry(seq, ts, payload)]

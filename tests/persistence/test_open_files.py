@@ -169,6 +169,38 @@ def test_a_descriptor_replaced_or_discarded_is_closed(files_in: Opener) -> None:
     assert not holds(new, "a2") and not files.is_open("a") and len(files) == 0
 
 
+def test_a_pinned_descriptor_stays_open_until_its_last_unpin(files_in: Opener) -> None:
+    """An fsync pins the descriptor and runs without the owner's lock: neither room
+    for others, a journal cut's swap, a discard nor the runtime's close closes it
+    under the fsync; the last unpin closes what was replaced or discarded."""
+    files = OpenFiles(1)
+    a = owner(files, "a", files_in)
+    with a.lock:
+        a.fd()
+        file = a.file
+        assert file is not None
+        pinned_fd = files.pin(file)
+        assert files.pin(file) == pinned_fd  # two syncs at once
+    use(files, "b", files_in)  # no room but a's, and a's is pinned: one over the limit
+    assert holds(pinned_fd, "a") and files.is_open("a") and len(files) == 2
+    new = files_in("a2")()
+    with a.lock:
+        assert files.swap("a", new)  # a journal cut under the fsync
+    assert holds(pinned_fd, "a") and file.fd == new
+    with a.lock:
+        files.unpin(file)
+    assert holds(pinned_fd, "a")  # one pin left
+    with a.lock:
+        files.discard("a")  # the store closed (its actor passivated)
+    files.close()
+    assert holds(pinned_fd, "a") and holds(new, "a2")
+    with a.lock:
+        files.unpin(file)
+    assert not holds(pinned_fd, "a") and not holds(new, "a2") and file.retired is None
+    use(files, "c", files_in)  # not pinned: closed to make room as usual
+    assert not files.is_open("b") and len(files) == 1
+
+
 def test_at_most_the_limit_is_open_under_random_use(files_in: Opener) -> None:
     files = OpenFiles(5)
     before = len(open_fds())
