@@ -898,11 +898,12 @@ class EntityGraph:
         placed = 0
         for doc, names, flags, surfaces in rows:
             placed += 1
-            keys = dict(zip(names, zip(flags, surfaces, strict=True), strict=True))
-            doc_names[doc] = tuple(keys)
-            doc_flags[doc] = tuple(flag for flag, _ in keys.values())
-            doc_surfaces[doc] = tuple(surface for _, surface in keys.values())
-            for key, (flag, surface) in keys.items():
+            if len(names) > 1 and len(set(names)) < len(names):  # (never in a sidecar written here)
+                keys = dict(zip(names, zip(flags, surfaces, strict=True), strict=True))
+                names, flags = tuple(keys), tuple(flag for flag, _ in keys.values())
+                surfaces = tuple(surface for _, surface in keys.values())
+            doc_names[doc], doc_flags[doc], doc_surfaces[doc] = tuple(names), tuple(flags), tuple(surfaces)
+            for key, flag, surface in zip(names, flags, surfaces, strict=True):
                 if flag & _STRONG:
                     strong[key] += 1
                 if flag & _SPEAKER:
