@@ -896,13 +896,14 @@ class EntityGraph:
         strong, speakers, acronyms = self._strong, self._speakers, self._acronyms
         spellings_of, name_docs = self._surfaces, self._name_docs
         placed = 0
-        for doc, names, flags, surfaces in rows:
+        for doc, given_names, given_flags, given_surfaces in rows:
             placed += 1
+            names, flags, surfaces = tuple(given_names), tuple(given_flags), tuple(given_surfaces)
             if len(names) > 1 and len(set(names)) < len(names):  # (never in a sidecar written here)
                 keys = dict(zip(names, zip(flags, surfaces, strict=True), strict=True))
                 names, flags = tuple(keys), tuple(flag for flag, _ in keys.values())
                 surfaces = tuple(surface for _, surface in keys.values())
-            doc_names[doc], doc_flags[doc], doc_surfaces[doc] = tuple(names), tuple(flags), tuple(surfaces)
+            doc_names[doc], doc_flags[doc], doc_surfaces[doc] = names, flags, surfaces
             for key, flag, surface in zip(names, flags, surfaces, strict=True):
                 if flag & _STRONG:
                     strong[key] += 1
