@@ -14,7 +14,8 @@ of removed documents are reused), so cosine similarity is a dot product:
   The search beam ``ef`` is ``ef_search`` for up to 10 results and grows in
   proportion beyond (``ef_search * top_k / 10``). Both beams (``ef_search`` and
   the insertion beam ``ef_construction``) are given for graphs of up to 100,000
-  elements and grow as the square root of the size beyond (at 1,000,000: 3.2 times).
+  elements and grow as the square root of the size beyond (at 1,000,000: 3.2 times);
+  a search for more results takes the larger of that and the proportional beam.
 
   Measured (LoCoMo-like texts and near-copies of them, hashing embedder, 384 dims,
   300 questions, recall@10 against exact, ties at the tenth score counted;
@@ -885,8 +886,10 @@ class VectorIndex:
     def _graph_search(self, query: F32, top_k: int, allowed_count: int,
                       allowed: npt.NDArray[np.bool_] | None) -> list[tuple[int, float]]:
         k = min(top_k, allowed_count)
-        ef_search = _scaled(self.ef_search, self._graph_size, _MAX_EF)
-        ef = max(k, min(max(ef_search, math.ceil(ef_search * k / 10)), _MAX_EF))
+        # the beam for 10 results grows with the graph; for more, the proportional beam
+        # (a ranking's 50 candidates) is not grown again: hybrid searches cost as before
+        ef = max(k, min(max(_scaled(self.ef_search, self._graph_size, _MAX_EF),
+                            math.ceil(self.ef_search * k / 10)), _MAX_EF))
         # The graph ranks by its quantised vectors: it gives ``rescore`` times as many
         # candidates, rescored below from the float32 rows. A filter is applied to its
         # answer (the graph has none of its own), so it is asked for as many more as the

@@ -84,7 +84,9 @@ def test_beam_widths_grow_with_the_graph_beyond_the_size_they_are_given_for(
     index.search(query, 10)
     assert graph.expansion_search == 80  # 40 * sqrt(1,600 / 400)
     index.search(query, 20)
-    assert graph.expansion_search == 160
+    assert graph.expansion_search == 80  # the larger of 80 and 40 * 20 / 10
+    index.search(query, 30)
+    assert graph.expansion_search == 120  # 40 * 30 / 10: a ranking's candidates cost as before
 
 
 def test_bad_quantization_or_rescore_is_refused() -> None:
