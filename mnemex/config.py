@@ -376,7 +376,9 @@ class MemoriesConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=
     hnsw_m: Annotated[int, msgspec.Meta(ge=2)] = 16
     """HNSW links per node (memory grows by about 8 bytes per link)."""
     hnsw_ef_construction: PositiveInt = 100
-    """HNSW build breadth: higher is better recall and slower ingest."""
+    """HNSW build breadth: higher is better recall and slower ingest. Given for graphs
+    of up to 100,000 memories; beyond, it grows as the square root of the graph's size
+    (316 at 1,000,000), as ``hnsw_ef_search`` does (see mnemex/index/vector.py)."""
     hnsw_ef_search: PositiveInt = 320
     """HNSW search breadth per 10 results: higher is better recall and slower search.
     Measured with the int8 graph (usearch; hits rescored from the float32 rows) at
@@ -385,7 +387,9 @@ class MemoriesConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=
     (hnswlib's float32 graph gave 0.971 at 320); at 200,000 0.910 at 320. M 32 with
     ef_construction 200 gives 0.966 at 200,000 for the same search time but takes
     about twice as long to build. A graph grown by catch-ups loses about 0.01
-    against one built at once."""
+    against one built at once. Given for up to 100,000 memories; beyond, the beam
+    grows as the square root of the graph's size (1,012 at 1,000,000), as corpora of
+    many near-copies fill a beam of fixed width with copies of one text."""
     hnsw_quantization: Literal["i8", "f16", "f32"] = "i8"
     """How the HNSW graph holds its copy of the vectors: int8 (a quarter of the float32
     rows, 384 bytes at 384 dimensions), float16 or float32. Hits are rescored from the

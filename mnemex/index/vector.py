@@ -12,16 +12,25 @@ of removed documents are reused), so cosine similarity is a dot product:
   cosine. Removals take a key out of the graph (its node stays, a tombstone), and
   the graph is rebuilt once tombstones pass ``tombstone_ratio`` of its elements.
   The search beam ``ef`` is ``ef_search`` for up to 10 results and grows in
-  proportion beyond (``ef_search * top_k / 10``).
+  proportion beyond (``ef_search * top_k / 10``). Both beams (``ef_search`` and
+  the insertion beam ``ef_construction``) are given for graphs of up to 100,000
+  elements and grow as the square root of the size beyond (at 1,000,000: 3.2 times);
+  a search for more results takes the larger of that and the proportional beam.
 
   Measured (LoCoMo-like texts and near-copies of them, hashing embedder, 384 dims,
-  300 questions, recall@10 against exact; bench/million.py's corpus): at 200,000,
-  int8 with M 16, ef_construction 100 and ef 320 finds 0.906 (rescoring the top 20)
-  to 0.910 (the top 40 or 80; 0.839 without rescoring), p50 0.6 ms on a loaded
-  machine; at 1,000,000 0.703 (hnswlib's float32 graph on the same vectors 0.665):
-  that corpus holds ~360 near-copies of each text, which HNSW walks badly. The graph
-  costs ~575 bytes a vector at 1,000,000 (hnswlib's about 1,700), so a scope's vectors
-  cost 2.1 GB there instead of 3.2.
+  300 questions, recall@10 against exact, ties at the tenth score counted;
+  bench/million.py's corpus, M 16, int8): the graph's walk, not the int8 ranking,
+  loses the hits. At 300,000 the top 40 by exact int8 scores rescored from float32
+  find 1.000 (the top 20: 0.998), and rescoring 40 to 320 of the graph's candidates
+  gives the same 0.862 at ef 320: only the beam matters. 86% of the missed hits
+  are copies of texts the beam never reached (the exact top 10 spans 3 texts on
+  average, each with ~109 near-copies at 300,000 and ~362 at 1,000,000, which fill
+  a beam of fixed width). The insertion beam helps most: at 300,000, ef_construction
+  100 / 300 give 0.863 / 0.941 at ef 320, 0.916 / 0.968 at ef 640 (M 32 with 100:
+  0.888 / 0.941); at 1,000,000 ef_construction 200 gives 0.753 / 0.864 / 0.898 at
+  ef 320 / 1,000 / 1,500 (p50 0.44 / 1.32 / 1.97 ms on a loaded machine). A
+  second walk from the query minus the first walk's top 10 found less than one walk
+  of twice the beam. The graph costs ~800-860 bytes a vector (int8, M 16).
 
   Below ``hnsw_threshold`` searches are exact float32 products, as before: small
   scopes give the same hits whatever the graph's quantisation. From about 7,500 x 384
@@ -128,6 +137,8 @@ _MIN_ROWS = 1
 _VERIFY_CHUNK = 8192
 _GATHER_BLOCK = 1024
 _MAX_EF = 4096
+_WIDTHS_AT = 100_000  # graph size up to which ef_search and ef_construction apply as given
+_MAX_EF_CONSTRUCTION = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +219,7 @@ class GraphBuild:
                 return None  # a newer plan covers these, or the runtime is closing
             with saving, guard:
                 batch = slice(start, start + _IN_PLACE_BATCH)
-                _graph_add(graph, self.ids[batch], vectors[batch], self.params.num_threads)
+                _graph_add(graph, self.ids[batch], vectors[batch], self.params)
         return graph
 
 
@@ -850,13 +861,19 @@ class VectorIndex:
                                f"{self.dim}", field="vector")
         if count == 0:
             return
-        if int(id_array.min()) < 0 or len(np.unique(id_array)) != count:
+        if int(id_array.min()) < 0:
+            raise InvalidInput("doc ids of stored vectors must be distinct and >= 0", field="doc_ids")
+        # distinct: a repeated id's later row overwrites its earlier one in ``_row_of``
+        # (one pass over the ids instead of np.unique's sort: 0.6 s at 1,000,000)
+        self._ensure_id_capacity(int(id_array.max()) + 1)
+        rows = np.arange(count, dtype=np.int64)
+        self._row_of[id_array] = rows
+        if not np.array_equal(self._row_of[id_array], rows):
+            self._row_of = np.zeros(0, dtype=np.int64)
             raise InvalidInput("doc ids of stored vectors must be distinct and >= 0", field="doc_ids")
         capacity = max(_MIN_ROWS, count + count // 4)
         self._rows = _grown(matrix, count, capacity)
         self._row_ids = _grown(id_array, count, capacity, fill=-1)
-        self._ensure_id_capacity(int(id_array.max()) + 1)
-        self._row_of[id_array] = np.arange(count, dtype=np.int64)
         self._high = self._count = count
 
     def _ids_checksum(self) -> str:
@@ -886,14 +903,17 @@ class VectorIndex:
         """Add or update *ids* in the graph; *new* of them are labels it lacks."""
         needed = self._graph_size + new
         with self._guard:
-            _graph_add(self._graph, ids, matrix, self._params.num_threads)
+            _graph_add(self._graph, ids, matrix, self._params)
         self._tombstones.difference_update(ids.tolist())
         self._graph_size = needed
 
     def _graph_search(self, query: F32, top_k: int, allowed_count: int,
                       allowed: npt.NDArray[np.bool_] | None) -> list[tuple[int, float]]:
         k = min(top_k, allowed_count)
-        ef = max(k, min(max(self.ef_search, math.ceil(self.ef_search * k / 10)), _MAX_EF))
+        # the beam for 10 results grows with the graph; for more, the proportional beam
+        # (a ranking's 50 candidates) is not grown again: hybrid searches cost as before
+        ef = max(k, min(max(_scaled(self.ef_search, self._graph_size, _MAX_EF),
+                            math.ceil(self.ef_search * k / 10)), _MAX_EF))
         # The graph ranks by its quantised vectors: it gives ``rescore`` times as many
         # candidates, rescored below from the float32 rows. A filter is applied to its
         # answer (the graph has none of its own), so it is asked for as many more as the
@@ -1288,14 +1308,28 @@ def _new_graph(params: _GraphParams) -> Any:
                   expansion_add=params.ef_construction, expansion_search=64)
 
 
-def _graph_add(graph: Any, ids: I64, vectors: F32, threads: int) -> None:
+def _graph_add(graph: Any, ids: I64, vectors: F32, params: _GraphParams) -> None:
     """Add (or replace) ``ids`` in ``graph``: a key still in it is removed first (usearch
     keeps one vector per key)."""
     keys = ids.astype(np.uint64)
     present = np.asarray(graph.contains(keys), dtype=np.bool_).reshape(-1)
     if present.any():
         graph.remove(keys[present])
-    graph.add(keys, np.ascontiguousarray(vectors, dtype=np.float32), threads=threads)
+    graph.expansion_add = _scaled(params.ef_construction, len(graph), _MAX_EF_CONSTRUCTION)
+    graph.add(keys, np.ascontiguousarray(vectors, dtype=np.float32), threads=params.num_threads)
+
+
+def _scaled(width: int, size: int, cap: int) -> int:
+    """A beam width given for graphs of up to ``_WIDTHS_AT`` elements, for a graph of
+    ``size``: grown as the square root of the size beyond (at most ``cap``, never
+    below ``width``). Measured on bench/million.py's corpus (LoCoMo turns and
+    one-word variations of them; hashing embedder; recall@10 against exact, int8
+    graph, M 16): the beam that keeps a recall grows with the graph, as the graph
+    holds more near-copies of each text (~36 a text at 100,000, ~109 at 300,000,
+    ~362 at 1,000,000) that fill a beam of a fixed width; see the module docstring."""
+    if size <= _WIDTHS_AT:
+        return width
+    return max(width, min(cap, math.ceil(width * math.sqrt(size / _WIDTHS_AT))))
 
 
 def _extend_graph(base: Any, ids: I64, vectors: F32, params: _GraphParams,
@@ -1307,8 +1341,7 @@ def _extend_graph(base: Any, ids: I64, vectors: F32, params: _GraphParams,
     for start in range(0, len(ids), _BUILD_BLOCK):
         if stopped():
             return None
-        _graph_add(graph, ids[start : start + _BUILD_BLOCK], vectors[start : start + _BUILD_BLOCK],
-                   params.num_threads)
+        _graph_add(graph, ids[start : start + _BUILD_BLOCK], vectors[start : start + _BUILD_BLOCK], params)
     return graph
 
 
@@ -1319,5 +1352,6 @@ def _build_graph(view: VectorsView, params: _GraphParams, stopped: Callable[[], 
     for ids, rows in view.blocks():
         if stopped():
             return None
+        graph.expansion_add = _scaled(params.ef_construction, len(graph), _MAX_EF_CONSTRUCTION)
         graph.add(ids.astype(np.uint64), rows, threads=params.num_threads)
     return graph

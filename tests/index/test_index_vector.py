@@ -535,6 +535,10 @@ def test_unit_rows_refuse_a_mismatched_shape_or_repeated_ids() -> None:
     with pytest.raises(InvalidInput):
         VectorIndex.from_sidecar(None, [1, 2, 2, 3], vectors, DIM, unit_rows=True)
     with pytest.raises(InvalidInput):
+        VectorIndex.from_sidecar(None, [9, 1, 7, 9], vectors, DIM, unit_rows=True)
+    with pytest.raises(InvalidInput):
+        VectorIndex.from_snapshot(np.array([4, 0, 4, 2]), vectors, DIM, graph=None, meta=None)
+    with pytest.raises(InvalidInput):
         VectorIndex.from_sidecar(None, [1, 2, 3, -4], vectors, DIM, unit_rows=True)
 
 

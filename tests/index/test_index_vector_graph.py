@@ -7,6 +7,7 @@ usearch and onnxruntime load into one process in either order."""
 from __future__ import annotations
 
 import importlib.util
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import numpy as np
 import orjson
 import pytest
 
+import mnemex.index.vector as vector_module
 from mnemex.errors import InvalidInput
 from mnemex.index import VectorIndex
 from mnemex.index.vector import read_vectors_file
@@ -57,6 +59,34 @@ def test_a_filtered_graph_search_gives_only_allowed_docs_and_falls_back_to_exact
     assert len({d for d, _ in hits} & {d for d, _ in exact}) >= 8
     few = {7, 1234, 2999}  # too few for the graph's answer to hold them: exact
     assert {d for d, _ in index.search(query, 10, allowed=few)} == few
+
+
+def test_beam_widths_grow_with_the_graph_beyond_the_size_they_are_given_for(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # ef_search and ef_construction apply as given up to vector._WIDTHS_AT elements
+    # (100,000), then grow as the square root of the size (a near-duplicate corpus
+    # fills a fixed beam with copies of one text; bench/million.py measures it)
+    monkeypatch.setattr(vector_module, "_WIDTHS_AT", 400)
+    assert vector_module._scaled(100, 400, 1024) == 100
+    assert vector_module._scaled(100, 1600, 1024) == 200
+    assert vector_module._scaled(100, 400 * 10_000, 1024) == 1024
+    index = VectorIndex(DIM, hnsw_threshold=300, ef_search=40, ef_construction=30)
+    index.add_many(np.arange(300), unit_vectors(300))
+    graph = index._graph
+    assert graph.expansion_add == 30  # built at up to 400 elements
+    query = unit_vectors(1, seed=5)[0]
+    index.search(query, 10)
+    assert graph.expansion_search == 40
+    index.add_many(np.arange(300, 1300), unit_vectors(1000, seed=2))
+    assert graph.expansion_add == 30  # added to a graph of 300
+    index.add_many(np.arange(1300, 1600), unit_vectors(300, seed=3))
+    assert graph.expansion_add == math.ceil(30 * math.sqrt(1300 / 400))  # to a graph of 1,300
+    index.search(query, 10)
+    assert graph.expansion_search == 80  # 40 * sqrt(1,600 / 400)
+    index.search(query, 20)
+    assert graph.expansion_search == 80  # the larger of 80 and 40 * 20 / 10
+    index.search(query, 30)
+    assert graph.expansion_search == 120  # 40 * 30 / 10: a ranking's candidates cost as before
 
 
 def test_bad_quantization_or_rescore_is_refused() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -407,6 +408,48 @@ def test_a_restore_takes_the_mentions_from_the_sidecar_and_falls_back_when_it_ca
     assert graph_summary(ScopeMemory.restore(KEY, damaged, driver.memory.settings)) == expected
     other = ScopeMemory.restore(KEY, image, replace(driver.memory.settings, entity_detection=False))
     assert "Black Tower" not in {e.name for e in other.handle(ListEntities()).entities}
+
+
+def graph_state(graph: EntityGraph) -> dict[str, Any]:
+    return {name: getattr(graph, name) for name in (
+        "_doc_names", "_doc_flags", "_doc_surfaces", "_name_docs", "_surfaces", "_strong", "_speakers",
+        "_acronyms", "_unembedded", "_changes")}
+
+
+def test_a_graph_loaded_from_its_sidecar_holds_the_state_adding_each_memory_gave() -> None:
+    # the sidecar is placed in one pass (a restore of a million memories), not a call per name
+    graph = EntityGraph()
+    graph.declare(Declared("Gandros", "npc", ("the grey one",), 1.0))
+    texts = ["Caroline: I met Mel at NASA with Gandros.", "Melanie: the Black Tower fell, said the NSA.",
+             "Caroline: Black Tower and black tower again, Mel.", "a line naming no one", "Melanie: NASA!"]
+    for doc in range(60):
+        graph.add(doc * 3, texts[doc % len(texts)], author=["Caroline", "Melanie", None][doc % 3],
+                  entities=["Zed Quill"] if doc % 7 == 0 else ())
+    graph.remove(9)
+    loaded = EntityGraph()
+    loaded.declare(Declared("Gandros", "npc", ("the grey one",), 1.0))
+    assert loaded.load_sidecar(graph.to_sidecar(), range(0, 180, 3))
+    state = graph_state(graph)
+    # a restore counts each memory placed; a live graph counted its adds and removals too
+    assert {k: v for k, v in graph_state(loaded).items() if k != "_changes"} == \
+        {k: v for k, v in state.items() if k != "_changes"}
+    assert loaded._changes == len(graph._doc_names)
+    assert [(e, sorted(loaded.docs_of(e))) for e in loaded.entities()] == \
+        [(e, sorted(graph.docs_of(e))) for e in graph.entities()]
+
+
+def test_a_sidecar_naming_a_name_twice_for_one_memory_is_placed_as_adding_it_would() -> None:
+    # (a sidecar written here never does: a memory's names are a dict's keys)
+    sidecar = EntityGraph().to_sidecar()
+    decoded = graph_module._decode_sidecar(sidecar)
+    twice = msgspec.structs.replace(decoded, docs=[4, 7], names=[("mel", "nasa", "mel"), ("nasa",)],
+                                    flags=[(1, 1, 3), (1,)], surfaces=[("Mel", "NASA", "MEL"), ("NASA",)])
+    loaded = EntityGraph()
+    assert loaded.load_sidecar(graph_module._encode_sidecar(twice), [4, 7])
+    placed = EntityGraph()
+    placed._place(4, {"mel": (3, "MEL"), "nasa": (1, "NASA")})
+    placed._place(7, {"nasa": (1, "NASA")})
+    assert graph_state(loaded) == graph_state(placed)
 
 
 def test_expansions_kept_stay_consistent_when_searches_ask_side_by_side() -> None:

@@ -137,6 +137,28 @@ def test_sidecars_that_are_missing_or_damaged_are_left_out(
     assert "snapshot-4.ids.bin" in caplog.text and "snapshot-4.gone.bin" in caplog.text
 
 
+def test_a_large_sidecar_is_checked_a_chunk_at_a_time_and_a_flip_in_any_chunk_is_found(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import mmap
+
+    from mnemex.persistence import snapshot as module
+
+    # a mapped sidecar's pages are let go of chunk by chunk as its checksum is read
+    monkeypatch.setattr(module, "_CHECK_CHUNK", mmap.PAGESIZE)
+    blob = bytes(range(256)) * (3 * mmap.PAGESIZE // 256) + b"tail"  # three chunks and a bit
+    write(tmp_path, 4, [b"r"], sidecars={"big": blob})
+    loaded = load_newest_snapshot(tmp_path, "scope", KEY)
+    assert loaded is not None
+    found = read_sidecars(tmp_path, loaded[0])
+    assert bytes(found["big"]) == blob  # read back after its pages were let go of
+    path = tmp_path / "snapshot-4.big.bin"
+    for at in (5, mmap.PAGESIZE + 7, 3 * mmap.PAGESIZE + 1):
+        damaged = bytearray(blob)
+        damaged[at] ^= 0x01
+        path.write_bytes(bytes(damaged))
+        assert read_sidecars(tmp_path, loaded[0]) == {}
+
+
 def test_a_snapshot_with_no_records_round_trips(tmp_path: Path) -> None:
     write(tmp_path, 0, [])
     loaded = load_newest_snapshot(tmp_path, "scope", KEY)
