@@ -191,7 +191,7 @@ def test_a_catch_up_with_a_guard_adds_to_the_live_graph_in_place_between_searche
 
 
 @pytest.mark.parametrize(("seconds_per_vector", "sizes"), [
-    (1e-5, [32, 64, 128, 256, 20]),     # 32 in 0.3 ms: each hold doubles (at most) towards 10 ms
+    (1e-6, [32, 64, 128, 256, 512, 512, 40]),  # 32 in 32 us: each hold doubles (at most), to 512 at most
     (1e-3, [32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 4]),  # 32 in 32 ms: the smallest hold
     (1e-4, [32, 64, 100, 100, 100, 100, 4]),  # 100 take 10 ms: the size settles there
 ])
@@ -212,7 +212,7 @@ def test_a_catch_up_in_place_sizes_its_holds_of_the_guard_by_the_clock(
         now[0] += seconds_per_vector * len(ids)  # the time the hold took, as the clock reads it
 
     rng = np.random.default_rng(9)
-    vectors = unit(rng, 900)
+    vectors = unit(rng, 2000)
     index = VectorIndex(DIM, hnsw_threshold=300, m=8, ef_construction=40, auto_build=False,
                         defer_inserts=True, catch_up_min=100, guard=TurnLock(), save_guard=threading.Lock(),
                         clock=lambda: now[0])
