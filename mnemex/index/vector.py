@@ -80,8 +80,8 @@ hnswlib graph of earlier versions is rebuilt). :meth:`VectorIndex.to_sidecar` /
 Graph builds beside the owner read the rows through such a view too. A catch-up
 copies the live graph, or, when the owner gives a ``guard``
 (the lock its searches hold) and a ``save_guard`` (the one snapshots saving the
-graph hold), adds to the live graph in place, a few vectors per hold of the guard:
-one graph in memory instead of two.
+graph hold), adds to the live graph in place, as many vectors per hold of the guard as
+take about 10 ms: one graph in memory instead of two.
 """
 
 from __future__ import annotations
@@ -132,7 +132,9 @@ _GRAPH_LIBRARY = "usearch"
 _VECTORS_MAGIC = b"MNXVEC01"
 _WRITE_BLOCK = 1024  # rows a snapshot copies at a time (1.5 MB at 384 dims; 8,192 made two 12 MB copies)
 _BUILD_BLOCK = 8192  # rows a fresh graph build adds per call
-_IN_PLACE_BATCH = 32  # vectors a catch-up in place adds per hold of the guard (~10 ms at 384 dims)
+_IN_PLACE_BATCH = 32  # vectors a catch-up in place adds in its first hold of the guard
+_IN_PLACE_MAX = 512  # ...and at most in any hold (a sudden stall holds searches back for one hold of these)
+_IN_PLACE_HOLD = 0.01  # seconds a hold aims at: the batch grows or shrinks towards it
 _MIN_ROWS = 1
 _VERIFY_CHUNK = 8192
 _GATHER_BLOCK = 1024
@@ -175,6 +177,8 @@ class GraphBuild:
     """...and the one a snapshot saving it holds."""
     current: Callable[[], int] | None = field(default=None, repr=False)
     """The index's newest plan token (an in-place catch-up stops once it is stale)."""
+    clock: Callable[[], float] | None = field(default=None, repr=False)
+    """Seconds, for a catch-up in place to size its holds by (None: _IN_PLACE_BATCH each)."""
     stopping: bool = False
     """Set by :meth:`stop` (from another thread: a plain attribute, read between
     blocks): ``run`` ends at its next block, with no graph."""
@@ -211,15 +215,26 @@ class GraphBuild:
 
     def _add_in_place(self) -> Any:
         """The live graph with ``ids`` added, a batch at a time under the guard (a
-        search waits for one batch at most); None when the plan went stale."""
+        search waits for one batch at most, ~10 ms); None when the plan went stale."""
         graph, guard, saving, vectors = self.base, self.guard, self.save_guard, self.vectors
         assert guard is not None and saving is not None and vectors is not None
-        for start in range(0, len(self.ids), _IN_PLACE_BATCH):
+        # Each hold adds as many vectors as take about _IN_PLACE_HOLD, measured as it
+        # goes: a hold of a few vectors spends more time getting the GIL back from a busy
+        # actor after usearch's call than adding them, which left the graph far behind a
+        # fast ingest (the order of the adds, so the graph, is the same whatever the size).
+        clock = self.clock
+        size, start = _IN_PLACE_BATCH, 0
+        while start < len(self.ids):
             if (self.current is not None and self.current() != self.token) or self.stopping:
                 return None  # a newer plan covers these, or the runtime is closing
+            began = clock() if clock is not None else 0.0
             with saving, guard:
-                batch = slice(start, start + _IN_PLACE_BATCH)
+                batch = slice(start, start + size)
                 _graph_add(graph, self.ids[batch], vectors[batch], self.params)
+            start += size
+            if clock is not None:
+                took = max(clock() - began, 1e-6)
+                size = max(_IN_PLACE_BATCH, min(_IN_PLACE_MAX, 2 * size, round(size * _IN_PLACE_HOLD / took)))
         return graph
 
 
@@ -234,8 +249,8 @@ class VectorIndex:
 
     # slots: one index per live scope, with more attributes than Python shares a
     # dict's keys for (30): each would carry a dict of its own (~1.6 KB)
-    __slots__ = ("_coarse", "_count", "_filter_crossover", "_free", "_free_later", "_graph", "_graph_size",
-                 "_guard", "_high", "_in_place", "_marks_later", "_params", "_pending", "_pending_block",
+    __slots__ = ("_clock", "_coarse", "_count", "_filter_crossover", "_free", "_free_later", "_graph",
+                 "_graph_size", "_guard", "_high", "_in_place", "_marks_later", "_params", "_pending", "_pending_block",
                  "_plan_token", "_row_ids", "_row_of", "_rows", "_save_guard", "_tombstones", "_touched",
                  "_views", "auto_build", "catch_up_min", "catch_up_share", "defer_inserts", "dim",
                  "ef_search", "exact_filter_max", "hnsw_threshold", "rescore", "sidecar_status",
@@ -247,7 +262,7 @@ class VectorIndex:
                  auto_build: bool = True, defer_inserts: bool = False, catch_up_min: int = 1024,
                  catch_up_share: float = 0.05, guard: AbstractContextManager[Any] | None = None,
                  save_guard: AbstractContextManager[Any] | None = None, quantization: Quantization = "i8",
-                 rescore: int = 4) -> None:
+                 rescore: int = 4, clock: Callable[[], float] | None = None) -> None:
         for name, value, low in (("dim", dim, 1), ("hnsw_threshold", hnsw_threshold, 1), ("m", m, 2),
                                  ("ef_construction", ef_construction, 1), ("ef_search", ef_search, 1),
                                  ("exact_filter_max", exact_filter_max, 0), ("seed", seed, 0),
@@ -301,6 +316,8 @@ class VectorIndex:
         self._save_guard: AbstractContextManager[Any] = (save_guard if save_guard is not None
                                                          else contextlib.nullcontext())
         self._in_place = guard is not None and save_guard is not None
+        # seconds (a steady clock), by which a catch-up in place sizes its holds of ``guard``
+        self._clock = clock
         self.sidecar_status: SidecarStatus = "none"
 
     # -- reading ---------------------------------------------------------------------
@@ -582,7 +599,7 @@ class VectorIndex:
             return GraphBuild(self._plan_token, ids, vectors, self._params, view=self.snapshot_view(),
                               base=graph, base_labels=labels, base_tombstones=frozenset(self._tombstones),
                               guard=self._guard if self._in_place else None, save_guard=self._save_guard,
-                              current=functools.partial(getattr, self, "_plan_token"))
+                              current=functools.partial(getattr, self, "_plan_token"), clock=self._clock)
         view = self.snapshot_view()
         return GraphBuild(self._plan_token, view.doc_ids, None, self._params, view=view)
 

@@ -41,6 +41,7 @@ import dataclasses
 import logging
 import math
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from functools import partial
@@ -319,13 +320,13 @@ class ScopeSettings:
     def vector_params(self) -> dict[str, Any]:
         """A scope's VectorIndex settings: graphs built beside the actor (the job's
         thread and the actor share the index's guard, so a catch-up adds to the live
-        graph in place instead of cloning it)."""
+        graph in place instead of cloning it, in holds sized by the clock)."""
         return {"hnsw_threshold": self.hnsw_threshold, "m": self.hnsw_m,
                 "ef_construction": self.hnsw_ef_construction, "ef_search": self.hnsw_ef_search,
                 "tombstone_ratio": self.hnsw_tombstone_ratio, "num_threads": self.hnsw_threads,
                 "quantization": self.hnsw_quantization,
                 "auto_build": False, "defer_inserts": True,
-                "guard": TurnLock(), "save_guard": threading.Lock()}
+                "guard": TurnLock(), "save_guard": threading.Lock(), "clock": time.perf_counter}
 
 
 # -- validation ------------------------------------------------------------------------------

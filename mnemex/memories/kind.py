@@ -76,10 +76,13 @@ class ScopeKind(ActorKind):
         if name is not None and dim > 0:  # the vector index's first insert imports what it uses
             vector = np.eye(1, dim, dtype="<f4").tobytes()
         scope = ScopeMemory(("mnemex", "warm-up"), settings)
-        scope.handle(Remember(memories=[NewMemory(id=f"warm-{i}", content=text, vector=vector)
-                                        for i, text in enumerate(_WARM_TEXTS)],
-                              embedder=name if vector is not None else None,
-                              dim=dim if vector is not None else 0, now=0.0, classify=True))
+        memories = [NewMemory(id=f"warm-{i}", content=text, vector=vector)
+                    for i, text in enumerate(_WARM_TEXTS)]
+        step = max(1, settings.max_memories_per_command)  # (a config may allow fewer in a command)
+        for start in range(0, len(memories), step):
+            scope.handle(Remember(memories=memories[start:start + step],
+                                  embedder=name if vector is not None else None,
+                                  dim=dim if vector is not None else 0, now=0.0, classify=True))
         _WARMED.add(marker)
 
     def served_by(self, embed: EmbedTexts, extract: RunExtraction | None = None,

@@ -68,7 +68,7 @@ from mnemex.memories.documents import (
     document_session,
 )
 from mnemex.memories.extraction import CursorInfo, ReadMessages
-from mnemex.memories.fields import check_metadata, checked_changes, new_memory, record_of
+from mnemex.memories.fields import check_content, check_metadata, checked_changes, new_memory, record_of
 from mnemex.memories.kind import ScopeKind
 from mnemex.memories.protocol import (
     AddSession,
@@ -256,14 +256,14 @@ class ScopeRef:
         return _encoded_rows(await self._services.batcher.embed(texts))
 
     def _new_memory(self, content: Any, fields: Mapping[str, Any], now: float) -> NewMemory:
-        if fields:
-            given = dict(fields)
-            memory_id = given.pop("id", None) or self._services.ids.next(now)
-            memory = new_memory(memory_id, content, given)
-        else:  # (content alone: what new_memory would make, without reading the fields)
-            memory = NewMemory(id=self._services.ids.next(now), content=content)
-        config = self._config  # refused here, before embedding and before any actor sees it
-        record_of(memory, now, config.memories.max_content_bytes, config.memories.max_metadata_bytes)
+        limits = self._config.memories  # refused here, before embedding and before any actor sees it
+        if not fields:  # content alone: what new_memory would make, a fresh id (only the content to check)
+            check_content(content, limits.max_content_bytes)
+            return NewMemory(id=self._services.ids.next(now), content=content)
+        given = dict(fields)
+        memory_id = given.pop("id", None) or self._services.ids.next(now)
+        memory = new_memory(memory_id, content, given)
+        record_of(memory, now, limits.max_content_bytes, limits.max_metadata_bytes)
         return memory
 
     async def _store(self, memories: list[NewMemory]) -> list[str]:

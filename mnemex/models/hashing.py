@@ -12,11 +12,12 @@ use a sentence-embedding model for paraphrases.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import operator
 from array import array
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -120,24 +121,30 @@ class HashingEmbedder:
         if isinstance(texts, str):
             raise InvalidInput("embed takes a sequence of texts, not one str", field="texts")
         n = len(texts)
-        parts: list[_Part] = []
+        parts: list[_Part | None] = []
         per_text = array("q")
-        grams: dict[str, tuple[int, float]] = {}  # the n-grams hashed in this call (new words share many)
+        # where the call's words and pairs not known yet go in ``parts``: their features
+        # are found together once every text is read (one pass of hashing for the call)
+        new_words: dict[str, list[int]] = {}
+        new_pairs: dict[str, list[int]] = {}
         for text in texts:
             if not isinstance(text, str):
                 raise InvalidInput(f"texts must be str, got {type(text).__name__}", field="texts")
             start = len(parts)
-            self._parts(text, parts, grams)
+            self._parts(text, parts, new_words, new_pairs)
             per_text.append(len(parts) - start)
+        if new_words or new_pairs:
+            self._learn(parts, new_words, new_pairs)
+        found = cast("list[_Part]", parts)
         matrix: npt.NDArray[np.float64]
-        if parts:
+        if found:
             # every feature of the batch in the order it was found, summed per (row,
             # column) by one bincount: each cell adds its terms in the text's order
-            sizes = np.fromiter(map(_SIZE, parts), dtype=np.int64, count=len(parts))
+            sizes = np.fromiter(map(_SIZE, found), dtype=np.int64, count=len(found))
             part_rows = np.repeat(np.arange(n, dtype=np.int64), np.frombuffer(per_text, dtype=np.int64))
             flat = (np.repeat(part_rows, sizes) * self.dim
-                    + np.frombuffer(b"".join(map(_COLUMNS, parts)), dtype=np.int64))
-            sums = np.bincount(flat, weights=np.frombuffer(b"".join(map(_VALUES, parts)), dtype=np.float64),
+                    + np.frombuffer(b"".join(map(_COLUMNS, found)), dtype=np.int64))
+            sums = np.bincount(flat, weights=np.frombuffer(b"".join(map(_VALUES, found)), dtype=np.float64),
                                minlength=n * self.dim)
             matrix = sums.reshape(n, self.dim).astype(np.float64, copy=False)
         else:
@@ -148,65 +155,106 @@ class HashingEmbedder:
         return matrix.astype(np.float32)
 
     # -- insides ---------------------------------------------------------------------
-    def _parts(self, text: str, parts: list[_Part], grams: dict[str, tuple[int, float]]) -> None:
+    def _parts(self, text: str, parts: list[_Part | None], new_words: dict[str, list[int]],
+               new_pairs: dict[str, list[int]]) -> None:
         """Append the features of ``text`` to ``parts``: each word's (kept per word),
-        and after each word that is not a stop word its pair with the one before."""
+        and after each word that is not a stop word its pair with the one before. A
+        word or pair not known yet is appended as None, its place noted in
+        ``new_words`` or ``new_pairs`` (filled by ``_learn``)."""
         previous: str | None = None
         cache = self._word_cache
         pairs = self._pair_cache if self.bigram_weight > 0 else None
         append = parts.append
         for word in words(text):
             part = cache.get(word)
-            if part is None:
-                part = self._word_part(word, grams)
-                if len(cache) >= self._CACHE_LIMIT:
-                    cache.clear()
-                cache[word] = part
-            append(part)
-            if part[3]:  # a stop word: no pair
-                continue
+            if part is not None:
+                append(part)
+                if part[3]:  # a stop word: no pair
+                    continue
+            else:
+                places = new_words.get(word)
+                if places is None:
+                    places = new_words[word] = []
+                places.append(len(parts))
+                append(None)
+                if word in ENGLISH_STOP_WORDS:
+                    continue
             if previous is not None and pairs is not None:
-                pair = pairs.get(f"{previous} {word}")
-                append(pair if pair is not None else self._pair_part(previous, word))
+                pair = f"{previous} {word}"
+                known = pairs.get(pair)
+                if known is None:
+                    places = new_pairs.get(pair)
+                    if places is None:
+                        places = new_pairs[pair] = []
+                    places.append(len(parts))
+                append(known)
             previous = word
 
-    def _word_part(self, word: str, known: dict[str, tuple[int, float]]) -> _Part:
-        columns = array("q")
-        values = array("d")
-        if word in ENGLISH_STOP_WORDS:
-            column, sign = self._hash("w", word)
-            columns.append(column)
-            values.append(sign * self.stop_weight)
-            return columns.tobytes(), values.tobytes(), 1, True
-        column, sign = self._hash("w", word)
-        columns.append(column)
-        values.append(sign)
-        if self.char_weight > 0:
-            marked = f"<{word}>"
-            grams = [marked[i : i + size]
-                     for size in range(self.ngram_range[0], self.ngram_range[1] + 1)
-                     for i in range(len(marked) - size + 1)]
-            if grams:
-                weight = self.char_weight / math.sqrt(len(grams))
-                for gram in grams:
-                    hashed = known.get(gram)
-                    if hashed is None:
-                        hashed = known[gram] = self._hash("c", gram)
-                    column, sign = hashed
-                    columns.append(column)
-                    values.append(sign * weight)
-        return columns.tobytes(), values.tobytes(), len(columns), False
-
-    def _pair_part(self, first: str, second: str) -> _Part:
-        pair = f"{first} {second}"
-        column, sign = self._hash("b", pair)
-        part = (array("q", [column]).tobytes(), array("d", [sign * self.bigram_weight]).tobytes(), 1, False)
-        if len(self._pair_cache) >= self._CACHE_LIMIT:
-            self._pair_cache.clear()
-        self._pair_cache[pair] = part
-        return part
+    def _learn(self, parts: list[_Part | None], new_words: dict[str, list[int]],
+               new_pairs: dict[str, list[int]]) -> None:
+        """The features of a call's new words and pairs, hashed together: put in
+        ``parts`` where noted and kept for later calls. Each feature is what
+        ``_hash`` gives; a word's are its own then its character n-grams (each n-gram
+        of the call hashed once), with the weights the class docstring gives."""
+        stops = ENGLISH_STOP_WORDS
+        sizes = range(self.ngram_range[0], self.ngram_range[1] + 1)
+        listed = list(new_words)
+        grams_of = [[] if not self.char_weight > 0 or word in stops else
+                     [marked[i : i + size] for marked in (f"<{word}>",) for size in sizes
+                      for i in range(len(marked) - size + 1)] for word in listed]
+        grams = dict.fromkeys(itertools.chain.from_iterable(grams_of))
+        # every feature hashed once: the words', then the n-grams', then the pairs'
+        keys = [*("w:" + word for word in listed), *("c:" + gram for gram in grams),
+                *("b:" + pair for pair in new_pairs)]
+        blake2b = hashlib.blake2b
+        hashed = np.frombuffer(b"".join([blake2b(key.encode(), digest_size=8).digest() for key in keys]),
+                               dtype="<u8")
+        columns = (hashed % np.uint64(self.dim)).astype(np.int64)
+        signs = np.where(hashed >> np.uint64(63) != 0, 1.0, -1.0)
+        word_cache, pair_cache = self._word_cache, self._pair_cache
+        if len(word_cache) + len(new_words) > self._CACHE_LIMIT:
+            word_cache.clear()
+        if len(pair_cache) + len(new_pairs) > self._CACHE_LIMIT:
+            pair_cache.clear()
+        # each word's features: its own (weight 1, a stop word's stop_weight), then its n-grams'
+        gram_at = dict(zip(grams, range(len(listed), len(listed) + len(grams)), strict=True))
+        at: list[int] = []
+        weights: list[float] = []
+        bounds = [0]
+        for index, word in enumerate(listed):
+            at.append(index)
+            word_grams = grams_of[index]
+            if word_grams:
+                weights.append(1.0)
+                at += map(gram_at.__getitem__, word_grams)
+                weights += [self.char_weight / math.sqrt(len(word_grams))] * len(word_grams)
+            else:
+                weights.append(self.stop_weight if word in stops else 1.0)
+            bounds.append(len(at))
+        if listed:
+            picked = np.array(at, dtype=np.int64)
+            word_columns = columns[picked].tobytes()
+            word_values = (signs[picked] * np.array(weights, dtype=np.float64)).tobytes()
+            for index, (word, places) in enumerate(new_words.items()):
+                first, last = 8 * bounds[index], 8 * bounds[index + 1]
+                part = (word_columns[first:last], word_values[first:last], bounds[index + 1] - bounds[index],
+                        word in stops)
+                word_cache[word] = part
+                for place in places:
+                    parts[place] = part
+        if new_pairs:
+            start = len(listed) + len(grams)
+            pair_columns = columns[start:].tobytes()
+            pair_values = (signs[start:] * self.bigram_weight).tobytes()
+            for index, (pair, places) in enumerate(new_pairs.items()):
+                at_pair = slice(8 * index, 8 * index + 8)
+                part = (pair_columns[at_pair], pair_values[at_pair], 1, False)
+                pair_cache[pair] = part
+                for place in places:
+                    parts[place] = part
 
     def _hash(self, kind: str, feature: str) -> tuple[int, float]:
+        """One feature's column and sign (what ``_learn`` computes for many at once)."""
         digest = hashlib.blake2b(f"{kind}:{feature}".encode(), digest_size=8).digest()
         value = int.from_bytes(digest, "little")
         return value % self.dim, (1.0 if value >> 63 else -1.0)

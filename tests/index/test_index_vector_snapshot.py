@@ -190,6 +190,44 @@ def test_a_catch_up_with_a_guard_adds_to_the_live_graph_in_place_between_searche
     assert set(index.doc_ids()) == live
 
 
+@pytest.mark.parametrize(("seconds_per_vector", "sizes"), [
+    (1e-6, [32, 64, 128, 256, 512, 512, 40]),  # 32 in 32 us: each hold doubles (at most), to 512 at most
+    (1e-3, [32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 4]),  # 32 in 32 ms: the smallest hold
+    (1e-4, [32, 64, 100, 100, 100, 100, 4]),  # 100 take 10 ms: the size settles there
+])
+def test_a_catch_up_in_place_sizes_its_holds_of_the_guard_by_the_clock(
+        monkeypatch: pytest.MonkeyPatch, seconds_per_vector: float, sizes: list[int]) -> None:
+    import threading
+
+    import mnemex.index.vector as vector_module
+    from mnemex.memories.graphlock import TurnLock
+
+    now = [0.0]
+    added: list[int] = []
+    add = vector_module._graph_add
+
+    def timed_add(graph: object, ids: np.ndarray, vectors: np.ndarray, threads: int) -> None:
+        add(graph, ids, vectors, threads)
+        added.append(len(ids))
+        now[0] += seconds_per_vector * len(ids)  # the time the hold took, as the clock reads it
+
+    rng = np.random.default_rng(9)
+    vectors = unit(rng, 2000)
+    index = VectorIndex(DIM, hnsw_threshold=300, m=8, ef_construction=40, auto_build=False,
+                        defer_inserts=True, catch_up_min=100, guard=TurnLock(), save_guard=threading.Lock(),
+                        clock=lambda: now[0])
+    index.add_many(list(range(300)), vectors[:300])
+    index.adopt(index.plan_graph().run())
+    index.add_many(list(range(300, 300 + sum(sizes))), vectors[300:300 + sum(sizes)])
+    monkeypatch.setattr(vector_module, "_graph_add", timed_add)
+    build = index.plan_graph()
+    assert build.run() is build and index.adopt(build)
+    assert added == sizes
+    assert index.pending == 0 and len(index._graph) == 300 + sum(sizes)
+    for doc in (0, 300, 300 + sum(sizes) - 1):
+        assert index.search(vectors[doc], 1)[0][0] == doc
+
+
 def test_turns_are_taken_so_a_busy_builder_never_starves_a_searcher() -> None:
     import threading
 

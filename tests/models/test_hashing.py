@@ -152,3 +152,15 @@ def test_a_batch_is_the_features_of_each_text_summed_in_order(texts: list[str],
     norms = np.linalg.norm(rows, axis=1)
     rows[norms > 0] /= norms[norms > 0, None]
     assert embedder.embed(texts).tobytes() == rows.astype(np.float32).tobytes()
+
+
+def test_a_full_cache_is_emptied_and_vectors_do_not_change() -> None:
+    embedder = HashingEmbedder()
+    embedder._CACHE_LIMIT = 12  # type: ignore[misc]  # (the class keeps 500,000 words and pairs)
+    texts = [*GOLDEN_TEXTS, "painting the Black Tower", "the Black Tower again, painted"]
+    expected = HashingEmbedder().embed(texts).tobytes()
+    for _ in range(3):  # the first call learns more words than the cache holds; the later ones, fewer
+        assert embedder.embed(texts).tobytes() == expected
+        assert len(embedder._word_cache) <= max(12, len({w for t in texts for w in words(t)}))
+    for text in texts:  # one at a time: each call's new words go in beside the kept ones
+        assert embedder.embed([text]).tobytes() == HashingEmbedder().embed([text]).tobytes()
