@@ -250,11 +250,11 @@ class VectorIndex:
     # slots: one index per live scope, with more attributes than Python shares a
     # dict's keys for (30): each would carry a dict of its own (~1.6 KB)
     __slots__ = ("_clock", "_coarse", "_count", "_filter_crossover", "_free", "_free_later", "_graph",
-                 "_graph_size", "_guard", "_high", "_in_place", "_marks_later", "_params", "_pending", "_pending_block",
-                 "_plan_token", "_row_ids", "_row_of", "_rows", "_save_guard", "_tombstones", "_touched",
-                 "_views", "auto_build", "catch_up_min", "catch_up_share", "defer_inserts", "dim",
-                 "ef_search", "exact_filter_max", "hnsw_threshold", "rescore", "sidecar_status",
-                 "tombstone_ratio")
+                 "_graph_size", "_guard", "_high", "_in_place", "_marks_later", "_params", "_pending",
+                 "_pending_block", "_plan_token", "_row_ids", "_row_of", "_rows", "_save_guard",
+                 "_tombstones", "_touched", "_views", "auto_build", "catch_up_min", "catch_up_share",
+                 "defer_inserts", "dim", "ef_search", "exact_filter_max", "hnsw_threshold", "rescore",
+                 "sidecar_status", "tombstone_ratio")
 
     def __init__(self, dim: int, *, hnsw_threshold: int = 20_000, m: int = 16,
                  ef_construction: int = 200, ef_search: int = 320, tombstone_ratio: float = 0.2,
