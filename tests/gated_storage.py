@@ -1,8 +1,9 @@
 """A storage backend for tests whose journals live in memory and whose fsync the
 test can hold (``gate``, or ``hold()``) or fail (``fail``): stores that are not a
 MemoryStore to the kernel (their type differs), so replies wait for a group commit
-that calls ``sync``, as on disk. Used by the blocking bridge's tests and the HTTP
-server bridge's."""
+that calls ``sync``, as on disk. Used by the blocking bridge's tests, the inline
+reads' and the HTTP server bridge's; with ``count_activations``, which tells a
+reply made in the asking thread or task from one made by the actor's task."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import threading
 from typing import Any
 
 from mnemex.errors import StorageError
+from mnemex.kernel import Runtime
 from mnemex.persistence import MemoryStore
 from mnemex.testing import counter_kind
 
@@ -64,3 +66,17 @@ class GatedStorage:
 
     def close(self) -> None:
         pass
+
+
+def count_activations(runtime: Runtime) -> list[int]:
+    """How many times the kernel starts an actor's task from now on (one count in a
+    list, read as the test goes)."""
+    started = [0]
+    activate = runtime._activate
+
+    def counted(cell: Any) -> None:
+        started[0] += 1
+        activate(cell)
+
+    runtime._activate = counted  # type: ignore[method-assign]
+    return started

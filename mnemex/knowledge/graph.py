@@ -230,16 +230,7 @@ class EntityGraph:
         surfaces, name_docs = self._surfaces, self._name_docs
         for key, (flag, surface) in keys.items():
             self._count(key, flag, 1)
-            if surface:
-                spellings = surfaces.get(key)  # (a Counter made only for a new key)
-                if spellings is None:
-                    spellings = surfaces[key] = Counter()
-                spellings[surface] += 1
-            holders = name_docs.get(key)
-            if holders is None:
-                name_docs[key] = {doc}
-            else:
-                holders.add(doc)
+            _hold(surfaces, name_docs, key, surface, doc)
 
     def _note(self, keys: dict[str, tuple[int, str]], surface: str, kind: str) -> None:
         key = self.key(surface)
@@ -911,16 +902,7 @@ class EntityGraph:
                     speakers[key] += 1
                 if flag & _ACRONYM:
                     acronyms[key] += 1
-                if surface:
-                    spellings = spellings_of.get(key)
-                    if spellings is None:
-                        spellings = spellings_of[key] = Counter()
-                    spellings[surface] += 1
-                holders = name_docs.get(key)
-                if holders is None:
-                    name_docs[key] = {doc}
-                else:
-                    holders.add(doc)
+                _hold(spellings_of, name_docs, key, surface, doc)
         self._changes += placed
         self._unembedded.update(key for key in strong if key not in self.vectors)
         self._regroup()
@@ -965,6 +947,22 @@ class EntityGraph:
             self.typed[str(memory_id)] = tuple((str(a), str(k), str(b)) for a, k, b in rels)
         self._unembedded.difference_update(self.vectors.row)
 
+
+
+def _hold(spellings_of: dict[str, Counter[str]], name_docs: dict[str, set[int]], key: str, surface: str,
+          doc: int) -> None:
+    """Count ``surface`` as a spelling of ``key`` (none for "") and ``doc`` among the
+    memories naming it; the Counter and the set are made only for a new key."""
+    if surface:
+        spellings = spellings_of.get(key)
+        if spellings is None:
+            spellings = spellings_of[key] = Counter()
+        spellings[surface] += 1
+    holders = name_docs.get(key)
+    if holders is None:
+        name_docs[key] = {doc}
+    else:
+        holders.add(doc)
 
 
 def _pair(a: str, b: str) -> tuple[str, str]:

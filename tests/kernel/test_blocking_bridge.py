@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from gated_storage import GatedStorage
+from gated_storage import GatedStorage, count_activations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -47,19 +47,6 @@ def bridge(kind: ActorKind = INLINE, **config: Any) -> Iterator[tuple[BlockingBr
 
 def ask(opened: BlockingBridge[Runtime], command: Any, key: str = "c", **kwargs: Any) -> Any:
     return opened.ask(opened.runtime, "counter", (key,), command, **kwargs)
-
-
-def count_activations(runtime: Runtime) -> list[int]:
-    """How many times the kernel starts an actor's task from now on."""
-    started = [0]
-    activate = runtime._activate
-
-    def counted(cell: Any) -> None:
-        started[0] += 1
-        activate(cell)
-
-    runtime._activate = counted  # type: ignore[method-assign]
-    return started
 
 
 def counting(counts: dict[str, int], name: str, fn: Any) -> Any:

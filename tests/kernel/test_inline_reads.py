@@ -12,13 +12,13 @@ from typing import Any
 
 import trio
 import trio.testing
-from gated_storage import GatedStorage
+from gated_storage import GatedStorage, count_activations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mnemex
 from mnemex.effects import Behaviour
-from mnemex.kernel import ActorKind, Runtime
+from mnemex.kernel import ActorKind
 from mnemex.lowlevel import open_actor_runtime
 from mnemex.testing import Add, Counter, Entries, Get, counter_kind
 
@@ -38,24 +38,11 @@ def _when(behaviour: Behaviour, command: Any) -> bool:
 INLINE: ActorKind = dataclasses.replace(counter_kind(), inline_read=_reads, inline_when=_when)
 
 
-def counting_activations(rt: Runtime) -> list[int]:
-    """How many times an actor's task is started from now on (one count in a list)."""
-    count = [0]
-    activate = rt._activate
-
-    def counted(cell: Any) -> None:
-        count[0] += 1
-        activate(cell)
-
-    rt._activate = counted  # type: ignore[method-assign]
-    return count
-
-
 async def test_a_read_of_an_idle_actor_is_answered_without_starting_its_task() -> None:
     async with open_actor_runtime(mnemex.Config(data_dir=None), [INLINE], storage=GatedStorage()) as rt:
         assert await rt.ask("counter", "c", Add(2)) == 2  # loads the actor, in its task
         await trio.testing.wait_all_tasks_blocked()  # its task lingered and ended
-        started = counting_activations(rt)
+        started = count_activations(rt)
         for _ in range(5):
             assert await rt.ask("counter", "c", Get()) == (2, 1)
         assert await rt.ask("counter", "c", Entries()) == [("", 2)]
@@ -69,7 +56,7 @@ async def test_a_read_the_behaviour_does_not_take_inline_goes_through_the_mailbo
     async with open_actor_runtime(mnemex.Config(data_dir=None), [INLINE], storage=GatedStorage()) as rt:
         assert await rt.ask("counter", "c", Add(1)) == 1
         await trio.testing.wait_all_tasks_blocked()
-        started = counting_activations(rt)
+        started = count_activations(rt)
         assert await rt.ask("counter", "c", Get()) == (1, 1)  # inline_when said no
         assert started == [1]
         await trio.testing.wait_all_tasks_blocked()
@@ -91,7 +78,7 @@ async def test_a_read_behind_a_write_not_yet_durable_waits_for_it_in_the_mailbox
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ask, "add", Add(10))
             await trio.to_thread.run_sync(storage.entered.wait, 10)  # applied, its fsync held
-            started = counting_activations(rt)
+            started = count_activations(rt)
             nursery.start_soon(ask, "get", Get())
             await trio.testing.wait_all_tasks_blocked()
             assert answers == {}  # neither answered while the write is not durable
