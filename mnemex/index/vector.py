@@ -639,6 +639,7 @@ class VectorIndex:
         # a removed key keeps its node in the graph until a rebuild: counted as a tombstone
         size = len(graph) + len(tombstones) - (len(set(marks)) if later else 0)
         self._graph, self._graph_size, self._tombstones = graph, size, tombstones
+        self._coarse = None  # searched through the graph from now on: the int8 copy goes
         self._touched = None
         build.graph = None
         _release_freed_memory()  # the replaced graph's many small blocks
@@ -826,6 +827,7 @@ class VectorIndex:
         if len(stale_keys):
             graph.remove(stale_keys.astype(np.uint64))
         self._graph = graph
+        self._coarse = None
         self._tombstones = set(tombstones.tolist())
         self._pending = dict.fromkeys(pending.tolist())
         self._pending_block = None
@@ -890,6 +892,7 @@ class VectorIndex:
             raise InvalidInput("doc ids of stored vectors must be distinct and >= 0", field="doc_ids")
         capacity = max(_MIN_ROWS, count + count // 4)
         self._rows = _grown(matrix, count, capacity)
+        self._coarse = None  # (it would repack from the new rows, but holds the old ones)
         self._row_ids = _grown(id_array, count, capacity, fill=-1)
         self._high = self._count = count
 
@@ -1004,6 +1007,7 @@ class VectorIndex:
         if fresh and self._high + fresh > len(self._rows):
             size = max(_MIN_ROWS, 2 * len(self._rows), self._high + fresh)
             self._rows = _grown(self._rows, self._high, size)
+            self._coarse = None  # a new array is packed whole: let the old one go now
             self._row_ids = _grown(self._row_ids, self._high, size, fill=-1)
         block = np.arange(self._high, self._high + fresh, dtype=np.int64)
         self._high += fresh

@@ -472,7 +472,9 @@ class FileStore(ActorStore):
             elif fd is not None:  # a round's usual work: no list, no closure
                 os.fdatasync(fd)
         except OSError as exc:
-            message = (f"could not fsync journal {self._journal}: {describe_os_error(exc)}; lines written "
+            what = (f"journal {self._journal}" if exc.filename is None
+                    else f"{exc.filename} (beside journal {self._journal})")
+            message = (f"could not fsync {what}: {describe_os_error(exc)}; lines written "
                        f"since the last fsync may be lost, so this journal refuses writes until the "
                        f"actor is reloaded (recover())")
             with self._lock:
@@ -585,18 +587,23 @@ class FileStore(ActorStore):
             for sync in syncs:
                 sync()
             return
-        failures: list[OSError] = []
+        failures: list[BaseException] = []
 
         def run(sync: Callable[[], None]) -> None:
             try:
                 sync()
-            except OSError as exc:
+            except BaseException as exc:  # raised below, in the caller's thread
                 failures.append(exc)
 
-        helpers = [threading.Thread(target=run, args=(sync,), name="mnemex-fsync-entry", daemon=True)
-                   for sync in syncs[1:]]
-        for helper in helpers:
-            helper.start()
+        helpers: list[threading.Thread] = []
+        for sync in syncs[1:]:
+            helper = threading.Thread(target=run, args=(sync,), name="mnemex-fsync-entry", daemon=True)
+            try:
+                helper.start()
+            except RuntimeError:  # no thread to be had (a process at its limit): done here
+                run(sync)
+                continue
+            helpers.append(helper)
         run(syncs[0])
         for helper in helpers:
             helper.join()
@@ -893,12 +900,18 @@ class MemoryStore(ActorStore):
 
 
 def _fsync_entry(path: Path) -> None:
-    """Make ``path`` durable: a folder's entries, or a file's data."""
-    if path.is_dir():
-        fsync_dir(path)
-        return
-    fd = os.open(path, os.O_RDONLY | _CLOEXEC)
+    """Make ``path`` durable: a folder's entries, or a file's data. An OSError names
+    ``path`` (its ``filename``)."""
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        if path.is_dir():
+            fsync_dir(path)
+            return
+        fd = os.open(path, os.O_RDONLY | _CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        if exc.filename is not None:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc

@@ -196,3 +196,26 @@ def test_passes_side_by_side_each_read_one_copy() -> None:
     for thread in threads:
         thread.join(timeout=60)
     assert not failures and [answers[i] for i in range(len(queries))] == expected
+
+
+
+@pytest.mark.usefixtures("coarse_from_3072_values")
+def test_the_int8_copy_is_let_go_once_it_cannot_serve() -> None:
+    """A copy holds its rows' array: it goes when the rows move to a larger array and
+    when the index starts searching a graph (it was kept for good, with the old rows)."""
+    index = VectorIndex(16, hnsw_threshold=2_000)
+    index.add_many(np.arange(300), clustered(300, 16, seed=1))
+    query = clustered(1, 16, seed=2)[0]
+    index.search(query, 5)  # a vector-mode search packs the copy
+    assert index._coarse is not None
+    rows = index._rows
+    more = len(rows) - 300 + 1  # one past the array's room: a larger array
+    index.add_many(np.arange(300, 300 + more), clustered(more, 16, seed=3))
+    assert index._rows is not rows and index._coarse is None
+    index.search(query, 5)
+    assert index._coarse is not None
+    index.hnsw_threshold = 100
+    index.build_graph()
+    assert index.mode == "hnsw" and index._coarse is None
+    index.search(query, 5)
+    assert index._coarse is None

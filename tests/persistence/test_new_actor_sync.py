@@ -76,10 +76,32 @@ def test_a_new_actor_whose_entry_fails_to_sync_refuses_writes(tmp_path: Path, mo
     store = FileStore(tmp_path, "counter", ("a",), files=OpenFiles(4))
     store.append([entry(1)])
     seen = synced_paths(monkeypatch, fail=fail)
-    with pytest.raises(StorageError, match="could not fsync"):
+    with pytest.raises(StorageError, match="could not fsync") as raised:
         store.sync()
+    named = str(raised.value).removeprefix("could not fsync ").split(":")[0]
+    assert named.startswith(f"journal {store.path / 'journal.jsonl'}" if fail == "journal.jsonl"
+                            else str(store.path / fail))  # the file that failed, by name
     assert len(seen) >= 3  # the others were synced all the same
     assert store.needs_recovery
     with pytest.raises(StorageError):
         store.append([entry(2)])
+    store.close()
+
+
+def test_a_process_out_of_threads_syncs_every_entry_in_the_callers_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = FileStore(tmp_path, "counter", ("a",), files=OpenFiles(4))
+    store.append([entry(1)])
+    seen = synced_paths(monkeypatch)
+
+    def no_thread(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", no_thread)
+    store.sync()
+    assert {str(store.path / "journal.jsonl"), str(store.path / "key.json"), str(store.path)} <= \
+        {path for path, _ in seen}
+    assert {thread for _, thread in seen} == {threading.get_ident()}
+    assert not store.needs_recovery
+    store.append([entry(2)])
     store.close()
