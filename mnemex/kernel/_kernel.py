@@ -526,14 +526,11 @@ class Runtime:
         cell = self._cells.get((kind, key))
         if cell is not None and cell.kind.inline_read is not None and self._accepting \
                 and self._serves(kind, key):
-            turn = self._read_inline(cell, command)
+            turn = self._read_inline(cell, command, trio.current_time())
             if turn is not None:
                 # answered as the actor would answer it next (it is idle and every write it
                 # took is durable): no mailbox, no task switch but the checkpoint
                 self._stats["asks"] += 1
-                cell.last_active = trio.current_time()
-                self._unmeasured.add(cell)  # (a read may keep what later reads share)
-                self._cells.move_to_end((kind, key))
                 await trio.lowlevel.checkpoint()
                 return _unwrap(turn.reply)
         waiter = _Waiter(trio.lowlevel.current_task())
@@ -579,9 +576,8 @@ class Runtime:
         key = check_key(key, self.config.kernel.max_key_bytes, kind=kind)
         cell = self._cell_for(kind, key)
         self._stats["asks"] += 1
-        turn = self._read_inline(cell, command)
+        turn = self._read_inline(cell, command, trio.current_time())
         if turn is not None:
-            cell.last_active = trio.current_time()
             waiter.resolve(turn.reply)
             return True
         if self._write_inline(cell, command, waiter, None):
@@ -610,12 +606,9 @@ class Runtime:
         does not read inline, a runtime shutting down)."""
         ident = (kind, key)
         cell = self._cells.get(ident) if self._accepting and self._serves(kind, key) else None
-        turn = None if cell is None else self._read_inline(cell, command)
+        turn = None if cell is None else self._read_inline(cell, command, now)
         if turn is None:
             return False, None
-        assert cell is not None
-        cell.last_active = now
-        self._cells.move_to_end(ident)
         self._stats["asks"] += 1
         return True, turn.reply
 
@@ -659,10 +652,12 @@ class Runtime:
         shard now (the ordinary path then answers NotOwner)."""
         return self.ownership is None or self.ownership.serves(vshard_of(kind, key))
 
-    def _read_inline(self, cell: _Cell, command: Any) -> TurnResult | None:
+    def _read_inline(self, cell: _Cell, command: Any, now: float) -> TurnResult | None:
         """The turn of a read the kind answers inline (``ActorKind.inline_read``), when
         ``cell`` is loaded, idle (no task, nothing queued) and holds no write that is
-        not durable yet: answered now, it is what the actor would answer next. None
+        not durable yet: answered now, it is what the actor would answer next, and
+        ``cell`` counted active at ``now`` (the run's clock) as a mailbox read counts
+        it (idle time, the live-actor order, the memory budget's next measure). None
         otherwise, or when the handler broke the inline contract (it crashed or gave
         effects): the mailbox path handles the read again, crash handling included
         (the read changed nothing)."""
@@ -678,7 +673,12 @@ class Runtime:
         if when is not None and not when(behaviour, command):
             return None
         turn = take_turn(kind, behaviour, command, None)
-        return turn if turn.crash is None and not turn.effects else None
+        if turn.crash is not None or turn.effects:
+            return None
+        cell.last_active = now
+        self._unmeasured.add(cell)  # (a read may keep what later reads share)
+        self._cells.move_to_end((kind.name, cell.key))
+        return turn
 
     def _write_inline(self, cell: _Cell, command: Any, waiter: Any, now: float | None) -> bool:
         """Handle a write the kind takes inline (``ActorKind.inline_write``) of an idle,
