@@ -500,8 +500,7 @@ class VectorIndex:
             return self._with_pending(query, top_k, self._graph_search(query, top_k, len(rows), mask), mask)
         if self._graph is None:
             if self._high * self.dim >= _coarse.MIN_VALUES:  # through the coarse pass (exact_scores)
-                bounds = self._coarse_scan().scan(self._rows, self._high, query)
-                return ExactScores(self, None, query=query, bounds=bounds).search(top_k)
+                return self._coarse_scores(query).search(top_k)
             return self._exact_all(query, top_k)
         return self._with_pending(query, top_k, self._graph_search(query, top_k, self._count, None), None)
 
@@ -511,22 +510,22 @@ class VectorIndex:
         where a search reads the graph instead of every vector."""
         query = self._as_matrix(vector, 1)[0]
         if self._graph is not None:
-            self._coarse = None
             return None
         self._viewed()
         if self._high * self.dim < _coarse.MIN_VALUES:
             self._coarse = None  # (a scope that shrank)
             return ExactScores(self, self._rows[: self._high] @ query)
-        # a coarse int8 pass with a bound on its error; the float32 product only over
-        # the rows that could be among the best (mnemex.index._coarse)
-        bounds = self._coarse_scan().scan(self._rows, self._high, query)
-        return ExactScores(self, None, query=query, bounds=bounds)
+        return self._coarse_scores(query)
 
-    def _coarse_scan(self) -> _coarse.CoarseScan:
+    def _coarse_scores(self, query: F32) -> ExactScores:
+        """``query``'s scores by a coarse int8 pass with a bound on its error; the
+        float32 product only over the rows that could be among the best
+        (mnemex.index._coarse). The int8 copy is made on first need and let go when the
+        rows move to another array or a graph takes over."""
         scan = self._coarse
         if scan is None:
             scan = self._coarse = _coarse.CoarseScan(self.dim)
-        return scan
+        return ExactScores(self, None, query=query, bounds=scan.scan(self._rows, self._high, query))
 
     def _with_pending(self, query: F32, top_k: int, found: list[tuple[int, float]],
                       allowed: npt.NDArray[np.bool_] | None) -> list[tuple[int, float]]:
@@ -1336,8 +1335,13 @@ def _graph_add(graph: Any, ids: I64, vectors: F32, params: _GraphParams) -> None
     present = np.asarray(graph.contains(keys), dtype=np.bool_).reshape(-1)
     if present.any():
         graph.remove(keys[present])
+    _scaled_add(graph, keys, np.ascontiguousarray(vectors, dtype=np.float32), params)
+
+
+def _scaled_add(graph: Any, keys: npt.NDArray[np.uint64], rows: F32, params: _GraphParams) -> None:
+    """``graph.add`` with the insertion beam for the graph's size (see ``_scaled``)."""
     graph.expansion_add = _scaled(params.ef_construction, len(graph), _MAX_EF_CONSTRUCTION)
-    graph.add(keys, np.ascontiguousarray(vectors, dtype=np.float32), threads=params.num_threads)
+    graph.add(keys, rows, threads=params.num_threads)
 
 
 def _scaled(width: int, size: int, cap: int) -> int:
@@ -1373,6 +1377,5 @@ def _build_graph(view: VectorsView, params: _GraphParams, stopped: Callable[[], 
     for ids, rows in view.blocks():
         if stopped():
             return None
-        graph.expansion_add = _scaled(params.ef_construction, len(graph), _MAX_EF_CONSTRUCTION)
-        graph.add(ids.astype(np.uint64), rows, threads=params.num_threads)
+        _scaled_add(graph, ids.astype(np.uint64), rows, params)
     return graph
