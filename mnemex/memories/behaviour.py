@@ -1438,9 +1438,7 @@ class ScopeMemory:
         if type(command) is not Search or len(self.doc_of) >= BESIDE_MIN_MEMORIES:
             return False
         now = command.now
-        if type(now) is not float and (type(now) is not int or isinstance(now, bool)):
-            return False
-        if not math.isfinite(now):
+        if type(now) not in (float, int) or not math.isfinite(now):  # (a bool's type is bool)
             return False
         return not (self._wants_jobs(now) or self._wants_jobs(self.clock))
 
