@@ -194,22 +194,28 @@ def messages_to_raw(messages: Iterable[Any], *, what: str = "message",
     (``what`` and ``path`` name them in errors: ``item 2``, ``$.items[2]``)."""
     out: list[msgspec.Raw] = []
     for index, message in enumerate(messages):
-        where = f"$.{path}[{index}]"
-        if isinstance(message, msgspec.Raw | bytes | bytearray | memoryview):
+        if isinstance(message, _BYTES):
             data = bytes(message)
             if b"\n" in data or b"\r" in data:  # a journal line holds no line break: compact it
                 try:
                     data = _encode.encode(msgspec.json.decode(data))
                 except msgspec.MsgspecError as exc:
-                    raise InvalidInput(f"{what} {index} is not valid JSON: {exc}", field=where) from exc
-            out.append(msgspec.Raw(data))
-        elif isinstance(message, Mapping | msgspec.Struct):
+                    raise InvalidInput(f"{what} {index} is not valid JSON: {exc}",
+                                       field=f"$.{path}[{index}]") from exc
+            out.append(msgspec.Raw(data))  # its own bytes: a decoded Raw holds its whole document
+        elif isinstance(message, _OBJECTS):
             try:
                 value = message if isinstance(message, dict | msgspec.Struct) else dict(message)
                 out.append(msgspec.Raw(_encode.encode(value)))
             except (TypeError, ValueError, OverflowError) as exc:
-                raise InvalidInput(f"{what} {index} cannot be encoded as JSON: {exc}", field=where) from exc
+                raise InvalidInput(f"{what} {index} cannot be encoded as JSON: {exc}",
+                                   field=f"$.{path}[{index}]") from exc
         else:
             shapes = "a dict or a mnemex.ChatMessage" if what == "message" else "a dict"
-            raise InvalidInput(f"{what} {index} must be {shapes}, got {type(message).__name__}", field=where)
+            raise InvalidInput(f"{what} {index} must be {shapes}, got {type(message).__name__}",
+                               field=f"$.{path}[{index}]")
     return out
+
+
+_BYTES: Final = (msgspec.Raw, bytes, bytearray, memoryview)
+_OBJECTS: Final = (Mapping, msgspec.Struct)

@@ -52,6 +52,7 @@ from mnemex.server._bridge import Bridge
 from mnemex.server._guard import Guard
 from mnemex.server._http import (
     HttpError,
+    JsonResponse,
     check_params,
     check_token,
     decode_json,
@@ -242,21 +243,20 @@ class _Api(RemoteRoutes):
     # -- conversation API -----------------------------------------------------------
     async def post_messages(self, request: Request) -> Response:
         raw = await read_body(request, self.settings.max_body_bytes, self.settings.body_timeout)
-        body = PostMessages.decode(raw)
+        session, query_id, messages = PostMessages.decode_parts(raw)
         agent = self.agent(request)
         bridge = self.bridge
         direct = type(agent) is AgentRef and agent.configured and type(agent.ref) is ActorRef
         if bridge is not None and direct:  # the bridge's short way (an in-process agent): no trio task
-            command = agent.append_command(body.session, body.message_list, query_id=body.query_id or None)
+            command = agent.append_command(session, messages, query_id=query_id or None)
             appended = await bridge.ask(agent.ref, command)
             then = agent.appended(command, appended)
             if then is not None:
                 await bridge.call(_awaited, then)
         else:
-            appended = await self.call(agent.append, body.session, body.message_list,
-                                       query_id=body.query_id or None)
+            appended = await self.call(agent.append, session, messages, query_id=query_id or None)
         return json_response(MessagesStored(
-            status="success", session_id=body.session, conversation_id=body.session, stored=appended.count,
+            status="success", session_id=session, conversation_id=session, stored=appended.count,
             first_sequence=appended.first_sequence if appended.count else None))
 
     async def get_messages(self, request: Request) -> Response:
@@ -875,6 +875,8 @@ class _Endpoint:
             access_log.info(_log_encoder.encode({
                 "method": method, "path": scope["path"], "route": self.route, "status": status,
                 "ms": round(elapsed * 1000, 3), "client": client[0] if client else None}).decode())
+        if type(response) is JsonResponse and response.respond_now(send):
+            return
         await response(scope, receive, send)
 
 

@@ -32,6 +32,7 @@ from mnemex import (
 
 __all__ = [
     "HttpError",
+    "JsonResponse",
     "check_params",
     "check_token",
     "decode_json",
@@ -85,7 +86,8 @@ def status_of(exc: MnemexError) -> int:
 
 class JsonResponse(Response):
     """A JSON answer. A Starlette Response whose head is built in one step and sent
-    as is: every request of the API ends in one of these."""
+    as is: every request of the API ends in one of these. ``respond_now`` writes it
+    whole through the server's shortcut when there is one (see ``respond_now``)."""
 
     media_type = "application/json"
 
@@ -93,15 +95,45 @@ class JsonResponse(Response):
         self.body = body
         self.status_code = status_code
         self.background = None
-        self.raw_headers = [(b"content-length", str(len(body)).encode()),
-                            (b"content-type", b"application/json")]
-        if headers:
-            self.raw_headers += [(name.lower().encode("latin-1"), value.encode("latin-1"))
-                                 for name, value in headers.items()]
+        self._extra = headers or None
+        self._raw_headers: list[tuple[bytes, bytes]] | None = None
+
+    @property
+    def raw_headers(self) -> list[tuple[bytes, bytes]]:
+        """The header list, made when first asked for (the shortcut needs none)."""
+        if self._raw_headers is None:
+            self._raw_headers = [(b"content-length", str(len(self.body)).encode()),
+                                 (b"content-type", b"application/json")]
+            if self._extra:
+                self._raw_headers += [(name.lower().encode("latin-1"), value.encode("latin-1"))
+                                      for name, value in self._extra.items()]
+        return self._raw_headers
+
+    @raw_headers.setter
+    def raw_headers(self, value: list[tuple[bytes, bytes]]) -> None:
+        self._raw_headers = value
+
+    def respond_now(self, send: Send) -> bool:
+        """Write the whole answer at once, without ASGI messages, when ``send`` is the
+        send of a request cycle of mnemex's server (``_serve._Cycle.respond_whole``);
+        False, with nothing sent, when it must be sent the ASGI way (another server,
+        a send wrapped by a middleware, headers of the caller's own)."""
+        if self._extra is not None or self._raw_headers is not None:
+            return False
+        respond = getattr(getattr(send, "__self__", None), "respond_whole", None)
+        if respond is None:
+            return False
+        body = self.body
+        return bool(respond(self.status_code, _JSON_HEAD % len(body), body))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.respond_now(send):
+            return
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         await send({"type": "http.response.body", "body": self.body})
+
+
+_JSON_HEAD: Final = b"content-length: %d\r\ncontent-type: application/json\r\n"
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -152,8 +184,14 @@ async def read_body(request: Request, limit: int, timeout: float) -> bytes:
         raise _BodyTooLarge(f"request body is {int(declared):,} bytes; the limit is {limit:,} "
                             f"(server.max_body_bytes)")
     receive = request.receive
-    if _has_whole_body(receive):  # the usual small body, read with its head: nothing to wait for
-        return _body_of(await receive(), [], 0, limit)[0] or b""
+    take = getattr(getattr(receive, "__self__", None), "take_whole_body", None)
+    if take is not None:  # mnemex's server: the usual small body, read with its head, taken at once
+        whole: bytes | None = take()
+        if whole is not None:
+            if len(whole) > limit:
+                raise _BodyTooLarge(f"request body is over the limit of {limit:,} bytes "
+                                    f"(server.max_body_bytes)")
+            return whole
     chunks: list[bytes] = []
     size = 0
     try:
@@ -181,22 +219,6 @@ def _body_of(message: Any, chunks: list[bytes], size: int, limit: int) -> tuple[
     if message.get("more_body", False):
         return None, size
     return (chunks[0] if len(chunks) == 1 else b"".join(chunks)), size
-
-
-def _has_whole_body(receive: Receive) -> bool:
-    """Whether one ``receive()`` returns the request's whole body without waiting:
-    uvicorn's request cycle (whose method ``receive`` is) holds it once its parser
-    has seen the end of the message, and hands it over at once while its message
-    event is set (it is cleared once the body was taken: a second ``receive()``
-    would wait for the client to leave). False for any other server, and whenever
-    in doubt: the body is then read the bounded way, under ``body_timeout``."""
-    cycle = getattr(receive, "__self__", None)
-    if (cycle is None or getattr(cycle, "more_body", True) is not False
-            or getattr(cycle, "disconnected", True) is not False
-            or getattr(cycle, "response_complete", True) is not False):
-        return False
-    event = getattr(cycle, "message_event", None)
-    return isinstance(event, asyncio.Event) and event.is_set()
 
 
 _MISSING = re.compile(r"(?:missing required|contains unknown) field `([^`]*)`")

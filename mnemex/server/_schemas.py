@@ -55,8 +55,36 @@ class PostMessages(msgspec.Struct, forbid_unknown_fields=True):
                                 field="messages") from None
         return _raw_list.decode(self.messages)
 
+    @classmethod
+    def decode_parts(cls, raw: bytes) -> tuple[str, str | None, list[msgspec.Raw]]:
+        """(the session, the query id, the messages) of a body: what ``decode`` and
+        ``message_list`` give, with the same refusals, in one decoding when the body
+        is well formed (the messages decoded as a list there and then); any body
+        that is not, or that holds a number the check of ``message_list`` looks at,
+        goes their way, which says what is wrong."""
+        if _EXPONENT.search(raw) is None and (len(raw) < 300 or _LONG_NUMBER.search(raw) is None):
+            try:
+                listed = _decode_listed(raw)
+            except (msgspec.MsgspecError, RecursionError):
+                pass
+            else:
+                if listed.messages is not None:
+                    session = one_session(listed.session_id or None, listed.conversation_id or None,
+                                          required=True)
+                    assert session is not None
+                    return session, listed.query_id, listed.messages
+        body = cls.decode(raw)
+        return body.session, body.query_id, body.message_list
+
 
 _raw_list = msgspec.json.Decoder(list[msgspec.Raw])
+_decode_listed: Any = msgspec.json.Decoder(msgspec.defstruct(
+    "_ListedMessages",
+    [(field.name, list[msgspec.Raw] | None if field.name == "messages" else field.type, None)
+     for field in msgspec.structs.fields(PostMessages)],
+    forbid_unknown_fields=True)).decode
+"""PostMessages with its messages decoded as a list (None when missing or null): the
+same fields, from its own definition."""
 # a number too large for a float has an exponent of 3 digits or 300 digits in a row; only
 # then is the whole array decoded to be sure
 _EXPONENT = re.compile(rb"[0-9][eE][+-]?[0-9]{3}")

@@ -30,16 +30,18 @@ import signal
 import socket
 import threading
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Final
 
+import httptools
 import outcome
 import threadpoolctl
 import trio
 import uvicorn
 import uvloop
 from outcome import Outcome
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
 from mnemex import Config, InvalidInput, MnemexRuntime, open_runtime
 from mnemex.server._app import build_app
@@ -425,6 +427,15 @@ class _Cork:
             self._scheduled = True
             self._loop.call_soon(self.flush)
 
+    def write_now(self, data: bytes) -> None:
+        """Write what is pending and ``data`` now, in one write (a whole response)."""
+        if self._pending:
+            self._pending.append(data)
+            data = b"".join(self._pending)
+            self._pending.clear()
+        if not self.transport.is_closing():
+            self.transport.write(data)
+
     def flush(self) -> None:
         self._scheduled = False
         if self._pending:
@@ -442,6 +453,61 @@ class _Cork:
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return self.transport.get_extra_info(name, default)
+
+
+class _Cycle(RequestResponseCycle):
+    """uvicorn's request cycle with two shortcuts the app takes when it finds them
+    (``mnemex.server._http``): the whole body taken at once when it has arrived
+    (``take_whole_body``), and a whole response written at once (``respond_whole``). Each does
+    what ``receive`` and ``send`` would, without their awaits and ASGI messages;
+    anything out of the ordinary (a client waiting for 100 Continue, paused writes,
+    a response begun already, an access log) is left to them."""
+
+    def take_whole_body(self) -> bytes | None:
+        """The request's whole body when it has arrived and nothing was read yet (what
+        one ``receive()`` would return now, without waiting), else None."""
+        if (self.more_body or self.disconnected or self.response_complete or self.waiting_for_100_continue
+                or not self.message_event.is_set()):
+            return None
+        self.flow.resume_reading()
+        self.message_event.clear()
+        body = bytes(self.body)
+        self.body = bytearray()
+        return body
+
+    def respond_whole(self, status: int, head: bytes, body: bytes) -> bool:
+        """Send a whole response: ``head`` holds its header lines (each ending in CRLF,
+        a content-length of ``len(body)`` among them, valid names and values, no
+        Connection header), and this adds the status line, the server's default
+        headers and, when the connection is not kept alive, ``connection: close``.
+        False, with nothing done, when ``send`` must do it."""
+        if self.response_started or self.access_log or (self.flow.write_paused and not self.disconnected):
+            return False
+        if self.disconnected:
+            return True  # as send: nobody to answer
+        self.response_started = True
+        self.waiting_for_100_continue = False
+        self.chunked_encoding = False
+        parts = [STATUS_LINE[status]]
+        for name, value in self.default_headers:
+            parts += (name, b": ", value, b"\r\n")
+        parts.append(head)
+        if not self.keep_alive:
+            parts.append(b"connection: close\r\n")
+        parts.append(b"\r\n")
+        if self.scope["method"] != "HEAD":
+            parts.append(body)
+        transport: Any = self.transport  # the connection's _Cork (see on_headers_complete)
+        if type(transport) is _Cork:
+            transport.write_now(b"".join(parts))
+        else:
+            transport.write(b"".join(parts))
+        self.response_complete = True
+        self.message_event.set()
+        if not self.keep_alive:
+            self.transport.close()
+        self.on_response()
+        return True
 
 
 class _Load:
@@ -531,13 +597,44 @@ class _Protocol(HttpToolsProtocol):
             self._read_timer = self.loop.call_later(self.idle_read_timeout, self._read_timed_out)
 
     def on_headers_complete(self) -> None:
+        """The request's head is in: complete its scope and start its cycle (a
+        ``_Cycle`` writing through the connection's ``_Cork``), or queue it behind the
+        response under way (pipelining). uvicorn's own, but for the cycle's class;
+        the upgrade check is left out as uvicorn's is a no-op here (no WebSocket
+        protocol is served: an upgrade request is an ordinary request)."""
         self._in_head = False
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
-        super().on_headers_complete()
-        if self.cycle is not None and self._cork is not None:
-            self.cycle.transport = self._cork  # type: ignore[assignment]
+        parser = self.parser
+        scope = self.scope
+        scope["method"] = parser.get_method().decode("ascii")
+        http_version = parser.get_http_version()
+        if http_version != "1.1":
+            scope["http_version"] = http_version
+        url = httptools.parse_url(self.url)
+        raw_path: bytes = url.path
+        path = raw_path.decode("ascii")
+        if "%" in path:
+            path = urllib.parse.unquote(path)
+        root = self.root_path
+        scope["path"] = root + path if root else path
+        scope["raw_path"] = root.encode("ascii") + raw_path if root else raw_path
+        scope["query_string"] = url.query or b""
+        previous = self.cycle
+        transport: Any = self._cork if self._cork is not None else self.transport
+        cycle = self.cycle = _Cycle(
+            scope=scope, transport=transport, flow=self.flow, logger=self.logger,
+            access_logger=self.access_logger, access_log=self.access_log,
+            default_headers=self.server_state.default_headers, message_event=asyncio.Event(),
+            expect_100_continue=self.expect_100_continue,
+            keep_alive=http_version != "1.0" and parser.should_keep_alive(),
+            on_response=self.on_response_complete)
+        if previous is None or previous.response_complete:
+            self._start_asgi_task(cycle, self.app)
+        else:
+            self.flow.pause_reading()
+            self.pipeline.appendleft((cycle, self.app))
 
     def on_message_complete(self) -> None:
         if self._read_timer is not None:

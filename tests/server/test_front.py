@@ -1,7 +1,8 @@
 """What the HTTP front adds to uvicorn, through raw connections: a head over
 64 KiB is refused, a second request's head that stops half-way is cut off,
-pipelined requests are answered in order, and routing answers as the
-reference service does (one trailing slash ignored; 405 with Allow)."""
+pipelined requests are answered in order, a JSON answer written whole at once
+is the answer uvicorn would send, and routing answers as the reference service
+does (one trailing slash ignored; 405 with Allow)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from test_guards import until_closed  # the raw-connection helpers of the platform's guard tests
+from test_guards import parse_response, until_closed  # the raw-connection helpers of the platform's guard tests
 from waiting import wait_until
 
 import mnemex
@@ -76,6 +77,62 @@ async def test_pipelined_requests_are_answered_in_order(tmp_path: Path, server: 
                     received += await stream.receive_some()
         r = await http.get("/messages", params={"session_id": "p"})
         assert [m["message"]["content"] for m in r.json()["messages"]] == [f"message {i}" for i in range(5)]
+
+
+async def _exchange(port: int, request: bytes, answers: int) -> bytes:
+    """What the server sends for ``request`` on a new connection, once it holds
+    ``answers`` responses (or the server closed the connection)."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        await stream.send_all(request)
+        received = b""
+        with trio.fail_after(5):
+            while received.count(b"HTTP/1.1 ") < answers or not received.endswith((b"}", b"\r\n\r\n")):
+                data = await stream.receive_some()
+                if not data:
+                    break
+                received += data
+        return received
+
+
+async def test_a_json_answer_written_at_once_is_the_answer_uvicorn_sends(tmp_path: Path, server: Any) -> None:
+    async with server(cfg(tmp_path)) as http:
+        port = http.base_url.port
+        body = post(port, "/messages", {"session_id": "w", "messages": [{"role": "user", "content": "hi"}]})
+        raw = await _exchange(port, body, 1)
+        status, headers, payload = parse_response(raw)
+        assert status == 200
+        assert set(headers) == {"date", "content-length", "content-type"}
+        assert headers["content-type"] == "application/json"
+        assert int(headers["content-length"]) == len(payload)
+        assert json.loads(payload) == {"status": "success", "session_id": "w", "conversation_id": "w",
+                                       "stored": 1, "first_sequence": 1}
+        # a client that asks to close: the answer says so, and the connection ends after it
+        closing = body.replace(b"Content-Type:", b"Connection: close\r\nContent-Type:", 1)
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            await stream.send_all(closing)
+            with trio.fail_after(5):
+                raw = await until_closed(stream)
+        status, headers, payload = parse_response(raw)
+        assert (status, headers["connection"]) == (200, "close")
+        assert json.loads(payload)["first_sequence"] == 2
+        # HEAD: the GET route's head (its content-length) and no body, the connection kept
+        head = f"HEAD /messages?session_id=w HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+        get = f"GET /messages?session_id=w HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+        raw = await _exchange(port, head + get, 2)
+        first, _, second = raw.partition(b"\r\n\r\n")
+        status, headers, payload = parse_response(second)
+        assert first.startswith(b"HTTP/1.1 200") and b"content-length: %d" % len(payload) in first
+        assert status == 200 and json.loads(payload)["total"] == 2
+
+
+async def test_an_answer_with_headers_of_its_own_goes_the_asgi_way(tmp_path: Path, server: Any) -> None:
+    async with server(cfg(tmp_path), token="s3cret") as http:
+        r = await http.get("/sessions")
+        assert r.status_code == 401
+        assert r.headers["www-authenticate"] == "Bearer"
+        assert r.json() == {"error": "missing or wrong bearer token"}
 
 
 async def test_one_trailing_slash_is_ignored_and_a_wrong_method_is_405_with_allow(tmp_path: Path,
