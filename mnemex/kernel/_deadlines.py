@@ -36,16 +36,19 @@ class AskDeadlines:
         self._compact_at = _COMPACT_AT
         self._idle: trio.Event | None = None
 
-    def add(self, waiter: _Waiter, limit: float, kind: str, key: tuple[str, ...], command: Any) -> None:
+    def add(self, waiter: _Waiter, limit: float, kind: str, key: tuple[str, ...], command: Any, *,
+            now: float | None = None) -> None:
         """Fail ``waiter`` with ``overdue(limit, kind, key, command)`` unless answered
-        within ``limit`` seconds."""
+        within ``limit`` seconds from ``now`` (the run's clock, read by the caller
+        when it has it; default: read here)."""
         queue = self._queue
         while queue and queue[0][1].done:
             queue.popleft()
         if len(queue) >= self._compact_at:
             self._queue = queue = deque(entry for entry in queue if not entry[1].done)
             self._compact_at = max(_COMPACT_AT, 2 * len(queue))
-        queue.append((trio.current_time() + limit, waiter, limit, kind, key, command))
+        deadline = (trio.current_time() if now is None else now) + limit
+        queue.append((deadline, waiter, limit, kind, key, command))
         if self._idle is not None:
             self._idle.set()
             self._idle = None

@@ -576,13 +576,14 @@ class Runtime:
         key = check_key(key, self.config.kernel.max_key_bytes, kind=kind)
         cell = self._cell_for(kind, key)
         self._stats["asks"] += 1
-        turn = self._read_inline(cell, command, trio.current_time())
+        now = trio.current_time()
+        turn = self._read_inline(cell, command, now)
         if turn is not None:
             waiter.resolve(turn.reply)
             return True
         if self._write_inline(cell, command, waiter, None):
             if limit and not waiter.done:
-                self._deadlines.add(waiter, self.config.kernel.ask_timeout, kind, key, command)
+                self._deadlines.add(waiter, self.config.kernel.ask_timeout, kind, key, command, now=now)
             return True
         try:
             cell.mailbox.put_nowait(_Envelope(command, waiter))
@@ -592,7 +593,7 @@ class Runtime:
         if not cell.active:
             self._activate(cell)
         if limit:
-            self._deadlines.add(waiter, self.config.kernel.ask_timeout, kind, key, command)
+            self._deadlines.add(waiter, self.config.kernel.ask_timeout, kind, key, command, now=now)
         return True
 
     def read_parked(self, kind: str, key: Key, command: Any, now: float) -> tuple[bool, Any]:

@@ -1061,20 +1061,18 @@ async def _unbridged(*args: Any, **kwargs: Any) -> Any:
     raise RuntimeError(_UNBRIDGED)
 
 
-class App:
-    """The ASGI app of one server: the Guard in front of the Router. ``routes`` lists
-    every (path, method) served."""
+class App(Guard):
+    """The ASGI app of one server: the Guard in front of the Router (the Guard itself,
+    not a wrapper of it: a request takes one call fewer). ``routes`` lists every
+    (path, method) served."""
 
     def __init__(self, runtime: ServedRuntime, router: Router, settings: ServerSettings, metrics: Metrics,
                  streams: PushedStreams) -> None:
+        super().__init__(router, settings)
         self.runtime = runtime
         self.routes = router.routes
         self.metrics = metrics
         self.streams = streams
-        self._app = Guard(router, settings)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self._app(scope, receive, send)
 
 
 def build_app(runtime: MnemexRuntime | ServedRuntime, settings: ServerSettings | None = None, *,

@@ -544,6 +544,10 @@ class _Protocol(HttpToolsProtocol):
     _head_bytes = 0
     _in_head = True
     _last_read = 0.0
+    _idle_timer: asyncio.TimerHandle | None = None
+    _idle_since: float | None = None
+    """When the connection's last response ended with nothing after it (None: data
+    came since, or none ended yet)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if len(self.server_state.connections) >= self.max_connections:
@@ -579,6 +583,7 @@ class _Protocol(HttpToolsProtocol):
             self.load.requests -= 1
 
     def data_received(self, data: bytes) -> None:
+        self._idle_since = None
         if self._in_head:
             self._head_bytes += len(data)
         else:
@@ -645,16 +650,46 @@ class _Protocol(HttpToolsProtocol):
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
+        """uvicorn's, but for the keep-alive timeout: the connection notes when it fell
+        idle, and one timer of its own, armed once and then only when it fires,
+        closes it ``keep_alive_timeout`` after that (uvicorn arms a timer at the end
+        of every response and cancels it at the next request's first byte)."""
         if self._cork is not None:
             self._cork.flush()  # the head and the body of a response in one write
         self._served()
-        super().on_response_complete()  # arms uvicorn's keep-alive timer: an idle connection closes
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self._unset_keepalive_if_required()
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            return
+        self._idle_since = self.loop.time()
+        if self._idle_timer is None:
+            self._idle_timer = self.loop.call_later(self.timeout_keep_alive, self._idle_timed_out)
+
+    def _idle_timed_out(self) -> None:
+        """Close the connection if it has been idle for ``keep_alive_timeout``; if it
+        fell idle since, look again when that much time has passed (while a request
+        is under way, its response's end arms the timer again)."""
+        self._idle_timer = None
+        since = self._idle_since
+        if since is None or self.transport.is_closing():
+            return
+        left = since + self.timeout_keep_alive - self.loop.time()
+        if left > 0:
+            self._idle_timer = self.loop.call_later(left, self._idle_timed_out)
+        else:
+            self.transport.close()
 
     # -- the limits -----------------------------------------------------------------
     def _await_head(self) -> None:
         """A new connection's first request head must arrive whole within
         ``head_timeout`` (later heads: from their first byte; an idle keep-alive
-        connection is closed by uvicorn's own timer, of the same length)."""
+        connection is closed by the keep-alive timer, of the same length: see
+        on_response_complete)."""
         self._in_head = True
         self._head_bytes = 0
         self._head_timer = self.loop.call_later(self.head_timeout, self._head_timed_out)
@@ -686,7 +721,7 @@ class _Protocol(HttpToolsProtocol):
         self.transport.close()
 
     def _cancel_timers(self) -> None:
-        for timer in (self._head_timer, self._read_timer):
+        for timer in (self._head_timer, self._read_timer, self._idle_timer):
             if timer is not None:
                 timer.cancel()
-        self._head_timer = self._read_timer = None
+        self._head_timer = self._read_timer = self._idle_timer = None
