@@ -182,7 +182,7 @@ class AgentRef:
         as it does), for a host that asks ``ref`` itself (the HTTP server, with no
         trio task per request); ``appended`` then does what ``append`` does with the
         reply. Only when ``configured``."""
-        if isinstance(messages, Mapping | str | bytes):
+        if type(messages) is not list and isinstance(messages, Mapping | str | bytes):  # (an ABC is slow)
             raise InvalidInput("messages must be a list of chat messages, not a single one", field="messages")
         return AppendMessages(session_id=session_id, messages=messages_to_raw(messages),
                               timestamp=time.time(), query_id=query_id, turn=turn)
