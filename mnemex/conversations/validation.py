@@ -10,7 +10,6 @@ text message of a plain role) is decoded once and counted, nothing more.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any, Final
 
 import msgspec
@@ -57,10 +56,11 @@ _decode_shape = msgspec.json.Decoder(_Shape)
 _encode = msgspec.json.Encoder()
 
 
-@dataclass(slots=True)
-class CheckedMessage:
+class CheckedMessage(msgspec.Struct, gc=False):
     """One message that passed: its raw JSON, what the agent indexes and counts
-    (``item`` and ``joined``: see MessageEntry; a chat message leaves them unset)."""
+    (``item`` and ``joined``: see MessageEntry; a chat message leaves them unset).
+    (A Struct: made once per message appended, in C, five times faster than a
+    dataclass.)"""
 
     raw: msgspec.Raw
     role: str
