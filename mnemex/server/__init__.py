@@ -36,6 +36,21 @@ checked on the raw headers. With the agent's snapshot taken off its turn
 GC's sight, measured beside the previous tree on this shared machine (same
 runs, load 5 to 25, so noisy): 1 to 15% less server CPU per request, 1.06 to
 1.8x its rate, and p99 63 -> 20 ms in the quietest run.
+
+The request cycle is the server's own (``_serve._Cycle``, made by the server's
+protocol in place of uvicorn's): a whole JSON answer is written at once
+(``respond_whole``: status line, default headers, ours and the body in one
+write, without ASGI messages, uvicorn's header checks or the cork's scheduled
+flush) and a body that came with its head is taken at once (``take_whole_body``,
+without a ``receive()``); anything out of the ordinary goes the ASGI way. A
+connection's keep-alive timeout is one timer, re-armed when it fires, where
+uvicorn arms and cancels one per request. With the POST /messages body decoded
+once (``PostMessages.decode_parts``) and a few costs of the append path cut,
+measured beside the previous tree (2026-11-26, load 6-15, so noisy): the
+server's main thread 63 -> 53 us of CPU per POST /messages in process (its
+protocol fed by 16 connections without sockets), and the whole server process
+85 -> 80 us per request under wrk (``bench/http.py --routes post``, medians of
+3 rounds; per round 0.91, 0.82, 0.93 of the previous tree's).
 """
 
 from mnemex.server._app import build_app
