@@ -30,11 +30,9 @@ import signal
 import socket
 import threading
 import time
-import urllib.parse
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Final
 
-import httptools
 import outcome
 import threadpoolctl
 import trio
@@ -602,44 +600,21 @@ class _Protocol(HttpToolsProtocol):
             self._read_timer = self.loop.call_later(self.idle_read_timeout, self._read_timed_out)
 
     def on_headers_complete(self) -> None:
-        """The request's head is in: complete its scope and start its cycle (a
-        ``_Cycle`` writing through the connection's ``_Cork``), or queue it behind the
-        response under way (pipelining). uvicorn's own, but for the cycle's class;
-        the upgrade check is left out as uvicorn's is a no-op here (no WebSocket
-        protocol is served: an upgrade request is an ordinary request)."""
+        """The request's head is in: uvicorn completes its scope and starts its cycle
+        (or queues it behind the response under way); the cycle is then made a
+        ``_Cycle`` writing through the connection's ``_Cork``. Its task has not run
+        yet, so it only ever sees the cycle as a ``_Cycle`` (whose class adds methods,
+        no state)."""
         self._in_head = False
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
-        parser = self.parser
-        scope = self.scope
-        scope["method"] = parser.get_method().decode("ascii")
-        http_version = parser.get_http_version()
-        if http_version != "1.1":
-            scope["http_version"] = http_version
-        url = httptools.parse_url(self.url)
-        raw_path: bytes = url.path
-        path = raw_path.decode("ascii")
-        if "%" in path:
-            path = urllib.parse.unquote(path)
-        root = self.root_path
-        scope["path"] = root + path if root else path
-        scope["raw_path"] = root.encode("ascii") + raw_path if root else raw_path
-        scope["query_string"] = url.query or b""
-        previous = self.cycle
-        transport: Any = self._cork if self._cork is not None else self.transport
-        cycle = self.cycle = _Cycle(
-            scope=scope, transport=transport, flow=self.flow, logger=self.logger,
-            access_logger=self.access_logger, access_log=self.access_log,
-            default_headers=self.server_state.default_headers, message_event=asyncio.Event(),
-            expect_100_continue=self.expect_100_continue,
-            keep_alive=http_version != "1.0" and parser.should_keep_alive(),
-            on_response=self.on_response_complete)
-        if previous is None or previous.response_complete:
-            self._start_asgi_task(cycle, self.app)
-        else:
-            self.flow.pause_reading()
-            self.pipeline.appendleft((cycle, self.app))
+        super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None:
+            cycle.__class__ = _Cycle
+            if self._cork is not None:
+                cycle.transport = self._cork  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
         if self._read_timer is not None:
