@@ -444,25 +444,31 @@ class BM25Index(SidecarIndex):
         """BM25 score of every doc id slot for *query* (0 where it does not match,
         including slots with no document), or None when nothing can match."""
         parsed = self.tokenizer.parse_query(query) if isinstance(query, str) else query
-        return self._scored(parsed, allowed, None)
+        found = self._scored(parsed, allowed, None)
+        return None if found is None else found[0]
 
     def scored(self, query: str | ParsedQuery, allowed: Allowed = None) -> Scored | None:
         """:meth:`score_all` and :meth:`content_matches` in one pass over the query
         terms' postings, with the docs that hold a term in their context only (see
         :class:`Scored`); None when nothing can match (as ``score_all``)."""
         parsed = self.tokenizer.parse_query(query) if isinstance(query, str) else query
-        counts = np.zeros(self._capacity, dtype=np.int32)
         context: list[_I32] = []
-        found = self._scored(parsed, allowed, (counts, context))
+        found = self._scored(parsed, allowed, context)
         if found is None:
             return None
+        scores, counts = found
         context_docs = np.concatenate(context).astype(np.int64) if context else np.zeros(0, dtype=np.int64)
-        return Scored(found, counts, context_docs)
+        assert counts is not None
+        return Scored(scores, counts, context_docs)
 
     def _scored(self, parsed: ParsedQuery, allowed: Allowed,
-                matches: tuple[npt.NDArray[np.int32], list[_I32]] | None) -> _F64 | None:
-        """score_all's scores; with ``matches`` (counts by doc slot, a list for the
-        context-only docs), fills them as :meth:`scored` says."""
+                context: list[_I32] | None) -> tuple[_F64, npt.NDArray[np.int32] | None] | None:
+        """score_all's scores; with ``context`` (a list for the context-only docs),
+        also the content match counts by doc slot, filled as :meth:`scored` says.
+
+        Every query term's postings are scored in one pass: their contributions,
+        term after term, summed per doc by one ``bincount``, which adds them in that
+        order from 0 (what adding each term's into an array of zeros gave)."""
         term_ids = sorted({self._vocab[t] for t in parsed.all_terms if t in self._vocab})
         n_docs = len(self._content)
         if not term_ids or n_docs == 0:
@@ -479,30 +485,43 @@ class BM25Index(SidecarIndex):
             self._norms = (key, 1.0 - b + b * inv_avg_content * self._len_content,
                            1.0 - b + b * inv_avg_context * self._len_context if use_context else None)
         _, content_norms, context_norms = self._norms
-        scores = np.zeros(self._capacity, dtype=np.float64)
-        for term_id in term_ids:
-            docs, tf_content, tf_context, in_content, context_only = self._postings[term_id].filled()
-            df = len(docs)
-            if df == 0:
-                continue
-            idf = _idf(n_docs, df)
+        capacity = self._capacity
+        postings = [self._postings[term_id].filled() for term_id in term_ids]
+        postings = [p for p in postings if len(p[0])]
+        counts: npt.NDArray[np.int32] | None = None
+        if not postings:
+            scores = np.zeros(capacity, dtype=np.float64)
+            if context is not None:
+                counts = np.zeros(capacity, dtype=np.int32)
+        else:
+            # idf(t) (k1 + 1) per posting, as the scalar each term's postings were scaled by
+            factors = [_idf(n_docs, len(p[0])) * (k1 + 1.0) for p in postings]
+            if len(postings) == 1:
+                docs, tf_content, tf_context = postings[0][:3]
+                factor: float | _F64 = factors[0]
+            else:
+                docs = np.concatenate([p[0] for p in postings])
+                tf_content = np.concatenate([p[1] for p in postings])
+                tf_context = np.concatenate([p[2] for p in postings])
+                factor = np.repeat(factors, [len(p[0]) for p in postings])
             tf = tf_content / content_norms[docs]  # float64 (the norms')
             if context_norms is not None:
                 tf += np.multiply(tf_context, weight, dtype=np.float64) / context_norms[docs]
-            scores[docs] += idf * (k1 + 1.0) * tf / (k1 + tf)
-            if matches is not None:
-                matches[0][in_content] += 1
-                if len(context_only):
-                    matches[1].append(context_only)
-        mask = allowed_mask(allowed, self._capacity)
+            scores = np.bincount(docs, factor * tf / (k1 + tf), minlength=capacity)
+            if context is not None:
+                held = [p[3] for p in postings]
+                counts = np.bincount(held[0] if len(held) == 1 else np.concatenate(held),
+                                     minlength=capacity).astype(np.int32)
+                context.extend(p[4] for p in postings if len(p[4]))
+        mask = allowed_mask(allowed, capacity)
         if mask is not None:
             scores[~mask] = 0.0
         for phrase in parsed.phrases:
             holders = self._phrase_holders(phrase)
-            keep = np.zeros(self._capacity, dtype=np.bool_)
+            keep = np.zeros(capacity, dtype=np.bool_)
             keep[holders] = True
             scores[~keep] = 0.0
-        return scores
+        return scores, counts
 
     def content_matches(self, query: str | ParsedQuery) -> npt.NDArray[np.int32]:
         """For every doc id slot, how many distinct terms of *query* its content (not
