@@ -507,7 +507,8 @@ class BM25Index(SidecarIndex):
             tf = tf_content / content_norms[docs]  # float64 (the norms')
             if context_norms is not None:
                 tf += np.multiply(tf_context, weight, dtype=np.float64) / context_norms[docs]
-            scores = np.bincount(docs, factor * tf / (k1 + tf), minlength=capacity).astype(np.float64, copy=False)
+            summed = np.bincount(docs, factor * tf / (k1 + tf), minlength=capacity)
+            scores = summed.astype(np.float64, copy=False)
             if context is not None:
                 held = [p[3] for p in postings]
                 counts = np.bincount(held[0] if len(held) == 1 else np.concatenate(held),
