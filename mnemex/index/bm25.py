@@ -189,6 +189,51 @@ class _PostingsTable:
         return counts, b"".join(docs), b"".join(tfs)
 
 
+TERM_SCORES_MIN_DF: Final = 128
+"""Postings from which a term's BM25 contributions are kept between searches (below,
+computing them costs little more than reading them back)."""
+
+TERM_SCORES_MAX_BYTES: Final = 1 << 20
+"""The most an index keeps of its terms' contributions (8 bytes a posting): a
+10,000-memory scope's frequent terms fit several times."""
+
+
+class _TermScores:
+    """Each frequent term's BM25 contribution per posting (``idf (k1 + 1) tf / (k1 +
+    tf)``, aligned with its postings), kept while the index's lengths do not change (a
+    key made from them) and the term's postings are the same arrays. Bounded by
+    ``TERM_SCORES_MAX_BYTES``: a term that would pass it starts the kept ones afresh.
+    Searches running side by side (threads) share it: each change is one replacement
+    of a dict entry or of the dict, never an iteration."""
+
+    __slots__ = ("_entries", "_key", "nbytes")
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[object, object, _F64]] = {}  # term id -> (key, postings, scores)
+        self._key: object = None
+        self.nbytes = 0
+
+    def get(self, key: object, term_id: int, postings: object) -> _F64 | None:
+        """The contributions kept for ``term_id`` under ``key`` (the lengths' key) for
+        these ``postings`` (the arrays they were computed from), or None."""
+        found = self._entries.get(term_id)
+        if found is None or found[1] is not postings or found[0] != key:
+            return None
+        return found[2]
+
+    def put(self, key: object, term_id: int, postings: object, scores: _F64) -> None:
+        """Keep ``scores`` (read-only from now on) as ``term_id``'s under ``key``."""
+        if scores.nbytes > TERM_SCORES_MAX_BYTES:
+            return
+        scores.flags.writeable = False
+        entries = self._entries
+        if key != self._key or self.nbytes + scores.nbytes > TERM_SCORES_MAX_BYTES:
+            entries = self._entries = {}  # kept under other lengths, or full: afresh
+            self._key, self.nbytes = key, 0
+        entries[term_id] = (key, postings, scores)
+        self.nbytes += scores.nbytes
+
+
 def _idf(n_docs: int, df: int) -> float:
     """BM25's inverse document frequency, the variant that is never negative."""
     return math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
@@ -233,6 +278,8 @@ class BM25Index(SidecarIndex):
         self._norms: tuple[tuple[float, ...], _F64, _F64 | None] | None = None
         """(key, content norms, context norms): BM25's length normalisation of every doc
         slot, kept between searches while the index does not change."""
+        self._term_scores = _TermScores()
+        """The frequent terms' contributions, kept between searches (see _TermScores)."""
 
     # -- reading ---------------------------------------------------------------------
     def __len__(self) -> int:
@@ -466,9 +513,10 @@ class BM25Index(SidecarIndex):
         """score_all's scores; with ``context`` (a list for the context-only docs),
         also the content match counts by doc slot, filled as :meth:`scored` says.
 
-        Every query term's postings are scored in one pass: their contributions,
-        term after term, summed per doc by one ``bincount``, which adds them in that
-        order from 0 (what adding each term's into an array of zeros gave)."""
+        Every query term's postings are scored in one pass: their contributions
+        (the frequent terms' kept between searches, see _TermScores), term after term,
+        summed per doc by one ``bincount``, which adds them in that order from 0 (what
+        adding each term's into an array of zeros gave)."""
         term_ids = sorted({self._vocab[t] for t in parsed.all_terms if t in self._vocab})
         n_docs = len(self._content)
         if not term_ids or n_docs == 0:
@@ -486,34 +534,60 @@ class BM25Index(SidecarIndex):
                            1.0 - b + b * inv_avg_context * self._len_context if use_context else None)
         _, content_norms, context_norms = self._norms
         capacity = self._capacity
-        postings = [self._postings[term_id].filled() for term_id in term_ids]
-        postings = [p for p in postings if len(p[0])]
+        kept = self._term_scores
+        # per term with postings: (term id, its arrays, its contributions if kept)
+        terms: list[tuple[int, tuple[_I32, _F32, _F32, _I32, _I32], _F64 | None]] = []
+        for term_id in term_ids:
+            filled = self._postings[term_id].filled()
+            if len(filled[0]):
+                terms.append((term_id, filled, kept.get(key, term_id, filled)
+                              if len(filled[0]) >= TERM_SCORES_MIN_DF else None))
         counts: npt.NDArray[np.int32] | None = None
-        if not postings:
+        if not terms:
             scores = np.zeros(capacity, dtype=np.float64)
             if context is not None:
                 counts = np.zeros(capacity, dtype=np.int32)
         else:
-            # idf(t) (k1 + 1) per posting, as the scalar each term's postings were scaled by
-            factors = [_idf(n_docs, len(p[0])) * (k1 + 1.0) for p in postings]
-            if len(postings) == 1:
-                docs, tf_content, tf_context = postings[0][:3]
-                factor: float | _F64 = factors[0]
+            fresh = [(term_id, filled) for term_id, filled, found in terms if found is None]
+            computed: dict[int, _F64] = {}
+            if fresh:  # the terms not kept, in one pass (elementwise, as for each alone)
+                sizes = [len(filled[0]) for _, filled in fresh]
+                # idf(t) (k1 + 1) per posting, as the scalar each term's postings were scaled by
+                factors = [_idf(n_docs, size) * (k1 + 1.0) for size in sizes]
+                if len(fresh) == 1:
+                    docs, tf_content, tf_context = fresh[0][1][:3]
+                    factor: float | _F64 = factors[0]
+                else:
+                    docs = np.concatenate([filled[0] for _, filled in fresh])
+                    tf_content = np.concatenate([filled[1] for _, filled in fresh])
+                    tf_context = np.concatenate([filled[2] for _, filled in fresh])
+                    factor = np.repeat(factors, sizes)
+                tf = tf_content / content_norms[docs]  # float64 (the norms')
+                if context_norms is not None:
+                    tf += np.multiply(tf_context, weight, dtype=np.float64) / context_norms[docs]
+                contributions = factor * tf / (k1 + tf)
+                at = 0
+                for (term_id, filled), size in zip(fresh, sizes, strict=True):
+                    part = contributions[at:at + size]
+                    at += size
+                    if size >= TERM_SCORES_MIN_DF:
+                        part = part.copy()
+                        kept.put(key, term_id, filled, part)
+                    computed[term_id] = part
+            parts = [found if found is not None else computed[term_id] for term_id, _, found in terms]
+            if len(terms) == 1:
+                every_doc, every_part = terms[0][1][0], parts[0]
             else:
-                docs = np.concatenate([p[0] for p in postings])
-                tf_content = np.concatenate([p[1] for p in postings])
-                tf_context = np.concatenate([p[2] for p in postings])
-                factor = np.repeat(factors, [len(p[0]) for p in postings])
-            tf = tf_content / content_norms[docs]  # float64 (the norms')
-            if context_norms is not None:
-                tf += np.multiply(tf_context, weight, dtype=np.float64) / context_norms[docs]
-            summed = np.bincount(docs, factor * tf / (k1 + tf), minlength=capacity)
+                every_doc = np.concatenate([filled[0] for _, filled, _ in terms])
+                every_part = np.concatenate(parts)
+            # summed per doc in term order from 0, as adding each term's into zeros did
+            summed = np.bincount(every_doc, every_part, minlength=capacity)
             scores = summed.astype(np.float64, copy=False)
             if context is not None:
-                held = [p[3] for p in postings]
+                held = [filled[3] for _, filled, _ in terms]
                 counts = np.bincount(held[0] if len(held) == 1 else np.concatenate(held),
                                      minlength=capacity).astype(np.int32)
-                context.extend(p[4] for p in postings if len(p[4]))
+                context.extend(filled[4] for _, filled, _ in terms if len(filled[4]))
         mask = allowed_mask(allowed, capacity)
         if mask is not None:
             scores[~mask] = 0.0
