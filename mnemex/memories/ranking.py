@@ -368,7 +368,10 @@ class Ranker:
         else:  # calibrated scores, weighted to a mean; the text weight adapts (module doc)
             if settings.fusion_adaptive and index is not None and w_vector > 0:
                 nearest = [cosine for _, cosine in vector_ranked[:CROWDING_NEIGHBOURS]]
-                crowded = crowding(float(np.mean(nearest)) if nearest else 0.0, settings.cosine_crowded)
+                # (np.mean's own sum and division, without its checks)
+                mean = float(np.add.reduce(np.array(nearest, dtype=np.float64))) / len(nearest) if nearest \
+                    else 0.0
+                crowded = crowding(mean, settings.cosine_crowded)
                 weights = text_weights(texts, crowded, weights[0], fulltext.matched(docs),
                                        COVERAGE_MIN_TERMS if fulltext.worded else 1)
             relevance = weights * texts + (1.0 - weights) * calibrated
@@ -396,16 +399,18 @@ class Ranker:
             access = record.access_count / (record.access_count + ACCESS_HALF)
             return record.importance, recency, access
 
-        if factor_weights.any():
-            factors = rank_factors(np.array([parts(doc) for doc in candidates], dtype=np.float64),
-                                   factor_weights)
+        every_part = [parts(doc) for doc in candidates] if factor_weights.any() else None
+        if every_part is not None:
+            factors = rank_factors(np.array(every_part, dtype=np.float64), factor_weights)
             scores = relevance * factors
         else:
             factors = None
             scores = relevance
         top = np.lexsort((docs, -scores))[:top_k]
         top_docs = docs[top].tolist()
-        importances, recencies, accesses = zip(*(parts(doc) for doc in top_docs), strict=True)
+        top_parts = [every_part[i] for i in top.tolist()] if every_part is not None \
+            else [parts(doc) for doc in top_docs]
+        importances, recencies, accesses = zip(*top_parts, strict=True)
         # the breakdown of the top_k only: one gather of every signal, rounded to 6
         # decimals in one pass (as round() rounds), read as plain floats
         rounded = rounded6(np.vstack((np.array((texts, bm25s, calibrated, cosines, weights, near_period,
@@ -549,7 +554,7 @@ def calibrated_cosine(cosines: F64, floor: float, ceiling: float) -> F64:
     span = max(ceiling - floor, 1e-6)
     s = _SMOOTHING
     rise = s * (np.logaddexp(0.0, (cosines - floor) / s) - np.logaddexp(0.0, (cosines - ceiling) / s))
-    out: F64 = np.clip(rise / span, 0.0, 1.0)
+    out: F64 = _clipped(rise / span, 0.0, 1.0)
     return out
 
 
@@ -560,7 +565,7 @@ def crowding(nearest: float, crowded: float) -> float:
     embedder whose cosines say nothing about crowding)."""
     if crowded <= 0:
         return 1.0
-    return float(np.clip((nearest - 0.75 * crowded) / (0.25 * crowded), 0.0, 1.0))
+    return min(max((nearest - 0.75 * crowded) / (0.25 * crowded), 0.0), 1.0)
 
 
 def text_weights(texts: F64, crowded: float, weight: float, matched: F64, needed: int) -> F64:
@@ -572,7 +577,7 @@ def text_weights(texts: F64, crowded: float, weight: float, matched: F64, needed
     module doc."""
     low, high = COVERAGE_RAMP
     trust = matched >= needed
-    coverage = trust * np.clip((texts - low) / (high - low), 0.0, 1.0)
+    coverage = trust * _clipped((texts - low) / (high - low), 0.0, 1.0)
     out: F64 = weight * np.maximum(crowded, coverage)
     return out
 
@@ -586,8 +591,16 @@ def rank_factors(parts: F64, weights: F64) -> F64:
     ``1 + w_i * (2 * importance - 1) + w_r * (2 * recency - 1) + w_a * access``, within
     FACTOR_RANGE. Importance 0.5, a half-life old and never used is 1: the relevance
     as it is. A factor only reorders: it never takes a candidate out."""
-    deviations = np.column_stack([2.0 * parts[:, 0] - 1.0, 2.0 * parts[:, 1] - 1.0, parts[:, 2]])
-    out: F64 = np.clip(1.0 + deviations @ weights, *FACTOR_RANGE)
+    deviations = parts.copy()
+    deviations[:, :2] = 2.0 * parts[:, :2] - 1.0
+    out: F64 = _clipped(1.0 + deviations @ weights, *FACTOR_RANGE)
+    return out
+
+
+def _clipped(values: F64, low: float, high: float) -> F64:
+    """``np.clip(values, low, high)`` (the same values, NaN kept), without its
+    wrappers' cost: the ranking clips a few arrays of a hundred values a search."""
+    out: F64 = np.minimum(np.maximum(values, low), high)
     return out
 
 
