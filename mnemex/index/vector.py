@@ -1019,6 +1019,14 @@ class VectorIndex:
         self._row_of = _grown(self._row_of, len(self._row_of), size, fill=-1)
 
     def _as_matrix(self, vectors: npt.ArrayLike, rows: int) -> F32:
+        if (rows == 1 and type(vectors) is np.ndarray and vectors.dtype == np.float32
+                and vectors.shape == (self.dim,)):
+            # one float32 query (every search's): the norm below, first; a finite one
+            # means every value is finite, and one of unit length keeps it as it is
+            matrix = vectors.reshape(1, self.dim)
+            norms = np.sqrt(np.add.reduce(matrix * matrix, axis=1))
+            if not (np.abs(norms - 1.0) > 1e-6)[0] and np.isfinite(norms[0]):
+                return np.ascontiguousarray(matrix)
         try:
             matrix = np.asarray(vectors, dtype=np.float32)
         except (TypeError, ValueError) as exc:

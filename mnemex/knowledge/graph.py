@@ -97,19 +97,26 @@ class Expansion:
     """The query's words that name the entities (normalised)."""
     """Per named entity: the docs that mention it, and those it says."""
 
-    def lift(self, doc: int, mention_only: float) -> float:
-        """How much of the query's entities a doc is about, 0..1: the mean over the
-        named entities of 1 (it says it), ``mention_only`` (it names it: 1 for an
-        entity that says no memory) or 0."""
-        if not self.each:
-            return 0.0
-        total = 0.0
-        for mentioning, saying in self.each:
-            if doc in saying:
-                total += 1.0
-            elif doc in mentioning:  # an entity that never speaks is only ever named
-                total += mention_only if saying else 1.0
-        return total / len(self.each)
+    def lifts(self, docs: Iterable[int], mention_only: float) -> list[float]:
+        """How much of the query's entities each of ``docs`` is about, 0..1: the mean
+        over the named entities of 1 (it says it), ``mention_only`` (it names it: 1
+        for an entity that says no memory) or 0."""
+        each = self.each
+        if not each:
+            return [0.0 for _ in docs]
+        # per entity: (its sayers, what naming it counts: an entity that never speaks
+        # is only ever named), summed in the entities' order
+        counted = [(mentioning, saying, mention_only if saying else 1.0) for mentioning, saying in each]
+        out = []
+        for doc in docs:
+            total = 0.0
+            for mentioning, saying, named in counted:
+                if doc in saying:
+                    total += 1.0
+                elif doc in mentioning:
+                    total += named
+            out.append(total / len(each))
+        return out
 
 
 @dataclass(slots=True)

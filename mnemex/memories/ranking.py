@@ -384,9 +384,8 @@ class Ranker:
         is_named = _members(docs, named)
         if len(named):
             assert expansion is not None
-            lift = expansion.lift
             named_at = np.flatnonzero(is_named)  # a memory the named entity says counts fully
-            names_entity[named_at] = [lift(doc, MENTION_ONLY) for doc in docs[named_at].tolist()]
+            names_entity[named_at] = expansion.lifts(docs[named_at].tolist(), MENTION_ONLY)
             relevance = relevance + (1.0 - relevance) * settings.expansion_graph_weight * names_entity
         expanded = fulltext.expanded_scores(docs)
         half_life = settings.recency_half_life
