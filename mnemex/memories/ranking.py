@@ -223,16 +223,19 @@ class Ranker:
         array = ranking = matches = None
         if scored is not None:
             array, matches = scored.scores, scored.matches
-            ranking = array.copy()
             # only a doc holding a term in its context can match by its context alone
             context_only = scored.context_docs[matches[scored.context_docs] == 0]
-            ranking[context_only] = array[context_only] * CONTEXT_ONLY
+            ranking = array  # (the same values: one array, until context-only matches are cut)
+            if len(context_only):
+                ranking = array.copy()
+                ranking[context_only] = array[context_only] * CONTEXT_ONLY
         expanded = self._expanded(expansion, allowed) if expansion is not None and len(bm25) else None
         if expanded is not None:  # the expansion's terms count as the query's, at their weights
             if array is None or ranking is None:
                 array, ranking = np.zeros(len(expanded)), np.zeros(len(expanded))
+            same = ranking is array
             array = array + expanded
-            ranking = ranking + expanded
+            ranking = array if same else ranking + expanded
         ideal, terms = _ideal_score(bm25, parsed.all_terms)
         boosts: dict[int, float] = {}
         entity_hits: dict[int, int] = {}
@@ -643,7 +646,7 @@ class _FullText(NamedTuple):
         0); the BM25 scores as the index gives them."""
         array, ranking = self.array, self.ranking
         bm25 = _at(array if ranking is not None else None, docs)
-        ranked = _at(ranking if array is not None else None, docs)
+        ranked = bm25 if ranking is array else _at(ranking if array is not None else None, docs)
         totals = ranked + self.boosts_of(docs) if self.boosts else ranked
         if self.ideal > 0:
             return np.minimum(1.0, totals / self.ideal), bm25
