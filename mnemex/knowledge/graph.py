@@ -720,6 +720,10 @@ class EntityGraph:
     # -- reading the graph ----------------------------------------------------------------------
     def find(self, text: str) -> list[str]:
         """The entities a text names (by any name or alias), in order of first match."""
+        return self._found(normalize_phrase(text, fold_accents=self.fold_accents))
+
+    def _found(self, normal: str) -> list[str]:
+        """``find`` of a text already normalised (``normalize_phrase``)."""
         automaton = self._finder
         if automaton is None:
             automaton = ahocorasick.Automaton()
@@ -730,7 +734,7 @@ class EntityGraph:
             self._finder = automaton
         if not len(automaton):
             return []
-        haystack = f" {normalize_phrase(text, fold_accents=self.fold_accents)} "
+        haystack = f" {normal} "
         found: dict[str, None] = {}
         # the longest name wins where names overlap ("black tower" over "tower")
         root = self._resolved().root
@@ -798,10 +802,11 @@ class EntityGraph:
         the graph changes: it depends only on the entities the query names and the
         query's words that name them (the same object is returned for each query that
         names them so; do not change it)."""
-        found = self.find(query)
+        normal = normalize_phrase(query, fold_accents=self.fold_accents)
+        found = self._found(normal)
         if not found:
             return None
-        asked = set(normalize_phrase(query, fold_accents=self.fold_accents).split(" "))
+        asked = set(normal.split(" "))
         named_words = frozenset(word for entity in found for key in self.keys_of(entity)
                                 for word in key.split(" ") if word in asked)
         memo_key = (tuple(found), named_words, neighbours)
