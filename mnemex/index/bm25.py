@@ -23,7 +23,9 @@ Storage: per term two ``array('i')`` columns (doc ids, packed term frequencies)
 turned into numpy arrays on first use after a change; per document the content
 as a sequence of term ids by position (stop words as -1), for phrase checks and
 removal. About 8 bytes per (term, document) posting plus 4 bytes per content
-word.
+word. A search scores its terms' postings in one pass; the contributions of the
+frequent terms (``TERM_SCORES_MIN_DF`` postings and more) are kept between searches
+until the index changes, at most ``TERM_SCORES_MAX_BYTES`` (1 MiB) an index.
 
 Persistence: :meth:`BM25Index.to_sidecar` writes the whole state as one blob
 (the postings, sequences and lengths as raw arrays, see
