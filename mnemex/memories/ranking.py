@@ -267,16 +267,18 @@ class Ranker:
         (see _FullText)."""
         fulltext = self._fulltext(query, allowed, expansion)
         boosts, ranking = fulltext.boosts, fulltext.ranking
-        pool = np.array(sorted(boosts), dtype=np.int64)
+        best = np.zeros(0, dtype=np.int64)
         if ranking is not None:
             positive = np.flatnonzero(ranking > 0)
             best = _best(positive, ranking[positive], count)
-            pool = np.union1d(best, pool) if len(pool) else np.sort(best)  # (distinct ids)
-        totals = ranking[pool] if ranking is not None else np.zeros(len(pool), dtype=np.float64)
-        if boosts:
+        if boosts:  # the boosted docs join, and every one's total is its BM25 plus its boost
+            pool = np.union1d(best, np.array(sorted(boosts), dtype=np.int64))  # (distinct ids)
+            totals = ranking[pool] if ranking is not None else np.zeros(len(pool), dtype=np.float64)
             totals = totals + fulltext.boosts_of(pool)
-        best = _best(pool, totals, count)
-        best_totals = totals[np.searchsorted(pool, best)]
+            best = _best(pool, totals, count)
+            best_totals = totals[np.searchsorted(pool, best)]
+        else:
+            best_totals = ranking[best] if ranking is not None else np.zeros(0, dtype=np.float64)
         order = np.lexsort((best, -best_totals))
         ranked = list(zip(best[order].tolist(), best_totals[order].tolist(), strict=True))
         return ranked, fulltext
