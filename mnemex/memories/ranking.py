@@ -320,7 +320,10 @@ class Ranker:
         # an exact index scores every memory once; the searches and cosines below read that
         exact = index.exact_scores(vector) if isinstance(index, VectorIndex) else None
         cosines_of = _Cosines(index, _unit(vector), exact)
-        vector_ranked = cosines_of.search(vector, count, allowed)
+        # the full-text candidates' cosines are read below: rescored with the search's rows
+        vector_ranked = cosines_of.search(vector, count, allowed,
+                                          np.fromiter((doc for doc, _ in text_ranked), dtype=np.int64,
+                                                      count=len(text_ranked)))
         dated = self._dated(query)
         extra: list[int] = []
         named = np.zeros(0, dtype=np.int64)  # the memories of the query's entities, ascending
@@ -665,12 +668,14 @@ class _Cosines:
                  exact: ExactScores | None) -> None:
         self.index, self.unit_query, self.exact = index, unit_query, exact
 
-    def search(self, vector: F32, top_k: int, allowed: Mask | None) -> list[tuple[int, float]]:
-        """The index's search for ``vector`` (the query's)."""
+    def search(self, vector: F32, top_k: int, allowed: Mask | None,
+               also: npt.NDArray[np.int64] | None = None) -> list[tuple[int, float]]:
+        """The index's search for ``vector`` (the query's); ``also``: docs whose
+        cosines are read next, computed with the search's where that is cheaper."""
         if self.index is None:
             return []
         if self.exact is not None:
-            return self.exact.search(top_k, allowed)
+            return self.exact.search(top_k, allowed, also)
         return self.index.search(vector, top_k, allowed)
 
     def __call__(self, docs: npt.NDArray[np.int64]) -> F64:
