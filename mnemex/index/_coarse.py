@@ -197,10 +197,11 @@ class CoarseScan:
         if packed:
             wide = query.astype(np.float64)
             length = float(np.sqrt(wide.dot(wide)))
-            spread = float(np.abs(wide).sum())
-            peak = float(np.abs(wide).max())
+            size = np.abs(wide)
+            spread = float(np.add.reduce(size))
+            peak = float(np.maximum.reduce(size))
             scale = peak / 127.0 if peak > 0 else 1.0
-            codes = np.clip(np.rint(wide / scale), -127, 127)
+            codes = np.minimum(np.maximum(np.rint(wide / scale), -127), 127)
             rest = wide - codes * scale
             query_error = float(np.sqrt(rest.dot(rest)))
             packed_query = codes.astype(np.int8)[None, :]

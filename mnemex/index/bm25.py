@@ -23,7 +23,9 @@ Storage: per term two ``array('i')`` columns (doc ids, packed term frequencies)
 turned into numpy arrays on first use after a change; per document the content
 as a sequence of term ids by position (stop words as -1), for phrase checks and
 removal. About 8 bytes per (term, document) posting plus 4 bytes per content
-word.
+word. A search scores its terms' postings in one pass; the contributions of the
+frequent terms (``TERM_SCORES_MIN_DF`` postings and more) are kept between searches
+until the index changes, at most ``TERM_SCORES_MAX_BYTES`` (1 MiB) an index.
 
 Persistence: :meth:`BM25Index.to_sidecar` writes the whole state as one blob
 (the postings, sequences and lengths as raw arrays, see
@@ -189,6 +191,51 @@ class _PostingsTable:
         return counts, b"".join(docs), b"".join(tfs)
 
 
+TERM_SCORES_MIN_DF: Final = 128
+"""Postings from which a term's BM25 contributions are kept between searches (below,
+computing them costs little more than reading them back)."""
+
+TERM_SCORES_MAX_BYTES: Final = 1 << 20
+"""The most an index keeps of its terms' contributions (8 bytes a posting): a
+10,000-memory scope's frequent terms fit several times."""
+
+
+class _TermScores:
+    """Each frequent term's BM25 contribution per posting (``idf (k1 + 1) tf / (k1 +
+    tf)``, aligned with its postings), kept while the index's lengths do not change (a
+    key made from them) and the term's postings are the same arrays. Bounded by
+    ``TERM_SCORES_MAX_BYTES``: a term that would pass it starts the kept ones afresh.
+    Searches running side by side (threads) share it: each change is one replacement
+    of a dict entry or of the dict, never an iteration."""
+
+    __slots__ = ("_entries", "_key", "nbytes")
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[object, object, _F64]] = {}  # term id -> (key, postings, scores)
+        self._key: object = None
+        self.nbytes = 0
+
+    def get(self, key: object, term_id: int, postings: object) -> _F64 | None:
+        """The contributions kept for ``term_id`` under ``key`` (the lengths' key) for
+        these ``postings`` (the arrays they were computed from), or None."""
+        found = self._entries.get(term_id)
+        if found is None or found[1] is not postings or found[0] != key:
+            return None
+        return found[2]
+
+    def put(self, key: object, term_id: int, postings: object, scores: _F64) -> None:
+        """Keep ``scores`` (read-only from now on) as ``term_id``'s under ``key``."""
+        if scores.nbytes > TERM_SCORES_MAX_BYTES:
+            return
+        scores.flags.writeable = False
+        entries = self._entries
+        if key != self._key or self.nbytes + scores.nbytes > TERM_SCORES_MAX_BYTES:
+            entries = self._entries = {}  # kept under other lengths, or full: afresh
+            self._key, self.nbytes = key, 0
+        entries[term_id] = (key, postings, scores)
+        self.nbytes += scores.nbytes
+
+
 def _idf(n_docs: int, df: int) -> float:
     """BM25's inverse document frequency, the variant that is never negative."""
     return math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
@@ -233,6 +280,8 @@ class BM25Index(SidecarIndex):
         self._norms: tuple[tuple[float, ...], _F64, _F64 | None] | None = None
         """(key, content norms, context norms): BM25's length normalisation of every doc
         slot, kept between searches while the index does not change."""
+        self._term_scores = _TermScores()
+        """The frequent terms' contributions, kept between searches (see _TermScores)."""
 
     # -- reading ---------------------------------------------------------------------
     def __len__(self) -> int:
@@ -444,25 +493,32 @@ class BM25Index(SidecarIndex):
         """BM25 score of every doc id slot for *query* (0 where it does not match,
         including slots with no document), or None when nothing can match."""
         parsed = self.tokenizer.parse_query(query) if isinstance(query, str) else query
-        return self._scored(parsed, allowed, None)
+        found = self._scored(parsed, allowed, None)
+        return None if found is None else found[0]
 
     def scored(self, query: str | ParsedQuery, allowed: Allowed = None) -> Scored | None:
         """:meth:`score_all` and :meth:`content_matches` in one pass over the query
         terms' postings, with the docs that hold a term in their context only (see
         :class:`Scored`); None when nothing can match (as ``score_all``)."""
         parsed = self.tokenizer.parse_query(query) if isinstance(query, str) else query
-        counts = np.zeros(self._capacity, dtype=np.int32)
         context: list[_I32] = []
-        found = self._scored(parsed, allowed, (counts, context))
+        found = self._scored(parsed, allowed, context)
         if found is None:
             return None
+        scores, counts = found
         context_docs = np.concatenate(context).astype(np.int64) if context else np.zeros(0, dtype=np.int64)
-        return Scored(found, counts, context_docs)
+        assert counts is not None
+        return Scored(scores, counts, context_docs)
 
     def _scored(self, parsed: ParsedQuery, allowed: Allowed,
-                matches: tuple[npt.NDArray[np.int32], list[_I32]] | None) -> _F64 | None:
-        """score_all's scores; with ``matches`` (counts by doc slot, a list for the
-        context-only docs), fills them as :meth:`scored` says."""
+                context: list[_I32] | None) -> tuple[_F64, npt.NDArray[np.int32] | None] | None:
+        """score_all's scores; with ``context`` (a list for the context-only docs),
+        also the content match counts by doc slot, filled as :meth:`scored` says.
+
+        Every query term's postings are scored in one pass: their contributions
+        (the frequent terms' kept between searches, see _TermScores), term after term,
+        summed per doc by one ``bincount``, which adds them in that order from 0 (what
+        adding each term's into an array of zeros gave)."""
         term_ids = sorted({self._vocab[t] for t in parsed.all_terms if t in self._vocab})
         n_docs = len(self._content)
         if not term_ids or n_docs == 0:
@@ -479,30 +535,70 @@ class BM25Index(SidecarIndex):
             self._norms = (key, 1.0 - b + b * inv_avg_content * self._len_content,
                            1.0 - b + b * inv_avg_context * self._len_context if use_context else None)
         _, content_norms, context_norms = self._norms
-        scores = np.zeros(self._capacity, dtype=np.float64)
+        capacity = self._capacity
+        kept = self._term_scores
+        # per term with postings: (term id, its arrays, its contributions if kept)
+        terms: list[tuple[int, tuple[_I32, _F32, _F32, _I32, _I32], _F64 | None]] = []
         for term_id in term_ids:
-            docs, tf_content, tf_context, in_content, context_only = self._postings[term_id].filled()
-            df = len(docs)
-            if df == 0:
-                continue
-            idf = _idf(n_docs, df)
-            tf = tf_content / content_norms[docs]  # float64 (the norms')
-            if context_norms is not None:
-                tf += np.multiply(tf_context, weight, dtype=np.float64) / context_norms[docs]
-            scores[docs] += idf * (k1 + 1.0) * tf / (k1 + tf)
-            if matches is not None:
-                matches[0][in_content] += 1
-                if len(context_only):
-                    matches[1].append(context_only)
-        mask = allowed_mask(allowed, self._capacity)
+            filled = self._postings[term_id].filled()
+            if len(filled[0]):
+                terms.append((term_id, filled, kept.get(key, term_id, filled)
+                              if len(filled[0]) >= TERM_SCORES_MIN_DF else None))
+        counts: npt.NDArray[np.int32] | None = None
+        if not terms:
+            scores = np.zeros(capacity, dtype=np.float64)
+            if context is not None:
+                counts = np.zeros(capacity, dtype=np.int32)
+        else:
+            fresh = [(term_id, filled) for term_id, filled, found in terms if found is None]
+            computed: dict[int, _F64] = {}
+            if fresh:  # the terms not kept, in one pass (elementwise, as for each alone)
+                sizes = [len(filled[0]) for _, filled in fresh]
+                # idf(t) (k1 + 1) per posting, as the scalar each term's postings were scaled by
+                factors = [_idf(n_docs, size) * (k1 + 1.0) for size in sizes]
+                if len(fresh) == 1:
+                    docs, tf_content, tf_context = fresh[0][1][:3]
+                    factor: float | _F64 = factors[0]
+                else:
+                    docs = np.concatenate([filled[0] for _, filled in fresh])
+                    tf_content = np.concatenate([filled[1] for _, filled in fresh])
+                    tf_context = np.concatenate([filled[2] for _, filled in fresh])
+                    factor = np.repeat(factors, sizes)
+                tf = tf_content / content_norms[docs]  # float64 (the norms')
+                if context_norms is not None:
+                    tf += np.multiply(tf_context, weight, dtype=np.float64) / context_norms[docs]
+                contributions = factor * tf / (k1 + tf)
+                at = 0
+                for (term_id, filled), size in zip(fresh, sizes, strict=True):
+                    part = contributions[at:at + size]
+                    at += size
+                    if size >= TERM_SCORES_MIN_DF:
+                        part = part.copy()
+                        kept.put(key, term_id, filled, part)
+                    computed[term_id] = part
+            parts = [found if found is not None else computed[term_id] for term_id, _, found in terms]
+            if len(terms) == 1:
+                every_doc, every_part = terms[0][1][0], parts[0]
+            else:
+                every_doc = np.concatenate([filled[0] for _, filled, _ in terms])
+                every_part = np.concatenate(parts)
+            # summed per doc in term order from 0, as adding each term's into zeros did
+            summed = np.bincount(every_doc, every_part, minlength=capacity)
+            scores = summed.astype(np.float64, copy=False)
+            if context is not None:
+                held = [filled[3] for _, filled, _ in terms]
+                counts = np.bincount(held[0] if len(held) == 1 else np.concatenate(held),
+                                     minlength=capacity).astype(np.int32)
+                context.extend(filled[4] for _, filled, _ in terms if len(filled[4]))
+        mask = allowed_mask(allowed, capacity)
         if mask is not None:
             scores[~mask] = 0.0
         for phrase in parsed.phrases:
             holders = self._phrase_holders(phrase)
-            keep = np.zeros(self._capacity, dtype=np.bool_)
+            keep = np.zeros(capacity, dtype=np.bool_)
             keep[holders] = True
             scores[~keep] = 0.0
-        return scores
+        return scores, counts
 
     def content_matches(self, query: str | ParsedQuery) -> npt.NDArray[np.int32]:
         """For every doc id slot, how many distinct terms of *query* its content (not

@@ -1019,6 +1019,14 @@ class VectorIndex:
         self._row_of = _grown(self._row_of, len(self._row_of), size, fill=-1)
 
     def _as_matrix(self, vectors: npt.ArrayLike, rows: int) -> F32:
+        if (rows == 1 and type(vectors) is np.ndarray and vectors.dtype == np.float32
+                and vectors.shape == (self.dim,)):
+            # one float32 query (every search's): the norm below, first; a finite one
+            # means every value is finite, and one of unit length keeps it as it is
+            matrix = vectors.reshape(1, self.dim)
+            norms = np.sqrt(np.add.reduce(matrix * matrix, axis=1))
+            if not (np.abs(norms - 1.0) > 1e-6)[0] and np.isfinite(norms[0]):
+                return np.ascontiguousarray(matrix)
         try:
             matrix = np.asarray(vectors, dtype=np.float32)
         except (TypeError, ValueError) as exc:
@@ -1072,8 +1080,11 @@ class ExactScores:
             self._known = np.zeros(len(self._lower), dtype=np.bool_)
         self._scores = scores  # by row, rows [0, high)
 
-    def search(self, top_k: int = 10, allowed: Allowed = None) -> list[tuple[int, float]]:
-        """What ``index.search(vector, top_k, allowed)`` finds in exact mode."""
+    def search(self, top_k: int = 10, allowed: Allowed = None,
+               also: I64 | None = None) -> list[tuple[int, float]]:
+        """What ``index.search(vector, top_k, allowed)`` finds in exact mode. ``also``:
+        docs whose cosines the caller will read next (``of``), computed with the
+        search's own (one product instead of two; the same values)."""
         top_k = check_top_k(top_k)
         index = self._index
         if index._count == 0:
@@ -1089,6 +1100,9 @@ class ExactScores:
             rows = rows[rows >= 0]
             if self._known is not None:
                 rows = self._reach(rows, top_k)
+        if also is not None and self._known is not None and len(also):
+            wanted = self._rows_of(also)
+            self._rows_scores(np.concatenate((rows, wanted[wanted >= 0])))
         return top_k_by_score(index._row_ids[rows], self._rows_scores(rows), top_k)
 
     def of(self, doc_ids: I64) -> npt.NDArray[np.float64]:

@@ -97,19 +97,26 @@ class Expansion:
     """The query's words that name the entities (normalised)."""
     """Per named entity: the docs that mention it, and those it says."""
 
-    def lift(self, doc: int, mention_only: float) -> float:
-        """How much of the query's entities a doc is about, 0..1: the mean over the
-        named entities of 1 (it says it), ``mention_only`` (it names it: 1 for an
-        entity that says no memory) or 0."""
-        if not self.each:
-            return 0.0
-        total = 0.0
-        for mentioning, saying in self.each:
-            if doc in saying:
-                total += 1.0
-            elif doc in mentioning:  # an entity that never speaks is only ever named
-                total += mention_only if saying else 1.0
-        return total / len(self.each)
+    def lifts(self, docs: Iterable[int], mention_only: float) -> list[float]:
+        """How much of the query's entities each of ``docs`` is about, 0..1: the mean
+        over the named entities of 1 (it says it), ``mention_only`` (it names it: 1
+        for an entity that says no memory) or 0."""
+        each = self.each
+        if not each:
+            return [0.0 for _ in docs]
+        # per entity: (its sayers, what naming it counts: an entity that never speaks
+        # is only ever named), summed in the entities' order
+        counted = [(mentioning, saying, mention_only if saying else 1.0) for mentioning, saying in each]
+        out = []
+        for doc in docs:
+            total = 0.0
+            for mentioning, saying, named in counted:
+                if doc in saying:
+                    total += 1.0
+                elif doc in mentioning:
+                    total += named
+            out.append(total / len(each))
+        return out
 
 
 @dataclass(slots=True)
@@ -713,6 +720,10 @@ class EntityGraph:
     # -- reading the graph ----------------------------------------------------------------------
     def find(self, text: str) -> list[str]:
         """The entities a text names (by any name or alias), in order of first match."""
+        return self._found(normalize_phrase(text, fold_accents=self.fold_accents))
+
+    def _found(self, normal: str) -> list[str]:
+        """``find`` of a text already normalised (``normalize_phrase``)."""
         automaton = self._finder
         if automaton is None:
             automaton = ahocorasick.Automaton()
@@ -723,7 +734,7 @@ class EntityGraph:
             self._finder = automaton
         if not len(automaton):
             return []
-        haystack = f" {normalize_phrase(text, fold_accents=self.fold_accents)} "
+        haystack = f" {normal} "
         found: dict[str, None] = {}
         # the longest name wins where names overlap ("black tower" over "tower")
         root = self._resolved().root
@@ -791,10 +802,11 @@ class EntityGraph:
         the graph changes: it depends only on the entities the query names and the
         query's words that name them (the same object is returned for each query that
         names them so; do not change it)."""
-        found = self.find(query)
+        normal = normalize_phrase(query, fold_accents=self.fold_accents)
+        found = self._found(normal)
         if not found:
             return None
-        asked = set(normalize_phrase(query, fold_accents=self.fold_accents).split(" "))
+        asked = set(normal.split(" "))
         named_words = frozenset(word for entity in found for key in self.keys_of(entity)
                                 for word in key.split(" ") if word in asked)
         memo_key = (tuple(found), named_words, neighbours)

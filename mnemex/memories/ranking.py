@@ -223,16 +223,19 @@ class Ranker:
         array = ranking = matches = None
         if scored is not None:
             array, matches = scored.scores, scored.matches
-            ranking = array.copy()
             # only a doc holding a term in its context can match by its context alone
             context_only = scored.context_docs[matches[scored.context_docs] == 0]
-            ranking[context_only] = array[context_only] * CONTEXT_ONLY
+            ranking = array  # (the same values: one array, until context-only matches are cut)
+            if len(context_only):
+                ranking = array.copy()
+                ranking[context_only] = array[context_only] * CONTEXT_ONLY
         expanded = self._expanded(expansion, allowed) if expansion is not None and len(bm25) else None
         if expanded is not None:  # the expansion's terms count as the query's, at their weights
             if array is None or ranking is None:
                 array, ranking = np.zeros(len(expanded)), np.zeros(len(expanded))
+            same = ranking is array
             array = array + expanded
-            ranking = ranking + expanded
+            ranking = array if same else ranking + expanded
         ideal, terms = _ideal_score(bm25, parsed.all_terms)
         boosts: dict[int, float] = {}
         entity_hits: dict[int, int] = {}
@@ -264,16 +267,18 @@ class Ranker:
         (see _FullText)."""
         fulltext = self._fulltext(query, allowed, expansion)
         boosts, ranking = fulltext.boosts, fulltext.ranking
-        pool = np.array(sorted(boosts), dtype=np.int64)
+        best = np.zeros(0, dtype=np.int64)
         if ranking is not None:
             positive = np.flatnonzero(ranking > 0)
             best = _best(positive, ranking[positive], count)
-            pool = np.union1d(best, pool) if len(pool) else np.sort(best)  # (distinct ids)
-        totals = ranking[pool] if ranking is not None else np.zeros(len(pool), dtype=np.float64)
-        if boosts:
+        if boosts:  # the boosted docs join, and every one's total is its BM25 plus its boost
+            pool = np.union1d(best, np.array(sorted(boosts), dtype=np.int64))  # (distinct ids)
+            totals = ranking[pool] if ranking is not None else np.zeros(len(pool), dtype=np.float64)
             totals = totals + fulltext.boosts_of(pool)
-        best = _best(pool, totals, count)
-        best_totals = totals[np.searchsorted(pool, best)]
+            best = _best(pool, totals, count)
+            best_totals = totals[np.searchsorted(pool, best)]
+        else:
+            best_totals = ranking[best] if ranking is not None else np.zeros(0, dtype=np.float64)
         order = np.lexsort((best, -best_totals))
         ranked = list(zip(best[order].tolist(), best_totals[order].tolist(), strict=True))
         return ranked, fulltext
@@ -315,7 +320,10 @@ class Ranker:
         # an exact index scores every memory once; the searches and cosines below read that
         exact = index.exact_scores(vector) if isinstance(index, VectorIndex) else None
         cosines_of = _Cosines(index, _unit(vector), exact)
-        vector_ranked = cosines_of.search(vector, count, allowed)
+        # the full-text candidates' cosines are read below: rescored with the search's rows
+        vector_ranked = cosines_of.search(vector, count, allowed,
+                                          np.fromiter((doc for doc, _ in text_ranked), dtype=np.int64,
+                                                      count=len(text_ranked)))
         dated = self._dated(query)
         extra: list[int] = []
         named = np.zeros(0, dtype=np.int64)  # the memories of the query's entities, ascending
@@ -368,7 +376,10 @@ class Ranker:
         else:  # calibrated scores, weighted to a mean; the text weight adapts (module doc)
             if settings.fusion_adaptive and index is not None and w_vector > 0:
                 nearest = [cosine for _, cosine in vector_ranked[:CROWDING_NEIGHBOURS]]
-                crowded = crowding(float(np.mean(nearest)) if nearest else 0.0, settings.cosine_crowded)
+                # (np.mean's own sum and division, without its checks)
+                mean = float(np.add.reduce(np.array(nearest, dtype=np.float64))) / len(nearest) if nearest \
+                    else 0.0
+                crowded = crowding(mean, settings.cosine_crowded)
                 weights = text_weights(texts, crowded, weights[0], fulltext.matched(docs),
                                        COVERAGE_MIN_TERMS if fulltext.worded else 1)
             relevance = weights * texts + (1.0 - weights) * calibrated
@@ -381,9 +392,8 @@ class Ranker:
         is_named = _members(docs, named)
         if len(named):
             assert expansion is not None
-            lift = expansion.lift
             named_at = np.flatnonzero(is_named)  # a memory the named entity says counts fully
-            names_entity[named_at] = [lift(doc, MENTION_ONLY) for doc in docs[named_at].tolist()]
+            names_entity[named_at] = expansion.lifts(docs[named_at].tolist(), MENTION_ONLY)
             relevance = relevance + (1.0 - relevance) * settings.expansion_graph_weight * names_entity
         expanded = fulltext.expanded_scores(docs)
         half_life = settings.recency_half_life
@@ -396,16 +406,18 @@ class Ranker:
             access = record.access_count / (record.access_count + ACCESS_HALF)
             return record.importance, recency, access
 
-        if factor_weights.any():
-            factors = rank_factors(np.array([parts(doc) for doc in candidates], dtype=np.float64),
-                                   factor_weights)
+        every_part = [parts(doc) for doc in candidates] if factor_weights.any() else None
+        if every_part is not None:
+            factors = rank_factors(np.array(every_part, dtype=np.float64), factor_weights)
             scores = relevance * factors
         else:
             factors = None
             scores = relevance
         top = np.lexsort((docs, -scores))[:top_k]
         top_docs = docs[top].tolist()
-        importances, recencies, accesses = zip(*(parts(doc) for doc in top_docs), strict=True)
+        top_parts = [every_part[i] for i in top.tolist()] if every_part is not None \
+            else [parts(doc) for doc in top_docs]
+        importances, recencies, accesses = zip(*top_parts, strict=True)
         # the breakdown of the top_k only: one gather of every signal, rounded to 6
         # decimals in one pass (as round() rounds), read as plain floats
         rounded = rounded6(np.vstack((np.array((texts, bm25s, calibrated, cosines, weights, near_period,
@@ -549,7 +561,7 @@ def calibrated_cosine(cosines: F64, floor: float, ceiling: float) -> F64:
     span = max(ceiling - floor, 1e-6)
     s = _SMOOTHING
     rise = s * (np.logaddexp(0.0, (cosines - floor) / s) - np.logaddexp(0.0, (cosines - ceiling) / s))
-    out: F64 = np.clip(rise / span, 0.0, 1.0)
+    out: F64 = _clipped(rise / span, 0.0, 1.0)
     return out
 
 
@@ -560,7 +572,7 @@ def crowding(nearest: float, crowded: float) -> float:
     embedder whose cosines say nothing about crowding)."""
     if crowded <= 0:
         return 1.0
-    return float(np.clip((nearest - 0.75 * crowded) / (0.25 * crowded), 0.0, 1.0))
+    return min(max((nearest - 0.75 * crowded) / (0.25 * crowded), 0.0), 1.0)
 
 
 def text_weights(texts: F64, crowded: float, weight: float, matched: F64, needed: int) -> F64:
@@ -572,7 +584,7 @@ def text_weights(texts: F64, crowded: float, weight: float, matched: F64, needed
     module doc."""
     low, high = COVERAGE_RAMP
     trust = matched >= needed
-    coverage = trust * np.clip((texts - low) / (high - low), 0.0, 1.0)
+    coverage = trust * _clipped((texts - low) / (high - low), 0.0, 1.0)
     out: F64 = weight * np.maximum(crowded, coverage)
     return out
 
@@ -586,8 +598,16 @@ def rank_factors(parts: F64, weights: F64) -> F64:
     ``1 + w_i * (2 * importance - 1) + w_r * (2 * recency - 1) + w_a * access``, within
     FACTOR_RANGE. Importance 0.5, a half-life old and never used is 1: the relevance
     as it is. A factor only reorders: it never takes a candidate out."""
-    deviations = np.column_stack([2.0 * parts[:, 0] - 1.0, 2.0 * parts[:, 1] - 1.0, parts[:, 2]])
-    out: F64 = np.clip(1.0 + deviations @ weights, *FACTOR_RANGE)
+    deviations = parts.copy()
+    deviations[:, :2] = 2.0 * parts[:, :2] - 1.0
+    out: F64 = _clipped(1.0 + deviations @ weights, *FACTOR_RANGE)
+    return out
+
+
+def _clipped(values: F64, low: float, high: float) -> F64:
+    """``np.clip(values, low, high)`` (the same values, NaN kept), without its
+    wrappers' cost: the ranking clips a few arrays of a hundred values a search."""
+    out: F64 = np.minimum(np.maximum(values, low), high)
     return out
 
 
@@ -631,7 +651,7 @@ class _FullText(NamedTuple):
         0); the BM25 scores as the index gives them."""
         array, ranking = self.array, self.ranking
         bm25 = _at(array if ranking is not None else None, docs)
-        ranked = _at(ranking if array is not None else None, docs)
+        ranked = bm25 if ranking is array else _at(ranking if array is not None else None, docs)
         totals = ranked + self.boosts_of(docs) if self.boosts else ranked
         if self.ideal > 0:
             return np.minimum(1.0, totals / self.ideal), bm25
@@ -648,12 +668,14 @@ class _Cosines:
                  exact: ExactScores | None) -> None:
         self.index, self.unit_query, self.exact = index, unit_query, exact
 
-    def search(self, vector: F32, top_k: int, allowed: Mask | None) -> list[tuple[int, float]]:
-        """The index's search for ``vector`` (the query's)."""
+    def search(self, vector: F32, top_k: int, allowed: Mask | None,
+               also: npt.NDArray[np.int64] | None = None) -> list[tuple[int, float]]:
+        """The index's search for ``vector`` (the query's); ``also``: docs whose
+        cosines are read next, computed with the search's where that is cheaper."""
         if self.index is None:
             return []
         if self.exact is not None:
-            return self.exact.search(top_k, allowed)
+            return self.exact.search(top_k, allowed, also)
         return self.index.search(vector, top_k, allowed)
 
     def __call__(self, docs: npt.NDArray[np.int64]) -> F64:

@@ -102,6 +102,14 @@ def assert_same_answers(index: VectorIndex, queries: np.ndarray, seed: int) -> N
                             rng.random(int(ids.max()) + 1) < 0.5, [], [int(ids.max()) + 10]):
                 assert coarse.search(top_k, allowed) == full.search(top_k, allowed)
         docs = np.concatenate([rng.choice(ids, 50, replace=False), [int(ids.max()) + 5, -1]]).astype(np.int64)
+        # docs read next, rescored with a search's rows: the same search, the same cosines
+        early = index.exact_scores(query)
+        assert early is not None
+        assert early.search(30, None, docs) == full.search(30)
+        known = int(early._known.sum()) if early._known is not None else 0
+        assert np.array_equal(early.of(docs), full.of(docs))
+        assert early._known is not None and int(early._known.sum()) == known  # nothing left to rescore
+        assert early.search(10, ids[::3], docs[:5]) == full.search(10, ids[::3])
         assert np.array_equal(coarse.of(docs), full.of(docs))
         assert np.array_equal(coarse.of(docs[:-2]), full.of(docs[:-2]))
         # the docs that could be among the best by offset + cosine: the same best found among them

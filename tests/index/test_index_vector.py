@@ -555,3 +555,29 @@ def test_a_tiny_graph_round_trips_through_its_sidecar(count: int) -> None:
     loaded = VectorIndex.from_sidecar(blob, np.arange(count), vectors, DIM, hnsw_threshold=2)
     assert loaded.sidecar_status == "loaded"
     assert loaded.search(vectors[1], 1)[0][0] == 1
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_a_float32_query_with_a_value_not_finite_is_refused(bad: float) -> None:
+    index = VectorIndex(DIM)
+    index.add_many(list(range(5)), unit_vectors(5))
+    query = unit_vectors(1, seed=3)[0].copy()
+    query[2] = np.float32(bad)
+    with pytest.raises(InvalidInput, match="finite"):
+        index.search(query, 2)
+    with pytest.raises(InvalidInput, match="finite"):
+        index.exact_scores(query)
+
+
+def test_a_float32_query_is_kept_bit_for_bit_when_of_unit_length_and_normalised_otherwise() -> None:
+    index = VectorIndex(DIM)
+    index.add_many(list(range(20)), unit_vectors(20))
+    query = unit_vectors(1, seed=5)[0]
+    assert index._as_matrix(query, 1)[0].tobytes() == query.tobytes()
+    long = (query * np.float32(3.0)).astype(np.float32)
+    np.testing.assert_array_equal(index._as_matrix(long, 1)[0],
+                                  index._as_matrix(long.astype(np.float64), 1)[0])
+    assert abs(float(np.linalg.norm(index._as_matrix(long, 1)[0])) - 1.0) < 1e-6
+    found, expected = index.search(long, 5), index.search(query, 5)
+    assert [doc for doc, _ in found] == [doc for doc, _ in expected]
+    assert [score for _, score in found] == pytest.approx([score for _, score in expected], abs=1e-6)

@@ -489,3 +489,19 @@ def test_expansions_kept_stay_consistent_when_searches_ask_side_by_side() -> Non
     assert graph._expansion_docs == sum(graph_module._own_docs(e) for e in graph._expansions.values())
     assert graph._expansion_docs > 0
     assert len(graph._expansions) <= graph_module._EXPANSIONS_MAX
+
+
+@pytest.mark.parametrize("mention_only", [0.0, 0.25, 1.0])
+def test_an_expansions_lift_is_the_mean_over_its_entities_of_saying_naming_or_neither(
+        mention_only: float) -> None:
+    each = ((frozenset({1, 2, 3}), frozenset({1})),   # says 1; names 2 and 3
+            (frozenset({3, 4}), frozenset()),         # never speaks: naming counts fully
+            (frozenset({2, 5}), frozenset({5})))
+    expansion = graph_module.Expansion(entities=("a", "b", "c"), aliases=(), neighbours=(),
+                                       docs=frozenset({1, 2, 3, 4, 5}), each=each)
+    expected = {1: 1.0 / 3, 2: 2 * mention_only / 3, 3: (mention_only + 1.0) / 3, 4: 1.0 / 3,
+                5: 1.0 / 3, 6: 0.0}
+    got = expansion.lifts(list(expected), mention_only)
+    assert got == pytest.approx(list(expected.values()), abs=1e-15)
+    no_entity = graph_module.Expansion(entities=(), aliases=(), neighbours=(), docs=frozenset())
+    assert no_entity.lifts([1, 2], mention_only) == [0.0, 0.0]
