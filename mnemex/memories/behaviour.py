@@ -1505,29 +1505,31 @@ class ScopeMemory:
         ranker = Ranker(self.keyword, self.bm25, self.entities, self.keyed.vector_search(self.vectors),
                         self.table, settings, self._record_at, self.graph if settings.expansion else None,
                         self.rank_cache)
-        if mode == "keyword":
-            ranked = ranker.keyword_ranked(query, top_k, allowed)
-        elif mode == "fulltext":
-            ranked = ranker.fulltext_ranked(query, top_k, allowed)
-        elif mode == "vector":
+        app_name, user_id = self.app_name, self.user_id
+        if mode == "vector":
             assert query_vector is not None
-            ranked = ranker.vector_ranked(query_vector, top_k, allowed)
-            if min_score is None:
-                min_score = settings.vector_min_score
+            hits = ranker.vector_hits(query_vector, top_k, allowed,
+                                      settings.vector_min_score if min_score is None else min_score,
+                                      app_name=app_name, user_id=user_id)
         else:
-            assert query_vector is not None
-            ranked = ranker.hybrid_ranked(query, query_vector, top_k, allowed, plan.now)
-            if min_score is None:
-                min_score = settings.hybrid_min_score
-        # the cut reads the relevance: a ranking factor reorders hits, it never removes one
-        record_at, app_name, user_id = self._record_at, self.app_name, self.user_id
-        marked = mode == "hybrid"  # (only a hybrid ranking marks the lists that found a hit)
-        hits = [Hit(record_at(doc), rounded(score), scores, app_name, user_id,
-                    found_by(scores) if marked else ())
-                for doc, score, scores in ranked
-                if min_score is None or scores.get("relevance", score) >= min_score]
-        if len(hits) > top_k:
-            hits = hits[:top_k]
+            if mode == "keyword":
+                ranked = ranker.keyword_ranked(query, top_k, allowed)
+            elif mode == "fulltext":
+                ranked = ranker.fulltext_ranked(query, top_k, allowed)
+            else:
+                assert query_vector is not None
+                ranked = ranker.hybrid_ranked(query, query_vector, top_k, allowed, plan.now)
+                if min_score is None:
+                    min_score = settings.hybrid_min_score
+            # the cut reads the relevance: a ranking factor reorders hits, it never removes one
+            record_at = self._record_at
+            marked = mode == "hybrid"  # (only a hybrid ranking marks the lists that found a hit)
+            hits = [Hit(record_at(doc), rounded(score), scores, app_name, user_id,
+                        found_by(scores) if marked else ())
+                    for doc, score, scores in ranked
+                    if min_score is None or scores.get("relevance", score) >= min_score]
+            if len(hits) > top_k:
+                hits = hits[:top_k]
         facets = None if plan.facets is None else (
             facets_of_hits(hits) if plan.facets == "hits" else facets_of_mask(self, allowed))
         return SearchResult(hits=hits, mode=mode, facets=facets)
