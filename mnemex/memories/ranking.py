@@ -50,6 +50,7 @@ graph's expansion terms, the same for every query naming the same entities.
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from collections.abc import Callable, Iterable
@@ -547,6 +548,14 @@ def rounded(value: float) -> float:
     return float(f"{value:.6f}")
 
 
+@functools.lru_cache(maxsize=64)
+def _ramp_ends(floor: float, ceiling: float) -> F64:
+    """``[[floor], [ceiling]]``, made once per scale (read-only: shared by every search)."""
+    ends = np.array([[floor], [ceiling]], dtype=np.float64)
+    ends.flags.writeable = False
+    return ends
+
+
 def calibrated_cosine(cosines: F64, floor: float, ceiling: float) -> F64:
     """Cosine similarities on the 0..1 scale every embedder shares: a ramp from
     ``floor`` to ``ceiling`` with rounded corners, so it rises strictly everywhere
@@ -562,7 +571,7 @@ def calibrated_cosine(cosines: F64, floor: float, ceiling: float) -> F64:
     s = _SMOOTHING
     # both softplus terms in one pass of each operation (a search calls this for ten cosines,
     # where numpy's cost is per call): element by element the same operations, the same bits
-    both = np.logaddexp(0.0, (cosines - np.array([[floor], [ceiling]])) / s)
+    both = np.logaddexp(0.0, (cosines - _ramp_ends(floor, ceiling)) / s)
     rise = s * (both[0] - both[1])
     out: F64 = (rise / span).clip(0.0, 1.0)
     return out
