@@ -482,7 +482,7 @@ class VectorIndex:
         scores by lower id), as (doc_id, cosine). ``allowed`` filters inside the
         search. Exact below the HNSW threshold, approximate above it."""
         top_k = check_top_k(top_k)
-        query = self._as_matrix(vector, 1)[0]
+        query = self._as_query(vector)
         if self._count == 0:
             return []
         self._viewed()
@@ -508,7 +508,7 @@ class VectorIndex:
         """The cosine of *vector* to every stored vector, in one product, for several
         exact searches of one query (see :class:`ExactScores`); None in HNSW mode,
         where a search reads the graph instead of every vector."""
-        query = self._as_matrix(vector, 1)[0]
+        query = self._as_query(vector)
         if self._graph is not None:
             return None
         self._viewed()
@@ -569,7 +569,7 @@ class VectorIndex:
                      allowed: Allowed = None) -> list[tuple[int, float]]:
         """Like :meth:`search`, but always exact (a full product), whatever the mode."""
         top_k = check_top_k(top_k)
-        query = self._as_matrix(vector, 1)[0]
+        query = self._as_query(vector)
         if self._count == 0:
             return []
         if allowed is None:
@@ -1018,15 +1018,25 @@ class VectorIndex:
         size = max(_MIN_ROWS, needed, 2 * len(self._row_of))
         self._row_of = _grown(self._row_of, len(self._row_of), size, fill=-1)
 
+    def _as_query(self, vector: npt.ArrayLike) -> F32:
+        """One query vector as ``_as_matrix(vector, 1)[0]`` gives it: the same checks, the
+        same bits. A float32 vector of ``dim`` values (what a search's plan decodes)
+        takes a short way: its norm by ``np.linalg.norm``'s own sum of squares, whose
+        being finite says that every value is; anything else takes the general way."""
+        if type(vector) is np.ndarray and vector.dtype == np.float32 and vector.shape == (self.dim,):
+            norm = np.sqrt(np.add.reduce(vector * vector))
+            # (a NaN or infinity, or squares past float32's range: the general way says which)
+            if math.isfinite(norm):
+                # near 1, norm - 1 is exact (Sterbenz), and no float32 norm puts it between
+                # _as_matrix's bound (1e-6 as a float32) and 1e-6: the same rows are rescaled
+                if abs(float(norm) - 1.0) <= 1e-6:
+                    return vector if vector.flags.c_contiguous else np.ascontiguousarray(vector)
+                rescaled: F32 = vector / norm if norm > 0 else vector.copy()
+                return rescaled
+        query: F32 = self._as_matrix(vector, 1)[0]
+        return query
+
     def _as_matrix(self, vectors: npt.ArrayLike, rows: int) -> F32:
-        if (rows == 1 and type(vectors) is np.ndarray and vectors.dtype == np.float32
-                and vectors.shape == (self.dim,)):
-            # one float32 query (every search's): the norm below, first; a finite one
-            # means every value is finite, and one of unit length keeps it as it is
-            matrix = vectors.reshape(1, self.dim)
-            norms = np.sqrt(np.add.reduce(matrix * matrix, axis=1))
-            if not (np.abs(norms - 1.0) > 1e-6)[0] and np.isfinite(norms[0]):
-                return np.ascontiguousarray(matrix)
         try:
             matrix = np.asarray(vectors, dtype=np.float32)
         except (TypeError, ValueError) as exc:

@@ -65,6 +65,7 @@ from mnemex.kernel._kind import ActorKind
 from mnemex.kernel._lifecycle import DOWN, FINAL, CellState, Lifecycle
 from mnemex.kernel._mailbox import Mailbox, MailboxClosed
 from mnemex.kernel._shutdown import ShutdownReport, ShutdownTally
+from mnemex.kernel._slices import InlineSlices
 from mnemex.kernel._turn import TurnResult, encode_turn, take_turn
 from mnemex.persistence import (
     ActorStore,
@@ -447,6 +448,7 @@ class Runtime:
         self._stats = {"asks": 0, "tells": 0, "spawns": 0, "passivations": 0, "crashes": 0,
                        "live_bytes": 0, "budget_passivations": 0}
         self._store_threads = trio.CapacityLimiter(_STORE_THREADS)
+        self._slices = InlineSlices()  # which inline reads are schedule points
         read_threads = config.kernel.read_threads
         self._read_threads = trio.CapacityLimiter(read_threads) if read_threads else None
         self._shutdown: ShutdownTally | None = None  # counts closes once aclose() began
@@ -494,9 +496,10 @@ class Runtime:
         """Send ``command`` to the actor and return its reply. A read the kind
         answers inline (``ActorKind.inline_read``, ``inline_when``) of an idle, loaded
         actor holding no write that is not durable yet is answered in the calling
-        task, as the actor would answer it next: no mailbox round trip, one
-        checkpoint. Any other command, or a read behind a queued or not yet durable
-        write, goes through the mailbox, in order.
+        task, as the actor would answer it next: no mailbox round trip; a cancel point,
+        and a schedule point every few such reads (see ``mnemex.kernel._slices``). Any
+        other command, or a read behind a queued or not yet durable write, goes through
+        the mailbox, in order.
 
         Raises what the handler raised (a MnemexError), ActorCrashed (cause chained)
         when the handler or the actor's load broke, Busy when the mailbox is full
@@ -526,12 +529,17 @@ class Runtime:
         cell = self._cells.get((kind, key))
         if cell is not None and cell.kind.inline_read is not None and self._accepting \
                 and self._serves(kind, key):
-            turn = self._read_inline(cell, command, trio.current_time())
+            now = trio.current_time()
+            turn = self._read_inline(cell, command, now)
             if turn is not None:
                 # answered as the actor would answer it next (it is idle and every write it
-                # took is durable): no mailbox, no task switch but the checkpoint
+                # took is durable): no mailbox; a cancel point, and a schedule point now and
+                # then (kernel._slices)
                 self._stats["asks"] += 1
-                await trio.lowlevel.checkpoint()
+                if self._slices.is_due(now):
+                    await trio.lowlevel.checkpoint()
+                else:
+                    await trio.lowlevel.checkpoint_if_cancelled()
                 return _unwrap(turn.reply)
         waiter = _Waiter(trio.lowlevel.current_task())
         envelope = _Envelope(command, waiter)

@@ -440,8 +440,8 @@ class ScopeMemory:
 
     # slots: a live scope's attributes are more than Python shares a dict's keys for
     # (30), so each scope would carry a dict of its own (~1.6 KB)
-    __slots__ = ("_analysed", "_texts", "app_name", "bm25", "by_content", "categories", "clock",
-                 "content_bytes", "dim", "doc_of", "docs", "documents", "embedder", "entities",
+    __slots__ = ("_analysed", "_quiet_search", "_texts", "app_name", "bm25", "by_content", "categories",
+                 "clock", "content_bytes", "dim", "doc_of", "docs", "documents", "embedder", "entities",
                  "extractions", "free", "graph", "graph_failed_at", "graph_pending_since", "graph_restored",
                  "graph_stale", "keyed", "keyword", "names_since", "rank_cache", "replaying", "sessions",
                  "settings", "table", "twins", "user_id", "vectors")
@@ -494,6 +494,8 @@ class ScopeMemory:
         # memories were classified, read (and emptied) when they are indexed (a refused
         # command's are dropped by the next indexing: at most one command's worth)
         self._analysed: dict[str, tuple[list[str], list[int]]] = {}
+        # transient: the search ``searches_inline`` found no job due for, until the next handle
+        self._quiet_search: Search | None = None
 
     def live_bytes(self) -> int:
         """An estimate of the memory this scope holds while live, for the runtime's
@@ -592,8 +594,12 @@ class ScopeMemory:
 
     # -- dispatch -----------------------------------------------------------------------------
     def handle(self, command: Any) -> Any:
+        quiet = command is self._quiet_search
+        self._quiet_search = None
         match command:
             case Search():
+                if quiet:  # just found to plan no job, at its time nor the clock: a plain read
+                    return self._search_run(self._search_plan(command))
                 # a graph may lag behind deferred vectors (after a replay, say): catch it up
                 return self._with_graph(self._search(command))
             case Remember(memories=memories, embedder=embedder, dim=dim, now=now):
@@ -1433,14 +1439,20 @@ class ScopeMemory:
         larger one's searches run beside the actor), where no job is due at the
         search's time nor at the scope's clock (``handle`` plans one at both: the
         HNSW graph, a re-classification, names to embed; planning one is a change).
-        Changes nothing; a search whose ``now`` is not a finite number is left to
-        ``handle`` (which says why it refuses it)."""
+        Changes nothing the scope holds: it notes the search, so that ``handle``, if
+        it is the next command handled, does not look for jobs again (nothing can
+        make one due in between: only a handled command changes what they depend on).
+        A search whose ``now`` is not a finite number is left to ``handle`` (which
+        says why it refuses it)."""
         if type(command) is not Search or len(self.doc_of) >= BESIDE_MIN_MEMORIES:
             return False
         now = command.now
         if type(now) not in (float, int) or not math.isfinite(now):  # (a bool's type is bool)
             return False
-        return not (self._wants_jobs(now) or self._wants_jobs(self.clock))
+        if self._wants_jobs(now) or self._wants_jobs(self.clock):
+            return False
+        self._quiet_search = command
+        return True
 
     def search_beside(self, command: Any) -> Beside | None:
         """A search to run beside the actor (``ActorKind.read_beside``): checked and
@@ -1505,29 +1517,31 @@ class ScopeMemory:
         ranker = Ranker(self.keyword, self.bm25, self.entities, self.keyed.vector_search(self.vectors),
                         self.table, settings, self._record_at, self.graph if settings.expansion else None,
                         self.rank_cache)
-        if mode == "keyword":
-            ranked = ranker.keyword_ranked(query, top_k, allowed)
-        elif mode == "fulltext":
-            ranked = ranker.fulltext_ranked(query, top_k, allowed)
-        elif mode == "vector":
+        app_name, user_id = self.app_name, self.user_id
+        if mode == "vector":
             assert query_vector is not None
-            ranked = ranker.vector_ranked(query_vector, top_k, allowed)
-            if min_score is None:
-                min_score = settings.vector_min_score
+            hits = ranker.vector_hits(query_vector, top_k, allowed,
+                                      settings.vector_min_score if min_score is None else min_score,
+                                      app_name=app_name, user_id=user_id)
         else:
-            assert query_vector is not None
-            ranked = ranker.hybrid_ranked(query, query_vector, top_k, allowed, plan.now)
-            if min_score is None:
-                min_score = settings.hybrid_min_score
-        # the cut reads the relevance: a ranking factor reorders hits, it never removes one
-        record_at, app_name, user_id = self._record_at, self.app_name, self.user_id
-        marked = mode == "hybrid"  # (only a hybrid ranking marks the lists that found a hit)
-        hits = [Hit(record_at(doc), rounded(score), scores, app_name, user_id,
-                    found_by(scores) if marked else ())
-                for doc, score, scores in ranked
-                if min_score is None or scores.get("relevance", score) >= min_score]
-        if len(hits) > top_k:
-            hits = hits[:top_k]
+            if mode == "keyword":
+                ranked = ranker.keyword_ranked(query, top_k, allowed)
+            elif mode == "fulltext":
+                ranked = ranker.fulltext_ranked(query, top_k, allowed)
+            else:
+                assert query_vector is not None
+                ranked = ranker.hybrid_ranked(query, query_vector, top_k, allowed, plan.now)
+                if min_score is None:
+                    min_score = settings.hybrid_min_score
+            # the cut reads the relevance: a ranking factor reorders hits, it never removes one
+            record_at = self._record_at
+            marked = mode == "hybrid"  # (only a hybrid ranking marks the lists that found a hit)
+            hits = [Hit(record_at(doc), rounded(score), scores, app_name, user_id,
+                        found_by(scores) if marked else ())
+                    for doc, score, scores in ranked
+                    if min_score is None or scores.get("relevance", score) >= min_score]
+            if len(hits) > top_k:
+                hits = hits[:top_k]
         facets = None if plan.facets is None else (
             facets_of_hits(hits) if plan.facets == "hits" else facets_of_mask(self, allowed))
         return SearchResult(hits=hits, mode=mode, facets=facets)

@@ -39,6 +39,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any, Final
 
 import numpy as np
@@ -412,6 +413,10 @@ class Filter:
         return all(predicate.test(record) for predicate in self.predicates)
 
 
+_MATCH_ALL: Final = Filter((), MappingProxyType({}))
+"""The filter of no filter (one for every search without one)."""
+
+
 # -- validation ---------------------------------------------------------------------------
 def _fail(key: str, message: str) -> InvalidInput:
     return InvalidInput(f"filter {key}: {message}", field=f"filter.{key}")
@@ -516,7 +521,7 @@ def compile_filter(spec: Mapping[str, Any] | None) -> Filter:
     """Validate ``spec`` (see the module doc) into a Filter; None or {} match everything.
     Raises InvalidInput naming the offending key."""
     if spec is None:
-        return Filter((), {})
+        return _MATCH_ALL
     if not isinstance(spec, Mapping):
         raise InvalidInput(f"a filter must be an object, got {type(spec).__name__}", field="filter")
     predicates: list[_Predicate] = []

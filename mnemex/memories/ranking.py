@@ -50,6 +50,7 @@ graph's expansion terms, the same for every query naming the same entities.
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from collections.abc import Callable, Iterable
@@ -71,7 +72,7 @@ from mnemex.index import (
 from mnemex.knowledge.graph import EntityGraph, Expansion
 from mnemex.memories.filters import FilterTable
 from mnemex.memories.periods import DAY, named_periods, period_match
-from mnemex.memories.protocol import MemoryRecord
+from mnemex.memories.protocol import Hit, MemoryRecord
 
 if TYPE_CHECKING:
     from mnemex.memories.behaviour import ScopeSettings
@@ -292,15 +293,27 @@ class Ranker:
                                    "entities": float(fulltext.entity_hits.get(doc, 0))})
                 for doc, normalised, bm25 in zip(docs, texts.tolist(), bm25s.tolist(), strict=True)]
 
-    def vector_ranked(self, query: F32, top_k: int, allowed: Mask | None) -> list[Ranked]:
-        if self.vectors is None or not len(self.vectors):
+    def vector_hits(self, query: F32, top_k: int, allowed: Mask | None, min_score: float | None, *,
+                    app_name: str, user_id: str) -> list[Hit]:
+        """The hits of a vector search: the ``top_k`` memories nearest ``query`` (best
+        first, equal cosines by lower doc) whose score, the calibrated cosine, is at
+        least ``min_score`` (None: every one); their signals ``vector`` (that score) and ``cosine``. Built
+        in one pass, each value rounded once: a vector search's ranking is its hits."""
+        vectors = self.vectors
+        if vectors is None or not len(vectors):
             return []
-        found = self.vectors.search(query, top_k, allowed)
+        found = vectors.search(query, top_k, allowed)
         settings = self.settings
         calibrated = calibrated_cosine(np.array([cosine for _, cosine in found], dtype=np.float64),
                                        settings.cosine_floor, settings.cosine_ceiling)
-        return [(doc, score, {"vector": rounded(score), "cosine": rounded(cosine)})
-                for (doc, cosine), score in zip(found, calibrated.tolist(), strict=True)]
+        record_at = self.record_at
+        hits = []
+        for (doc, cosine), score in zip(found, calibrated.tolist(), strict=True):
+            if min_score is None or score >= min_score:
+                shown = rounded(score)
+                hits.append(Hit(record_at(doc), shown, {"vector": shown, "cosine": rounded(cosine)},
+                                app_name, user_id))
+        return hits
 
     def hybrid_ranked(self, query: str, vector: F32, top_k: int, allowed: Mask | None,
                       now: float) -> list[Ranked]:
@@ -547,6 +560,14 @@ def rounded(value: float) -> float:
     return float(f"{value:.6f}")
 
 
+@functools.lru_cache(maxsize=64)
+def _ramp_ends(floor: float, ceiling: float) -> F64:
+    """``[[floor], [ceiling]]``, made once per scale (read-only: shared by every search)."""
+    ends = np.array([[floor], [ceiling]], dtype=np.float64)
+    ends.flags.writeable = False
+    return ends
+
+
 def calibrated_cosine(cosines: F64, floor: float, ceiling: float) -> F64:
     """Cosine similarities on the 0..1 scale every embedder shares: a ramp from
     ``floor`` to ``ceiling`` with rounded corners, so it rises strictly everywhere
@@ -560,7 +581,10 @@ def calibrated_cosine(cosines: F64, floor: float, ceiling: float) -> F64:
     one; the embedders carry theirs (measured by bench/quality.py)."""
     span = max(ceiling - floor, 1e-6)
     s = _SMOOTHING
-    rise = s * (np.logaddexp(0.0, (cosines - floor) / s) - np.logaddexp(0.0, (cosines - ceiling) / s))
+    # both softplus terms in one pass of each operation (a search calls this for ten cosines,
+    # where numpy's cost is per call): element by element the same operations, the same bits
+    both = np.logaddexp(0.0, (cosines - _ramp_ends(floor, ceiling)) / s)
+    rise = s * (both[0] - both[1])
     out: F64 = _clipped(rise / span, 0.0, 1.0)
     return out
 

@@ -204,7 +204,7 @@ class EmbeddingBatcher:
         self.texts = 0
 
     def _observe(self, texts: Sequence[str], seconds: float) -> None:
-        chars = max(1, sum(len(text) for text in texts))
+        chars = max(1, sum(map(len, texts)))
         rate = seconds / chars
         if len(texts) <= self._SMALL:
             self._per_char_small.observe(rate)
@@ -256,7 +256,9 @@ class EmbeddingBatcher:
                 return self._embed_now(wanted, lane)
             return await self._request(wanted, lane).vectors()
         rows = [cache.get(name, text) for text in wanted]
-        missing = list(dict.fromkeys(text for text, row in zip(wanted, rows, strict=True) if row is None))
+        missing = [text for text, row in zip(wanted, rows, strict=True) if row is None]
+        if len(missing) > 1:
+            missing = list(dict.fromkeys(missing))  # (a query asked twice in one call is embedded once)
         if not missing:
             if not wanted:
                 return np.zeros((0, self.embedder.dim), dtype=np.float32)
@@ -304,7 +306,7 @@ class EmbeddingBatcher:
         if per_char is None:
             per_char = self._per_char.value
         return per_char is not None and not lane.queue and \
-            per_char * sum(len(text) for text in texts) <= self.inline_budget
+            per_char * sum(map(len, texts)) <= self.inline_budget
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve embedding requests until cancelled."""

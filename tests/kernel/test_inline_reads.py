@@ -8,8 +8,10 @@ goes through the mailbox, behind it."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 from gated_storage import GatedStorage, count_activations
@@ -19,6 +21,7 @@ from hypothesis import strategies as st
 import mnemex
 from mnemex.effects import Behaviour
 from mnemex.kernel import ActorKind
+from mnemex.kernel._slices import INLINE_STREAK, InlineSlices
 from mnemex.lowlevel import open_actor_runtime
 from mnemex.testing import Add, Counter, Entries, Get, counter_kind
 
@@ -137,3 +140,88 @@ def test_every_read_sees_the_writes_acknowledged_before_it_and_none_not_sent_yet
             assert (await rt.ask("counter", "c", Get()))[0] == acked == sent
 
     trio.run(main)
+
+
+# -- how inline reads share the run (kernel._slices) -------------------------------------------------
+def test_an_inline_read_is_a_schedule_point_at_the_end_of_each_streak_and_slice() -> None:
+    slices = InlineSlices(streak=4, seconds=1.0)
+    due = [slices.is_due(10.0) for _ in range(9)]
+    assert due == [True, False, False, False, True, False, False, False, True]
+    assert not slices.is_due(10.5)
+    assert slices.is_due(11.0)  # a slice after the last one, whatever the count
+    assert not slices.is_due(11.2)
+
+
+@pytest.mark.parametrize(("streak", "seconds"), [(0, 1.0), (True, 1.0), (2.0, 1.0), (4, -0.5),
+                                                 (4, float("nan")), (4, "1")])
+def test_slices_refuse_what_is_no_count_or_no_duration(streak: Any, seconds: Any) -> None:
+    with pytest.raises(ValueError):
+        InlineSlices(streak, seconds)
+
+
+def _streaks_only(rt: Any) -> None:
+    """Make only the streak end a run of inline reads (no slice of time: what a busy
+    machine does to a loop's timing does not matter then)."""
+    rt._slices = InlineSlices(INLINE_STREAK, math.inf)
+
+
+async def test_a_task_reading_inline_in_a_loop_lets_the_others_run_once_a_streak() -> None:
+    async with open_actor_runtime(mnemex.Config(data_dir=None), [INLINE], storage=GatedStorage()) as rt:
+        assert await rt.ask("counter", "c", Add(1)) == 1
+        await trio.testing.wait_all_tasks_blocked()
+        _streaks_only(rt)
+        started = count_activations(rt)
+        turns = 0
+        done = False
+
+        async def other() -> None:
+            nonlocal turns
+            for _ in range(10_000):
+                if done:
+                    return
+                turns += 1
+                await trio.lowlevel.checkpoint()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(other)
+            before = turns
+            for _ in range(5 * INLINE_STREAK):
+                assert await rt.ask("counter", "c", Get()) == (1, 1)
+            ran = turns - before
+            done = True
+        assert started == [0]  # every read inline
+        # five streaks, five schedule points: the other task (runnable all along) ran once
+        # after each, give or take the batch the loop began and ended in, not once a read
+        assert 4 <= ran <= 6
+
+
+async def test_a_cancelled_caller_gets_cancelled_at_an_inline_read_that_is_no_schedule_point() -> None:
+    async with open_actor_runtime(mnemex.Config(data_dir=None), [INLINE], storage=GatedStorage()) as rt:
+        assert await rt.ask("counter", "c", Add(1)) == 1
+        await trio.testing.wait_all_tasks_blocked()
+        _streaks_only(rt)
+        started = count_activations(rt)
+        assert await rt.ask("counter", "c", Get()) == (1, 1)  # the first of a streak yields
+        reached = False
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await rt.ask("counter", "c", Get())
+            reached = True
+        assert scope.cancelled_caught
+        assert not reached
+        assert started == [0]
+
+
+async def test_a_deadline_around_a_loop_of_inline_reads_ends_the_loop() -> None:
+    async with open_actor_runtime(mnemex.Config(data_dir=None), [INLINE], storage=GatedStorage()) as rt:
+        assert await rt.ask("counter", "c", Add(1)) == 1
+        await trio.testing.wait_all_tasks_blocked()
+        started = count_activations(rt)
+        reads = 0
+        with trio.move_on_after(0.05) as scope:
+            for _ in range(500_000):
+                await rt.ask("counter", "c", Get())
+                reads += 1
+        assert scope.cancelled_caught  # noticed at a slice's schedule point, long before the count
+        assert reads > 1
+        assert started == [0]

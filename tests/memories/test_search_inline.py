@@ -110,3 +110,16 @@ def test_the_query_vector_a_ref_sends_is_the_unit_mean_of_its_wordings() -> None
     rows = HashingEmbedder().embed(["what does the user do?", "what do I do?"])
     mean = rows.mean(axis=0)
     assert float(np.sqrt(mean.dot(mean))) == float(np.linalg.norm(mean))
+
+
+def test_a_search_found_to_plan_no_job_is_a_plain_read_only_if_it_is_the_next_command_handled() -> None:
+    scope, embedder = small_graph_scope()  # the graph's build in flight: nothing due
+    noted = vector_search(embedder)
+    assert scope.searches_inline(noted)
+    assert not isinstance(scope.handle(noted), Step)  # the next command: answered as a plain read
+    assert scope.searches_inline(noted)
+    scope.handle(vector_search(embedder))  # another command came between
+    scope.graph_pending_since = None  # (as if that build was lost: one is due again)
+    planned = scope.handle(noted)
+    assert isinstance(planned, Step) and planned.effects  # looked for jobs again, and planned the build
+    assert scope.graph_pending_since == noted.now
