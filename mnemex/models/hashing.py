@@ -76,8 +76,8 @@ class HashingEmbedder:
     ``bigram_weight``, and a word's character n-grams together
     ``char_weight`` (each n-gram ``char_weight / sqrt(n-grams in the word)``).
     Features of a word (and of each pair of words) are computed once and cached, so
-    throughput grows as the vocabulary repeats (the n-grams of a call's new words
-    are hashed once in the call); a batch's features are summed by one numpy call.
+    throughput grows as the vocabulary repeats (an n-gram is hashed once: its hash
+    is kept for the next word holding it); a batch's features are summed by one numpy call.
     Deterministic: equal inputs give bit-equal outputs."""
 
     cosine_scale = (0.1, 0.6, 0.0)
