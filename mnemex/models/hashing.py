@@ -206,9 +206,17 @@ class HashingEmbedder:
         grams_of = [[] if not self.char_weight > 0 or word in stops else
                      [marked[i : i + size] for marked in (f"<{word}>",) for size in sizes
                       for i in range(len(marked) - size + 1)] for word in listed]
-        gram_hashes = self._gram_cache
-        unseen = [gram for gram in dict.fromkeys(itertools.chain.from_iterable(grams_of))
-                  if gram not in gram_hashes]
+        # the call's n-grams' hashes in a dict of its own (another thread's call may
+        # empty the kept ones meanwhile): those kept, then those hashed now
+        kept = self._gram_cache
+        gram_hashes: dict[str, int] = {}
+        unseen: list[str] = []
+        for gram in dict.fromkeys(itertools.chain.from_iterable(grams_of)):
+            known = kept.get(gram)
+            if known is None:
+                unseen.append(gram)
+            else:
+                gram_hashes[gram] = known
         # every feature not known yet hashed once: the words', the n-grams', the pairs'
         keys = [*("w:" + word for word in listed), *("c:" + gram for gram in unseen),
                 *(f"b:{first} {second}" for first, second in new_pairs)]
@@ -220,9 +228,11 @@ class HashingEmbedder:
             word_cache.clear()
         if len(pair_cache) + len(new_pairs) > self._CACHE_LIMIT:
             pair_cache.clear()
-        if len(gram_hashes) + len(unseen) > self._CACHE_LIMIT:
-            gram_hashes.clear()
-        gram_hashes.update(zip(unseen, hashed[len(listed):len(listed) + len(unseen)].tolist(), strict=True))
+        learnt = dict(zip(unseen, hashed[len(listed):len(listed) + len(unseen)].tolist(), strict=True))
+        gram_hashes.update(learnt)
+        if len(kept) + len(learnt) > self._CACHE_LIMIT:
+            kept.clear()
+        kept.update(learnt)
         dim = np.uint64(self.dim)
         if listed:
             # each word's features: its own (weight 1, a stop word's stop_weight), then its n-grams'
