@@ -214,7 +214,7 @@ def merged_catalog(current: Sequence[Category], given: Sequence[Category], remov
     return catalog
 
 
-_ANSWERS_MAX: Final = 8192
+_ANSWERS_MAX: Final = 4096
 """Sets of cues a classifier keeps the answer of at most (emptied when full)."""
 _SHARED: dict[tuple[tuple[Category, ...], float, str], Classifier] = {}
 _SHARED_MAX = 64
@@ -224,8 +224,9 @@ def shared_classifier(catalog: Sequence[Category], threshold: float = DEFAULT_TH
                       tokenizer: Tokenizer | None = None) -> Classifier:
     """The Classifier of ``catalog``, made once per (catalog, threshold, tokenizer
     settings) and shared by every scope that has them: most scopes keep the default
-    catalog, and a classifier's cue table costs about 90 KB. A classifier is never
-    changed once made. At most _SHARED_MAX are kept (the oldest made is dropped)."""
+    catalog, and a classifier's cue table costs about 90 KB. A classifier's answers
+    never change once it is made (it only keeps them: at most _ANSWERS_MAX sets of
+    cues, up to ~2 MB). At most _SHARED_MAX are kept (the oldest made is dropped)."""
     tokenizer = tokenizer if tokenizer is not None else Tokenizer(stem=True)
     key = (tuple(catalog), threshold, tokenizer.signature)
     classifier = _SHARED.get(key)
