@@ -76,8 +76,8 @@ class HashingEmbedder:
     ``bigram_weight``, and a word's character n-grams together
     ``char_weight`` (each n-gram ``char_weight / sqrt(n-grams in the word)``).
     Features of a word (and of each pair of words) are computed once and cached, so
-    throughput grows as the vocabulary repeats (an n-gram is hashed once: its hash
-    is kept for the next word holding it); a batch's features are summed by one numpy call.
+    throughput grows as the vocabulary repeats (the n-grams of a call's new words
+    are hashed once in the call); a batch's features are summed by one numpy call.
     Deterministic: equal inputs give bit-equal outputs."""
 
     cosine_scale = (0.1, 0.6, 0.0)
@@ -110,8 +110,7 @@ class HashingEmbedder:
         self.name = (f"hashing-v1-d{dim}-b{bigram_weight:g}-c{char_weight:g}-s{stop_weight:g}"
                      f"-n{low}{high}")
         self._word_cache: dict[str, _Part] = {}
-        self._pair_cache: dict[tuple[str, str], _Part] = {}
-        self._gram_cache: dict[str, int] = {}  # a character n-gram -> its BLAKE2b hash
+        self._pair_cache: dict[str, _Part] = {}
 
     def __repr__(self) -> str:
         return f"HashingEmbedder(dim={self.dim})"
@@ -127,7 +126,7 @@ class HashingEmbedder:
         # where the call's words and pairs not known yet go in ``parts``: their features
         # are found together once every text is read (one pass of hashing for the call)
         new_words: dict[str, list[int]] = {}
-        new_pairs: dict[tuple[str, str], list[int]] = {}
+        new_pairs: dict[str, list[int]] = {}
         for text in texts:
             if not isinstance(text, str):
                 raise InvalidInput(f"texts must be str, got {type(text).__name__}", field="texts")
@@ -157,7 +156,7 @@ class HashingEmbedder:
 
     # -- insides ---------------------------------------------------------------------
     def _parts(self, text: str, parts: list[_Part | None], new_words: dict[str, list[int]],
-               new_pairs: dict[tuple[str, str], list[int]]) -> None:
+               new_pairs: dict[str, list[int]]) -> None:
         """Append the features of ``text`` to ``parts``: each word's (kept per word),
         and after each word that is not a stop word its pair with the one before. A
         word or pair not known yet is appended as None, its place noted in
@@ -175,84 +174,67 @@ class HashingEmbedder:
             else:
                 places = new_words.get(word)
                 if places is None:
-                    new_words[word] = [len(parts)]
-                else:
-                    places.append(len(parts))
+                    places = new_words[word] = []
+                places.append(len(parts))
                 append(None)
                 if word in ENGLISH_STOP_WORDS:
                     continue
             if previous is not None and pairs is not None:
-                # (a pair is known by the tuple of its words: no string is made for it)
-                known = pairs.get((previous, word))
+                pair = f"{previous} {word}"
+                known = pairs.get(pair)
                 if known is None:
-                    places = new_pairs.get((previous, word))
+                    places = new_pairs.get(pair)
                     if places is None:
-                        new_pairs[previous, word] = [len(parts)]
-                    else:
-                        places.append(len(parts))
+                        places = new_pairs[pair] = []
+                    places.append(len(parts))
                 append(known)
             previous = word
 
     def _learn(self, parts: list[_Part | None], new_words: dict[str, list[int]],
-               new_pairs: dict[tuple[str, str], list[int]]) -> None:
+               new_pairs: dict[str, list[int]]) -> None:
         """The features of a call's new words and pairs, hashed together: put in
         ``parts`` where noted and kept for later calls. Each feature is what
-        ``_hash`` gives; a word's are its own then its character n-grams, with the
-        weights the class docstring gives. An n-gram's hash is kept too (words share
-        most of theirs), so only n-grams never seen are hashed, each once."""
+        ``_hash`` gives; a word's are its own then its character n-grams (each n-gram
+        of the call hashed once), with the weights the class docstring gives."""
         stops = ENGLISH_STOP_WORDS
         sizes = range(self.ngram_range[0], self.ngram_range[1] + 1)
         listed = list(new_words)
         grams_of = [[] if not self.char_weight > 0 or word in stops else
                      [marked[i : i + size] for marked in (f"<{word}>",) for size in sizes
                       for i in range(len(marked) - size + 1)] for word in listed]
-        # the call's n-grams' hashes in a dict of its own (another thread's call may
-        # empty the kept ones meanwhile): those kept, then those hashed now
-        kept = self._gram_cache
-        gram_hashes: dict[str, int] = {}
-        unseen: list[str] = []
-        for gram in dict.fromkeys(itertools.chain.from_iterable(grams_of)):
-            known = kept.get(gram)
-            if known is None:
-                unseen.append(gram)
-            else:
-                gram_hashes[gram] = known
-        # every feature not known yet hashed once: the words', the n-grams', the pairs'
-        keys = [*("w:" + word for word in listed), *("c:" + gram for gram in unseen),
-                *(f"b:{first} {second}" for first, second in new_pairs)]
+        grams = dict.fromkeys(itertools.chain.from_iterable(grams_of))
+        # every feature hashed once: the words', then the n-grams', then the pairs'
+        keys = [*("w:" + word for word in listed), *("c:" + gram for gram in grams),
+                *("b:" + pair for pair in new_pairs)]
         blake2b = hashlib.blake2b
         hashed = np.frombuffer(b"".join([blake2b(key.encode(), digest_size=8).digest() for key in keys]),
                                dtype="<u8")
+        columns = (hashed % np.uint64(self.dim)).astype(np.int64)
+        signs = np.where(hashed >> np.uint64(63) != 0, 1.0, -1.0)
         word_cache, pair_cache = self._word_cache, self._pair_cache
         if len(word_cache) + len(new_words) > self._CACHE_LIMIT:
             word_cache.clear()
         if len(pair_cache) + len(new_pairs) > self._CACHE_LIMIT:
             pair_cache.clear()
-        learnt = dict(zip(unseen, hashed[len(listed):len(listed) + len(unseen)].tolist(), strict=True))
-        gram_hashes.update(learnt)
-        if len(kept) + len(learnt) > self._CACHE_LIMIT:
-            kept.clear()
-        kept.update(learnt)
-        dim = np.uint64(self.dim)
+        # each word's features: its own (weight 1, a stop word's stop_weight), then its n-grams'
+        gram_at = dict(zip(grams, range(len(listed), len(listed) + len(grams)), strict=True))
+        at: list[int] = []
+        weights: list[float] = []
+        bounds = [0]
+        for index, word in enumerate(listed):
+            at.append(index)
+            word_grams = grams_of[index]
+            if word_grams:
+                weights.append(1.0)
+                at += map(gram_at.__getitem__, word_grams)
+                weights += [self.char_weight / math.sqrt(len(word_grams))] * len(word_grams)
+            else:
+                weights.append(self.stop_weight if word in stops else 1.0)
+            bounds.append(len(at))
         if listed:
-            # each word's features: its own (weight 1, a stop word's stop_weight), then its n-grams'
-            own = hashed[:len(listed)].tolist()
-            features: list[int] = []
-            weights: list[float] = []
-            bounds = [0]
-            for word, own_hash, word_grams in zip(listed, own, grams_of, strict=True):
-                features.append(own_hash)
-                if word_grams:
-                    weights.append(1.0)
-                    features += map(gram_hashes.__getitem__, word_grams)
-                    weights += [self.char_weight / math.sqrt(len(word_grams))] * len(word_grams)
-                else:
-                    weights.append(self.stop_weight if word in stops else 1.0)
-                bounds.append(len(features))
-            word_hashes = np.array(features, dtype=np.uint64)
-            word_columns = (word_hashes % dim).astype(np.int64).tobytes()
-            word_values = (np.where(word_hashes >> np.uint64(63) != 0, 1.0, -1.0)
-                           * np.array(weights, dtype=np.float64)).tobytes()
+            picked = np.array(at, dtype=np.int64)
+            word_columns = columns[picked].tobytes()
+            word_values = (signs[picked] * np.array(weights, dtype=np.float64)).tobytes()
             for index, (word, places) in enumerate(new_words.items()):
                 first, last = 8 * bounds[index], 8 * bounds[index + 1]
                 part = (word_columns[first:last], word_values[first:last], bounds[index + 1] - bounds[index],
@@ -261,10 +243,9 @@ class HashingEmbedder:
                 for place in places:
                     parts[place] = part
         if new_pairs:
-            pair_hashes = hashed[len(listed) + len(unseen):]
-            pair_columns = (pair_hashes % dim).astype(np.int64).tobytes()
-            pair_signs = np.where(pair_hashes >> np.uint64(63) != 0, 1.0, -1.0)
-            pair_values = (pair_signs * self.bigram_weight).tobytes()
+            start = len(listed) + len(grams)
+            pair_columns = columns[start:].tobytes()
+            pair_values = (signs[start:] * self.bigram_weight).tobytes()
             for index, (pair, places) in enumerate(new_pairs.items()):
                 at_pair = slice(8 * index, 8 * index + 8)
                 part = (pair_columns[at_pair], pair_values[at_pair], 1, False)

@@ -166,27 +166,6 @@ def test_a_full_cache_is_emptied_and_vectors_do_not_change() -> None:
         assert embedder.embed([text]).tobytes() == HashingEmbedder().embed([text]).tobytes()
 
 
-def test_an_n_gram_is_hashed_once_in_the_embedders_life(monkeypatch: pytest.MonkeyPatch) -> None:
-    # (issue 17: a new word's n-grams are mostly another word's; their hashes are kept)
-    embedder = HashingEmbedder()
-    embedder.embed(["painting"])
-    hashed: list[bytes] = []
-    blake2b = hashlib.blake2b
-
-    def counting(data: bytes, **options: Any) -> Any:
-        hashed.append(data)
-        return blake2b(data, **options)
-
-    monkeypatch.setattr(hashlib, "blake2b", counting)
-    vector = embedder.embed(["painted"])
-    grams = {f"<{word}>"[i:i + n] for word in ("painting", "painted") for n in (3, 4, 5)
-             for i in range(len(word) + 3 - n)}
-    before = {"<painting>"[i:i + n] for n in (3, 4, 5) for i in range(11 - n)}
-    assert sorted(hashed) == sorted([b"w:painted", *(f"c:{g}".encode() for g in grams - before)])
-    monkeypatch.undo()
-    assert vector.tobytes() == HashingEmbedder().embed(["painted"]).tobytes()
-
-
 def test_two_threads_embedding_while_the_kept_features_are_emptied_get_the_right_vectors() -> None:
     # the query path embeds in the caller's thread while the batcher's thread embeds a
     # batch: with a tiny cache, one call empties what the other is reading
