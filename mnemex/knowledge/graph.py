@@ -969,7 +969,7 @@ def _hold(spellings_of: dict[str, Counter[str]], name_docs: dict[str, set[int]],
 
 
 _NOTED: dict[tuple[str, str, bool], tuple[str, int, str] | None] = {}
-_NOTED_MAX: Final = 65_536
+_NOTED_MAX: Final = 16_384
 
 
 def _noted(surface: str, kind: str, fold_accents: bool) -> tuple[str, int, str] | None:
