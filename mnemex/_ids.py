@@ -38,7 +38,17 @@ _PAIR_SHIFTS: Final = tuple(range(5 * _ID_CHARS - 10, -1, -10))
 def encode_id(value: int) -> str:
     """A 128-bit value as 26 Crockford base-32 characters (sorting as the value does)."""
     pairs = _PAIRS
-    return "".join([pairs[(value >> shift) & 1023] for shift in _PAIR_SHIFTS])
+    high = value >> 30
+    last_high, prefix = _LAST_PREFIX[0]
+    if high != last_high:  # (ids made in a row share their first 20 characters: kept)
+        prefix = "".join([pairs[(value >> shift) & 1023] for shift in _PAIR_SHIFTS[:-3]])
+        _LAST_PREFIX[0] = (high, prefix)
+    return prefix + pairs[(value >> 20) & 1023] + pairs[(value >> 10) & 1023] + pairs[value & 1023]
+
+
+# the value >> 30 of the last id encoded, and its first 20 characters (one tuple, so
+# that threads encoding at once each read a matching pair)
+_LAST_PREFIX: list[tuple[int, str]] = [(-1, "")]
 
 
 def id_at(first: str, offset: int) -> str:

@@ -30,3 +30,15 @@ def test_ids_sort_as_they_are_made_and_blocks_count_on() -> None:
     first = clock.reserve(1_700_000_100.0, 10)
     assert [id_at(first, i) for i in range(3)] == sorted({id_at(first, i) for i in range(3)})
     assert id_at(first, 0) == first
+
+
+def test_ids_made_in_a_row_keep_their_shared_prefix_right() -> None:
+    # encode_id keeps the first 20 digits of the last id: values in a row, across the
+    # 2**30 boundaries where they change, and values that alternate between far ones
+    draw = random.Random(5)
+    for _ in range(200):
+        base = draw.getrandbits(128) | ((1 << 30) - 3)
+        run = [base + step for step in range(6)]
+        far = draw.getrandbits(128)
+        for value in [*run, far, run[0], far + 1, run[-1], base >> 1]:
+            assert encode_id(value) == digit_by_digit(value), value

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import itertools
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Self
 
 import numpy as np
@@ -133,10 +133,13 @@ class KeywordIndex(SidecarIndex):
         is more recent) breaks ties between documents matching as many words."""
         self.add_many([doc_id], [text], [timestamp])
 
-    def add_many(self, doc_ids: Sequence[int], texts: Sequence[str], timestamps: Sequence[float]) -> None:
+    def add_many(self, doc_ids: Sequence[int], texts: Sequence[str], timestamps: Sequence[float],
+                 found: Mapping[str, list[str]] | None = None) -> None:
         """Index many documents, as :meth:`add` does each, in one pass: the batch's
         postings are grouped by word first, so each word is touched once per batch.
-        Nothing changes when any of them is invalid."""
+        Nothing changes when any of them is invalid. ``found``: texts whose words the
+        caller has already (as ``words(text, unigrams=True, fold_accents=self.fold_accents)``
+        gives them)."""
         doc_ids, texts, timestamps = list(doc_ids), list(texts), list(timestamps)
         if not len(doc_ids) == len(texts) == len(timestamps):
             raise InvalidInput(f"{len(doc_ids)} doc ids, {len(texts)} texts and {len(timestamps)} "
@@ -154,7 +157,10 @@ class KeywordIndex(SidecarIndex):
                                    field="doc_id")
         if not docs:
             return
-        distinct_words = [dict.fromkeys(self._indexed_words(text)) for text in texts]
+        if found:
+            distinct_words = [dict.fromkeys(found.get(text) or self._indexed_words(text)) for text in texts]
+        else:
+            distinct_words = [dict.fromkeys(self._indexed_words(text)) for text in texts]
         self._ensure_capacity(max(docs) + 1)
         for doc_id, ts in zip(docs, stamps, strict=True):
             self._timestamps[doc_id] = ts

@@ -447,7 +447,31 @@ class Tokenizer:
     def positioned(self, text: str) -> tuple[list[str], list[int]]:
         """Index terms of *text* and the position of each in the word stream
         (stop words occupy positions too, so positions may skip)."""
-        raw = _raw_tokens(text, True, self._fold_text)
+        return self._positioned(_raw_tokens(text, True, self._fold_text))
+
+    def analysed(self, text: str, fold_words: bool) -> tuple[list[str], list[int], list[str]]:
+        """What :meth:`positioned` gives for *text*, and its words as :func:`words`
+        gives them with ``unigrams=True`` and ``fold_accents=fold_words`` (what the
+        keyword index reads): an ASCII text is lower-cased and split once for both.
+        (The words may be the very list the terms were read from: change neither.)"""
+        if not text.isascii():
+            return (*self.positioned(text), words(text, True, fold_words))
+        lowered = text.lower()  # (folding changes no ASCII text)
+        if "'" not in lowered:  # a token is a plain word run, and so is a word
+            runs = lowered.translate(_ASCII_BREAKS).split()
+            return (*self._positioned(runs), runs)
+        raw: list[str] = []
+        found: list[str] = []
+        for run in lowered.translate(_ASCII_TOKEN_BREAKS).split():
+            if "'" in run:
+                raw += _TOKEN.findall(run)
+                found += [part for part in run.split("'") if part]  # (an apostrophe breaks a word)
+            else:
+                raw.append(run)
+                found.append(run)
+        return (*self._positioned(raw), found)
+
+    def _positioned(self, raw: list[str]) -> tuple[list[str], list[int]]:
         if self._stem_word is None:
             stops = self.stop_words
             positions = [i for i, w in enumerate(raw) if w not in stops]

@@ -214,6 +214,8 @@ def merged_catalog(current: Sequence[Category], given: Sequence[Category], remov
     return catalog
 
 
+_ANSWERS_MAX: Final = 4096
+"""Sets of cues a classifier keeps the answer of at most (emptied when full)."""
 _SHARED: dict[tuple[tuple[Category, ...], float, str], Classifier] = {}
 _SHARED_MAX = 64
 
@@ -222,8 +224,9 @@ def shared_classifier(catalog: Sequence[Category], threshold: float = DEFAULT_TH
                       tokenizer: Tokenizer | None = None) -> Classifier:
     """The Classifier of ``catalog``, made once per (catalog, threshold, tokenizer
     settings) and shared by every scope that has them: most scopes keep the default
-    catalog, and a classifier's cue table costs about 90 KB. A classifier is never
-    changed once made. At most _SHARED_MAX are kept (the oldest made is dropped)."""
+    catalog, and a classifier's cue table costs about 90 KB. A classifier's answers
+    never change once it is made (it only keeps them: at most _ANSWERS_MAX sets of
+    cues, up to ~2 MB). At most _SHARED_MAX are kept (the oldest made is dropped)."""
     tokenizer = tokenizer if tokenizer is not None else Tokenizer(stem=True)
     key = (tuple(catalog), threshold, tokenizer.signature)
     classifier = _SHARED.get(key)
@@ -237,7 +240,7 @@ def shared_classifier(catalog: Sequence[Category], threshold: float = DEFAULT_TH
 class Classifier:
     """The offline classifier over one catalog (see the module doc)."""
 
-    __slots__ = ("catalog", "cues", "names", "threshold", "tokenizer")
+    __slots__ = ("answers", "catalog", "cues", "names", "threshold", "tokenizer")
 
     def __init__(self, catalog: Sequence[Category], threshold: float = DEFAULT_THRESHOLD,
                  tokenizer: Tokenizer | None = None) -> None:
@@ -255,15 +258,24 @@ class Classifier:
                     held = weights.setdefault(token, {})
                     held[index] = max(held.get(index, 0.0), weight)
         self.cues = {token: tuple(held.items()) for token, held in weights.items()}
+        # the answer of classify per set of distinct cues (a text's answer depends on
+        # them alone): most memories hold one of a few thousand sets
+        self.answers: dict[frozenset[str], tuple[tuple[str, ...], tuple[float, ...]]] = {}
 
     def scores(self, text: str) -> list[tuple[str, float]]:
         """Every category the text holds a cue of, with its confidence, best first."""
         return [(self.names[index], round(1.0 - math.exp(-total), 4)) for index, total in self._weights(text)]
 
-    def _weights(self, text: str, tokens: Sequence[str] | None = None) -> list[tuple[int, float]]:
+    def _cues_in(self, text: str, tokens: Sequence[str] | None) -> frozenset[str]:
+        """The distinct cue words of the text (one look-up per token, in C)."""
+        return frozenset(self.cues.keys() & (self.tokenizer.tokens(text) if tokens is None else tokens))
+
+    def _weights(self, text: str, tokens: Sequence[str] | None = None,
+                 cues: frozenset[str] | None = None) -> list[tuple[int, float]]:
         totals: dict[int, float] = {}
-        for token in set(self.tokenizer.tokens(text) if tokens is None else tokens):
-            for index, weight in self.cues.get(token, ()):
+        # summed in the cues' sorted order: the same float sums in every process
+        for token in sorted(self._cues_in(text, tokens) if cues is None else cues):
+            for index, weight in self.cues[token]:
                 totals[index] = totals.get(index, 0.0) + weight
         return sorted(totals.items(), key=lambda item: (-item[1], item[0]))
 
@@ -273,12 +285,21 @@ class Classifier:
         ``RELATIVE`` of the best (at most ``MAX_CATEGORIES``, best first) with their
         confidences; ``misc`` with ``1 - best`` when none is. ``tokens``: the text's
         tokens as this classifier's tokenizer (or one of equal ``signature``) gives
-        them, when the caller has them already."""
-        weights = self._weights(text, tokens)
+        them, when the caller has them already. (The answer depends on the text's
+        distinct cue words alone, so it is kept for the sets of cues seen last.)"""
+        cues = self._cues_in(text, tokens)
+        known = self.answers.get(cues)
+        if known is not None:
+            return known
+        weights = self._weights(text, cues=cues)
         best = weights[0][1] if weights else 0.0
         kept = [(self.names[index], round(1.0 - math.exp(-total), 4)) for index, total in weights
                 if total >= RELATIVE * best][:MAX_CATEGORIES]
         kept = [(name, score) for name, score in kept if score >= self.threshold]
-        if not kept:
-            return (MISC,), (round(math.exp(-best), 4),)
-        return tuple(name for name, _ in kept), tuple(score for _, score in kept)
+        answer: tuple[tuple[str, ...], tuple[float, ...]] = (
+            ((MISC,), (round(math.exp(-best), 4),)) if not kept
+            else (tuple(name for name, _ in kept), tuple(score for _, score in kept)))
+        if len(self.answers) >= _ANSWERS_MAX:
+            self.answers.clear()
+        self.answers[cues] = answer
+        return answer

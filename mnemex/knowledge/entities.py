@@ -216,91 +216,103 @@ def mentions(text: str, author: str | None = None, *, max_words: int = 6) -> lis
     name run that are not capitalised, most words, are passed over in one regular
     expression match up to the next capitalised word."""
     found: dict[str, Mention] = {}
-
-    def note(surface: str, kind: str) -> None:
-        surface = surface.strip()
-        if surface and surface not in found and _keyed(surface):
-            found[surface] = Mention(surface, kind)
-
     if author and _is_capitalised(author.strip()) and not _common(author.strip()):
-        note(author, "speaker")
+        _note(found, author, "speaker")
     speaker = _SPEAKER.match(text)
-    start = 0
+    at = 0
     if speaker:
-        note(speaker.group(1), "speaker")
-        start = speaker.end()
-    run: list[_Token] = []
-    run_at_start = False
+        _note(found, speaker.group(1), "speaker")
+        at = speaker.end()
+    run: list[_Token] = []  # the capitalised words (and joiners) read since the last name ended
+    run_at_start = False    # whether the run opened a sentence
     sentence_start = True
-
-    def close() -> None:
-        nonlocal run
-        while run and (run[-1].joiner or run[-1].long_joiner):
-            run.pop()
-        if run:
-            if len(run) == 1:
-                first = run[0]
-                if first.acronym:
-                    note(first.token, "acronym")
-                elif not first.common and not run_at_start:
-                    note(first.token, "name")
-                elif first.opener:
-                    # a known word opening a sentence is a name only if written so elsewhere too
-                    note(first.token, "weak" if first.opener == 1 else "name")
-            else:
-                while run and run[0].common and run_at_start:
-                    run = run[1:]
-                if len(run) == 1:
-                    if not run[0].common:
-                        note(run[0].token, "acronym" if run[0].acronym else "name")
-                elif run:
-                    note(" ".join(t.token for t in run[:max_words]), "name")
-        run = []
-
     known = _TOKENS.get
-
-    def take(gap: str, raw: str) -> None:
-        nonlocal run_at_start, sentence_start
-        info = known(raw) or _token_info(raw)
-        if gap != " ":  # (one space, the usual gap, changes nothing)
-            between = _gap_info(gap) if gap else _SPACE_GAP
-            if run and (between.ends_run or between.breaks_run):
-                close()
-            if between.starts_sentence:
-                sentence_start = True
-        if run and info.common and not info.joiner and not (len(run) >= 2 and info.long_joiner):
-            close()  # "Knowing I'm", "OK They're": a common word ends a name
-            run_at_start = False
-        if info.capitalised or (run and info.joiner) or (len(run) >= 2 and info.long_joiner):
+    # Outside a run a token that is not capitalised changes nothing but whether a
+    # sentence ends with it, so in ASCII text those are skipped in one match up to the
+    # next capitalised token (other text is read token by token); the tokens of a run
+    # are read one by one.
+    hop_pattern = _TO_CAPITAL if text.isascii() else _NEXT_TOKEN
+    while hop := hop_pattern.match(text, at):
+        skipped, gap, raw = hop.groups()
+        if skipped is not None:  # (a token opening small is no acronym)
+            sentence_start = skipped[-1] in ".!?"
+        at = hop.end()
+        while True:  # one token: what it does to the run
+            info = known(raw) or _token_info(raw)
+            if gap != " ":  # (one space, the usual gap, changes nothing)
+                between = _gap_info(gap) if gap else _SPACE_GAP
+                if run and (between.ends_run or between.breaks_run):
+                    _close(run, run_at_start, found, max_words)
+                    run = []
+                if between.starts_sentence:
+                    sentence_start = True
+            if run and info.common and not info.joiner and not (len(run) >= 2 and info.long_joiner):
+                # "Knowing I'm", "OK They're": a common word ends a name
+                _close(run, run_at_start, found, max_words)
+                run = []
+                run_at_start = False
+            if info.capitalised or (run and info.joiner) or (len(run) >= 2 and info.long_joiner):
+                if not run:
+                    run_at_start = sentence_start
+                run.append(info)
+            elif run:
+                if len(run) > 1 or not run[0].common or run[0].acronym:  # (else: no name, as _close finds)
+                    _close(run, run_at_start, found, max_words)
+                run = []
+            sentence_start = info.ends_sentence
+            if sentence_start and run:
+                _close(run, run_at_start, found, max_words)
+                run = []
             if not run:
-                run_at_start = sentence_start
-            run.append(info)
-        elif run:
-            close()
-        sentence_start = info.ends_sentence
-        if sentence_start and run:
-            close()
-
-    if not text.isascii():
-        for gap, raw in _GAP_TOKEN.findall(text, start):
-            take(gap, raw)
-    else:
-        # Outside a run a token that is not capitalised changes nothing but whether
-        # a sentence ends with it, so those are skipped in one match up to the next
-        # capitalised token; the tokens of a run are read one by one.
-        at = start
-        while hop := _TO_CAPITAL.match(text, at):
-            skipped = hop.group(1)
-            if skipped is not None:  # (a token opening small is no acronym)
-                sentence_start = skipped[-1] in ".!?"
-            take(hop.group(2), hop.group(3))
-            at = hop.end()
-            while run and (step := _GAP_TOKEN.match(text, at)):
-                take(step.group(1), step.group(2))
-                at = step.end()
+                break
+            step = _GAP_TOKEN.match(text, at)
+            if step is None:
+                break
+            gap, raw = step.groups()
+            at = step.end()
     if run:
-        close()
+        _close(run, run_at_start, found, max_words)
     return list(found.values())
+
+
+# a token with the text before it, as _GAP_TOKEN reads them, behind a group that never
+# matches: the same groups as _TO_CAPITAL, which skips nothing
+_NEXT_TOKEN = re.compile(r"(\b\B)?" + _GAP_TOKEN.pattern, re.UNICODE)
+
+
+def _close(run: list[_Token], at_start: bool, found: dict[str, Mention], max_words: int) -> None:
+    """Note the name a run of tokens makes, if any (joiners at its end dropped; a
+    common word opening a sentence is no part of a name). The run is used up."""
+    while run and (run[-1].joiner or run[-1].long_joiner):
+        run.pop()
+    if not run:
+        return
+    if len(run) == 1:
+        first = run[0]
+        if first.acronym:
+            _note(found, first.token, "acronym")
+        elif not first.common and not at_start:
+            _note(found, first.token, "name")
+        elif first.opener:
+            # a known word opening a sentence is a name only if written so elsewhere too
+            _note(found, first.token, "weak" if first.opener == 1 else "name")
+        return
+    begin = 0
+    if at_start:
+        while begin < len(run) and run[begin].common:
+            begin += 1
+    rest = run[begin:]
+    if len(rest) == 1:
+        if not rest[0].common:
+            _note(found, rest[0].token, "acronym" if rest[0].acronym else "name")
+    elif rest:
+        _note(found, " ".join(t.token for t in rest[:max_words]), "name")
+
+
+def _note(found: dict[str, Mention], surface: str, kind: str) -> None:
+    surface = surface.strip()
+    if surface and surface not in found and _keyed(surface):
+        found[surface] = Mention(surface, kind)
 
 
 @functools.lru_cache(maxsize=_CACHE_LIMIT)

@@ -232,40 +232,43 @@ class EntityGraph:
         self._changes += 1
         self._resolution = None  # mention counts choose the representatives
         self._doc_names[doc] = tuple(keys)
-        self._doc_flags[doc] = tuple(flag for flag, _ in keys.values())
-        self._doc_surfaces[doc] = tuple(surface for _, surface in keys.values())
+        self._doc_flags[doc], self._doc_surfaces[doc] = zip(*keys.values(), strict=True)
         surfaces, name_docs = self._surfaces, self._name_docs
         for key, (flag, surface) in keys.items():
             self._count(key, flag, 1)
             _hold(surfaces, name_docs, key, surface, doc)
 
     def _note(self, keys: dict[str, tuple[int, str]], surface: str, kind: str) -> None:
-        key = self.key(surface)
-        if len(key) < 2:
+        noted = _noted(surface, kind, self.fold_accents)
+        if noted is None:
             return
-        flag = 0 if kind == "weak" else _STRONG
-        if kind == "speaker":
-            flag |= _SPEAKER
-        elif kind == "acronym" or is_acronym(surface.strip()):
-            flag |= _ACRONYM
-        had, written = keys.get(key, (0, ""))
-        keys[key] = (had | flag, written or surface.strip())
+        key, flag, written = noted
+        had = keys.get(key)
+        keys[key] = (flag, written) if had is None else (had[0] | flag, had[1] or written)
 
     def _count(self, key: str, flag: int, step: int) -> None:
         """Count a doc's mention of ``key`` in (or out); a key's first or last strong,
         speaker or acronym mention changes how names group."""
-        for bit, counter in ((_STRONG, self._strong), (_SPEAKER, self._speakers), (_ACRONYM, self._acronyms)):
-            if flag & bit:
-                counter[key] += step
-                if counter[key] <= 0:
-                    del counter[key]
-                    self._regroup()
-                    if bit == _STRONG:
-                        self._unembedded.discard(key)
-                elif step > 0 and counter[key] == 1:
-                    self._regroup()
-                    if bit == _STRONG and key not in self.vectors:
-                        self._unembedded.add(key)
+        if flag & _STRONG:
+            self._step(self._strong, key, step, strong=True)
+        if flag & _SPEAKER:
+            self._step(self._speakers, key, step)
+        if flag & _ACRONYM:
+            self._step(self._acronyms, key, step)
+
+    def _step(self, counter: Counter[str], key: str, step: int, strong: bool = False) -> None:
+        count = counter.get(key, 0) + step
+        if count <= 0:
+            counter.pop(key, None)
+            self._regroup()
+            if strong:
+                self._unembedded.discard(key)
+            return
+        counter[key] = count
+        if step > 0 and count == 1:
+            self._regroup()
+            if strong and key not in self.vectors:
+                self._unembedded.add(key)
 
     def _regroup(self) -> None:
         self._groups = None
@@ -975,6 +978,37 @@ def _hold(spellings_of: dict[str, Counter[str]], name_docs: dict[str, set[int]],
         name_docs[key] = {doc}
     else:
         holders.add(doc)
+
+
+_NOTED: dict[tuple[str, str, bool], tuple[str, int, str] | None] = {}
+_NOTED_MAX: Final = 16_384
+
+
+def _noted(surface: str, kind: str, fold_accents: bool) -> tuple[str, int, str] | None:
+    """What a mention of ``surface`` as ``kind`` notes: its key, its flags and its
+    spelling (None for a key shorter than two characters). Kept for the mentions
+    seen last: most memories name a name some other memory named."""
+    at = (surface, kind, fold_accents)
+    noted = _NOTED.get(at, _UNNOTED)
+    if noted is not _UNNOTED:
+        return noted
+    key = name_key(surface, fold_accents=fold_accents)
+    if len(key) < 2:
+        noted = None
+    else:
+        flag = 0 if kind == "weak" else _STRONG
+        if kind == "speaker":
+            flag |= _SPEAKER
+        elif kind == "acronym" or is_acronym(surface.strip()):
+            flag |= _ACRONYM
+        noted = (key, flag, surface.strip())
+    if len(_NOTED) >= _NOTED_MAX:
+        _NOTED.clear()
+    _NOTED[at] = noted
+    return noted
+
+
+_UNNOTED: Final = ("", -1, "")
 
 
 def _pair(a: str, b: str) -> tuple[str, str]:

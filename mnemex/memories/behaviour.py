@@ -440,8 +440,9 @@ class ScopeMemory:
 
     # slots: a live scope's attributes are more than Python shares a dict's keys for
     # (30), so each scope would carry a dict of its own (~1.6 KB)
-    __slots__ = ("_analysed", "_quiet_search", "_texts", "app_name", "bm25", "by_content", "categories",
-                 "clock", "content_bytes", "dim", "doc_of", "docs", "documents", "embedder", "entities",
+    __slots__ = ("_analysed", "_quiet_search", "_texts", "_words", "app_name", "bm25", "by_content",
+                 "categories", "clock", "content_bytes", "dim", "doc_of", "docs", "documents", "embedder",
+                 "entities",
                  "extractions", "free", "graph", "graph_failed_at", "graph_pending_since", "graph_restored",
                  "graph_stale", "keyed", "keyword", "names_since", "rank_cache", "replaying", "sessions",
                  "settings", "table", "twins", "user_id", "vectors")
@@ -494,6 +495,7 @@ class ScopeMemory:
         # memories were classified, read (and emptied) when they are indexed (a refused
         # command's are dropped by the next indexing: at most one command's worth)
         self._analysed: dict[str, tuple[list[str], list[int]]] = {}
+        self._words: dict[str, list[str]] = {}  # likewise: content -> the words the keyword index reads
         # transient: the search ``searches_inline`` found no job due for, until the next handle
         self._quiet_search: Search | None = None
 
@@ -755,10 +757,14 @@ class ScopeMemory:
             return record, memory.vector
         if self.replaying:  # (a replay indexes a whole run at its end: nothing is kept for it)
             return self.categories.classify_new(record), memory.vector
-        # the terms full-text indexing reads, found once: the classifier reads them too
-        analysed = self._analysed.get(record.content)
+        # the terms full-text indexing reads and the keyword index's words, found in one
+        # reading of the text: the classifier reads the terms too
+        content = record.content
+        analysed = self._analysed.get(content)
         if analysed is None:
-            analysed = self._analysed[record.content] = self.bm25.tokenizer.positioned(record.content)
+            terms, positions, found = self.bm25.tokenizer.analysed(content, self.keyword.fold_accents)
+            analysed = self._analysed[content] = (terms, positions)
+            self._words[content] = found
         return self.categories.classify_new(record, tokens=analysed[0]), memory.vector
 
     def _remember(self, memories: Any, embedder: Any, dim: Any,
@@ -890,6 +896,7 @@ class ScopeMemory:
         given: a restore), so each is indexed once with its final context and each
         older neighbour whose context changed is re-ranked once."""
         analysed, self._analysed = self._analysed, {}
+        found, self._words = self._words, {}
         if not placed:
             return
         placed = [(doc, self._record_at(doc)) for doc, _ in placed]  # as changed since they were placed
@@ -908,7 +915,7 @@ class ScopeMemory:
                 self.graph.add(doc, record.content, record.author, record.entities)
         docs = [doc for doc, _ in placed]
         self.keyword.add_many(docs, [record.content for _, record in placed],
-                              [record.timestamp for _, record in placed])
+                              [record.timestamp for _, record in placed], found)
         self.bm25.add_many([(doc, record.content, contexts.get(doc) or None) for doc, record in placed],
                            analysed)
         for doc, context in changed:

@@ -36,6 +36,7 @@ search indexes take as ``allowed``, so filtering happens inside the search.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -109,15 +110,20 @@ class FilterTable:
         self.valid_until[docs] = [math.inf if record.invalid_at is None else record.invalid_at
                                   for _, record in items]
         fields, metadata = self.fields, self.metadata
+        doc_list = docs.tolist()
+        records = [record for _, record in items]
+        # a field of one value in all the batch (a kind, the global scope, no author):
+        # its docs join that value's set in one update, in the same order
+        for name in _SINGLE:
+            _hold_values(fields[name], doc_list, list(map(_GETTERS[name], records)))
+        categories, entities = fields["categories"], fields["entities"]
         for doc, record in items:
-            for name in _SINGLE:
-                value = getattr(record, name)
-                if value is not None:
-                    fields[name].setdefault(value, set()).add(doc)
-            for name, values in (("categories", record.categories), ("entities", record.entities)):
-                for value in values:
-                    fields[name].setdefault(value, set()).add(doc)
-            fields["scope"].setdefault(record.scope_label, set()).add(doc)
+            for value in record.categories:
+                _hold_value(categories, value, doc)
+            for value in record.entities:
+                _hold_value(entities, value, doc)
+        _hold_values(fields["scope"], doc_list, [record.scope_label for record in records])
+        for doc, record in items:
             for category, confidence in zip(record.categories, record.category_confidences, strict=False):
                 if confidence < 1.0:
                     self.category_confidence.setdefault(category, {})[doc] = confidence
@@ -562,3 +568,30 @@ def compile_filter(spec: Mapping[str, Any] | None) -> Filter:
             assert isinstance(named, _AnyOf)
             predicates[at] = _InCategories(named.values, least, named.every)
     return Filter(tuple(predicates), dict(spec))
+
+
+_GETTERS: Final = {name: operator.attrgetter(name) for name in _SINGLE}
+
+
+def _hold_value(table: dict[str, set[int]], value: str, doc: int) -> None:
+    holders = table.get(value)
+    if holders is None:
+        table[value] = {doc}
+    else:
+        holders.add(doc)
+
+
+def _hold_values(table: dict[str, set[int]], docs: list[int], values: list[str | None]) -> None:
+    """Put each doc in the set of its value (None: in none), docs in order."""
+    first = values[0]
+    if values.count(first) == len(values):  # one value for all
+        if first is not None:
+            holders = table.get(first)
+            if holders is None:
+                table[first] = set(docs)
+            else:
+                holders.update(docs)
+        return
+    for doc, value in zip(docs, values, strict=True):
+        if value is not None:
+            _hold_value(table, value, doc)

@@ -206,9 +206,17 @@ class HashingEmbedder:
         # every feature hashed once: the words', then the n-grams', then the pairs'
         keys = [*("w:" + word for word in listed), *("c:" + gram for gram in grams),
                 *("b:" + pair for pair in new_pairs)]
-        blake2b = hashlib.blake2b
-        hashed = np.frombuffer(b"".join([blake2b(key.encode(), digest_size=8).digest() for key in keys]),
-                               dtype="<u8")
+        # each from a copy of one fresh 8-byte BLAKE2b state: the same digests as
+        # blake2b(key, digest_size=8), without reading the parameters once a key
+        # (most of the cost of a short key)
+        fresh = hashlib.blake2b(digest_size=8)
+        digests: list[bytes] = []
+        add = digests.append
+        for key in keys:
+            state = fresh.copy()
+            state.update(key.encode())
+            add(state.digest())
+        hashed = np.frombuffer(b"".join(digests), dtype="<u8")
         columns = (hashed % np.uint64(self.dim)).astype(np.int64)
         signs = np.where(hashed >> np.uint64(63) != 0, 1.0, -1.0)
         word_cache, pair_cache = self._word_cache, self._pair_cache

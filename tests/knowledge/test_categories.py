@@ -309,3 +309,20 @@ def test_parts_of_a_scope_never_leak_into_each_other(placed: list[str], asked: l
     assert {hit.memory.id for hit in hits} == {i for i, part in part_of.items() if part in asked}
     scores = [hit.score for hit in hits]
     assert scores == sorted(scores, reverse=True)  # one ranking over the parts
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(["I", "love", "hiking", "my", "job", "at", "the", "bank", "dog",
+                                          "doctor", "pizza", "quest", "sister", "paint", "run", "the"]),
+                         max_size=10).map(" ".join), min_size=1, max_size=8))
+def test_a_kept_answer_is_the_answer_of_a_classifier_that_kept_none(texts: list[str]) -> None:
+    # (issue 17: a classifier keeps its answer per set of cue words found in a text)
+    from mnemex.index import Tokenizer
+    from mnemex.knowledge.categories import DEFAULT_CATEGORIES, Classifier
+
+    tokenizer = Tokenizer(stem=True, fold_accents=True)
+    keeping = Classifier(DEFAULT_CATEGORIES, 0.3, tokenizer)
+    for text in [*texts, *reversed(texts)]:
+        fresh = Classifier(DEFAULT_CATEGORIES, 0.3, tokenizer)
+        assert keeping.classify(text) == fresh.classify(text)
+        assert keeping.classify(text, tokenizer.tokens(text)) == fresh.classify(text)

@@ -164,3 +164,39 @@ def test_a_full_cache_is_emptied_and_vectors_do_not_change() -> None:
         assert len(embedder._word_cache) <= max(12, len({w for t in texts for w in words(t)}))
     for text in texts:  # one at a time: each call's new words go in beside the kept ones
         assert embedder.embed([text]).tobytes() == HashingEmbedder().embed([text]).tobytes()
+
+
+def test_two_threads_embedding_while_the_kept_features_are_emptied_get_the_right_vectors() -> None:
+    # the query path embeds in the caller's thread while the batcher's thread embeds a
+    # batch: with a tiny cache, one call empties what the other is reading
+    import threading
+
+    embedder = HashingEmbedder()
+    embedder._CACHE_LIMIT = 8  # type: ignore[misc]
+    texts = [f"word{i} painting{i % 7} tower{i % 5} garden{i} the {i % 3}x" for i in range(120)]
+    expected = {text: HashingEmbedder().embed([text]).tobytes() for text in texts}
+    wrong: list[str] = []
+    failed: list[BaseException] = []
+
+    def embed_all(order: list[str]) -> None:
+        try:
+            for start in range(0, len(order), 3):
+                batch = order[start:start + 3]
+                for text, row in zip(batch, embedder.embed(batch), strict=True):
+                    if row.tobytes() != expected[text]:
+                        wrong.append(text)
+        except BaseException as exc:  # (reported below, in the test's thread)
+            failed.append(exc)
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=embed_all, args=(order,)) for order in (texts, texts[::-1])]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+    finally:
+        sys.setswitchinterval(switch)
+    assert not any(thread.is_alive() for thread in threads)
+    assert not failed and not wrong
