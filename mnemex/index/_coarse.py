@@ -139,11 +139,17 @@ class CoarseScan:
         return sum(int(block.nbytes) for block in state.blocks) + state.scales.nbytes
 
     def stale(self, rows: I64) -> None:
-        """Rows ``rows`` were written: scored exactly until their blocks are packed again."""
+        """Rows ``rows`` were written: scored exactly until their blocks are packed again.
+        Past ``DIRTY_MAX`` of them the copy is let go (the next pass packs every block,
+        as it would pack most of them): writes with no search between them keep no
+        growing set of rows, each copied at the next write."""
         state = self._state
         written = rows[rows < state.packed]
         if len(written):
-            self._state = state._replace(dirty=state.dirty.union(written.tolist()))
+            if len(state.dirty) + len(written) > DIRTY_MAX:
+                self._state = _EMPTY
+            else:
+                self._state = state._replace(dirty=state.dirty.union(written.tolist()))
 
     def scan(self, matrix: F32, high: int, query: F32) -> tuple[F64, F64]:
         """Bounds on each row's float32 product with ``query``: (lower, upper), by row,

@@ -165,6 +165,26 @@ def test_an_exact_index_finds_what_the_full_product_finds() -> None:
 
 
 @pytest.mark.usefixtures("coarse_from_3072_values")
+def test_writes_past_dirty_max_without_a_search_let_the_copy_go() -> None:
+    dim = 48
+    index = VectorIndex(dim, hnsw_threshold=100_000)
+    index.add_many(np.arange(2500), clustered(2500, dim, seed=21))
+    queries = clustered(4, dim, seed=22)
+    assert_same_answers(index, queries, seed=23)  # packed
+    coarse = index._coarse
+    assert coarse is not None and coarse._state.packed == index._high
+    fresh = clustered(_coarse.DIRTY_MAX + 40, dim, seed=24)
+    for doc, vector in enumerate(fresh[: _coarse.DIRTY_MAX]):
+        index.update(doc, vector)
+    assert len(coarse._state.dirty) == _coarse.DIRTY_MAX
+    for doc, vector in enumerate(fresh[_coarse.DIRTY_MAX:], start=_coarse.DIRTY_MAX):
+        index.update(doc, vector)  # one past: no set kept or copied any more
+        assert coarse._state.packed == 0 and not coarse._state.dirty and coarse.nbytes == 0
+    assert_same_answers(index, queries, seed=25)  # every block packed again
+    assert coarse._state.packed == index._high
+
+
+@pytest.mark.usefixtures("coarse_from_3072_values")
 def test_a_small_index_uses_the_full_product_and_a_graph_none() -> None:
     index = VectorIndex(16, hnsw_threshold=300)
     index.add_many(np.arange(50), clustered(50, 16, seed=1))
