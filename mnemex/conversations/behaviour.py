@@ -255,9 +255,11 @@ class AgentMemory:
     def live_bytes(self) -> int:
         """An estimate of the memory this agent holds while live, for the runtime's
         ``kernel.max_live_bytes`` budget: constants per agent, session and message,
-        and the messages' JSON twice (the entry and its journal line)."""
-        return AGENT_BYTES + sum(SESSION_BYTES + len(c.entries) * ENTRY_BYTES + 2 * c.size
-                                 for c in self.sessions.values())
+        and the messages' JSON twice (the entry and its journal line), and what the turn
+        index's BM25 keeps between searches."""
+        kept = self._turn_index.bm25.kept_bytes if self._turn_index is not None else 0
+        return AGENT_BYTES + kept + sum(SESSION_BYTES + len(c.entries) * ENTRY_BYTES + 2 * c.size
+                                        for c in self.sessions.values())
 
     def __repr__(self) -> str:
         return f"AgentMemory({self.name!r}, sessions={len(self.sessions)}, sequence={self.sequence})"

@@ -312,6 +312,20 @@ class BM25Index(SidecarIndex):
         return self._changes
 
     @property
+    def kept_bytes(self) -> int:
+        """Bytes of term contributions kept between searches (at most
+        ``TERM_SCORES_MAX_BYTES``; none once the index changes)."""
+        return self._term_scores.nbytes
+
+    def _changed(self) -> None:
+        """The index changed: its lengths' key moves on, and the kept term contributions
+        (and the postings they hold) are let go now, not at the next search's first
+        keep."""
+        self._changes += 1
+        if self._term_scores.nbytes:
+            self._term_scores = _TermScores()
+
+    @property
     def vocabulary_size(self) -> int:
         return len(self._vocab)
 
@@ -380,7 +394,7 @@ class BM25Index(SidecarIndex):
             len_context[doc] = context_size
         self._total_content += sum(content_sizes)
         self._total_context += sum(context_sizes)
-        self._changes += 1
+        self._changed()
 
         # Term frequencies packed in one int32: content in the low 16 bits, context above.
         if len(docs) <= _FEW_DOCS:
@@ -464,7 +478,7 @@ class BM25Index(SidecarIndex):
         self._total_context -= int(self._len_context[doc_id])
         self._len_content[doc_id] = 0
         self._len_context[doc_id] = 0
-        self._changes += 1
+        self._changed()
 
     def update(self, doc_id: int, text: str, context_text: str | None = None) -> None:
         """Replace document *doc_id* (remove, then add)."""
@@ -530,7 +544,7 @@ class BM25Index(SidecarIndex):
         n_with_context = len(self._context)
         use_context = weight > 0 and self._total_context > 0
         inv_avg_context = n_with_context / self._total_context if use_context else 0.0
-        key = (self._changes, b, inv_avg_content, inv_avg_context)
+        key = (self._changes, k1, b, weight, inv_avg_content, inv_avg_context)
         if self._norms is None or self._norms[0] != key:
             self._norms = (key, 1.0 - b + b * inv_avg_content * self._len_content,
                            1.0 - b + b * inv_avg_context * self._len_context if use_context else None)
@@ -727,7 +741,7 @@ class BM25Index(SidecarIndex):
         self._len_context[: len(arrays["len_context"])] = arrays["len_context"]
         self._total_content = int(header["total_content"])
         self._total_context = int(header["total_context"])
-        self._changes += 1
+        self._changed()
 
     def _term_ids(self, terms: list[str]) -> list[int]:
         get = self._vocab.get
@@ -777,7 +791,7 @@ class BM25Index(SidecarIndex):
             grown[: self._capacity] = getattr(self, name)
             setattr(self, name, grown)
         self._capacity = capacity
-        self._changes += 1
+        self._changed()
 
 
 def _sequences(name: str, by_doc: dict[int, bytes]) -> dict[str, npt.NDArray[Any]]:

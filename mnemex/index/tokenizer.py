@@ -171,18 +171,30 @@ def _raw_tokens(text: str, unigrams: bool = True, fold_accents: bool = False) ->
             if patterns is None:
                 return _TOKEN.findall(text)
             return _split_scripts(patterns, patterns.token, text, unigrams)
-    lowered = text.lower()
-    if "'" not in lowered:  # a token is a plain word run
-        return lowered.translate(_ASCII_BREAKS).split()
+    return _ascii_split(text.lower(), False)[0]
+
+
+def _ascii_split(lowered: str, with_words: bool) -> tuple[list[str], list[str]]:
+    """The full-text tokens of a lower-cased ASCII text and, ``with_words``, its words
+    as :func:`words` gives them with ``unigrams=True`` (else an empty list; when the
+    text holds no apostrophe, both are the same list: change neither)."""
+    if "'" not in lowered:  # a token is a plain word run, and so is a word
+        runs = lowered.translate(_ASCII_BREAKS).split()
+        return runs, runs
     # A token never spans a character that is neither a word character nor an
     # apostrophe: only the runs holding an apostrophe need the regular expression.
     tokens: list[str] = []
+    found: list[str] = []
     for run in lowered.translate(_ASCII_TOKEN_BREAKS).split():
         if "'" in run:
             tokens += _TOKEN.findall(run)
+            if with_words:
+                found += [part for part in run.split("'") if part]  # (an apostrophe breaks a word)
         else:
             tokens.append(run)
-    return tokens
+            if with_words:
+                found.append(run)
+    return tokens, found
 
 
 def _normalise(text: str, fold_accents: bool = False) -> str:
@@ -456,19 +468,7 @@ class Tokenizer:
         (The words may be the very list the terms were read from: change neither.)"""
         if not text.isascii():
             return (*self.positioned(text), words(text, True, fold_words))
-        lowered = text.lower()  # (folding changes no ASCII text)
-        if "'" not in lowered:  # a token is a plain word run, and so is a word
-            runs = lowered.translate(_ASCII_BREAKS).split()
-            return (*self._positioned(runs), runs)
-        raw: list[str] = []
-        found: list[str] = []
-        for run in lowered.translate(_ASCII_TOKEN_BREAKS).split():
-            if "'" in run:
-                raw += _TOKEN.findall(run)
-                found += [part for part in run.split("'") if part]  # (an apostrophe breaks a word)
-            else:
-                raw.append(run)
-                found.append(run)
+        raw, found = _ascii_split(text.lower(), True)  # (folding changes no ASCII text)
         return (*self._positioned(raw), found)
 
     def _positioned(self, raw: list[str]) -> tuple[list[str], list[int]]:

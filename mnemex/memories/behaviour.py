@@ -508,7 +508,7 @@ class ScopeMemory:
         vectors = self.vectors
         if vectors is not None and len(vectors):
             size += len(vectors) * vectors.bytes_per_vector
-        return size + self.rank_cache.nbytes
+        return size + self.rank_cache.nbytes + self.bm25.kept_bytes
 
     def __repr__(self) -> str:
         return f"ScopeMemory(({self.app_name!r}, {self.user_id!r}), memories={len(self.doc_of)})"

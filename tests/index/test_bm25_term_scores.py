@@ -118,3 +118,26 @@ def test_a_term_too_large_to_keep_is_scored_fresh_each_time(monkeypatch: pytest.
     assert index._term_scores.nbytes == 0
     np.testing.assert_array_equal(index.score_all("caroline trip"), first)
     np.testing.assert_array_equal(first, term_by_term(index, "caroline trip"))
+
+
+@pytest.mark.parametrize("write", ["add", "update", "remove"])
+def test_a_write_lets_the_kept_scores_go_at_once(write: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bm25_module, "TERM_SCORES_MIN_DF", 8)
+    index = built(corpus(6, 300))
+    index.score_all("caroline trip weekend")
+    assert index.kept_bytes > 0
+    if write == "add":
+        index.add(1000, "a new memory about the lake")
+    elif write == "update":
+        index.update(3, "the lake at sunrise")
+    else:
+        index.remove(3)
+    assert index.kept_bytes == 0 and not index._term_scores._entries  # no postings held either
+
+
+def test_kept_scores_depend_on_k1_and_the_context_weight(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bm25_module, "TERM_SCORES_MIN_DF", 8)
+    index = built(corpus(7, 300))
+    index.score_all("caroline trip")
+    index.k1, index.context_weight = 2.0, 0.2
+    np.testing.assert_array_equal(index.score_all("caroline trip"), cold(index, "caroline trip", monkeypatch))
