@@ -133,7 +133,8 @@ async def test_queries_embedded_now_are_embed_queries_own_rows_or_none_when_they
         assert embedder.threads == [threading.get_ident()]
         embedder.calls.clear()
         again = batcher.embed_queries_now(["what do I drink?", "where does she work?", "what do I drink?"])
-        assert again is not None and np.array_equal(again[0], expected[1]) and np.array_equal(again[2], expected[1])
+        assert again is not None
+        assert np.array_equal(again[0], expected[1]) and np.array_equal(again[2], expected[1])
         assert np.array_equal(again[1], HashingEmbedder.embed(embedder, ["query: where does she work?"])[0])
         # with a cache only the query not kept is embedded, once
         wanted = ["where does she work?"] if cache_size else ["what do I drink?", "where does she work?",

@@ -255,7 +255,7 @@ def test_a_batched_ask_while_another_thread_holds_the_runs_lock_goes_through_the
         thread.start()
         assert await asyncio.to_thread(held.wait, 10)
         asker = asyncio.ensure_future(h.bridge.ask_batched(h.ref, Add(4)))
-        for _ in range(100):  # the caller's step, then the batch's: the lock is taken, so queued for the run
+        for _ in range(100):  # the caller's step, then the batch's: the lock is held, so queued for the run
             await asyncio.sleep(0)
             if h.bridge._asks or h.run_calls != [0]:
                 break
