@@ -148,7 +148,7 @@ from mnemex.memories.transfer import (
     encode_line,
     read_export,
 )
-from mnemex.models.batcher import EmbeddingBatcher
+from mnemex.models.batcher import F32, EmbeddingBatcher
 from mnemex.models.embedders import readable
 from mnemex.models.hashing import Embedder
 from mnemex.models.rerankers import Reranker, rerank_beside
@@ -456,6 +456,38 @@ class ScopeRef:
                                         min_score=min_score, filter=with_scope_labels(filter, labels),
                                         include_history=include_history, as_of=as_of, facets=facets)
         result = await _reranked(self._services, self._ref.ask, command)
+        return self.searched(result)
+
+    def search_command(self, query: str, top_k: int = 10, mode: SearchMode | UseDefault = DEFAULT,
+                       min_score: float | UseDefault | None = DEFAULT,
+                       filter: Mapping[str, Any] | None = None, *, include_history: bool = False,
+                       as_of: float | str | datetime | None = None, scopes: Iterable[str] | None = None,
+                       scope_ids: Mapping[str, str] | None = None,
+                       facets: Literal["hits", "scope"] | None = None) -> Search | None:
+        """The command ``search`` asks ``ref`` for these arguments, built here and now,
+        for a host that asks ``ref`` itself (the HTTP server, with no trio task per
+        request); ``searched`` then does what ``search`` does with the reply. None
+        when it cannot be built without waiting (the query's vector is the embedding
+        thread's to make) or the reply is not the answer as it stands (a reranker
+        reorders it): call ``search`` then. Raises what ``search`` raises before it
+        asks (InvalidInput)."""
+        services = self._services
+        if services.reranker is not None:
+            return None
+        labels = None if scopes is None else scope_labels(scopes, scope_ids)
+        chosen = _search_mode(services, query, top_k, mode)
+        rows = None
+        if chosen in _EMBEDDED:
+            rows = services.batcher.embed_queries_now(list(query_texts(query)))
+            if rows is None:
+                return None
+        return _search_of(services, query, top_k, chosen, rows, min_score=min_score,
+                          filter=with_scope_labels(filter, labels), include_history=include_history,
+                          as_of=as_of, facets=facets)
+
+    def searched(self, result: SearchResult) -> SearchResult:
+        """What ``search`` does with its reply before returning it: count one access of
+        each hit (sent to the actor later, batched)."""
         if result.hits:
             self._services.touch(self._ref.key, result.hits)
         return result
@@ -1017,6 +1049,20 @@ async def _search_command(services: ScopeServices, query: Any, top_k: int, *,
                           filter: Mapping[str, Any] | None, include_history: bool = False,
                           as_of: float | str | datetime | None = None,
                           facets: Literal["hits", "scope"] | None = None) -> Search:
+    chosen = _search_mode(services, query, top_k, mode)
+    rows = None
+    if chosen in _EMBEDDED:
+        rows = await services.batcher.embed_queries(list(query_texts(query)))
+    return _search_of(services, query, top_k, chosen, rows, min_score=min_score, filter=filter,
+                      include_history=include_history, as_of=as_of, facets=facets)
+
+
+_EMBEDDED: Final = ("vector", "hybrid")  # the modes whose search embeds the query
+
+
+def _search_mode(services: ScopeServices, query: Any, top_k: int,
+                 mode: SearchMode | UseDefault) -> SearchMode:
+    """The mode a search of ``query`` runs in, once its arguments are checked."""
     config = services.config
     if not isinstance(query, str):
         raise InvalidInput(f"query must be a string, got {type(query).__name__}", field="query")
@@ -1027,10 +1073,18 @@ async def _search_command(services: ScopeServices, query: Any, top_k: int, *,
     if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= config.memories.max_top_k:
         raise InvalidInput(f"top_k must be an integer in 1..{config.memories.max_top_k:,}, got {top_k!r}",
                            field="top_k")
+    return chosen
+
+
+def _search_of(services: ScopeServices, query: str, top_k: int, chosen: SearchMode, rows: F32 | None, *,
+               min_score: float | UseDefault | None, filter: Mapping[str, Any] | None,
+               include_history: bool, as_of: float | str | datetime | None,
+               facets: Literal["hits", "scope"] | None) -> Search:
+    """The Search command in mode ``chosen``; ``rows``: the vectors of the query and
+    its first-person wording (queries.py), for the modes that embed it."""
     vector: bytes | None = None
     embedder = services.embedder
-    if chosen in ("vector", "hybrid"):  # the query and its first-person wording (queries.py)
-        rows = await services.batcher.embed_queries(list(query_texts(query)))
+    if rows is not None:
         if chosen == "hybrid" and readable(embedder, query) < MIN_READABLE:
             chosen = "fulltext"  # the model cannot read the query: its vector would mislead
         else:

@@ -250,21 +250,46 @@ class EmbeddingBatcher:
         nothing waits (every vector kept, or the queries embedded at once in this
         task): a search's next await, its ask, is one."""
         wanted = list(texts)
+        ready, rows, missing = self._queries_now(wanted)
+        if ready is not None:
+            return ready
+        lane = self._queries
+        if rows is None:
+            return await self._request(wanted, lane).vectors()
+        return self._kept_with(wanted, rows, missing, await self._request(missing, lane).vectors())
+
+    def embed_queries_now(self, texts: Sequence[str]) -> F32 | None:
+        """``embed_queries``' vectors when they need no wait: every one kept, or the
+        missing ones measured quick to embed here (in the caller's thread, which
+        may be a host's loop, not the runtime's run); None, nothing embedded,
+        when they would wait for the embedding thread."""
+        return self._queries_now(list(texts))[0]
+
+    def _queries_now(self, wanted: list[str]) -> tuple[F32 | None, list[F32 | None] | None, list[str]]:
+        """``(vectors, None, [])`` when they are ready here and now; else ``(None,
+        rows, missing)``: the kept rows (None: no cache) and the distinct queries to
+        embed in the thread."""
         cache, name, lane = self.query_cache, self.embedder.name, self._queries
         if cache.size == 0:
             if wanted and self._is_quick(wanted, lane):
-                return self._embed_now(wanted, lane)
-            return await self._request(wanted, lane).vectors()
+                return self._embed_now(wanted, lane), None, []
+            return None, None, wanted
         rows = [cache.get(name, text) for text in wanted]
         missing = [text for text, row in zip(wanted, rows, strict=True) if row is None]
         if len(missing) > 1:
             missing = list(dict.fromkeys(missing))  # (a query asked twice in one call is embedded once)
         if not missing:
             if not wanted:
-                return np.zeros((0, self.embedder.dim), dtype=np.float32)
-            return np.stack([row for row in rows if row is not None])  # (every one is kept)
-        made = self._embed_now(missing, lane) if self._is_quick(missing, lane) \
-            else await self._request(missing, lane).vectors()
+                return np.zeros((0, self.embedder.dim), dtype=np.float32), None, []
+            return np.stack([row for row in rows if row is not None]), None, []  # (every one is kept)
+        if not self._is_quick(missing, lane):
+            return None, rows, missing
+        return self._kept_with(wanted, rows, missing, self._embed_now(missing, lane)), None, []
+
+    def _kept_with(self, wanted: list[str], rows: list[F32 | None], missing: list[str], made: F32) -> F32:
+        """The vectors of ``wanted``: ``rows`` where kept, the ``missing`` ones ``made``
+        (now kept too)."""
+        cache, name = self.query_cache, self.embedder.name
         for text, vector in zip(missing, made, strict=True):
             cache.put(name, text, vector)
         if len(missing) == len(wanted):  # each asked once, none kept: the rows as made

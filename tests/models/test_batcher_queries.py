@@ -109,3 +109,54 @@ async def test_a_quick_query_is_embedded_in_the_asking_task_and_its_rows_are_the
             assert np.array_equal(await batcher.embed_queries(["what does she drink?"]), expected[:1])
             assert batcher.calls == 6 + (cache_size == 0) * 2
             nursery.cancel_scope.cancel()
+
+
+async def test_queries_embedded_now_are_embed_queries_own_rows_or_none_when_they_would_wait() -> None:
+    for cache_size in (0, 8):
+        embedder = Threads()
+        batcher = EmbeddingBatcher(embedder, batch_size=64, query_cache_size=cache_size)
+        # nothing measured yet: embedding here could take any time, so it is not done
+        assert batcher.embed_queries_now(["what does she drink?"]) is None
+        assert embedder.calls == [] and batcher.calls == 0
+        async with trio.open_nursery() as nursery:
+            await nursery.start(batcher.run)
+            for i in range(5):
+                await batcher.embed_queries([f"warm the measured rate {i}"])
+            nursery.cancel_scope.cancel()
+        embedder.calls.clear()
+        embedder.threads.clear()
+        # measured quick: embedded here, outside any trio run (as a host's loop calls it)
+        now = batcher.embed_queries_now(["what does she drink?", "what do I drink?"])
+        expected = HashingEmbedder.embed(embedder, ["query: what does she drink?", "query: what do I drink?"])
+        assert now is not None and np.array_equal(now, expected)
+        assert embedder.calls == [("query", ["what does she drink?", "what do I drink?"])]
+        assert embedder.threads == [threading.get_ident()]
+        embedder.calls.clear()
+        again = batcher.embed_queries_now(["what do I drink?", "where does she work?", "what do I drink?"])
+        assert again is not None
+        assert np.array_equal(again[0], expected[1]) and np.array_equal(again[2], expected[1])
+        assert np.array_equal(again[1], HashingEmbedder.embed(embedder, ["query: where does she work?"])[0])
+        # with a cache only the query not kept is embedded, once
+        wanted = ["where does she work?"] if cache_size else ["what do I drink?", "where does she work?",
+                                                              "what do I drink?"]
+        assert embedder.calls == [("query", wanted)]
+        empty = batcher.embed_queries_now([])
+        assert (empty is None) if cache_size == 0 else (empty is not None and empty.shape == (0, 32))
+
+
+async def test_no_query_is_embedded_now_when_it_is_measured_too_slow_for_the_callers_thread() -> None:
+    embedder = Threads()
+    batcher = EmbeddingBatcher(embedder, batch_size=64, query_cache_size=8)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(batcher.run)
+        for i in range(5):
+            await batcher.embed_queries([f"warm the measured rate {i}"])
+        nursery.cancel_scope.cancel()
+    kept = batcher.embed_queries_now(["what does she drink?"])
+    assert kept is not None
+    batcher.inline_budget = 0.0  # every query now takes longer than the caller may spend
+    embedder.calls.clear()
+    assert batcher.embed_queries_now(["where does she work?"]) is None
+    again = batcher.embed_queries_now(["what does she drink?"])  # a kept row needs no embedding
+    assert again is not None and np.array_equal(again, kept)
+    assert embedder.calls == []

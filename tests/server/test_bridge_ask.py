@@ -211,6 +211,72 @@ def test_an_ask_while_another_thread_holds_the_runs_lock_goes_through_the_run() 
     hosted(test)
 
 
+def test_batched_asks_are_sent_in_the_loops_next_turn_together_in_the_order_made() -> None:
+    async def test(h: Hosted) -> None:
+        asks = [asyncio.ensure_future(h.bridge.ask_batched(h.ref, Add(n))) for n in (2, 3, 4)]
+        await asyncio.sleep(0)  # each caller's step: queued, nothing sent yet
+        store = h.storage.store("counter", ("c",))
+        assert store.commands() == [Add(1)] and len(h.bridge._batched) == 3
+        assert await asyncio.gather(*asks) == [3, 6, 10]
+        assert store.commands() == [Add(1), Add(2), Add(3), Add(4)]
+        assert h.run_calls == [0] and h.activations == [0]  # no trio task, nothing through the run
+        assert await h.bridge.ask_batched(h.ref, Get()) == (10, 4)  # a read through the mailbox
+
+    hosted(test)
+
+
+def test_a_batched_ask_whose_caller_gave_up_before_it_was_sent_is_never_sent() -> None:
+    async def test(h: Hosted) -> None:
+        kept = asyncio.ensure_future(h.bridge.ask_batched(h.ref, Add(2)))
+        dropped = asyncio.ensure_future(h.bridge.ask_batched(h.ref, Add(100)))
+        await asyncio.sleep(0)  # both queued
+        dropped.cancel()
+        assert await kept == 3
+        with pytest.raises(asyncio.CancelledError):
+            await dropped
+        assert h.storage.store("counter", ("c",)).commands() == [Add(1), Add(2)]
+        assert await h.bridge.ask(h.ref, Get()) == (3, 2)
+
+    hosted(test)
+
+
+def test_a_batched_ask_while_another_thread_holds_the_runs_lock_goes_through_the_run() -> None:
+    async def test(h: Hosted) -> None:
+        parked = h.runtime.parked
+        assert parked is not None
+        held, release = threading.Event(), threading.Event()
+
+        def holder() -> None:
+            with parked.lock:
+                held.set()
+                release.wait(10)
+
+        thread = threading.Thread(target=holder)
+        thread.start()
+        assert await asyncio.to_thread(held.wait, 10)
+        asker = asyncio.ensure_future(h.bridge.ask_batched(h.ref, Add(4)))
+        for _ in range(100):  # the caller's step, then the batch's: the lock is held, so queued for the run
+            await asyncio.sleep(0)
+            if h.bridge._asks or h.run_calls != [0]:
+                break
+        assert not h.bridge._batched and (h.bridge._asks or h.run_calls == [1])
+        release.set()
+        assert await asker == 5
+        thread.join(10)
+        assert h.run_calls == [1]
+
+    hosted(test)
+
+
+def test_a_batched_ask_after_the_bridge_closed_is_refused() -> None:
+    async def test(h: Hosted) -> None:
+        h.bridge.close()
+        with pytest.raises(mnemex.ActorClosed, match="shutting down"):
+            await h.bridge.ask_batched(h.ref, Get())
+
+    hosted(test)
+
+
 def test_an_agents_appends_taken_in_the_loop_reach_its_subscribers_in_order(tmp_path: Any) -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
