@@ -33,7 +33,7 @@ def assert_same(index: VectorIndex, query: np.ndarray, top_k: int, allowed: obje
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 60), copies=st.integers(0, 5),
        removed=st.integers(0, 20), top_k=st.integers(1, 70), filtered=st.booleans())
-def test_search_arrays_are_searchs_pairs(seed: int, n: int, copies: int, removed: int, top_k: int,
+def test_search_arrays_are_searchs_pairs(*, seed: int, n: int, copies: int, removed: int, top_k: int,
                                          filtered: bool) -> None:
     rng = np.random.default_rng(seed)
     index = VectorIndex(DIM)
