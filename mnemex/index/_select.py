@@ -20,7 +20,7 @@ import numpy.typing as npt
 from mnemex.errors import InvalidInput, NotFound
 
 __all__ = ["MAX_DOC_ID", "Allowed", "allowed_ids", "allowed_mask", "check_doc_id", "check_top_k",
-           "top_k_by_score"]
+           "pairs_as_arrays", "top_k_arrays", "top_k_by_score"]
 
 MAX_DOC_ID = 2**31 - 1
 
@@ -113,13 +113,29 @@ def top_k_by_score(ids: IdArray, scores: FloatArray | npt.NDArray[np.float32],
 
     ``ids`` must be distinct. Exact at the cut: of several documents tied at the
     k-th score, the lowest ids are kept."""
-    n = len(ids)
-    if n == 0:
+    if len(ids) == 0:
         return []
+    best, values = top_k_arrays(ids, scores, k)
+    return list(zip(best.tolist(), values.tolist(), strict=True))
+
+
+def top_k_arrays(ids: IdArray, scores: FloatArray | npt.NDArray[np.float32],
+                 k: int) -> tuple[IdArray, FloatArray]:
+    """``top_k_by_score``'s pairs as two arrays, the ids and their scores as float64
+    (for a caller that goes on with arrays: no pairs made and taken apart again)."""
+    n = len(ids)
     if n > k and n > _SORT_ALL:
         # fewer than k scores lie above the k-th: sorted, the ties at the cut follow them by id
         kth = np.partition(scores, n - k)[n - k]
         keep = np.flatnonzero(scores >= kth)
         ids, scores = ids[keep], scores[keep]
     order = np.lexsort((ids, -scores))[:k]
-    return list(zip(ids[order].tolist(), scores[order].astype(np.float64).tolist(), strict=True))
+    best: FloatArray = scores[order].astype(np.float64, copy=False)
+    return ids[order], best
+
+
+def pairs_as_arrays(pairs: list[tuple[int, float]]) -> tuple[IdArray, FloatArray]:
+    """(id, score) pairs as ``top_k_arrays`` gives them: the ids, the scores as float64."""
+    ids = np.fromiter((doc for doc, _ in pairs), dtype=np.int64, count=len(pairs))
+    scores = np.fromiter((score for _, score in pairs), dtype=np.float64, count=len(pairs))
+    return ids, scores

@@ -111,6 +111,8 @@ from mnemex.index._select import (
     check_doc_id,
     check_top_k,
     missing,
+    pairs_as_arrays,
+    top_k_arrays,
     top_k_by_score,
 )
 from mnemex.index._sidecar import byte_view
@@ -119,6 +121,7 @@ __all__ = ["ExactScores", "GraphBuild", "SidecarStatus", "VectorIndex", "Vectors
 
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
 
 SidecarStatus = Literal["none", "loaded", "absent", "stale", "corrupt"]
 Quantization = Literal["i8", "f16", "f32"]
@@ -503,6 +506,19 @@ class VectorIndex:
                 return self._coarse_scores(query).search(top_k)
             return self._exact_all(query, top_k)
         return self._with_pending(query, top_k, self._graph_search(query, top_k, self._count, None), None)
+
+    def search_arrays(self, vector: npt.ArrayLike, top_k: int = 10,
+                      allowed: Allowed = None) -> tuple[I64, F64]:
+        """:meth:`search`'s hits as two arrays: the doc ids and their cosines (float64),
+        best first. A search of every vector of a small exact index (one product, no
+        coarse pass) makes them as arrays; any other takes :meth:`search`'s way."""
+        if allowed is None and self._graph is None and self._count \
+                and self._high * self.dim < _coarse.MIN_VALUES:
+            top_k = check_top_k(top_k)
+            query = self._as_query(vector)
+            self._viewed()
+            return self._top_rows_arrays(self._rows[: self._high] @ query, top_k)
+        return pairs_as_arrays(self.search(vector, top_k, allowed))
 
     def exact_scores(self, vector: npt.ArrayLike) -> ExactScores | None:
         """The cosine of *vector* to every stored vector, in one product, for several
@@ -975,14 +991,19 @@ class VectorIndex:
         return self._top_of_rows(self._rows[: self._high] @ query, top_k)
 
     def _top_of_rows(self, scores: F32, top_k: int) -> list[tuple[int, float]]:
-        """The top_k of every live row by ``scores`` (one per row in use). The cut runs
-        on the float32 scores (their order is that of their float64 values); only the
-        top_k are widened."""
+        """The top_k of every live row by ``scores`` (one per row in use), as pairs."""
+        ids, cosines = self._top_rows_arrays(scores, top_k)
+        return list(zip(ids.tolist(), cosines.tolist(), strict=True))
+
+    def _top_rows_arrays(self, scores: F32, top_k: int) -> tuple[I64, F64]:
+        """The top_k of every live row by ``scores`` (one per row in use), as arrays.
+        The cut runs on the float32 scores (their order is that of their float64
+        values); only the top_k are widened."""
         ids = self._row_ids[: self._high]
         if self._high != self._count:
             live = ids >= 0
             ids, scores = ids[live], scores[live]
-        return top_k_by_score(ids, scores, top_k)
+        return top_k_arrays(ids, scores, top_k)
 
     def _exact_rows(self, query: F32, rows: I64, top_k: int) -> list[tuple[int, float]]:
         # Gathered in blocks that stay in cache: several times faster than one big

@@ -69,6 +69,7 @@ from mnemex.index import (
     reciprocal_rank_fusion,
     words,
 )
+from mnemex.index._select import pairs_as_arrays
 from mnemex.knowledge.graph import EntityGraph, Expansion
 from mnemex.memories.filters import FilterTable
 from mnemex.memories.periods import DAY, named_periods, period_match
@@ -302,13 +303,13 @@ class Ranker:
         vectors = self.vectors
         if vectors is None or not len(vectors):
             return []
-        found = vectors.search(query, top_k, allowed)
+        docs, cosines = vectors.search_arrays(query, top_k, allowed) if type(vectors) is VectorIndex \
+            else pairs_as_arrays(vectors.search(query, top_k, allowed))
         settings = self.settings
-        calibrated = calibrated_cosine(np.array([cosine for _, cosine in found], dtype=np.float64),
-                                       settings.cosine_floor, settings.cosine_ceiling)
+        calibrated = calibrated_cosine(cosines, settings.cosine_floor, settings.cosine_ceiling)
         record_at = self.record_at
         hits = []
-        for (doc, cosine), score in zip(found, calibrated.tolist(), strict=True):
+        for doc, cosine, score in zip(docs.tolist(), cosines.tolist(), calibrated.tolist(), strict=True):
             if min_score is None or score >= min_score:
                 shown = rounded(score)
                 hits.append(Hit(record_at(doc), shown, {"vector": shown, "cosine": rounded(cosine)},

@@ -13,11 +13,15 @@ from typing import Any
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scope_support import EMBEDDER, Driver
+from scope_support import EMBEDDER, KEY, Driver
+from scope_support import settings as scope_settings
 
+from mnemex.effects import Step
 from mnemex.memories import ranking
 from mnemex.memories.behaviour import ScopeMemory
-from mnemex.memories.protocol import Forget, Search
+from mnemex.memories.keyed import MultiVectorSearch
+from mnemex.memories.protocol import Forget, NewMemory, PutMemories, Search
+from mnemex.memories.snapshot import encode_vector
 
 WORDS = ["alice", "bob", "tea", "coffee", "likes", "hates", "the", "park", "walks", "Alice,", "TEA!"]
 
@@ -123,3 +127,43 @@ def test_the_embedder_gives_tied_vectors_to_these_wordings() -> None:
     """(What the tie tests stand on.)"""
     rows = EMBEDDER.embed(["Alice likes tea", "alice likes tea!", "ALICE, likes tea."])
     assert np.array_equal(rows[0], rows[1]) and np.array_equal(rows[0], rows[2])
+
+
+def test_hits_of_memories_with_several_vectors_equal_the_general_path() -> None:
+    """(Ranker.vector_hits reads such a scope through MultiVectorSearch's pairs, not
+    the index's arrays.)"""
+    rng = np.random.default_rng(3)
+    memory = ScopeMemory(KEY, scope_settings())
+    rows = rng.standard_normal((40, 3, 4)).astype(np.float32)
+    rows[7] = rows[3]  # tied memories: lower doc first
+    news = [NewMemory(id=f"m{i:02}", content=f"c{i}", namespace=("docs",), key=f"m{i:02}",
+                      vector=encode_vector(rows[i, 0]),
+                      vectors=tuple(encode_vector(r) for r in rows[i, 1:i % 3 + 1]))
+            for i in range(40)]
+    memory.handle(PutMemories(memories=news, forget=[], embedder="test", dim=4, now=100.0))
+    search = memory.keyed.vector_search(memory.vectors)
+    assert isinstance(search, MultiVectorSearch)
+    floor, ceiling = memory.settings.cosine_floor, memory.settings.cosine_ceiling
+    s = ranking._SMOOTHING
+    for query in rng.standard_normal((8, 4)).astype(np.float32):
+        for top_k, cut in ((5, -1.0), (12, 0.5), (40, None)):
+            unit = query / np.linalg.norm(query)
+            found = search.search(unit, top_k, None)
+            cosines = np.array([cosine for _, cosine in found], dtype=np.float64)
+            rise = s * (np.logaddexp(0.0, (cosines - floor) / s) - np.logaddexp(0.0, (cosines - ceiling) / s))
+            calibrated = np.clip(rise / max(ceiling - floor, 1e-6), 0.0, 1.0).tolist()
+            want_cut = memory.settings.vector_min_score if cut is None else cut
+            want = [(memory.docs_record(doc).id, round(score, 6), {"vector": round(score, 6),
+                                                                    "cosine": round(cosine, 6)})
+                    for (doc, cosine), score in zip(found, calibrated, strict=True)
+                    if want_cut is None or score >= want_cut]
+            reply = memory.handle(Search(query="", vector=encode_vector(unit), embedder="test", dim=4,
+                                         top_k=top_k, mode="vector", min_score=cut, now=100.0))
+            result = reply.reply if isinstance(reply, Step) else reply
+            got = [(hit.memory.id, hit.score, hit.scores) for hit in result.hits]
+            assert got == want
+            assert bits(got) == bits(want)
+
+
+def bits(hits: list[tuple[str, float, dict[str, float]]]) -> list[bytes]:
+    return [np.float64(value).tobytes() for _, score, signals in hits for value in (score, *signals.values())]
