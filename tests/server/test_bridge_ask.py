@@ -18,9 +18,10 @@ storage keeps journals in memory with an fsync the test holds (``gate``) or fail
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import outcome
@@ -186,26 +187,36 @@ def test_a_cancelled_asker_abandons_its_answer_but_not_its_write() -> None:
     hosted(test)
 
 
+@contextlib.asynccontextmanager
+async def lock_held_by_another_thread(h: Hosted) -> AsyncIterator[None]:
+    """The body runs while another thread holds the run's lock (``parked.lock``);
+    the thread lets it go when the body ends."""
+    parked = h.runtime.parked
+    assert parked is not None
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with parked.lock:
+            held.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert await asyncio.to_thread(held.wait, 10)
+        yield
+    finally:
+        release.set()
+        await asyncio.to_thread(thread.join, 10)
+
+
 def test_an_ask_while_another_thread_holds_the_runs_lock_goes_through_the_run() -> None:
     async def test(h: Hosted) -> None:
-        parked = h.runtime.parked
-        assert parked is not None
-        held, release = threading.Event(), threading.Event()
-
-        def holder() -> None:
-            with parked.lock:
-                held.set()
-                release.wait(10)
-
-        thread = threading.Thread(target=holder)
-        thread.start()
-        assert await asyncio.to_thread(held.wait, 10)
-        asker = asyncio.ensure_future(h.bridge.ask(h.ref, Add(4)))
-        await asyncio.sleep(0)  # its step: the lock is taken, so it is queued for the run
-        assert len(h.bridge._asks) == 1
-        release.set()
+        async with lock_held_by_another_thread(h):
+            asker = asyncio.ensure_future(h.bridge.ask(h.ref, Add(4)))
+            await asyncio.sleep(0)  # its step: the lock is taken, so it is queued for the run
+            assert len(h.bridge._asks) == 1
         assert await asker == 5
-        thread.join(10)
         assert h.run_calls == [1]
 
     hosted(test)
@@ -242,27 +253,14 @@ def test_a_batched_ask_whose_caller_gave_up_before_it_was_sent_is_never_sent() -
 
 def test_a_batched_ask_while_another_thread_holds_the_runs_lock_goes_through_the_run() -> None:
     async def test(h: Hosted) -> None:
-        parked = h.runtime.parked
-        assert parked is not None
-        held, release = threading.Event(), threading.Event()
-
-        def holder() -> None:
-            with parked.lock:
-                held.set()
-                release.wait(10)
-
-        thread = threading.Thread(target=holder)
-        thread.start()
-        assert await asyncio.to_thread(held.wait, 10)
-        asker = asyncio.ensure_future(h.bridge.ask_batched(h.ref, Add(4)))
-        for _ in range(100):  # the caller's step, then the batch's: the lock is held, so queued for the run
-            await asyncio.sleep(0)
-            if h.bridge._asks or h.run_calls != [0]:
-                break
-        assert not h.bridge._batched and (h.bridge._asks or h.run_calls == [1])
-        release.set()
+        async with lock_held_by_another_thread(h):
+            asker = asyncio.ensure_future(h.bridge.ask_batched(h.ref, Add(4)))
+            for _ in range(100):  # the caller's step, then the batch's: queued for the run
+                await asyncio.sleep(0)
+                if h.bridge._asks or h.run_calls != [0]:
+                    break
+            assert not h.bridge._batched and (h.bridge._asks or h.run_calls == [1])
         assert await asker == 5
-        thread.join(10)
         assert h.run_calls == [1]
 
     hosted(test)
