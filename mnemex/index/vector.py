@@ -502,7 +502,7 @@ class VectorIndex:
             mask[ids] = True
             return self._with_pending(query, top_k, self._graph_search(query, top_k, len(rows), mask), mask)
         if self._graph is None:
-            if self._high * self.dim >= _coarse.MIN_VALUES:  # through the coarse pass (exact_scores)
+            if self._coarse_due():  # through the coarse pass (exact_scores)
                 return self._coarse_scores(query).search(top_k)
             return self._exact_all(query, top_k)
         return self._with_pending(query, top_k, self._graph_search(query, top_k, self._count, None), None)
@@ -512,8 +512,7 @@ class VectorIndex:
         """:meth:`search`'s hits as two arrays: the doc ids and their cosines (float64),
         best first. A search of every vector of a small exact index (one product, no
         coarse pass) makes them as arrays; any other takes :meth:`search`'s way."""
-        if allowed is None and self._graph is None and self._count \
-                and self._high * self.dim < _coarse.MIN_VALUES:
+        if allowed is None and self._graph is None and self._count and not self._coarse_due():
             top_k = check_top_k(top_k)
             query = self._as_query(vector)
             self._viewed()
@@ -528,10 +527,15 @@ class VectorIndex:
         if self._graph is not None:
             return None
         self._viewed()
-        if self._high * self.dim < _coarse.MIN_VALUES:
+        if not self._coarse_due():
             self._coarse = None  # (a scope that shrank)
             return ExactScores(self, self._rows[: self._high] @ query)
         return self._coarse_scores(query)
+
+    def _coarse_due(self) -> bool:
+        """Whether an exact search scores the rows by the coarse int8 pass (from
+        ``_coarse.MIN_VALUES`` rows times dimensions) rather than the full product."""
+        return self._high * self.dim >= _coarse.MIN_VALUES
 
     def _coarse_scores(self, query: F32) -> ExactScores:
         """``query``'s scores by a coarse int8 pass with a bound on its error; the
