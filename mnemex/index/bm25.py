@@ -565,31 +565,8 @@ class BM25Index(SidecarIndex):
                 counts = np.zeros(capacity, dtype=np.int32)
         else:
             fresh = [(term_id, filled) for term_id, filled, found in terms if found is None]
-            computed: dict[int, _F64] = {}
-            if fresh:  # the terms not kept, in one pass (elementwise, as for each alone)
-                sizes = [len(filled[0]) for _, filled in fresh]
-                # idf(t) (k1 + 1) per posting, as the scalar each term's postings were scaled by
-                factors = [_idf(n_docs, size) * (k1 + 1.0) for size in sizes]
-                if len(fresh) == 1:
-                    docs, tf_content, tf_context = fresh[0][1][:3]
-                    factor: float | _F64 = factors[0]
-                else:
-                    docs = np.concatenate([filled[0] for _, filled in fresh])
-                    tf_content = np.concatenate([filled[1] for _, filled in fresh])
-                    tf_context = np.concatenate([filled[2] for _, filled in fresh])
-                    factor = np.repeat(factors, sizes)
-                tf = tf_content / content_norms[docs]  # float64 (the norms')
-                if context_norms is not None:
-                    tf += np.multiply(tf_context, weight, dtype=np.float64) / context_norms[docs]
-                contributions = factor * tf / (k1 + tf)
-                at = 0
-                for (term_id, filled), size in zip(fresh, sizes, strict=True):
-                    part = contributions[at:at + size]
-                    at += size
-                    if size >= TERM_SCORES_MIN_DF:
-                        part = part.copy()
-                        kept.put(key, term_id, filled, part)
-                    computed[term_id] = part
+            computed = self._contributions(fresh, key, n_docs, content_norms, context_norms) if fresh \
+                else {}
             parts = [found if found is not None else computed[term_id] for term_id, _, found in terms]
             if len(terms) == 1:
                 every_doc, every_part = terms[0][1][0], parts[0]
@@ -613,6 +590,38 @@ class BM25Index(SidecarIndex):
             keep[holders] = True
             scores[~keep] = 0.0
         return scores, counts
+
+    def _contributions(self, fresh: list[tuple[int, tuple[_I32, _F32, _F32, _I32, _I32]]], key: object,
+                       n_docs: int, content_norms: _F64, context_norms: _F64 | None) -> dict[int, _F64]:
+        """The BM25 contribution of each posting of the ``fresh`` terms (term id, its
+        postings' arrays), by term id, in one pass (elementwise, as for each term
+        alone); a frequent term's are kept under ``key`` (see _TermScores)."""
+        k1, weight = self.k1, self.context_weight
+        sizes = [len(filled[0]) for _, filled in fresh]
+        # idf(t) (k1 + 1) per posting, as the scalar each term's postings were scaled by
+        factors = [_idf(n_docs, size) * (k1 + 1.0) for size in sizes]
+        if len(fresh) == 1:
+            docs, tf_content, tf_context = fresh[0][1][:3]
+            factor: float | _F64 = factors[0]
+        else:
+            docs = np.concatenate([filled[0] for _, filled in fresh])
+            tf_content = np.concatenate([filled[1] for _, filled in fresh])
+            tf_context = np.concatenate([filled[2] for _, filled in fresh])
+            factor = np.repeat(factors, sizes)
+        tf = tf_content / content_norms[docs]  # float64 (the norms')
+        if context_norms is not None:
+            tf += np.multiply(tf_context, weight, dtype=np.float64) / context_norms[docs]
+        contributions = factor * tf / (k1 + tf)
+        computed: dict[int, _F64] = {}
+        at = 0
+        for (term_id, filled), size in zip(fresh, sizes, strict=True):
+            part = contributions[at:at + size]
+            at += size
+            if size >= TERM_SCORES_MIN_DF:
+                part = part.copy()
+                self._term_scores.put(key, term_id, filled, part)
+            computed[term_id] = part
+        return computed
 
     def content_matches(self, query: str | ParsedQuery) -> npt.NDArray[np.int32]:
         """For every doc id slot, how many distinct terms of *query* its content (not
