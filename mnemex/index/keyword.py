@@ -157,10 +157,8 @@ class KeywordIndex(SidecarIndex):
                                    field="doc_id")
         if not docs:
             return
-        if found:
-            distinct_words = [dict.fromkeys(found.get(text) or self._indexed_words(text)) for text in texts]
-        else:
-            distinct_words = [dict.fromkeys(self._indexed_words(text)) for text in texts]
+        known = found if found is not None else {}
+        distinct_words = [dict.fromkeys(known.get(text) or self._indexed_words(text)) for text in texts]
         self._ensure_capacity(max(docs) + 1)
         for doc_id, ts in zip(docs, stamps, strict=True):
             self._timestamps[doc_id] = ts
