@@ -243,13 +243,11 @@ def mentions(text: str, author: str | None = None, *, max_words: int = 6) -> lis
                 between = _gap_info(gap) if gap else _SPACE_GAP
                 if run and (between.ends_run or between.breaks_run):
                     _close(run, run_at_start, found, max_words)
-                    run = []
                 if between.starts_sentence:
                     sentence_start = True
             if run and info.common and not info.joiner and not (len(run) >= 2 and info.long_joiner):
                 # "Knowing I'm", "OK They're": a common word ends a name
                 _close(run, run_at_start, found, max_words)
-                run = []
                 run_at_start = False
             if info.capitalised or (run and info.joiner) or (len(run) >= 2 and info.long_joiner):
                 if not run:
@@ -258,11 +256,11 @@ def mentions(text: str, author: str | None = None, *, max_words: int = 6) -> lis
             elif run:
                 if len(run) > 1 or not run[0].common or run[0].acronym:  # (else: no name, as _close finds)
                     _close(run, run_at_start, found, max_words)
-                run = []
+                else:
+                    run.clear()
             sentence_start = info.ends_sentence
             if sentence_start and run:
                 _close(run, run_at_start, found, max_words)
-                run = []
             if not run:
                 break
             step = _GAP_TOKEN.match(text, at)
@@ -282,11 +280,9 @@ _NEXT_TOKEN = re.compile(r"(\b\B)?" + _GAP_TOKEN.pattern, re.UNICODE)
 
 def _close(run: list[_Token], at_start: bool, found: dict[str, Mention], max_words: int) -> None:
     """Note the name a run of tokens makes, if any (joiners at its end dropped; a
-    common word opening a sentence is no part of a name). The run is used up."""
+    common word opening a sentence is no part of a name), and empty the run."""
     while run and (run[-1].joiner or run[-1].long_joiner):
         run.pop()
-    if not run:
-        return
     if len(run) == 1:
         first = run[0]
         if first.acronym:
@@ -296,17 +292,18 @@ def _close(run: list[_Token], at_start: bool, found: dict[str, Mention], max_wor
         elif first.opener:
             # a known word opening a sentence is a name only if written so elsewhere too
             _note(found, first.token, "weak" if first.opener == 1 else "name")
-        return
-    begin = 0
-    if at_start:
-        while begin < len(run) and run[begin].common:
-            begin += 1
-    rest = run[begin:]
-    if len(rest) == 1:
-        if not rest[0].common:
-            _note(found, rest[0].token, "acronym" if rest[0].acronym else "name")
-    elif rest:
-        _note(found, " ".join(t.token for t in rest[:max_words]), "name")
+    elif run:
+        begin = 0
+        if at_start:
+            while begin < len(run) and run[begin].common:
+                begin += 1
+        rest = run[begin:]
+        if len(rest) == 1:
+            if not rest[0].common:
+                _note(found, rest[0].token, "acronym" if rest[0].acronym else "name")
+        elif rest:
+            _note(found, " ".join(t.token for t in rest[:max_words]), "name")
+    run.clear()
 
 
 def _note(found: dict[str, Mention], surface: str, kind: str) -> None:
