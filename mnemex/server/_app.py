@@ -53,7 +53,6 @@ from mnemex.server._bridge import Bridge
 from mnemex.server._guard import Guard
 from mnemex.server._http import (
     HttpError,
-    JsonResponse,
     check_params,
     check_token,
     decode_json,
@@ -885,8 +884,6 @@ class _Endpoint:
             access_log.info(_log_encoder.encode({
                 "method": method, "path": scope["path"], "route": self.route, "status": status,
                 "ms": round(elapsed * 1000, 3), "client": client[0] if client else None}).decode())
-        if type(response) is JsonResponse and response.respond_now(send):
-            return
         await response(scope, receive, send)
 
 
