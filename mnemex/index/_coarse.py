@@ -37,6 +37,7 @@ are found would still be the same, as the bound includes the product's own round
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, Final, NamedTuple
 
 import numkong as _nk  # usearch's SIMD kernels (a dependency of usearch, and of mnemex)
@@ -155,6 +156,14 @@ class CoarseScan:
         """Bounds on each row's float32 product with ``query``: (lower, upper), by row,
         rows [0, high) of ``matrix`` (the index's rows, which the copy is brought up to
         first)."""
+        return self.scan_many(matrix, high, [query])[0]
+
+    def scan_many(self, matrix: F32, high: int, queries: Sequence[F32]) -> list[tuple[F64, F64]]:
+        """:meth:`scan` of each of ``queries``, in one pass over the int8 rows: the
+        rows are read once for all of them (a pass is bound by reading them: ~50 us
+        for one query over 10,000 rows of 384 dimensions, ~21 us a query for 16).
+        Each query's bounds are those :meth:`scan` gives it alone (integer products
+        are exact; the rest is the same arithmetic, query by query)."""
         state = self._state
         if state.source is not matrix or high < state.packed:
             state = _EMPTY._replace(source=matrix)
@@ -162,7 +171,7 @@ class CoarseScan:
             state = self._repacked(state, matrix, high)
         if state is not self._state:
             self._state = state
-        return self._scan(state, matrix, high, query)
+        return self._scan(state, matrix, high, queries)
 
     def _repacked(self, state: _Packed, matrix: F32, high: int) -> _Packed:
         """``state`` with the blocks of its dirty rows and of rows [packed, high) packed again."""
@@ -196,39 +205,46 @@ class CoarseScan:
         largest = float((scales.astype(np.float64) * np.sqrt(squares.astype(np.float64))).max())
         return _nk.dots_pack(codes.astype(np.int8)), largest
 
-    def _scan(self, state: _Packed, matrix: F32, high: int, query: F32) -> tuple[F64, F64]:
+    def _scan(self, state: _Packed, matrix: F32, high: int, queries: Sequence[F32]) -> list[tuple[F64, F64]]:
         packed = state.packed
-        lower = np.empty(high, dtype=np.float64)
-        upper = np.empty(high, dtype=np.float64)
+        bounds = [(np.empty(high, dtype=np.float64), np.empty(high, dtype=np.float64)) for _ in queries]
         if packed:
-            wide = query.astype(np.float64)
-            length = float(np.sqrt(wide.dot(wide)))
-            size = np.abs(wide)
-            spread = float(np.add.reduce(size))
-            peak = float(np.maximum.reduce(size))
-            scale = peak / 127.0 if peak > 0 else 1.0
-            codes = np.minimum(np.maximum(np.rint(wide / scale), -127), 127)
-            rest = wide - codes * scale
-            query_error = float(np.sqrt(rest.dot(rest)))
-            packed_query = codes.astype(np.int8)[None, :]
-            dots = np.concatenate([np.asarray(_nk.dots_packed(packed_query, block))[0]
-                                   for block in state.blocks])
             scales = state.scales[:packed]
-            np.multiply(dots, scales * scale, out=lower[:packed])
-            # per row: s ((1/2 + CODE_SLACK) ||u||_1 + gamma_d 127 sqrt(d) ||u||), and the query's part
-            per_scale = (0.5 + CODE_SLACK) * spread + _gamma(self.dim) * 127.0 * math.sqrt(self.dim) * length
-            bound = scales * per_scale
-            bound += state.recon * query_error + SLACK
-            np.add(lower[:packed], bound, out=upper[:packed])
-            lower[:packed] -= bound
+            terms = [self._query_terms(query) for query in queries]
+            codes = terms[0][0][None, :] if len(terms) == 1 else np.stack([term[0] for term in terms])
+            dots = np.concatenate([np.asarray(_nk.dots_packed(codes, block)) for block in state.blocks],
+                                  axis=1)
+            for (lower, upper), row, (_, scale, per_scale, error) in zip(bounds, dots, terms, strict=True):
+                np.multiply(row, scales * scale, out=lower[:packed])
+                bound = scales * per_scale
+                bound += state.recon * error + SLACK
+                np.add(lower[:packed], bound, out=upper[:packed])
+                lower[:packed] -= bound
         exact = np.arange(packed, high, dtype=np.int64)
         if state.dirty:
             exact = np.concatenate([np.array(sorted(state.dirty), dtype=np.int64), exact])
         if len(exact):  # rows written since they were packed: their products, exactly
-            taken, products = exact_rows(matrix, high, query, exact)
-            lower[taken] = products
-            upper[taken] = products
-        return lower, upper
+            for (lower, upper), query in zip(bounds, queries, strict=True):
+                taken, products = exact_rows(matrix, high, query, exact)
+                lower[taken] = products
+                upper[taken] = products
+        return bounds
+
+    def _query_terms(self, query: F32) -> tuple[npt.NDArray[np.int8], float, float, float]:
+        """A query's int8 codes ``u^``, their scale, and what its bound takes from it
+        (see the module doc): per unit of a row's scale, ``(1/2 + CODE_SLACK) ||u||_1
+        + gamma_d 127 sqrt(d) ||u||``; and ``||u - u^||``."""
+        wide = query.astype(np.float64)
+        length = float(np.sqrt(wide.dot(wide)))
+        size = np.abs(wide)
+        spread = float(np.add.reduce(size))
+        peak = float(np.maximum.reduce(size))
+        scale = peak / 127.0 if peak > 0 else 1.0
+        codes = np.minimum(np.maximum(np.rint(wide / scale), -127), 127)
+        rest = wide - codes * scale
+        query_error = float(np.sqrt(rest.dot(rest)))
+        per_scale = (0.5 + CODE_SLACK) * spread + _gamma(self.dim) * 127.0 * math.sqrt(self.dim) * length
+        return codes.astype(np.int8), scale, per_scale, query_error
 
 
 def _gamma(dim: int) -> float:

@@ -532,6 +532,29 @@ class VectorIndex:
             return ExactScores(self, self._rows[: self._high] @ query)
         return self._coarse_scores(query)
 
+    def exact_scores_many(self, vectors: Sequence[npt.ArrayLike]) -> list[ExactScores] | None:
+        """:meth:`exact_scores` of each of ``vectors`` (the same scores, bounds and
+        results), made in one coarse pass over the int8 rows for all of them: several
+        searches of one scope asked at once share the reading of the rows. None unless
+        the index scores a query by the coarse pass (exact mode, from
+        ``_coarse.MIN_VALUES`` rows times dimensions): the rest gains nothing."""
+        queries = [self._as_query(vector) for vector in vectors]
+        if not self.takes_coarse_pass or not queries:
+            return None
+        self._viewed()
+        scan = self._coarse
+        if scan is None:
+            scan = self._coarse = _coarse.CoarseScan(self.dim)
+        every = scan.scan_many(self._rows, self._high, queries)
+        return [ExactScores(self, None, query=query, bounds=bounds)
+                for query, bounds in zip(queries, every, strict=True)]
+
+    @property
+    def takes_coarse_pass(self) -> bool:
+        """Whether :meth:`exact_scores` scores a query by the coarse int8 pass now
+        (exact mode, from ``_coarse.MIN_VALUES`` rows times dimensions)."""
+        return self._graph is None and self._coarse_due()
+
     def _coarse_due(self) -> bool:
         """Whether an exact search scores the rows by the coarse int8 pass (from
         ``_coarse.MIN_VALUES`` rows times dimensions) rather than the full product."""
@@ -1114,6 +1137,12 @@ class ExactScores:
             scores = np.zeros(len(self._lower), dtype=np.float32)
             self._known = np.zeros(len(self._lower), dtype=np.bool_)
         self._scores = scores  # by row, rows [0, high)
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the arrays it holds."""
+        held = (self._scores, self._lower, self._upper, self._known)
+        return sum(array.nbytes for array in held if array is not None)
 
     def search(self, top_k: int = 10, allowed: Allowed = None,
                also: I64 | None = None) -> list[tuple[int, float]]:

@@ -23,7 +23,7 @@ import math
 import os
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Final, NoReturn
@@ -620,6 +620,26 @@ class Runtime:
             return False, None
         self._stats["asks"] += 1
         return True, turn.reply
+
+    def read_ahead(self, kind: str, key: Key, commands: Sequence[Any]) -> None:
+        """Tell the actor ``(kind, key)`` of ``commands``, reads about to be asked of it
+        back to back (``ActorKind.read_ahead``: it may prepare what they share). Only
+        an actor that would answer them inline now hears of it (loaded, idle, every
+        write durable); called where ``ask_nowait`` may be, just before asking them.
+        A hint: nothing is asked, and an error of the hook is logged, not raised (the
+        reads are answered without what it prepared)."""
+        cell = self._cells.get((kind, key)) if self._accepting else None
+        if cell is None or len(commands) < 2:
+            return
+        hook, inline = cell.kind.read_ahead, cell.kind.inline_read
+        if (hook is None or inline is None or cell.state is not _RUNNING or cell.active or cell.redo
+                or cell.diverged or cell.written > cell.synced or len(cell.mailbox) or cell.behaviour is None
+                or (not cell.in_memory and cell.store.needs_recovery) or not self._serves(kind, key)):
+            return
+        try:
+            hook(cell.behaviour, commands)
+        except Exception:
+            log.exception("the read-ahead of %s %r failed; its reads are answered without it", kind, key)
 
     def write_parked(self, kind: str, key: Key, command: Any, waiter: Any, now: float) -> bool:
         """``ask_nowait``'s inline write, made from another thread while the run is

@@ -8,7 +8,7 @@ snapshot as record lines. It never learns what a memory or a conversation is.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +76,15 @@ class ActorKind:
     one run of such commands in a batch run side by side; the actor handles nothing
     else until all have returned, so each sees every command before it and none
     after it, and the replies keep their order.
+
+    ``read_ahead`` (optional) is told of inline reads about to be asked of an idle
+    actor back to back (``Runtime.read_ahead``: a host's batch of searches of one
+    scope): given the behaviour and the commands, it may prepare what they share
+    (one pass over data for all of them) for its handler to take when each comes.
+    A hint only: the reads may come or not, in that order, with other commands
+    between them; whatever it prepares must give each read the answer it would
+    have had without it, and must be dropped when a command that changes the
+    state is handled.
     """
 
     name: str
@@ -89,3 +98,4 @@ class ActorKind:
     inline_write: Callable[[Any], bool] | None = None
     inline_when: Callable[[Behaviour, Any], bool] | None = None
     read_beside: Callable[[Behaviour, Any], Beside | None] | None = None
+    read_ahead: Callable[[Behaviour, Sequence[Any]], None] | None = None

@@ -183,7 +183,7 @@ from mnemex.memories.protocol import (
     Updated,
     UpdateMemory,
 )
-from mnemex.memories.ranking import CosineScale, RankCache, Ranker, found_by, rounded
+from mnemex.memories.ranking import CosineScale, RankCache, Ranker, ReadAhead, found_by, rounded
 from mnemex.memories.sessions import session_echoes, session_memories
 from mnemex.memories.snapshot import (
     SNAPSHOT_FORMAT,
@@ -421,6 +421,7 @@ class _SearchPlan(NamedTuple):
     min_score: float | None
     facets: str | None
     allowed: npt.NDArray[np.bool_] | None
+    ahead: ReadAhead | None = None  # what a read-ahead made for it (a hybrid search)
 
 
 BESIDE_MIN_MEMORIES: Final = 30_000
@@ -440,7 +441,7 @@ class ScopeMemory:
 
     # slots: a live scope's attributes are more than Python shares a dict's keys for
     # (30), so each scope would carry a dict of its own (~1.6 KB)
-    __slots__ = ("_analysed", "_quiet_search", "_texts", "_words", "app_name", "bm25", "by_content",
+    __slots__ = ("_ahead", "_analysed", "_quiet_search", "_texts", "_words", "app_name", "bm25", "by_content",
                  "categories", "clock", "content_bytes", "dim", "doc_of", "docs", "documents", "embedder",
                  "entities",
                  "extractions", "free", "graph", "graph_failed_at", "graph_pending_since", "graph_restored",
@@ -498,6 +499,9 @@ class ScopeMemory:
         self._words: dict[str, list[str]] = {}  # likewise: content -> the words the keyword index reads
         # transient: the search ``searches_inline`` found no job due for, until the next handle
         self._quiet_search: Search | None = None
+        # transient: what ``read_ahead`` made for searches about to come, by their id (with
+        # the command itself), until taken or a command other than a search is handled
+        self._ahead: dict[int, tuple[Search, ReadAhead]] | None = None
 
     def live_bytes(self) -> int:
         """An estimate of the memory this scope holds while live, for the runtime's
@@ -508,6 +512,9 @@ class ScopeMemory:
         vectors = self.vectors
         if vectors is not None and len(vectors):
             size += len(vectors) * vectors.bytes_per_vector
+        ahead = self._ahead
+        if ahead:
+            size += sum(made.exact.nbytes for _, made in ahead.values())
         return size + self.rank_cache.nbytes + self.bm25.kept_bytes
 
     def __repr__(self) -> str:
@@ -598,12 +605,15 @@ class ScopeMemory:
     def handle(self, command: Any) -> Any:
         quiet = command is self._quiet_search
         self._quiet_search = None
+        ahead = None
+        if self._ahead is not None:
+            ahead = self._taken_ahead(command)
         match command:
             case Search():
                 if quiet:  # just found to plan no job, at its time nor the clock: a plain read
-                    return self._search_run(self._search_plan(command))
+                    return self._search_run(self._search_plan(command, ahead))
                 # a graph may lag behind deferred vectors (after a replay, say): catch it up
-                return self._with_graph(self._search(command))
+                return self._with_graph(self._search(command, ahead))
             case Remember(memories=memories, embedder=embedder, dim=dim, now=now):
                 ids, created = self._remember(memories, embedder, dim, now, command.classify)
                 return self._with_graph(Remembered(ids=ids, created=created))
@@ -1434,8 +1444,8 @@ class ScopeMemory:
         )
 
     # -- search ---------------------------------------------------------------------------------
-    def _search(self, cmd: Search) -> Any:
-        plan = self._search_plan(cmd)
+    def _search(self, cmd: Search, ahead: ReadAhead | None = None) -> Any:
+        plan = self._search_plan(cmd, ahead)
         result = self._search_run(plan)
         return result if plan.allowed is not None and not plan.allowed.any() else \
             self._with_graph(result, now=plan.now)
@@ -1479,8 +1489,57 @@ class ScopeMemory:
                 effects += planned.effects
         return Beside(partial(self._search_run, plan), effects)
 
-    def _search_plan(self, cmd: Search) -> _SearchPlan:
-        """A search checked, with the memories it may find: what ranking it needs."""
+    def read_ahead(self, commands: Sequence[Any]) -> None:
+        """Searches about to be asked back to back (``ActorKind.read_ahead``): their
+        hybrid ones get their query's expansion, the vector it searches with and that
+        vector's scores (``Ranker.hybrid_vector``, ``VectorIndex.exact_scores_many``:
+        one coarse pass over the int8 rows for all of them, which a pass alone spends
+        most of its time reading), kept for ``handle`` to take when each comes, until
+        a command other than a search is handled (it may change what they were made
+        from). Nothing unless there are two such searches and the scope answers its
+        searches inline with an exact index that takes the coarse pass (from
+        ``_coarse.MIN_VALUES`` rows times dimensions); a search whose vector does not
+        read as this scope's is left to ``handle`` (which says why it refuses it)."""
+        self._ahead = None
+        index = self.vectors
+        if (index is None or len(self.doc_of) >= BESIDE_MIN_MEMORIES or not index.takes_coarse_pass
+                or self.keyed.vector_search(index) is not index):
+            return
+        searches: list[tuple[Search, F32]] = []
+        longest = self.settings.max_content_bytes // 4  # (a longer query may be refused: its own search)
+        for command in commands:
+            if (type(command) is Search and command.mode == "hybrid" and type(command.vector) is bytes
+                    and type(command.query) is str and len(command.query) <= longest
+                    and command.embedder == self.embedder and command.dim == self.dim):
+                try:
+                    searches.append((command, decode_vector(command.vector, command.dim)))
+                except MnemexError:
+                    continue
+        if len(searches) < 2:
+            return
+        ranker = self._ranker()
+        planned = [(command, *ranker.hybrid_vector(command.query, vector)) for command, vector in searches]
+        made = index.exact_scores_many([vector for _, _, vector in planned])
+        if made is not None:
+            self._ahead = {id(command): (command, ReadAhead(expansion, vector, exact))
+                           for (command, expansion, vector), exact in zip(planned, made, strict=True)}
+
+    def _taken_ahead(self, command: Any) -> ReadAhead | None:
+        """What ``read_ahead`` made for ``command`` (None: nothing), taken; everything it
+        made is dropped when ``command`` is not a search."""
+        ahead = self._ahead
+        assert ahead is not None
+        if type(command) is not Search:
+            self._ahead = None
+            return None
+        found = ahead.pop(id(command), None)
+        if not ahead:
+            self._ahead = None
+        return found[1] if found is not None and found[0] is command else None
+
+    def _search_plan(self, cmd: Search, ahead: ReadAhead | None = None) -> _SearchPlan:
+        """A search checked, with the memories it may find: what ranking it needs
+        (``ahead``: what ``read_ahead`` made for it)."""
         settings = self.settings
         query = cmd.query
         if not isinstance(query, str):
@@ -1510,7 +1569,14 @@ class ScopeMemory:
         if cmd.facets not in (None, "hits", "scope"):
             raise InvalidInput(f"facets is {cmd.facets!r}; use hits, scope or null", field="facets")
         allowed = self._allowed(cmd.filter, cmd.include_history, cmd.as_of, cmd.namespace, now)
-        return _SearchPlan(query, query_vector, top_k, mode, now, min_score, cmd.facets, allowed)
+        return _SearchPlan(query, query_vector, top_k, mode, now, min_score, cmd.facets, allowed,
+                           ahead if mode == "hybrid" else None)
+
+    def _ranker(self) -> Ranker:
+        settings = self.settings
+        return Ranker(self.keyword, self.bm25, self.entities, self.keyed.vector_search(self.vectors),
+                      self.table, settings, self._record_at, self.graph if settings.expansion else None,
+                      self.rank_cache)
 
     def _search_run(self, plan: _SearchPlan) -> SearchResult:
         """The ranking of a planned search. It only reads the scope (the rank cache
@@ -1521,9 +1587,7 @@ class ScopeMemory:
         allowed, min_score = plan.allowed, plan.min_score
         if allowed is not None and not allowed.any():
             return SearchResult(hits=[], mode=mode, facets={} if plan.facets else None)
-        ranker = Ranker(self.keyword, self.bm25, self.entities, self.keyed.vector_search(self.vectors),
-                        self.table, settings, self._record_at, self.graph if settings.expansion else None,
-                        self.rank_cache)
+        ranker = self._ranker()
         app_name, user_id = self.app_name, self.user_id
         if mode == "vector":
             assert query_vector is not None
@@ -1537,7 +1601,7 @@ class ScopeMemory:
                 ranked = ranker.fulltext_ranked(query, top_k, allowed)
             else:
                 assert query_vector is not None
-                ranked = ranker.hybrid_ranked(query, query_vector, top_k, allowed, plan.now)
+                ranked = ranker.hybrid_ranked(query, query_vector, top_k, allowed, plan.now, ahead=plan.ahead)
                 if min_score is None:
                     min_score = settings.hybrid_min_score
             # the cut reads the relevance: a ranking factor reorders hits, it never removes one

@@ -10,7 +10,7 @@ texts refs embed go through one batcher.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -44,6 +44,12 @@ def _is_search(command: Any) -> bool:
 def _searches_inline(behaviour: Behaviour, command: Any) -> bool:
     """The scope kind's ``inline_when``: ``ScopeMemory.searches_inline``."""
     return isinstance(behaviour, ScopeMemory) and behaviour.searches_inline(command)
+
+
+def _read_ahead(behaviour: Behaviour, commands: Sequence[Any]) -> None:
+    """The scope kind's ``read_ahead``: ``ScopeMemory.read_ahead``."""
+    if isinstance(behaviour, ScopeMemory):
+        behaviour.read_ahead(commands)
 
 
 def _replay(behaviour: Behaviour, commands: Iterable[Any]) -> None:
@@ -115,6 +121,7 @@ def _build(name: str, embedder: Embedder | None, settings: ScopeSettings) -> Sco
     return ScopeKind(name=name, create=create, restore=restore, encode=scope_codec.encode,
                      decode=scope_codec.decode, is_journaled=is_scope_write, replay=_replay,
                      inline_read=_is_search, inline_when=_searches_inline, read_beside=_search_beside,
+                     read_ahead=_read_ahead,
                      embedder=embedder, settings=settings)
 
 

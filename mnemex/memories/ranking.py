@@ -81,7 +81,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ACCESS_HALF", "CONTEXT_ONLY", "COVERAGE_MIN_TERMS", "COVERAGE_RAMP", "CROWDING_NEIGHBOURS",
            "DATE_SLACK", "FACTOR_RANGE", "FOUND_BY", "CosineScale", "Mask", "RankCache", "Ranked", "Ranker",
-           "calibrated_cosine", "crowding", "found_by", "rank_factors", "rounded", "rounded6",
+           "ReadAhead", "calibrated_cosine", "crowding", "found_by", "rank_factors", "rounded", "rounded6",
            "text_weights"]
 
 F32 = npt.NDArray[np.float32]
@@ -316,23 +316,37 @@ class Ranker:
                                 app_name, user_id))
         return hits
 
-    def hybrid_ranked(self, query: str, vector: F32, top_k: int, allowed: Mask | None,
-                      now: float) -> list[Ranked]:
-        """Full-text and vector candidates (and the best of those observed near a
-        period the query names) fused into one relevance, ranked by it times the
-        importance, recency and access factor. The candidates are scored as arrays;
-        the score breakdown is built for the ``top_k`` returned only."""
+    def hybrid_vector(self, query: str, vector: F32) -> tuple[Expansion | None, F32]:
+        """What a hybrid search of ``query`` asks of the graph (its expansion: None
+        when it names no entity) and the vector it searches with: ``vector`` (the
+        query's), moved toward the expansion's memories."""
         settings = self.settings
-        count = max(top_k, settings.fusion_candidates)
         graph = self.graph
         expansion = graph.expansion(query, neighbours=settings.expansion_neighbours) \
             if graph is not None and graph else None
-        text_ranked, fulltext = self._fulltext_candidates(query, count, allowed, expansion)
         index = self.vectors if self.vectors is not None and len(self.vectors) else None
         if expansion is not None and index is not None and settings.expansion_vector_weight > 0:
             vector = self._expanded_vector(vector, expansion, index)
-        # an exact index scores every memory once; the searches and cosines below read that
-        exact = index.exact_scores(vector) if isinstance(index, VectorIndex) else None
+        return expansion, vector
+
+    def hybrid_ranked(self, query: str, vector: F32, top_k: int, allowed: Mask | None,
+                      now: float, *, ahead: ReadAhead | None = None) -> list[Ranked]:
+        """Full-text and vector candidates (and the best of those observed near a
+        period the query names) fused into one relevance, ranked by it times the
+        importance, recency and access factor. The candidates are scored as arrays;
+        the score breakdown is built for the ``top_k`` returned only. ``ahead``: what
+        a read-ahead made for this search (:class:`ReadAhead`), taken as made here."""
+        settings = self.settings
+        count = max(top_k, settings.fusion_candidates)
+        index = self.vectors if self.vectors is not None and len(self.vectors) else None
+        exact: ExactScores | None
+        if ahead is not None:
+            expansion, vector, exact = ahead
+        else:
+            expansion, vector = self.hybrid_vector(query, vector)
+            # an exact index scores every memory once; the searches and cosines below read that
+            exact = index.exact_scores(vector) if isinstance(index, VectorIndex) else None
+        text_ranked, fulltext = self._fulltext_candidates(query, count, allowed, expansion)
         cosines_of = _Cosines(index, _unit(vector), exact)
         # the full-text candidates' cosines are read below: rescored with the search's rows
         vector_ranked = cosines_of.search(vector, count, allowed,
@@ -681,6 +695,17 @@ class _FullText(NamedTuple):
         if self.ideal > 0:
             return np.minimum(1.0, totals / self.ideal), bm25
         return np.zeros(len(docs), dtype=np.float64), bm25
+
+
+class ReadAhead(NamedTuple):
+    """What :meth:`Ranker.hybrid_ranked` computes first, made ahead for several searches
+    of one scope at once (``ScopeMemory.read_ahead``): the query's expansion, the
+    vector it searches with, and that vector's exact scores (from one coarse pass
+    shared by the searches)."""
+
+    expansion: Expansion | None
+    vector: F32
+    exact: ExactScores
 
 
 class _Cosines:

@@ -41,20 +41,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import itertools
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Final, Generic, TypeVar
 
 import trio
 
 from mnemex import ActorClosed
-from mnemex.lowlevel import ActorRef, Runtime
+from mnemex.lowlevel import ActorRef, Key, Runtime
 
 __all__ = ["Bridge"]
 
 T = TypeVar("T")
 
 _END: Final = object()
+
+READ_AHEAD: Final = 16
+"""Batched asks a read-ahead covers at a time (``Bridge._ask_batch``): one coarse pass
+for 16 searches reads the rows once and costs ~21 us a search against ~50 us alone
+(10,000 rows of 384 dimensions), and holds 16 searches' bounds at most."""
 
 
 class _Call(Generic[T]):
@@ -167,15 +173,42 @@ class Bridge:
             raise
 
     def _ask_batch(self) -> None:
-        """In the loop: hand the batched asks to the kernel, in the order they came."""
+        """In the loop: hand the batched asks to the kernel, in the order they came.
+        Every ``READ_AHEAD`` of them, the actors asked twice or more among the next
+        ``READ_AHEAD`` hear of their reads first (``Runtime.read_ahead``: a scope
+        makes one pass over its vectors for all of its searches)."""
         batched = self._batched
+        ahead = 0  # asks left that a read-ahead covers
         while batched:
+            if ahead == 0 and len(batched) > 1:
+                self._read_ahead(itertools.islice(batched, READ_AHEAD))
+                ahead = READ_AHEAD
+            ahead = max(0, ahead - 1)
             kernel, ref, command, answer = batched.popleft()
             if answer.done or answer.future.done():  # its caller gave up (was cancelled) before
                 continue
             if not self._ask_here(kernel, ref, command, answer):
                 self._asks.append((kernel, ref, command, answer))
                 self._wake_run()
+
+    def _read_ahead(self, asks: Iterable[tuple[Runtime, ActorRef, Any, _Answer]]) -> None:
+        """Tell each actor asked twice or more in ``asks`` of its commands, in order
+        (where ``_ask_here`` would ask: nothing when another thread has the run)."""
+        by_actor: dict[tuple[Runtime, str, Key], list[Any]] = {}
+        for kernel, ref, command, answer in asks:
+            if not answer.done:
+                by_actor.setdefault((kernel, ref.kind, ref.key), []).append(command)
+        for (kernel, kind, key), commands in by_actor.items():
+            if len(commands) < 2:
+                continue
+            parked = kernel.parked
+            if parked is not None and not parked.lock.acquire(blocking=False):
+                continue
+            try:
+                self._context.run(kernel.read_ahead, kind, key, commands)
+            finally:
+                if parked is not None:
+                    parked.lock.release()
 
     async def ask(self, ref: ActorRef, command: Any) -> Any:
         """``await ref.ask(command)`` (the default ask timeout) from asyncio, with no trio

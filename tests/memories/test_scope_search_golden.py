@@ -4,7 +4,8 @@ ranking of commit 62e120b with ``python tests/memories/test_scope_search_golden.
 the same memories in the same order, every score and signal within float32 rounding.
 A change of ranking on purpose rewrites the fixture and says so. The same searches
 run beside the actor (``ScopeMemory.search_beside``), four at a time in threads as
-the kernel runs them, give the same hits."""
+the kernel runs them, or read ahead all at once (``ScopeMemory.read_ahead``, as the
+server's batches of searches are) give the same hits."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 from scope_support import Driver
 
+from mnemex.index import _coarse
 from mnemex.memories import behaviour
 from mnemex.memories.protocol import Forget
 
@@ -47,22 +49,27 @@ def corpus() -> list[tuple[str, str]]:
     return turns
 
 
-def searches(beside: bool = False) -> list[list[Any]]:
+def searches(how: str = "in-turn") -> list[list[Any]]:
     """Each search's hits as [content, score, signals], after the corpus is stored,
-    filtered, and after some memories are forgotten; ``beside``: each set of queries
-    planned in the actor's turn and ranked four at a time in threads."""
+    filtered, and after some memories are forgotten; ``how``: ``in-turn`` (one by
+    one), ``beside`` (each set of queries planned in the actor's turn and ranked four
+    at a time in threads) or ``ahead`` (each set read ahead, then asked one by one)."""
     driver = Driver(expansion=True, fusion_candidates=30)
     ids = [driver.remember(content, session_id=session)[0] for content, session in corpus()]
     out: list[list[Any]] = []
 
     def run(**options: Any) -> None:
-        if beside:
+        if how == "beside":
             plans = [driver.memory.search_beside(driver.search_command(query, top_k=10, min_score=-1.0,
                                                                       **options))
                      for query in QUERIES]
             assert all(plan is not None and not plan.effects for plan in plans)
             with ThreadPoolExecutor(4) as pool:
                 results = list(pool.map(lambda plan: plan.run(), plans))  # type: ignore[union-attr]
+        elif how == "ahead":
+            commands = [driver.search_command(query, top_k=10, min_score=-1.0, **options) for query in QUERIES]
+            driver.memory.read_ahead(commands)
+            results = [driver.send(command) for command in commands]
         else:
             results = [driver.search(query, top_k=10, min_score=-1.0, **options) for query in QUERIES]
         for result in results:
@@ -76,11 +83,14 @@ def searches(beside: bool = False) -> list[list[Any]]:
     return out
 
 
-@pytest.mark.parametrize("beside", [False, True], ids=["in-turn", "beside"])
-def test_hybrid_hits_are_those_of_the_ranking_before(beside: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(behaviour, "BESIDE_MIN_MEMORIES", 0)  # 300 memories: beside too
+@pytest.mark.parametrize("how", ["in-turn", "beside", "ahead"])
+def test_hybrid_hits_are_those_of_the_ranking_before(how: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if how == "beside":
+        monkeypatch.setattr(behaviour, "BESIDE_MIN_MEMORIES", 0)  # 300 memories: beside too
+    elif how == "ahead":  # only a coarse pass reads ahead: these 300 memories take it
+        monkeypatch.setattr(_coarse, "MIN_VALUES", 64 * 48)
     expected = json.loads(FIXTURE.read_text())
-    got = searches(beside)
+    got = searches(how)
     assert len(got) == len(expected)
     for index, (hits, wanted) in enumerate(zip(got, expected, strict=True)):
         assert [h[0] for h in hits] == [w[0] for w in wanted], (index, QUERIES[index % len(QUERIES)])

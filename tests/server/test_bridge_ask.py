@@ -32,8 +32,8 @@ from gated_storage import GatedStorage
 
 import mnemex
 from mnemex import StorageError
-from mnemex.lowlevel import ActorRef, Runtime, open_actor_runtime
-from mnemex.server._bridge import Bridge
+from mnemex.lowlevel import ActorKind, ActorRef, Runtime, open_actor_runtime
+from mnemex.server._bridge import READ_AHEAD, Bridge
 from mnemex.testing import Add, Entries, Fail, Get, counter_kind
 
 INLINE = dataclasses.replace(counter_kind(), inline_write=lambda c: type(c) in (Add, Fail))
@@ -63,9 +63,9 @@ def started(ready: asyncio.Future[Any], done: asyncio.Future[outcome.Outcome[Non
     return finished
 
 
-def hosted(test: Callable[[Hosted], Awaitable[None]]) -> None:
-    """Run ``test`` on a uvloop loop hosting a runtime (the inline counter kind) as a
-    trio guest, its commit reporting to the loop, as the server sets it up."""
+def hosted(test: Callable[[Hosted], Awaitable[None]], kind: ActorKind = INLINE) -> None:
+    """Run ``test`` on a uvloop loop hosting a runtime (``kind``: the inline counter
+    kind) as a trio guest, its commit reporting to the loop, as the server sets it up."""
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -76,7 +76,7 @@ def hosted(test: Callable[[Hosted], Awaitable[None]]) -> None:
 
         async def guest() -> None:
             stop = trio.Event()
-            async with open_actor_runtime(cfg, [INLINE], storage=storage) as runtime, \
+            async with open_actor_runtime(cfg, [kind], storage=storage) as runtime, \
                     trio.open_nursery() as nursery:
                 runtime.report_to_host(loop.call_soon_threadsafe)
                 ready.set_result((Bridge(nursery, loop), runtime, trio.lowlevel.current_trio_token(), stop))
@@ -273,6 +273,63 @@ def test_a_batched_ask_after_the_bridge_closed_is_refused() -> None:
             await h.bridge.ask_batched(h.ref, Get())
 
     hosted(test)
+
+
+def reading_ahead(told: list[list[Any]], fail: bool = False) -> ActorKind:
+    """The inline counter kind, its Get read inline, its read-aheads noted in ``told``
+    (or, ``fail``, raising)."""
+    def read_ahead(behaviour: Any, commands: Any) -> None:
+        if fail:
+            raise RuntimeError("a broken read-ahead")
+        told.append(list(commands))
+
+    return dataclasses.replace(INLINE, inline_read=lambda c: type(c) is Get, read_ahead=read_ahead)
+
+
+def test_an_actor_asked_several_reads_in_one_batch_hears_of_them_first_in_groups() -> None:
+    told: list[list[Any]] = []
+
+    async def test(h: Hosted) -> None:
+        reads = [Get() for _ in range(READ_AHEAD + 4)]
+        asks = [asyncio.ensure_future(h.bridge.ask_batched(h.ref, read)) for read in reads]
+        assert await asyncio.gather(*asks) == [(1, 1)] * len(reads)
+        # the read-ahead's commands are the very objects asked, in order, READ_AHEAD at a time
+        assert [len(group) for group in told] == [READ_AHEAD, 4]
+        assert all(a is b for a, b in zip([c for group in told for c in group], reads, strict=True))
+        told.clear()
+        assert await h.bridge.ask_batched(h.ref, Get()) == (1, 1)  # one alone: nothing to share
+        assert told == []
+        assert h.run_calls == [0] and h.activations == [0]
+
+    hosted(test, reading_ahead(told))
+
+
+def test_reads_behind_a_write_not_yet_durable_are_not_read_ahead() -> None:
+    told: list[list[Any]] = []
+
+    async def test(h: Hosted) -> None:
+        h.storage.gate = threading.Event()
+        write = asyncio.ensure_future(h.bridge.ask(h.ref, Add(2)))  # taken inline, its fsync held
+        await entered(h.storage)
+        reads = [asyncio.ensure_future(h.bridge.ask_batched(h.ref, Get())) for _ in range(3)]
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert told == []  # the actor holds a write that is not durable: its reads wait for it
+        h.storage.gate.set()
+        assert await write == 3
+        assert await asyncio.gather(*reads) == [(3, 2)] * 3
+        assert told == []
+
+    hosted(test, reading_ahead(told))
+
+
+def test_a_read_ahead_that_fails_is_logged_and_the_reads_are_answered(caplog: pytest.LogCaptureFixture) -> None:
+    async def test(h: Hosted) -> None:
+        asks = [asyncio.ensure_future(h.bridge.ask_batched(h.ref, Get())) for _ in range(3)]
+        assert await asyncio.gather(*asks) == [(1, 1)] * 3
+
+    hosted(test, reading_ahead([], fail=True))
+    assert any("read-ahead" in record.getMessage() and record.exc_info for record in caplog.records)
 
 
 def test_an_agents_appends_taken_in_the_loop_reach_its_subscribers_in_order(tmp_path: Any) -> None:
