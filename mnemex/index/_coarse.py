@@ -206,45 +206,41 @@ class CoarseScan:
         return _nk.dots_pack(codes.astype(np.int8)), largest
 
     def _scan(self, state: _Packed, matrix: F32, high: int, queries: Sequence[F32]) -> list[tuple[F64, F64]]:
+        """The bounds of each query, computed for all of them at once, row by row of
+        a (queries, rows) array: each query's values are those it gets alone (the
+        same arithmetic, element by element; sums along a query's own row)."""
         packed = state.packed
-        bounds = [(np.empty(high, dtype=np.float64), np.empty(high, dtype=np.float64)) for _ in queries]
+        lower = np.empty((len(queries), high), dtype=np.float64)
+        upper = np.empty((len(queries), high), dtype=np.float64)
         if packed:
+            wide = np.array(queries, dtype=np.float64, ndmin=2)
+            length = np.sqrt(np.add.reduce(wide * wide, axis=1))
+            size = np.abs(wide)
+            spread = np.add.reduce(size, axis=1)
+            peak = np.maximum.reduce(size, axis=1)
+            scale = np.where(peak > 0, peak / 127.0, 1.0)
+            codes = np.minimum(np.maximum(np.rint(wide / scale[:, None]), -127), 127)
+            rest = wide - codes * scale[:, None]
+            query_error = np.sqrt(np.add.reduce(rest * rest, axis=1))
+            dots = np.concatenate([np.asarray(_nk.dots_packed(codes.astype(np.int8), block))
+                                   for block in state.blocks], axis=1)
             scales = state.scales[:packed]
-            terms = [self._query_terms(query) for query in queries]
-            codes = terms[0][0][None, :] if len(terms) == 1 else np.stack([term[0] for term in terms])
-            dots = np.concatenate([np.asarray(_nk.dots_packed(codes, block)) for block in state.blocks],
-                                  axis=1)
-            for (lower, upper), row, (_, scale, per_scale, error) in zip(bounds, dots, terms, strict=True):
-                np.multiply(row, scales * scale, out=lower[:packed])
-                bound = scales * per_scale
-                bound += state.recon * error + SLACK
-                np.add(lower[:packed], bound, out=upper[:packed])
-                lower[:packed] -= bound
+            np.multiply(dots, scales * scale[:, None], out=lower[:, :packed])
+            # per row: s ((1/2 + CODE_SLACK) ||u||_1 + gamma_d 127 sqrt(d) ||u||), and the query's part
+            per_scale = (0.5 + CODE_SLACK) * spread + _gamma(self.dim) * 127.0 * math.sqrt(self.dim) * length
+            bound = scales * per_scale[:, None]
+            bound += (state.recon * query_error + SLACK)[:, None]
+            np.add(lower[:, :packed], bound, out=upper[:, :packed])
+            lower[:, :packed] -= bound
         exact = np.arange(packed, high, dtype=np.int64)
         if state.dirty:
             exact = np.concatenate([np.array(sorted(state.dirty), dtype=np.int64), exact])
         if len(exact):  # rows written since they were packed: their products, exactly
-            for (lower, upper), query in zip(bounds, queries, strict=True):
+            for low, up, query in zip(lower, upper, queries, strict=True):
                 taken, products = exact_rows(matrix, high, query, exact)
-                lower[taken] = products
-                upper[taken] = products
-        return bounds
-
-    def _query_terms(self, query: F32) -> tuple[npt.NDArray[np.int8], float, float, float]:
-        """A query's int8 codes ``u^``, their scale, and what its bound takes from it
-        (see the module doc): per unit of a row's scale, ``(1/2 + CODE_SLACK) ||u||_1
-        + gamma_d 127 sqrt(d) ||u||``; and ``||u - u^||``."""
-        wide = query.astype(np.float64)
-        length = float(np.sqrt(wide.dot(wide)))
-        size = np.abs(wide)
-        spread = float(np.add.reduce(size))
-        peak = float(np.maximum.reduce(size))
-        scale = peak / 127.0 if peak > 0 else 1.0
-        codes = np.minimum(np.maximum(np.rint(wide / scale), -127), 127)
-        rest = wide - codes * scale
-        query_error = float(np.sqrt(rest.dot(rest)))
-        per_scale = (0.5 + CODE_SLACK) * spread + _gamma(self.dim) * 127.0 * math.sqrt(self.dim) * length
-        return codes.astype(np.int8), scale, per_scale, query_error
+                low[taken] = products
+                up[taken] = products
+        return list(zip(lower, upper, strict=True))
 
 
 def _gamma(dim: int) -> float:
