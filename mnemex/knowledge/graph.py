@@ -97,26 +97,24 @@ class Expansion:
     """The query's words that name the entities (normalised)."""
     """Per named entity: the docs that mention it, and those it says."""
 
-    def lifts(self, docs: Iterable[int], mention_only: float) -> list[float]:
+    def lifts(self, docs: Sequence[int], mention_only: float) -> list[float]:
         """How much of the query's entities each of ``docs`` is about, 0..1: the mean
         over the named entities of 1 (it says it), ``mention_only`` (it names it: 1
         for an entity that says no memory) or 0."""
         each = self.each
         if not each:
             return [0.0 for _ in docs]
-        # per entity: (its sayers, what naming it counts: an entity that never speaks
-        # is only ever named), summed in the entities' order
-        counted = [(mentioning, saying, mention_only if saying else 1.0) for mentioning, saying in each]
-        out = []
-        for doc in docs:
-            total = 0.0
-            for mentioning, saying, named in counted:
-                if doc in saying:
-                    total += 1.0
-                elif doc in mentioning:
-                    total += named
-            out.append(total / len(each))
-        return out
+        # summed entity by entity, in the entities' order (each doc's sum in that order);
+        # an entity that never speaks is only ever named: naming it counts fully
+        totals = dict.fromkeys(docs, 0.0)
+        for mentioning, saying in each:
+            for doc in saying.intersection(docs):
+                totals[doc] += 1.0
+            named = mention_only if saying else 1.0
+            if named:
+                for doc in mentioning.intersection(docs).difference(saying):
+                    totals[doc] += named
+        return [totals[doc] / len(each) for doc in docs]
 
 
 @dataclass(slots=True)

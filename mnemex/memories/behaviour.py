@@ -183,7 +183,7 @@ from mnemex.memories.protocol import (
     Updated,
     UpdateMemory,
 )
-from mnemex.memories.ranking import CosineScale, RankCache, Ranker, ReadAhead, found_by, rounded
+from mnemex.memories.ranking import CosineScale, RankCache, Ranker, ReadAhead, rounded
 from mnemex.memories.sessions import session_echoes, session_memories
 from mnemex.memories.snapshot import (
     SNAPSHOT_FORMAT,
@@ -1595,21 +1595,21 @@ class ScopeMemory:
                                       settings.vector_min_score if min_score is None else min_score,
                                       app_name=app_name, user_id=user_id)
         else:
-            if mode == "keyword":
-                ranked = ranker.keyword_ranked(query, top_k, allowed)
-            elif mode == "fulltext":
-                ranked = ranker.fulltext_ranked(query, top_k, allowed)
-            else:
+            # (only a hybrid ranking says which lists found a hit)
+            ranked: Iterable[tuple[int, float, dict[str, float], tuple[str, ...]]]
+            if mode == "hybrid":
                 assert query_vector is not None
                 ranked = ranker.hybrid_ranked(query, query_vector, top_k, allowed, plan.now, ahead=plan.ahead)
                 if min_score is None:
                     min_score = settings.hybrid_min_score
+            else:
+                ranked = ((doc, score, scores, ()) for doc, score, scores in (
+                    ranker.keyword_ranked(query, top_k, allowed) if mode == "keyword"
+                    else ranker.fulltext_ranked(query, top_k, allowed)))
             # the cut reads the relevance: a ranking factor reorders hits, it never removes one
             record_at = self._record_at
-            marked = mode == "hybrid"  # (only a hybrid ranking marks the lists that found a hit)
-            hits = [Hit(record_at(doc), rounded(score), scores, app_name, user_id,
-                        found_by(scores) if marked else ())
-                    for doc, score, scores in ranked
+            hits = [Hit(record_at(doc), rounded(score), scores, app_name, user_id, found)
+                    for doc, score, scores, found in ranked
                     if min_score is None or scores.get("relevance", score) >= min_score]
             if len(hits) > top_k:
                 hits = hits[:top_k]

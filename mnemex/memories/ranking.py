@@ -81,13 +81,14 @@ if TYPE_CHECKING:
 
 __all__ = ["ACCESS_HALF", "CONTEXT_ONLY", "COVERAGE_MIN_TERMS", "COVERAGE_RAMP", "CROWDING_NEIGHBOURS",
            "DATE_SLACK", "FACTOR_RANGE", "FOUND_BY", "CosineScale", "Mask", "RankCache", "Ranked", "Ranker",
-           "ReadAhead", "calibrated_cosine", "crowding", "found_by", "rank_factors", "rounded", "rounded6",
+           "ReadAhead", "calibrated_cosine", "crowding", "rank_factors", "rounded", "rounded6",
            "text_weights"]
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
 Mask = npt.NDArray[np.bool_]
 Ranked = tuple[int, float, dict[str, float]]   # (doc, score, signals)
+HybridRanked = tuple[int, float, dict[str, float], tuple[str, ...]]  # and the lists that found it (FOUND_BY)
 _T = TypeVar("_T")
 
 ACCESS_HALF: Final = 10.0
@@ -330,7 +331,7 @@ class Ranker:
         return expansion, vector
 
     def hybrid_ranked(self, query: str, vector: F32, top_k: int, allowed: Mask | None,
-                      now: float, *, ahead: ReadAhead | None = None) -> list[Ranked]:
+                      now: float, *, ahead: ReadAhead | None = None) -> list[HybridRanked]:
         """Full-text and vector candidates (and the best of those observed near a
         period the query names) fused into one relevance, ranked by it times the
         importance, recency and access factor. The candidates are scored as arrays;
@@ -458,7 +459,7 @@ class Ranker:
         by_date, by_graph = set(extra), set(graph_found)
         crowding_shown = round(crowded, 6)
         entity_hits = fulltext.entity_hits
-        out: list[Ranked] = []
+        out: list[HybridRanked] = []
         for doc, score, named_it, graph_lift, expansion_part, importance, (
                 text, bm25, fused_vector, cosine, weight, date, relevant, factor, expansion_shown, recency,
                 access) in zip(top_docs, scores[top].tolist(), is_named[top].tolist(),
@@ -471,15 +472,9 @@ class Ranker:
                 "access": access, "factor": factor if factors is not None else 1.0, "graph": graph_lift,
                 "expansion": expansion_shown,
             }
-            if doc in by_text:
-                signals["found.fulltext"] = 1.0
-            if doc in by_vector:
-                signals["found.vector"] = 1.0
-            if doc in by_date:
-                signals["found.date"] = 1.0
-            if doc in by_graph or named_it or expansion_part > 0:
-                signals["found.graph"] = 1.0
-            out.append((doc, score, signals))
+            found = _FOUND[(doc in by_text) | (doc in by_vector) << 1 | (doc in by_date) << 2
+                           | (doc in by_graph or named_it or expansion_part > 0) << 3]
+            out.append((doc, score, signals, found))
         return out
 
     def _expanded_vector(self, vector: F32, expansion: Expansion,
@@ -529,17 +524,9 @@ class Ranker:
 FOUND_BY: Final = ("fulltext", "vector", "date", "graph")
 """The candidate lists of a hybrid search, in the order ``Hit.found_by`` names them."""
 
-_MARKS: Final = tuple((f"found.{name}", name) for name in FOUND_BY)
-
-
-def found_by(scores: dict[str, float]) -> tuple[str, ...]:
-    """Take the ``found.<list>`` marks (of FOUND_BY) out of a hit's signals: the
-    candidate lists that brought it (see ``Hit.found_by``)."""
-    found = []
-    for mark, name in _MARKS:
-        if scores.pop(mark, None) is not None:
-            found.append(name)
-    return tuple(found)
+_FOUND: Final = tuple(tuple(name for bit, name in enumerate(FOUND_BY) if marks >> bit & 1)
+                      for marks in range(1 << len(FOUND_BY)))
+"""The lists named by each set of marks (bit i: ``FOUND_BY[i]``), in FOUND_BY's order."""
 
 
 _ROUND_FAST_BELOW: Final = 2.0 ** 30
