@@ -349,20 +349,28 @@ class Ranker:
             exact = index.exact_scores(vector) if isinstance(index, VectorIndex) else None
         text_ranked, fulltext = self._fulltext_candidates(query, count, allowed, expansion)
         cosines_of = _Cosines(index, _unit(vector), exact)
-        # the full-text candidates' cosines are read below: rescored with the search's rows
-        vector_ranked = cosines_of.search(vector, count, allowed,
-                                          np.fromiter((doc for doc, _ in text_ranked), dtype=np.int64,
-                                                      count=len(text_ranked)))
-        dated = self._dated(query)
-        extra: list[int] = []
         named = np.zeros(0, dtype=np.int64)  # the memories of the query's entities, ascending
-        graph_found: list[int] = []
+        reaching = None
         if expansion is not None and expansion.docs:  # the memories of the query's entities join
             named = self.cache.named_docs(self.bm25, expansion) if self.cache is not None \
                 else _ascending(expansion.docs)
             if allowed is not None:
                 named = named[(named < len(allowed)) & allowed[np.minimum(named, len(allowed) - 1)]]
-            graph_found = self._best_of(named, fulltext, cosines_of, settings.expansion_candidates)
+            reaching = self._reaching(named, fulltext, cosines_of, settings.expansion_candidates)
+        # the cosines read below (of the full-text candidates, and of the named memories
+        # that may be among the best of them) are rescored with the search's rows
+        also = np.fromiter((doc for doc, _ in text_ranked), dtype=np.int64, count=len(text_ranked))
+        if reaching is not None and len(reaching[0]):
+            also = np.concatenate((also, reaching[0]))
+        vector_ranked = cosines_of.search(vector, count, allowed, also)
+        dated = self._dated(query)
+        extra: list[int] = []
+        graph_found: list[int] = []
+        if reaching is not None:
+            docs_reaching, scores_reaching = reaching
+            if cosines_of.index is not None:
+                scores_reaching = scores_reaching + cosines_of(docs_reaching)
+            graph_found = _best(docs_reaching, scores_reaching, settings.expansion_candidates).tolist()
         if dated is not None:  # the best of the memories near a named period join the candidates
             near = _visible(dated > 0, allowed)
             if near.any():
@@ -489,22 +497,22 @@ class Ranker:
         moved: F32 = (_unit(vector) + self.settings.expansion_vector_weight * centroid).astype(np.float32)
         return _unit(moved)
 
-    def _best_of(self, docs: npt.NDArray[np.int64], fulltext: _FullText, cosines_of: _Cosines,
-                 count: int) -> list[int]:
-        """The ``count`` best of ``docs`` (the memories of the query's entities) by
-        their full-text score (the expansion's terms included) plus their cosine to
-        the query, ties by lower doc."""
+    def _reaching(self, docs: npt.NDArray[np.int64], fulltext: _FullText, cosines_of: _Cosines,
+                  count: int) -> tuple[npt.NDArray[np.int64], F64]:
+        """Of ``docs`` (the memories of the query's entities), those that could be among
+        the ``count`` best by their full-text score (the expansion's terms included)
+        plus their cosine to the query, with their full-text scores: all of them, unless
+        an exact index's bounds on the cosines leave some out (their best possible is
+        below ``count`` others' worst). The best are those of highest score plus
+        cosine (``_best``: ties by lower doc)."""
         if len(docs) == 0 or count <= 0:
-            return []
+            return docs[:0], np.zeros(0, dtype=np.float64)
         score = fulltext.scores(docs)[0]
-        if cosines_of.index is not None:
-            if cosines_of.exact is not None:  # only those whose cosine's bound reaches the cut
-                reach = cosines_of.exact.reach(docs, score, count)
-                if reach is not None:
-                    docs, score = docs[reach], score[reach]
-            score = score + cosines_of(docs)
-        best: list[int] = _best(docs, score, count).tolist()
-        return best
+        if cosines_of.index is not None and cosines_of.exact is not None:
+            reach = cosines_of.exact.reach(docs, score, count)
+            if reach is not None:
+                return docs[reach], score[reach]
+        return docs, score
 
     def _dated(self, query: str) -> F64 | None:
         """How near each doc slot's time is to a period the query names (see
