@@ -225,6 +225,7 @@ class _Api(RemoteRoutes):
         self.streams: PushedStreams = operations.pushed_streams(settings, bridge)
         self.started = time.time()
         self._agents: dict[str, AgentRef] = {}
+        self._scopes: dict[tuple[str, str], ScopeRef] = {}
 
     def agent(self, request: Request) -> AgentRef:
         """The agent of the request's route (``/agents/{agent}/...``, else the default).
@@ -235,6 +236,19 @@ class _Api(RemoteRoutes):
             if len(self._agents) >= _KEPT_REFS:
                 self._agents.clear()
             ref = self._agents[name] = self.rt.agent(name)
+        return ref
+
+    def scope(self, user_id: str, app_name: str) -> Any:
+        """``rt.scope(user_id=..., app_name=...)``. An in-process runtime's refs hold
+        nothing but the scope's key and what its runtime shares: one per scope is kept."""
+        ref = self._scopes.get((app_name, user_id))
+        if ref is None:
+            made = self.rt.scope(user_id=user_id, app_name=app_name)
+            if type(made) is not ScopeRef:
+                return made
+            if len(self._scopes) >= _KEPT_REFS:
+                self._scopes.clear()
+            ref = self._scopes[(app_name, user_id)] = made
         return ref
 
     async def body(self, request: Request, type_: type[Any]) -> Any:
@@ -511,7 +525,7 @@ class _Api(RemoteRoutes):
 
     async def post_memory(self, request: Request) -> Response:
         body: PostMemory = await self.body(request, PostMemory)
-        scope = self.rt.scope(user_id=body.user_id, app_name=body.app_name)
+        scope = self.scope(body.user_id, body.app_name)
         memory_id = await self.call(scope.remember, body.content, **body.given())
         return json_response(MemoryId(memory_id), 201)
 
@@ -556,7 +570,7 @@ class _Api(RemoteRoutes):
                             field="scopes")
         if len(scopes) == 1:
             app_name, user_id = scopes[0]
-            scope = self.rt.scope(user_id=user_id, app_name=app_name)
+            scope = self.scope(user_id, app_name)
             bridge = self.bridge
             direct = bridge is not None and type(scope) is ScopeRef and type(scope.ref) is ActorRef
             command = scope.search_command(body.query, body.top_k, mode, min_score, body.filters,
@@ -585,19 +599,19 @@ class _Api(RemoteRoutes):
     # -- categories and actors ------------------------------------------------------------
     async def get_categories(self, request: Request) -> Response:
         user_id, app_name = self._scope_of(request)
-        catalog = await self.call(self.rt.scope(user_id=user_id, app_name=app_name).categories)
+        catalog = await self.call(self.scope(user_id, app_name).categories)
         return json_response(_categories_out(catalog))
 
     async def put_categories(self, request: Request) -> Response:
         body: PutCategories = await self.body(request, PutCategories)
-        scope = self.rt.scope(user_id=body.user_id, app_name=body.app_name)
+        scope = self.scope(body.user_id, body.app_name)
         catalog = await self.call(scope.set_categories, body.categories, remove=body.remove,
                                   replace=body.replace, reclassify=body.reclassify)
         return json_response(_categories_out(catalog))
 
     async def post_facets(self, request: Request) -> Response:
         body: PostFacets = await self.body(request, PostFacets)
-        scope = self.rt.scope(user_id=body.user_id, app_name=body.app_name)
+        scope = self.scope(body.user_id, body.app_name)
         facets = await self.call(scope.facets, body.filters, min_confidence=body.min_confidence,
                                  include_history=body.include_history, as_of=body.as_of)
         return json_response(FacetsOut(counts=facets.counts, total=facets.total))
@@ -607,26 +621,26 @@ class _Api(RemoteRoutes):
         actor_id = request.path_params["actor_id"]
         limit = _query_int(request, "limit", 100)
         offset = _query_int(request, "offset", 0) or 0
-        page = await self.call(self.rt.scope(user_id=user_id, app_name=app_name).actor_memories, actor_id,
+        page = await self.call(self.scope(user_id, app_name).actor_memories, actor_id,
                                limit, offset, include_history=_query_bool(request, "include_history"))
         return json_response(ActorMemories(actor_id=actor_id, total=page.total, memories=page.memories))
 
     async def get_memory(self, request: Request) -> Response:
         user_id, app_name = self._scope_of(request)
-        record = await self.call(self.rt.scope(user_id=user_id, app_name=app_name).get,
+        record = await self.call(self.scope(user_id, app_name).get,
                                  request.path_params["memory_id"])
         return json_response(record)
 
     async def delete_memory(self, request: Request) -> Response:
         user_id, app_name = self._scope_of(request)
         memory_id = request.path_params["memory_id"]
-        if not await self.call(self.rt.scope(user_id=user_id, app_name=app_name).forget, memory_id):
+        if not await self.call(self.scope(user_id, app_name).forget, memory_id):
             raise NotFound(f"no memory {memory_id!r} in scope {app_name}/{user_id}")
         return json_response(MemoryDeleted(status="deleted", id=memory_id))
 
     async def memory_history(self, request: Request) -> Response:
         user_id, app_name = self._scope_of(request)
-        history = await self.call(self.rt.scope(user_id=user_id, app_name=app_name).history,
+        history = await self.call(self.scope(user_id, app_name).history,
                                   request.path_params["memory_id"])
         return json_response(history)
 
@@ -650,7 +664,7 @@ class _Api(RemoteRoutes):
             raise HttpError(415, f"Content-Type {content_type or 'missing'}: POST /documents takes "
                                  f"application/json (content in base64) or multipart/form-data",
                             field="Content-Type")
-        scope = self.rt.scope(user_id=body.user_id, app_name=body.app_name)
+        scope = self.scope(body.user_id, body.app_name)
         report = await self.call(scope.ingest, body.content, body.media_type, document_id=body.document_id,
                                  title=body.title, metadata=body.metadata, extract=body.extract)
         return json_response(report, 201 if report.status == "ingested" else 200)
@@ -713,13 +727,13 @@ class _Api(RemoteRoutes):
 
     async def get_documents(self, request: Request) -> Response:
         user_id, app_name = self._scope_of(request)
-        found = await self.call(self.rt.scope(user_id=user_id, app_name=app_name).documents,
+        found = await self.call(self.scope(user_id, app_name).documents,
                                 request.query_params.get("document_id") or None)
         return json_response(Documents(found))
 
     async def delete_document(self, request: Request) -> Response:
         user_id, app_name = self._scope_of(request)
-        scope = self.rt.scope(user_id=user_id, app_name=app_name)
+        scope = self.scope(user_id, app_name)
         document_id = request.path_params["document_id"]
         if not await self.call(scope.documents, document_id):
             raise NotFound(f"no document {document_id!r} in scope {app_name}/{user_id}")
@@ -738,7 +752,7 @@ class _Api(RemoteRoutes):
     # -- the entity graph -----------------------------------------------------------------
     async def get_entities(self, request: Request) -> Response:
         user_id, app_name = self._scope_of(request)
-        page = await self.call(self.rt.scope(user_id=user_id, app_name=app_name).entities,
+        page = await self.call(self.scope(user_id, app_name).entities,
                                request.query_params.get("type") or None,
                                name=request.query_params.get("name") or None,
                                limit=_query_int(request, "limit", 100),
@@ -747,33 +761,33 @@ class _Api(RemoteRoutes):
 
     async def get_entity(self, request: Request) -> Response:
         user_id, app_name = self._scope_of(request)
-        detail = await self.call(self.rt.scope(user_id=user_id, app_name=app_name).entity,
+        detail = await self.call(self.scope(user_id, app_name).entity,
                                  request.path_params["name"], memories=_query_int(request, "memories", 20),
                                  neighbours=_query_int(request, "neighbours", 10))
         return json_response(detail)
 
     async def get_related(self, request: Request) -> Response:
         user_id, app_name = self._scope_of(request)
-        related = await self.call(self.rt.scope(user_id=user_id, app_name=app_name).related,
+        related = await self.call(self.scope(user_id, app_name).related,
                                   request.path_params["name"], _query_int(request, "depth", 1, 1),
                                   limit=_query_int(request, "limit", 20, 1))
         return json_response(related)
 
     async def post_entity(self, request: Request) -> Response:
         body: PostEntity = await self.body(request, PostEntity)
-        changed = await self.call(self.rt.scope(user_id=body.user_id, app_name=body.app_name).declare_entity,
+        changed = await self.call(self.scope(body.user_id, body.app_name).declare_entity,
                                   body.name, body.type, body.aliases)
         return json_response(changed)
 
     async def post_aliases(self, request: Request) -> Response:
         body: PostAliases = await self.body(request, PostAliases)
-        changed = await self.call(self.rt.scope(user_id=body.user_id, app_name=body.app_name).merge_entities,
+        changed = await self.call(self.scope(body.user_id, body.app_name).merge_entities,
                                   body.names, request.path_params["name"])
         return json_response(changed)
 
     async def delete_alias(self, request: Request) -> Response:
         user_id, app_name = self._scope_of(request)
-        scope = self.rt.scope(user_id=user_id, app_name=app_name)
+        scope = self.scope(user_id, app_name)
         name, alias = request.path_params["name"], request.path_params["alias"]
         owner = await self.call(scope.entity, name, memories=0, neighbours=0)
         aliased = await self.call(scope.entity, alias, memories=0, neighbours=0)
