@@ -78,7 +78,7 @@ def test_only_hybrid_searches_of_this_scopes_vectors_are_read_ahead(
         driver: Driver, monkeypatch: pytest.MonkeyPatch) -> None:
     made = passes(monkeypatch)
     hybrid = driver.search_command(QUERIES[0])
-    others = [driver.search_command(QUERIES[1], mode="vector"), driver.search_command(QUERIES[1], mode="fulltext")]
+    others = [driver.search_command(QUERIES[1], mode=mode) for mode in ("vector", "fulltext")]
     foreign = Search(query=QUERIES[2], vector=hybrid.vector, embedder="another-model", dim=hybrid.dim,
                      mode="hybrid", now=driver.now)
     driver.memory.read_ahead([hybrid, *others, foreign])

@@ -67,7 +67,8 @@ def searches(how: str = "in-turn") -> list[list[Any]]:
             with ThreadPoolExecutor(4) as pool:
                 results = list(pool.map(lambda plan: plan.run(), plans))  # type: ignore[union-attr]
         elif how == "ahead":
-            commands = [driver.search_command(query, top_k=10, min_score=-1.0, **options) for query in QUERIES]
+            commands = [driver.search_command(query, top_k=10, min_score=-1.0, **options)
+                        for query in QUERIES]
             driver.memory.read_ahead(commands)
             results = [driver.send(command) for command in commands]
         else:

@@ -323,7 +323,8 @@ def test_reads_behind_a_write_not_yet_durable_are_not_read_ahead() -> None:
     hosted(test, reading_ahead(told))
 
 
-def test_a_read_ahead_that_fails_is_logged_and_the_reads_are_answered(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_read_ahead_that_fails_is_logged_and_the_reads_are_answered(
+        caplog: pytest.LogCaptureFixture) -> None:
     async def test(h: Hosted) -> None:
         asks = [asyncio.ensure_future(h.bridge.ask_batched(h.ref, Get())) for _ in range(3)]
         assert await asyncio.gather(*asks) == [(1, 1)] * 3
