@@ -71,7 +71,8 @@ def hosted(test: Callable[[Hosted], Awaitable[None]], kind: ActorKind = INLINE) 
         loop = asyncio.get_running_loop()
         storage = GatedStorage()
         cfg = mnemex.Config(data_dir=None, restore_backoff=0.0)
-        ready: asyncio.Future[tuple[Bridge, Runtime, trio.lowlevel.TrioToken, trio.Event]] = loop.create_future()
+        Ready = tuple[Bridge, Runtime, trio.lowlevel.TrioToken, trio.Event]
+        ready: asyncio.Future[Ready] = loop.create_future()
         done: asyncio.Future[outcome.Outcome[None]] = loop.create_future()
 
         async def guest() -> None:
@@ -151,7 +152,7 @@ def test_a_failed_fsync_answers_every_write_it_held_storage_error_and_the_actor_
         h.storage.fail = True
         gate.set()
         for write in (first, second):
-            with pytest.raises(StorageError, match="Input/output error|did not become durable"):
+            with pytest.raises(StorageError, match=r"Input/output error|did not become durable"):
                 await write
         h.storage.fail = False
         h.storage.gate = None
