@@ -1075,6 +1075,27 @@ class Runtime:
                 return
             self._maybe_snapshot(cell)
 
+    def _read_ahead_run(self, cell: _Cell, behaviour: Behaviour, batch: list[_Envelope], *,
+                        payloads: list[bytes | TurnResult | None], first: int, end: int) -> int:
+        """Tell the behaviour (``ActorKind.read_ahead``) of the run of reads the kind
+        answers inline that starts at ``first`` in ``batch`` (up to ``end``, the first
+        command that is not one), when it holds two or more: they are handled next,
+        one after another. Returns where the run ends."""
+        kind = cell.kind
+        hook, inline = kind.read_ahead, kind.inline_read
+        stop = first
+        while stop < end and payloads[stop] is None and inline is not None:
+            command = batch[stop].command
+            if isinstance(command, _Control | _Subscribe) or not inline(command):
+                break
+            stop += 1
+        if hook is not None and stop - first >= 2:
+            try:
+                hook(behaviour, [envelope.command for envelope in batch[first:stop]])
+            except Exception:
+                log.exception("the read-ahead of %s failed; its reads are answered without it", cell.name)
+        return max(stop, first + 1)
+
     async def _process(self, cell: _Cell, batch: list[_Envelope]) -> _Control | None:
         """Handle a batch; returns a control message that ended it, if any.
 
@@ -1108,6 +1129,7 @@ class Runtime:
         window = count  # how many lines one run writes ahead
         control: _Control | None = None
         beside: dict[int, TurnResult] = {}  # turns of reads answered beside the actor, by position
+        ahead_until = 0  # the batch's reads up to here were told of (``ActorKind.read_ahead``)
         while start < count:
             if cell.diverged or (not cell.in_memory and cell.store.needs_recovery):
                 await self._recover_diverged(cell, batch[start:])
@@ -1173,6 +1195,9 @@ class Runtime:
                         kept += 1
                         kept_bytes += len(payload)
                 elif payload is None:
+                    if index > ahead_until and kind.read_ahead is not None:
+                        ahead_until = self._read_ahead_run(cell, behaviour, batch, payloads=payloads,
+                                                           first=index - 1, end=end)
                     if index - 1 not in beside and sub is None and kind.read_beside is not None \
                             and self._read_threads is not None:
                         beside = await self._read_beside(cell, behaviour, batch, payloads=payloads,

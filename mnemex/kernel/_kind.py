@@ -77,10 +77,12 @@ class ActorKind:
     else until all have returned, so each sees every command before it and none
     after it, and the replies keep their order.
 
-    ``read_ahead`` (optional) is told of inline reads about to be asked of an idle
-    actor back to back (``Runtime.read_ahead``: a host's batch of searches of one
-    scope): given the behaviour and the commands, it may prepare what they share
-    (one pass over data for all of them) for its handler to take when each comes.
+    ``read_ahead`` (optional) is told of reads ``inline_read`` names that are about
+    to be handled one after another: those asked of an idle actor back to back
+    (``Runtime.read_ahead``: a host's batch of searches of one scope), and each run
+    of two or more in a batch the actor's task takes from its mailbox. Given the
+    behaviour and the commands, it may prepare what they share (one pass over data
+    for all of them) for its handler to take when each comes.
     A hint only: the reads may come or not, in that order, with other commands
     between them; whatever it prepares must give each read the answer it would
     have had without it, and must be dropped when a command that changes the

@@ -305,21 +305,41 @@ def test_an_actor_asked_several_reads_in_one_batch_hears_of_them_first_in_groups
     hosted(test, reading_ahead(told))
 
 
-def test_reads_behind_a_write_not_yet_durable_are_not_read_ahead() -> None:
+def test_reads_behind_a_write_not_yet_durable_are_read_ahead_by_the_actors_task() -> None:
     told: list[list[Any]] = []
 
     async def test(h: Hosted) -> None:
         h.storage.gate = threading.Event()
         write = asyncio.ensure_future(h.bridge.ask(h.ref, Add(2)))  # taken inline, its fsync held
         await entered(h.storage)
-        reads = [asyncio.ensure_future(h.bridge.ask_batched(h.ref, Get())) for _ in range(3)]
+        reads = [Get() for _ in range(3)]
+        asks = [asyncio.ensure_future(h.bridge.ask_batched(h.ref, read)) for read in reads]
         await asyncio.sleep(0)
         await asyncio.sleep(0)
-        assert told == []  # the actor holds a write that is not durable: its reads wait for it
+        assert told == []  # the actor holds a write that is not durable: its reads are queued behind it
         h.storage.gate.set()
         assert await write == 3
-        assert await asyncio.gather(*reads) == [(3, 2)] * 3
-        assert told == []
+        assert await asyncio.gather(*asks) == [(3, 2)] * 3
+        # its task took them from the mailbox as one run of reads, and told of them first
+        assert len(told) == 1 and all(a is b for a, b in zip(told[0], reads, strict=True))
+
+    hosted(test, reading_ahead(told))
+
+
+def test_the_actors_task_reads_ahead_each_run_of_reads_between_its_writes() -> None:
+    told: list[list[Any]] = []
+
+    async def test(h: Hosted) -> None:
+        h.storage.gate = threading.Event()
+        write = asyncio.ensure_future(h.bridge.ask(h.ref, Add(2)))  # taken inline, its fsync held
+        await entered(h.storage)
+        first, second = [Get(), Get()], [Get(), Get()]
+        asks = [asyncio.ensure_future(h.bridge.ask_batched(h.ref, command))
+                for command in (*first, Add(3), *second)]
+        h.storage.gate.set()
+        assert await write == 3
+        assert await asyncio.gather(*asks) == [(3, 2), (3, 2), 6, (6, 3), (6, 3)]
+        assert [[id(c) for c in run] for run in told] == [[id(c) for c in run] for run in (first, second)]
 
     hosted(test, reading_ahead(told))
 
