@@ -206,30 +206,20 @@ class CoarseScan:
         return _nk.dots_pack(codes.astype(np.int8)), largest
 
     def _scan(self, state: _Packed, matrix: F32, high: int, queries: Sequence[F32]) -> list[tuple[F64, F64]]:
-        """The bounds of each query, computed for all of them at once, row by row of
-        a (queries, rows) array: each query's values are those it gets alone (the
-        same arithmetic, element by element; sums along a query's own row)."""
+        """The bounds of each query, as rows of a (queries, rows) array, computed for
+        all of them at once: each query's values are those it gets alone (the same
+        arithmetic, element by element, its sums along its own row)."""
         packed = state.packed
         lower = np.empty((len(queries), high), dtype=np.float64)
         upper = np.empty((len(queries), high), dtype=np.float64)
         if packed:
-            wide = np.array(queries, dtype=np.float64, ndmin=2)
-            length = np.sqrt(np.add.reduce(wide * wide, axis=1))
-            size = np.abs(wide)
-            spread = np.add.reduce(size, axis=1)
-            peak = np.maximum.reduce(size, axis=1)
-            scale = np.where(peak > 0, peak / 127.0, 1.0)
-            codes = np.minimum(np.maximum(np.rint(wide / scale[:, None]), -127), 127)
-            rest = wide - codes * scale[:, None]
-            query_error = np.sqrt(np.add.reduce(rest * rest, axis=1))
-            dots = np.concatenate([np.asarray(_nk.dots_packed(codes.astype(np.int8), block))
-                                   for block in state.blocks], axis=1)
+            codes, scale, per_scale, offset = self._query_terms(queries, state.recon)
+            dots = np.concatenate([np.asarray(_nk.dots_packed(codes, block)) for block in state.blocks],
+                                  axis=1)
             scales = state.scales[:packed]
-            np.multiply(dots, scales * scale[:, None], out=lower[:, :packed])
-            # per row: s ((1/2 + CODE_SLACK) ||u||_1 + gamma_d 127 sqrt(d) ||u||), and the query's part
-            per_scale = (0.5 + CODE_SLACK) * spread + _gamma(self.dim) * 127.0 * math.sqrt(self.dim) * length
-            bound = scales * per_scale[:, None]
-            bound += (state.recon * query_error + SLACK)[:, None]
+            np.multiply(dots, scales * scale, out=lower[:, :packed])
+            bound = scales * per_scale
+            bound += offset
             np.add(lower[:, :packed], bound, out=upper[:, :packed])
             lower[:, :packed] -= bound
         exact = np.arange(packed, high, dtype=np.int64)
@@ -241,6 +231,36 @@ class CoarseScan:
                 low[taken] = products
                 up[taken] = products
         return list(zip(lower, upper, strict=True))
+
+    def _query_terms(self, queries: Sequence[F32],
+                     recon: float) -> tuple[npt.NDArray[np.int8], Any, Any, Any]:
+        """Each query's int8 codes ``u^`` (a (queries, dim) array), and what its rows'
+        bounds take from it (see the module doc): its codes' scale, per unit of a row's
+        scale ``(1/2 + CODE_SLACK) ||u||_1 + gamma_d 127 sqrt(d) ||u||``, and
+        ``recon ||u - u^|| + SLACK``; as floats for one query, as columns for several
+        (the same values: the same operations, sums along each query's own row)."""
+        gamma = _gamma(self.dim) * 127.0 * math.sqrt(self.dim)
+        if len(queries) == 1:  # (plain floats: a one-element array's every operation costs ~1 us)
+            wide = queries[0].astype(np.float64)
+            size = np.abs(wide)
+            peak = float(np.maximum.reduce(size))
+            scale = peak / 127.0 if peak > 0 else 1.0
+            codes = np.minimum(np.maximum(np.rint(wide / scale), -127), 127)
+            rest = wide - codes * scale
+            length = float(np.sqrt(np.add.reduce(wide * wide)))
+            per_scale = (0.5 + CODE_SLACK) * float(np.add.reduce(size)) + gamma * length
+            offset = recon * float(np.sqrt(np.add.reduce(rest * rest))) + SLACK
+            return codes.astype(np.int8)[None, :], scale, per_scale, offset
+        wide2 = np.array(queries, dtype=np.float64, ndmin=2)
+        size2 = np.abs(wide2)
+        peaks = np.maximum.reduce(size2, axis=1)
+        scales = np.where(peaks > 0, peaks / 127.0, 1.0)[:, None]
+        codes2 = np.minimum(np.maximum(np.rint(wide2 / scales), -127), 127)
+        rest2 = wide2 - codes2 * scales
+        lengths = np.sqrt(np.add.reduce(wide2 * wide2, axis=1))
+        per_scales = (0.5 + CODE_SLACK) * np.add.reduce(size2, axis=1) + gamma * lengths
+        offsets = recon * np.sqrt(np.add.reduce(rest2 * rest2, axis=1)) + SLACK
+        return codes2.astype(np.int8), scales, per_scales[:, None], offsets[:, None]
 
 
 def _gamma(dim: int) -> float:

@@ -1138,11 +1138,11 @@ class ExactScores:
             self._known = np.zeros(len(self._lower), dtype=np.bool_)
         self._scores = scores  # by row, rows [0, high)
 
-    @property
-    def nbytes(self) -> int:
-        """The bytes of the arrays it holds."""
+    def buffers(self) -> list[npt.NDArray[Any]]:
+        """The arrays it keeps alive: its own, or those they are views of (the bounds of
+        several queries made in one pass are rows of one array: see ``exact_scores_many``)."""
         held = (self._scores, self._lower, self._upper, self._known)
-        return sum(array.nbytes for array in held if array is not None)
+        return [array if array.base is None else array.base for array in held if array is not None]
 
     def search(self, top_k: int = 10, allowed: Allowed = None,
                also: I64 | None = None) -> list[tuple[int, float]]:

@@ -244,6 +244,15 @@ class _Envelope:
 _LOADING, _RUNNING, _STOPPING = CellState.LOADING, CellState.RUNNING, CellState.STOPPING
 
 
+def _answers_inline(cell: _Cell) -> bool:
+    """Whether ``cell`` answers a read inline now (``ActorKind.inline_read``): loaded
+    and running, idle (no task, nothing queued), holding no write that is not
+    durable yet, nothing to recover."""
+    return not (cell.state is not _RUNNING or cell.active or cell.redo or cell.diverged
+                or cell.written > cell.synced or len(cell.mailbox) or cell.behaviour is None
+                or (not cell.in_memory and cell.store.needs_recovery))
+
+
 class _Cell(Lifecycle):
     """A live actor: its mailbox, behaviour, store and bookkeeping."""
 
@@ -623,21 +632,24 @@ class Runtime:
 
     def read_ahead(self, kind: str, key: Key, commands: Sequence[Any]) -> None:
         """Tell the actor ``(kind, key)`` of ``commands``, reads about to be asked of it
-        back to back (``ActorKind.read_ahead``: it may prepare what they share). Only
-        an actor that would answer them inline now hears of it (loaded, idle, every
-        write durable); called where ``ask_nowait`` may be, just before asking them.
-        A hint: nothing is asked, and an error of the hook is logged, not raised (the
-        reads are answered without what it prepared)."""
+        back to back (``ActorKind.read_ahead``: it may prepare what they share); none:
+        what it prepared will not be asked for (it may let it go). Only an actor that
+        would answer them inline now hears of it (loaded, idle, every write durable);
+        called where ``ask_nowait`` may be, just before asking them. A hint: nothing
+        is asked, and an error of the hook is logged, not raised (the reads are
+        answered without what it prepared)."""
         cell = self._cells.get((kind, key)) if self._accepting else None
-        if cell is None or len(commands) < 2:
+        if cell is None or len(commands) == 1:
             return
-        hook, inline = cell.kind.read_ahead, cell.kind.inline_read
-        if (hook is None or inline is None or cell.state is not _RUNNING or cell.active or cell.redo
-                or cell.diverged or cell.written > cell.synced or len(cell.mailbox) or cell.behaviour is None
-                or (not cell.in_memory and cell.store.needs_recovery) or not self._serves(kind, key)):
+        hook = cell.kind.read_ahead
+        if hook is None or cell.kind.inline_read is None or not _answers_inline(cell) \
+                or not self._serves(kind, key):
             return
+        behaviour = cell.behaviour
+        assert behaviour is not None
+        self._unmeasured.add(cell)  # (what it prepares is the actor's until taken)
         try:
-            hook(cell.behaviour, commands)
+            hook(behaviour, commands)
         except Exception:
             log.exception("the read-ahead of %s %r failed; its reads are answered without it", kind, key)
 
@@ -692,9 +704,7 @@ class Runtime:
         (the read changed nothing)."""
         kind = cell.kind
         inline = kind.inline_read
-        if (inline is None or cell.state is not _RUNNING or cell.active or cell.redo or cell.diverged
-                or cell.written > cell.synced or len(cell.mailbox)
-                or (not cell.in_memory and cell.store.needs_recovery) or not inline(command)):
+        if inline is None or not _answers_inline(cell) or not inline(command):
             return None
         behaviour = cell.behaviour
         assert behaviour is not None

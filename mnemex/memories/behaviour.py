@@ -424,6 +424,10 @@ class _SearchPlan(NamedTuple):
     ahead: ReadAhead | None = None  # what a read-ahead made for it (a hybrid search)
 
 
+READ_AHEAD_MAX: Final = 16
+"""Searches one read-ahead prepares at most (``ScopeMemory.read_ahead``): what it holds
+for them until taken is each one's bounds over every row (16 bytes a row)."""
+
 BESIDE_MIN_MEMORIES: Final = 30_000
 """Memories from which a scope's searches run beside the actor (``search_beside``).
 Measured through HTTP on 2 cores (bench/http.py --routes search, 16 connections,
@@ -513,8 +517,9 @@ class ScopeMemory:
         if vectors is not None and len(vectors):
             size += len(vectors) * vectors.bytes_per_vector
         ahead = self._ahead
-        if ahead:
-            size += sum(made.exact.nbytes for _, made in ahead.values())
+        if ahead:  # (the searches of one read-ahead share their arrays: each counted once)
+            held = {id(array): array.nbytes for _, made in ahead.values() for array in made.exact.buffers()}
+            size += sum(held.values())
         return size + self.rank_cache.nbytes + self.bm25.kept_bytes
 
     def __repr__(self) -> str:
@@ -1496,21 +1501,25 @@ class ScopeMemory:
         one coarse pass over the int8 rows for all of them, which a pass alone spends
         most of its time reading), kept for ``handle`` to take when each comes, until
         a command other than a search is handled (it may change what they were made
-        from). Nothing unless there are two such searches and the scope answers its
-        searches inline with an exact index that takes the coarse pass (from
-        ``_coarse.MIN_VALUES`` rows times dimensions); a search whose vector does not
-        read as this scope's is left to ``handle`` (which says why it refuses it)."""
+        from) or the next read-ahead (none: nothing more is coming). Only the searches
+        before any other command, ``READ_AHEAD_MAX`` at most, and nothing unless there
+        are two such searches and the scope answers its searches inline with an exact
+        index that takes the coarse pass (from ``_coarse.MIN_VALUES`` rows times
+        dimensions); a search whose vector does not read as this scope's is left to
+        ``handle`` (which says why it refuses it)."""
         self._ahead = None
         index = self.vectors
-        if (index is None or len(self.doc_of) >= BESIDE_MIN_MEMORIES or not index.takes_coarse_pass
-                or self.keyed.vector_search(index) is not index):
+        if (len(commands) < 2 or index is None or len(self.doc_of) >= BESIDE_MIN_MEMORIES
+                or not index.takes_coarse_pass or self.keyed.vector_search(index) is not index):
             return
         searches: list[tuple[Search, F32]] = []
         longest = self.settings.max_content_bytes // 4  # (a longer query may be refused: its own search)
         for command in commands:
-            if (type(command) is Search and command.mode == "hybrid" and type(command.vector) is bytes
-                    and type(command.query) is str and len(command.query) <= longest
-                    and command.embedder == self.embedder and command.dim == self.dim):
+            if type(command) is not Search or len(searches) == READ_AHEAD_MAX:
+                break
+            if (command.mode == "hybrid" and type(command.vector) is bytes and type(command.query) is str
+                    and len(command.query) <= longest and command.embedder == self.embedder
+                    and command.dim == self.dim):
                 try:
                     searches.append((command, decode_vector(command.vector, command.dim)))
                 except MnemexError:

@@ -43,7 +43,7 @@ import contextlib
 import contextvars
 import itertools
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any, Final, Generic, TypeVar
 
 import trio
@@ -177,12 +177,14 @@ class Bridge:
         """In the loop: hand the batched asks to the kernel, in the order they came.
         Every ``READ_AHEAD`` of them, the actors asked twice or more among the next
         ``READ_AHEAD`` hear of their reads first (``Runtime.read_ahead``: a scope
-        makes one pass over its vectors for all of its searches)."""
+        makes one pass over its vectors for all of its searches), and once the batch
+        is asked, that nothing more is coming (what was not taken is let go)."""
         batched = self._batched
         ahead = 0  # asks left that a read-ahead covers
+        told: set[tuple[Runtime, str, Key]] = set()
         while batched:
             if ahead == 0 and len(batched) > 1:
-                self._read_ahead(itertools.islice(batched, READ_AHEAD))
+                told |= self._read_ahead(itertools.islice(batched, READ_AHEAD))
                 ahead = READ_AHEAD
             ahead = max(0, ahead - 1)
             kernel, ref, command, answer = batched.popleft()
@@ -191,25 +193,36 @@ class Bridge:
             if not self._ask_here(kernel, ref, command, answer):
                 self._asks.append((kernel, ref, command, answer))
                 self._wake_run()
+        for actor in told:
+            self._tell_ahead(actor, ())
 
-    def _read_ahead(self, asks: Iterable[tuple[Runtime, ActorRef, Any, _Answer]]) -> None:
-        """Tell each actor asked twice or more in ``asks`` of its commands, in order
-        (where ``_ask_here`` would ask: nothing when another thread has the run)."""
+    def _read_ahead(self, asks: Iterable[tuple[Runtime, ActorRef, Any, _Answer]]
+                    ) -> set[tuple[Runtime, str, Key]]:
+        """Tell each actor asked twice or more in ``asks`` (by callers still waiting) of
+        its commands, in order; returns the actors told."""
         by_actor: dict[tuple[Runtime, str, Key], list[Any]] = {}
         for kernel, ref, command, answer in asks:
-            if not answer.done:
+            if not (answer.done or answer.future.done()):
                 by_actor.setdefault((kernel, ref.kind, ref.key), []).append(command)
-        for (kernel, kind, key), commands in by_actor.items():
-            if len(commands) < 2:
-                continue
-            parked = kernel.parked
-            if parked is not None and not parked.lock.acquire(blocking=False):
-                continue
-            try:
-                self._context.run(kernel.read_ahead, kind, key, commands)
-            finally:
-                if parked is not None:
-                    parked.lock.release()
+        told = set()
+        for actor, commands in by_actor.items():
+            if len(commands) >= 2:
+                self._tell_ahead(actor, commands)
+                told.add(actor)
+        return told
+
+    def _tell_ahead(self, actor: tuple[Runtime, str, Key], commands: Sequence[Any]) -> None:
+        """``Runtime.read_ahead`` where ``_ask_here`` would ask (nothing when another
+        thread has the run)."""
+        kernel, kind, key = actor
+        parked = kernel.parked
+        if parked is not None and not parked.lock.acquire(blocking=False):
+            return
+        try:
+            self._context.run(kernel.read_ahead, kind, key, commands)
+        finally:
+            if parked is not None:
+                parked.lock.release()
 
     async def ask(self, ref: ActorRef, command: Any) -> Any:
         """``await ref.ask(command)`` (the default ask timeout) from asyncio, with no trio

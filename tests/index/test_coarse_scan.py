@@ -69,6 +69,24 @@ def test_every_rows_product_lies_within_its_bounds(dim: int) -> None:
     assert float(np.median(upper - lower)) < (0.05 if dim == 384 else 0.25)
 
 
+@pytest.mark.parametrize("dim", [16, 33, 384])
+def test_a_pass_for_several_queries_gives_each_the_bounds_it_gets_alone(dim: int) -> None:
+    matrix = rows_of_every_kind(1500, dim, seed=dim + 1)
+    rng = np.random.default_rng(dim)
+    queries = [np.ascontiguousarray(q, dtype=np.float32) for q in (
+        *unit(rng.standard_normal((6, dim))), *rows_of_every_kind(4, dim, seed=3),
+        (1e-6 * unit(rng.standard_normal((1, dim))))[0], np.zeros(dim, dtype=np.float32))]
+    scan = CoarseScan(dim)
+    scan.scan(matrix, len(matrix), queries[0])  # packed; then rows written since, scored exactly
+    matrix[[3, 700, 1499]] = rows_of_every_kind(3, dim, seed=9)
+    scan.stale(np.array([3, 700, 1499], dtype=np.int64))
+    for many in (queries, queries[:2], queries[-3:]):
+        together = scan.scan_many(matrix, len(matrix), many)
+        for query, (lower, upper) in zip(many, together, strict=True):
+            alone_lower, alone_upper = scan.scan(matrix, len(matrix), query)
+            assert np.array_equal(lower, alone_lower) and np.array_equal(upper, alone_upper)
+
+
 def test_rescored_rows_get_the_full_products_bits() -> None:
     rng = np.random.default_rng(2)
     for high in (1, 3, 4, 5, 7, 8, 101, 1001, 4099):

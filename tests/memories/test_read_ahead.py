@@ -95,3 +95,27 @@ def test_a_small_scope_reads_nothing_ahead(monkeypatch: pytest.MonkeyPatch) -> N
     made = passes(monkeypatch)
     driver.memory.read_ahead([driver.search_command(query) for query in QUERIES])
     assert made == [] and driver.memory._ahead is None
+
+
+def test_only_the_searches_before_another_command_and_at_most_read_ahead_max_are_prepared(
+        driver: Driver, monkeypatch: pytest.MonkeyPatch) -> None:
+    made = passes(monkeypatch)
+    many = [driver.search_command(f"{QUERIES[i % 3]} {i}") for i in range(behaviour.READ_AHEAD_MAX + 4)]
+    driver.memory.read_ahead(many)
+    assert made == [behaviour.READ_AHEAD_MAX]
+    write = Forget(ids=[], now=driver.now)
+    driver.memory.read_ahead([many[0], many[1], write, many[2], many[3]])
+    assert made[-1] == 2  # what follows the write would be dropped by it
+
+
+def test_nothing_more_coming_lets_what_was_made_go(driver: Driver) -> None:
+    memory = driver.memory
+    before = memory.live_bytes()
+    commands = [driver.search_command(query) for query in QUERIES]
+    memory.read_ahead(commands)
+    # the searches' bounds are rows of two arrays made by their one pass: counted once
+    rows = len(memory.vectors._rows[: memory.vectors._high])  # type: ignore[union-attr]
+    each_alone = rows * (4 + 1)  # its scores (float32) and which are known
+    assert memory.live_bytes() - before == 2 * len(QUERIES) * rows * 8 + len(QUERIES) * each_alone
+    memory.read_ahead([])
+    assert memory._ahead is None and memory.live_bytes() == before

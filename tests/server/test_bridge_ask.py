@@ -294,13 +294,31 @@ def test_an_actor_asked_several_reads_in_one_batch_hears_of_them_first_in_groups
         reads = [Get() for _ in range(READ_AHEAD + 4)]
         asks = [asyncio.ensure_future(h.bridge.ask_batched(h.ref, read)) for read in reads]
         assert await asyncio.gather(*asks) == [(1, 1)] * len(reads)
-        # the read-ahead's commands are the very objects asked, in order, READ_AHEAD at a time
-        assert [len(group) for group in told] == [READ_AHEAD, 4]
+        # the read-ahead's commands are the very objects asked, in order, READ_AHEAD at a time;
+        # then (the batch asked) that nothing more is coming
+        assert [len(group) for group in told] == [READ_AHEAD, 4, 0]
         assert all(a is b for a, b in zip([c for group in told for c in group], reads, strict=True))
         told.clear()
         assert await h.bridge.ask_batched(h.ref, Get()) == (1, 1)  # one alone: nothing to share
         assert told == []
         assert h.run_calls == [0] and h.activations == [0]
+
+    hosted(test, reading_ahead(told))
+
+
+def test_a_read_whose_caller_gave_up_is_not_read_ahead_and_what_was_made_is_let_go_after() -> None:
+    told: list[list[Any]] = []
+
+    async def test(h: Hosted) -> None:
+        reads = [Get() for _ in range(3)]
+        asks = [asyncio.ensure_future(h.bridge.ask_batched(h.ref, read)) for read in reads]
+        await asyncio.sleep(0)  # each caller's step: queued; the batch is asked after this step
+        asks[1].cancel()
+        assert await asks[0] == (1, 1) and await asks[2] == (1, 1)
+        with pytest.raises(asyncio.CancelledError):
+            await asks[1]
+        # told of the two still wanted, then (the batch asked) that nothing more is coming
+        assert [[id(c) for c in run] for run in told] == [[id(reads[0]), id(reads[2])], []]
 
     hosted(test, reading_ahead(told))
 
@@ -336,6 +354,9 @@ def test_the_actors_task_reads_ahead_each_run_of_reads_between_its_writes() -> N
         first, second = [Get(), Get()], [Get(), Get()]
         asks = [asyncio.ensure_future(h.bridge.ask_batched(h.ref, command))
                 for command in (*first, Add(3), *second)]
+        for _ in range(3):  # the callers' steps, then the batch's: all queued behind the held write
+            await asyncio.sleep(0)
+        assert not h.bridge._batched
         h.storage.gate.set()
         assert await write == 3
         assert await asyncio.gather(*asks) == [(3, 2), (3, 2), 6, (6, 3), (6, 3)]
