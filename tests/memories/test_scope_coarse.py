@@ -7,9 +7,8 @@ freed)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
+from test_read_ahead import passes
 from test_scope_search_golden import QUERIES, searches
 from threadpoolctl import threadpool_limits
 
@@ -26,15 +25,8 @@ def test_hybrid_hits_through_the_coarse_pass_are_the_full_products(
         monkeypatch.setattr(_coarse, "MIN_VALUES", 10**12)
         full = searches(how)
         monkeypatch.setattr(_coarse, "MIN_VALUES", 64 * 48)  # the corpus' 300 memories pass through it
-        passes: list[int] = []
-        real_scan = _coarse.CoarseScan.scan_many
-
-        def counted(self: _coarse.CoarseScan, matrix: Any, high: int, queries: Any) -> Any:
-            passes.append(len(queries))
-            return real_scan(self, matrix, high, queries)
-
-        monkeypatch.setattr(_coarse.CoarseScan, "scan_many", counted)
+        made = passes(monkeypatch)
         coarse = searches(how)
-    assert passes and coarse == full
+    assert made and coarse == full
     # read ahead, each set of queries takes one pass; else one a search
-    assert set(passes) == ({len(QUERIES)} if how == "ahead" else {1})
+    assert set(made) == ({len(QUERIES)} if how == "ahead" else {1})
