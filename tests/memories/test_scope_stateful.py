@@ -24,6 +24,7 @@ from scope_support import (
     restored,
 )
 
+from mnemex.index import _coarse
 from mnemex.memories.behaviour import ScopeMemory, ScopeSettings, scope_codec
 from mnemex.memories.protocol import CountMemories, Forget, GetMemory, MemoryRecord, Touch, UpdateMemory
 from mnemex.memories.snapshot import encode_vector
@@ -176,6 +177,24 @@ class ScopeAgainstBruteForce(RuleBasedStateMachine):
             expected[record.id] = relevance * min(1.5, max(0.3, factor))
         hits = d.search(query, "hybrid", top_k=top_k, min_score=-1.0, filter=spec).hits
         assert_ranking([(h.memory.id, h.score) for h in hits], expected, top_k, tol=2e-5)
+
+    @rule(batch=st.lists(st.tuples(queries, st.integers(1, 8), st.sampled_from(FILTERS)), min_size=2,
+                         max_size=5))
+    def search_hybrid_read_ahead(self, batch: list[tuple[str, int, dict[str, Any] | None]]) -> None:
+        """Hybrid searches read ahead (``ScopeMemory.read_ahead``, as the server's batches
+        are), here through the coarse pass whatever the size, find each what it finds alone."""
+        d = self.driver
+        kept = _coarse.MIN_VALUES
+        _coarse.MIN_VALUES = 1
+        try:
+            commands = [d.search_command(query, "hybrid", top_k, None, spec) for query, top_k, spec in batch]
+            d.memory.read_ahead(commands)
+            ahead = [d.send(command) for command in commands]
+            alone = [d.send(msgspec.structs.replace(command)) for command in commands]
+        finally:
+            _coarse.MIN_VALUES = kept
+        assert [[(h.memory.id, h.score, h.scores, h.found_by) for h in r.hits] for r in ahead] == \
+            [[(h.memory.id, h.score, h.scores, h.found_by) for h in r.hits] for r in alone]
 
     def _fulltext(self, query: str, spec: dict[str, Any] | None) -> tuple[dict[str, float], float]:
         everything = list(self.model.values())
