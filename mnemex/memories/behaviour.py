@@ -426,7 +426,8 @@ class _SearchPlan(NamedTuple):
 
 READ_AHEAD_MAX: Final = 16
 """Searches one read-ahead prepares at most (``ScopeMemory.read_ahead``): what it holds
-for them until taken is each one's bounds over every row (16 bytes a row)."""
+for each until taken is 21 bytes a row of the index (its bounds, the scores computed
+and which ones are)."""
 
 BESIDE_MIN_MEMORIES: Final = 30_000
 """Memories from which a scope's searches run beside the actor (``search_beside``).
