@@ -58,7 +58,7 @@ was made for it; the hits are the same, byte for byte. The actor's own task does
 the same for each run of searches it takes from its mailbox (a scope busy with a
 write, or with the access counts' Touch, queues them there). Measured beside the
 tree before (2026-11-26, ``bench/http.py --routes search --connections 16
---rounds 3 --baseline-tree ...``, load 1-3.5, two other sessions working): the
+--rounds 3 --baseline-tree ...``, load 1-3.5, helpers of the session working): the
 server's CPU per request 543 -> 504 us and 536 -> 470 us in two runs, 1,981 and
 2,116 req/s against 1,828 and 1,846.
 
