@@ -18,6 +18,7 @@ import contextlib
 import functools
 import gc
 import inspect
+import itertools
 import logging
 import math
 import os
@@ -631,27 +632,23 @@ class Runtime:
         return True, turn.reply
 
     def read_ahead(self, kind: str, key: Key, commands: Sequence[Any]) -> None:
-        """Tell the actor ``(kind, key)`` of ``commands``, reads about to be asked of it
-        back to back (``ActorKind.read_ahead``: it may prepare what they share); none:
-        what it prepared will not be asked for (it may let it go). Only an actor that
-        would answer them inline now hears of it (loaded, idle, every write durable);
-        called where ``ask_nowait`` may be, just before asking them. A hint: nothing
-        is asked, and an error of the hook is logged, not raised (the reads are
-        answered without what it prepared)."""
+        """Tell the actor ``(kind, key)`` of ``commands``, about to be asked of it back to
+        back: the hook (``ActorKind.read_ahead``) hears of the reads it names that lead
+        them, ``read_ahead_max`` at most, and may prepare what they share; none: what it
+        prepared will not be asked for (it may let it go). Only an actor that would
+        answer them inline now hears of it (loaded, idle, every write durable); called
+        where ``ask_nowait`` may be, just before asking them. A hint: nothing is asked,
+        and an error of the hook is logged, not raised (the reads are answered without
+        what it prepared)."""
         cell = self._cells.get((kind, key)) if self._accepting else None
-        if cell is None or len(commands) == 1:
+        if cell is None:
             return
-        hook = cell.kind.read_ahead
-        if hook is None or cell.kind.inline_read is None or not _answers_inline(cell) \
+        actor_kind = cell.kind
+        inline = actor_kind.inline_read
+        if actor_kind.read_ahead is None or inline is None or not _answers_inline(cell) \
                 or not self._serves(kind, key):
             return
-        behaviour = cell.behaviour
-        assert behaviour is not None
-        self._unmeasured.add(cell)  # (what it prepares is the actor's until taken)
-        try:
-            hook(behaviour, commands)
-        except Exception:
-            log.exception("the read-ahead of %s %r failed; its reads are answered without it", kind, key)
+        self._tell_ahead(cell, list(itertools.takewhile(inline, commands[:actor_kind.read_ahead_max])))
 
     def write_parked(self, kind: str, key: Key, command: Any, waiter: Any, now: float) -> bool:
         """``ask_nowait``'s inline write, made from another thread while the run is
@@ -1085,26 +1082,35 @@ class Runtime:
                 return
             self._maybe_snapshot(cell)
 
-    def _read_ahead_run(self, cell: _Cell, behaviour: Behaviour, batch: list[_Envelope], *,
+    def _read_ahead_run(self, cell: _Cell, batch: list[_Envelope], *,
                         payloads: list[bytes | TurnResult | None], first: int, end: int) -> int:
-        """Tell the behaviour (``ActorKind.read_ahead``) of the run of reads the kind
-        answers inline that starts at ``first`` in ``batch`` (up to ``end``, the first
-        command that is not one), when it holds two or more: they are handled next,
-        one after another. Returns where the run ends."""
+        """Tell the behaviour (``ActorKind.read_ahead``) of the reads the kind answers
+        inline that follow each other from ``first`` in ``batch`` (up to ``end``, the
+        first command that is not one, ``read_ahead_max`` at most), when there are two
+        or more: they are handled next, one after another. Returns where they end."""
         kind = cell.kind
-        hook, inline = kind.read_ahead, kind.inline_read
-        stop = first
-        while stop < end and payloads[stop] is None and inline is not None:
+        inline = kind.inline_read
+        stop, last = first, min(end, first + kind.read_ahead_max)
+        while stop < last and payloads[stop] is None and inline is not None:
             command = batch[stop].command
             if isinstance(command, _Control | _Subscribe) or not inline(command):
                 break
             stop += 1
-        if hook is not None and stop - first >= 2:
-            try:
-                hook(behaviour, [envelope.command for envelope in batch[first:stop]])
-            except Exception:
-                log.exception("the read-ahead of %s failed; its reads are answered without it", cell.name)
+        if stop - first >= 2:
+            self._tell_ahead(cell, [envelope.command for envelope in batch[first:stop]])
         return max(stop, first + 1)
+
+    def _tell_ahead(self, cell: _Cell, reads: list[Any]) -> None:
+        """The kind's ``read_ahead`` hook, told of ``reads`` (or, none, that nothing more
+        is coming); its error is logged (the reads are answered without it)."""
+        hook, behaviour = cell.kind.read_ahead, cell.behaviour
+        if hook is None or behaviour is None:
+            return
+        self._unmeasured.add(cell)  # (what it prepares is the actor's until taken)
+        try:
+            hook(behaviour, reads)
+        except Exception:
+            log.exception("the read-ahead of %s failed; its reads are answered without it", cell.name)
 
     async def _process(self, cell: _Cell, batch: list[_Envelope]) -> _Control | None:
         """Handle a batch; returns a control message that ended it, if any.
@@ -1206,8 +1212,8 @@ class Runtime:
                         kept_bytes += len(payload)
                 elif payload is None:
                     if index > ahead_until and kind.read_ahead is not None:
-                        ahead_until = self._read_ahead_run(cell, behaviour, batch, payloads=payloads,
-                                                           first=index - 1, end=end)
+                        ahead_until = self._read_ahead_run(cell, batch, payloads=payloads, first=index - 1,
+                                                           end=end)
                     if index - 1 not in beside and sub is None and kind.read_beside is not None \
                             and self._read_threads is not None:
                         beside = await self._read_beside(cell, behaviour, batch, payloads=payloads,

@@ -78,11 +78,13 @@ class ActorKind:
     after it, and the replies keep their order.
 
     ``read_ahead`` (optional) is told of reads ``inline_read`` names that are about
-    to be handled one after another: those asked of an idle actor back to back
-    (``Runtime.read_ahead``: a host's batch of searches of one scope), and each run
-    of two or more in a batch the actor's task takes from its mailbox. Given the
-    behaviour and the commands, it may prepare what they share (one pass over data
-    for all of them) for its handler to take when each comes.
+    to be handled one after another, ``read_ahead_max`` at most at a time: those
+    asked of an idle actor back to back (``Runtime.read_ahead``: a host's batch of
+    searches of one scope), and each run of two or more in a batch the actor's task
+    takes from its mailbox. Given the behaviour and the commands, it may prepare
+    what they share (one pass over data for all of them) for its handler to take
+    when each comes. Told of none (or of one), nothing more is coming: it may let
+    what it prepared go.
     A hint only: the reads may come or not, in that order, with other commands
     between them; whatever it prepares must give each read the answer it would
     have had without it, and must be dropped when a command that changes the
@@ -101,3 +103,4 @@ class ActorKind:
     inline_when: Callable[[Behaviour, Any], bool] | None = None
     read_beside: Callable[[Behaviour, Any], Beside | None] | None = None
     read_ahead: Callable[[Behaviour, Sequence[Any]], None] | None = None
+    read_ahead_max: int = 16

@@ -425,9 +425,10 @@ class _SearchPlan(NamedTuple):
 
 
 READ_AHEAD_MAX: Final = 16
-"""Searches one read-ahead prepares at most (``ScopeMemory.read_ahead``): what it holds
-for each until taken is 21 bytes a row of the index (its bounds, the scores computed
-and which ones are)."""
+"""Searches one read-ahead prepares at most (``ScopeMemory.read_ahead``, and the scope
+kind's ``read_ahead_max``): it holds 21 bytes a row of the index for each (its bounds,
+the scores computed and which ones are), the bounds of all of them until the last is
+taken (they are rows of two arrays)."""
 
 BESIDE_MIN_MEMORIES: Final = 30_000
 """Memories from which a scope's searches run beside the actor (``search_beside``).

@@ -20,7 +20,14 @@ from mnemex.config import Config
 from mnemex.effects import Behaviour, Beside, Image, Key
 from mnemex.errors import InvalidInput
 from mnemex.kernel import ActorKind
-from mnemex.memories.behaviour import EmbedTexts, ScopeMemory, ScopeSettings, is_scope_write, scope_codec
+from mnemex.memories.behaviour import (
+    READ_AHEAD_MAX,
+    EmbedTexts,
+    ScopeMemory,
+    ScopeSettings,
+    is_scope_write,
+    scope_codec,
+)
 from mnemex.memories.extraction import RunExtraction, Timer
 from mnemex.memories.protocol import NewMemory, Remember, Search
 from mnemex.memories.ranking import CosineScale
@@ -121,7 +128,7 @@ def _build(name: str, embedder: Embedder | None, settings: ScopeSettings) -> Sco
     return ScopeKind(name=name, create=create, restore=restore, encode=scope_codec.encode,
                      decode=scope_codec.decode, is_journaled=is_scope_write, replay=_replay,
                      inline_read=_is_search, inline_when=_searches_inline, read_beside=_search_beside,
-                     read_ahead=_read_ahead,
+                     read_ahead=_read_ahead, read_ahead_max=READ_AHEAD_MAX,
                      embedder=embedder, settings=settings)
 
 

@@ -56,31 +56,14 @@ most of its time reading the rows: 10,000 rows of 384 dimensions, caches cold,
 ~95 us for one query against ~39 us a query for 16), and each search takes what
 was made for it; the hits are the same, byte for byte. The actor's own task does
 the same for each run of searches it takes from its mailbox (a scope busy with a
-write, or with the access counts' Touch, queues them there). Measured beside the
-tree before (2026-11-26, ``bench/http.py --routes search --connections 16
---rounds 3 --baseline-tree ...``, load 1-3.5, helpers of the session working): the
-server's CPU per request 543 -> 504 us and 536 -> 470 us in two runs, 1,981 and
-2,116 req/s against 1,828 and 1,846.
-
-The request cycle is the server's own (``_serve._Cycle``, made by the server's
-protocol in place of uvicorn's): a whole JSON answer is written at once
-(``respond_whole``: status line, default headers, ours and the body in one
-write, without ASGI messages, uvicorn's header checks or the cork's scheduled
-flush) and a body that came with its head is taken at once (``take_whole_body``,
-without a ``receive()``); anything out of the ordinary goes the ASGI way. A
-connection's keep-alive timeout is one timer, re-armed when it fires, where
-uvicorn arms and cancels one per request. With the POST /messages body decoded
-once (``PostMessages.decode_parts``) and a few costs of the append path cut,
-measured beside the previous tree (2026-11-26, load 6-15, so noisy): the
-server's main thread 63 -> 53 us of CPU per POST /messages in process (its
-protocol fed by 16 connections without sockets), and the whole server process
-85 -> 80 us per request under wrk (``bench/http.py --routes post``, medians of
-3 rounds; per round 0.91, 0.82, 0.93 of the previous tree's). On a quiet machine
-(2026-11-26, load 0.7-1.5, ``bench/http.py --routes post,search --connections 16
---rounds 3 --ark ... --baseline-tree <b0e8e80>``): POST /messages 14,757 against
-13,395 req/s for the tree before these changes (70 -> 62 us of CPU a request) and
-13,880 for the Ark reference service; POST /memory/search 1,798 against 1,520 req/s
-(658 -> 556 us).
+write, or with the access counts' Touch, queues them there). With it, in the same
+change: the named memories' cosines rescored in the vector search's product, a
+hybrid hit's lists carried as a tuple, and one ScopeRef kept per scope (see
+bench/README.md, http.py). All of it measured beside the tree before it (c2efb68,
+2026-11-26, ``bench/http.py --routes search --connections 16 --rounds 3
+--baseline-tree ...``, load 1-3.5, helpers of the session working): the server's
+CPU per request 550 -> 476 us, 2,102 against 1,820 req/s (per round 1.15, 1.16,
+1.12); two earlier runs 1,981 against 1,828 and 2,116 against 1,846.
 """
 
 from mnemex.server._app import build_app

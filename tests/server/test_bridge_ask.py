@@ -345,6 +345,36 @@ def test_the_actors_task_reads_ahead_each_run_of_reads_between_its_writes() -> N
     hosted(test, reading_ahead(told))
 
 
+def test_the_actors_task_tells_a_long_run_of_reads_read_ahead_max_at_a_time() -> None:
+    told: list[list[Any]] = []
+
+    async def test(h: Hosted) -> None:
+        h.storage.gate = threading.Event()
+        write = asyncio.ensure_future(h.bridge.ask(h.ref, Add(2)))  # taken inline, its fsync held
+        await entered(h.storage)
+        asks = [asyncio.ensure_future(h.bridge.ask_batched(h.ref, Get())) for _ in range(40)]
+        for _ in range(3):  # the callers' steps, then the batch's: all queued behind the held write
+            await asyncio.sleep(0)
+        h.storage.gate.set()
+        assert await write == 3
+        assert await asyncio.gather(*asks) == [(3, 2)] * 40
+        assert [len(run) for run in told] == [16, 16, 8]
+
+    hosted(test, reading_ahead(told))
+
+
+def test_an_idle_actor_is_told_only_of_the_reads_that_lead_its_batch() -> None:
+    told: list[list[Any]] = []
+
+    async def test(h: Hosted) -> None:
+        commands = [Get(), Get(), Add(2), Get()]
+        asks = [asyncio.ensure_future(h.bridge.ask_batched(h.ref, command)) for command in commands]
+        assert await asyncio.gather(*asks) == [(1, 1), (1, 1), 3, (3, 2)]
+        assert [[id(c) for c in run] for run in told][0] == [id(commands[0]), id(commands[1])]
+
+    hosted(test, reading_ahead(told))
+
+
 def test_a_read_ahead_that_fails_is_logged_and_the_reads_are_answered(
         caplog: pytest.LogCaptureFixture) -> None:
     async def test(h: Hosted) -> None:
