@@ -174,16 +174,24 @@ class NameVectors:
     def matrix(self) -> npt.NDArray[np.float32]:
         return self._matrix[:len(self.keys)]
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the rows it holds, room to grow included."""
+        return int(self._matrix.nbytes)
+
     def add(self, keys: Sequence[str], rows: npt.NDArray[np.float32], embedder: str) -> None:
-        """Keep the rows of ``keys`` (names that have one already keep theirs)."""
+        """Keep the rows of ``keys`` (names that have one already keep theirs). Room
+        grows by doubling, from what the first rows need: a scope of one or two names
+        holds one or two rows (a first room of 64 rows of 384 dimensions was 98 KB a
+        live scope)."""
         if self.embedder is None:
             self.embedder, self.dim = embedder, int(rows.shape[1])
-            self._matrix = np.zeros((max(64, len(keys)), self.dim), dtype=np.float32)
         fresh = [(key, i) for i, key in enumerate(keys) if key not in self.row]
         need = len(self.keys) + len(fresh)
         if need > self._matrix.shape[0]:
             grown = np.zeros((max(need, 2 * self._matrix.shape[0]), self.dim), dtype=np.float32)
-            grown[:len(self.keys)] = self.matrix
+            if self.keys:
+                grown[:len(self.keys)] = self.matrix
             self._matrix = grown
         for key, i in fresh:
             self.row[key] = len(self.keys)

@@ -513,8 +513,8 @@ class ScopeMemory:
         """An estimate of the memory this scope holds while live, for the runtime's
         ``kernel.max_live_bytes`` budget: a constant per scope and per memory, the
         texts, and each vector's bytes (its float32 row; once there is an HNSW graph,
-        also the graph's quantised copy and its links)."""
-        size = SCOPE_BYTES + len(self.doc_of) * MEMORY_BYTES + self.content_bytes
+        also the graph's quantised copy and its links), and its entity names' vectors."""
+        size = SCOPE_BYTES + len(self.doc_of) * MEMORY_BYTES + self.content_bytes + self.graph.vectors.nbytes
         vectors = self.vectors
         if vectors is not None and len(vectors):
             size += len(vectors) * vectors.bytes_per_vector
