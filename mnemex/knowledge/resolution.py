@@ -154,6 +154,10 @@ def decode_rows(data: str, count: int, dim: int) -> npt.NDArray[np.float32]:
     return np.frombuffer(raw, dtype="<f2").astype(np.float32).reshape(count, dim)
 
 
+_NO_NAMES: Final = np.zeros((0, 0), dtype=np.float32)
+_NO_NAMES.flags.writeable = False
+
+
 class NameVectors:
     """The vectors of a graph's names, one row per name key, all of one embedder."""
 
@@ -162,7 +166,7 @@ class NameVectors:
         self.dim = 0
         self.keys: list[str] = []
         self.row: dict[str, int] = {}
-        self._matrix: npt.NDArray[np.float32] = np.zeros((0, 0), dtype=np.float32)
+        self._matrix: npt.NDArray[np.float32] = _NO_NAMES  # (shared until a name has a vector)
 
     def __len__(self) -> int:
         return len(self.keys)

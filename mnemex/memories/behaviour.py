@@ -497,7 +497,8 @@ class ScopeMemory:
         self.documents = Documents()
         self.categories = ScopeCategories(settings.category_threshold, self.bm25.tokenizer)
         self.extractions.catalog = self.categories.as_dict
-        self.rank_cache = RankCache()  # transient: what searches share until the next write
+        # transient: what searches share until the next write (made by the first search)
+        self.rank_cache: RankCache | None = None
         # transient: content -> its full-text terms and positions, found while a command's
         # memories were classified, read (and emptied) when they are indexed (a refused
         # command's are dropped by the next indexing: at most one command's worth)
@@ -522,7 +523,8 @@ class ScopeMemory:
         if ahead:  # (the searches of one read-ahead share their arrays: each counted once)
             held = {id(array): array.nbytes for _, made in ahead.values() for array in made.exact.buffers()}
             size += sum(held.values())
-        return size + self.rank_cache.nbytes + self.bm25.kept_bytes
+        cache = self.rank_cache
+        return size + (cache.nbytes if cache is not None else 0) + self.bm25.kept_bytes
 
     def __repr__(self) -> str:
         return f"ScopeMemory(({self.app_name!r}, {self.user_id!r}), memories={len(self.doc_of)})"
@@ -1490,6 +1492,8 @@ class ScopeMemory:
             plan = self._search_plan(command)
         except MnemexError:
             return None
+        if self.rank_cache is None:  # (the searches beside the actor share it: made here, in its turn)
+            self.rank_cache = RankCache()
         effects: tuple[Effect, ...] = ()
         for planned in (self._with_graph(None, now=plan.now), self._with_graph(None)):
             if planned is not None:
@@ -1585,9 +1589,12 @@ class ScopeMemory:
 
     def _ranker(self) -> Ranker:
         settings = self.settings
+        cache = self.rank_cache
+        if cache is None:  # (made in the actor's turn: a search beside it has its plan made there)
+            cache = self.rank_cache = RankCache()
         return Ranker(self.keyword, self.bm25, self.entities, self.keyed.vector_search(self.vectors),
                       self.table, settings, self._record_at, self.graph if settings.expansion else None,
-                      self.rank_cache)
+                      cache)
 
     def _search_run(self, plan: _SearchPlan) -> SearchResult:
         """The ranking of a planned search. It only reads the scope (the rank cache

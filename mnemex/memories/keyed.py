@@ -52,6 +52,10 @@ Mask = npt.NDArray[np.bool_]
 _EXACT_ONLY: Final = 2**62  # the extra vectors' index never builds a graph: searches are exact
 
 
+_NO_ROWS: Final = np.zeros(0, dtype=np.int64)
+_NO_ROWS.flags.writeable = False
+
+
 class KeyedIndex:
     """What a scope keeps about its keyed memories, by doc (see the module doc)."""
 
@@ -61,7 +65,7 @@ class KeyedIndex:
         self.expires: dict[int, float] = {}
         self.extra: VectorIndex | None = None
         self.rows_of: dict[int, list[int]] = {}
-        self.row_doc = np.zeros(0, dtype=np.int64)
+        self.row_doc = _NO_ROWS  # (shared until a row is added: a live scope keeps no array of its own)
         self._free_rows: list[int] = []
         self._rows_used = 0
         self.most_rows = 0  # most extra vectors of one doc (bounds a search's over-fetch)
