@@ -110,7 +110,8 @@ class HashingEmbedder:
         self.name = (f"hashing-v1-d{dim}-b{bigram_weight:g}-c{char_weight:g}-s{stop_weight:g}"
                      f"-n{low}{high}")
         self._word_cache: dict[str, _Part] = {}
-        self._pair_cache: dict[str, _Part] = {}
+        self._pair_cache: dict[str, _Part] = {}  # (each one of ``_pair_parts``)
+        self._pair_parts: list[_Part] | None = None
 
     def __repr__(self) -> str:
         return f"HashingEmbedder(dim={self.dim})"
@@ -251,15 +252,26 @@ class HashingEmbedder:
                 for place in places:
                     parts[place] = part
         if new_pairs:
+            # a pair's one feature is one of 2 * dim (column, sign): the parts of each are made
+            # once and shared by every pair that has it (the same bytes as a part of its own)
+            shared = self._pair_parts
+            if shared is None:
+                shared = self._pair_parts = self._shared_pair_parts()
             start = len(listed) + len(grams)
-            pair_columns = columns[start:].tobytes()
-            pair_values = (signs[start:] * self.bigram_weight).tobytes()
-            for index, (pair, places) in enumerate(new_pairs.items()):
-                at_pair = slice(8 * index, 8 * index + 8)
-                part = (pair_columns[at_pair], pair_values[at_pair], 1, False)
+            codes = (2 * columns[start:] + (signs[start:] > 0)).tolist()
+            for code, (pair, places) in zip(codes, new_pairs.items(), strict=True):
+                part = shared[code]
                 pair_cache[pair] = part
                 for place in places:
                     parts[place] = part
+
+    def _shared_pair_parts(self) -> list[_Part]:
+        """The part of a pair whose feature has column ``c`` and sign ``s`` (+1 or -1), at
+        ``2 * c + (s > 0)``: the column as int64 bytes, ``s * bigram_weight`` as float64."""
+        columns = np.repeat(np.arange(self.dim, dtype=np.int64), 2).tobytes()
+        values = (np.tile(np.array([-1.0, 1.0]), self.dim) * self.bigram_weight).tobytes()
+        return [(columns[8 * code:8 * code + 8], values[8 * code:8 * code + 8], 1, False)
+                for code in range(2 * self.dim)]
 
     def _hash(self, kind: str, feature: str) -> tuple[int, float]:
         """One feature's column and sign (what ``_learn`` computes for many at once)."""

@@ -49,7 +49,7 @@ class QueryCache:
         if self.size == 0:
             return
         kept = np.array(row, dtype=np.float32)
-        kept.flags.writeable = False
+        kept.setflags(write=False)
         key = (embedder, text)
         self._rows[key] = kept
         self._rows.move_to_end(key)
