@@ -111,7 +111,7 @@ class HashingEmbedder:
                      f"-n{low}{high}")
         self._word_cache: dict[str, _Part] = {}
         self._pair_cache: dict[str, _Part] = {}  # (each one of ``_pair_parts``)
-        self._pair_parts: list[_Part] | None = None
+        self._pair_parts: dict[int, _Part] = {}  # by 2 * column + (sign > 0): see ``_learn``
 
     def __repr__(self) -> str:
         return f"HashingEmbedder(dim={self.dim})"
@@ -252,26 +252,21 @@ class HashingEmbedder:
                 for place in places:
                     parts[place] = part
         if new_pairs:
-            # a pair's one feature is one of 2 * dim (column, sign): the parts of each are made
+            # a pair's one feature is one of 2 * dim (column, sign): the part of each is made
             # once and shared by every pair that has it (the same bytes as a part of its own)
             shared = self._pair_parts
-            if shared is None:
-                shared = self._pair_parts = self._shared_pair_parts()
             start = len(listed) + len(grams)
-            codes = (2 * columns[start:] + (signs[start:] > 0)).tolist()
-            for code, (pair, places) in zip(codes, new_pairs.items(), strict=True):
-                part = shared[code]
-                pair_cache[pair] = part
+            pair_columns = columns[start:]
+            pair_signs = signs[start:]
+            codes = (2 * pair_columns + (pair_signs > 0)).tolist()
+            for index, (code, (pair, places)) in enumerate(zip(codes, new_pairs.items(), strict=True)):
+                made = shared.get(code)
+                if made is None:  # (two threads may both make one: the same bytes either way)
+                    value = pair_signs[index:index + 1] * self.bigram_weight
+                    made = shared[code] = (pair_columns[index:index + 1].tobytes(), value.tobytes(), 1, False)
+                pair_cache[pair] = made
                 for place in places:
-                    parts[place] = part
-
-    def _shared_pair_parts(self) -> list[_Part]:
-        """The part of a pair whose feature has column ``c`` and sign ``s`` (+1 or -1), at
-        ``2 * c + (s > 0)``: the column as int64 bytes, ``s * bigram_weight`` as float64."""
-        columns = np.repeat(np.arange(self.dim, dtype=np.int64), 2).tobytes()
-        values = (np.tile(np.array([-1.0, 1.0]), self.dim) * self.bigram_weight).tobytes()
-        return [(columns[8 * code:8 * code + 8], values[8 * code:8 * code + 8], 1, False)
-                for code in range(2 * self.dim)]
+                    parts[place] = made
 
     def _hash(self, kind: str, feature: str) -> tuple[int, float]:
         """One feature's column and sign (what ``_learn`` computes for many at once)."""
