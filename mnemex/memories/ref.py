@@ -26,6 +26,7 @@ import functools
 import hashlib
 import inspect
 import logging
+import math
 import os
 import pathlib
 import time
@@ -138,7 +139,7 @@ from mnemex.memories.protocol import (
 )
 from mnemex.memories.queries import query_texts
 from mnemex.memories.sessions import session_echoes, session_memories
-from mnemex.memories.snapshot import encode_vector
+from mnemex.memories.snapshot import encode_noted, encode_vector
 from mnemex.memories.subscopes import scope_labels, with_scope_labels
 from mnemex.memories.transfer import (
     ExportedMemory,
@@ -1093,7 +1094,9 @@ def _search_of(services: ScopeServices, query: str, top_k: int, chosen: SearchMo
             mean = rows[0] if len(rows) == 1 else rows.mean(axis=0)  # (the mean of one row is that row)
             norm = float(np.sqrt(mean.dot(mean)))  # np.linalg.norm's own sum, without its checks
             # (x / 1 is x: a unit row, most of an embedder's, is not divided)
-            vector = encode_vector(mean / norm if norm > 0 and norm != 1.0 else mean)
+            unit = mean / norm if norm > 0 and norm != 1.0 else mean
+            # a finite norm says every value is finite: the scope need not read the bytes again
+            vector = encode_noted(unit) if math.isfinite(norm) else encode_vector(unit)
     return Search(query=query, vector=vector, embedder=embedder.name if vector is not None else None,
                   dim=embedder.dim if vector is not None else 0, top_k=top_k, mode=chosen,
                   min_score=_wire_min_score(min_score), filter=dict(filter) if filter else None,
