@@ -256,14 +256,16 @@ class HashingEmbedder:
             # once and shared by every pair that has it (the same bytes as a part of its own)
             shared = self._pair_parts
             start = len(listed) + len(grams)
-            pair_columns = columns[start:]
-            pair_signs = signs[start:]
-            codes = (2 * pair_columns + (pair_signs > 0)).tolist()
+            codes = (2 * columns[start:] + (signs[start:] > 0)).tolist()
+            pair_columns = pair_values = b""
             for index, (code, (pair, places)) in enumerate(zip(codes, new_pairs.items(), strict=True)):
                 made = shared.get(code)
                 if made is None:  # (two threads may both make one: the same bytes either way)
-                    value = pair_signs[index:index + 1] * self.bigram_weight
-                    made = shared[code] = (pair_columns[index:index + 1].tobytes(), value.tobytes(), 1, False)
+                    if not pair_columns:
+                        pair_columns = columns[start:].tobytes()
+                        pair_values = (signs[start:] * self.bigram_weight).tobytes()
+                    at = 8 * index
+                    made = shared[code] = (pair_columns[at:at + 8], pair_values[at:at + 8], 1, False)
                 pair_cache[pair] = made
                 for place in places:
                     parts[place] = made
