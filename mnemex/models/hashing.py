@@ -264,8 +264,8 @@ class HashingEmbedder:
                     if not pair_columns:
                         pair_columns = columns[start:].tobytes()
                         pair_values = (signs[start:] * self.bigram_weight).tobytes()
-                    at = 8 * index
-                    made = shared[code] = (pair_columns[at:at + 8], pair_values[at:at + 8], 1, False)
+                    cut = 8 * index
+                    made = shared[code] = (pair_columns[cut:cut + 8], pair_values[cut:cut + 8], 1, False)
                 pair_cache[pair] = made
                 for place in places:
                     parts[place] = made
