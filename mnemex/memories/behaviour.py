@@ -447,9 +447,9 @@ class ScopeMemory:
 
     # slots: a live scope's attributes are more than Python shares a dict's keys for
     # (30), so each scope would carry a dict of its own (~1.6 KB)
-    __slots__ = ("_ahead", "_analysed", "_quiet_search", "_texts", "_words", "app_name", "bm25", "by_content",
-                 "categories", "clock", "content_bytes", "dim", "doc_of", "docs", "documents", "embedder",
-                 "entities",
+    __slots__ = ("_ahead", "_analysed", "_no_jobs_due", "_quiet_search", "_texts", "_words", "app_name",
+                 "bm25", "by_content", "categories", "clock", "content_bytes", "dim", "doc_of", "docs",
+                 "documents", "embedder", "entities",
                  "extractions", "free", "graph", "graph_failed_at", "graph_pending_since", "graph_restored",
                  "graph_stale", "keyed", "keyword", "names_since", "rank_cache", "replaying", "sessions",
                  "settings", "table", "twins", "user_id", "vectors")
@@ -509,6 +509,9 @@ class ScopeMemory:
         # transient: what ``read_ahead`` made for searches about to come, by their id (with
         # the command itself), until taken or a command other than a search is handled
         self._ahead: dict[int, tuple[Search, ReadAhead]] | None = None
+        # transient: True when no job can come due at any time until a command changes the
+        # scope (None: not known; see ``searches_inline``)
+        self._no_jobs_due: bool | None = None
 
     def live_bytes(self) -> int:
         """An estimate of the memory this scope holds while live, for the runtime's
@@ -614,6 +617,8 @@ class ScopeMemory:
     def handle(self, command: Any) -> Any:
         quiet = command is self._quiet_search
         self._quiet_search = None
+        if not quiet:
+            self._no_jobs_due = None  # (any other command may change what jobs depend on)
         ahead = None
         if self._ahead is not None:
             ahead = self._taken_ahead(command)
@@ -868,6 +873,7 @@ class ScopeMemory:
             self._replay(commands, placed, vectors)
         finally:
             self.replaying = False
+            self._no_jobs_due = None
             if self.graph_stale:  # declarations replayed: the gazetteer's mentions, found once
                 reindex_graph(self)
 
@@ -1468,6 +1474,9 @@ class ScopeMemory:
         Changes nothing the scope holds: it notes the search, so that ``handle``, if
         it is the next command handled, does not look for jobs again (nothing can
         make one due in between: only a handled command changes what they depend on).
+        It also notes when no job can come due at any time (the usual state of a
+        scope with no build, re-classification or name embedding wanted), so that
+        the searches after it, until another command is handled, look for none.
         A search whose ``now`` is not a finite number is left to ``handle`` (which
         says why it refuses it)."""
         if type(command) is not Search or len(self.doc_of) >= BESIDE_MIN_MEMORIES:
@@ -1475,7 +1484,13 @@ class ScopeMemory:
         now = command.now
         if type(now) not in (float, int) or not math.isfinite(now):  # (a bool's type is bool)
             return False
-        if self._wants_jobs(now) or self._wants_jobs(self.clock):
+        never = self._no_jobs_due
+        if never is None:
+            # whether a job is due only grows with the time (each waits for an interval to
+            # pass): one not due at an infinite time is due at none, until a command changes
+            # what they depend on
+            never = self._no_jobs_due = not self._wants_jobs(math.inf)
+        if not never and (self._wants_jobs(now) or self._wants_jobs(self.clock)):
             return False
         self._quiet_search = command
         return True
@@ -1488,6 +1503,7 @@ class ScopeMemory:
         scope of fewer than ``BESIDE_MIN_MEMORIES``."""
         if type(command) is not Search or len(self.doc_of) < BESIDE_MIN_MEMORIES:
             return None
+        self._no_jobs_due = None  # (it may plan jobs)
         try:
             plan = self._search_plan(command)
         except MnemexError:

@@ -81,7 +81,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ACCESS_HALF", "CONTEXT_ONLY", "COVERAGE_MIN_TERMS", "COVERAGE_RAMP", "CROWDING_NEIGHBOURS",
            "DATE_SLACK", "FACTOR_RANGE", "FOUND_BY", "CosineScale", "Mask", "RankCache", "Ranked", "Ranker",
-           "ReadAhead", "calibrated_cosine", "crowding", "rank_factors", "rounded", "rounded6",
+           "ReadAhead", "calibrated_cosine", "crowding", "rank_factors", "rounded", "rounded6", "rounded_all",
            "text_weights"]
 
 F32 = npt.NDArray[np.float32]
@@ -307,15 +307,14 @@ class Ranker:
         docs, cosines = vectors.search_arrays(query, top_k, allowed) if type(vectors) is VectorIndex \
             else pairs_as_arrays(vectors.search(query, top_k, allowed))
         settings = self.settings
-        calibrated = calibrated_cosine(cosines, settings.cosine_floor, settings.cosine_ceiling)
+        scores = calibrated_cosine(cosines, settings.cosine_floor, settings.cosine_ceiling).tolist()
+        count = len(scores)
+        shown = rounded_all(scores + cosines.tolist())  # the scores', then the cosines'
         record_at = self.record_at
-        hits = []
-        for doc, cosine, score in zip(docs.tolist(), cosines.tolist(), calibrated.tolist(), strict=True):
-            if min_score is None or score >= min_score:
-                shown = rounded(score)
-                hits.append(Hit(record_at(doc), shown, {"vector": shown, "cosine": rounded(cosine)},
-                                app_name, user_id))
-        return hits
+        return [Hit(record_at(doc), score, {"vector": score, "cosine": cosine}, app_name, user_id)
+                for doc, score, cosine, exact in zip(docs.tolist(), shown[:count], shown[count:], scores,
+                                                     strict=True)
+                if min_score is None or exact >= min_score]
 
     def hybrid_vector(self, query: str, vector: F32) -> tuple[Expansion | None, F32]:
         """What a hybrid search of ``query`` asks of the graph (its expansion: None
@@ -568,6 +567,12 @@ def rounded(value: float) -> float:
     rounded decimal string of 6 places (the same ``dtoa`` digits) and read it back,
     and round's own way there is the slower one."""
     return float(f"{value:.6f}")
+
+
+def rounded_all(values: list[float]) -> list[float]:
+    """``rounded`` of each of a few values, in one formatting of them all: the same
+    digits (``%.6f`` is ``rounded``'s format), without a call and a string per value."""
+    return [*map(float, (("%.6f " * len(values)) % (*values,)).split())]
 
 
 @functools.lru_cache(maxsize=64)

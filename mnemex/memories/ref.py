@@ -26,6 +26,7 @@ import functools
 import hashlib
 import inspect
 import logging
+import math
 import os
 import pathlib
 import time
@@ -138,7 +139,7 @@ from mnemex.memories.protocol import (
 )
 from mnemex.memories.queries import query_texts
 from mnemex.memories.sessions import session_echoes, session_memories
-from mnemex.memories.snapshot import encode_vector
+from mnemex.memories.snapshot import encode_noted, encode_vector
 from mnemex.memories.subscopes import scope_labels, with_scope_labels
 from mnemex.memories.transfer import (
     ExportedMemory,
@@ -452,10 +453,12 @@ class ScopeRef:
         the ``scope`` (``SearchResult.facets``). A category filter with a confidence:
         ``filter={"categories": ["quests"], "min_category_confidence": 0.6}``."""
         labels = None if scopes is None else scope_labels(scopes, scope_ids)
-        command = await _search_command(self._services, query, top_k, mode=mode,
+        services = self._services
+        command = await _search_command(services, query, top_k, mode=mode,
                                         min_score=min_score, filter=with_scope_labels(filter, labels),
                                         include_history=include_history, as_of=as_of, facets=facets)
-        result = await _reranked(self._services, self._ref.ask, command)
+        result = await (self._ref.ask(command) if services.reranker is None else
+                        _reranked(services, self._ref.ask, command))
         return self.searched(result)
 
     def search_command(self, query: str, top_k: int = 10, mode: SearchMode | UseDefault = DEFAULT,
@@ -1090,7 +1093,10 @@ def _search_of(services: ScopeServices, query: str, top_k: int, chosen: SearchMo
         else:
             mean = rows[0] if len(rows) == 1 else rows.mean(axis=0)  # (the mean of one row is that row)
             norm = float(np.sqrt(mean.dot(mean)))  # np.linalg.norm's own sum, without its checks
-            vector = encode_vector(mean / norm if norm > 0 else mean)
+            # (x / 1 is x: a unit row, most of an embedder's, is not divided)
+            unit = mean / norm if norm > 0 and norm != 1.0 else mean
+            # a finite norm says every value is finite: the scope need not read the bytes again
+            vector = encode_noted(unit) if math.isfinite(norm) else encode_vector(unit)
     return Search(query=query, vector=vector, embedder=embedder.name if vector is not None else None,
                   dim=embedder.dim if vector is not None else 0, top_k=top_k, mode=chosen,
                   min_score=_wire_min_score(min_score), filter=dict(filter) if filter else None,

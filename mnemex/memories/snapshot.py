@@ -39,8 +39,8 @@ from mnemex.memories.protocol import MemoryRecord
 from mnemex.persistence.snapshot import Sidecar, in_temporary_file
 
 __all__ = ["HNSW_SIDECAR", "SNAPSHOT_FORMAT", "TEXT_SIDECARS", "SnapshotRecords", "check_vectors",
-           "decode_vector", "encode_vector", "read_records", "read_vectors", "restore_vectors",
-           "write_snapshot"]
+           "decode_vector", "encode_noted", "encode_vector", "read_records", "read_vectors",
+           "restore_vectors", "write_snapshot"]
 
 log = logging.getLogger("mnemex.memories")
 
@@ -66,8 +66,29 @@ def encode_vector(vector: npt.ArrayLike) -> bytes:
     return np.ascontiguousarray(vector, dtype=_F32_LE).tobytes()
 
 
+_noted: list[tuple[bytes, F32] | None] = [None]
+"""The bytes ``encode_noted`` made last and the vector they hold (read-only), as one
+pair: a reader in another thread sees the pair before or after, never half of each."""
+
+
+def encode_noted(vector: F32) -> bytes:
+    """``encode_vector`` of a vector its caller found finite, noted: ``decode_vector`` of
+    these very bytes (the same object, in this process) gives the vector back without
+    reading and checking them again. One is noted at a time: a search's query on its
+    way from the ref that embeds it to the scope that reads it next."""
+    data = encode_vector(vector)
+    kept: F32 = np.frombuffer(data, dtype=_F32_LE).astype(np.float32, copy=False)
+    kept.setflags(write=False)  # (a view of the bytes, or on a big-endian machine their copy)
+    _noted[0] = (data, kept)
+    return data
+
+
 def decode_vector(data: bytes, dim: int) -> F32:
-    """The float32 vector in ``data`` (``dim`` values), or InvalidInput."""
+    """The float32 vector in ``data`` (``dim`` values), or InvalidInput; read-only when
+    ``data`` is the bytes ``encode_noted`` made last."""
+    noted = _noted[0]
+    if noted is not None and data is noted[0] and len(data) == 4 * dim:
+        return noted[1]
     if not isinstance(data, bytes | bytearray | memoryview) or len(data) != 4 * dim:
         size = len(data) if isinstance(data, bytes | bytearray | memoryview) else type(data).__name__
         raise InvalidInput(f"a vector must be {dim} float32 values ({4 * dim} bytes), got {size}",

@@ -274,6 +274,15 @@ class EmbeddingBatcher:
             if wanted and self._is_quick(wanted, lane):
                 return self._embed_now(wanted, lane), None, []
             return None, None, wanted
+        if len(wanted) == 1:  # (a search's usual query: what the general way below does for one)
+            kept = cache.get(name, wanted[0])
+            if kept is not None:
+                return kept[None].copy(), None, []
+            if not self._is_quick(wanted, lane):
+                return None, [None], wanted
+            made = self._embed_now(wanted, lane)
+            cache.put(name, wanted[0], made[0])
+            return made, None, []
         rows = [cache.get(name, text) for text in wanted]
         missing = [text for text, row in zip(wanted, rows, strict=True) if row is None]
         if len(missing) > 1:

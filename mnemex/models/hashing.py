@@ -110,7 +110,8 @@ class HashingEmbedder:
         self.name = (f"hashing-v1-d{dim}-b{bigram_weight:g}-c{char_weight:g}-s{stop_weight:g}"
                      f"-n{low}{high}")
         self._word_cache: dict[str, _Part] = {}
-        self._pair_cache: dict[str, _Part] = {}
+        self._pair_cache: dict[str, _Part] = {}  # (each one of ``_pair_parts``)
+        self._pair_parts: dict[int, _Part] = {}  # by 2 * column + (sign > 0): see ``_learn``
 
     def __repr__(self) -> str:
         return f"HashingEmbedder(dim={self.dim})"
@@ -251,15 +252,23 @@ class HashingEmbedder:
                 for place in places:
                     parts[place] = part
         if new_pairs:
+            # a pair's one feature is one of 2 * dim (column, sign): the part of each is made
+            # once and shared by every pair that has it (the same bytes as a part of its own)
+            shared = self._pair_parts
             start = len(listed) + len(grams)
-            pair_columns = columns[start:].tobytes()
-            pair_values = (signs[start:] * self.bigram_weight).tobytes()
-            for index, (pair, places) in enumerate(new_pairs.items()):
-                at_pair = slice(8 * index, 8 * index + 8)
-                part = (pair_columns[at_pair], pair_values[at_pair], 1, False)
-                pair_cache[pair] = part
+            codes = (2 * columns[start:] + (signs[start:] > 0)).tolist()
+            pair_columns = pair_values = b""
+            for index, (code, (pair, places)) in enumerate(zip(codes, new_pairs.items(), strict=True)):
+                made = shared.get(code)
+                if made is None:  # (two threads may both make one: the same bytes either way)
+                    if not pair_columns:
+                        pair_columns = columns[start:].tobytes()
+                        pair_values = (signs[start:] * self.bigram_weight).tobytes()
+                    cut = 8 * index
+                    made = shared[code] = (pair_columns[cut:cut + 8], pair_values[cut:cut + 8], 1, False)
+                pair_cache[pair] = made
                 for place in places:
-                    parts[place] = part
+                    parts[place] = made
 
     def _hash(self, kind: str, feature: str) -> tuple[int, float]:
         """One feature's column and sign (what ``_learn`` computes for many at once)."""

@@ -16,9 +16,10 @@ F32 = npt.NDArray[np.float32]
 
 class QueryCache:
     """At most ``size`` query vectors, keyed by (embedder name, query text), the least
-    recently used dropped first. ``size`` 0 keeps nothing. Each vector is kept
-    read-only (a caller cannot change what the next one gets); ``hits`` and
-    ``misses`` count the look-ups. Used from one trio run (no lock)."""
+    recently used dropped first. ``size`` 0 keeps nothing. Each vector is kept as its
+    bytes and read back as a read-only view of them (a caller cannot change what the
+    next one gets; keeping one is one copy, with no array to make and mark); ``hits``
+    and ``misses`` count the look-ups. Used from one trio run (no lock)."""
 
     __slots__ = ("_rows", "hits", "misses", "size")
 
@@ -26,7 +27,7 @@ class QueryCache:
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise ValueError(f"a query cache holds a count >= 0 of vectors, not {size!r}")
         self.size = size
-        self._rows: OrderedDict[tuple[str, str], F32] = OrderedDict()
+        self._rows: OrderedDict[tuple[str, str], bytes] = OrderedDict()
         self.hits = 0
         self.misses = 0
 
@@ -42,16 +43,15 @@ class QueryCache:
             return None
         self._rows.move_to_end(key)
         self.hits += 1
-        return row
+        kept: F32 = np.frombuffer(row, dtype=np.float32)
+        return kept
 
     def put(self, embedder: str, text: str, row: F32) -> None:
         """Keep a copy of ``row`` as the vector of ``text`` by ``embedder``."""
         if self.size == 0:
             return
-        kept = np.array(row, dtype=np.float32)
-        kept.flags.writeable = False
         key = (embedder, text)
-        self._rows[key] = kept
+        self._rows[key] = np.asarray(row, dtype=np.float32).tobytes()
         self._rows.move_to_end(key)
         while len(self._rows) > self.size:
             self._rows.popitem(last=False)

@@ -1,7 +1,8 @@
 """``rounded6`` (the hybrid breakdown's signals rounded in one pass) is Python's
 ``round(x, 6)`` bit for bit: on random scores of every range, on values at and next
 to halves of the sixth decimal (where rounding a scaled product could go wrong),
-on exact binary halves, signed zeros, large and non-finite values."""
+on exact binary halves, signed zeros, large and non-finite values. So are
+``rounded`` (one value) and ``rounded_all`` (a vector search's few, in one format)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import math
 
 import numpy as np
 
-from mnemex.memories.ranking import rounded6
+from mnemex.memories.ranking import rounded, rounded6, rounded_all
 
 
 def python_rounded(values: np.ndarray) -> np.ndarray:
@@ -42,3 +43,18 @@ def test_zeros_large_and_non_finite_values() -> None:
     got, want = rounded6(values), python_rounded(values)
     assert same_bits(got, want)
     assert math.isnan(rounded6(np.array([math.nan]))[0])
+
+
+def test_rounded_and_rounded_all_are_round_to_6_places_bit_for_bit() -> None:
+    rng = np.random.default_rng(2)
+    wholes = rng.integers(0, 3_000_000, 500)
+    halves = (wholes + 0.5) / 1e6
+    values = [*rng.uniform(-1.0, 1.0, 500).tolist(), *halves.tolist(), *np.nextafter(halves, np.inf).tolist(),
+              *(-halves).tolist(), 0.0, -0.0, -1e-9, 5e-7, 1e15, -1e300, math.inf, -math.inf]
+    want = [round(value, 6) for value in values]
+    assert [rounded(value) for value in values] == want
+    for size in (0, 1, 10, 20, len(values)):  # what a search rounds: none, one, its hits' two signals
+        got = rounded_all(values[:size])
+        assert got == want[:size] and [math.copysign(1.0, x) for x in got] == \
+            [math.copysign(1.0, x) for x in want[:size]]
+    assert math.isnan(rounded_all([math.nan, 0.5])[0]) and rounded_all([math.nan, 0.5])[1] == 0.5

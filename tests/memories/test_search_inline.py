@@ -5,17 +5,21 @@ the actor's turn finds."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 import pytest
 import trio.testing
+from scope_support import run_work
 
 import mnemex
-from mnemex.effects import Step
+from mnemex.effects import Job, JobResult, Step
+from mnemex.knowledge.categories import Category
 from mnemex.memories import behaviour
+from mnemex.memories.behaviour import GraphReady
 from mnemex.memories.kind import scope_kind
-from mnemex.memories.protocol import NewMemory, Remember, Search
+from mnemex.memories.protocol import NewMemory, Remember, Search, SetCategories
 from mnemex.memories.snapshot import encode_vector
 from mnemex.models.hashing import HashingEmbedder
 
@@ -123,3 +127,121 @@ def test_a_search_found_to_plan_no_job_is_a_plain_read_only_if_it_is_the_next_co
     planned = scope.handle(noted)
     assert isinstance(planned, Step) and planned.effects  # looked for jobs again, and planned the build
     assert scope.graph_pending_since == noted.now
+
+
+# -- "no job can come due": noted once, until a command changes the scope ------------------------
+def quiet_scope(count: int = 20) -> tuple[behaviour.ScopeMemory, HashingEmbedder]:
+    """A scope of ``count`` of TEXTS under its HNSW threshold (30): no job is wanted."""
+    embedder = HashingEmbedder()
+    kind = scope_kind(mnemex.Config(data_dir=None, embedder="hashing", hnsw_threshold=30), embedder)
+    scope = kind.create(("a", "u"))
+    assert isinstance(scope, behaviour.ScopeMemory)
+    remember(scope, embedder, range(count), now=1_000.0)
+    return scope, embedder
+
+
+def remember(scope: behaviour.ScopeMemory, embedder: HashingEmbedder, which: range, now: float) -> Any:
+    vectors = embedder.embed([TEXTS[i] for i in which])
+    return scope.handle(Remember(memories=[NewMemory(id=f"m{i:02d}", content=TEXTS[i],
+                                                     vector=encode_vector(vectors[row]))
+                                           for row, i in enumerate(which)],
+                                 embedder=embedder.name, dim=embedder.dim, now=now))
+
+
+TIMES = (0.0, 999.0, 1_000.0, 1_000.5, 1_001.0, 1_030.0, 1_100.0, 1_000_000.0, 2e11)
+
+
+def assert_inline_as_looked_for(scope: behaviour.ScopeMemory, embedder: HashingEmbedder) -> None:
+    """At each of TIMES, ``searches_inline`` answers what looking for jobs at that time
+    and at the scope's clock answers (what it did before it noted anything)."""
+    for now in TIMES:
+        due = scope._wants_jobs(now) or scope._wants_jobs(scope.clock)
+        assert scope.searches_inline(vector_search(embedder, now=now)) is not due, now
+
+
+def test_a_scope_where_no_job_can_come_due_notes_it_once_and_looks_for_none_until_a_command(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    scope, embedder = quiet_scope()
+    assert_inline_as_looked_for(scope, embedder)
+    assert scope._no_jobs_due is True
+    looked: list[float] = []
+    plain = behaviour.ScopeMemory._wants_jobs
+
+    def counted(self: behaviour.ScopeMemory, now: float) -> bool:
+        looked.append(now)
+        return plain(self, now)
+
+    monkeypatch.setattr(behaviour.ScopeMemory, "_wants_jobs", counted)
+    for now in TIMES:  # at any time, however late: no look
+        search = vector_search(embedder, now=now)
+        assert scope.searches_inline(search)
+        assert not isinstance(scope.handle(search), Step)  # (the noted search: the note stays)
+    assert looked == []
+    scope.handle(vector_search(embedder, now=1_002.0))  # a search not noted first: it looks again
+    assert scope._no_jobs_due is None
+    assert scope.searches_inline(vector_search(embedder))
+    assert looked == [math.inf] and scope._no_jobs_due is True
+
+
+def test_a_write_that_makes_a_job_wanted_is_seen_by_the_next_search_and_the_clock_then_counts() -> None:
+    scope, embedder = quiet_scope()
+    assert scope.searches_inline(vector_search(embedder)) and scope._no_jobs_due is True
+    planned = remember(scope, embedder, range(20, 40), now=1_010.0)  # past the threshold: a build
+    assert isinstance(planned, Step) and planned.effects
+    assert scope._no_jobs_due is None
+    # the build in flight: no job due until its plan goes stale, then one is (a new plan)
+    assert_inline_as_looked_for(scope, embedder)
+    assert scope._no_jobs_due is False
+    assert scope.searches_inline(vector_search(embedder, now=1_011.0))
+    assert not scope.searches_inline(vector_search(embedder, now=2e11))
+
+
+def test_across_a_jobs_life_the_note_follows_it_planned_stale_delivered() -> None:
+    scope, embedder = small_graph_scope()  # the graph's build planned at 1,000
+    assert_inline_as_looked_for(scope, embedder)
+    late = vector_search(embedder, now=1_000_000.0)
+    assert not scope.searches_inline(late)  # its plan stale: a search plans it again
+    replanned = scope.handle(late)
+    assert isinstance(replanned, Step)
+    [job] = [effect for effect in replanned.effects if isinstance(effect, Job)]
+    assert_inline_as_looked_for(scope, embedder)
+    scope.handle(job.deliver(JobResult(value=run_work(job.work))))  # the graph delivered and adopted
+    assert scope.vectors is not None and scope.vectors.mode == "hnsw"
+    assert_inline_as_looked_for(scope, embedder)
+    assert scope._no_jobs_due is True  # nothing wanted any more
+    scope.handle(GraphReady(None, "RuntimeError: a later build failed"))  # (a failure is a change too)
+    assert scope._no_jobs_due is None
+    assert_inline_as_looked_for(scope, embedder)
+
+
+def test_a_reclassification_started_and_finished_is_seen_by_the_note() -> None:
+    scope, embedder = quiet_scope()
+    assert scope.searches_inline(vector_search(embedder)) and scope._no_jobs_due is True
+    started = scope.handle(SetCategories(categories=[Category(name="hobbies", description="hiking, camping")],
+                                         now=1_020.0))
+    jobs = [effect for effect in getattr(started, "effects", ()) if isinstance(effect, Job)]
+    assert jobs  # the re-classification's first batch, planned
+    assert_inline_as_looked_for(scope, embedder)
+    assert not scope.searches_inline(vector_search(embedder, now=2e11))  # (its plan stale by then)
+    for _ in range(10):  # (20 memories: one batch)
+        if not jobs:
+            break
+        job = jobs.pop(0)
+        done = scope.handle(job.deliver(JobResult(value=run_work(job.work))))
+        jobs += [effect for effect in getattr(done, "effects", ()) if isinstance(effect, Job)]
+    assert not jobs and not scope.categories.reclassifying
+    assert_inline_as_looked_for(scope, embedder)
+    assert scope._no_jobs_due is True
+
+
+def test_a_replay_leaves_no_note_behind() -> None:
+    scope, embedder = quiet_scope()
+    assert scope.searches_inline(vector_search(embedder)) and scope._no_jobs_due is True
+    vectors = embedder.embed(TEXTS[20:40])
+    scope.replay([Remember(memories=[NewMemory(id=f"m{i:02d}", content=TEXTS[i],
+                                               vector=encode_vector(vectors[row]))
+                                     for row, i in enumerate(range(20, 40))],
+                           embedder=embedder.name, dim=embedder.dim, now=1_010.0)])
+    assert scope._no_jobs_due is None
+    assert_inline_as_looked_for(scope, embedder)
+    assert not scope.searches_inline(vector_search(embedder))  # 40 memories, no graph planned: one is due

@@ -160,3 +160,35 @@ async def test_no_query_is_embedded_now_when_it_is_measured_too_slow_for_the_cal
     again = batcher.embed_queries_now(["what does she drink?"])  # a kept row needs no embedding
     assert again is not None and np.array_equal(again, kept)
     assert embedder.calls == []
+
+
+async def test_one_query_kept_or_embedded_here_is_one_row_of_the_callers_own() -> None:
+    embedder = Threads()
+    batcher = EmbeddingBatcher(embedder, batch_size=64, query_cache_size=8)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(batcher.run)
+        for i in range(5):
+            await batcher.embed_queries([f"warm the measured rate {i}"])
+        embedder.calls.clear()
+        embedder.threads.clear()
+        expected = HashingEmbedder.embed(embedder, ["query: what does she drink?"])
+        first = await batcher.embed_queries(["what does she drink?"])  # not kept: embedded here
+        assert embedder.calls == [("query", ["what does she drink?"])]
+        assert embedder.threads == [threading.get_ident()]
+        assert first.shape == (1, 32) and first.dtype == np.float32 and np.array_equal(first, expected)
+        first[:] = 0.0  # the caller's own row: the kept one is not changed
+        kept = await batcher.embed_queries(["what does she drink?"])
+        now = batcher.embed_queries_now(["what does she drink?"])
+        assert embedder.calls == [("query", ["what does she drink?"])]  # both kept: not embedded again
+        for row in (kept, now):
+            assert row is not None and row.shape == (1, 32) and np.array_equal(row, expected)
+            assert row.flags.writeable and row.flags.c_contiguous
+            row[:] = 1.0  # each caller's own again
+        assert np.array_equal(await batcher.embed_queries(["what does she drink?"]), expected)
+        assert (batcher.query_cache.hits, batcher.query_cache.misses) == (3, 6)
+        batcher.inline_budget = 0.0  # measured too slow for here now: a new query goes to the thread
+        assert batcher.embed_queries_now(["where does she work?"]) is None
+        late = await batcher.embed_queries(["where does she work?"])
+        assert np.array_equal(late, HashingEmbedder.embed(embedder, ["query: where does she work?"]))
+        assert embedder.threads[-1] != threading.get_ident()
+        nursery.cancel_scope.cancel()

@@ -154,6 +154,21 @@ def test_a_batch_is_the_features_of_each_text_summed_in_order(texts: list[str],
     assert embedder.embed(texts).tobytes() == rows.astype(np.float32).tobytes()
 
 
+def test_pairs_share_the_parts_of_their_one_feature() -> None:
+    embedder = HashingEmbedder(dim=8, bigram_weight=0.7)
+    texts = [f"{a} {b} {c}" for a in ("red", "blue", "green", "tall") for b in ("cats", "dogs", "owls")
+             for c in ("sing", "run", "sleep", "jump", "swim")]
+    embedder.embed(texts)
+    parts = embedder._pair_cache
+    assert len(parts) > 2 * embedder.dim  # more pairs than (column, sign) features
+    assert len({id(part) for part in parts.values()}) <= 2 * embedder.dim  # each feature's part made once
+    for pair, (columns, values, size, stop) in parts.items():  # and each is that pair's own feature
+        column, sign = embedder._hash("b", pair)
+        assert (size, stop) == (1, False)
+        assert np.frombuffer(columns, dtype=np.int64).tolist() == [column]
+        assert np.frombuffer(values, dtype=np.float64).tolist() == [sign * 0.7]
+
+
 def test_a_full_cache_is_emptied_and_vectors_do_not_change() -> None:
     embedder = HashingEmbedder()
     embedder._CACHE_LIMIT = 12  # type: ignore[misc]  # (the class keeps 500,000 words and pairs)
