@@ -56,6 +56,12 @@ JOBS = [("embed", ["I like tea", "I work as a nurse"]), ("query", ["what does sh
         ("embed", ["We live in Berlin"]), ("query", ["where does she work?"])]
 
 
+
+async def measured(batcher: EmbeddingBatcher) -> None:
+    """Five queries through ``batcher``: its rate is measured (the median of five calls)."""
+    for i in range(5):
+        await batcher.embed_queries([f"warm the measured rate {i}"])
+
 async def test_queries_go_to_embed_queries_in_calls_of_their_own() -> None:
     embedder = WithQueries()
     results = await gather(EmbeddingBatcher(embedder, batch_size=64), JOBS)
@@ -94,8 +100,7 @@ async def test_a_quick_query_is_embedded_in_the_asking_task_and_its_rows_are_the
         batcher = EmbeddingBatcher(embedder, batch_size=64, query_cache_size=cache_size)
         async with trio.open_nursery() as nursery:
             await nursery.start(batcher.run)
-            for i in range(5):  # measured (the median of five calls): quick
-                await batcher.embed_queries([f"warm the measured rate {i}"])
+            await measured(batcher)
             embedder.calls.clear()
             embedder.threads.clear()
             first = await batcher.embed_queries(["what does she drink?", "what do I drink?"])
@@ -120,8 +125,7 @@ async def test_queries_embedded_now_are_embed_queries_own_rows_or_none_when_they
         assert embedder.calls == [] and batcher.calls == 0
         async with trio.open_nursery() as nursery:
             await nursery.start(batcher.run)
-            for i in range(5):
-                await batcher.embed_queries([f"warm the measured rate {i}"])
+            await measured(batcher)
             nursery.cancel_scope.cancel()
         embedder.calls.clear()
         embedder.threads.clear()
@@ -149,8 +153,7 @@ async def test_no_query_is_embedded_now_when_it_is_measured_too_slow_for_the_cal
     batcher = EmbeddingBatcher(embedder, batch_size=64, query_cache_size=8)
     async with trio.open_nursery() as nursery:
         await nursery.start(batcher.run)
-        for i in range(5):
-            await batcher.embed_queries([f"warm the measured rate {i}"])
+        await measured(batcher)
         nursery.cancel_scope.cancel()
     kept = batcher.embed_queries_now(["what does she drink?"])
     assert kept is not None
@@ -167,8 +170,7 @@ async def test_one_query_kept_or_embedded_here_is_one_row_of_the_callers_own() -
     batcher = EmbeddingBatcher(embedder, batch_size=64, query_cache_size=8)
     async with trio.open_nursery() as nursery:
         await nursery.start(batcher.run)
-        for i in range(5):
-            await batcher.embed_queries([f"warm the measured rate {i}"])
+        await measured(batcher)
         embedder.calls.clear()
         embedder.threads.clear()
         expected = HashingEmbedder.embed(embedder, ["query: what does she drink?"])

@@ -323,21 +323,29 @@ def test_a_read_whose_caller_gave_up_is_not_read_ahead_and_what_was_made_is_let_
     hosted(test, reading_ahead(told))
 
 
+async def behind_a_held_write(h: Hosted, commands: list[Any]) -> tuple[asyncio.Future[Any], list[Any]]:
+    """Add(2) taken inline with its fsync held (``h.storage.gate``), then ``commands``
+    asked batched: all queued in the actor's mailbox behind it. Returns the write's
+    answer and the asks'."""
+    h.storage.gate = threading.Event()
+    write = asyncio.ensure_future(h.bridge.ask(h.ref, Add(2)))
+    await entered(h.storage)
+    asks = [asyncio.ensure_future(h.bridge.ask_batched(h.ref, command)) for command in commands]
+    for _ in range(3):  # the callers' steps, then the batch's
+        await asyncio.sleep(0)
+    assert not h.bridge._batched
+    return write, asks
+
+
 def test_the_actors_task_reads_ahead_each_run_of_reads_between_its_writes() -> None:
     told: list[list[Any]] = []
 
     async def test(h: Hosted) -> None:
-        h.storage.gate = threading.Event()
-        write = asyncio.ensure_future(h.bridge.ask(h.ref, Add(2)))  # taken inline, its fsync held
-        await entered(h.storage)
         first, second = [Get(), Get()], [Get(), Get()]
-        asks = [asyncio.ensure_future(h.bridge.ask_batched(h.ref, command))
-                for command in (*first, Add(3), *second)]
-        for _ in range(3):  # the callers' steps, then the batch's: all queued behind the held write
-            await asyncio.sleep(0)
+        write, asks = await behind_a_held_write(h, [*first, Add(3), *second])
         # (not read ahead from the loop: the actor holds a write that is not durable)
-        assert not h.bridge._batched and all(len(run) == 2 for run in told)
-        h.storage.gate.set()
+        assert all(len(run) == 2 for run in told)
+        h.storage.gate.set()  # type: ignore[union-attr]
         assert await write == 3
         assert await asyncio.gather(*asks) == [(3, 2), (3, 2), 6, (6, 3), (6, 3)]
         assert [[id(c) for c in run] for run in told] == [[id(c) for c in run] for run in (first, second)]
@@ -349,13 +357,8 @@ def test_the_actors_task_tells_a_long_run_of_reads_read_ahead_max_at_a_time() ->
     told: list[list[Any]] = []
 
     async def test(h: Hosted) -> None:
-        h.storage.gate = threading.Event()
-        write = asyncio.ensure_future(h.bridge.ask(h.ref, Add(2)))  # taken inline, its fsync held
-        await entered(h.storage)
-        asks = [asyncio.ensure_future(h.bridge.ask_batched(h.ref, Get())) for _ in range(40)]
-        for _ in range(3):  # the callers' steps, then the batch's: all queued behind the held write
-            await asyncio.sleep(0)
-        h.storage.gate.set()
+        write, asks = await behind_a_held_write(h, [Get() for _ in range(40)])
+        h.storage.gate.set()  # type: ignore[union-attr]
         assert await write == 3
         assert await asyncio.gather(*asks) == [(3, 2)] * 40
         assert [len(run) for run in told] == [16, 16, 8]
@@ -370,7 +373,7 @@ def test_an_idle_actor_is_told_only_of_the_reads_that_lead_its_batch() -> None:
         commands = [Get(), Get(), Add(2), Get()]
         asks = [asyncio.ensure_future(h.bridge.ask_batched(h.ref, command)) for command in commands]
         assert await asyncio.gather(*asks) == [(1, 1), (1, 1), 3, (3, 2)]
-        assert [[id(c) for c in run] for run in told][0] == [id(commands[0]), id(commands[1])]
+        assert [id(c) for c in told[0]] == [id(commands[0]), id(commands[1])]
 
     hosted(test, reading_ahead(told))
 
