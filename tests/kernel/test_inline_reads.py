@@ -7,8 +7,10 @@ goes through the mailbox, behind it."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -159,18 +161,20 @@ def test_slices_refuse_what_is_no_count_or_no_duration(streak: Any, seconds: Any
         InlineSlices(streak, seconds)
 
 
-def _streaks_only(rt: Any) -> None:
-    """Make only the streak end a run of inline reads (no slice of time: what a busy
-    machine does to a loop's timing does not matter then)."""
-    rt._slices = InlineSlices(INLINE_STREAK, math.inf)
-
-
-async def test_a_task_reading_inline_in_a_loop_lets_the_others_run_once_a_streak() -> None:
+@contextlib.asynccontextmanager
+async def streaks_only() -> AsyncIterator[tuple[Any, list[int]]]:
+    """A runtime whose counter ``c`` holds 1 and is idle, where only the streak ends a
+    run of inline reads (no slice of time: what a busy machine does to a loop's
+    timing does not matter then); with the count of actor tasks started from here."""
     async with open_actor_runtime(mnemex.Config(data_dir=None), [INLINE], storage=GatedStorage()) as rt:
         assert await rt.ask("counter", "c", Add(1)) == 1
         await trio.testing.wait_all_tasks_blocked()
-        _streaks_only(rt)
-        started = count_activations(rt)
+        rt._slices = InlineSlices(INLINE_STREAK, math.inf)
+        yield rt, count_activations(rt)
+
+
+async def test_a_task_reading_inline_in_a_loop_lets_the_others_run_once_a_streak() -> None:
+    async with streaks_only() as (rt, started):
         turns = 0
         done = False
 
@@ -196,11 +200,7 @@ async def test_a_task_reading_inline_in_a_loop_lets_the_others_run_once_a_streak
 
 
 async def test_a_cancelled_caller_gets_cancelled_at_an_inline_read_that_is_no_schedule_point() -> None:
-    async with open_actor_runtime(mnemex.Config(data_dir=None), [INLINE], storage=GatedStorage()) as rt:
-        assert await rt.ask("counter", "c", Add(1)) == 1
-        await trio.testing.wait_all_tasks_blocked()
-        _streaks_only(rt)
-        started = count_activations(rt)
+    async with streaks_only() as (rt, started):
         assert await rt.ask("counter", "c", Get()) == (1, 1)  # the first of a streak yields
         reached = False
         with trio.CancelScope() as scope:

@@ -4,8 +4,9 @@ has one (a model that embeds queries apart) and to ``embed`` where it has not.""
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import numpy as np
 import trio
@@ -61,6 +62,19 @@ async def measured(batcher: EmbeddingBatcher) -> None:
     """Five queries through ``batcher``: its rate is measured (the median of five calls)."""
     for i in range(5):
         await batcher.embed_queries([f"warm the measured rate {i}"])
+
+
+@contextlib.asynccontextmanager
+async def measured_batcher() -> AsyncIterator[tuple[Threads, EmbeddingBatcher]]:
+    """A batcher over ``Threads`` (keeping 8 queries), running, its rate measured;
+    stopped when the block ends."""
+    embedder = Threads()
+    batcher = EmbeddingBatcher(embedder, batch_size=64, query_cache_size=8)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(batcher.run)
+        await measured(batcher)
+        yield embedder, batcher
+        nursery.cancel_scope.cancel()
 
 async def test_queries_go_to_embed_queries_in_calls_of_their_own() -> None:
     embedder = WithQueries()
@@ -149,12 +163,8 @@ async def test_queries_embedded_now_are_embed_queries_own_rows_or_none_when_they
 
 
 async def test_no_query_is_embedded_now_when_it_is_measured_too_slow_for_the_callers_thread() -> None:
-    embedder = Threads()
-    batcher = EmbeddingBatcher(embedder, batch_size=64, query_cache_size=8)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(batcher.run)
-        await measured(batcher)
-        nursery.cancel_scope.cancel()
+    async with measured_batcher() as (embedder, batcher):
+        pass
     kept = batcher.embed_queries_now(["what does she drink?"])
     assert kept is not None
     batcher.inline_budget = 0.0  # every query now takes longer than the caller may spend
@@ -166,11 +176,7 @@ async def test_no_query_is_embedded_now_when_it_is_measured_too_slow_for_the_cal
 
 
 async def test_one_query_kept_or_embedded_here_is_one_row_of_the_callers_own() -> None:
-    embedder = Threads()
-    batcher = EmbeddingBatcher(embedder, batch_size=64, query_cache_size=8)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(batcher.run)
-        await measured(batcher)
+    async with measured_batcher() as (embedder, batcher):
         embedder.calls.clear()
         embedder.threads.clear()
         expected = HashingEmbedder.embed(embedder, ["query: what does she drink?"])
@@ -193,4 +199,3 @@ async def test_one_query_kept_or_embedded_here_is_one_row_of_the_callers_own() -
         late = await batcher.embed_queries(["where does she work?"])
         assert np.array_equal(late, HashingEmbedder.embed(embedder, ["query: where does she work?"]))
         assert embedder.threads[-1] != threading.get_ident()
-        nursery.cancel_scope.cancel()
