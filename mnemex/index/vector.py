@@ -542,10 +542,7 @@ class VectorIndex:
         if not self.takes_coarse_pass or not queries:
             return None
         self._viewed()
-        scan = self._coarse
-        if scan is None:
-            scan = self._coarse = _coarse.CoarseScan(self.dim)
-        every = scan.scan_many(self._rows, self._high, queries)
+        every = self._coarse_scan().scan_many(self._rows, self._high, queries)
         return [ExactScores(self, None, query=query, bounds=bounds)
                 for query, bounds in zip(queries, every, strict=True)]
 
@@ -565,10 +562,15 @@ class VectorIndex:
         float32 product only over the rows that could be among the best
         (mnemex.index._coarse). The int8 copy is made on first need and let go when the
         rows move to another array or a graph takes over."""
+        bounds = self._coarse_scan().scan(self._rows, self._high, query)
+        return ExactScores(self, None, query=query, bounds=bounds)
+
+    def _coarse_scan(self) -> _coarse.CoarseScan:
+        """The int8 copy of the rows, made on first need."""
         scan = self._coarse
         if scan is None:
             scan = self._coarse = _coarse.CoarseScan(self.dim)
-        return ExactScores(self, None, query=query, bounds=scan.scan(self._rows, self._high, query))
+        return scan
 
     def _with_pending(self, query: F32, top_k: int, found: list[tuple[int, float]],
                       allowed: npt.NDArray[np.bool_] | None) -> list[tuple[int, float]]:

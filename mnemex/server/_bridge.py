@@ -88,6 +88,11 @@ class _Answer:
         self.future = future
         self.done = False
 
+    @property
+    def abandoned(self) -> bool:
+        """Whether nobody waits for it any more (its asker was cancelled)."""
+        return self.done or self.future.done()
+
     def resolve(self, value: Any) -> None:
         if self.done:
             return
@@ -188,7 +193,7 @@ class Bridge:
                 ahead = READ_AHEAD
             ahead = max(0, ahead - 1)
             kernel, ref, command, answer = batched.popleft()
-            if answer.done or answer.future.done():  # its caller gave up (was cancelled) before
+            if answer.abandoned:  # its caller gave up (was cancelled) before
                 continue
             if not self._ask_here(kernel, ref, command, answer):
                 self._asks.append((kernel, ref, command, answer))
@@ -202,7 +207,7 @@ class Bridge:
         its commands, in order; returns the actors told."""
         by_actor: dict[tuple[Runtime, str, Key], list[Any]] = {}
         for kernel, ref, command, answer in asks:
-            if not (answer.done or answer.future.done()):
+            if not answer.abandoned:
                 by_actor.setdefault((kernel, ref.kind, ref.key), []).append(command)
         told = set()
         for actor, commands in by_actor.items():
