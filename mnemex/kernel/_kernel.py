@@ -1322,9 +1322,15 @@ class Runtime:
                     errors[i] = exc
 
         limiter = self._read_threads
-        async with trio.open_nursery() as nursery:
-            for _ in range(min(int(limiter.total_tokens), len(reads))):
-                nursery.start_soon(functools.partial(trio.to_thread.run_sync, work, limiter=limiter))
+        if len(reads) == 1 and _loop_is_idle():
+            # A lone read while nothing else in the run waits: a worker thread would leave
+            # the loop as idle and only add its two wake-ups (~0.3 ms a read at 100,000
+            # memories against ~0.7 ms of work); read here.
+            work()
+        else:
+            async with trio.open_nursery() as nursery:
+                for _ in range(min(int(limiter.total_tokens), len(reads))):
+                    nursery.start_soon(functools.partial(trio.to_thread.run_sync, work, limiter=limiter))
         for (position, plan), reply, error in zip(reads, replies, errors, strict=True):
             if error is None:
                 turns[position] = TurnResult(reply, effects=plan.effects)
@@ -1898,6 +1904,14 @@ def _journal_lines(kind: ActorKind, batch: list[_Envelope], seq: int, ts: int) -
             seq += 1
         payloads.append(payload)
     return payloads, lines
+
+
+def _loop_is_idle() -> bool:
+    """Whether no other task of this trio run is ready to run and no callback from
+    another thread (a bridged ask, a thread's result) waits to be taken: what the
+    running task does now delays nobody who is already waiting."""
+    stats = trio.lowlevel.current_statistics()
+    return stats.tasks_runnable == 0 and stats.run_sync_soon_queue_size == 0
 
 
 def _now(fn: Callable[..., Any], *args: Any) -> None:

@@ -21,7 +21,7 @@ import trio
 import mnemex
 from mnemex.effects import Behaviour, Beside
 from mnemex.errors import ActorCrashed, InvalidInput
-from mnemex.kernel import ActorKind, Runtime
+from mnemex.kernel import ActorKind, Runtime, _kernel
 from mnemex.lowlevel import open_actor_runtime
 from mnemex.testing import Add, Counter, Entries, Get, counter_kind
 
@@ -105,8 +105,40 @@ async def test_reads_run_side_by_side_in_worker_threads_and_see_exactly_the_writ
         third, third_thread = replies[4]
         assert (first, second, third) == (1, 1, 11)
         assert first_thread != second_thread  # both waited at the barrier: side by side
-        assert threading.get_ident() not in (first_thread, second_thread, third_thread)
+        assert threading.get_ident() not in (first_thread, second_thread)
+        assert third_thread is not None  # (alone in its run: in a thread or the actor's turn)
         assert await rt.ask(BESIDE.name, "c", Entries()) == [("", 1), ("", 10), ("", 100)]
+
+
+async def test_a_lone_read_goes_to_a_worker_thread_unless_the_loop_is_idle(monkeypatch: pytest.MonkeyPatch
+                                                                           ) -> None:
+    idle = [True]
+    monkeypatch.setattr(_kernel, "_loop_is_idle", lambda: idle[0])
+    async with open_actor_runtime(mnemex.Config(data_dir=None), [BESIDE]) as rt:
+        assert await rt.ask(BESIDE.name, "c", Add(5)) == 5
+        seen, thread = await rt.ask(BESIDE.name, "c", Get())
+        assert seen == 5 and thread == threading.get_ident()  # nothing else waits: the actor's turn
+        idle[0] = False
+        seen, thread = await rt.ask(BESIDE.name, "c", Get())
+        assert seen == 5 and thread != threading.get_ident()
+        # two reads in one run go to worker threads whatever the loop is doing
+        idle[0] = True
+        replies = await batch(rt, [Get(), Get()])
+        assert threading.get_ident() not in {thread for _, thread in replies}
+
+
+async def test_the_loop_is_idle_only_while_no_task_is_ready_and_no_callback_waits() -> None:
+    assert _kernel._loop_is_idle()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.lowlevel.checkpoint)  # ready to run from now until it has run
+        assert not _kernel._loop_is_idle()
+    assert _kernel._loop_is_idle()
+    token = trio.lowlevel.current_trio_token()
+    ran = trio.Event()
+    token.run_sync_soon(ran.set)  # as a bridged ask or a thread's result comes in
+    assert not _kernel._loop_is_idle()
+    await ran.wait()
+    assert _kernel._loop_is_idle()
 
 
 async def test_no_read_threads_answer_every_read_in_the_actors_turn() -> None:
