@@ -358,6 +358,11 @@ class VectorIndex:
         return row + _QUANTIZED_BYTES[self._params.quantization] * self.dim + 8 * self._params.m + 16
 
     @property
+    def coarse_bytes(self) -> int:
+        """What the int8 copy of the rows holds now (0 when there is none)."""
+        return self._coarse.nbytes if self._coarse is not None else 0
+
+    @property
     def pending(self) -> int:
         """Vectors searched exactly until the graph takes them in (``defer_inserts``)."""
         return len(self._pending)
@@ -519,13 +524,20 @@ class VectorIndex:
             return self._top_rows_arrays(self._rows[: self._high] @ query, top_k)
         return pairs_as_arrays(self.search(vector, top_k, allowed))
 
-    def exact_scores(self, vector: npt.ArrayLike) -> ExactScores | None:
+    def exact_scores(self, vector: npt.ArrayLike, *, coarse: bool = False) -> ExactScores | None:
         """The cosine of *vector* to every stored vector, in one product, for several
         exact searches of one query (see :class:`ExactScores`); None in HNSW mode,
-        where a search reads the graph instead of every vector."""
+        where a search reads the graph instead of every vector, unless ``coarse``:
+        then in either mode from the coarse int8 pass over every row, for a ranking
+        that reads the cosines of many memories (gathering a float32 row for its
+        product costs ~15 times a row of the pass). In HNSW mode the int8 copy is made
+        on first such need and kept beside the graph (``coarse_bytes``)."""
         query = self._as_query(vector)
         if self._graph is not None:
-            return None
+            if not coarse:
+                return None
+            self._viewed()
+            return self._coarse_scores(query)
         self._viewed()
         if not self._coarse_due():
             self._coarse = None  # (a scope that shrank)
@@ -647,6 +659,11 @@ class VectorIndex:
         view = self.snapshot_view()
         return GraphBuild(self._plan_token, view.doc_ids, None, self._params, view=view)
 
+    def superseded(self, build: GraphBuild) -> bool:
+        """Whether a newer plan than ``build``'s was made (its adoption would fail: the
+        newer one's build is the one to wait for)."""
+        return build.token != self._plan_token
+
     def adopt(self, build: GraphBuild) -> bool:
         """Attach a finished build, replaying the changes made since its plan.
         False (and nothing changes) when a newer plan exists or it did not run."""
@@ -682,8 +699,9 @@ class VectorIndex:
                     graph.remove(np.array(marks, dtype=np.uint64))
         # a removed key keeps its node in the graph until a rebuild: counted as a tombstone
         size = len(graph) + len(tombstones) - (len(set(marks)) if later else 0)
+        if self._graph is None:  # searched through the graph from now on: the int8 copy goes
+            self._coarse = None  # (in HNSW mode only a ranking's coarse need makes it again)
         self._graph, self._graph_size, self._tombstones = graph, size, tombstones
-        self._coarse = None  # searched through the graph from now on: the int8 copy goes
         self._touched = None
         build.graph = None
         _release_freed_memory()  # the replaced graph's many small blocks

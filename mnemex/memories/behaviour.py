@@ -517,11 +517,12 @@ class ScopeMemory:
         """An estimate of the memory this scope holds while live, for the runtime's
         ``kernel.max_live_bytes`` budget: a constant per scope and per memory, the
         texts, and each vector's bytes (its float32 row; once there is an HNSW graph,
-        also the graph's quantised copy and its links), and its entity names' vectors."""
+        also the graph's quantised copy and its links; the rows' int8 copy for the coarse
+        pass, while there is one), and its entity names' vectors."""
         size = SCOPE_BYTES + len(self.doc_of) * MEMORY_BYTES + self.content_bytes + self.graph.vectors.nbytes
         vectors = self.vectors
         if vectors is not None and len(vectors):
-            size += len(vectors) * vectors.bytes_per_vector
+            size += len(vectors) * vectors.bytes_per_vector + vectors.coarse_bytes
         ahead = self._ahead
         if ahead:  # (the searches of one read-ahead share their arrays: each counted once)
             held = {id(array): array.nbytes for _, made in ahead.values() for array in made.exact.buffers()}
@@ -1367,8 +1368,12 @@ class ScopeMemory:
         return Job(build.run, deliver, name=f"scope.hnsw {self.app_name}/{self.user_id}", stop=build.stop)
 
     def _graph_ready(self, ready: GraphReady) -> Any:
-        self.graph_pending_since = None
         index = self.vectors
+        if ready.build is not None and index is not None and index.superseded(ready.build):
+            # planned again since (its plan was taken for lost): that build is still to come,
+            # and planning yet another here would make it stale in turn, on and on
+            return None
+        self.graph_pending_since = None
         if ready.build is None or index is None:
             self.graph_failed_at = len(index) if index is not None else 0
             log.warning("scope %s: building the HNSW graph failed (%s); vector search stays exact",

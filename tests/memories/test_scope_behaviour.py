@@ -8,10 +8,10 @@ from typing import Any
 import msgspec
 import numpy as np
 import pytest
-from scope_support import EMBEDDER, KEY, Driver, image_of, restored, settings, snapshot_image
+from scope_support import EMBEDDER, KEY, Driver, image_of, restored, run_work, settings, snapshot_image
 
 import mnemex
-from mnemex.effects import Image
+from mnemex.effects import Image, JobResult
 from mnemex.index.vector import read_vectors_file
 from mnemex.memories.behaviour import GraphReady, ScopeMemory, is_scope_write, scope_codec
 from mnemex.memories.protocol import (
@@ -491,6 +491,25 @@ def test_the_graph_is_built_beside_the_actor_and_keeps_recall() -> None:
     assert without.jobs
     without.run_jobs()
     assert without.memory.vectors.mode == "hnsw"
+
+
+def test_a_build_planned_again_after_its_plan_was_taken_for_lost_is_waited_for() -> None:
+    d = Driver(hnsw_threshold=50)
+    d.remember(*[f"memory {i} about things" for i in range(60)])
+    assert len(d.jobs) == 1
+    d.tick(d.memory.settings.graph_stale + 10)  # the first build runs past the time a plan is given
+    d.remember("one more memory about things")
+    assert len(d.jobs) == 2  # planned again
+    first, second = d.jobs
+    d.jobs.clear()
+    # the first build comes back: superseded, and nothing more is planned (planning again
+    # would supersede the second in turn: two builds in flight for ever, none adopted)
+    d.send(first.deliver(JobResult(value=run_work(first.work))))
+    assert not d.jobs and d.memory.vectors is not None and d.memory.vectors.mode == "exact"
+    assert d.memory.graph_pending_since is not None
+    d.send(second.deliver(JobResult(value=run_work(second.work))))
+    assert d.memory.vectors.mode == "hnsw" and d.memory.graph_pending_since is None
+    assert len(d.memory.vectors) == 61 and not d.jobs
 
 
 def test_a_failed_graph_build_leaves_search_exact() -> None:

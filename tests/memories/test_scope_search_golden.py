@@ -20,7 +20,8 @@ import pytest
 from scope_support import Driver
 
 from mnemex.index import _coarse
-from mnemex.memories import behaviour
+from mnemex.index.vector import VectorIndex
+from mnemex.memories import behaviour, ranking
 from mnemex.memories.protocol import Forget
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "search-golden.json"
@@ -53,9 +54,14 @@ def searches(how: str = "in-turn") -> list[list[Any]]:
     """Each search's hits as [content, score, signals], after the corpus is stored,
     filtered, and after some memories are forgotten; ``how``: ``in-turn`` (one by
     one), ``beside`` (each set of queries planned in the actor's turn and ranked four
-    at a time in threads) or ``ahead`` (each set read ahead, then asked one by one)."""
-    driver = Driver(expansion=True, fusion_candidates=30)
+    at a time in threads), ``ahead`` (each set read ahead, then asked one by one) or
+    ``graph`` (one by one, over an HNSW graph built as the memories come)."""
+    graph = how == "graph"
+    driver = Driver(expansion=True, fusion_candidates=30, **({"hnsw_threshold": 50} if graph else {}))
     ids = [driver.remember(content, session_id=session)[0] for content, session in corpus()]
+    if graph:
+        driver.run_jobs()
+        assert driver.memory.vectors is not None and driver.memory.vectors.mode == "hnsw"
     out: list[list[Any]] = []
 
     def run(**options: Any) -> None:
@@ -80,11 +86,12 @@ def searches(how: str = "in-turn") -> list[list[Any]]:
     run()
     run(filter={"session_id": "session-3"})
     driver.send(Forget(ids=ids[::7], now=driver.tick()))
+    driver.run_jobs()
     run()
     return out
 
 
-@pytest.mark.parametrize("how", ["in-turn", "beside", "ahead"])
+@pytest.mark.parametrize("how", ["in-turn", "beside", "ahead", "graph"])
 def test_hybrid_hits_are_those_of_the_ranking_before(how: str, monkeypatch: pytest.MonkeyPatch) -> None:
     if how == "beside":
         monkeypatch.setattr(behaviour, "BESIDE_MIN_MEMORIES", 0)  # 300 memories: beside too
@@ -98,6 +105,35 @@ def test_hybrid_hits_are_those_of_the_ranking_before(how: str, monkeypatch: pyte
         for hit, want in zip(hits, wanted, strict=True):
             assert hit[1] == pytest.approx(want[1], abs=2e-6)
             assert hit[3] == want[3] and set(hit[2]) == set(want[2])
+            assert hit[2] == pytest.approx(want[2], abs=2e-6)
+
+
+def test_over_a_graph_the_named_memories_cosines_come_from_one_coarse_pass(monkeypatch: pytest.MonkeyPatch
+                                                                             ) -> None:
+    """An HNSW scope's hybrid searches that name entities with many memories read their
+    cosines from the coarse pass (every query here names a speaker of a quarter or more
+    of the memories, or none): the same hits as gathering each named memory's row."""
+    passes: list[bool] = []
+    exact_scores = VectorIndex.exact_scores
+
+    def counted(self: VectorIndex, vector: Any, *, coarse: bool = False) -> Any:
+        made = exact_scores(self, vector, coarse=coarse)
+        passes.append(coarse and made is not None)
+        return made
+
+    monkeypatch.setattr(VectorIndex, "exact_scores", counted)
+    monkeypatch.setattr(ranking, "COARSE_FOR_NAMED", 0)  # never: every named row gathered
+    gathered = searches("graph")
+    assert not any(passes)
+    monkeypatch.setattr(ranking, "COARSE_FOR_NAMED", 16)
+    passes.clear()
+    through_pass = searches("graph")
+    assert any(passes)
+    assert len(through_pass) == len(gathered)
+    for hits, wanted in zip(through_pass, gathered, strict=True):
+        assert [h[0] for h in hits] == [w[0] for w in wanted]
+        for hit, want in zip(hits, wanted, strict=True):
+            assert hit[1] == pytest.approx(want[1], abs=2e-6) and hit[3] == want[3]
             assert hit[2] == pytest.approx(want[2], abs=2e-6)
 
 
