@@ -89,6 +89,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import itertools
 import math
 import struct
 import weakref
@@ -127,6 +128,11 @@ SidecarStatus = Literal["none", "loaded", "absent", "stale", "corrupt"]
 Quantization = Literal["i8", "f16", "f32"]
 _QUANTIZATIONS: tuple[Quantization, ...] = ("i8", "f16", "f32")
 _QUANTIZED_BYTES: dict[str, int] = {"i8": 1, "f16": 2, "f32": 4}
+
+_PLAN_TOKENS = itertools.count(1)
+"""Graph plans' tokens, unique in the process: a build planned by one index is never
+taken for another's (a scope's instances after a passivation or a reload each count
+plans, and a build beside the actor comes back to whichever instance is live)."""
 
 _MAGIC = b"MNXHNSW1"
 _SIDECAR_VERSION = 4  # 3 and before: an hnswlib graph (stale: rebuilt)
@@ -641,7 +647,7 @@ class VectorIndex:
         """A build to run anywhere, then :meth:`adopt`: a fresh graph over the current
         vectors, or, when the graph only lags behind deferred inserts, a catch-up
         (a clone of the graph plus those vectors). A later plan makes earlier ones stale."""
-        self._plan_token += 1
+        self._plan_token = next(_PLAN_TOKENS)
         self._touched = set()
         graph = self._graph
         if graph is not None and self._pending and \
@@ -659,10 +665,11 @@ class VectorIndex:
         view = self.snapshot_view()
         return GraphBuild(self._plan_token, view.doc_ids, None, self._params, view=view)
 
-    def superseded(self, build: GraphBuild) -> bool:
-        """Whether a newer plan than ``build``'s was made (its adoption would fail: the
-        newer one's build is the one to wait for)."""
-        return build.token != self._plan_token
+    def superseded(self, token: int) -> bool:
+        """Whether a newer plan than the one of ``token`` (a :class:`GraphBuild`'s) was
+        made here, or that plan was another index's (an instance of the same scope
+        before a passivation or a reload): its build is not for adopting."""
+        return token != self._plan_token
 
     def adopt(self, build: GraphBuild) -> bool:
         """Attach a finished build, replaying the changes made since its plan.

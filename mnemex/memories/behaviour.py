@@ -380,6 +380,8 @@ class GraphReady:
 
     build: GraphBuild | None
     error: str = ""
+    token: int = 0
+    """The plan's token (``GraphBuild.token``), also when the build failed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1362,16 +1364,19 @@ class ScopeMemory:
 
         def deliver(result: JobResult) -> GraphReady:
             if result.error is not None:
-                return GraphReady(None, f"{type(result.error).__name__}: {result.error}")
-            return GraphReady(result.value)
+                return GraphReady(None, f"{type(result.error).__name__}: {result.error}", build.token)
+            return GraphReady(result.value, token=build.token)
 
         return Job(build.run, deliver, name=f"scope.hnsw {self.app_name}/{self.user_id}", stop=build.stop)
 
     def _graph_ready(self, ready: GraphReady) -> Any:
         index = self.vectors
-        if ready.build is not None and index is not None and index.superseded(ready.build):
+        token = ready.build.token if ready.build is not None else ready.token
+        if index is not None and token and index.superseded(token):
             # planned again since (its plan was taken for lost): that build is still to come,
-            # and planning yet another here would make it stale in turn, on and on
+            # and planning yet another here would make it stale in turn, on and on (a failure
+            # of such a build says nothing of the newer one's); or planned by another
+            # instance of this scope (before a passivation or a reload): not for this one
             return None
         self.graph_pending_since = None
         if ready.build is None or index is None:

@@ -512,6 +512,40 @@ def test_a_build_planned_again_after_its_plan_was_taken_for_lost_is_waited_for()
     assert len(d.memory.vectors) == 61 and not d.jobs
 
 
+def test_a_superseded_builds_failure_leaves_the_adopted_graph_alone() -> None:
+    d = Driver(hnsw_threshold=50)
+    d.remember(*[f"memory {i} about things" for i in range(60)])
+    first = d.jobs.pop()
+    d.tick(d.memory.settings.graph_stale + 10)  # taken for lost: planned again
+    d.remember("one more memory about things")
+    second = d.jobs.pop()
+    d.send(second.deliver(JobResult(value=run_work(second.work))))
+    assert d.memory.vectors is not None and d.memory.vectors.mode == "hnsw"
+    d.send(first.deliver(JobResult(error=MemoryError("the first build ran out of memory"))))
+    assert d.memory.graph_failed_at is None and d.memory.graph_pending_since is None
+    d.send(Forget(ids=list(d.memory.doc_of)[:20], now=d.tick()))  # tombstones past the ratio
+    assert d.memory.vectors.wants_graph and d.jobs  # a rebuild is planned as usual
+
+
+def test_a_build_planned_by_an_earlier_instance_of_the_scope_is_not_adopted() -> None:
+    d = Driver(hnsw_threshold=50)
+    d.remember(*[f"memory {i} about things" for i in range(60)])
+    old = d.jobs.pop()  # planned; then the scope is passivated (or reloaded) while it runs
+    later = d.remember(*[f"later memory {i} about rivers" for i in range(15)])
+    successor = Driver(restored(d.memory))
+    successor.now, successor.ids = d.now, d.ids
+    successor.remember("one more memory about things")
+    assert len(successor.jobs) == 1
+    successor.send(old.deliver(JobResult(value=run_work(old.work))))  # comes back to the successor
+    index = successor.memory.vectors
+    assert index is not None and index.mode == "exact"  # not taken: it lacks the later memories
+    successor.run_jobs()  # its own build
+    assert index.mode == "hnsw" and len(index) == 76 and not index.pending
+    for memory_id in later:
+        content = successor.memory.docs[successor.memory.doc_of[memory_id]].content
+        assert successor.search(content, "vector", top_k=1).hits[0].memory.id == memory_id
+
+
 def test_a_failed_graph_build_leaves_search_exact() -> None:
     d = Driver(hnsw_threshold=50)
     d.remember(*[f"memory {i} about things" for i in range(60)])
