@@ -177,8 +177,7 @@ class Step:
 class Beside:
     """A read a behaviour answers beside its actor (``ActorKind.read_beside``):
     ``run()`` gives the reply (or raises the MnemexError refusing it) in a worker
-    thread, while the actor's own thread goes on serving others (or, a lone read
-    while nothing else is ready, in the actor's own task). It must only read
+    thread, while the actor's own thread goes on serving others. It must only read
     the behaviour, which changes under it in no way meanwhile: the kernel runs it
     beside the other reads of the same run of commands, and handles nothing of that
     actor until every one has returned. ``effects`` are performed as a Step's, after
@@ -186,3 +185,8 @@ class Beside:
 
     run: Callable[[], Any]
     effects: tuple[Effect, ...] = ()
+    quick: bool = False
+    """``run`` takes about a millisecond at most: alone in its run of reads, while
+    nothing else of the trio run is ready or due (and no host loop runs it as a
+    guest), the kernel calls it in the actor's task, where a worker thread would only
+    add its wake-ups."""

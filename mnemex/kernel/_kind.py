@@ -72,9 +72,9 @@ class ActorKind:
     ``read_beside`` (optional) takes the reads that may run beside the actor: given
     the behaviour and a command (on the actor's task, in mailbox order), it returns
     None (the command is handled as usual) or a ``Beside``, whose ``run`` the kernel
-    calls in a worker thread (``kernel.read_threads`` of them at most), or in the
-    actor's task when it is alone in its run and nothing else in the trio run is
-    ready (a thread would only add its wake-ups). The reads of
+    calls in a worker thread (``kernel.read_threads`` of them at most), or, for a
+    ``quick`` one alone in its run, in the actor's task when nothing else in the
+    trio run is ready or due (see ``Beside.quick``). The reads of
     one run of such commands in a batch run side by side; the actor handles nothing
     else until all have returned, so each sees every command before it and none
     after it, and the replies keep their order.

@@ -1524,7 +1524,8 @@ class ScopeMemory:
         for planned in (self._with_graph(None, now=plan.now), self._with_graph(None)):
             if planned is not None:
                 effects += planned.effects
-        return Beside(partial(self._search_run, plan), effects)
+        # (a vector search reads the graph and rescores its best: about a millisecond)
+        return Beside(partial(self._search_run, plan), effects, quick=command.mode == "vector")
 
     def read_ahead(self, commands: Sequence[Any]) -> None:
         """Searches about to be asked back to back (``ActorKind.read_ahead``): their

@@ -105,26 +105,56 @@ async def test_reads_run_side_by_side_in_worker_threads_and_see_exactly_the_writ
         third, third_thread = replies[4]
         assert (first, second, third) == (1, 1, 11)
         assert first_thread != second_thread  # both waited at the barrier: side by side
-        assert threading.get_ident() not in (first_thread, second_thread)
-        assert third_thread is not None  # (alone in its run: in a thread or the actor's turn)
+        assert threading.get_ident() not in (first_thread, second_thread, third_thread)
         assert await rt.ask(BESIDE.name, "c", Entries()) == [("", 1), ("", 10), ("", 100)]
 
 
-async def test_a_lone_read_goes_to_a_worker_thread_unless_the_loop_is_idle(monkeypatch: pytest.MonkeyPatch
-                                                                           ) -> None:
+def plan_quick_read(behaviour: Behaviour, command: Any) -> Beside | None:
+    plan = plan_read(behaviour, command)
+    return dataclasses.replace(plan, quick=True) if plan is not None else None
+
+
+QUICK: ActorKind = dataclasses.replace(counter_kind(), name="quick", read_beside=plan_quick_read)
+
+
+async def test_a_quick_read_alone_in_its_run_is_read_in_the_actors_task_while_nothing_waits(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     idle = [True]
     monkeypatch.setattr(_kernel, "_loop_is_idle", lambda: idle[0])
-    async with open_actor_runtime(mnemex.Config(data_dir=None), [BESIDE]) as rt:
-        assert await rt.ask(BESIDE.name, "c", Add(5)) == 5
+    async with open_actor_runtime(mnemex.Config(data_dir=None), [BESIDE, QUICK]) as rt:
+        for kind in (BESIDE.name, QUICK.name):
+            assert await rt.ask(kind, "c", Add(5)) == 5
+        seen, thread = await rt.ask(QUICK.name, "c", Get())
+        assert seen == 5 and thread == threading.get_ident()  # nothing else waits: the actor's task
         seen, thread = await rt.ask(BESIDE.name, "c", Get())
-        assert seen == 5 and thread == threading.get_ident()  # nothing else waits: the actor's turn
+        assert seen == 5 and thread != threading.get_ident()  # not quick: a worker thread
         idle[0] = False
-        seen, thread = await rt.ask(BESIDE.name, "c", Get())
-        assert seen == 5 and thread != threading.get_ident()
-        # two reads in one run go to worker threads whatever the loop is doing
+        seen, thread = await rt.ask(QUICK.name, "c", Get())
+        assert seen == 5 and thread != threading.get_ident()  # something else waits
         idle[0] = True
-        replies = await batch(rt, [Get(), Get()])
+        replies = await batch(rt, [Get(), Get()])  # (two in one run: threads, whatever the loop does)
         assert threading.get_ident() not in {thread for _, thread in replies}
+        rt.report_to_host(lambda *args: None)  # a host loop's guest: it cannot tell the host is idle
+        seen, thread = await rt.ask(QUICK.name, "c", Get())
+        assert seen == 5 and thread != threading.get_ident()
+        rt.report_to_host(None)
+
+
+async def test_quick_reads_of_two_actors_asked_in_one_turn_run_side_by_side() -> None:
+    """Each sees the other once the loop turn has passed: at most one reads in its
+    actor's task, the other in a worker thread, at the same time."""
+    together = threading.Barrier(2, timeout=20)
+    BARRIERS.extend([together, together])
+    async with open_actor_runtime(mnemex.Config(data_dir=None), [QUICK]) as rt:
+        for key in ("a", "b"):
+            assert await rt.ask(QUICK.name, key, Add(1)) == 1
+        answers = Answers(2)
+        for position, key in enumerate(("a", "b")):  # (both woken in one turn of the loop)
+            assert rt.ask_nowait(QUICK.name, key, Get(), answers.waiter(position))
+        with trio.fail_after(30):
+            await answers.all_in.wait()
+        assert [seen for seen, _ in answers.values] == [1, 1]  # both got past the barrier together
+        assert len({thread for _, thread in answers.values}) == 2
 
 
 async def test_the_loop_is_idle_only_while_no_task_is_ready_and_no_callback_waits() -> None:
