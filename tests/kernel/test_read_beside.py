@@ -140,21 +140,29 @@ async def test_a_quick_read_alone_in_its_run_is_read_in_the_actors_task_while_no
         rt.report_to_host(None)
 
 
-async def test_quick_reads_of_two_actors_asked_in_one_turn_run_side_by_side() -> None:
-    """Each sees the other once the loop turn has passed: at most one reads in its
-    actor's task, the other in a worker thread, at the same time."""
-    together = threading.Barrier(2, timeout=20)
-    BARRIERS.extend([together, together])
-    async with open_actor_runtime(mnemex.Config(data_dir=None), [QUICK]) as rt:
-        for key in ("a", "b"):
-            assert await rt.ask(QUICK.name, key, Add(1)) == 1
-        answers = Answers(2)
-        for position, key in enumerate(("a", "b")):  # (both woken in one turn of the loop)
-            assert rt.ask_nowait(QUICK.name, key, Get(), answers.waiter(position))
-        with trio.fail_after(30):
-            await answers.all_in.wait()
-        assert [seen for seen, _ in answers.values] == [1, 1]  # both got past the barrier together
-        assert len({thread for _, thread in answers.values}) == 2
+async def test_a_quick_read_goes_to_a_worker_thread_while_another_actor_takes_a_batch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two actors woken in one turn of the loop do not see each other's task as ready
+    (the turn's tasks have left the run queue): each counts the other taking a batch."""
+    monkeypatch.setattr(_kernel, "_loop_is_idle", lambda: True)
+    gate = threading.Barrier(2, timeout=20)
+    async with open_actor_runtime(mnemex.Config(data_dir=None), [BESIDE, QUICK]) as rt:
+        assert await rt.ask(QUICK.name, "a", Add(1)) == 1
+        assert await rt.ask(BESIDE.name, "b", Add(2)) == 2
+        BARRIERS.append(gate)  # b's read waits in its thread: b's batch is not done
+        held = Answers(1)
+        assert rt.ask_nowait(BESIDE.name, "b", Get(), held.waiter(0))
+        with trio.fail_after(20):
+            while rt._processing != 1:
+                await trio.sleep(0.001)
+        seen, thread = await rt.ask(QUICK.name, "a", Get())
+        assert seen == 1 and thread != threading.get_ident()  # b takes a batch: a worker thread
+        await trio.to_thread.run_sync(gate.wait)  # b's read goes on
+        with trio.fail_after(20):
+            await held.all_in.wait()
+        assert held.values[0][0] == 2
+        seen, thread = await rt.ask(QUICK.name, "a", Get())
+        assert seen == 1 and thread == threading.get_ident()  # alone again: the actor's task
 
 
 async def test_the_loop_is_idle_only_while_no_task_is_ready_and_no_callback_waits() -> None:
