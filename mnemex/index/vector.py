@@ -366,7 +366,8 @@ class VectorIndex:
     @property
     def coarse_bytes(self) -> int:
         """What the int8 copy of the rows holds now (0 when there is none)."""
-        return self._coarse.nbytes if self._coarse is not None else 0
+        coarse = self._coarse  # (a search beside the actor may be making it)
+        return coarse.nbytes if coarse is not None else 0
 
     @property
     def pending(self) -> int:
