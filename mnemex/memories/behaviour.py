@@ -877,6 +877,9 @@ class ScopeMemory:
         finally:
             self.replaying = False
             self._no_jobs_due = None
+            # a replayed command may plan a graph build, but a replay starts no job: none is
+            # in flight (else searches stayed exact until the plan was taken for lost)
+            self.graph_pending_since = None
             if self.graph_stale:  # declarations replayed: the gazetteer's mentions, found once
                 reindex_graph(self)
 

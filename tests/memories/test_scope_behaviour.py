@@ -11,7 +11,7 @@ import pytest
 from scope_support import EMBEDDER, KEY, Driver, image_of, restored, run_work, settings, snapshot_image
 
 import mnemex
-from mnemex.effects import Image, JobResult
+from mnemex.effects import Image, JobResult, Step
 from mnemex.index.vector import read_vectors_file
 from mnemex.memories.behaviour import GraphReady, ScopeMemory, is_scope_write, scope_codec
 from mnemex.memories.protocol import (
@@ -544,6 +544,18 @@ def test_a_build_planned_by_an_earlier_instance_of_the_scope_is_not_adopted() ->
     for memory_id in later:
         content = successor.memory.docs[successor.memory.doc_of[memory_id]].content
         assert successor.search(content, "vector", top_k=1).hits[0].memory.id == memory_id
+
+
+def test_a_replay_leaves_no_graph_build_taken_for_in_flight() -> None:
+    d = Driver(hnsw_threshold=50)
+    memories = [d.new(f"memory {i} about things") for i in range(60)]
+    fresh = ScopeMemory(KEY, settings(hnsw_threshold=50))
+    fresh.replay([Remember(memories=memories, embedder=EMBEDDER.name, dim=EMBEDDER.dim, now=1001.0),
+                  Forget(ids=[memories[0].id], now=1002.0)])  # (handled as it came: it plans a build)
+    assert fresh.vectors is not None and fresh.vectors.mode == "exact"
+    assert fresh.graph_pending_since is None
+    out = fresh.handle(Forget(ids=[memories[1].id], now=1003.0))  # the next command plans one at once
+    assert isinstance(out, Step) and any(effect.name.startswith("scope.hnsw") for effect in out.effects)
 
 
 def test_a_failed_graph_build_leaves_search_exact() -> None:
