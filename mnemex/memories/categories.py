@@ -350,7 +350,7 @@ def facets_of_mask(scope: ScopeMemory, allowed: np.ndarray[Any, Any] | None,
     """Memories per category among ``allowed`` (None: every live memory), most first."""
     table = scope.table
     counts: dict[str, int] = {}
-    for name in list(table.fields["categories"]):
+    for name in list(table.values_of("categories")):
         docs = table.category_docs(name, min_confidence)
         if not docs:
             continue
@@ -401,8 +401,8 @@ def actor_memories(scope: ScopeMemory, cmd: GetActorMemories) -> MemoryPage:
         check_int(limit, "limit", 0)
     offset = check_int(cmd.offset, "offset", 0)
     table = scope.table
-    docs = set(table.fields["actor_id"].get(actor_id, ()))
-    docs |= table.fields["scope"].get(f"actor:{actor_id}", set())
+    docs = set(table.values_of("actor_id").get(actor_id, ()))
+    docs |= table.values_of("scope").get(f"actor:{actor_id}", set())
     docs |= graph_docs(scope, actor_id)
     visible = scope.allowed_docs(None, cmd.include_history, None)
     if visible is not None:
