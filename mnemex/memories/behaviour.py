@@ -44,7 +44,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
-from functools import partial
+from functools import cache, partial
 from typing import Any, Final, Literal, NamedTuple
 
 import msgspec
@@ -401,6 +401,15 @@ def _absorbed_echo(record: MemoryRecord, *, echo: str, now: float) -> MemoryReco
     return with_change(record, Change(at=now, op="absorbed", by="archive", other=echo, note="echo"))
 
 
+@cache
+def _scope_tokenizer(stem: bool | str, fold_accents: bool) -> Tokenizer:
+    """The full-text tokenizer of every scope of these settings: a Tokenizer holds
+    nothing of its own but its settings and stemmer, whose one lock is shared likewise
+    (the word -> term table is the process's already); one of its own was ~400 bytes
+    a live scope (the tokenizer, its stemmer, lock and bound method)."""
+    return Tokenizer(stem=stem, fold_accents=fold_accents, stem_guard=threading.Lock())
+
+
 SCOPE_BYTES: Final = 14_000
 """What a live scope costs besides its memories: the settings, indexes and tables,
 its cell in the kernel (tracemalloc: 20.9 KB a scope over 300 scopes of one memory)."""
@@ -469,8 +478,7 @@ class ScopeMemory:
         fold = settings.fold_accents
         self.keyword = KeywordIndex(keep_words=False, fold_accents=fold)  # _unindex passes the content
         self.bm25 = BM25Index(k1=settings.bm25_k1, b=settings.bm25_b,
-                              tokenizer=Tokenizer(stem=settings.fulltext_stem, fold_accents=fold,
-                                                  stem_guard=threading.Lock()),
+                              tokenizer=_scope_tokenizer(settings.fulltext_stem, fold),
                               context_weight=settings.context_weight)
         # per session: its memories as (id, doc), by id; neighbours give each its context
         self.sessions: dict[str, list[tuple[str, int]]] = {}

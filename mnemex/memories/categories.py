@@ -136,6 +136,9 @@ class ScopeCategories:
     """A scope's catalog, its offline classifier and the re-classification's
     progress (see the module doc)."""
 
+    __slots__ = ("_classifier", "_next", "_queue", "after", "catalog", "covered", "planned_at",
+                 "reclassifying", "threshold", "tokenizer", "version")
+
     def __init__(self, threshold: float = DEFAULT_THRESHOLD, tokenizer: Tokenizer | None = None) -> None:
         self.threshold = threshold
         self.tokenizer = tokenizer
