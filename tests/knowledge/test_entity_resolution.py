@@ -157,13 +157,31 @@ def test_name_vectors_hold_room_for_the_names_they_have_growing_by_doubling() ->
     vectors = NameVectors()
     row_bytes = HASHING.dim * 4
     vectors.add(["lisbon"], rows("lisbon"), HASHING.name)
-    assert vectors.nbytes == row_bytes
+    assert vectors.nbytes == 0  # a first name alone: the row every graph naming it first shares
     names = [f"name {i}" for i in range(5)]
     vectors.add(names, rows(*names), HASHING.name)
     assert len(vectors) == 6 and vectors.nbytes == 6 * row_bytes
     vectors.add(["name 5"], rows("name 5"), HASHING.name)  # room doubles
     assert vectors.nbytes == 12 * row_bytes
     assert np.array_equal(vectors.matrix, rows("lisbon", *names, "name 5"))
+
+
+def test_graphs_whose_first_name_is_the_same_share_its_one_row_until_a_second() -> None:
+    first, second, other = NameVectors(), NameVectors(), NameVectors()
+    first.add(["lisbon"], rows("lisbon"), HASHING.name)
+    second.add(["lisbon"], rows("lisbon"), HASHING.name)
+    assert second._matrix is first._matrix
+    assert not second.matrix.flags.writeable and second.nbytes == 0
+    other.add(["lisbon"], rows("porto"), HASHING.name)  # other values for the name: a row of its own
+    assert np.array_equal(other.matrix, rows("porto")) and np.array_equal(first.matrix, rows("lisbon"))
+    second.add(["porto", "lisbon"], rows("porto", "lisbon"), HASHING.name)  # a second name: a copy, grown
+    assert second.matrix.flags.writeable and second.nbytes == 2 * HASHING.dim * 4
+    assert np.array_equal(second.matrix, rows("lisbon", "porto")) and second.row == {"lisbon": 0, "porto": 1}
+    assert np.array_equal(first.matrix, rows("lisbon"))  # the shared row is unchanged
+    again = NameVectors()
+    again.load_extra(first.to_extra())  # restored (float16 in the snapshot): the row of those values
+    assert np.array_equal(again.matrix, decode_rows(encode_rows(rows("lisbon")), 1, HASHING.dim))
+    assert again.keys == ["lisbon"] and again.nbytes == 0
 
 
 def test_graph_vetoes_other_types_declared_pairs_and_two_speakers() -> None:
