@@ -198,6 +198,11 @@ class EntityGraph:
         return bool(self._strong) or bool(self.declared)
 
     @property
+    def names(self) -> int:
+        """How many names (keys) its memories mention (cheap: no resolution)."""
+        return len(self._name_docs)
+
+    @property
     def mentions(self) -> int:
         """Memory-mentions-entity edges (a memory naming two names of one entity counts twice)."""
         root = self._resolved().root

@@ -410,13 +410,19 @@ def _scope_tokenizer(stem: bool | str, fold_accents: bool) -> Tokenizer:
     return Tokenizer(stem=stem, fold_accents=fold_accents, stem_guard=threading.Lock())
 
 
-SCOPE_BYTES: Final = 14_000
+SCOPE_BYTES: Final = 12_000
 """What a live scope costs besides its memories: the settings, indexes and tables,
-its cell in the kernel (tracemalloc: 20.9 KB a scope over 300 scopes of one memory)."""
+its cell in the kernel and its store (tracemalloc, 2026-11-26: 19.3 KB a scope of one
+memory naming nothing, over 300 such scopes served from a data directory, 1.5 KB of it
+the vector and ~1.8 KB the process's caches of the new words)."""
 MEMORY_BYTES: Final = 5_500
 """What each memory costs besides its text and vector: the record and its history,
 the keyword, BM25 and filter entries, the id maps (tracemalloc: 7.4 KB a memory in
 a scope of 5,000 short memories of 384 dims, 1.5 KB of it the vector)."""
+NAME_BYTES: Final = 1_500
+"""What each name its memories mention costs in the entity graph besides its vector
+(the spellings, the memories naming it, its counts: tracemalloc, 1.5 KB more a scope of
+one memory naming Lisbon than of one naming nothing)."""
 
 
 class _SearchPlan(NamedTuple):
@@ -525,8 +531,11 @@ class ScopeMemory:
         """An estimate of the memory this scope holds while live, for the runtime's
         ``kernel.max_live_bytes`` budget: a constant per scope and per memory, the
         texts, and each vector's bytes (its float32 row; once there is an HNSW graph,
-        also the graph's quantised copy and its links), and its entity names' vectors."""
-        size = SCOPE_BYTES + len(self.doc_of) * MEMORY_BYTES + self.content_bytes + self.graph.vectors.nbytes
+        also the graph's quantised copy and its links), and its entity names (a constant
+        for each, and their vectors)."""
+        graph = self.graph
+        size = (SCOPE_BYTES + len(self.doc_of) * MEMORY_BYTES + self.content_bytes + graph.names * NAME_BYTES
+                + graph.vectors.nbytes)
         vectors = self.vectors
         if vectors is not None and len(vectors):
             size += len(vectors) * vectors.bytes_per_vector
