@@ -52,6 +52,9 @@ from mnemex.memories.protocol import MemoryRecord
 __all__ = ["FILTER_KEYS", "Filter", "FilterTable", "compile_filter"]
 
 Mask = npt.NDArray[np.bool_]
+Docs = set[int] | frozenset[int]
+"""The docs holding a value: a set, or while one doc holds it, the process's frozenset
+of that doc (shared by every table; replaced by a set of the value's own on a second)."""
 _Floats = npt.NDArray[np.float64]
 
 FILTER_KEYS: Final = frozenset({
@@ -65,18 +68,21 @@ _MAX_LIST: Final = 10_000
 _MIN_CAPACITY: Final = 4  # every live scope holds eight columns: small until it grows
 _NO_NUMBERS: Final = np.zeros((5, 0), dtype=np.float64)  # a new table's columns (no rows to write)
 _NO_FLAGS: Final = np.zeros((3, 0), dtype=np.bool_)
-_NO_VALUES: Final[Mapping[str, set[int]]] = MappingProxyType({})
+_NO_VALUES: Final[Mapping[str, Docs]] = MappingProxyType({})
+_NO_DOCS: Final[frozenset[int]] = frozenset()
 
 
 class FilterTable:
     """What filters read about each memory, by doc id: numeric columns as numpy
     arrays (one vectorised comparison per bound) and, for the string fields and
-    metadata, the docs of each value. Kept in step by the owner's add/remove.
+    metadata, the docs of each value (:data:`Docs`). Kept in step by the owner's
+    add/remove.
 
     The columns are rows of two arrays, the numbers' and the flags' (each column a
     view made when asked): a live scope of one memory held eight arrays of ~140
     bytes. A field gets its table of values with its first value (``values_of``
-    reads an absent one as empty)."""
+    reads an absent one as empty), and a value held by one doc shares that doc's
+    frozenset (a set of one is 216 bytes: a scope of one memory held five)."""
 
     __slots__ = ("_flags", "_numbers", "capacity", "category_confidence", "fields", "inactive", "metadata")
 
@@ -87,7 +93,7 @@ class FilterTable:
         self.inactive = 0
         # field (session_id, actor_id, author, kind, attributed_to, categories, entities,
         # scope) -> value -> its docs
-        self.fields: dict[str, dict[str, set[int]]] = {}
+        self.fields: dict[str, dict[str, Docs]] = {}
         self.metadata: dict[str, dict[int, Any]] = {}
         # category -> {doc: confidence}, for the confidences below 1 (absent: 1.0)
         self.category_confidence: dict[str, dict[int, float]] = {}
@@ -126,11 +132,11 @@ class FilterTable:
     def merged(self) -> Mask:
         return cast("Mask", self._flags[2])
 
-    def values_of(self, field: str) -> Mapping[str, set[int]]:
+    def values_of(self, field: str) -> Mapping[str, Docs]:
         """A field's values and the docs holding each (empty until one holds a value)."""
         return self.fields.get(field, _NO_VALUES)
 
-    def _values_table(self, field: str) -> dict[str, set[int]]:
+    def _values_table(self, field: str) -> dict[str, Docs]:
         table = self.fields.get(field)
         if table is None:
             table = self.fields[field] = {}
@@ -193,10 +199,12 @@ class FilterTable:
                 continue
             for value in values:
                 holders = table.get(value)
-                if holders is not None:
+                if isinstance(holders, set):
                     holders.discard(doc)
                     if not holders:
                         del table[value]
+                elif holders is not None and doc in holders:  # (one doc's: the last)
+                    del table[value]
         for category in record.categories:
             confidences = self.category_confidence.get(category)
             if confidences is not None:
@@ -247,9 +255,9 @@ class FilterTable:
             setattr(self, name, grown)
         self.capacity = capacity
 
-    def category_docs(self, category: str, min_confidence: float = 0.0) -> set[int]:
+    def category_docs(self, category: str, min_confidence: float = 0.0) -> Docs:
         """The docs in ``category`` with a confidence of at least ``min_confidence``."""
-        docs = self.values_of("categories").get(category, set())
+        docs = self.values_of("categories").get(category, _NO_DOCS)
         if min_confidence <= 0.0 or not docs:
             return docs
         low = {doc for doc, confidence in self.category_confidence.get(category, {}).items()
@@ -626,24 +634,42 @@ def compile_filter(spec: Mapping[str, Any] | None) -> Filter:
 _GETTERS: Final = {name: operator.attrgetter(name) for name in _SINGLE}
 
 
-def _hold_value(table: dict[str, set[int]], value: str, doc: int) -> None:
+_ONE_DOC: dict[int, frozenset[int]] = {}
+_ONE_DOC_MAX: Final = 1024  # the docs whose frozenset the process keeps (216 bytes each at most)
+
+
+def _one_doc(doc: int) -> Docs:
+    """What a value held by ``doc`` alone holds: the process's frozenset of it."""
+    one = _ONE_DOC.get(doc)
+    if one is None:
+        if doc >= _ONE_DOC_MAX:
+            return {doc}
+        one = _ONE_DOC.setdefault(doc, frozenset((doc,)))
+    return one
+
+
+def _hold_value(table: dict[str, Docs], value: str, doc: int) -> None:
     holders = table.get(value)
     if holders is None:
-        table[value] = {doc}
-    else:
+        table[value] = _one_doc(doc)
+    elif isinstance(holders, set):
         holders.add(doc)
+    else:
+        table[value] = {*holders, doc}
 
 
-def _hold_values(table: dict[str, set[int]], docs: list[int], values: list[str | None]) -> None:
+def _hold_values(table: dict[str, Docs], docs: list[int], values: list[str | None]) -> None:
     """Put each doc in the set of its value (None: in none), docs in order."""
     first = values[0]
     if values.count(first) == len(values):  # one value for all
         if first is not None:
             holders = table.get(first)
             if holders is None:
-                table[first] = set(docs)
-            else:
+                table[first] = _one_doc(docs[0]) if len(docs) == 1 else set(docs)
+            elif isinstance(holders, set):
                 holders.update(docs)
+            else:
+                table[first] = {*holders, *docs}
         return
     for doc, value in zip(docs, values, strict=True):
         if value is not None:

@@ -112,3 +112,25 @@ def test_the_columns_are_views_of_two_arrays_that_grow_and_keep_their_rows() -> 
     assert table.visible() is None  # every live memory is active again
     as_of = table.visible(as_of=303.5)  # doc 3 was invalid from 303
     assert as_of is not None and np.flatnonzero(as_of).tolist() == [0, 1, 2, 4, 6, 8]
+
+
+def test_a_value_of_one_doc_shares_its_frozenset_until_a_second_doc_holds_it() -> None:
+    first, second = FilterTable(), FilterTable()
+    records = [MemoryRecord(id=f"m{doc}", content=f"memory {doc}", author="ann", entities=("Lisbon",))
+               for doc in range(3)]
+    first.add(0, records[0])
+    second.add_many([(0, records[0])])
+    assert first.values_of("author")["ann"] is second.values_of("author")["ann"] == frozenset({0})
+    assert first.values_of("entities")["Lisbon"] is second.values_of("entities")["Lisbon"]
+    first.add(1, records[1])  # a second doc: a set of the value's own
+    second.add_many([(1, records[1]), (2, records[2])])
+    assert first.values_of("author") == {"ann": {0, 1}} and isinstance(first.values_of("author")["ann"], set)
+    assert second.values_of("entities") == {"Lisbon": {0, 1, 2}}
+    third = FilterTable()
+    third.add(0, records[0])
+    assert third.values_of("author")["ann"] == frozenset({0})  # the shared one is as it was
+    third.remove(0, records[0])
+    assert third.values_of("author") == {} and third.values_of("entities") == {}
+    far = FilterTable()
+    far.add(5000, records[0])  # (past the docs whose frozenset the process keeps: a set)
+    assert far.values_of("author") == {"ann": {5000}} and isinstance(far.values_of("author")["ann"], set)
