@@ -410,11 +410,12 @@ def _scope_tokenizer(stem: bool | str, fold_accents: bool) -> Tokenizer:
     return Tokenizer(stem=stem, fold_accents=fold_accents, stem_guard=threading.Lock())
 
 
-SCOPE_BYTES: Final = 12_000
+SCOPE_BYTES: Final = 9_000
 """What a live scope costs besides its memories: the settings, indexes and tables,
-its cell in the kernel and its store (tracemalloc, 2026-11-26: 19.3 KB a scope of one
+its cell in the kernel and its store (tracemalloc, 2026-11-26: 16.2 KB a scope of one
 memory naming nothing, over 300 such scopes served from a data directory, 1.5 KB of it
-the vector and ~1.8 KB the process's caches of the new words)."""
+the vector; the same memory in each, so no new words for the process's caches, which
+took ~2 KB more a scope when each memory held a word of its own)."""
 MEMORY_BYTES: Final = 5_500
 """What each memory costs besides its text and vector: the record and its history,
 the keyword, BM25 and filter entries, the id maps (tracemalloc: 7.4 KB a memory in
