@@ -124,6 +124,8 @@ def _check_keep(keep: int) -> int:
 class ActorStore(abc.ABC):
     """Where one actor's journal and snapshots live (on disk or in memory)."""
 
+    __slots__ = ()  # (a FileStore's own: every live actor holds one)
+
     kind: str
     key: tuple[str, ...]
     keep: int
@@ -212,6 +214,10 @@ class FileStore(ActorStore):
     it between two writes (the next one reopens it); without one the store keeps
     its own journal open.
     """
+
+    __slots__ = ("_broken", "_cut_pending", "_cuts", "_data_dir", "_dirty", "_fence", "_file", "_files",
+                 "_last_lines", "_last_seq", "_lock", "_made_files", "_made_folders", "_size",
+                 "_snapshot_lock", "_sync_lock", "_unsynced", "keep", "key", "kind", "path")
 
     def __init__(self, data_dir: Path | str, kind: str, key: tuple[str, ...], *, keep: int = 2,
                  files: OpenFiles | None = None,
