@@ -410,6 +410,10 @@ def _scope_tokenizer(stem: bool | str, fold_accents: bool) -> Tokenizer:
     return Tokenizer(stem=stem, fold_accents=fold_accents, stem_guard=threading.Lock())
 
 
+_NOTHING_KEPT: Final[dict[Any, Any]] = {}
+"""What a scope's transient ``_analysed`` and ``_words`` are between commands (never
+written: the first memory a command classifies makes them)."""
+
 SCOPE_BYTES: Final = 9_000
 """What a live scope costs besides its memories: the settings, indexes and tables,
 its cell in the kernel and its store (tracemalloc, 2026-11-26: 16.2 KB a scope of one
@@ -517,8 +521,9 @@ class ScopeMemory:
         # transient: content -> its full-text terms and positions, found while a command's
         # memories were classified, read (and emptied) when they are indexed (a refused
         # command's are dropped by the next indexing: at most one command's worth)
-        self._analysed: dict[str, tuple[list[str], list[int]]] = {}
-        self._words: dict[str, list[str]] = {}  # likewise: content -> the words the keyword index reads
+        self._analysed: dict[str, tuple[list[str], list[int]]] = _NOTHING_KEPT
+        # likewise: content -> the words the keyword index reads
+        self._words: dict[str, list[str]] = _NOTHING_KEPT
         # transient: the search ``searches_inline`` found no job due for, until the next handle
         self._quiet_search: Search | None = None
         # transient: what ``read_ahead`` made for searches about to come, by their id (with
@@ -804,6 +809,8 @@ class ScopeMemory:
         content = record.content
         analysed = self._analysed.get(content)
         if analysed is None:
+            if self._analysed is _NOTHING_KEPT:
+                self._analysed, self._words = {}, {}
             terms, positions, found = self.bm25.tokenizer.analysed(content, self.keyword.fold_accents)
             analysed = self._analysed[content] = (terms, positions)
             self._words[content] = found
@@ -938,8 +945,8 @@ class ScopeMemory:
         Their sessions are joined first (unless ``contexts``, each doc's context, is
         given: a restore), so each is indexed once with its final context and each
         older neighbour whose context changed is re-ranked once."""
-        analysed, self._analysed = self._analysed, {}
-        found, self._words = self._words, {}
+        analysed, self._analysed = self._analysed, _NOTHING_KEPT
+        found, self._words = self._words, _NOTHING_KEPT
         if not placed:
             return
         placed = [(doc, self._record_at(doc)) for doc, _ in placed]  # as changed since they were placed

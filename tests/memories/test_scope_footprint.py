@@ -53,5 +53,5 @@ def test_a_live_scope_of_one_memory_stays_small(tmp_path: pathlib.Path) -> None:
     trio.run(main)
     assert out[0] <= PER_SCOPE_MAX, out
     # what scopes share is never written by any of them
-    assert graph_module._NOT_MADE == {}
+    assert graph_module._NOT_MADE == {} and behaviour._NOTHING_KEPT == {}
     assert all(one == frozenset((doc,)) for doc, one in filters_module._ONE_DOC.items())
