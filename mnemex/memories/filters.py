@@ -146,39 +146,48 @@ class FilterTable:
         self.add_many([(doc, record)])
 
     def add_many(self, items: Sequence[tuple[int, MemoryRecord]]) -> None:
-        """Record many (doc, record) pairs at once: the numeric columns filled in
-        one assignment each."""
+        """Record many (doc, record) pairs at once: one memory's columns by one store
+        in each of the two arrays, a batch's a column at a time."""
         if not items:
             return
         docs = np.fromiter((doc for doc, _ in items), dtype=np.int64, count=len(items))
         self._ensure(int(docs.max()) + 1)
-        numbers, flags = self._numbers, self._flags
-        flags[0, docs] = True
-        numbers[0, docs] = [record.importance for _, record in items]
-        numbers[1, docs] = [record.timestamp for _, record in items]
-        numbers[2, docs] = [record.created_at for _, record in items]
-        active = [record.status == "active" for _, record in items]
-        flags[1, docs] = active
-        self.inactive += len(items) - sum(active)
-        flags[2, docs] = [record.status == "merged" for _, record in items]
-        numbers[3, docs] = [record.timestamp if record.valid_at is None else record.valid_at
-                            for _, record in items]
-        numbers[4, docs] = [math.inf if record.invalid_at is None else record.invalid_at
-                            for _, record in items]
-        metadata = self.metadata
-        doc_list = docs.tolist()
         records = [record for _, record in items]
+        doc_list = docs.tolist()
+        # each doc's column in the two arrays: (importance, timestamp, created, valid from,
+        # valid until) and (live, active, merged); one doc's by scalar stores, which cost
+        # a fifth of a fancy one (most batches are one memory)
+        numbers = [(record.importance, record.timestamp, record.created_at,
+                    record.timestamp if record.valid_at is None else record.valid_at,
+                    math.inf if record.invalid_at is None else record.invalid_at) for record in records]
+        flags = [(True, record.status == "active", record.status == "merged") for record in records]
+        if len(doc_list) == 1:
+            self._numbers[:, doc_list[0]] = numbers[0]
+            self._flags[:, doc_list[0]] = flags[0]
+        else:
+            for array, columns in ((self._numbers, numbers), (self._flags, flags)):
+                for row, column in zip(array, zip(*columns, strict=True), strict=True):
+                    row[docs] = column
+        self.inactive += sum(not active for _, active, _ in flags)
+        metadata = self.metadata
         # a field of one value in all the batch (a kind, the global scope, no author):
         # its docs join that value's set in one update, in the same order
         for name in _SINGLE:
             values = list(map(_GETTERS[name], records))
             if values.count(None) != len(values):
                 _hold_values(self._values_table(name), doc_list, values)
+        categories = entities = None
         for doc, record in items:
-            for value in record.categories:
-                _hold_value(self._values_table("categories"), value, doc)
-            for value in record.entities:
-                _hold_value(self._values_table("entities"), value, doc)
+            if record.categories:
+                if categories is None:
+                    categories = self._values_table("categories")
+                for value in record.categories:
+                    _hold_value(categories, value, doc)
+            if record.entities:
+                if entities is None:
+                    entities = self._values_table("entities")
+                for value in record.entities:
+                    _hold_value(entities, value, doc)
         _hold_values(self._values_table("scope"), doc_list, [record.scope_label for record in records])
         for doc, record in items:
             for category, confidence in zip(record.categories, record.category_confidences, strict=False):
