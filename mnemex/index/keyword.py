@@ -30,7 +30,7 @@ from __future__ import annotations
 import itertools
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Self
+from typing import Any, Final, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -60,6 +60,10 @@ _U8 = npt.NDArray[np.uint8]
 _I64 = npt.NDArray[np.int64]
 
 _MIN_CAPACITY = 16
+_NO_ORDER: Final = np.zeros(0, dtype=np.int64)
+_NO_ORDER.flags.writeable = False
+_NO_ORDER_TS: Final = np.zeros(0, dtype=np.float64)
+_NO_ORDER_TS.flags.writeable = False
 
 _MAGIC = b"MNXKWRD\x00"
 _SIDECAR_ARRAYS: dict[str, np.dtype[Any]] = {
@@ -106,8 +110,8 @@ class KeywordIndex(SidecarIndex):
         self._dense: dict[str, _U8] = {}
         self._dense_df: dict[str, int] = {}
         # All live docs, least preferred first (timestamp ascending, then id descending).
-        self._order = np.zeros(0, dtype=np.int64)
-        self._order_ts = np.zeros(0, dtype=np.float64)
+        self._order = _NO_ORDER  # (replaced, never written: a new index shares the empty ones)
+        self._order_ts = _NO_ORDER_TS
         self._pending_add: dict[int, None] = {}
         self._pending_remove: dict[int, None] = {}  # a set: an empty dict is a third of an empty set
 

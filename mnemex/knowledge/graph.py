@@ -181,9 +181,11 @@ class EntityGraph:
         self._resolutions = 0
         # neighbours and speakers' memories, by entity, as of (changes, resolutions): a
         # query naming an entity of thousands of memories reads them once per change
+        # (both start as the process's empty dict, replaced before their first use: the
+        # memo state (-1, -1) is no graph's, and _expansions_of None no memo)
         self._memo_state: tuple[int, int] = (-1, -1)
-        self._memo: dict[tuple[Any, ...], Any] = {}
-        self._expansions: dict[tuple[Any, ...], Expansion] = {}  # least recently used first
+        self._memo: dict[tuple[Any, ...], Any] = _NOT_MADE
+        self._expansions: dict[tuple[Any, ...], Expansion] = _NOT_MADE  # least recently used first
         self._expansions_of: dict[tuple[Any, ...], Any] | None = None  # the memo they belong with
         self._expansion_docs = 0
         self._expansions_lock = threading.Lock()
@@ -196,6 +198,11 @@ class EntityGraph:
     def __bool__(self) -> bool:
         """Whether the graph has an entity (cheap: no resolution)."""
         return bool(self._strong) or bool(self.declared)
+
+    @property
+    def names(self) -> int:
+        """How many names (keys) its memories mention (cheap: no resolution)."""
+        return len(self._name_docs)
 
     @property
     def mentions(self) -> int:
@@ -977,6 +984,9 @@ def _hold(spellings_of: dict[str, Counter[str]], name_docs: dict[str, set[int]],
     else:
         holders.add(doc)
 
+
+_NOT_MADE: Final[dict[Any, Any]] = {}
+"""What a graph's memo and expansions are until made (never written)."""
 
 _NOTED: dict[tuple[str, str, bool], tuple[str, int, str] | None] = {}
 _NOTED_MAX: Final = 16_384

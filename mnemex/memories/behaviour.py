@@ -44,7 +44,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
-from functools import partial
+from functools import cache, partial
 from typing import Any, Final, Literal, NamedTuple
 
 import msgspec
@@ -403,13 +403,33 @@ def _absorbed_echo(record: MemoryRecord, *, echo: str, now: float) -> MemoryReco
     return with_change(record, Change(at=now, op="absorbed", by="archive", other=echo, note="echo"))
 
 
-SCOPE_BYTES: Final = 14_000
+@cache
+def _scope_tokenizer(stem: bool | str, fold_accents: bool) -> Tokenizer:
+    """The full-text tokenizer of every scope of these settings: a Tokenizer holds
+    nothing of its own but its settings and stemmer, whose one lock is shared likewise
+    (the word -> term table is the process's already); one of its own was ~400 bytes
+    a live scope (the tokenizer, its stemmer, lock and bound method)."""
+    return Tokenizer(stem=stem, fold_accents=fold_accents, stem_guard=threading.Lock())
+
+
+_NOTHING_KEPT: Final[dict[Any, Any]] = {}
+"""What a scope's transient ``_analysed`` and ``_words`` are between commands (never
+written: the first memory a command classifies makes them)."""
+
+SCOPE_BYTES: Final = 9_000
 """What a live scope costs besides its memories: the settings, indexes and tables,
-its cell in the kernel (tracemalloc: 20.9 KB a scope over 300 scopes of one memory)."""
+its cell in the kernel and its store (tracemalloc, 2026-11-26: 16.2 KB a scope of one
+memory naming nothing, over 300 such scopes served from a data directory, 1.5 KB of it
+the vector; the same memory in each, so no new words for the process's caches, which
+took ~2 KB more a scope when each memory held a word of its own)."""
 MEMORY_BYTES: Final = 5_500
 """What each memory costs besides its text and vector: the record and its history,
 the keyword, BM25 and filter entries, the id maps (tracemalloc: 7.4 KB a memory in
 a scope of 5,000 short memories of 384 dims, 1.5 KB of it the vector)."""
+NAME_BYTES: Final = 1_500
+"""What each name its memories mention costs in the entity graph besides its vector
+(the spellings, the memories naming it, its counts: tracemalloc, 1.5 KB more a scope of
+one memory naming Lisbon than of one naming nothing)."""
 
 
 class _SearchPlan(NamedTuple):
@@ -471,8 +491,7 @@ class ScopeMemory:
         fold = settings.fold_accents
         self.keyword = KeywordIndex(keep_words=False, fold_accents=fold)  # _unindex passes the content
         self.bm25 = BM25Index(k1=settings.bm25_k1, b=settings.bm25_b,
-                              tokenizer=Tokenizer(stem=settings.fulltext_stem, fold_accents=fold,
-                                                  stem_guard=threading.Lock()),
+                              tokenizer=_scope_tokenizer(settings.fulltext_stem, fold),
                               context_weight=settings.context_weight)
         # per session: its memories as (id, doc), by id; neighbours give each its context
         self.sessions: dict[str, list[tuple[str, int]]] = {}
@@ -504,8 +523,9 @@ class ScopeMemory:
         # transient: content -> its full-text terms and positions, found while a command's
         # memories were classified, read (and emptied) when they are indexed (a refused
         # command's are dropped by the next indexing: at most one command's worth)
-        self._analysed: dict[str, tuple[list[str], list[int]]] = {}
-        self._words: dict[str, list[str]] = {}  # likewise: content -> the words the keyword index reads
+        self._analysed: dict[str, tuple[list[str], list[int]]] = _NOTHING_KEPT
+        # likewise: content -> the words the keyword index reads
+        self._words: dict[str, list[str]] = _NOTHING_KEPT
         # transient: the search ``searches_inline`` found no job due for, until the next handle
         self._quiet_search: Search | None = None
         # transient: what ``read_ahead`` made for searches about to come, by their id (with
@@ -520,8 +540,11 @@ class ScopeMemory:
         ``kernel.max_live_bytes`` budget: a constant per scope and per memory, the
         texts, and each vector's bytes (its float32 row; once there is an HNSW graph,
         also the graph's quantised copy and its links; the rows' int8 copy for the coarse
-        pass, while there is one), and its entity names' vectors."""
-        size = SCOPE_BYTES + len(self.doc_of) * MEMORY_BYTES + self.content_bytes + self.graph.vectors.nbytes
+        pass, while there is one), and its entity names (a constant for each, and their
+        vectors)."""
+        graph = self.graph
+        size = (SCOPE_BYTES + len(self.doc_of) * MEMORY_BYTES + self.content_bytes + graph.names * NAME_BYTES
+                + graph.vectors.nbytes)
         vectors = self.vectors
         if vectors is not None and len(vectors):
             size += len(vectors) * vectors.bytes_per_vector + vectors.coarse_bytes
@@ -789,6 +812,8 @@ class ScopeMemory:
         content = record.content
         analysed = self._analysed.get(content)
         if analysed is None:
+            if self._analysed is _NOTHING_KEPT:
+                self._analysed, self._words = {}, {}
             terms, positions, found = self.bm25.tokenizer.analysed(content, self.keyword.fold_accents)
             analysed = self._analysed[content] = (terms, positions)
             self._words[content] = found
@@ -926,8 +951,8 @@ class ScopeMemory:
         Their sessions are joined first (unless ``contexts``, each doc's context, is
         given: a restore), so each is indexed once with its final context and each
         older neighbour whose context changed is re-ranked once."""
-        analysed, self._analysed = self._analysed, {}
-        found, self._words = self._words, {}
+        analysed, self._analysed = self._analysed, _NOTHING_KEPT
+        found, self._words = self._words, _NOTHING_KEPT
         if not placed:
             return
         placed = [(doc, self._record_at(doc)) for doc, _ in placed]  # as changed since they were placed

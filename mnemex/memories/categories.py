@@ -136,6 +136,9 @@ class ScopeCategories:
     """A scope's catalog, its offline classifier and the re-classification's
     progress (see the module doc)."""
 
+    __slots__ = ("_classifier", "_next", "_queue", "after", "catalog", "covered", "planned_at",
+                 "reclassifying", "threshold", "tokenizer", "version")
+
     def __init__(self, threshold: float = DEFAULT_THRESHOLD, tokenizer: Tokenizer | None = None) -> None:
         self.threshold = threshold
         self.tokenizer = tokenizer
@@ -350,7 +353,7 @@ def facets_of_mask(scope: ScopeMemory, allowed: np.ndarray[Any, Any] | None,
     """Memories per category among ``allowed`` (None: every live memory), most first."""
     table = scope.table
     counts: dict[str, int] = {}
-    for name in list(table.fields["categories"]):
+    for name in list(table.values_of("categories")):
         docs = table.category_docs(name, min_confidence)
         if not docs:
             continue
@@ -401,8 +404,8 @@ def actor_memories(scope: ScopeMemory, cmd: GetActorMemories) -> MemoryPage:
         check_int(limit, "limit", 0)
     offset = check_int(cmd.offset, "offset", 0)
     table = scope.table
-    docs = set(table.fields["actor_id"].get(actor_id, ()))
-    docs |= table.fields["scope"].get(f"actor:{actor_id}", set())
+    docs = set(table.values_of("actor_id").get(actor_id, ()))
+    docs |= table.values_of("scope").get(f"actor:{actor_id}", set())
     docs |= graph_docs(scope, actor_id)
     visible = scope.allowed_docs(None, cmd.include_history, None)
     if visible is not None:

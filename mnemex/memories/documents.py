@@ -130,6 +130,8 @@ class ExtractDocument:
 class Documents:
     """The documents of one scope (see the module doc)."""
 
+    __slots__ = ("flowing", "infos", "members")  # (every live scope holds one)
+
     def __init__(self) -> None:
         self.infos: dict[str, DocumentInfo] = {}
         # document id -> chunk index -> memory id, from the chunk memories' sources

@@ -168,6 +168,8 @@ class _Session:
 class Extractions:
     """The extraction cursors of one scope and the jobs they start (see the module doc)."""
 
+    __slots__ = ("app_name", "catalog", "run", "sessions", "settings", "timer", "timer_at", "user_id")
+
     def __init__(self, app_name: str, user_id: str, settings: CursorSettings,
                  run: RunExtraction | None, timer: Timer | None) -> None:
         self.app_name = app_name

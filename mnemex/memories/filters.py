@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -52,6 +52,10 @@ from mnemex.memories.protocol import MemoryRecord
 __all__ = ["FILTER_KEYS", "Filter", "FilterTable", "compile_filter"]
 
 Mask = npt.NDArray[np.bool_]
+Docs = set[int] | frozenset[int]
+"""The docs holding a value: a set, or while one doc holds it, the process's frozenset
+of that doc (shared by every table; replaced by a set of the value's own on a second)."""
+_Floats = npt.NDArray[np.float64]
 
 FILTER_KEYS: Final = frozenset({
     "min_importance", "max_importance", "created_after", "created_before", "timestamp_after",
@@ -62,67 +66,129 @@ _SINGLE: Final = ("session_id", "actor_id", "author", "kind", "attributed_to")
 _OPERATORS: Final = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists"})
 _MAX_LIST: Final = 10_000
 _MIN_CAPACITY: Final = 4  # every live scope holds eight columns: small until it grows
+_NO_NUMBERS: Final = np.zeros((5, 0), dtype=np.float64)  # a new table's columns (no rows to write)
+_NO_FLAGS: Final = np.zeros((3, 0), dtype=np.bool_)
+_NO_VALUES: Final[Mapping[str, Docs]] = MappingProxyType({})
+_NO_DOCS: Final[frozenset[int]] = frozenset()
 
 
 class FilterTable:
     """What filters read about each memory, by doc id: numeric columns as numpy
     arrays (one vectorised comparison per bound) and, for the string fields and
-    metadata, the docs of each value. Kept in step by the owner's add/remove."""
+    metadata, the docs of each value (:data:`Docs`). Kept in step by the owner's
+    add/remove.
+
+    The columns are rows of two arrays, the numbers' and the flags' (each column a
+    view made when asked): a live scope of one memory held eight arrays of ~140
+    bytes. A field gets its table of values with its first value (``values_of``
+    reads an absent one as empty), and a value held by one doc shares that doc's
+    frozenset (a set of one is 216 bytes: a scope of one memory held five)."""
+
+    __slots__ = ("_flags", "_numbers", "capacity", "category_confidence", "fields", "inactive", "metadata")
 
     def __init__(self) -> None:
         self.capacity = 0
-        self.live = np.zeros(0, dtype=np.bool_)
-        self.importance = np.zeros(0, dtype=np.float64)
-        self.timestamp = np.zeros(0, dtype=np.float64)
-        self.created = np.zeros(0, dtype=np.float64)
-        # what reads see by default: active memories; as_of reads the validity interval
-        self.active = np.zeros(0, dtype=np.bool_)
-        self.merged = np.zeros(0, dtype=np.bool_)
-        self.valid_from = np.zeros(0, dtype=np.float64)
-        self.valid_until = np.zeros(0, dtype=np.float64)
+        self._numbers = _NO_NUMBERS  # rows: importance, timestamp, created, valid_from, valid_until
+        self._flags = _NO_FLAGS      # rows: live, active, merged
         self.inactive = 0
-        self.fields: dict[str, dict[str, set[int]]] = {
-            name: {} for name in (*_SINGLE, "categories", "entities", "scope")}
+        # field (session_id, actor_id, author, kind, attributed_to, categories, entities,
+        # scope) -> value -> its docs
+        self.fields: dict[str, dict[str, Docs]] = {}
         self.metadata: dict[str, dict[int, Any]] = {}
         # category -> {doc: confidence}, for the confidences below 1 (absent: 1.0)
         self.category_confidence: dict[str, dict[int, float]] = {}
+
+    # the columns, by doc id (views: what is written to one is written to the table)
+    @property
+    def importance(self) -> _Floats:
+        return cast("_Floats", self._numbers[0])
+
+    @property
+    def timestamp(self) -> _Floats:
+        return cast("_Floats", self._numbers[1])
+
+    @property
+    def created(self) -> _Floats:
+        return cast("_Floats", self._numbers[2])
+
+    @property
+    def valid_from(self) -> _Floats:
+        return cast("_Floats", self._numbers[3])
+
+    @property
+    def valid_until(self) -> _Floats:
+        return cast("_Floats", self._numbers[4])
+
+    @property
+    def live(self) -> Mask:
+        return cast("Mask", self._flags[0])
+
+    @property
+    def active(self) -> Mask:
+        """What reads see by default: active memories (as_of reads the validity interval)."""
+        return cast("Mask", self._flags[1])
+
+    @property
+    def merged(self) -> Mask:
+        return cast("Mask", self._flags[2])
+
+    def values_of(self, field: str) -> Mapping[str, Docs]:
+        """A field's values and the docs holding each (empty until one holds a value)."""
+        return self.fields.get(field, _NO_VALUES)
+
+    def _values_table(self, field: str) -> dict[str, Docs]:
+        table = self.fields.get(field)
+        if table is None:
+            table = self.fields[field] = {}
+        return table
 
     def add(self, doc: int, record: MemoryRecord) -> None:
         self.add_many([(doc, record)])
 
     def add_many(self, items: Sequence[tuple[int, MemoryRecord]]) -> None:
-        """Record many (doc, record) pairs at once: the numeric columns filled in
-        one assignment each."""
+        """Record many (doc, record) pairs at once: one memory's columns by one store
+        in each of the two arrays, a batch's a column at a time."""
         if not items:
             return
         docs = np.fromiter((doc for doc, _ in items), dtype=np.int64, count=len(items))
         self._ensure(int(docs.max()) + 1)
-        self.live[docs] = True
-        self.importance[docs] = [record.importance for _, record in items]
-        self.timestamp[docs] = [record.timestamp for _, record in items]
-        self.created[docs] = [record.created_at for _, record in items]
-        active = [record.status == "active" for _, record in items]
-        self.active[docs] = active
-        self.inactive += len(items) - sum(active)
-        self.merged[docs] = [record.status == "merged" for _, record in items]
-        self.valid_from[docs] = [record.timestamp if record.valid_at is None else record.valid_at
-                                 for _, record in items]
-        self.valid_until[docs] = [math.inf if record.invalid_at is None else record.invalid_at
-                                  for _, record in items]
-        fields, metadata = self.fields, self.metadata
-        doc_list = docs.tolist()
         records = [record for _, record in items]
+        doc_list = docs.tolist()
+        # each doc's column in the two arrays: (importance, timestamp, created, valid from,
+        # valid until) and (live, active, merged); one doc's by scalar stores, which cost
+        # a fifth of a fancy one (most batches are one memory)
+        numbers = [(record.importance, record.timestamp, record.created_at,
+                    record.timestamp if record.valid_at is None else record.valid_at,
+                    math.inf if record.invalid_at is None else record.invalid_at) for record in records]
+        flags = [(True, record.status == "active", record.status == "merged") for record in records]
+        if len(doc_list) == 1:
+            self._numbers[:, doc_list[0]] = numbers[0]
+            self._flags[:, doc_list[0]] = flags[0]
+        else:
+            for array, columns in ((self._numbers, numbers), (self._flags, flags)):
+                for row, column in zip(array, zip(*columns, strict=True), strict=True):
+                    row[docs] = column
+        self.inactive += sum(not active for _, active, _ in flags)
+        metadata = self.metadata
         # a field of one value in all the batch (a kind, the global scope, no author):
         # its docs join that value's set in one update, in the same order
         for name in _SINGLE:
-            _hold_values(fields[name], doc_list, list(map(_GETTERS[name], records)))
-        categories, entities = fields["categories"], fields["entities"]
+            values = list(map(_GETTERS[name], records))
+            if values.count(None) != len(values):
+                _hold_values(self._values_table(name), doc_list, values)
+        categories = entities = None
         for doc, record in items:
-            for value in record.categories:
-                _hold_value(categories, value, doc)
-            for value in record.entities:
-                _hold_value(entities, value, doc)
-        _hold_values(fields["scope"], doc_list, [record.scope_label for record in records])
+            if record.categories:
+                if categories is None:
+                    categories = self._values_table("categories")
+                for value in record.categories:
+                    _hold_value(categories, value, doc)
+            if record.entities:
+                if entities is None:
+                    entities = self._values_table("entities")
+                for value in record.entities:
+                    _hold_value(entities, value, doc)
+        _hold_values(self._values_table("scope"), doc_list, [record.scope_label for record in records])
         for doc, record in items:
             for category, confidence in zip(record.categories, record.category_confidences, strict=False):
                 if confidence < 1.0:
@@ -131,18 +197,23 @@ class FilterTable:
                 metadata.setdefault(key, {})[doc] = value
 
     def remove(self, doc: int, record: MemoryRecord) -> None:
-        self.live[doc] = False
-        if not self.active[doc]:
+        flags = self._flags
+        flags[0, doc] = False
+        if not flags[1, doc]:
             self.inactive -= 1
-        self.active[doc] = False
+        flags[1, doc] = False
         for name, values in self._values(record):
-            table = self.fields[name]
+            table = self.fields.get(name)
+            if table is None:
+                continue
             for value in values:
                 holders = table.get(value)
-                if holders is not None:
+                if isinstance(holders, set):
                     holders.discard(doc)
                     if not holders:
                         del table[value]
+                elif holders is not None and doc in holders:  # (one doc's: the last)
+                    del table[value]
         for category in record.categories:
             confidences = self.category_confidence.get(category)
             if confidences is not None:
@@ -157,7 +228,7 @@ class FilterTable:
                     del self.metadata[key]
 
     def distinct(self, name: str) -> int:
-        return len(self.fields[name])
+        return len(self.values_of(name))
 
     def visible(self, include_history: bool = False, as_of: float | None = None) -> Mask | None:
         """Which memories a read sees: the active ones (None: every live memory is
@@ -186,17 +257,16 @@ class FilterTable:
         if needed <= self.capacity:
             return
         capacity = max(_MIN_CAPACITY, needed, 2 * self.capacity)
-        for name in ("live", "importance", "timestamp", "created", "active", "merged", "valid_from",
-                     "valid_until"):
+        for name in ("_numbers", "_flags"):
             old = getattr(self, name)
-            grown = np.zeros(capacity, dtype=old.dtype)
-            grown[: len(old)] = old
+            grown = np.zeros((len(old), capacity), dtype=old.dtype)
+            grown[:, : self.capacity] = old
             setattr(self, name, grown)
         self.capacity = capacity
 
-    def category_docs(self, category: str, min_confidence: float = 0.0) -> set[int]:
+    def category_docs(self, category: str, min_confidence: float = 0.0) -> Docs:
         """The docs in ``category`` with a confidence of at least ``min_confidence``."""
-        docs = self.fields["categories"].get(category, set())
+        docs = self.values_of("categories").get(category, _NO_DOCS)
         if min_confidence <= 0.0 or not docs:
             return docs
         low = {doc for doc, confidence in self.category_confidence.get(category, {}).items()
@@ -253,7 +323,7 @@ class _AnyOf(_Predicate):
     every: bool = False     # all of the values (categories, entities) instead of any
 
     def mask(self, table: FilterTable) -> Mask:
-        index = table.fields[self.field]
+        index = table.values_of(self.field)
         if self.every:
             holders: set[int] | None = None
             for value in self.values:
@@ -285,7 +355,7 @@ class _InCategories(_Predicate):
     every: bool = False
 
     def mask(self, table: FilterTable) -> Mask:
-        names = self.values or tuple(name for name in table.fields["categories"] if name != "misc")
+        names = self.values or tuple(name for name in table.values_of("categories") if name != "misc")
         sets = [table.category_docs(name, self.min_confidence) for name in names]
         if self.every:
             holders: set[int] | None = None
@@ -573,24 +643,42 @@ def compile_filter(spec: Mapping[str, Any] | None) -> Filter:
 _GETTERS: Final = {name: operator.attrgetter(name) for name in _SINGLE}
 
 
-def _hold_value(table: dict[str, set[int]], value: str, doc: int) -> None:
+_ONE_DOC: dict[int, frozenset[int]] = {}
+_ONE_DOC_MAX: Final = 1024  # the docs whose frozenset the process keeps (216 bytes each at most)
+
+
+def _one_doc(doc: int) -> Docs:
+    """What a value held by ``doc`` alone holds: the process's frozenset of it."""
+    one = _ONE_DOC.get(doc)
+    if one is None:
+        if doc >= _ONE_DOC_MAX:
+            return {doc}
+        one = _ONE_DOC.setdefault(doc, frozenset((doc,)))
+    return one
+
+
+def _hold_value(table: dict[str, Docs], value: str, doc: int) -> None:
     holders = table.get(value)
     if holders is None:
-        table[value] = {doc}
-    else:
+        table[value] = _one_doc(doc)
+    elif isinstance(holders, set):
         holders.add(doc)
+    else:
+        table[value] = {*holders, doc}
 
 
-def _hold_values(table: dict[str, set[int]], docs: list[int], values: list[str | None]) -> None:
+def _hold_values(table: dict[str, Docs], docs: list[int], values: list[str | None]) -> None:
     """Put each doc in the set of its value (None: in none), docs in order."""
     first = values[0]
     if values.count(first) == len(values):  # one value for all
         if first is not None:
             holders = table.get(first)
             if holders is None:
-                table[first] = set(docs)
-            else:
+                table[first] = _one_doc(docs[0]) if len(docs) == 1 else set(docs)
+            elif isinstance(holders, set):
                 holders.update(docs)
+            else:
+                table[first] = {*holders, *docs}
         return
     for doc, value in zip(docs, values, strict=True):
         if value is not None:

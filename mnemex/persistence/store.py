@@ -124,6 +124,8 @@ def _check_keep(keep: int) -> int:
 class ActorStore(abc.ABC):
     """Where one actor's journal and snapshots live (on disk or in memory)."""
 
+    __slots__ = ()  # (a FileStore's own: every live actor holds one)
+
     kind: str
     key: tuple[str, ...]
     keep: int
@@ -213,6 +215,10 @@ class FileStore(ActorStore):
     its own journal open.
     """
 
+    __slots__ = ("_broken", "_cut_pending", "_cuts", "_data_dir", "_dirty", "_fence", "_file", "_files",
+                 "_last_lines", "_last_seq", "_lock", "_made_files", "_made_folders", "_size",
+                 "_snapshot_lock", "_sync_lock", "_unsynced", "keep", "key", "kind", "path")
+
     def __init__(self, data_dir: Path | str, kind: str, key: tuple[str, ...], *, keep: int = 2,
                  files: OpenFiles | None = None,
                  fence: Callable[[], AbstractContextManager[None]] | None = None) -> None:
@@ -243,9 +249,12 @@ class FileStore(ActorStore):
         self._broken: str | None = None
         self._cut_pending: int | None = None  # a cut that failed: recover() makes it
         self._cuts = 0  # journal lines cut so far; a journal cut under way starts over
-        # what this store's appends created (folders, key manifest, journal): removed again
-        # when a cut leaves nothing else, so an actor whose every line was cut leaves nothing
-        self._created: list[Path] = []
+        # what this store's appends created, removed again when a cut leaves nothing else,
+        # so an actor whose every line was cut leaves nothing: the files in its folder (key
+        # manifest, journal; names, in the order made) and how many folders, its own and
+        # those above it (counted, not kept as Paths: two Paths were ~600 bytes a live actor)
+        self._made_files: tuple[str, ...] = ()
+        self._made_folders = 0
         self._unsynced: list[Path] = []  # new files and folders whose entries are not yet durable
         # held around every change to the folder when the actor's virtual shard is leased
         # (see leases.py): NotOwner, and nothing changed, once another process took it over
@@ -352,13 +361,17 @@ class FileStore(ActorStore):
         # data_dir, shards/, <vvv>/, <kind>s/ and the actor's own folder, top down
         depth = len(self.path.relative_to(self._data_dir).parts)
         chain = (*reversed(self.path.parents[:depth]), self.path)
-        created = [folder for folder in chain if not folder.exists()]
+        # the folders made: from the highest one missing down (a folder missing, the ones
+        # in it are too, unless another actor makes them meanwhile)
+        top = next((at for at, folder in enumerate(chain) if not folder.exists()), len(chain))
+        created = chain[top:]
         self.path.mkdir(parents=True, exist_ok=True)
         manifest = self.path / KEY_MANIFEST
         tmp = manifest.with_name(KEY_MANIFEST + ".tmp")
         tmp.write_bytes(orjson.dumps({"kind": self.kind, "key": list(self.key)}))
         os.replace(tmp, manifest)
-        self._created.extend([*created, manifest])
+        self._made_folders = max(self._made_folders, len(created))
+        self._made_files = (*self._made_files, KEY_MANIFEST)
         # Made durable by the next sync() (off the caller's thread), not here.
         self._unsynced.extend([manifest, self.path, *(folder.parent for folder in created)])
 
@@ -390,7 +403,7 @@ class FileStore(ActorStore):
             raise
         if not existed:
             self._unsynced.append(self.path)
-            self._created.append(self._journal)
+            self._made_files = (*self._made_files, JOURNAL)
         self._size = size
         return fd
 
@@ -531,7 +544,7 @@ class FileStore(ActorStore):
                 self._dirty = True  # the next sync makes the cut durable
             self._last_lines = left
             self._last_seq = kept
-            if size == 0 and self._created and self._remove_created():
+            if size == 0 and (self._made_files or self._made_folders) and self._remove_created():
                 self._cut_pending = None
                 return
         if durable:
@@ -542,7 +555,7 @@ class FileStore(ActorStore):
         """Remove the journal, key manifest and folders this store's appends created,
         if the actor's folder holds nothing else (call with _lock held): a command
         whose line was written ahead and cut again leaves no trace. True if removed."""
-        ours = {path.name for path in self._created if path.parent == self.path}
+        ours = set(self._made_files)
         try:
             if not set(os.listdir(self.path)) <= ours:
                 return False
@@ -551,7 +564,9 @@ class FileStore(ActorStore):
         self._files.discard(self)  # closes the journal's descriptor
         self._file = None
         self._size = 0
-        for path in reversed(self._created):  # the journal, the manifest, then folders bottom up
+        files = [self.path / name for name in reversed(self._made_files)]  # the journal, the manifest
+        folders = [self.path, *self.path.parents][: self._made_folders]   # bottom up
+        for path in (*files, *folders):
             try:
                 if path.is_dir():
                     path.rmdir()
@@ -559,7 +574,8 @@ class FileStore(ActorStore):
                     path.unlink()
             except OSError:
                 pass  # a folder another actor now uses, say
-        self._created = []
+        self._made_files = ()
+        self._made_folders = 0
         self._unsynced = []
         self._dirty = False
         return True

@@ -5,6 +5,7 @@ names came in, and a replay or a restore decides the same without the model."""
 
 from __future__ import annotations
 
+import gc
 import itertools
 from dataclasses import replace
 from typing import Any
@@ -156,6 +157,7 @@ def test_name_vectors_hold_room_for_the_names_they_have_growing_by_doubling() ->
     # a live scope of one name held 64 rows of 384 dimensions (98 KB: 20,000 users took 2 GB)
     vectors = NameVectors()
     row_bytes = HASHING.dim * 4
+    gc.collect()  # (no graph of another test holds a row for lisbon)
     vectors.add(["lisbon"], rows("lisbon"), HASHING.name)
     assert vectors.nbytes == row_bytes
     names = [f"name {i}" for i in range(5)]
@@ -164,6 +166,32 @@ def test_name_vectors_hold_room_for_the_names_they_have_growing_by_doubling() ->
     vectors.add(["name 5"], rows("name 5"), HASHING.name)  # room doubles
     assert vectors.nbytes == 12 * row_bytes
     assert np.array_equal(vectors.matrix, rows("lisbon", *names, "name 5"))
+
+
+def test_graphs_whose_first_name_is_the_same_share_its_one_row_until_a_second() -> None:
+    gc.collect()  # (no graph of another test holds a row for lisbon)
+    row_bytes = HASHING.dim * 4
+    first, second, other = NameVectors(), NameVectors(), NameVectors()
+    first.add(["lisbon"], rows("lisbon"), HASHING.name)
+    second.add(["lisbon"], rows("lisbon"), HASHING.name)
+    assert second._matrix is first._matrix and not second.matrix.flags.writeable
+    assert (first.nbytes, second.nbytes) == (row_bytes, 0)  # counted once, by the graph that made it
+    other.add(["lisbon"], rows("porto"), HASHING.name)  # other values for the name: a row of its own
+    assert np.array_equal(other.matrix, rows("porto")) and np.array_equal(first.matrix, rows("lisbon"))
+    assert other.nbytes == row_bytes
+    second.add(["porto", "lisbon"], rows("porto", "lisbon"), HASHING.name)  # a second name: a copy, grown
+    assert second.matrix.flags.writeable and second.nbytes == 2 * row_bytes
+    assert np.array_equal(second.matrix, rows("lisbon", "porto")) and second.row == {"lisbon": 0, "porto": 1}
+    assert np.array_equal(first.matrix, rows("lisbon"))  # the shared row is unchanged
+    again = NameVectors()
+    again.load_extra(first.to_extra())  # restored (float16 in the snapshot): a row of those values
+    assert np.array_equal(again.matrix, decode_rows(encode_rows(rows("lisbon")), 1, HASHING.dim))
+    assert again.keys == ["lisbon"]
+    del first, other, again
+    gc.collect()
+    later = NameVectors()  # no graph holds the row any more: it is not kept for later ones
+    later.add(["lisbon"], rows("lisbon"), HASHING.name)
+    assert later.nbytes == row_bytes
 
 
 def test_graph_vetoes_other_types_declared_pairs_and_two_speakers() -> None:

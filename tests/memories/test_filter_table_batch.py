@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,11 +25,11 @@ def one_by_one(table: FilterTable, doc: int, record: MemoryRecord) -> None:
     for name in SINGLE:
         value = getattr(record, name)
         if value is not None:
-            table.fields[name].setdefault(value, set()).add(doc)
+            table.fields.setdefault(name, {}).setdefault(value, set()).add(doc)
     for name, values in (("categories", record.categories), ("entities", record.entities)):
         for value in values:
-            table.fields[name].setdefault(value, set()).add(doc)
-    table.fields["scope"].setdefault(record.scope_label, set()).add(doc)
+            table.fields.setdefault(name, {}).setdefault(value, set()).add(doc)
+    table.fields.setdefault("scope", {}).setdefault(record.scope_label, set()).add(doc)
     for category, confidence in zip(record.categories, record.category_confidences, strict=False):
         if confidence < 1.0:
             table.category_confidence.setdefault(category, {})[doc] = confidence
@@ -80,3 +81,56 @@ def test_a_batch_is_filed_as_each_memory_by_itself(batches: list[list[dict[str, 
         for at, record in items:
             one_by_one(single, at, record)
     assert held(batched) == held(single)
+
+
+def test_the_columns_are_views_of_two_arrays_that_grow_and_keep_their_rows() -> None:
+    table = FilterTable()
+    assert table.capacity == 0 and table.fields == {} and table.values_of("author") == {}
+    assert len(table.live) == len(table.importance) == len(table.valid_until) == 0
+    records = [MemoryRecord(id=f"m{doc}", content=f"memory {doc}", importance=doc / 10, timestamp=100.0 + doc,
+                            created_at=200.0 + doc, valid_at=None if doc % 2 else 50.0 + doc,
+                            invalid_at=300.0 + doc if doc == 3 else None, author="ann" if doc == 5 else None,
+                            status="merged" if doc == 7 else "active")
+               for doc in range(9)]
+    for doc, record in enumerate(records):  # one at a time: the arrays grow 4, 8, 16
+        table.add(doc, record)
+    assert table.capacity == 16 and sorted(table.fields) == ["author", "kind", "scope"]
+    assert table.values_of("author") == {"ann": {5}} and table.values_of("session_id") == {}
+    assert table.live.tolist() == [True] * 9 + [False] * 7
+    assert table.active.tolist() == [doc != 7 for doc in range(9)] + [False] * 7
+    assert table.merged.tolist() == [doc == 7 for doc in range(9)] + [False] * 7
+    assert table.inactive == 1
+    assert table.importance[:9].tolist() == [doc / 10 for doc in range(9)]
+    assert table.timestamp[:9].tolist() == [100.0 + doc for doc in range(9)]
+    assert table.created[:9].tolist() == [200.0 + doc for doc in range(9)]
+    assert table.valid_from[:9].tolist() == [100.0 + doc if doc % 2 else 50.0 + doc for doc in range(9)]
+    assert table.valid_until[:9].tolist() == [300.0 + doc if doc == 3 else float("inf") for doc in range(9)]
+    table.remove(7, records[7])
+    table.remove(5, records[5])
+    assert table.inactive == 0 and table.values_of("author") == {}
+    assert np.flatnonzero(table.live).tolist() == [0, 1, 2, 3, 4, 6, 8]
+    assert table.visible() is None  # every live memory is active again
+    as_of = table.visible(as_of=303.5)  # doc 3 was invalid from 303
+    assert as_of is not None and np.flatnonzero(as_of).tolist() == [0, 1, 2, 4, 6, 8]
+
+
+def test_a_value_of_one_doc_shares_its_frozenset_until_a_second_doc_holds_it() -> None:
+    first, second = FilterTable(), FilterTable()
+    records = [MemoryRecord(id=f"m{doc}", content=f"memory {doc}", author="ann", entities=("Lisbon",))
+               for doc in range(3)]
+    first.add(0, records[0])
+    second.add_many([(0, records[0])])
+    assert first.values_of("author")["ann"] is second.values_of("author")["ann"] == frozenset({0})
+    assert first.values_of("entities")["Lisbon"] is second.values_of("entities")["Lisbon"]
+    first.add(1, records[1])  # a second doc: a set of the value's own
+    second.add_many([(1, records[1]), (2, records[2])])
+    assert first.values_of("author") == {"ann": {0, 1}} and isinstance(first.values_of("author")["ann"], set)
+    assert second.values_of("entities") == {"Lisbon": {0, 1, 2}}
+    third = FilterTable()
+    third.add(0, records[0])
+    assert third.values_of("author")["ann"] == frozenset({0})  # the shared one is as it was
+    third.remove(0, records[0])
+    assert third.values_of("author") == {} and third.values_of("entities") == {}
+    far = FilterTable()
+    far.add(5000, records[0])  # (past the docs whose frozenset the process keeps: a set)
+    assert far.values_of("author") == {"ann": {5000}} and isinstance(far.values_of("author")["ann"], set)

@@ -29,3 +29,14 @@ def test_live_bytes_counts_the_kept_term_contributions(monkeypatch: pytest.Monke
     assert kept > 0 and scope.live_bytes() == before + kept
     scope.handle(Remember(memories=[NewMemory(id="m99", content="a day at the lake")], now=1_002.0))
     assert scope.bm25.kept_bytes == 0
+
+
+def test_live_bytes_counts_each_name_the_memories_mention() -> None:
+    kind = scope_kind(mnemex.Config(data_dir=None, embedder="hashing"), HashingEmbedder())
+    plain, named = kind.create(("a", "u")), kind.create(("a", "v"))
+    assert isinstance(plain, behaviour.ScopeMemory) and isinstance(named, behaviour.ScopeMemory)
+    plain.handle(Remember(memories=[NewMemory(id="m1", content="bees by the river")], now=1_000.0))
+    named.handle(Remember(memories=[NewMemory(id="m1", content="Ana keeps bees in Lisbon")], now=1_000.0))
+    assert (plain.graph.names, named.graph.names) == (0, 2)
+    assert (named.live_bytes() - named.content_bytes
+            == plain.live_bytes() - plain.content_bytes + 2 * behaviour.NAME_BYTES)

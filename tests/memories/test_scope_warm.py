@@ -12,6 +12,7 @@ import trio
 import mnemex
 from mnemex.index import tokenizer as tokenizer_module
 from mnemex.knowledge import entities
+from mnemex.memories import behaviour
 from mnemex.memories import kind as kind_module
 from mnemex.memories.kind import scope_kind
 
@@ -19,6 +20,7 @@ from mnemex.memories.kind import scope_kind
 def test_warm_fills_the_shared_tables_once_and_touches_no_scope(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kind_module, "_WARMED", set())
     monkeypatch.setattr(tokenizer_module, "_TERMS", {})
+    behaviour._scope_tokenizer.cache_clear()  # (the scopes' tokenizer read the table it replaced)
     monkeypatch.setattr(entities, "_TOKENS", {})
     kind = scope_kind(mnemex.Config(embedder="hashing"))
     kind.warm()

@@ -609,6 +609,24 @@ def test_cutting_every_line_of_a_new_actor_leaves_nothing_on_disk(tmp_path: Path
     assert state(FileStore(tmp_path / "data", "counter", ("a.b", "c")).recover()) == [1]
 
 
+def test_cutting_every_line_removes_only_the_folders_its_own_write_made(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    other = FileStore(data, "counter", ("someone", "else"))
+    other.append(entries(1, 1))
+    other.sync()
+    store = FileStore(data, "counter", ("a.b", "c"))
+    for _ in range(2):  # made, cut and gone, then the same again
+        store.append(entries(1, 2))
+        made = [folder for folder in (store.path, *store.path.parents) if folder.is_relative_to(data)]
+        store.cut_after(0)
+        assert not store.exists() and not store.path.exists()
+        left = [folder for folder in made if folder.exists()]
+        assert left and all(folder in other.path.parents for folder in left)  # (the shared ones)
+        assert state(other.recover()) == [1]
+    other.close()
+    store.close()
+
+
 def test_cutting_every_line_keeps_a_folder_with_anything_else_in_it(tmp_path: Path) -> None:
     store = FileStore(tmp_path, "counter", KEY)
     store.append(entries(1, 2))
