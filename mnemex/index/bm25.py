@@ -410,7 +410,7 @@ class BM25Index(SidecarIndex):
             for doc, (_, positions), ids in zip(docs, contents, content_ids, strict=True):
                 self._content[doc] = _content_sequence(ids, positions)
         else:
-            sequences = _content_sequences(content_ids, content_sizes, [positions for _, positions in contents])
+            sequences = _content_sequences(content_ids, content_sizes, [found for _, found in contents])
             self._content.update(zip(docs, sequences, strict=True))
         for doc, context in zip(docs, context_ids, strict=True):
             if context:
