@@ -80,6 +80,9 @@ _WORD = re.compile(r"\w+")
 # A word run that may carry inner apostrophes ("don't", "o'neil"); a possessive
 # "'s" at its end is matched but left out of the group ("caroline's" -> "caroline").
 _TOKEN = re.compile(r"(\w+(?:'(?!s\b)\w+)*)(?:'s\b)?")
+# The same for ASCII text, compiled ASCII: the same matches there (``\w`` names the same
+# characters), each character's class one table look-up, not several in Unicode's database.
+_ASCII_TOKEN = re.compile(_TOKEN.pattern, re.ASCII)
 _QUOTED = re.compile(r'"([^"]*)"')
 # Typographic apostrophes as the ASCII one (NFKC makes the full-width one ASCII);
 # invisible characters that join or may split a word (soft hyphen, ZWNJ, ZWJ, word
@@ -197,7 +200,7 @@ def _ascii_split(text: str, with_words: bool) -> tuple[list[str], list[str]]:
     found: list[str] = []
     for run in _ascii_lowered(text, _ASCII_TOKEN_BREAKS).split():
         if "'" in run:
-            tokens += _TOKEN.findall(run)
+            tokens += _ASCII_TOKEN.findall(run)
             if with_words:
                 found += [part for part in run.split("'") if part]  # (an apostrophe breaks a word)
         else:
