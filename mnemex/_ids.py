@@ -75,6 +75,18 @@ class IdClock:
 
     def next(self, now: float, span: int = 1) -> str:
         """The next id at ``now`` (seconds); ``span`` > 1 reserves that many in a row."""
+        return encode_id(self._take(now, span))
+
+    def next_many(self, now: float, count: int) -> list[str]:
+        """``count`` ids at ``now``, in a row: what as many calls of ``next(now)`` give
+        (one turn of the lock for a batch of memories)."""
+        if count <= 0:
+            return []
+        first = self._take(now, count)
+        return [encode_id(value) for value in range(first, first + count)]
+
+    def _take(self, now: float, span: int) -> int:
+        """The value of the next id, ``span`` of them reserved from it."""
         ms = max(0, int(now * 1000))
         with self._lock:
             if ms <= self._ms and self._tail + span < 1 << 80:
@@ -86,7 +98,7 @@ class IdClock:
             value = (ms << 80) | self._tail
             self._ms = ms
             self._tail += span - 1
-        return encode_id(value)
+        return value
 
     def reserve(self, now: float, count: int = SESSION_ID_BLOCK) -> str:
         """The first of ``count`` consecutive new ids (``id_at(first, i)``)."""

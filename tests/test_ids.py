@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import random
+
+import pytest
 
 from mnemex._ids import CROCKFORD, IdClock, encode_id, id_at
 
@@ -42,3 +45,16 @@ def test_ids_made_in_a_row_keep_their_shared_prefix_right() -> None:
         far = draw.getrandbits(128)
         for value in [*run, far, run[0], far + 1, run[-1], base >> 1]:
             assert encode_id(value) == digit_by_digit(value), value
+
+
+
+def test_ids_taken_at_once_are_the_ids_taken_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # each millisecond's random start drawn alike for both clocks: the same ids
+    monkeypatch.setattr(os, "urandom", lambda size: bytes(range(7, 7 + size)))
+    now = 1_700_000_000.0
+    clock = IdClock()
+    made = [clock.next(now) for _ in range(1_000)] + [clock.next(now + 0.002), clock.next(now)]
+    clock = IdClock()
+    taken = [*clock.next_many(now, 1_000), clock.next(now + 0.002), *clock.next_many(now, 1)]
+    assert taken == made and made == sorted(made) and len(set(made)) == len(made)
+    assert clock.next_many(now, 0) == []

@@ -162,19 +162,26 @@ class KeywordIndex(SidecarIndex):
         if not docs:
             return
         known = found if found is not None else {}
-        distinct_words = [dict.fromkeys(known.get(text) or self._indexed_words(text)) for text in texts]
+        texts_words = [known.get(text) or self._indexed_words(text) for text in texts]
         self._ensure_capacity(max(docs) + 1)
         for doc_id, ts in zip(docs, stamps, strict=True):
             self._timestamps[doc_id] = ts
-        keep, doc_words = self.keep_words, self._doc_words
+        doc_words = self._doc_words
+        if self.keep_words:
+            for doc_id, text_words in zip(docs, texts_words, strict=True):
+                doc_words[doc_id] = tuple(map(sys.intern, dict.fromkeys(text_words)))
+        else:
+            doc_words.update(dict.fromkeys(docs))
+        # each word's new docs, each once (a repeat of a word in a text finds its doc
+        # last in the list: cheaper than making each text's words distinct first)
         by_word: dict[str, list[int]] = {}
-        for doc_id, distinct in zip(docs, distinct_words, strict=True):
-            doc_words[doc_id] = tuple(map(sys.intern, distinct)) if keep else None
-            for word in distinct:
-                postings = by_word.get(word)
+        postings_of = by_word.get
+        for doc_id, text_words in zip(docs, texts_words, strict=True):
+            for word in text_words:
+                postings = postings_of(word)
                 if postings is None:
                     by_word[word] = [doc_id]
-                else:
+                elif postings[-1] != doc_id:
                     postings.append(doc_id)
         dense_at = max(self._dense_min, self._capacity // self._dense_share)
         dense, sparse, cache = self._dense, self._sparse, self._sparse_cache

@@ -71,11 +71,16 @@ COMMON_CAPITALISED: Final = frozenset(_COMMON_WORDS.split())
 
 # a token, with the text before it (what cannot start one): (gap, token) pairs
 _GAP_TOKEN = re.compile(r"([\W_]*)([^\W_][\w'\u2019\-+&.]*)", re.UNICODE)
+# The expressions that read ASCII text are compiled ASCII: there ``\w`` and ``\W`` name
+# the same characters as in Unicode, and a character's class is one table look-up
+# instead of several in Unicode's database (most of the time of the matches).
+_ASCII_GAP_TOKEN = re.compile(_GAP_TOKEN.pattern, re.ASCII)
 # In ASCII text: the tokens that open no name (a small letter or a digit first), the
 # last of them kept, then the gap before the next capitalised token and that token.
 # Possessive throughout: the tokens are cut exactly as _GAP_TOKEN cuts them, never
 # re-cut to find a capital inside one ("iPhone").
-_TO_CAPITAL = re.compile(r"(?:[\W_]*+([a-z0-9][\w'\u2019\-+&.]*+))*+([\W_]*+)([A-Z][\w'\u2019\-+&.]*+)")
+_TO_CAPITAL = re.compile(r"(?:[\W_]*+([a-z0-9][\w'\u2019\-+&.]*+))*+([\W_]*+)([A-Z][\w'\u2019\-+&.]*+)",
+                         re.ASCII)
 _SPEAKER = re.compile(r"^\s*([A-Z][\w'\u2019\-]*(?:\s+[A-Z][\w'\u2019\-]*){0,2})\s*:\s")
 _SENTENCE_END = re.compile(r"[.!?…:;\"“”()\[\]]\s*$")
 _ACRONYM = re.compile(r"^[A-Z][A-Z0-9&]{1,7}\+?$")
@@ -231,7 +236,9 @@ def mentions(text: str, author: str | None = None, *, max_words: int = 6) -> lis
     # sentence ends with it, so in ASCII text those are skipped in one match up to the
     # next capitalised token (other text is read token by token); the tokens of a run
     # are read one by one.
-    hop_pattern = _TO_CAPITAL if text.isascii() else _NEXT_TOKEN
+    plain = text.isascii()
+    hop_pattern = _TO_CAPITAL if plain else _NEXT_TOKEN
+    gap_pattern = _ASCII_GAP_TOKEN if plain else _GAP_TOKEN
     while hop := hop_pattern.match(text, at):
         skipped, gap, raw = hop.groups()
         if skipped is not None:  # (a token opening small is no acronym)
@@ -263,7 +270,7 @@ def mentions(text: str, author: str | None = None, *, max_words: int = 6) -> lis
                 _close(run, run_at_start, found, max_words)
             if not run:
                 break
-            step = _GAP_TOKEN.match(text, at)
+            step = gap_pattern.match(text, at)
             if step is None:
                 break
             gap, raw = step.groups()

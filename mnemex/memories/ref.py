@@ -285,13 +285,25 @@ class ScopeRef:
                       positions: Sequence[int] | None = None) -> list[NewMemory]:
         """Each memory checked; an error names it as ``memories[i]``, ``i`` its index or,
         given ``positions``, ``positions[index]`` (its place in a larger batch)."""
+        items = list(memories)
+        texts = [item for item in items if isinstance(item, str)]
+        if len(texts) == len(items):  # texts alone (most batches): their ids taken at once
+            limit = self._config.memories.max_content_bytes
+            for index, text in enumerate(texts):
+                try:
+                    check_content(text, limit)
+                except InvalidInput as exc:  # TooLarge too: name the item in the batch
+                    _name_item(exc, index if positions is None else positions[index])
+                    raise
+            return [NewMemory(id=memory_id, content=content)
+                    for memory_id, content in zip(self._services.ids.next_many(now, len(texts)), texts,
+                                                  strict=True)]
         batch: list[NewMemory] = []
-        for index, item in enumerate(memories):
+        for index, item in enumerate(items):
             try:
                 batch.append(self._checked_one(item, now))
             except InvalidInput as exc:  # TooLarge too: name the item in the batch
-                place = index if positions is None else positions[index]
-                exc.field = f"memories[{place}]" + (f".{exc.field}" if exc.field else "")
+                _name_item(exc, index if positions is None else positions[index])
                 raise
         return batch
 
@@ -1228,6 +1240,11 @@ async def _remember_batches(services: ScopeServices, batches: Sequence[tuple[Act
 
     await services.batcher.embed_each([[memory.content for memory in memories] for _, memories in batches],
                                       store)
+
+
+def _name_item(exc: InvalidInput, place: int) -> None:
+    """Make ``exc`` name the item of a batch it is about, ``memories[place]``."""
+    exc.field = f"memories[{place}]" + (f".{exc.field}" if exc.field else "")
 
 
 def _encoded_rows(matrix: npt.NDArray[np.float32]) -> list[bytes]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from array import array
 from collections.abc import Callable
 from typing import Any
 
@@ -405,3 +406,19 @@ def test_a_bm25_batch_of_empty_and_stop_word_texts() -> None:
     bulk.remove(6)
     bulk.remove(7)
     assert bulk.doc_ids() == [5, 8, 9, 10]
+
+
+def test_a_large_bm25_batch_keeps_each_documents_word_stream() -> None:
+    # past a few documents a batch's word streams are placed in one array and cut per
+    # document: each keeps its terms at their positions, stop words as gaps, as when
+    # added one by one (what phrase search reads)
+    texts = ["the sun and the moon", "", "the of and", "moon", "a star is born", "sun sun the end of it",
+             "it is the sun", "moon and star", "of", "star", "born of a star the", "sun moon star"]
+    items: list[tuple[int, str, str | None]] = [(doc, text, None) for doc, text in enumerate(texts)]
+    one_by_one, bulk = BM25Index(), BM25Index()
+    for item in items:
+        one_by_one.add(*item)
+    bulk.add_many(items)
+    assert bulk._content == one_by_one._content
+    assert bulk._content[0] == array("i", [-1, 0, -1, -1, 1]).tobytes() and bulk._content[1] == b""
+    assert [doc for doc, _ in bulk.search('"born of a star"')] == [10]
