@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any, Final, cast
+from typing import Any, Final, Generic, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -56,6 +56,7 @@ Docs = set[int] | frozenset[int]
 """The docs holding a value: a set, or while one doc holds it, the process's frozenset
 of that doc (shared by every table; replaced by a set of the value's own on a second)."""
 _Floats = npt.NDArray[np.float64]
+_C = TypeVar("_C")
 
 FILTER_KEYS: Final = frozenset({
     "min_importance", "max_importance", "created_after", "created_before", "timestamp_after",
@@ -70,6 +71,19 @@ _NO_NUMBERS: Final = np.zeros((5, 0), dtype=np.float64)  # a new table's columns
 _NO_FLAGS: Final = np.zeros((3, 0), dtype=np.bool_)
 _NO_VALUES: Final[Mapping[str, Docs]] = MappingProxyType({})
 _NO_DOCS: Final[frozenset[int]] = frozenset()
+
+
+class _Column(Generic[_C]):
+    """A column of a :class:`FilterTable`: row ``row`` of its array ``array``, read as
+    a view (what is written to it is written to the table)."""
+
+    __slots__ = ("array", "row")
+
+    def __init__(self, array: str, row: int) -> None:
+        self.array, self.row = array, row
+
+    def __get__(self, table: object, owner: type | None = None) -> _C:
+        return cast("_C", getattr(table, self.array)[self.row])
 
 
 class FilterTable:
@@ -99,38 +113,15 @@ class FilterTable:
         self.category_confidence: dict[str, dict[int, float]] = {}
 
     # the columns, by doc id (views: what is written to one is written to the table)
-    @property
-    def importance(self) -> _Floats:
-        return cast("_Floats", self._numbers[0])
-
-    @property
-    def timestamp(self) -> _Floats:
-        return cast("_Floats", self._numbers[1])
-
-    @property
-    def created(self) -> _Floats:
-        return cast("_Floats", self._numbers[2])
-
-    @property
-    def valid_from(self) -> _Floats:
-        return cast("_Floats", self._numbers[3])
-
-    @property
-    def valid_until(self) -> _Floats:
-        return cast("_Floats", self._numbers[4])
-
-    @property
-    def live(self) -> Mask:
-        return cast("Mask", self._flags[0])
-
-    @property
-    def active(self) -> Mask:
-        """What reads see by default: active memories (as_of reads the validity interval)."""
-        return cast("Mask", self._flags[1])
-
-    @property
-    def merged(self) -> Mask:
-        return cast("Mask", self._flags[2])
+    importance = _Column[_Floats]("_numbers", 0)
+    timestamp = _Column[_Floats]("_numbers", 1)
+    created = _Column[_Floats]("_numbers", 2)
+    valid_from = _Column[_Floats]("_numbers", 3)
+    valid_until = _Column[_Floats]("_numbers", 4)
+    live = _Column[Mask]("_flags", 0)
+    active = _Column[Mask]("_flags", 1)
+    """What reads see by default: active memories (as_of reads the validity interval)."""
+    merged = _Column[Mask]("_flags", 2)
 
     def values_of(self, field: str) -> Mapping[str, Docs]:
         """A field's values and the docs holding each (empty until one holds a value)."""
