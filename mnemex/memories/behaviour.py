@@ -1399,8 +1399,7 @@ class ScopeMemory:
 
     def _graph_ready(self, ready: GraphReady) -> Any:
         index = self.vectors
-        token = ready.build.token if ready.build is not None else ready.token
-        if index is not None and token and index.superseded(token):
+        if index is not None and ready.token and index.superseded(ready.token):
             # planned again since (its plan was taken for lost): that build is still to come,
             # and planning yet another here would make it stale in turn, on and on (a failure
             # of such a build says nothing of the newer one's); or planned by another
