@@ -100,12 +100,15 @@ _ASTRAL: Final = re.compile("[\U00010000-\U0010ffff]")
 # text, about three times faster. Tables of bytes, read by ``bytes.translate`` (see
 # ``_ascii_lowered``): ``str.translate`` looks characters up in a dict, and took as long
 # as the rest of splitting a memory's text.
-_ASCII_BREAKS: Final = bytes(
-    ord(" ") if code < 128 and not (chr(code).isalnum() or chr(code) == "_") else ord(chr(code).lower())
-    if code < 128 else code for code in range(256))
-_ASCII_TOKEN_BREAKS: Final = bytes(
-    ord(" ") if code < 128 and not (chr(code).isalnum() or chr(code) in "_'") else ord(chr(code).lower())
-    if code < 128 else code for code in range(256))
+def _ascii_table(kept: str) -> bytes:
+    """The table: an ASCII character neither alphanumeric nor in ``kept`` as a space,
+    any other ASCII one as its small letter, bytes past ASCII as they are."""
+    return bytes(code if code >= 128 else ord(" ") if not (chr(code).isalnum() or chr(code) in kept)
+                 else ord(chr(code).lower()) for code in range(256))
+
+
+_ASCII_BREAKS: Final = _ascii_table("_")
+_ASCII_TOKEN_BREAKS: Final = _ascii_table("_'")
 
 # The blocks of the scripts written without spaces (their word characters and marks
 # are read as character pairs): Thai and Lao, Myanmar, Hangul jamo, Khmer, CJK
