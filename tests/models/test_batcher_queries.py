@@ -112,6 +112,7 @@ async def test_a_quick_query_is_embedded_in_the_asking_task_and_its_rows_are_the
     embedder = Threads()
     for cache_size in (0, 8):
         batcher = EmbeddingBatcher(embedder, batch_size=64, query_cache_size=cache_size)
+        batcher.inline_budget = 10.0  # (met preempted or not: see the next test)
         async with trio.open_nursery() as nursery:
             await nursery.start(batcher.run)
             await measured(batcher)
@@ -134,6 +135,10 @@ async def test_queries_embedded_now_are_embed_queries_own_rows_or_none_when_they
     for cache_size in (0, 8):
         embedder = Threads()
         batcher = EmbeddingBatcher(embedder, batch_size=64, query_cache_size=cache_size)
+        # a budget every call here meets, preempted or not (a preempted call measured
+        # slow over 0.2 ms sent the next one to the thread: failed in CI at load); the
+        # budget's own test is the next one
+        batcher.inline_budget = 10.0
         # nothing measured yet: embedding here could take any time, so it is not done
         assert batcher.embed_queries_now(["what does she drink?"]) is None
         assert embedder.calls == [] and batcher.calls == 0
