@@ -177,6 +177,56 @@ def peak_rss_bytes() -> int:
     return peak * 1024 if sys.platform != "darwin" else peak
 
 
+class TreeRss:
+    """The resident memory of this process and its children (mnemex's graph helper
+    processes) summed, sampled every ``every`` seconds in a thread while running
+    (``with TreeRss() as tree: ...``; then ``tree.peak``). A sample can miss a spike
+    shorter than ``every``: the peak a caller reports is at least this process's
+    own exact high-water mark (``peak_rss_bytes``)."""
+
+    def __init__(self, every: float = 0.02) -> None:
+        import threading
+
+        self.every = every
+        self.peak = 0
+        self.children_peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="tree-rss", daemon=True)
+
+    def __enter__(self) -> TreeRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @staticmethod
+    def _resident(pid: int | str) -> int:
+        try:
+            with open(f"/proc/{pid}/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, IndexError, ValueError):
+            return 0  # (a child that just exited)
+
+    @staticmethod
+    def _children() -> list[str]:
+        pids: list[str] = []
+        try:
+            for task in os.listdir("/proc/self/task"):
+                with open(f"/proc/self/task/{task}/children") as f:
+                    pids.extend(f.read().split())
+        except OSError:
+            pass
+        return pids
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.every):
+            children = sum(self._resident(pid) for pid in self._children())
+            self.children_peak = max(self.children_peak, children)
+            self.peak = max(self.peak, rss_bytes() + children)
+
+
 # -- output -------------------------------------------------------------------------------------
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, left: int = 1) -> str:
     """A plain-text table: the first ``left`` columns left-aligned, the rest right."""

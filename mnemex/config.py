@@ -403,6 +403,12 @@ class MemoriesConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=
     """Threads that build the HNSW graph and insert batches into it. More than 1 makes
     ingest faster on several cores, and the graph's exact shape depend on thread
     timing (search stays approximate either way; the graph is saved with snapshots)."""
+    hnsw_helper: bool = True
+    """Build HNSW graphs in a helper process (started on demand, ~40 MB besides the
+    graph it builds, gone after 5 s idle) rather than in a thread of this one:
+    usearch takes the GIL back after every vector it adds, so beside actors taking
+    writes a graph built in a thread hardly moves (bench/README.md). The graph is the
+    same either way; where no helper can start, builds fall back to threads."""
     search_mode: Literal["keyword", "fulltext", "vector", "hybrid"] = "hybrid"
     """Mode of a search that names none."""
     vector_min_score: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = 0.25

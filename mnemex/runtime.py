@@ -59,6 +59,7 @@ from mnemex.memories.ref import (
 )
 from mnemex.memories.transfer import ExportHeader, ImportReport
 from mnemex.models.batcher import EmbeddingBatcher
+from mnemex.models.graph_helpers import GraphHelpers
 from mnemex.models.rerankers import reranker_from_config
 from mnemex.persistence import DataDir, Ownership, Storage, find_actors
 from mnemex.state.kind import STATE_KIND, state_kind
@@ -468,6 +469,7 @@ async def open_runtime(config: Config | None = None, *, kinds: Iterable[ActorKin
     knowledge: dict[str, KnowledgeServices] = {}
     extractor = default_extractor(cfg)
     reranker = reranker_from_config(cfg)  # loaded as the runtime opens: a damaged model fails here
+    helpers = GraphHelpers() if cfg.memories.hnsw_helper else None
     for kind in given:
         if isinstance(kind, ScopeKind) and kind.embedder is not None:
             batcher = EmbeddingBatcher(kind.embedder, cfg.models.embed_batch_size,
@@ -475,7 +477,8 @@ async def open_runtime(config: Config | None = None, *, kinds: Iterable[ActorKin
             services_of = knowledge[kind.name] = KnowledgeServices(
                 extractor, ids, context_messages=cfg.knowledge.context_messages,
                 offered=cfg.knowledge.offered, max_jobs=cfg.knowledge.max_jobs)
-            batchers[kind.name] = (kind.served_by(batcher.embed, services_of.run, services_of.timer), batcher)
+            batchers[kind.name] = (kind.served_by(batcher.embed, services_of.run, services_of.timer, helpers),
+                                   batcher)
             served.append(batchers[kind.name][0])
         else:
             served.append(kind)
@@ -509,6 +512,8 @@ async def open_runtime(config: Config | None = None, *, kinds: Iterable[ActorKin
             services.cancel_scope.cancel()
             for services_of in knowledge.values():
                 services_of.close()
+            if helpers is not None:  # (the actors' builds are stopped: idle helpers exit at once)
+                helpers.close()
 
 
 def configured_storage(config: Config) -> Storage | None:

@@ -14,6 +14,11 @@ top_k.
 * fusion helpers: :func:`reciprocal_rank_fusion`, :func:`weighted_score_fusion`.
 """
 
+from mnemex.index._graph import BUILD_BLOCK as BUILD_BLOCK
+from mnemex.index._graph import GraphBuilder as GraphBuilder
+from mnemex.index._graph import GraphParams as GraphParams
+from mnemex.index._graph import graph_calls_path as graph_calls_path
+from mnemex.index._graph import load_graph as load_graph
 from mnemex.index._select import Allowed as Allowed
 from mnemex.index.bm25 import BM25Index as BM25Index
 from mnemex.index.fusion import normalize_scores as normalize_scores
@@ -34,12 +39,15 @@ from mnemex.index.vector import SidecarStatus as SidecarStatus
 from mnemex.index.vector import VectorIndex as VectorIndex
 
 __all__ = [
+    "BUILD_BLOCK",
     "ENGLISH_STOP_WORDS",
     "Allowed",
     "BM25Index",
     "EntityIndex",
     "ExactScores",
     "GraphBuild",
+    "GraphBuilder",
+    "GraphParams",
     "KeywordIndex",
     "ParsedQuery",
     "Phrase",
@@ -47,6 +55,8 @@ __all__ = [
     "SidecarStatus",
     "Tokenizer",
     "VectorIndex",
+    "graph_calls_path",
+    "load_graph",
     "normalize_phrase",
     "normalize_scores",
     "reciprocal_rank_fusion",

@@ -102,10 +102,18 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 import orjson
-from usearch.index import Index as _Graph
 
 from mnemex.errors import InvalidInput
 from mnemex.index import _coarse
+from mnemex.index._graph import (
+    BUILD_BLOCK,
+    GraphBuilder,
+    GraphParams,
+    Quantization,
+    add_block,
+    new_graph,
+    scaled,
+)
 from mnemex.index._select import (
     Allowed,
     allowed_ids,
@@ -125,7 +133,6 @@ I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 
 SidecarStatus = Literal["none", "loaded", "absent", "stale", "corrupt"]
-Quantization = Literal["i8", "f16", "f32"]
 _QUANTIZATIONS: tuple[Quantization, ...] = ("i8", "f16", "f32")
 _QUANTIZED_BYTES: dict[str, int] = {"i8": 1, "f16": 2, "f32": 4}
 
@@ -140,7 +147,6 @@ _GRAPH_FILE_VERSION = 2  # 1: hnswlib's file (stale: rebuilt)
 _GRAPH_LIBRARY = "usearch"
 _VECTORS_MAGIC = b"MNXVEC01"
 _WRITE_BLOCK = 1024  # rows a snapshot copies at a time (1.5 MB at 384 dims; 8,192 made two 12 MB copies)
-_BUILD_BLOCK = 8192  # rows a fresh graph build adds per call
 _IN_PLACE_BATCH = 32  # vectors a catch-up in place adds in its first hold of the guard
 _IN_PLACE_MAX = 512  # ...and at most in any hold (a sudden stall holds searches back for one hold of these)
 _IN_PLACE_HOLD = 0.01  # seconds a hold aims at: the batch grows or shrinks towards it
@@ -148,18 +154,6 @@ _MIN_ROWS = 1
 _VERIFY_CHUNK = 8192
 _GATHER_BLOCK = 1024
 _MAX_EF = 4096
-_WIDTHS_AT = 100_000  # graph size up to which ef_search and ef_construction apply as given
-_MAX_EF_CONSTRUCTION = 1024
-
-
-@dataclass(frozen=True, slots=True)
-class _GraphParams:
-    dim: int
-    m: int
-    ef_construction: int
-    seed: int
-    num_threads: int
-    quantization: Quantization
 
 
 @dataclass(slots=True)
@@ -173,7 +167,7 @@ class GraphBuild:
     token: int
     ids: I64
     vectors: F32 | None
-    params: _GraphParams
+    params: GraphParams
     view: VectorsView | None = field(default=None, repr=False)
     graph: Any = field(default=None, repr=False)
     base: Any = field(default=None, repr=False)
@@ -191,20 +185,37 @@ class GraphBuild:
     stopping: bool = False
     """Set by :meth:`stop` (from another thread: a plain attribute, read between
     blocks): ``run`` ends at its next block, with no graph."""
+    builder: GraphBuilder | None = field(default=None, repr=False)
+    """Where the graph is built, when not in ``run``'s own thread."""
+    _stop_builder: Callable[[], None] | None = field(default=None, init=False, repr=False)
 
     def stop(self) -> None:
         """Ask ``run`` (in another thread) to end early, with no graph, once the block it
         is adding is in (a closing runtime waits for that rather than exit with a
-        thread inside usearch, which aborts the process)."""
+        thread inside usearch, which aborts the process); a builder's work is stopped
+        at once."""
         self.stopping = True
+        stop = self._stop_builder
+        if stop is not None:
+            stop()
 
     def _stopping(self) -> bool:
         return self.stopping
 
+    def _started(self, stop: Callable[[], None] | None) -> None:
+        self._stop_builder = stop
+        if stop is not None and self.stopping:
+            stop()
+
     def run(self) -> GraphBuild:
-        """Build the graph (slow: about 0.5 ms per vector per thread); returns self."""
+        """Build the graph (slow: about 0.1-0.5 ms per vector per thread); returns self."""
         try:
-            if self.graph is None:
+            if self.graph is None and self.builder is not None and not self.stopping:
+                self.graph = self._run_in_builder()
+                if self.graph is not None or self.stopping:
+                    self.base = None
+                    return self
+            if self.graph is None and not self.stopping:
                 if self.base is None:
                     assert self.view is not None
                     self.graph = _build_graph(self.view, self.params, self._stopping)
@@ -221,6 +232,21 @@ class GraphBuild:
                 self.view.release()
                 self.view = None
         return self
+
+    def _run_in_builder(self) -> Any:
+        """The graph, made by ``builder``; None when stopped, or when the builder could
+        not (``run`` then builds it in this thread: the same graph)."""
+        assert self.builder is not None
+        if self.base is None:
+            assert self.view is not None
+            count, blocks = len(self.view.doc_ids), self.view.blocks()
+        else:
+            assert self.vectors is not None
+            ids, vectors = self.ids, self.vectors
+            count = len(ids)
+            blocks = ((ids[at : at + BUILD_BLOCK], vectors[at : at + BUILD_BLOCK])
+                      for at in range(0, count, BUILD_BLOCK))
+        return self.builder.build(self.params, count, blocks, base=self.base, started=self._started)
 
     def _add_in_place(self) -> Any:
         """The live graph with ``ids`` added, a batch at a time under the guard (a
@@ -239,7 +265,7 @@ class GraphBuild:
             began = clock() if clock is not None else 0.0
             with saving, guard:
                 batch = slice(start, start + size)
-                _graph_add(graph, self.ids[batch], vectors[batch], self.params)
+                add_block(graph, self.ids[batch], vectors[batch], self.params)
             start += size
             if clock is not None:
                 took = max(clock() - began, 1e-6)
@@ -258,12 +284,43 @@ class VectorIndex:
 
     # slots: one index per live scope, with more attributes than Python shares a
     # dict's keys for (30): each would carry a dict of its own (~1.6 KB)
-    __slots__ = ("_clock", "_coarse", "_count", "_filter_crossover", "_free", "_free_later", "_graph",
-                 "_graph_size", "_guard", "_high", "_in_place", "_marks_later", "_params", "_pending",
-                 "_pending_block", "_plan_token", "_row_ids", "_row_of", "_rows", "_save_guard",
-                 "_tombstones", "_touched", "_views", "auto_build", "catch_up_min", "catch_up_share",
-                 "defer_inserts", "dim", "ef_search", "exact_filter_max", "hnsw_threshold", "rescore",
-                 "sidecar_status", "tombstone_ratio")
+    __slots__ = (
+        "_builder",
+        "_clock",
+        "_coarse",
+        "_count",
+        "_filter_crossover",
+        "_free",
+        "_free_later",
+        "_graph",
+        "_graph_size",
+        "_guard",
+        "_high",
+        "_in_place",
+        "_marks_later",
+        "_params",
+        "_pending",
+        "_pending_block",
+        "_plan_token",
+        "_row_ids",
+        "_row_of",
+        "_rows",
+        "_save_guard",
+        "_tombstones",
+        "_touched",
+        "_views",
+        "auto_build",
+        "catch_up_min",
+        "catch_up_share",
+        "defer_inserts",
+        "dim",
+        "ef_search",
+        "exact_filter_max",
+        "hnsw_threshold",
+        "rescore",
+        "sidecar_status",
+        "tombstone_ratio",
+    )
 
     def __init__(self, dim: int, *, hnsw_threshold: int = 20_000, m: int = 16,
                  ef_construction: int = 200, ef_search: int = 320, tombstone_ratio: float = 0.2,
@@ -271,7 +328,8 @@ class VectorIndex:
                  auto_build: bool = True, defer_inserts: bool = False, catch_up_min: int = 1024,
                  catch_up_share: float = 0.05, guard: AbstractContextManager[Any] | None = None,
                  save_guard: AbstractContextManager[Any] | None = None, quantization: Quantization = "i8",
-                 rescore: int = 4, clock: Callable[[], float] | None = None) -> None:
+                 rescore: int = 4, clock: Callable[[], float] | None = None,
+                 builder: GraphBuilder | None = None) -> None:
         for name, value, low in (("dim", dim, 1), ("hnsw_threshold", hnsw_threshold, 1), ("m", m, 2),
                                  ("ef_construction", ef_construction, 1), ("ef_search", ef_search, 1),
                                  ("exact_filter_max", exact_filter_max, 0), ("seed", seed, 0),
@@ -298,7 +356,8 @@ class VectorIndex:
         # an exact pass over the allowed rows about 0.14 us per row: exact wins while
         # allowed**2 <= _filter_crossover * len(self) (about 24,000 allowed of 100,000).
         self._filter_crossover = 6000
-        self._params = _GraphParams(dim, m, ef_construction, seed, num_threads, quantization)
+        self._params = GraphParams(dim, m, ef_construction, seed, num_threads, quantization)
+        self._builder = builder
         self._rows = np.zeros((0, dim), dtype=np.float32)
         self._row_ids = np.zeros(0, dtype=np.int64)         # doc id per row, -1 when free
         self._row_of = np.zeros(0, dtype=np.int64)          # row per doc id, -1 when absent
@@ -662,9 +721,11 @@ class VectorIndex:
             return GraphBuild(self._plan_token, ids, vectors, self._params, view=self.snapshot_view(),
                               base=graph, base_labels=labels, base_tombstones=frozenset(self._tombstones),
                               guard=self._guard if self._in_place else None, save_guard=self._save_guard,
-                              current=functools.partial(getattr, self, "_plan_token"), clock=self._clock)
+                              current=functools.partial(getattr, self, "_plan_token"), clock=self._clock,
+                              builder=self._builder)
         view = self.snapshot_view()
-        return GraphBuild(self._plan_token, view.doc_ids, None, self._params, view=view)
+        return GraphBuild(self._plan_token, view.doc_ids, None, self._params, view=view,
+                          builder=self._builder)
 
     def superseded(self, token: int) -> bool:
         """Whether a newer plan than the one of ``token`` (a :class:`GraphBuild`'s) was
@@ -864,7 +925,7 @@ class VectorIndex:
             graph_size = int(meta["graph_size"])
         except (ValueError, KeyError, TypeError, orjson.JSONDecodeError):
             return "corrupt"
-        graph = _new_graph(self._params)
+        graph = new_graph(self._params)
         try:
             graph.load(graph_path)
         except (RuntimeError, ValueError, OSError):
@@ -926,7 +987,7 @@ class VectorIndex:
             graph_size = int(header["graph_size"])
         except (ValueError, KeyError, TypeError, struct.error, orjson.JSONDecodeError):
             return "corrupt"
-        graph = _new_graph(self._params)
+        graph = new_graph(self._params)
         try:
             graph.load(bytes(body))
         except (RuntimeError, ValueError):
@@ -993,7 +1054,7 @@ class VectorIndex:
         """Add or update *ids* in the graph; *new* of them are labels it lacks."""
         needed = self._graph_size + new
         with self._guard:
-            _graph_add(self._graph, ids, matrix, self._params)
+            add_block(self._graph, ids, matrix, self._params)
         self._tombstones.difference_update(ids.tolist())
         self._graph_size = needed
 
@@ -1002,7 +1063,7 @@ class VectorIndex:
         k = min(top_k, allowed_count)
         # the beam for 10 results grows with the graph; for more, the proportional beam
         # (a ranking's 50 candidates) is not grown again: hybrid searches cost as before
-        ef = max(k, min(max(_scaled(self.ef_search, self._graph_size, _MAX_EF),
+        ef = max(k, min(max(scaled(self.ef_search, self._graph_size, _MAX_EF),
                             math.ceil(self.ef_search * k / 10)), _MAX_EF))
         # The graph ranks by its quantised vectors: it gives ``rescore`` times as many
         # candidates, rescored below from the float32 rows. A filter is applied to its
@@ -1308,10 +1369,10 @@ class VectorsView:
 
     def blocks(self) -> Iterator[tuple[I64, F32]]:
         """(doc ids, float32 rows) a block at a time, in the vectors file's order."""
-        for start in range(0, len(self._ids), _BUILD_BLOCK):
-            rows = self._live_rows[start : start + _BUILD_BLOCK]
+        for start in range(0, len(self._ids), BUILD_BLOCK):
+            rows = self._live_rows[start : start + BUILD_BLOCK]
             block = np.ascontiguousarray(self._rows[rows], dtype=np.float32)
-            yield self._ids[start : start + _BUILD_BLOCK], block
+            yield self._ids[start : start + BUILD_BLOCK], block
 
     def vector_chunks(self) -> Iterator[bytes]:
         """The vectors file, a block of rows at a time."""
@@ -1426,62 +1487,25 @@ def _crc(data: bytes | memoryview) -> str:
     return f"{zlib.crc32(data):08x}"
 
 
-def _new_graph(params: _GraphParams) -> Any:
-    """An empty usearch graph of these parameters (inner product over ``quantization``
-    vectors; usearch draws node levels from its own fixed seed, so one thread adding
-    the same vectors in the same order gives the same graph)."""
-    return _Graph(ndim=params.dim, metric="ip", dtype=params.quantization, connectivity=params.m,
-                  expansion_add=params.ef_construction, expansion_search=64)
-
-
-def _graph_add(graph: Any, ids: I64, vectors: F32, params: _GraphParams) -> None:
-    """Add (or replace) ``ids`` in ``graph``: a key still in it is removed first (usearch
-    keeps one vector per key)."""
-    keys = ids.astype(np.uint64)
-    present = np.asarray(graph.contains(keys), dtype=np.bool_).reshape(-1)
-    if present.any():
-        graph.remove(keys[present])
-    _scaled_add(graph, keys, np.ascontiguousarray(vectors, dtype=np.float32), params)
-
-
-def _scaled_add(graph: Any, keys: npt.NDArray[np.uint64], rows: F32, params: _GraphParams) -> None:
-    """``graph.add`` with the insertion beam for the graph's size (see ``_scaled``)."""
-    graph.expansion_add = _scaled(params.ef_construction, len(graph), _MAX_EF_CONSTRUCTION)
-    graph.add(keys, rows, threads=params.num_threads)
-
-
-def _scaled(width: int, size: int, cap: int) -> int:
-    """A beam width given for graphs of up to ``_WIDTHS_AT`` elements, for a graph of
-    ``size``: grown as the square root of the size beyond (at most ``cap``, never
-    below ``width``). Measured on bench/million.py's corpus (LoCoMo turns and
-    one-word variations of them; hashing embedder; recall@10 against exact, int8
-    graph, M 16): the beam that keeps a recall grows with the graph, as the graph
-    holds more near-copies of each text (~36 a text at 100,000, ~109 at 300,000,
-    ~362 at 1,000,000) that fill a beam of a fixed width; see the module docstring."""
-    if size <= _WIDTHS_AT:
-        return width
-    return max(width, min(cap, math.ceil(width * math.sqrt(size / _WIDTHS_AT))))
-
-
-def _extend_graph(base: Any, ids: I64, vectors: F32, params: _GraphParams,
+def _extend_graph(base: Any, ids: I64, vectors: F32, params: GraphParams,
                   stopped: Callable[[], bool]) -> Any:
     """A copy of ``base`` with ``ids`` added (a catch-up), taken in the builder's
     thread: the owner leaves ``base`` unchanged meanwhile (it only searches it;
     removals wait for the build's view). None once ``stopped``."""
     graph = base.copy()
-    for start in range(0, len(ids), _BUILD_BLOCK):
+    for start in range(0, len(ids), BUILD_BLOCK):
         if stopped():
             return None
-        _graph_add(graph, ids[start : start + _BUILD_BLOCK], vectors[start : start + _BUILD_BLOCK], params)
+        add_block(graph, ids[start : start + BUILD_BLOCK], vectors[start : start + BUILD_BLOCK], params)
     return graph
 
 
-def _build_graph(view: VectorsView, params: _GraphParams, stopped: Callable[[], bool]) -> Any:
+def _build_graph(view: VectorsView, params: GraphParams, stopped: Callable[[], bool]) -> Any:
     """A graph over the rows ``view`` reads, added a block at a time (one thread adds
     them in the same order as one call would: the same graph). None once ``stopped``."""
-    graph = _new_graph(params)
+    graph = new_graph(params)
     for ids, rows in view.blocks():
         if stopped():
             return None
-        _scaled_add(graph, ids.astype(np.uint64), rows, params)
+        add_block(graph, ids, rows, params)
     return graph

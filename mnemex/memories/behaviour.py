@@ -61,6 +61,7 @@ from mnemex.index import (
     BM25Index,
     EntityIndex,
     GraphBuild,
+    GraphBuilder,
     KeywordIndex,
     Tokenizer,
     VectorIndex,
@@ -293,6 +294,8 @@ class ScopeSettings:
     cursor: CursorSettings = dataclasses.field(default_factory=CursorSettings)
     extract: RunExtraction | None = None
     timer: Timer | None = None
+    graph_builder: GraphBuilder | None = None
+    """Where HNSW graphs are built beside the actor (None: in the job's thread)."""
 
     @classmethod
     def from_config(cls, config: Config, *, embedder_name: str | None = None, embedder_dim: int = 0,
@@ -324,7 +327,7 @@ class ScopeSettings:
         return {"hnsw_threshold": self.hnsw_threshold, "m": self.hnsw_m,
                 "ef_construction": self.hnsw_ef_construction, "ef_search": self.hnsw_ef_search,
                 "tombstone_ratio": self.hnsw_tombstone_ratio, "num_threads": self.hnsw_threads,
-                "quantization": self.hnsw_quantization,
+                "quantization": self.hnsw_quantization, "builder": self.graph_builder,
                 "auto_build": False, "defer_inserts": True,
                 "guard": TurnLock(), "save_guard": threading.Lock(), "clock": time.perf_counter}
 

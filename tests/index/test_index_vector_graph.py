@@ -16,7 +16,7 @@ import numpy as np
 import orjson
 import pytest
 
-import mnemex.index.vector as vector_module
+import mnemex.index._graph as graph_calls
 from mnemex.errors import InvalidInput
 from mnemex.index import VectorIndex
 from mnemex.index.vector import read_vectors_file
@@ -63,13 +63,13 @@ def test_a_filtered_graph_search_gives_only_allowed_docs_and_falls_back_to_exact
 
 def test_beam_widths_grow_with_the_graph_beyond_the_size_they_are_given_for(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    # ef_search and ef_construction apply as given up to vector._WIDTHS_AT elements
+    # ef_search and ef_construction apply as given up to WIDTHS_AT elements
     # (100,000), then grow as the square root of the size (a near-duplicate corpus
     # fills a fixed beam with copies of one text; bench/million.py measures it)
-    monkeypatch.setattr(vector_module, "_WIDTHS_AT", 400)
-    assert vector_module._scaled(100, 400, 1024) == 100
-    assert vector_module._scaled(100, 1600, 1024) == 200
-    assert vector_module._scaled(100, 400 * 10_000, 1024) == 1024
+    monkeypatch.setattr(graph_calls, "WIDTHS_AT", 400)
+    assert graph_calls.scaled(100, 400, 1024) == 100
+    assert graph_calls.scaled(100, 1600, 1024) == 200
+    assert graph_calls.scaled(100, 400 * 10_000, 1024) == 1024
     index = VectorIndex(DIM, hnsw_threshold=300, ef_search=40, ef_construction=30)
     index.add_many(np.arange(300), unit_vectors(300))
     graph = index._graph

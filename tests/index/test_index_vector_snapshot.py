@@ -204,7 +204,7 @@ def test_a_catch_up_in_place_sizes_its_holds_of_the_guard_by_the_clock(
 
     now = [0.0]
     added: list[int] = []
-    add = vector_module._graph_add
+    add = vector_module.add_block
 
     def timed_add(graph: object, ids: np.ndarray, vectors: np.ndarray, threads: int) -> None:
         add(graph, ids, vectors, threads)
@@ -219,7 +219,7 @@ def test_a_catch_up_in_place_sizes_its_holds_of_the_guard_by_the_clock(
     index.add_many(list(range(300)), vectors[:300])
     index.adopt(index.plan_graph().run())
     index.add_many(list(range(300, 300 + sum(sizes))), vectors[300:300 + sum(sizes)])
-    monkeypatch.setattr(vector_module, "_graph_add", timed_add)
+    monkeypatch.setattr(vector_module, "add_block", timed_add)
     build = index.plan_graph()
     assert build.run() is build and index.adopt(build)
     assert added == sizes
