@@ -407,8 +407,9 @@ class MemoriesConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=
     """Build HNSW graphs in a helper process (started on demand, ~40 MB besides the
     graph it builds, gone after 5 s idle) rather than in a thread of this one:
     usearch takes the GIL back after every vector it adds, so beside actors taking
-    writes a graph built in a thread hardly moves (bench/README.md). The graph is the
-    same either way; where no helper can start, builds fall back to threads."""
+    writes a graph built in a thread hardly moves (bench/README.md). A helper builds
+    the graph a thread would (up to where a replaced vector's node is kept); where no
+    helper can start, builds fall back to threads."""
     search_mode: Literal["keyword", "fulltext", "vector", "hybrid"] = "hybrid"
     """Mode of a search that names none."""
     vector_min_score: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = 0.25

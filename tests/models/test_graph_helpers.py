@@ -1,0 +1,219 @@
+"""Graph helper processes (mnemex.models.graph_helpers): the graph a helper builds is
+the one a thread builds; a helper that dies, answers an error or cannot start leaves
+the build to the thread; a stopped build ends at once with no graph; idle helpers
+are reused, then exit on their own; a runtime builds its scopes' graphs in them."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import trio
+
+import mnemex
+import mnemex.runtime
+from mnemex.index import BUILD_BLOCK, GraphBuild, VectorIndex
+from mnemex.models.graph_helpers import GraphHelpers
+
+DIM = 16
+
+
+def unit_vectors(n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    matrix = rng.standard_normal((n, DIM)).astype(np.float32)
+    return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+
+
+@pytest.fixture
+def helpers() -> Iterator[GraphHelpers]:
+    made = GraphHelpers()
+    yield made
+    made.close()
+
+
+def grown_index(builder: GraphHelpers | None, *, replace: bool = True) -> VectorIndex:
+    """An index taken through a fresh build over more than two blocks, removals, a
+    replaced vector (``replace``) and a catch-up, each build planned and adopted as an
+    actor does."""
+    vectors = unit_vectors(2 * BUILD_BLOCK + 1000)
+    index = VectorIndex(DIM, hnsw_threshold=1000, auto_build=False, defer_inserts=True, builder=builder)
+    first = 2 * BUILD_BLOCK - 500
+    index.add_many(np.arange(first), vectors[:first])
+    assert index.adopt(index.plan_graph().run())
+    for doc_id in (3, 70, 9000):
+        index.remove(doc_id)
+    index.add_many(np.arange(first, len(vectors)), vectors[first:])
+    if replace:
+        index.update(5, unit_vectors(1, seed=9)[0])  # replaced: a key the graph holds
+    assert index.adopt(index.plan_graph().run())
+    assert index.mode == "hnsw"
+    return index
+
+
+def searches(index: VectorIndex) -> list[list[tuple[int, float]]]:
+    return [index.search(query, 10) for query in unit_vectors(60, seed=4)]
+
+
+def test_a_helper_builds_the_graph_a_thread_builds(helpers: GraphHelpers) -> None:
+    in_thread, in_helper = grown_index(None, replace=False), grown_index(helpers, replace=False)
+    assert (helpers.jobs, helpers.failures) == (2, 0)  # both builds went to the helper
+    assert helpers.peak_bytes > 0
+    assert bytes(in_helper._graph.save()) == bytes(in_thread._graph.save())  # the very same graph
+    assert searches(in_helper) == searches(in_thread)
+
+
+def test_a_vector_replaced_in_a_helper_gives_the_same_hits(helpers: GraphHelpers) -> None:
+    # (a graph copied in memory and one loaded from its file put a replaced key's new
+    # node apart differently: the files differ in a few hundred bytes, the hits do not)
+    in_thread, in_helper = grown_index(None), grown_index(helpers)
+    assert (helpers.jobs, helpers.failures) == (2, 0)
+    assert searches(in_helper) == searches(in_thread)
+    assert len(in_helper._graph) == len(in_thread._graph)
+
+
+def test_an_idle_helper_takes_the_next_job_then_exits_on_its_own() -> None:
+    helpers = GraphHelpers(idle=60.0, idle_exit=1.0)
+    try:
+        grown = grown_index(helpers)
+        assert helpers.jobs == 2 and len(helpers._idle) == 1  # the second job went to the same helper
+        process = helpers._idle[0].process
+        process.wait(timeout=30)  # no job for a second: it exits by itself
+        assert process.returncode == 0
+        index = VectorIndex(DIM, hnsw_threshold=100, auto_build=False, builder=helpers)
+        index.add_many(np.arange(500), unit_vectors(500, seed=2))
+        assert index.adopt(index.plan_graph().run())
+        assert (helpers.jobs, helpers.failures) == (3, 0)  # a new helper took it
+        assert helpers._idle[0].process is not process
+        assert searches(grown) == searches(grown_index(None))
+    finally:
+        helpers.close()
+
+
+def test_a_helper_that_dies_mid_build_leaves_the_graph_to_the_thread(
+        helpers: GraphHelpers, caplog: pytest.LogCaptureFixture) -> None:
+    index = VectorIndex(DIM, hnsw_threshold=100, auto_build=False, builder=helpers)
+    index.add_many(np.arange(300), unit_vectors(300, seed=3))
+    assert index.adopt(index.plan_graph().run())  # a helper now waits idle
+    victim = helpers._idle[0].process
+
+    vectors = unit_vectors(2 * BUILD_BLOCK, seed=5)
+
+    def blocks() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for at in range(0, len(vectors), BUILD_BLOCK):
+            yield np.arange(at, at + BUILD_BLOCK), vectors[at : at + BUILD_BLOCK]
+            os.kill(victim.pid, signal.SIGKILL)  # after the first block
+
+    with caplog.at_level(logging.WARNING, logger="mnemex.models"):
+        assert helpers.build(index._params, len(vectors), blocks(), base=None, started=lambda stop: None) is None
+    assert helpers.failures == 1 and "a graph helper failed" in caplog.text
+    assert victim.poll() is not None and not helpers._idle
+    # through an index: the thread builds it, and the next job gets a new helper
+    other = grown_index(helpers)
+    assert helpers.failures == 1
+    assert searches(other) == searches(grown_index(None))
+
+
+def test_a_helper_answering_an_error_leaves_the_graph_to_the_thread(
+        helpers: GraphHelpers, caplog: pytest.LogCaptureFixture) -> None:
+    class Damaged:
+        """A base graph whose saved file is no graph at all."""
+
+        def save(self, path: str) -> None:
+            Path(path).write_bytes(b"no graph here")
+
+    vectors = unit_vectors(100)
+    with caplog.at_level(logging.WARNING, logger="mnemex.models"):
+        made = helpers.build(VectorIndex(DIM)._params, 100, [(np.arange(100), vectors)], base=Damaged(),
+                             started=lambda stop: None)
+    assert made is None and helpers.failures == 1
+    assert "a graph helper failed" in caplog.text and not helpers._idle  # it exited after its answer
+    assert helpers.build(VectorIndex(DIM)._params, 100, [(np.arange(100), vectors)], base=None,
+                         started=lambda stop: None) is not None
+
+
+def test_where_no_helper_can_start_graphs_are_built_in_threads(caplog: pytest.LogCaptureFixture) -> None:
+    helpers = GraphHelpers(python="/nonexistent/python3")
+    with caplog.at_level(logging.WARNING, logger="mnemex.models"):
+        index = grown_index(helpers)
+    assert helpers.unavailable is not None and "/nonexistent/python3" in helpers.unavailable
+    assert caplog.text.count("no graph helper could start") == 1  # said once, not at every build
+    assert searches(index) == searches(grown_index(None))
+
+
+def test_a_stopped_build_ends_at_once_with_no_graph(helpers: GraphHelpers,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    rng = np.random.default_rng(11)
+    vectors = rng.standard_normal((60_000, 64)).astype(np.float32)  # seconds to build
+    index = VectorIndex(64, hnsw_threshold=100, auto_build=False, builder=helpers)
+    index.add_many(np.arange(len(vectors)), vectors)
+    build = index.plan_graph()
+    done: list[GraphBuild] = []
+    runner = threading.Thread(target=lambda: done.append(build.run()))
+    with caplog.at_level(logging.WARNING, logger="mnemex.models"):
+        runner.start()
+        deadline = time.monotonic() + 30
+        while build._stop_builder is None and runner.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.005)  # (a real process: until its job is under way)
+        assert build._stop_builder is not None
+        stopped_at = time.monotonic()
+        build.stop()
+        runner.join(timeout=30)
+    assert not runner.is_alive() and time.monotonic() - stopped_at < 5
+    assert done[0].graph is None and not index.adopt(build)
+    assert "a graph helper failed" not in caplog.text  # a stop is not a failure to report
+    assert index.mode == "exact"
+
+
+def test_a_closed_set_of_helpers_lets_its_idle_ones_go_and_takes_no_job() -> None:
+    helpers = GraphHelpers()
+    index = VectorIndex(DIM, hnsw_threshold=100, auto_build=False, builder=helpers)
+    index.add_many(np.arange(300), unit_vectors(300))
+    assert index.adopt(index.plan_graph().run())
+    process = helpers._idle[0].process
+    helpers.close()
+    assert process.poll() is not None and not helpers._idle
+    assert helpers.build(index._params, 1, [(np.arange(1), unit_vectors(1))], base=None,
+                         started=lambda stop: None) is None
+
+
+class Recording(GraphHelpers):
+    made: list[Recording] = []
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        Recording.made.append(self)
+
+
+@pytest.mark.parametrize("helper", [True, False])
+def test_a_runtime_builds_its_scopes_graphs_in_helpers_unless_told_not_to(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, helper: bool) -> None:
+    monkeypatch.setattr(mnemex.runtime, "GraphHelpers", Recording)
+    Recording.made.clear()
+    config = mnemex.Config(data_dir=str(tmp_path / "data"), embedder="hashing", hnsw_threshold=300,
+                           hnsw_helper=helper)
+
+    async def main() -> None:
+        async with mnemex.open_runtime(config) as rt:
+            scope = rt.scope(user_id="u", app_name="a")
+            await scope.remember_many([f"memory {i} of tea and {i * 7 % 13} violins" for i in range(400)])
+            with trio.fail_after(60):
+                while (stats := await scope.stats()).vector_mode != "hnsw" or stats.graph_pending:
+                    await trio.sleep(0.01)
+            hits = await scope.search("violins and tea", mode="vector", top_k=5)
+            assert len(hits.hits) == 5
+
+    trio.run(main)
+    if helper:
+        (made,) = Recording.made
+        assert made.jobs >= 1 and made.failures == 0
+        assert made._closed and not made._idle  # let go with the runtime
+    else:
+        assert Recording.made == []
