@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -112,7 +112,8 @@ def test_a_helper_that_dies_mid_build_leaves_the_graph_to_the_thread(
             os.kill(victim.pid, signal.SIGKILL)  # after the first block
 
     with caplog.at_level(logging.WARNING, logger="mnemex.models"):
-        assert helpers.build(index._params, len(vectors), blocks(), base=None, started=lambda stop: None) is None
+        made = helpers.build(index._params, len(vectors), blocks(), base=None, started=lambda stop: None)
+    assert made is None
     assert helpers.failures == 1 and "a graph helper failed" in caplog.text
     assert victim.poll() is not None and not helpers._idle
     # through an index: the thread builds it, and the next job gets a new helper
@@ -185,7 +186,7 @@ def test_a_closed_set_of_helpers_lets_its_idle_ones_go_and_takes_no_job() -> Non
 
 
 class Recording(GraphHelpers):
-    made: list[Recording] = []
+    made: ClassVar[list[Recording]] = []
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
