@@ -60,7 +60,11 @@ crosses a threshold. An owner that must not stall (an actor) sets
 :class:`GraphBuild` when :attr:`VectorIndex.wants_graph` is true, runs
 ``build.run()`` in a worker thread (it reads only its own copy of the vectors),
 and hands the result back with :meth:`VectorIndex.adopt`, which replays the
-changes made since the plan. Until then searches stay exact and correct.
+changes made since the plan. Until then searches stay exact and correct. With a
+``builder`` (a :class:`~mnemex.index.GraphBuilder`: a runtime's helper processes)
+``run`` hands the work to it and waits, and builds in its own thread only when the
+builder could not: usearch takes the GIL back after every vector it adds in its
+calling thread, so beside a busy actor a build in a thread hardly moves.
 
 Determinism: graphs are built with one thread (``num_threads=1``); usearch draws
 node levels from its own fixed seed (``seed`` is kept for compatibility and is not

@@ -5,6 +5,7 @@ shared data directory (all nodes run on this machine: a tmp folder is shared).""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal
@@ -22,7 +23,7 @@ import mnemex
 import mnemex.ray
 from mnemex.config import AutoExtract
 from mnemex.conversations.protocol import AppendMessages
-from mnemex.lowlevel import vshard_of
+from mnemex.lowlevel import FileLeases, vshard_of
 from mnemex.memories.protocol import CountMemories, NewMemory, Remember
 from mnemex.ray.placement import Placement, create_cluster
 
@@ -208,8 +209,28 @@ def test_a_shard_that_cannot_see_the_data_refuses_it_and_never_serves_it_empty(
         ray.kill(blind, no_restart=True)
 
 
+@contextlib.contextmanager
+def _leases(backend: dict[str, Any], tmp_path: Path) -> Iterator[Any]:
+    """The lease records the ``client`` fixture's shards keep (read only)."""
+    if backend.get("backend") == "postgres":
+        from mnemex.persistence.postgres import PostgresLeases
+
+        leases: Any = PostgresLeases(backend["postgres_dsn"], schema=backend["postgres_schema"])
+    else:
+        leases = FileLeases(tmp_path / "shared")
+    try:
+        yield leases
+    finally:
+        leases.close()
+
+
 def test_a_frozen_shard_is_fenced_when_its_lease_passes_and_its_late_commits_are_refused(
-        client: mnemex.ray.Client) -> None:
+        client: mnemex.ray.Client, backend: dict[str, Any], tmp_path: Path) -> None:
+    with contextlib.ExitStack() as stack:
+        _a_frozen_shard_is_fenced(client, stack.enter_context(_leases(backend, tmp_path)))
+
+
+def _a_frozen_shard_is_fenced(client: mnemex.ray.Client, leases: Any) -> None:
     import ray
 
     scope_key = ("app", "frozen")
@@ -222,16 +243,20 @@ def test_a_frozen_shard_is_fenced_when_its_lease_passes_and_its_late_commits_are
     other = (owner + 1) % 3
     os.kill(pid, signal.SIGSTOP)
     try:
+        frozen_lease = leases.holder(vshard)  # its last renewal: it renews no more
+        assert frozen_lease is not None
         # a write already on its way to the frozen owner: it lands when the process resumes
         late_memory = NewMemory(id="01JZZZZZZZZZZZZZZZZZZZZZZZ", content="a late commit")
         late_body = {"key": list(scope_key), "command": Remember(memories=[late_memory], now=time.time())}
         late = frozen.ask.remote("scope", msgspec.json.encode(late_body), "late-1")
-        started = time.monotonic()
         held = client.rebalance(vshard, other, wait=20.0)  # the frozen one cannot give it up
         assert held == [vshard]
-        # waited for the lease: renewed every ttl/3, it lapses 2/3 ttl or more after the
-        # freeze (ttl/2 leaves room for the time between the freeze and ``started``)
-        assert time.monotonic() - started >= LEASES["ttl"] / 2
+        # the new owner took it once the frozen one's lease had lapsed, not before (by
+        # the lease records' clock: a new lease expires ttl after it was taken; a
+        # bound on the time waited failed where a renewal came late at load)
+        taken = leases.holder(vshard)
+        assert taken is not None and taken.epoch > frozen_lease.epoch and taken.owner != frozen_lease.owner
+        assert taken.expires - LEASES["ttl"] >= frozen_lease.expires - 0.05, (frozen_lease, taken)
         after = scope.remember("written by the new owner")
     finally:
         os.kill(pid, signal.SIGCONT)
