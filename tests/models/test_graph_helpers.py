@@ -218,3 +218,14 @@ def test_a_runtime_builds_its_scopes_graphs_in_helpers_unless_told_not_to(
         assert made._closed and not made._idle  # let go with the runtime
     else:
         assert Recording.made == []
+
+
+def test_a_catch_up_of_a_graph_past_the_builders_limit_stays_in_the_thread(
+        helpers: GraphHelpers, monkeypatch: pytest.MonkeyPatch) -> None:
+    import mnemex.index.vector as vector_module
+
+    # (usearch's save and load of a large live graph would hold the GIL too long)
+    monkeypatch.setattr(vector_module, "_BUILDER_BASE_MAX", BUILD_BLOCK)  # the first graph holds more
+    index = grown_index(helpers, replace=False)
+    assert (helpers.jobs, helpers.failures) == (1, 0)  # the fresh build only
+    assert bytes(index._graph.save()) == bytes(grown_index(None, replace=False)._graph.save())
