@@ -43,14 +43,15 @@ class GraphParams:
 class GraphBuilder(Protocol):
     """Builds graphs away from the calling thread (see the module docstring)."""
 
-    def build(self, params: GraphParams, count: int, blocks: Iterable[tuple[I64, F32]], *, base: Any,
+    def build(self, params: GraphParams, count: int, blocks: Iterable[tuple[I64, F32]], *,
+              base: Callable[[str], None] | None,
               started: Callable[[Callable[[], None] | None], None]) -> Any:
-        """A graph of ``params`` holding ``base``'s elements (None: a fresh graph) and
-        the ``count`` vectors ``blocks`` give (``BUILD_BLOCK`` rows each, the last one
-        fewer), added as :func:`add_block` adds them; ``base`` is only read. None when
-        it could not (the caller builds it in its own thread). ``started`` is told a
-        function that stops the work at once (called from any thread; the build then
-        gives None), and None once it is done."""
+        """A graph of ``params`` holding the elements of the live graph ``base`` writes
+        (usearch's file, at the path it is given; None: a fresh graph) and the ``count``
+        vectors ``blocks`` give (``BUILD_BLOCK`` rows each, the last one fewer), added as
+        :func:`add_block` adds them. None when it could not (the caller builds it in
+        its own thread) or was stopped. ``started`` is told a function that stops the
+        work at once (from any thread), then None once it is over."""
         ...
 
 

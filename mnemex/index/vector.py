@@ -258,7 +258,23 @@ class GraphBuild:
             count = len(ids)
             blocks = ((ids[at : at + BUILD_BLOCK], vectors[at : at + BUILD_BLOCK])
                       for at in range(0, count, BUILD_BLOCK))
-        return self.builder.build(self.params, count, blocks, base=self.base, started=self._started)
+        return self.builder.build(self.params, count, self._unless_stale(blocks),
+                                  base=self._save_base if self.base is not None else None,
+                                  started=self._started)
+
+    def _unless_stale(self, blocks: Iterator[tuple[I64, F32]]) -> Iterator[tuple[I64, F32]]:
+        """``blocks``, but a build whose plan a newer one replaced is stopped between
+        them (its graph would not be adopted)."""
+        for block in blocks:
+            if self.current is not None and self.current() != self.token:
+                self.stop()
+            yield block
+
+    def _save_base(self, path: str) -> None:
+        """The live graph written at ``path`` for the builder (apart from a catch-up
+        adding to it in place, as a snapshot saving it is)."""
+        with self.save_guard if self.save_guard is not None else contextlib.nullcontext():
+            self.base.save(path)
 
     def _add_in_place(self) -> Any:
         """The live graph with ``ids`` added, a batch at a time under the guard (a

@@ -18,7 +18,9 @@ closes, or when no job came for the idle seconds it was given.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import os
 import select
@@ -42,22 +44,26 @@ def _graph_calls(path: str) -> ModuleType:
     return module
 
 
-def _read_exactly(source: IO[bytes], array: npt.NDArray[Any]) -> None:
+_STALLED = 60.0  # seconds without input within a job after which the parent is taken for gone
+
+
+def _read_exactly(source: io.RawIOBase, array: npt.NDArray[Any]) -> None:
     view = array.data.cast("B")
     got = 0
     while got < len(view):
-        n = source.readinto(view[got:])  # type: ignore[attr-defined]
+        ready, _, _ = select.select([source], [], [], _STALLED)
+        n = source.readinto(view[got:]) if ready else None
         if not n:
             raise EOFError(f"the input ended after {got} of {len(view)} bytes")
         got += n
 
 
-def _jobs(source: IO[bytes], idle_exit: float) -> Iterator[dict[str, Any]]:
+def _jobs(source: io.RawIOBase, idle_exit: float) -> Iterator[dict[str, Any]]:
     while True:
         ready, _, _ = select.select([source], [], [], idle_exit)
         if not ready:
             return  # no job for long: the parent has forgotten this helper
-        line = source.readline()
+        line = source.readline()  # (unbuffered: select sees every byte not read yet)
         if not line:
             return  # the parent let it go (or died)
         yield json.loads(line)
@@ -86,10 +92,15 @@ def _trim() -> None:
         pass
 
 
-def _do(calls: ModuleType, job: dict[str, Any], source: IO[bytes]) -> None:
+def _do(calls: ModuleType, job: dict[str, Any], source: io.RawIOBase) -> None:
     params = calls.GraphParams(int(job["dim"]), int(job["m"]), int(job["ef_construction"]), 0,
                                int(job["threads"]), job["quantization"])
-    graph = calls.load_graph(params, job["base"]) if job["base"] is not None else calls.new_graph(params)
+    if job["base"] is None:
+        graph = calls.new_graph(params)
+    else:
+        graph = calls.load_graph(params, job["base"])
+        with contextlib.suppress(OSError):
+            os.unlink(job["base"])  # (read: it goes now, even if the parent dies before it removes it)
     count, block = int(job["count"]), int(job["block"])
     for start in range(0, count, block):
         size = min(block, count - start)
@@ -105,21 +116,29 @@ def serve(graph_module: str, idle_exit: float) -> None:
     # answers go to the parent through a copy of stdout, and whatever a library prints
     # to stderr instead (on stdout it would break the protocol); an interrupt is the
     # parent's to handle (it closes our stdin, or kills us)
-    answers = os.fdopen(os.dup(1), "wb")
+    answers = os.fdopen(os.dup(1), "wb", buffering=0)  # (a line is written whole: short, one write)
     os.dup2(2, 1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     calls = _graph_calls(graph_module)
-    source = sys.stdin.buffer
+    source = io.FileIO(sys.stdin.fileno(), "rb", closefd=False)  # (unbuffered: see _jobs)
     for job in _jobs(source, idle_exit):
         try:
             _do(calls, job, source)
         except Exception as error:  # (told to the parent, which builds in a thread instead)
-            answers.write(json.dumps({"error": f"{type(error).__name__}: {error}"}).encode() + b"\n")
-            answers.flush()
+            _answer(answers, {"error": f"{type(error).__name__}: {error}"})
             return
-        answers.write(json.dumps({"ok": True, "peak": _peak_bytes()}).encode() + b"\n")
-        answers.flush()
+        if not _answer(answers, {"ok": True, "peak": _peak_bytes()}):
+            return
         _trim()
+
+
+def _answer(answers: IO[bytes], answer: dict[str, Any]) -> bool:
+    """``answer`` told to the parent; False when it is gone (killed, or it let us go)."""
+    try:
+        answers.write(json.dumps(answer).encode() + b"\n")
+    except (BrokenPipeError, ValueError):
+        return False
+    return True
 
 
 if __name__ == "__main__":

@@ -9,13 +9,20 @@ of its own, so its build goes on at full speed on another core.
 
 A runtime owns one :class:`GraphHelpers` (``Config.memories.hnsw_helper``) and lets
 it go as it closes. Helpers start on demand (``_graph_program.py``, run by path: numpy
-and usearch only, ~40 MB besides the graph being built), do one job at a time, and
-wait idle for the next one; an idle helper exits on its own after ``idle_exit``
-seconds, and gets no job once idle for ``idle`` (well before). The vectors go through
-the helper's stdin, the graphs through files in the system's temporary folder
-(usearch's own format: the helper saves, this process loads). Whatever goes wrong
-with a helper (it does not start, dies, answers an error) makes ``build`` answer
-None: the scope builds that graph in a thread, the same graph.
+and usearch only, ~40 MB besides the graph being built), at most one per core at
+once (more builds wait for one), do one job at a time, and wait idle for the next
+one; an idle helper exits on its own after ``idle_exit`` seconds, and gets no job
+once idle for ``idle`` (well before). The vectors go through the helper's stdin, the
+graphs through files in a folder of this process's own in the system's temporary
+folder (usearch's format: a catch-up's live graph saved there for the helper, the
+graph built saved there by the helper and loaded here). During a catch-up the
+process holds the live graph and, once loaded, the new one; the helper its own copy.
+
+Whatever goes wrong with a helper (it does not start, dies, answers an error) makes
+``build`` answer None: the scope builds that graph in a thread, the same graph. Two
+helpers in a row that fail before their first answer (a Python without numpy or
+usearch, a binary that is not Python) stop helpers being used for ``RETRY`` seconds,
+said once in the log.
 """
 
 from __future__ import annotations
@@ -24,12 +31,15 @@ import contextlib
 import json
 import logging
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+import weakref
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -49,22 +59,33 @@ IDLE_EXIT: Final = 10.0
 """Seconds without a job after which a helper exits on its own (its memory goes with
 it, with no timer here; a job for a helper that just died goes to a thread)."""
 KEPT: Final = 2
-"""Idle helpers kept at most (builds run one per scope, a few at once)."""
+"""Idle helpers kept at most."""
+RETRY: Final = 300.0
+"""Seconds helpers are not used after two in a row failed before their first answer."""
 PROGRAM: Final = str(Path(__file__).with_name("_graph_program.py"))
+_FOLDER_PREFIX: Final = "mnemex-graphs-"
+
+_ALL: weakref.WeakSet[GraphHelpers] = weakref.WeakSet()
+"""Every instance, for a forked child to let go of its parent's helpers' pipes."""
 
 
 class _Failed(Exception):
     """A helper could not build the graph (why: the message)."""
 
 
-class _Helper:
-    """One helper process and when it last finished a job."""
+class _Unused(Exception):
+    """No helper is to be used now (closed, or helpers unavailable for a while)."""
 
-    __slots__ = ("idle_since", "process")
+
+class _Helper:
+    """One helper process, when it last finished a job, and whether it ever answered."""
+
+    __slots__ = ("idle_since", "process", "served")
 
     def __init__(self, process: subprocess.Popen[bytes]) -> None:
         self.process = process
         self.idle_since = time.monotonic()
+        self.served = False
 
     def kill(self) -> None:
         """Stop it now (from any thread): the job it is doing fails at once."""
@@ -85,69 +106,148 @@ class _Helper:
         if process.stdout is not None:
             process.stdout.close()
 
+    def drop_pipes(self) -> None:
+        """In a forked child: close this process's copies of the pipes, nothing else."""
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    pipe.close()
+
+
+class _Job:
+    """One build's state between the thread running it and a ``stop`` from another."""
+
+    __slots__ = ("_lock", "done", "helper", "stopped")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.done = self.stopped = False
+        self.helper: _Helper | None = None
+
+    def stop(self) -> None:
+        """Kill the helper at work on it (nothing once the job is over: the helper may
+        be serving another job by then)."""
+        with self._lock:
+            if self.done:
+                return
+            self.stopped = True
+            helper = self.helper
+        if helper is not None:
+            helper.kill()
+
+    def attach(self, helper: _Helper) -> bool:
+        """``helper`` takes the job; False when it was stopped already."""
+        with self._lock:
+            self.helper = helper
+            return not self.stopped
+
+    def finish(self) -> bool:
+        """The job is over; whether it was stopped (its helper killed)."""
+        with self._lock:
+            self.done = True
+            self.helper = None
+            return self.stopped
+
 
 class GraphHelpers:
     """A runtime's graph helper processes (see the module docstring); ``build`` may be
-    called from several threads at once. ``unavailable`` says why no helper is used
-    any more (one failed to start); ``peak_bytes`` is the most resident memory a
-    helper reported; ``jobs`` and ``failures`` count the builds given and those that
-    went to a thread instead."""
+    called from several threads at once, and runs at most ``most`` helpers at once
+    (default: one per core). ``unavailable`` says why helpers are not used (None:
+    they are); ``peak_bytes`` is the most resident memory a helper reported; ``jobs``
+    and ``failures`` count the jobs given to helpers and those that went to a thread
+    instead."""
 
-    def __init__(self, *, idle: float = IDLE, idle_exit: float = IDLE_EXIT,
-                 python: str | None = None) -> None:
+    def __init__(self, *, idle: float = IDLE, idle_exit: float = IDLE_EXIT, python: str | None = None,
+                 most: int | None = None) -> None:
         self.idle, self.idle_exit = idle, idle_exit
         self.python = python if python is not None else sys.executable
+        self.most = most if most is not None else max(1, os.cpu_count() or 1)
         self._lock = threading.Lock()
+        self._slots = threading.Semaphore(self.most)
         self._idle: list[_Helper] = []
+        self._all: set[_Helper] = set()
         self._closed = False
+        self._folder: str | None = None
+        self._early_failures = 0
+        self._retry_at = 0.0
         self.unavailable: str | None = None
         self.peak_bytes = 0
         self.jobs = 0
         self.failures = 0
+        _ALL.add(self)
 
-    def build(self, params: GraphParams, count: int, blocks: Iterable[tuple[I64, F32]], *, base: Any,
+    def build(self, params: GraphParams, count: int, blocks: Iterable[tuple[I64, F32]], *,
+              base: Callable[[str], None] | None,
               started: Callable[[Callable[[], None] | None], None]) -> Any:
         """See :class:`mnemex.index.GraphBuilder`."""
+        job = _Job()
+        started(job.stop)
         try:
-            helper = self._take()
-        except _Failed:
-            return None
-        stopped = False
+            while not self._slots.acquire(timeout=0.05):  # (a helper per core at most)
+                if job.stopped or self._closed:
+                    return None
+            try:
+                return self._build(job, params, count, blocks, base)
+            finally:
+                self._slots.release()
+        finally:
+            job.finish()
+            started(None)
 
-        def stop() -> None:
-            nonlocal stopped
-            stopped = True
-            helper.kill()
-
-        folder = tempfile.gettempdir()
+    def _build(self, job: _Job, params: GraphParams, count: int, blocks: Iterable[tuple[I64, F32]],
+               base: Callable[[str], None] | None) -> Any:
         paths: list[str] = []
+        helper = None
         try:
+            folder = self._temp_folder()
             out = _temp_path(folder, paths)
             base_path = None
             if base is not None:
                 base_path = _temp_path(folder, paths)
-                base.save(base_path)  # (read only: the live graph's searches go on)
-            started(stop)
+                base(base_path)  # (before taking a helper: an idle one's time does not run out meanwhile)
+            helper = self._take()
+            if not job.attach(helper):
+                self._give_back(helper)
+                return None
             self._send(helper, params, count, blocks, base_path=base_path, out=out)
             graph = load_graph(params, out)
+        except _Unused:
+            return None
         except BaseException as error:
-            helper.kill()
-            helper.close()
+            if helper is not None:
+                helper.kill()
+                self._let_go(helper)
             if not isinstance(error, _Failed | OSError | RuntimeError | ValueError):
                 raise
-            with self._lock:
-                self.failures += 1
-            if not stopped:
-                log.warning("a graph helper failed (%s); the graph of %d vectors is built in a thread",
-                            error, count)
+            if not job.stopped:
+                self._failed(helper, error, count)
             return None
         finally:
-            started(None)
             for path in paths:
                 with contextlib.suppress(OSError):
                     os.unlink(path)
-        self._give_back(helper)
+        if job.finish():  # stopped as it finished: the helper may be killed already
+            self._let_go(helper)
+            return None
+        with self._lock:
+            self._early_failures = 0
+        self._give_back(helper)  # (after ``finish``: a late stop cannot kill it while it waits idle)
         return graph
+
+    def _failed(self, helper: _Helper | None, error: BaseException, count: int) -> None:
+        early = helper is None or not helper.served
+        with self._lock:
+            self.failures += 1
+            self._early_failures = self._early_failures + 1 if early else 0
+            latched = self._early_failures >= 2 and self.unavailable is None
+            if latched:
+                self.unavailable = f"two graph helpers in a row failed before their first answer: {error}"
+                self._retry_at = time.monotonic() + RETRY
+        if latched:
+            log.warning("%s; graphs are built in threads for %.0f s", self.unavailable, RETRY)
+        elif self.unavailable is None:
+            log.warning("a graph helper failed (%s); the graph of %d vectors is built in a thread",
+                        error, count)
 
     def _send(self, helper: _Helper, params: GraphParams, count: int, blocks: Iterable[tuple[I64, F32]], *,
               base_path: str | None, out: str) -> None:
@@ -159,17 +259,18 @@ class GraphHelpers:
         with self._lock:
             self.jobs += 1
         try:
-            stdin.write(json.dumps(job).encode() + b"\n")
-            sent = 0
-            for ids, rows in blocks:
-                if len(ids) != min(BUILD_BLOCK, count - sent) or rows.shape != (len(ids), params.dim):
-                    raise _Failed(f"a block of {len(ids)} rows after {sent} of {count}")
-                stdin.write(np.ascontiguousarray(ids, dtype="<i8").data)
-                stdin.write(np.ascontiguousarray(rows, dtype="<f4").data)
-                sent += len(ids)
-            if sent != count:
-                raise _Failed(f"{sent} vectors given of {count}")
-            stdin.flush()
+            with _pipe_errors_as_exceptions():
+                stdin.write(json.dumps(job).encode() + b"\n")
+                sent = 0
+                for ids, rows in blocks:
+                    if len(ids) != min(BUILD_BLOCK, count - sent) or rows.shape != (len(ids), params.dim):
+                        raise _Failed(f"a block of {len(ids)} rows after {sent} of {count}")
+                    stdin.write(np.ascontiguousarray(ids, dtype="<i8").data)
+                    stdin.write(np.ascontiguousarray(rows, dtype="<f4").data)
+                    sent += len(ids)
+                if sent != count:
+                    raise _Failed(f"{sent} vectors given of {count}")
+                stdin.flush()
             line = stdout.readline()
         except (OSError, ValueError) as error:  # (a broken pipe: the helper died)
             raise _Failed(f"the helper stopped: {error!r} (exit {helper.process.poll()})") from error
@@ -179,17 +280,23 @@ class GraphHelpers:
             answer = {"error": f"an answer not understood: {line[:200]!r}"}
         if not isinstance(answer, dict) or answer.get("ok") is not True:
             raise _Failed(str(answer.get("error") if isinstance(answer, dict) else answer))
+        helper.served = True
         with self._lock:
             self.peak_bytes = max(self.peak_bytes, int(answer.get("peak", 0)))
 
     def _take(self) -> _Helper:
-        """An idle helper still alive, or a new one; _Failed when none starts."""
+        """An idle helper still alive, or a new one; _Unused when none may be used now,
+        _Failed when none starts."""
         stale: list[_Helper] = []
         taken = None
         now = time.monotonic()
         with self._lock:
-            if self.unavailable is not None or self._closed:
-                raise _Failed(self.unavailable or "closed")
+            if self._closed:
+                raise _Unused("closed")
+            if self.unavailable is not None:
+                if now < self._retry_at:
+                    raise _Unused(self.unavailable)
+                self.unavailable, self._early_failures = None, 1  # one more try: a failure latches again
             while self._idle:
                 helper = self._idle.pop()
                 if helper.process.poll() is None and now - helper.idle_since < self.idle:
@@ -197,45 +304,120 @@ class GraphHelpers:
                     break
                 stale.append(helper)
         for helper in stale:
-            helper.close()
+            self._let_go(helper)
         if taken is not None:
             return taken
         try:
             process = subprocess.Popen([self.python, "-P", PROGRAM, graph_calls_path(), str(self.idle_exit)],
                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
         except OSError as error:
-            with self._lock:
-                self.unavailable = f"no graph helper could start ({self.python}): {error!r}"
-            log.warning("%s; graphs are built in threads", self.unavailable)
-            raise _Failed(self.unavailable) from error
-        return _Helper(process)
+            raise _Failed(f"no graph helper could start ({self.python}): {error!r}") from error
+        helper = _Helper(process)
+        with self._lock:
+            self._all.add(helper)
+        return helper
 
     def _give_back(self, helper: _Helper) -> None:
         helper.idle_since = now = time.monotonic()
         with self._lock:
-            keep = not self._closed
             kept = [h for h in self._idle if now - h.idle_since < self.idle]
             gone = [h for h in self._idle if now - h.idle_since >= self.idle]
-            if keep and len(kept) < KEPT:
+            if not self._closed and len(kept) < KEPT:
                 kept.append(helper)
             else:
                 gone.append(helper)
             self._idle = kept
         for other in gone:
-            other.close()
+            self._let_go(other)
+
+    def _let_go(self, helper: _Helper) -> None:
+        helper.close()
+        with self._lock:
+            self._all.discard(helper)
+
+    def _temp_folder(self) -> str:
+        """This process's folder for graph files, made on first use; the folders of
+        processes no longer running (killed mid-build) are removed then."""
+        with self._lock:
+            if self._folder is not None:
+                return self._folder
+        root = tempfile.gettempdir()
+        for stale in Path(root).glob(f"{_FOLDER_PREFIX}*"):
+            pid = stale.name[len(_FOLDER_PREFIX):].split("-")[0]
+            if pid.isdigit() and pid != str(os.getpid()) and not _running(int(pid)):
+                shutil.rmtree(stale, ignore_errors=True)
+        folder = tempfile.mkdtemp(prefix=f"{_FOLDER_PREFIX}{os.getpid()}-", dir=root)
+        with self._lock:
+            if self._folder is None:
+                self._folder = folder
+                return folder
+            made = self._folder
+        os.rmdir(folder)
+        return made
 
     def close(self) -> None:
-        """Let every idle helper go, and any that finishes a job from now on (a
-        runtime's close, once its builds are stopped)."""
+        """Let every idle helper go, and any that finishes a job from now on, and
+        remove the folder of graph files (a runtime's close, once its builds are
+        stopped)."""
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
+            folder, self._folder = self._folder, None
         for helper in idle:
-            helper.close()
+            self._let_go(helper)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def _forked(self) -> None:
+        """In a child forked from this process: the parent's helpers are not the
+        child's (their pipes would be shared), so it forgets them and starts afresh."""
+        for helper in self._all:
+            helper.drop_pipes()
+        self._lock = threading.Lock()
+        self._slots = threading.Semaphore(self.most)
+        self._idle, self._all, self._folder = [], set(), None
+
+
+def _forget_in_child() -> None:
+    for helpers in list(_ALL):
+        helpers._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
+@contextlib.contextmanager
+def _pipe_errors_as_exceptions() -> Iterator[None]:
+    """Writes to a helper that died raise BrokenPipeError, even where the host has set
+    SIGPIPE back to its default action (which would end the whole process): the signal
+    is blocked in this thread meanwhile, and one raised is taken before unblocking."""
+    sigpipe = getattr(signal, "SIGPIPE", None)
+    if sigpipe is None or not hasattr(signal, "pthread_sigmask") or \
+            signal.getsignal(sigpipe) == signal.SIG_IGN:
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {sigpipe})
+    try:
+        yield
+    finally:
+        if sigpipe in signal.sigpending():
+            signal.sigtimedwait({sigpipe}, 0)
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # (someone else's: running)
+    return True
 
 
 def _temp_path(folder: str, paths: list[str]) -> str:
-    handle, path = tempfile.mkstemp(prefix="mnemex-graph-", suffix=".usearch", dir=folder)
+    handle, path = tempfile.mkstemp(prefix="graph-", suffix=".usearch", dir=folder)
     os.close(handle)
     paths.append(path)
     return path

@@ -80,12 +80,12 @@ def test_a_vector_replaced_in_a_helper_gives_the_same_hits(helpers: GraphHelpers
 
 
 def test_an_idle_helper_takes_the_next_job_then_exits_on_its_own() -> None:
-    helpers = GraphHelpers(idle=60.0, idle_exit=1.0)
+    helpers = GraphHelpers(idle=60.0, idle_exit=3.0)
     try:
         grown = grown_index(helpers)
         assert helpers.jobs == 2 and len(helpers._idle) == 1  # the second job went to the same helper
         process = helpers._idle[0].process
-        process.wait(timeout=30)  # no job for a second: it exits by itself
+        process.wait(timeout=30)  # no job for a few seconds: it exits by itself
         assert process.returncode == 0
         index = VectorIndex(DIM, hnsw_threshold=100, auto_build=False, builder=helpers)
         index.add_many(np.arange(500), unit_vectors(500, seed=2))
@@ -124,15 +124,12 @@ def test_a_helper_that_dies_mid_build_leaves_the_graph_to_the_thread(
 
 def test_a_helper_answering_an_error_leaves_the_graph_to_the_thread(
         helpers: GraphHelpers, caplog: pytest.LogCaptureFixture) -> None:
-    class Damaged:
-        """A base graph whose saved file is no graph at all."""
-
-        def save(self, path: str) -> None:
-            Path(path).write_bytes(b"no graph here")
+    def damaged(path: str) -> None:
+        Path(path).write_bytes(b"no graph here")  # a live graph whose file is no graph at all
 
     vectors = unit_vectors(100)
     with caplog.at_level(logging.WARNING, logger="mnemex.models"):
-        made = helpers.build(VectorIndex(DIM)._params, 100, [(np.arange(100), vectors)], base=Damaged(),
+        made = helpers.build(VectorIndex(DIM)._params, 100, [(np.arange(100), vectors)], base=damaged,
                              started=lambda stop: None)
     assert made is None and helpers.failures == 1
     assert "a graph helper failed" in caplog.text and not helpers._idle  # it exited after its answer
@@ -140,13 +137,32 @@ def test_a_helper_answering_an_error_leaves_the_graph_to_the_thread(
                          started=lambda stop: None) is not None
 
 
-def test_where_no_helper_can_start_graphs_are_built_in_threads(caplog: pytest.LogCaptureFixture) -> None:
-    helpers = GraphHelpers(python="/nonexistent/python3")
+@pytest.mark.parametrize("python", ["/nonexistent/python3", "/bin/false"])
+def test_where_no_helper_can_start_or_serve_graphs_are_built_in_threads(
+        caplog: pytest.LogCaptureFixture, python: str) -> None:
+    helpers = GraphHelpers(python=python)
     with caplog.at_level(logging.WARNING, logger="mnemex.models"):
         index = grown_index(helpers)
-    assert helpers.unavailable is not None and "/nonexistent/python3" in helpers.unavailable
-    assert caplog.text.count("no graph helper could start") == 1  # said once, not at every build
-    assert searches(index) == searches(grown_index(None))
+        again = grown_index(helpers)
+    # two failures before any answer, then no helper is tried (nor a word said) for a while
+    assert helpers.unavailable is not None and helpers.failures == 2
+    assert len(caplog.records) == 2 and "graphs are built in threads for 300 s" in caplog.records[1].message
+    assert searches(index) == searches(again) == searches(grown_index(None))
+    helpers.close()
+
+
+def test_helpers_are_tried_again_once_a_while_has_passed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import mnemex.models.graph_helpers as module
+
+    helpers = GraphHelpers(python="/bin/false")
+    grown_index(helpers)
+    assert helpers.unavailable is not None
+    monkeypatch.setattr(module, "RETRY", 0.0)  # the while has passed...
+    helpers._retry_at = 0.0
+    helpers.python = module.sys.executable  # ...and the helpers' Python is mended
+    grown_index(helpers)
+    assert helpers.unavailable is None and helpers.failures == 2 and helpers.jobs == 4
+    helpers.close()
 
 
 def test_a_stopped_build_ends_at_once_with_no_graph(helpers: GraphHelpers,
@@ -229,3 +245,124 @@ def test_a_catch_up_of_a_graph_past_the_builders_limit_stays_in_the_thread(
     index = grown_index(helpers, replace=False)
     assert (helpers.jobs, helpers.failures) == (1, 0)  # the fresh build only
     assert bytes(index._graph.save()) == bytes(grown_index(None, replace=False)._graph.save())
+
+
+def test_a_stop_once_the_job_is_over_leaves_the_helper_to_its_next_job(helpers: GraphHelpers) -> None:
+    stops: list[Any] = []
+    vectors = unit_vectors(300)
+    made = helpers.build(VectorIndex(DIM)._params, 300, [(np.arange(300), vectors)], base=None,
+                         started=stops.append)
+    assert made is not None and stops[-1] is None
+    stops[0]()  # a stop that comes late (it read the build's stop function before the end)
+    waiting = helpers._idle[0].process
+    assert waiting.poll() is None
+    assert helpers.build(VectorIndex(DIM)._params, 300, [(np.arange(300), vectors)], base=None,
+                         started=stops.append) is not None
+    assert helpers.failures == 0 and helpers._idle[0].process is waiting
+
+
+def test_a_superseded_catch_up_is_stopped_and_the_newer_one_adopted(
+        helpers: GraphHelpers, caplog: pytest.LogCaptureFixture) -> None:
+    vectors = unit_vectors(3000)
+    index = VectorIndex(DIM, hnsw_threshold=100, auto_build=False, defer_inserts=True, builder=helpers)
+    index.add_many(np.arange(1000), vectors[:1000])
+    assert index.adopt(index.plan_graph().run())
+    index.add_many(np.arange(1000, 3000), vectors[1000:])
+    stale, newer = index.plan_graph(), index.plan_graph()
+    with caplog.at_level(logging.WARNING, logger="mnemex.models"):
+        assert stale.run().graph is None  # stopped at its first block: not built for nothing
+    assert index.adopt(newer.run()) and "failed" not in caplog.text
+    assert {doc for doc, _ in index.search(vectors[2500], 1)} == {2500}
+
+
+def test_no_more_helpers_run_at_once_than_allowed() -> None:
+    helpers = GraphHelpers(most=1)
+    sending = helpers._send
+    now, most = [0], [0]
+    lock = threading.Lock()
+
+    def counted(*args: Any, **kwargs: Any) -> None:
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        try:
+            sending(*args, **kwargs)
+        finally:
+            with lock:
+                now[0] -= 1
+
+    helpers._send = counted  # type: ignore[method-assign]
+    built: list[VectorIndex] = []
+    threads = [threading.Thread(target=lambda: built.append(grown_index(helpers, replace=False)))
+               for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    helpers.close()
+    assert len(built) == 3 and helpers.jobs == 6 and helpers.failures == 0
+    assert most[0] == 1
+
+
+def test_the_graph_files_of_a_process_killed_mid_build_are_swept(
+        helpers: GraphHelpers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import sys
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    left = tmp_path / f"mnemex-graphs-{gone.stdout.strip()}-abc"  # a folder of a process no longer running
+    left.mkdir()
+    (left / "graph-1.usearch").write_bytes(b"x" * 1000)
+    alive = tmp_path / f"mnemex-graphs-{os.getppid()}-abc"  # one of a process still running
+    alive.mkdir()
+    grown_index(helpers, replace=False)
+    assert not left.exists() and alive.exists()
+    ours = list(tmp_path.glob(f"mnemex-graphs-{os.getpid()}-*"))
+    assert len(ours) == 1 and list(ours[0].iterdir()) == []  # each job's files removed
+    helpers.close()
+    assert not ours[0].exists()
+
+
+SIGPIPE_CHILD = """
+import signal, threading
+import numpy as np
+from mnemex.index import BUILD_BLOCK, VectorIndex
+from mnemex.models.graph_helpers import GraphHelpers
+
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # as a CLI that wants `| head` to work sets it
+helpers = GraphHelpers()
+vectors = np.random.default_rng(3).standard_normal((40_000, 64)).astype(np.float32)
+first = threading.Event()
+
+def blocks():
+    for at in range(0, len(vectors), BUILD_BLOCK):
+        yield np.arange(at, min(at + BUILD_BLOCK, len(vectors))), vectors[at : at + BUILD_BLOCK]
+        if at == 0:
+            first.set()
+            threading.Event().wait(0.5)  # the stop lands while blocks are still to be written
+
+stops, made = [], []
+runner = threading.Thread(target=lambda: made.append(helpers.build(
+    VectorIndex(64)._params, len(vectors), blocks(), base=None, started=stops.append)))
+runner.start()
+first.wait(60)
+stops[0]()
+runner.join(60)
+print("alive", made == [None], flush=True)
+helpers.close()
+"""
+
+
+def test_a_host_with_sigpipe_at_its_default_survives_a_stopped_build() -> None:
+    import subprocess
+    import sys
+
+    from checkout import python_env
+
+    done = subprocess.run([sys.executable, "-c", SIGPIPE_CHILD], capture_output=True, text=True, timeout=120,
+                          env=python_env(), check=False)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.split() == ["alive", "True"]
