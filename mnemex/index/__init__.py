@@ -15,6 +15,7 @@ top_k.
 """
 
 from mnemex.index._graph import BUILD_BLOCK as BUILD_BLOCK
+from mnemex.index._graph import BuiltGraph as BuiltGraph
 from mnemex.index._graph import GraphBuilder as GraphBuilder
 from mnemex.index._graph import GraphParams as GraphParams
 from mnemex.index._graph import graph_calls_path as graph_calls_path
@@ -43,6 +44,7 @@ __all__ = [
     "ENGLISH_STOP_WORDS",
     "Allowed",
     "BM25Index",
+    "BuiltGraph",
     "EntityIndex",
     "ExactScores",
     "GraphBuild",

@@ -40,12 +40,26 @@ class GraphParams:
     quantization: Quantization
 
 
+class BuiltGraph(Protocol):
+    """A graph a :class:`GraphBuilder` made, kept outside this process's memory (a file)
+    until it is loaded: its owner lets the graph it replaces go first, so that the
+    two are never in memory at once."""
+
+    def load(self) -> Any:
+        """The graph (once: what kept it is let go)."""
+        ...
+
+    def discard(self) -> None:
+        """Let it go unloaded (a build not adopted)."""
+        ...
+
+
 class GraphBuilder(Protocol):
     """Builds graphs away from the calling thread (see the module docstring)."""
 
     def build(self, params: GraphParams, count: int, blocks: Iterable[tuple[I64, F32]], *,
               base: Callable[[str], None] | None,
-              started: Callable[[Callable[[], None] | None], None]) -> Any:
+              started: Callable[[Callable[[], None] | None], None]) -> BuiltGraph | None:
         """A graph of ``params`` holding the elements of the live graph ``base`` writes
         (usearch's file, at the path it is given; None: a fresh graph) and the ``count``
         vectors ``blocks`` give (``BUILD_BLOCK`` rows each, the last one fewer), added as

@@ -111,6 +111,7 @@ from mnemex.errors import InvalidInput
 from mnemex.index import _coarse
 from mnemex.index._graph import (
     BUILD_BLOCK,
+    BuiltGraph,
     GraphBuilder,
     GraphParams,
     Quantization,
@@ -198,6 +199,8 @@ class GraphBuild:
     blocks): ``run`` ends at its next block, with no graph."""
     builder: GraphBuilder | None = field(default=None, repr=False)
     """Where the graph is built, when not in ``run``'s own thread."""
+    built: BuiltGraph | None = field(default=None, repr=False)
+    """What ``builder`` made, loaded by :meth:`VectorIndex.adopt` (instead of ``graph``)."""
     _stop_builder: Callable[[], None] | None = field(default=None, init=False, repr=False)
 
     def stop(self) -> None:
@@ -223,8 +226,8 @@ class GraphBuild:
         try:
             if self.graph is None and self.builder is not None and not self.stopping and (
                     self.base is None or len(self.base) <= _BUILDER_BASE_MAX):
-                self.graph = self._run_in_builder()
-                if self.graph is not None or self.stopping:
+                self.built = self._run_in_builder()
+                if self.built is not None or self.stopping:
                     self.base = None
                     return self
             if self.graph is None and not self.stopping:
@@ -245,7 +248,7 @@ class GraphBuild:
                 self.view = None
         return self
 
-    def _run_in_builder(self) -> Any:
+    def _run_in_builder(self) -> BuiltGraph | None:
         """The graph, made by ``builder``; None when stopped, or when the builder could
         not (``run`` then builds it in this thread: the same graph)."""
         assert self.builder is not None
@@ -764,9 +767,17 @@ class VectorIndex:
     def adopt(self, build: GraphBuild) -> bool:
         """Attach a finished build, replaying the changes made since its plan.
         False (and nothing changes) when a newer plan exists or it did not run."""
-        if build.token != self._plan_token or build.graph is None or self._touched is None:
+        if build.token != self._plan_token or (build.graph is None and build.built is None) or \
+                self._touched is None:
+            if build.built is not None:
+                build.built.discard()
+                build.built = None
             return False
-        graph = build.graph
+        graph, first = build.graph, self._graph is None
+        if graph is None:
+            graph = self._load_built(build)
+            if graph is None:
+                return False
         planned = set(build.ids.tolist())
         labels = planned | build.base_labels
         tombstones = set(build.base_tombstones - planned)
@@ -796,7 +807,7 @@ class VectorIndex:
                     graph.remove(np.array(marks, dtype=np.uint64))
         # a removed key keeps its node in the graph until a rebuild: counted as a tombstone
         size = len(graph) + len(tombstones) - (len(set(marks)) if later else 0)
-        if self._graph is None:  # searched through the graph from now on: the int8 copy goes
+        if first:  # searched through the graph from now on: the int8 copy goes
             self._coarse = None  # (in HNSW mode only a ranking's coarse need makes it again)
         self._graph, self._graph_size, self._tombstones = graph, size, tombstones
         self._touched = None
@@ -814,6 +825,20 @@ class VectorIndex:
                 new = sum(1 for d in readd if d not in labels)
                 self._graph_insert(ids, self._rows[self._row_of[ids]], new)
         return True
+
+    def _load_built(self, build: GraphBuild) -> Any:
+        """The graph ``build``'s builder left outside memory, loaded once the graph it
+        replaces is let go (searches begun before keep theirs). None when it could not
+        be loaded: the index is then exact, and wants a graph again."""
+        built = build.built
+        assert built is not None
+        build.built = None
+        self._graph = None  # (the two graphs never in memory at once; no read runs meanwhile)
+        try:
+            return built.load()
+        except (OSError, RuntimeError, ValueError):
+            self.drop_graph()
+            return None
 
     def build_graph(self) -> None:
         """Build (or rebuild) the graph now, in this thread."""

@@ -15,8 +15,9 @@ one; an idle helper exits on its own after ``idle_exit`` seconds, and gets no jo
 once idle for ``idle`` (well before). The vectors go through the helper's stdin, the
 graphs through files in a folder of this process's own in the system's temporary
 folder (usearch's format: a catch-up's live graph saved there for the helper, the
-graph built saved there by the helper and loaded here). During a catch-up the
-process holds the live graph and, once loaded, the new one; the helper its own copy.
+graph built saved there by the helper). The index loads the graph built when it
+adopts it, once it has let go of the graph it replaces: the two are not in memory
+at once in this process; the helper holds its own copy while it builds.
 
 Whatever goes wrong with a helper (it does not start, dies, answers an error) makes
 ``build`` answer None: the scope builds that graph in a thread, the same graph. Two
@@ -46,7 +47,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from mnemex.index import BUILD_BLOCK, GraphParams, graph_calls_path, load_graph
+from mnemex.index import BUILD_BLOCK, BuiltGraph, GraphParams, graph_calls_path, load_graph
 
 log = logging.getLogger("mnemex.models")
 
@@ -149,6 +150,31 @@ class _Job:
             return self.stopped
 
 
+class _GraphFile:
+    """A graph a helper saved (a :class:`mnemex.index.BuiltGraph`): its file is removed
+    once it is loaded or discarded, or when this is garbage (a build never adopted)."""
+
+    __slots__ = ("__weakref__", "_remove", "params", "path")
+
+    def __init__(self, params: GraphParams, path: str) -> None:
+        self.params, self.path = params, path
+        self._remove = weakref.finalize(self, _unlink, path)
+
+    def load(self) -> Any:
+        try:
+            return load_graph(self.params, self.path)
+        finally:
+            self._remove()
+
+    def discard(self) -> None:
+        self._remove()
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
 class GraphHelpers:
     """A runtime's graph helper processes (see the module docstring); ``build`` may be
     called from several threads at once, and runs at most ``most`` helpers at once
@@ -178,7 +204,7 @@ class GraphHelpers:
 
     def build(self, params: GraphParams, count: int, blocks: Iterable[tuple[I64, F32]], *,
               base: Callable[[str], None] | None,
-              started: Callable[[Callable[[], None] | None], None]) -> Any:
+              started: Callable[[Callable[[], None] | None], None]) -> BuiltGraph | None:
         """See :class:`mnemex.index.GraphBuilder`."""
         job = _Job()
         started(job.stop)
@@ -195,7 +221,7 @@ class GraphHelpers:
             started(None)
 
     def _build(self, job: _Job, params: GraphParams, count: int, blocks: Iterable[tuple[I64, F32]],
-               base: Callable[[str], None] | None) -> Any:
+               base: Callable[[str], None] | None) -> BuiltGraph | None:
         paths: list[str] = []
         helper = None
         try:
@@ -210,7 +236,8 @@ class GraphHelpers:
                 self._give_back(helper)
                 return None
             self._send(helper, params, count, blocks, base_path=base_path, out=out)
-            graph = load_graph(params, out)
+            paths.remove(out)
+            built = _GraphFile(params, out)
         except _Unused:
             return None
         except BaseException as error:
@@ -228,11 +255,12 @@ class GraphHelpers:
                     os.unlink(path)
         if job.finish():  # stopped as it finished: the helper may be killed already
             self._let_go(helper)
+            built.discard()
             return None
         with self._lock:
             self._early_failures = 0
         self._give_back(helper)  # (after ``finish``: a late stop cannot kill it while it waits idle)
-        return graph
+        return built
 
     def _failed(self, helper: _Helper | None, error: BaseException, count: int) -> None:
         early = helper is None or not helper.served

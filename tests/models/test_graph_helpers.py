@@ -366,3 +366,42 @@ def test_a_host_with_sigpipe_at_its_default_survives_a_stopped_build() -> None:
                           env=python_env(), check=False)
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     assert done.stdout.split() == ["alive", "True"]
+
+
+def test_a_built_graph_waits_in_its_file_until_adopted_and_no_file_outlives_its_build(
+        helpers: GraphHelpers) -> None:
+    import gc
+
+    vectors = unit_vectors(3000)
+    index = VectorIndex(DIM, hnsw_threshold=100, auto_build=False, defer_inserts=True, builder=helpers)
+    index.add_many(np.arange(2000), vectors[:2000])
+    first = index.plan_graph().run()
+    assert first.graph is None and first.built is not None  # not in memory yet: in its file
+    path = Path(first.built.path)  # type: ignore[attr-defined]
+    assert path.exists() and index.adopt(first) and not path.exists()
+    index.add_many(np.arange(2000, 3000), vectors[2000:])
+    stale = index.plan_graph().run()
+    stale_path = Path(stale.built.path)  # type: ignore[attr-defined]
+    newer = index.plan_graph().run()
+    assert not index.adopt(stale) and not stale_path.exists()  # superseded: its file goes at once
+    never = Path(newer.built.path)  # type: ignore[attr-defined]
+    del newer
+    gc.collect()
+    assert not never.exists()  # a build let go unadopted takes its file with it
+    assert index.mode == "hnsw" and {d for d, _ in index.search(vectors[2500], 1)} == {2500}  # exact: pending
+
+
+def test_a_built_graph_that_cannot_be_loaded_leaves_the_index_exact_and_wanting_a_graph(
+        helpers: GraphHelpers) -> None:
+    vectors = unit_vectors(3000)
+    index = VectorIndex(DIM, hnsw_threshold=100, auto_build=False, defer_inserts=True, builder=helpers)
+    index.add_many(np.arange(2000), vectors[:2000])
+    assert index.adopt(index.plan_graph().run())
+    index.add_many(np.arange(2000, 3000), vectors[2000:])
+    build = index.plan_graph().run()
+    Path(build.built.path).write_bytes(b"damaged")  # type: ignore[attr-defined]
+    assert not index.adopt(build)
+    assert index.mode == "exact" and index.wants_graph
+    assert {d for d, _ in index.search(vectors[2500], 1)} == {2500}
+    assert index.adopt(index.plan_graph().run()) and index.mode == "hnsw"
+    assert {d for d, _ in index.search(vectors[2500], 1)} == {2500}
