@@ -405,7 +405,7 @@ class MemoriesConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=
     timing (search stays approximate either way; the graph is saved with snapshots)."""
     hnsw_helper: bool = True
     """Build HNSW graphs in a helper process (started on demand, ~40 MB besides the
-    graph it builds, gone after 10 s idle) rather than in a thread of this one:
+    graph it builds, gone after 4 s idle) rather than in a thread of this one:
     usearch takes the GIL back after every vector it adds, so beside actors taking
     writes a graph built in a thread hardly moves (bench/README.md). A helper builds
     the graph a thread would (up to where a replaced vector's node is kept); where no

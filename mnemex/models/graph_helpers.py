@@ -54,11 +54,12 @@ log = logging.getLogger("mnemex.models")
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
 
-IDLE: Final = 5.0
-"""Seconds an idle helper is kept for the next job."""
-IDLE_EXIT: Final = 10.0
-"""Seconds without a job after which a helper exits on its own (its memory goes with
-it, with no timer here; a job for a helper that just died goes to a thread)."""
+IDLE: Final = 2.0
+"""Seconds an idle helper is kept for the next job (a scope's catch-ups follow each
+other within a fraction of a second while it takes writes)."""
+IDLE_EXIT: Final = 4.0
+"""Seconds without a job after which a helper exits on its own (its memory, ~40 MB,
+goes with it, with no timer here; a job for a helper that just died goes to a thread)."""
 KEPT: Final = 2
 """Idle helpers kept at most."""
 RETRY: Final = 300.0
