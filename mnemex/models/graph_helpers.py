@@ -195,6 +195,7 @@ class GraphHelpers:
         self._all: set[_Helper] = set()
         self._closed = False
         self._folder: str | None = None
+        self._folder_lock: int | None = None
         self._early_failures = 0
         self._retry_at = 0.0
         self.unavailable: str | None = None
@@ -365,23 +366,31 @@ class GraphHelpers:
             self._all.discard(helper)
 
     def _temp_folder(self) -> str:
-        """This process's folder for graph files, made on first use; the folders of
-        processes no longer running (killed mid-build) are removed then."""
+        """This instance's folder for graph files, made on first use and locked (an
+        flock on its ``lock`` file, held until ``close`` or the process's end); the
+        folders whose lock anyone can take are left over from a process killed
+        mid-build, and are removed then (a lock, unlike a pid, tells a live process
+        of another pid namespace sharing the folder from a dead one)."""
         with self._lock:
             if self._folder is not None:
                 return self._folder
         root = tempfile.gettempdir()
         for stale in Path(root).glob(f"{_FOLDER_PREFIX}*"):
-            pid = stale.name[len(_FOLDER_PREFIX):].split("-")[0]
-            if pid.isdigit() and pid != str(os.getpid()) and not _running(int(pid)):
+            if _abandoned(stale):
                 shutil.rmtree(stale, ignore_errors=True)
-        folder = tempfile.mkdtemp(prefix=f"{_FOLDER_PREFIX}{os.getpid()}-", dir=root)
+        # made under a name no sweep looks at, locked, then given its name: never seen unlocked
+        making = tempfile.mkdtemp(prefix=f".{_FOLDER_PREFIX}", dir=root)
+        held = _lock_folder(making)
+        folder = os.path.join(root, os.path.basename(making)[1:])
+        os.rename(making, folder)
         with self._lock:
             if self._folder is None:
-                self._folder = folder
+                self._folder, self._folder_lock = folder, held
                 return folder
             made = self._folder
-        os.rmdir(folder)
+        if held is not None:
+            os.close(held)
+        shutil.rmtree(folder, ignore_errors=True)
         return made
 
     def close(self) -> None:
@@ -392,16 +401,23 @@ class GraphHelpers:
             self._closed = True
             idle, self._idle = self._idle, []
             folder, self._folder = self._folder, None
+            held, self._folder_lock = self._folder_lock, None
         for helper in idle:
             self._let_go(helper)
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
+        if held is not None:
+            os.close(held)
 
     def _forked(self) -> None:
         """In a child forked from this process: the parent's helpers are not the
         child's (their pipes would be shared), so it forgets them and starts afresh."""
         for helper in self._all:
             helper.drop_pipes()
+        if self._folder_lock is not None:  # (the parent's descriptor keeps the folder locked)
+            with contextlib.suppress(OSError):
+                os.close(self._folder_lock)
+        self._folder_lock = None
         self._lock = threading.Lock()
         self._slots = threading.Semaphore(self.most)
         self._idle, self._all, self._folder = [], set(), None
@@ -435,13 +451,35 @@ def _pipe_errors_as_exceptions() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
-def _running(pid: int) -> bool:
+def _lock_folder(folder: str) -> int | None:
+    """An open descriptor holding ``folder``'s lock (None where there are no flocks:
+    such folders are never taken for abandoned)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        import fcntl
+    except ImportError:
+        return None
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+    handle = os.open(os.path.join(folder, "lock"), flags, 0o600)
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    return handle
+
+
+def _abandoned(folder: Path) -> bool:
+    """Whether ``folder`` is a graph folder no live process holds."""
+    try:
+        import fcntl
+    except ImportError:
         return False
+    try:
+        handle = os.open(folder / "lock", os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
     except OSError:
-        return True  # (someone else's: running)
+        return False  # (not made yet, or not ours to judge)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False  # held: its process lives
+    finally:
+        os.close(handle)  # (closing lets the lock go again)
     return True
 
 

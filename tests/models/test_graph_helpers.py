@@ -306,24 +306,35 @@ def test_no_more_helpers_run_at_once_than_allowed() -> None:
 
 def test_the_graph_files_of_a_process_killed_mid_build_are_swept(
         helpers: GraphHelpers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import subprocess
-    import sys
+    import fcntl
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True, check=True)
-    left = tmp_path / f"mnemex-graphs-{gone.stdout.strip()}-abc"  # a folder of a process no longer running
+    left = tmp_path / "mnemex-graphs-abc"  # a folder whose process is gone: its lock free
     left.mkdir()
+    (left / "lock").write_bytes(b"")
     (left / "graph-1.usearch").write_bytes(b"x" * 1000)
-    alive = tmp_path / f"mnemex-graphs-{os.getppid()}-abc"  # one of a process still running
+    alive = tmp_path / "mnemex-graphs-def"  # one a live process holds (of any pid namespace)
     alive.mkdir()
-    grown_index(helpers, replace=False)
-    assert not left.exists() and alive.exists()
-    ours = list(tmp_path.glob(f"mnemex-graphs-{os.getpid()}-*"))
-    assert len(ours) == 1 and list(ours[0].iterdir()) == []  # each job's files removed
-    helpers.close()
-    assert not ours[0].exists()
+    holder = os.open(alive / "lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    making = tmp_path / "mnemex-graphs-ghi"  # one still being made: no lock yet
+    making.mkdir()
+    try:
+        grown_index(helpers, replace=False)
+        assert not left.exists() and alive.exists() and making.exists()
+        ours = [folder for folder in tmp_path.glob("mnemex-graphs-*") if folder not in (alive, making)]
+        assert len(ours) == 1 and [p.name for p in ours[0].iterdir()] == ["lock"]  # each job's files gone
+        other = GraphHelpers()  # another runtime of this process: ours is held, not swept
+        try:
+            grown_index(other, replace=False)
+            assert ours[0].exists()
+        finally:
+            other.close()
+        helpers.close()
+        assert not ours[0].exists()
+    finally:
+        os.close(holder)
 
 
 SIGPIPE_CHILD = """
