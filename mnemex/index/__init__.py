@@ -19,6 +19,7 @@ from mnemex.index._graph import BuiltGraph as BuiltGraph
 from mnemex.index._graph import GraphBuilder as GraphBuilder
 from mnemex.index._graph import GraphParams as GraphParams
 from mnemex.index._graph import graph_calls_path as graph_calls_path
+from mnemex.index._graph import graph_file_header as graph_file_header
 from mnemex.index._graph import load_graph as load_graph
 from mnemex.index._select import Allowed as Allowed
 from mnemex.index.bm25 import BM25Index as BM25Index
@@ -58,6 +59,7 @@ __all__ = [
     "Tokenizer",
     "VectorIndex",
     "graph_calls_path",
+    "graph_file_header",
     "load_graph",
     "normalize_phrase",
     "normalize_scores",

@@ -45,6 +45,11 @@ class BuiltGraph(Protocol):
     until it is loaded: its owner lets the graph it replaces go first, so that the
     two are never in memory at once."""
 
+    def loadable(self) -> bool:
+        """Whether it can be expected to load (usearch's header reads): asked before
+        the graph it replaces is let go (False: it is discarded)."""
+        ...
+
     def load(self) -> Any:
         """The graph (once: what kept it is let go)."""
         ...
@@ -82,6 +87,13 @@ def load_graph(params: GraphParams, path: str) -> Any:
     graph = new_graph(params)
     graph.load(path)
     return graph
+
+
+def graph_file_header(path: str) -> dict[str, Any] | None:
+    """What usearch's header of the graph file at ``path`` says; ValueError (or
+    OSError) when it is no such file."""
+    header: dict[str, Any] | None = _Graph.metadata(path)
+    return header
 
 
 def add_block(graph: Any, ids: I64, vectors: F32, params: GraphParams) -> None:

@@ -775,7 +775,7 @@ class VectorIndex:
             return False
         graph, first = build.graph, self._graph is None
         if graph is None:
-            graph = self._load_built(build)
+            graph = self._load_built(build, first)
             if graph is None:
                 return False
         planned = set(build.ids.tolist())
@@ -826,19 +826,27 @@ class VectorIndex:
                 self._graph_insert(ids, self._rows[self._row_of[ids]], new)
         return True
 
-    def _load_built(self, build: GraphBuild) -> Any:
+    def _load_built(self, build: GraphBuild, first: bool) -> Any:
         """The graph ``build``'s builder left outside memory, loaded once the graph it
-        replaces is let go (searches begun before keep theirs). None when it could not
-        be loaded: the index is then exact, and wants a graph again."""
+        replaces is let go (reads begun before keep theirs; none runs meanwhile). None
+        when it cannot be: unchanged when its file is seen to be unreadable before
+        anything is let go; exact otherwise (rarely: the file read but did not load),
+        wanting a graph again either way."""
         built = build.built
         assert built is not None
         build.built = None
-        self._graph = None  # (the two graphs never in memory at once; no read runs meanwhile)
+        if not built.loadable():
+            return None
+        self._graph = None  # (the two graphs never in memory at once)
+        if first:
+            self._coarse = None  # (it goes at the first graph anyway: before, not beside it)
         try:
             return built.load()
-        except (OSError, RuntimeError, ValueError):
+        except BaseException as error:
             self.drop_graph()
-            return None
+            if isinstance(error, OSError | RuntimeError | ValueError):
+                return None
+            raise
 
     def build_graph(self) -> None:
         """Build (or rebuild) the graph now, in this thread."""

@@ -1403,6 +1403,8 @@ class ScopeMemory:
     def _graph_ready(self, ready: GraphReady) -> Any:
         index = self.vectors
         if index is not None and ready.token and index.superseded(ready.token):
+            if ready.build is not None and ready.build.built is not None:
+                ready.build.built.discard()  # (its graph's file goes now, not when collected)
             # planned again since (its plan was taken for lost): that build is still to come,
             # and planning yet another here would make it stale in turn, on and on (a failure
             # of such a build says nothing of the newer one's); or planned by another

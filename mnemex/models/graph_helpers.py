@@ -29,6 +29,7 @@ said once in the log.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -42,12 +43,12 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import IO, Any, Final
 
 import numpy as np
 import numpy.typing as npt
 
-from mnemex.index import BUILD_BLOCK, BuiltGraph, GraphParams, graph_calls_path, load_graph
+from mnemex.index import BUILD_BLOCK, BuiltGraph, GraphParams, graph_calls_path, graph_file_header, load_graph
 
 log = logging.getLogger("mnemex.models")
 
@@ -140,8 +141,10 @@ class _Job:
     def attach(self, helper: _Helper) -> bool:
         """``helper`` takes the job; False when it was stopped already."""
         with self._lock:
+            if self.stopped:
+                return False
             self.helper = helper
-            return not self.stopped
+            return True
 
     def finish(self) -> bool:
         """The job is over; whether it was stopped (its helper killed)."""
@@ -153,17 +156,30 @@ class _Job:
 
 class _GraphFile:
     """A graph a helper saved (a :class:`mnemex.index.BuiltGraph`): its file is removed
-    once it is loaded or discarded, or when this is garbage (a build never adopted)."""
+    once it is loaded or discarded, or when this is garbage (a build never adopted),
+    by the process that made it only (a forked child's exit leaves it be). A file
+    that does not load counts as a failed helper job (``failed``)."""
 
-    __slots__ = ("__weakref__", "_remove", "params", "path")
+    __slots__ = ("__weakref__", "_remove", "failed", "params", "path")
 
-    def __init__(self, params: GraphParams, path: str) -> None:
-        self.params, self.path = params, path
-        self._remove = weakref.finalize(self, _unlink, path)
+    def __init__(self, params: GraphParams, path: str, failed: Callable[[BaseException], None]) -> None:
+        self.params, self.path, self.failed = params, path, failed
+        self._remove = weakref.finalize(self, _unlink, path, os.getpid())
+
+    def loadable(self) -> bool:
+        try:
+            return graph_file_header(self.path) is not None
+        except (OSError, RuntimeError, ValueError) as error:
+            self.failed(error)
+            self._remove()
+            return False
 
     def load(self) -> Any:
         try:
             return load_graph(self.params, self.path)
+        except (OSError, RuntimeError, ValueError) as error:
+            self.failed(error)
+            raise
         finally:
             self._remove()
 
@@ -171,9 +187,10 @@ class _GraphFile:
         self._remove()
 
 
-def _unlink(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
+def _unlink(path: str, owner: int) -> None:
+    if os.getpid() == owner:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 class GraphHelpers:
@@ -188,7 +205,7 @@ class GraphHelpers:
                  most: int | None = None) -> None:
         self.idle, self.idle_exit = idle, idle_exit
         self.python = python if python is not None else sys.executable
-        self.most = most if most is not None else max(1, os.cpu_count() or 1)
+        self.most = most if most is not None else max(1, _cores())
         self._lock = threading.Lock()
         self._slots = threading.Semaphore(self.most)
         self._idle: list[_Helper] = []
@@ -226,6 +243,8 @@ class GraphHelpers:
                base: Callable[[str], None] | None) -> BuiltGraph | None:
         paths: list[str] = []
         helper = None
+        if job.stopped or not self._usable():
+            return None
         try:
             folder = self._temp_folder()
             out = _temp_path(folder, paths)
@@ -239,17 +258,24 @@ class GraphHelpers:
                 return None
             self._send(helper, params, count, blocks, base_path=base_path, out=out)
             paths.remove(out)
-            built = _GraphFile(params, out)
+            built = _GraphFile(params, out, functools.partial(self._unloadable, count))
         except _Unused:
             return None
         except BaseException as error:
+            if helper is None and not isinstance(error, _Failed | _Unused):
+                # (this process's side: the folder, the live graph's file; no helper's fault)
+                if not isinstance(error, OSError | RuntimeError | ValueError):
+                    raise
+                log.warning("a graph for a helper could not be prepared (%s); the graph of %d vectors is "
+                            "built in a thread", error, count)
+                return None
             if helper is not None:
                 helper.kill()
                 self._let_go(helper)
             if not isinstance(error, _Failed | OSError | RuntimeError | ValueError):
                 raise
             if not job.stopped:
-                self._failed(helper, error, count)
+                self._failed(error, count, early=helper is None or not helper.served)
             return None
         finally:
             for path in paths:
@@ -264,8 +290,16 @@ class GraphHelpers:
         self._give_back(helper)  # (after ``finish``: a late stop cannot kill it while it waits idle)
         return built
 
-    def _failed(self, helper: _Helper | None, error: BaseException, count: int) -> None:
-        early = helper is None or not helper.served
+    def _unloadable(self, count: int, error: BaseException) -> None:
+        """A graph a helper built did not load (its file gone or damaged): as a helper
+        failing before its first answer, two in a row stop helpers for a while."""
+        self._failed(error, count, early=True)
+
+    def _usable(self) -> bool:
+        with self._lock:
+            return not self._closed and (self.unavailable is None or time.monotonic() >= self._retry_at)
+
+    def _failed(self, error: BaseException, count: int, *, early: bool) -> None:
         with self._lock:
             self.failures += 1
             self._early_failures = self._early_failures + 1 if early else 0
@@ -290,18 +324,17 @@ class GraphHelpers:
             self.jobs += 1
         try:
             with _pipe_errors_as_exceptions():
-                stdin.write(json.dumps(job).encode() + b"\n")
+                _write_all(stdin, json.dumps(job).encode() + b"\n")
                 sent = 0
                 for ids, rows in blocks:
                     if len(ids) != min(BUILD_BLOCK, count - sent) or rows.shape != (len(ids), params.dim):
                         raise _Failed(f"a block of {len(ids)} rows after {sent} of {count}")
-                    stdin.write(np.ascontiguousarray(ids, dtype="<i8").data)
-                    stdin.write(np.ascontiguousarray(rows, dtype="<f4").data)
+                    _write_all(stdin, np.ascontiguousarray(ids, dtype="<i8").data)
+                    _write_all(stdin, np.ascontiguousarray(rows, dtype="<f4").data)
                     sent += len(ids)
                 if sent != count:
                     raise _Failed(f"{sent} vectors given of {count}")
-                stdin.flush()
-            line = stdout.readline()
+            line = stdout.readline()  # (unbuffered: a byte at a time, a short line)
         except (OSError, ValueError) as error:  # (a broken pipe: the helper died)
             raise _Failed(f"the helper stopped: {error!r} (exit {helper.process.poll()})") from error
         try:
@@ -338,8 +371,12 @@ class GraphHelpers:
         if taken is not None:
             return taken
         try:
+            # unbuffered: nothing is left to flush when a dead helper's pipe is closed (which
+            # would raise SIGPIPE outside _pipe_errors_as_exceptions), and no buffer's lock
+            # is held by a build's thread when the process forks
             process = subprocess.Popen([self.python, "-P", PROGRAM, graph_calls_path(), str(self.idle_exit)],
-                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
+                                       bufsize=0)
         except OSError as error:
             raise _Failed(f"no graph helper could start ({self.python}): {error!r}") from error
         helper = _Helper(process)
@@ -366,14 +403,19 @@ class GraphHelpers:
             self._all.discard(helper)
 
     def _temp_folder(self) -> str:
-        """This instance's folder for graph files, made on first use and locked (an
-        flock on its ``lock`` file, held until ``close`` or the process's end); the
+        """This instance's folder for graph files, made on first use (again if a /tmp
+        cleaner removed it) and locked (an flock on the directory, held until ``close``
+        or the process's end); the
         folders whose lock anyone can take are left over from a process killed
         mid-build, and are removed then (a lock, unlike a pid, tells a live process
         of another pid namespace sharing the folder from a dead one)."""
         with self._lock:
-            if self._folder is not None:
+            if self._folder is not None and os.path.isdir(self._folder):
                 return self._folder
+            gone, self._folder = self._folder, None  # (removed by a /tmp cleaner: made again)
+            if gone is not None and self._folder_lock is not None:
+                os.close(self._folder_lock)
+                self._folder_lock = None
         root = tempfile.gettempdir()
         for stale in Path(root).glob(f"{_FOLDER_PREFIX}*"):
             if _abandoned(stale):
@@ -432,14 +474,23 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_child)
 
 
+def _write_all(pipe: IO[bytes], data: bytes | memoryview) -> None:
+    """All of ``data`` written to the unbuffered ``pipe`` (a write may take part of it)."""
+    view = memoryview(data).cast("B")
+    while view:
+        written = pipe.write(view)
+        if written is None:
+            raise BlockingIOError("the helper's pipe is not blocking")
+        view = view[written:]
+
+
 @contextlib.contextmanager
 def _pipe_errors_as_exceptions() -> Iterator[None]:
     """Writes to a helper that died raise BrokenPipeError, even where the host has set
     SIGPIPE back to its default action (which would end the whole process): the signal
     is blocked in this thread meanwhile, and one raised is taken before unblocking."""
     sigpipe = getattr(signal, "SIGPIPE", None)
-    if sigpipe is None or not hasattr(signal, "pthread_sigmask") or \
-            signal.getsignal(sigpipe) == signal.SIG_IGN:
+    if sigpipe is None or not hasattr(signal, "pthread_sigmask"):
         yield
         return
     before = signal.pthread_sigmask(signal.SIG_BLOCK, {sigpipe})
@@ -451,15 +502,21 @@ def _pipe_errors_as_exceptions() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
+def _cores() -> int:
+    """The cores this process may run on (a container's share, where it is set so)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+
+
 def _lock_folder(folder: str) -> int | None:
-    """An open descriptor holding ``folder``'s lock (None where there are no flocks:
-    such folders are never taken for abandoned)."""
+    """An open descriptor of ``folder`` holding its lock (None where there are no
+    flocks: such folders are never taken for abandoned). The directory itself is
+    locked: systemd-tmpfiles leaves a locked directory alone."""
     try:
         import fcntl
     except ImportError:
         return None
-    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
-    handle = os.open(os.path.join(folder, "lock"), flags, 0o600)
+    handle = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
     fcntl.flock(handle, fcntl.LOCK_EX)
     return handle
 
@@ -471,9 +528,9 @@ def _abandoned(folder: Path) -> bool:
     except ImportError:
         return False
     try:
-        handle = os.open(folder / "lock", os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+        handle = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError:
-        return False  # (not made yet, or not ours to judge)
+        return False  # (not ours to judge)
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
