@@ -439,8 +439,12 @@ from mnemex.models.graph_helpers import GraphHelpers
 
 signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 # a helper that dies before its first answer, with the job's first line written: the host lives on
+def late_blocks():
+    time.sleep(0.5)  # (the helper is gone by the first block)
+    yield np.arange(BUILD_BLOCK), np.ones((BUILD_BLOCK, 8), np.float32)
+
 dead = GraphHelpers(python="/bin/true")
-assert dead.build(VectorIndex(8)._params, 10, [(np.arange(10), np.ones((10, 8), np.float32))], base=None,
+assert dead.build(VectorIndex(8)._params, BUILD_BLOCK, late_blocks(), base=None,
                   started=lambda stop: None) is None
 dead.close()
 print("alive", flush=True)
@@ -464,6 +468,7 @@ runner = threading.Thread(target=build.run)
 runner.start()
 while build._stop_builder is None:
     time.sleep(0.01)
+time.sleep(1.0)  # (the vectors sent: its thread waits for the helper's answer)
 child = os.fork()
 if child == 0:
     os._exit(0)
