@@ -10,8 +10,9 @@ usearch: a helper process loads it by its path, without the rest of mnemex.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol
 
@@ -82,10 +83,11 @@ def new_graph(params: GraphParams) -> Any:
                   expansion_add=params.ef_construction, expansion_search=64)
 
 
-def load_graph(params: GraphParams, path: str) -> Any:
-    """The graph usearch saved at ``path``, made with ``params``."""
+def load_graph(params: GraphParams, saved: str | bytes) -> Any:
+    """The graph usearch saved (at the path ``saved``, or as those bytes), made with
+    ``params``; RuntimeError, ValueError or OSError when it is none."""
     graph = new_graph(params)
-    graph.load(path)
+    graph.load(saved)
     return graph
 
 
@@ -94,6 +96,12 @@ def graph_file_header(path: str) -> dict[str, Any] | None:
     OSError) when it is no such file."""
     header: dict[str, Any] | None = _Graph.metadata(path)
     return header
+
+
+def blocks_of(ids: I64, vectors: F32) -> Iterator[tuple[I64, F32]]:
+    """``ids`` and their ``vectors`` a ``BUILD_BLOCK`` at a time, as builds add them."""
+    for start in range(0, len(ids), BUILD_BLOCK):
+        yield ids[start : start + BUILD_BLOCK], vectors[start : start + BUILD_BLOCK]
 
 
 def add_block(graph: Any, ids: I64, vectors: F32, params: GraphParams) -> None:
@@ -119,6 +127,25 @@ def scaled(width: int, size: int, cap: int) -> int:
     if size <= WIDTHS_AT:
         return width
     return max(width, min(cap, math.ceil(width * math.sqrt(size / WIDTHS_AT))))
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def release_freed_memory() -> None:
+    """Hand the heap's free pages back to the system (glibc's ``malloc_trim``; a
+    no-op elsewhere): a graph let go frees thousands of small blocks that would
+    otherwise stay resident."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def graph_calls_path() -> str:

@@ -116,7 +116,10 @@ from mnemex.index._graph import (
     GraphParams,
     Quantization,
     add_block,
+    blocks_of,
+    load_graph,
     new_graph,
+    release_freed_memory,
     scaled,
 )
 from mnemex.index._select import (
@@ -257,10 +260,7 @@ class GraphBuild:
             count, blocks = len(self.view.doc_ids), self.view.blocks()
         else:
             assert self.vectors is not None
-            ids, vectors = self.ids, self.vectors
-            count = len(ids)
-            blocks = ((ids[at : at + BUILD_BLOCK], vectors[at : at + BUILD_BLOCK])
-                      for at in range(0, count, BUILD_BLOCK))
+            count, blocks = len(self.ids), blocks_of(self.ids, self.vectors)
         return self.builder.build(self.params, count, self._unless_stale(blocks),
                                   base=self._save_base if self.base is not None else None,
                                   started=self._started)
@@ -812,7 +812,7 @@ class VectorIndex:
         self._graph, self._graph_size, self._tombstones = graph, size, tombstones
         self._touched = None
         build.graph = None
-        _release_freed_memory()  # the replaced graph's many small blocks
+        release_freed_memory()  # the replaced graph's many small blocks
         self._pending_block = None
         if self.defer_inserts:
             since = set(changed)
@@ -986,9 +986,8 @@ class VectorIndex:
             graph_size = int(meta["graph_size"])
         except (ValueError, KeyError, TypeError, orjson.JSONDecodeError):
             return "corrupt"
-        graph = new_graph(self._params)
         try:
-            graph.load(graph_path)
+            graph = load_graph(self._params, graph_path)
         except (RuntimeError, ValueError, OSError):
             return "corrupt"
         status = self._check_graph(graph, tombstones, pending)
@@ -1048,9 +1047,8 @@ class VectorIndex:
             graph_size = int(header["graph_size"])
         except (ValueError, KeyError, TypeError, struct.error, orjson.JSONDecodeError):
             return "corrupt"
-        graph = new_graph(self._params)
         try:
-            graph.load(bytes(body))
+            graph = load_graph(self._params, bytes(body))
         except (RuntimeError, ValueError):
             return "corrupt"
         status = self._check_graph(graph, np.array(sorted(tombstones), dtype=np.int64),
@@ -1521,25 +1519,6 @@ def _grown(array: npt.NDArray[Any], used: int, capacity: int, fill: int = 0) -> 
     return grown
 
 
-@functools.cache
-def _malloc_trim() -> Any:
-    try:
-        import ctypes
-
-        return ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return None
-
-
-def _release_freed_memory() -> None:
-    """Hand the heap's free pages back to the system (glibc's ``malloc_trim``; a
-    no-op elsewhere): a swapped-out graph frees thousands of small blocks that
-    would otherwise stay resident."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
-
-
 def _ids_checksum(sorted_ids: I64) -> str:
     return hashlib.blake2b(sorted_ids.astype(np.int64, copy=False).tobytes(), digest_size=16).hexdigest()
 
@@ -1554,10 +1533,10 @@ def _extend_graph(base: Any, ids: I64, vectors: F32, params: GraphParams,
     thread: the owner leaves ``base`` unchanged meanwhile (it only searches it;
     removals wait for the build's view). None once ``stopped``."""
     graph = base.copy()
-    for start in range(0, len(ids), BUILD_BLOCK):
+    for block_ids, block_vectors in blocks_of(ids, vectors):
         if stopped():
             return None
-        add_block(graph, ids[start : start + BUILD_BLOCK], vectors[start : start + BUILD_BLOCK], params)
+        add_block(graph, block_ids, block_vectors, params)
     return graph
 
 

@@ -82,16 +82,6 @@ def _peak_bytes() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
-def _trim() -> None:
-    """The heap's free pages back to the system (glibc), once a job's graph is gone."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
 def _do(calls: ModuleType, job: dict[str, Any], source: io.RawIOBase) -> None:
     params = calls.GraphParams(int(job["dim"]), int(job["m"]), int(job["ef_construction"]), 0,
                                int(job["threads"]), job["quantization"])
@@ -129,7 +119,7 @@ def serve(graph_module: str, idle_exit: float) -> None:
             return
         if not _answer(answers, {"ok": True, "peak": _peak_bytes()}):
             return
-        _trim()
+        calls.release_freed_memory()  # (the job's graph is gone)
 
 
 def _answer(answers: IO[bytes], answer: dict[str, Any]) -> bool:
