@@ -405,10 +405,10 @@ class GraphHelpers:
     def _temp_folder(self) -> str:
         """This instance's folder for graph files, made on first use (again if a /tmp
         cleaner removed it) and locked (an flock on the directory, held until ``close``
-        or the process's end); the
-        folders whose lock anyone can take are left over from a process killed
-        mid-build, and are removed then (a lock, unlike a pid, tells a live process
-        of another pid namespace sharing the folder from a dead one)."""
+        or the process's end); the folders whose lock anyone can take are left over
+        from a process killed mid-build, and are removed then (a lock, unlike a pid,
+        tells a live process of another pid namespace sharing the folder from a dead
+        one)."""
         with self._lock:
             if self._folder is not None and os.path.isdir(self._folder):
                 return self._folder
@@ -508,35 +508,35 @@ def _cores() -> int:
     return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
 
 
-def _lock_folder(folder: str) -> int | None:
-    """An open descriptor of ``folder`` holding its lock (None where there are no
-    flocks: such folders are never taken for abandoned). The directory itself is
-    locked: systemd-tmpfiles leaves a locked directory alone."""
+def _lock_folder(folder: str | Path, *, wait: bool = True) -> int | None:
+    """An open descriptor of ``folder`` holding its lock; None where there are no
+    flocks (such folders are never taken for abandoned), or, not ``wait``ing, when
+    another holds it. The directory itself is locked: systemd-tmpfiles leaves a
+    locked directory alone. OSError when it cannot be opened."""
     try:
         import fcntl
     except ImportError:
         return None
     handle = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
-    fcntl.flock(handle, fcntl.LOCK_EX)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BaseException as error:
+        os.close(handle)
+        if wait or not isinstance(error, OSError):
+            raise
+        return None  # held: its process lives
     return handle
 
 
 def _abandoned(folder: Path) -> bool:
     """Whether ``folder`` is a graph folder no live process holds."""
     try:
-        import fcntl
-    except ImportError:
-        return False
-    try:
-        handle = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+        handle = _lock_folder(folder, wait=False)
     except OSError:
         return False  # (not ours to judge)
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return False  # held: its process lives
-    finally:
-        os.close(handle)  # (closing lets the lock go again)
+    if handle is None:
+        return False
+    os.close(handle)  # (closing lets the lock go again)
     return True
 
 
