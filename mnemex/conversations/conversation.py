@@ -193,9 +193,11 @@ class Conversation:
             if not self.items:
                 self._reshape_pair()
         if self.last_append >= index and index:
-            # the latest append is gone: the newest unit stands for it (a non-empty
+            # the latest append is gone: the newest unit stands for it, or, when only
+            # system messages (and stray results) are left, all of them (a non-empty
             # session never gives an empty context)
-            self.last_append = self.last_unit_start(0)
+            unit = self.last_unit_start(0)
+            self.last_append = unit if unit < index else 0
         self.pops += 1
         self.cache = None
         return entry

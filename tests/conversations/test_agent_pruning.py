@@ -19,7 +19,7 @@ from agent_support import (
 )
 
 from mnemex.conversations.conversation import SUMMARY_CLOSE, SUMMARY_OPEN
-from mnemex.conversations.protocol import KeepAll, MaxMessages, SetPolicy, Stateless, TokenBudget
+from mnemex.conversations.protocol import KeepAll, MaxMessages, PopMessage, SetPolicy, Stateless, TokenBudget
 from mnemex.conversations.pruning import summary_target
 
 
@@ -114,6 +114,23 @@ def test_stateless_context_is_only_the_latest_append_but_history_keeps_all() -> 
     driver.append("s", assistant("reply"), user("second"))
     assert contents(driver.context("s")) == ["reply", "second"]
     assert len(driver.memory.sessions["s"]) == 4
+
+
+def test_stateless_popped_down_to_system_messages_gives_them_not_an_empty_context() -> None:
+    # found by hypothesis: the pops took the latest append and every unit before it,
+    # and the view of what was left (one system message) was empty
+    driver = Driver(make(MaxMessages(3)))
+    driver.append("s", system("sys"), user("first"))
+    driver.send(SetPolicy(policy=Stateless()))
+    driver.append("s", user("second"), user("third"))
+    for _ in range(3):
+        driver.send(PopMessage(session_id="s", timestamp=driver.tick()))
+    assert contents(driver.context("s")) == ["sys"]
+    driver.snapshot()
+    driver.restart()
+    assert contents(driver.context("s")) == ["sys"]
+    driver.append("s", user("fourth"))
+    assert contents(driver.context("s")) == ["fourth"]
 
 
 # -- TokenBudget ------------------------------------------------------------------------
