@@ -109,8 +109,9 @@ class LeaseKeeper:
         due = [vshard for vshard, at in self._next.items() if at <= now]
         many = getattr(self.leases, "acquire_many", None)
         if many is not None and len(due) > 1:
-            # a database takes them in one transaction (thousands every ttl/3 would not
-            # keep up one by one); those it leaves out are taken one by one below
+            # many in one call (thousands every ttl/3 would not keep up one by one: a
+            # database takes them in one transaction, files renew them in one thread);
+            # those it leaves out are taken one by one below
             asked = self.ownership.now()
             try:
                 got = await trio.to_thread.run_sync(many, due, self.ownership.owner, self.ttl,

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
@@ -59,7 +60,10 @@ _encode = msgspec.json.Encoder().encode
 
 
 class Leases(Protocol):
-    """Where the leases of virtual shards are kept (a shared volume, a database)."""
+    """Where the leases of virtual shards are kept (a shared volume, a database).
+    One may also have ``acquire_many(vshards, owner, ttl) -> {vshard: Lease |
+    NotOwner}``, ``acquire`` of many at once, which may leave some out (the
+    ``LeaseKeeper`` then acquires those alone)."""
 
     def acquire(self, vshard: int, owner: str, ttl: float) -> Lease:
         """Take ``vshard`` for ``owner`` for ``ttl`` seconds, or renew ``owner``'s
@@ -154,10 +158,11 @@ class _ShardLock:
     """This process's side of one virtual shard's lease lock: one descriptor, and how
     many of our threads hold its shared flock now (-1: our own takeover holds it)."""
 
-    __slots__ = ("changed", "fd", "holders", "renewing")
+    __slots__ = ("changed", "fd", "holders", "lease", "renewing")
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, lease: Path) -> None:
         self.fd = fd
+        self.lease = lease  # the shard's lease.json
         self.holders = 0
         self.changed = threading.Condition(threading.Lock())
         self.renewing = threading.Lock()  # one renewal at a time (they share lease.json.tmp)
@@ -201,11 +206,13 @@ class FileLeases:
                 except OSError as exc:
                     raise StorageError(f"cannot open the lease lock of virtual shard {vshard} in {folder}: "
                                        f"{describe_os_error(exc)}") from exc
-                shard = self._shards[vshard] = _ShardLock(fd)
+                shard = self._shards[vshard] = _ShardLock(fd, folder / LEASE_FILE)
             return shard
 
     def holder(self, vshard: int) -> Lease | None:
-        path = shard_dir(self.path, check_vshard(vshard)) / LEASE_FILE
+        return self._holder_at(shard_dir(self.path, check_vshard(vshard)) / LEASE_FILE, vshard)
+
+    def _holder_at(self, path: Path, vshard: int) -> Lease | None:
         try:
             raw = path.read_bytes()
         except FileNotFoundError:
@@ -225,8 +232,7 @@ class FileLeases:
 
     def acquire(self, vshard: int, owner: str, ttl: float) -> Lease:
         check_vshard(vshard)
-        if not (isinstance(ttl, (int, float)) and ttl > 0):
-            raise InvalidInput(f"ttl must be a positive number of seconds, got {ttl!r}", field="ttl")
+        check_claim(owner, ttl)
         renewed = self._renew(vshard, owner, ttl)
         if renewed is not None:
             return renewed
@@ -250,6 +256,26 @@ class FileLeases:
             self._write(lease, durable=True)
             return lease
 
+    def acquire_many(self, vshards: Sequence[int], owner: str, ttl: float) -> dict[int, Lease | NotOwner]:
+        """The renewals of ``acquire`` for many virtual shards in one call (a shard
+        process renews thousands every few seconds, and a thread hop and a task each
+        cost more than the renewal itself): the renewed lease of every one that
+        ``owner`` holds now. Any other (held by another owner, to be taken after
+        none or after a lapse, or whose files failed) is left out: ``acquire`` it
+        alone, which decides it and says why."""
+        for vshard in vshards:
+            check_vshard(vshard)
+        check_claim(owner, ttl)
+        out: dict[int, Lease | NotOwner] = {}
+        for vshard in vshards:
+            try:
+                lease = self._renew(vshard, owner, ttl)
+            except (StorageError, CorruptData):
+                continue  # (the same failure again, reported, on the way alone)
+            if lease is not None:
+                out[vshard] = lease
+        return out
+
     def _renew(self, vshard: int, owner: str, ttl: float) -> Lease | None:
         """Extend ``owner``'s current lease, holding the lease lock shared, beside this
         process's writes (a takeover needs the lock alone, so it cannot come in
@@ -257,7 +283,7 @@ class FileLeases:
         this is not a plain renewal (the exclusive path decides then)."""
         shard = self._shard(vshard)
         with shard.renewing, self._shared(shard, vshard):
-            current = self.holder(vshard)
+            current = self._holder_at(shard.lease, vshard)
             now = self._wall()
             if current is None or current.owner != owner or current.expires <= now:
                 return None
@@ -270,7 +296,7 @@ class FileLeases:
             # Not durable: the epoch fences, the expiry only says when the shard may be
             # taken; after a crash of the machine it reads as the lease before, or none
             # (taken then, under a higher epoch).
-            self._write(lease, durable=False)
+            self._write(lease, durable=False, path=shard.lease)
             return lease
 
     def release(self, lease: Lease) -> None:
@@ -280,8 +306,9 @@ class FileLeases:
                 self._write(Lease(vshard=lease.vshard, owner=lease.owner, epoch=lease.epoch, expires=0.0),
                             durable=True)
 
-    def _write(self, lease: Lease, *, durable: bool) -> None:
-        path = shard_dir(self.path, lease.vshard) / LEASE_FILE
+    def _write(self, lease: Lease, *, durable: bool, path: Path | None = None) -> None:
+        if path is None:
+            path = shard_dir(self.path, lease.vshard) / LEASE_FILE
         try:
             write_atomic(path, (_encode(lease),), durable=durable)
         except OSError as exc:
@@ -368,6 +395,14 @@ class FileLeases:
             shards, self._shards = self._shards, {}
         for shard in shards.values():
             os.close(shard.fd)
+
+
+def check_claim(owner: str, ttl: float) -> None:
+    """The owner and ttl of a lease asked for, as ``Leases`` takes them."""
+    if not isinstance(owner, str) or not owner:
+        raise InvalidInput(f"owner must be a non-empty str, got {owner!r}", field="owner")
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not (ttl > 0 and math.isfinite(ttl)):
+        raise InvalidInput(f"ttl must be a positive, finite number of seconds, got {ttl!r}", field="ttl")
 
 
 def _flock(fd: int, how: int, deadline: float, what: str) -> None:

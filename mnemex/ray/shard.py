@@ -207,8 +207,8 @@ class _Service:
         self.deduplicated = frozenset(kind.name for kind in kinds)
         async with mnemex.open_runtime(config, kinds=kinds, storage=storage,
                                        ownership=ownership) as rt, trio.open_nursery() as nursery:
-            # renewing a few thousand file leases is fsync-bound: many at once lets the
-            # filesystem commit them together
+            # taking a few thousand file leases is fsync-bound: many at once lets the
+            # filesystem commit them together (renewals go in one call a round)
             keeper = LeaseKeeper(rt.kernel, storage.leases, ttl=shard.ttl, retry=shard.retry, concurrency=32)
             placement = await trio.to_thread.run_sync(read_placement, shard.path)
             if placement is not None:

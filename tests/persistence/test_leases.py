@@ -10,10 +10,11 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from mnemex.errors import DataDirLocked, InvalidInput, NotOwner, StorageError
+from mnemex.errors import CorruptData, DataDirLocked, InvalidInput, NotOwner, StorageError
 from mnemex.persistence import DataDir
 from mnemex.persistence.leases import FileLeases, Lease, Ownership
 from mnemex.persistence.shards import vshard_of
@@ -74,6 +75,38 @@ def test_a_lease_is_taken_renewed_refused_and_taken_over(tmp_path: Path) -> None
     assert leases.holder(V).owner == "a"  # type: ignore[union-attr]
     with pytest.raises(InvalidInput, match="ttl"):
         leases.acquire(V, "a", ttl=0)
+    leases.close()
+
+
+def test_acquire_many_renews_what_the_owner_holds_and_leaves_the_rest_to_acquire(tmp_path: Path) -> None:
+    wall = Clock()
+    leases = FileLeases(tmp_path, wall=wall)
+    mine, theirs, lapsing, never = 10, 11, 12, 13
+    for vshard in (mine, lapsing):
+        leases.acquire(vshard, "a", ttl=10.0)
+    leases.acquire(theirs, "b", ttl=10.0)
+    wall.now += 5
+    leases.acquire(lapsing, "a", ttl=1.0)  # renewed short: it lapses before the others
+    wall.now += 2
+    renewed = leases.acquire_many([mine, theirs, lapsing, never], "a", ttl=10.0)
+    # only a plain renewal is made here: taking a shard (after another owner, a lapse or
+    # no one) raises the epoch, durably, and is acquire's alone, as is saying who holds one
+    assert renewed == {mine: Lease(vshard=mine, owner="a", epoch=1, expires=1_017.0)}
+    assert leases.holder(mine) == renewed[mine]
+    assert leases.holder(theirs).owner == "b" and leases.holder(never) is None  # type: ignore[union-attr]
+    assert leases.acquire(lapsing, "a", ttl=10.0).epoch == 2
+    with pytest.raises(NotOwner):
+        leases.acquire(theirs, "a", ttl=10.0)
+    # a shard whose lease file is damaged is left out too: acquire alone reports it
+    (tmp_path / "shards" / f"{mine:03x}" / "lease.json").write_bytes(b"{not json")
+    assert leases.acquire_many([mine, lapsing], "a", ttl=10.0) == {
+        lapsing: Lease(vshard=lapsing, owner="a", epoch=2, expires=1_017.0)}
+    with pytest.raises(CorruptData, match="does not parse"):
+        leases.acquire(mine, "a", ttl=10.0)
+    for bad in ({"vshards": [4096]}, {"ttl": 0}, {"ttl": float("inf")}, {"owner": ""}):
+        args: dict[str, Any] = {"vshards": [mine], "owner": "a", "ttl": 10.0} | bad
+        with pytest.raises(InvalidInput):
+            leases.acquire_many(**args)
     leases.close()
 
 

@@ -11,8 +11,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from mnemex.errors import InvalidInput, NotOwner, StorageError
-from mnemex.persistence.leases import Lease
+from mnemex.errors import NotOwner, StorageError
+from mnemex.persistence.leases import Lease, check_claim
 from mnemex.persistence.postgres._database import Database, db_error, is_connection_lost
 from mnemex.persistence.shards import check_vshard
 
@@ -50,7 +50,7 @@ class PostgresLeases:
 
     def acquire(self, vshard: int, owner: str, ttl: float) -> Lease:
         check_vshard(vshard)
-        _check_claim(owner, ttl)
+        check_claim(owner, ttl)
         table = self._db.table("leases")
         try:
             with self._connection() as conn, conn.transaction():
@@ -90,7 +90,7 @@ class PostgresLeases:
         waits for that commit."""
         for vshard in vshards:
             check_vshard(vshard)
-        _check_claim(owner, ttl)
+        check_claim(owner, ttl)
         table = self._db.table("leases")
         wanted = sorted(set(vshards))
         out: dict[int, Lease | NotOwner] = {}
@@ -150,11 +150,3 @@ class PostgresLeases:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
-
-
-def _check_claim(owner: str, ttl: float) -> None:
-    """The owner and ttl of a lease asked for, as ``Leases`` takes them."""
-    if not isinstance(owner, str) or not owner:
-        raise InvalidInput(f"owner must be a non-empty str, got {owner!r}", field="owner")
-    if not (isinstance(ttl, (int, float)) and ttl > 0):
-        raise InvalidInput(f"ttl must be a positive number of seconds, got {ttl!r}", field="ttl")
