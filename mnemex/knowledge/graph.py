@@ -80,7 +80,7 @@ class Merge:
     score: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class Expansion:
     """What the graph adds to a query: the entities it names (representative keys),
     their other names (``aliases``), the names of their strongest neighbours and the

@@ -55,7 +55,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -89,7 +89,6 @@ F64 = npt.NDArray[np.float64]
 Mask = npt.NDArray[np.bool_]
 Ranked = tuple[int, float, dict[str, float]]   # (doc, score, signals)
 HybridRanked = tuple[int, float, dict[str, float], tuple[str, ...]]  # and the lists that found it (FOUND_BY)
-_T = TypeVar("_T")
 
 ACCESS_HALF: Final = 10.0
 """Uses at which a memory's access signal is one half: access_count / (access_count + 10)."""
@@ -764,17 +763,22 @@ class RankCache:
     terms), and, per expansion the entity graph gives (the same object while the
     graph does not change), its memories as a sorted array and the centroid of their
     vectors. Bounded: the least recently used entries go past ``limit`` entries (of
-    each) or ``max_bytes`` (of term scores). Searches running side by side (beside the
-    actor) share it: its entries change under a lock; what is computed is computed
-    outside it."""
+    each) or ``max_bytes`` (of term scores, and apart of memory arrays). An
+    expansion's entries last only while the expansion does: the graph keeps a bounded
+    few (``EntityGraph.expansion``), and holding them here would keep their sets of
+    memories too (32 kept by a scope of 300,000 held 108 MB). Searches running side
+    by side (beside the actor) share it: its entries change under a lock; what is
+    computed is computed outside it."""
 
     def __init__(self, limit: int = 32, max_bytes: int = 8 << 20) -> None:
         self.limit, self.max_bytes = limit, max_bytes
         self._index: weakref.ref[BM25Index] | None = None  # the index the entries were computed from
         self._changes = -1
         self._expanded: dict[Any, F64 | None] = {}  # least recently used first
-        self._named: dict[Expansion, npt.NDArray[np.int64]] = {}
-        self._centroids: dict[tuple[Expansion, int, int], F32 | None] = {}
+        self._named: weakref.WeakKeyDictionary[Expansion, npt.NDArray[np.int64]] = weakref.WeakKeyDictionary()
+        # per expansion: the index (its id and size) the centroid was made of, and the centroid
+        self._centroids: weakref.WeakKeyDictionary[Expansion, tuple[tuple[int, int], F32 | None]] = \
+            weakref.WeakKeyDictionary()
         self.nbytes = 0
         self._lock = threading.Lock()
 
@@ -803,28 +807,43 @@ class RankCache:
 
     def named_docs(self, bm25: BM25Index, expansion: Expansion) -> npt.NDArray[np.int64]:
         """The expansion's memories (``docs``), ascending, read-only."""
-        return self._kept(bm25, self._named, expansion, lambda e: _ascending(e.docs))
+        with self._lock:
+            self._follow(bm25)
+            found = self._named.pop(expansion, None)
+            if found is not None:
+                self._named[expansion] = found  # (the most recently used)
+                return found
+        found = _ascending(expansion.docs)
+        with self._lock:
+            if bm25.changes == self._changes:
+                named = self._named
+                named[expansion] = found
+                # (the entries of expansions gone are gone: what is left is counted now)
+                while len(named) > 1 and (len(named) > self.limit or
+                                          sum(docs.nbytes for docs in named.values()) > self.max_bytes):
+                    del named[next(iter(named))]
+        return found
 
     def centroid(self, bm25: BM25Index, expansion: Expansion, index: VectorIndex | MultiVectorSearch,
                  compute: Callable[[tuple[Expansion, VectorIndex | MultiVectorSearch]], F32 | None]
                  ) -> F32 | None:
         """``compute((expansion, index))``: the centroid of the vectors of its
-        memories in ``index`` (kept per index and its size, as the rest)."""
-        return self._kept(bm25, self._centroids, (expansion, id(index), len(index)),
-                          lambda _key: compute((expansion, index)))
-
-    def _kept(self, bm25: BM25Index, table: dict[Any, _T], key: Any, compute: Callable[[Any], _T]) -> _T:
+        memories in ``index`` (kept for the index and size it was made of)."""
+        of = (id(index), len(index))
         with self._lock:
             self._follow(bm25)
-            if key in table:
-                found = table[key] = table.pop(key)
-                return found
-        found = compute(key)
+            kept = self._centroids.pop(expansion, None)
+            if kept is not None:
+                self._centroids[expansion] = kept
+                if kept[0] == of:
+                    return kept[1]
+        found = compute((expansion, index))
         with self._lock:
             if bm25.changes == self._changes:
-                table[key] = found
-                while len(table) > self.limit:
-                    del table[next(iter(table))]
+                centroids = self._centroids
+                centroids[expansion] = (of, found)
+                while len(centroids) > self.limit:
+                    del centroids[next(iter(centroids))]
         return found
 
     def clear(self) -> None:

@@ -104,3 +104,49 @@ def test_the_cache_keeps_the_most_recently_used_within_its_bounds() -> None:
     count = len(computed)
     small.expanded(other, "b", compute)
     assert len(computed) == count + 1
+
+
+def test_an_expansions_entries_last_as_long_as_the_expansion_and_within_bounds() -> None:
+    # what the cache keeps per expansion must not keep the expansion (and its sets of
+    # memories) alive once the entity graph let it go: 32 kept here held 108 MB in a
+    # scope of 300,000 memories
+    import gc
+
+    from mnemex.index import VectorIndex
+    from mnemex.knowledge.graph import Expansion
+
+    bm25 = BM25Index()
+    bm25.add(0, "a sunrise over the lake")
+    index = VectorIndex(4)
+    index.add(3, np.eye(4, dtype=np.float32)[0])
+    made: list[int] = []
+
+    def expansion(first: int, size: int) -> Expansion:
+        return Expansion(("e",), (), (), frozenset(range(first, first + size)))
+
+    def centroid(key: tuple[Expansion, object]) -> np.ndarray:
+        made.append(len(key[0].docs))
+        return np.ones(4, dtype=np.float32)
+
+    cache = RankCache(limit=3, max_bytes=8 * 1000)
+    one = expansion(0, 500)
+    named = cache.named_docs(bm25, one)
+    assert named.tolist() == list(range(500)) and not named.flags.writeable
+    assert cache.named_docs(bm25, one) is named  # kept
+    cache.centroid(bm25, one, index, centroid)
+    cache.centroid(bm25, one, index, centroid)
+    assert made == [500]
+    del one, named
+    gc.collect()
+    assert len(cache._named) == len(cache._centroids) == 0  # gone with the expansion
+    # bounds: at most ``limit`` expansions, and ``max_bytes`` of memory arrays
+    kept = [expansion(1000 * i, 300) for i in range(4)]
+    for each in kept:
+        cache.named_docs(bm25, each)
+    assert list(cache._named) == kept[1:]  # the least recently used went first
+    big = expansion(10_000, 600)
+    cache.named_docs(bm25, big)
+    assert list(cache._named) == [kept[3], big]  # 2,400 + 4,800 bytes fit in 8,000; 3 arrays did not
+    bm25.add(1, "the kids")  # the index changed: nothing kept holds
+    cache.centroid(bm25, big, index, centroid)
+    assert len(cache._named) == 0 and made == [500, 600]
