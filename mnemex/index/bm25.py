@@ -64,6 +64,7 @@ from mnemex.index._sidecar import (
     corrupt,
     doc_ids_checksum,
     load_sidecar,
+    shared_ints,
     sidecar_chunks,
 )
 from mnemex.index.tokenizer import ParsedQuery, Phrase, Tokenizer
@@ -848,7 +849,7 @@ def _unpack_sequences(sidecar: Sidecar, name: str) -> dict[int, bytes]:
         raise corrupt("BM25", f"{name} sizes do not add up to its {stop - start} bytes")
     bounds = (start + 4 * np.concatenate(([0], np.cumsum(sizes)))).tolist()
     data = sidecar.data
-    runs = dict(zip(ids.tolist(), [data[lo:hi] for lo, hi in itertools.pairwise(bounds)], strict=True))
+    runs = dict(zip(shared_ints(ids), [data[lo:hi] for lo, hi in itertools.pairwise(bounds)], strict=True))
     if len(runs) != len(ids):
         raise corrupt("BM25", f"{name} repeats a doc id")
     return runs

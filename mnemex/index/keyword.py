@@ -50,6 +50,7 @@ from mnemex.index._sidecar import (
     TermsByDoc,
     corrupt,
     doc_ids_checksum,
+    shared_ints,
     sidecar_chunks,
 )
 from mnemex.index.tokenizer import words, words_scheme
@@ -369,12 +370,12 @@ class KeywordIndex(SidecarIndex):
             raise corrupt("keyword", "doc ids are not ascending and distinct")
 
         columns = np.unpackbits(bits, axis=1, count=capacity)    # one block; each column a row view
-        flat = postings.tolist()
+        flat = shared_ints(postings)
         bounds = np.concatenate(([0], np.cumsum(sparse_df))).tolist()
         timestamps = np.zeros(capacity, dtype=np.float64)
         timestamps[doc_ids] = arrays["timestamps"]
         self._capacity = capacity
-        self._doc_words = dict.fromkeys(doc_ids.tolist())
+        self._doc_words = dict.fromkeys(shared_ints(doc_ids))
         self._timestamps = timestamps
         self._dense = dict(zip(vocab[:n_dense], columns, strict=True))
         self._dense_df = dict(zip(vocab[:n_dense], dense_df.tolist(), strict=True))

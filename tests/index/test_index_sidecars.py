@@ -409,3 +409,19 @@ def test_text_sidecars_as_chunks_are_the_blob_and_outlive_changes_to_the_index()
         index.remove(3)
         assert b"".join(chunks) == blob
         assert type(index).from_sidecar(b"".join(chunks)).to_sidecar() == blob
+
+
+def test_shared_ints_are_tolist_with_one_object_per_value() -> None:
+    # a restore reads postings' doc ids from arrays: every posting of a doc must be the
+    # same int object, not one of its own (millions of 28-byte ints in a large scope)
+    from mnemex.index import shared_ints
+
+    big = 10**6 + 7  # (ints past 256 are objects of their own each time one is made)
+    values = np.array([big, 300, big, 5, 300], dtype=np.int64)
+    first, again = shared_ints(values), shared_ints(values[::-1].copy())
+    assert first == values.tolist() and again == values[::-1].tolist()
+    assert first[0] is first[2] is again[2] and first[1] is first[4] is again[0]
+    assert values.tolist()[0] is not values.tolist()[0]  # what tolist alone gives
+    assert shared_ints(np.array([], dtype=np.int64)) == []
+    assert shared_ints(np.array([-3, 2], dtype=np.int32)) == [-3, 2]  # (not shared: the callers check ids)
+    assert shared_ints(np.array([2, 40], dtype=np.int32)) == [2, 40]
