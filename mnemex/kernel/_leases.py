@@ -26,6 +26,7 @@ import trio
 from mnemex.errors import MnemexError, NotOwner
 from mnemex.kernel._kernel import Runtime
 from mnemex.persistence import Lease, Leases, Ownership
+from mnemex.persistence.shards import check_vshard
 
 __all__ = ["LeaseKeeper"]
 
@@ -66,7 +67,9 @@ class LeaseKeeper:
         return sorted(self._held)
 
     def assign(self, vshards: Iterable[int]) -> None:
-        """Serve ``vshards`` too: their leases are taken as soon as they are free."""
+        """Serve ``vshards`` too: their leases are taken as soon as they are free.
+        InvalidInput, nothing assigned, for a number that is no virtual shard."""
+        vshards = [check_vshard(vshard) for vshard in vshards]
         for vshard in vshards:
             if vshard not in self._wanted:
                 self._wanted.add(vshard)

@@ -269,20 +269,33 @@ class FileLeases:
         out: dict[int, Lease | NotOwner] = {}
         for vshard in vshards:
             try:
-                lease = self._renew(vshard, owner, ttl)
+                # no wait for a lock (a takeover or a frozen writer may hold one for
+                # seconds): such a shard waits alone, not every renewal after it
+                lease = self._renew(vshard, owner, ttl, wait=0.0)
             except (StorageError, CorruptData):
-                continue  # (the same failure again, reported, on the way alone)
+                continue  # (waited for, or the same failure reported, on the way alone)
             if lease is not None:
                 out[vshard] = lease
         return out
 
-    def _renew(self, vshard: int, owner: str, ttl: float) -> Lease | None:
+    def _renew(self, vshard: int, owner: str, ttl: float, *, wait: float | None = None) -> Lease | None:
         """Extend ``owner``'s current lease, holding the lease lock shared, beside this
         process's writes (a takeover needs the lock alone, so it cannot come in
         between): a renewal never waits for the writes, nor they for it. None when
-        this is not a plain renewal (the exclusive path decides then)."""
+        this is not a plain renewal (the exclusive path decides then). ``wait``: the
+        seconds it may wait for the locks (None: the instance's ``wait``), else
+        StorageError."""
         shard = self._shard(vshard)
-        with shard.renewing, self._shared(shard, vshard):
+        if not shard.renewing.acquire(timeout=-1 if wait is None else wait):
+            raise StorageError(f"virtual shard {vshard}: another renewal of its lease is under way")
+        try:
+            return self._renewed(shard, vshard, owner, ttl, wait)
+        finally:
+            shard.renewing.release()
+
+    def _renewed(self, shard: _ShardLock, vshard: int, owner: str, ttl: float,
+                 wait: float | None) -> Lease | None:
+        with self._shared(shard, vshard, wait):
             current = self._holder_at(shard.lease, vshard)
             now = self._wall()
             if current is None or current.owner != owner or current.expires <= now:
@@ -367,16 +380,18 @@ class FileLeases:
             yield
 
     @contextlib.contextmanager
-    def _shared(self, shard: _ShardLock, vshard: int) -> Iterator[None]:
+    def _shared(self, shard: _ShardLock, vshard: int, wait: float | None = None) -> Iterator[None]:
         """Hold ``vshard``'s lease lock shared, with this process's other holders (the
         first takes the flock, the last lets go). Waits for this process's own
-        exclusive hold (a takeover or a release), ``wait`` seconds at most."""
-        deadline = time.monotonic() + self._wait
+        exclusive hold (a takeover or a release), and another process's, ``wait``
+        seconds at most (None: the instance's ``wait``)."""
+        wait = self._wait if wait is None else wait
+        deadline = time.monotonic() + wait
         with shard.changed:
             while shard.holders < 0:
                 if not shard.changed.wait(timeout=max(0.0, deadline - time.monotonic())):
                     raise StorageError(f"virtual shard {vshard}: this process's takeover or release of "
-                                       f"its lease did not finish within {self._wait} s; nothing was written")
+                                       f"its lease did not finish within {wait} s; nothing was written")
             if shard.holders == 0:
                 _flock(shard.fd, fcntl.LOCK_SH, deadline,
                        f"virtual shard {vshard}'s lease lock in {self.path}")

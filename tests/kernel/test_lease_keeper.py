@@ -150,6 +150,8 @@ async def test_a_keeper_renews_its_file_leases_in_one_call_a_round(tmp_path: Pat
     async with open_actor_runtime(_config(tmp_path), [counter_kind()], storage=a, ownership=a.ownership) as ra, \
             trio.open_nursery() as nursery:
         keep = LeaseKeeper(ra, a.leases, ttl=9.0)
+        with pytest.raises(mnemex.InvalidInput, match="4096"):
+            keep.assign([V, 4096])  # (one bad number would fail every batch of renewals)
         keep.assign(wanted)
         await nursery.start(keep.run)
         assert keep.held == wanted

@@ -3,6 +3,7 @@ process that lost its shard cannot write to it, even if it does not know yet."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -103,6 +104,19 @@ def test_acquire_many_renews_what_the_owner_holds_and_leaves_the_rest_to_acquire
         lapsing: Lease(vshard=lapsing, owner="a", epoch=2, expires=1_017.0)}
     with pytest.raises(CorruptData, match="does not parse"):
         leases.acquire(mine, "a", ttl=10.0)
+    # a shard whose lease lock another process holds (a takeover, a frozen writer) is
+    # left out at once: it would hold every renewal after it up for ``wait`` seconds
+    (tmp_path / "shards" / f"{mine:03x}" / "lease.json").write_bytes(b"")  # (read as no holder: taken)
+    leases.acquire(mine, "a", ttl=10.0)
+    other = os.open(tmp_path / "shards" / f"{mine:03x}" / "lease.lock", os.O_RDWR)
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        started = time.monotonic()
+        assert list(leases.acquire_many([mine, lapsing], "a", ttl=10.0)) == [lapsing]
+        assert time.monotonic() - started < 1.0  # (the instance waits 30 s)
+    finally:
+        os.close(other)
+    assert list(leases.acquire_many([mine, lapsing], "a", ttl=10.0)) == [mine, lapsing]
     for bad in ({"vshards": [4096]}, {"ttl": 0}, {"ttl": float("inf")}, {"owner": ""}):
         args: dict[str, Any] = {"vshards": [mine], "owner": "a", "ttl": 10.0} | bad
         with pytest.raises(InvalidInput):
