@@ -763,22 +763,24 @@ class RankCache:
     terms), and, per expansion the entity graph gives (the same object while the
     graph does not change), its memories as a sorted array and the centroid of their
     vectors. Bounded: the least recently used entries go past ``limit`` entries (of
-    each) or ``max_bytes`` (of term scores, and apart of memory arrays). An
-    expansion's entries last only while the expansion does: the graph keeps a bounded
-    few (``EntityGraph.expansion``), and holding them here would keep their sets of
-    memories too (32 kept by a scope of 300,000 held 108 MB). Searches running side
-    by side (beside the actor) share it: its entries change under a lock; what is
-    computed is computed outside it."""
+    each table) or ``max_bytes`` (the term scores' bytes, and the memory arrays'
+    apart). An expansion's entries do not keep it alive, and go once it is gone: the
+    graph keeps a bounded few (``EntityGraph.expansion``), and holding them here
+    kept their sets of memories too (32 held 108 MB in a scope of 300,000).
+    Searches running side by side (beside the actor) share it: its entries change
+    under a lock; what is computed is computed outside it."""
 
     def __init__(self, limit: int = 32, max_bytes: int = 8 << 20) -> None:
         self.limit, self.max_bytes = limit, max_bytes
         self._index: weakref.ref[BM25Index] | None = None  # the index the entries were computed from
         self._changes = -1
         self._expanded: dict[Any, F64 | None] = {}  # least recently used first
-        self._named: weakref.WeakKeyDictionary[Expansion, npt.NDArray[np.int64]] = weakref.WeakKeyDictionary()
-        # per expansion: the index (its id and size) the centroid was made of, and the centroid
-        self._centroids: weakref.WeakKeyDictionary[Expansion, tuple[tuple[int, int], F32 | None]] = \
-            weakref.WeakKeyDictionary()
+        # per expansion (by id, with a weak reference to it, so that an entry of an expansion
+        # gone, whose id another may take, is never read; no callbacks: entries change
+        # under the lock alone): its memories, and the centroid with the index (id, size)
+        # it was made of
+        self._named: dict[int, tuple[weakref.ref[Expansion], npt.NDArray[np.int64]]] = {}
+        self._centroids: dict[int, tuple[weakref.ref[Expansion], tuple[int, int], F32 | None]] = {}
         self.nbytes = 0
         self._lock = threading.Lock()
 
@@ -807,20 +809,21 @@ class RankCache:
 
     def named_docs(self, bm25: BM25Index, expansion: Expansion) -> npt.NDArray[np.int64]:
         """The expansion's memories (``docs``), ascending, read-only."""
+        key = id(expansion)
         with self._lock:
             self._follow(bm25)
-            found = self._named.pop(expansion, None)
-            if found is not None:
-                self._named[expansion] = found  # (the most recently used)
-                return found
+            entry = self._named.pop(key, None)
+            if entry is not None and entry[0]() is expansion:
+                self._named[key] = entry  # (now the most recently used)
+                return entry[1]
         found = _ascending(expansion.docs)
         with self._lock:
             if bm25.changes == self._changes:
                 named = self._named
-                named[expansion] = found
-                # (the entries of expansions gone are gone: what is left is counted now)
+                named[key] = (weakref.ref(expansion), found)
+                _prune(named)
                 while len(named) > 1 and (len(named) > self.limit or
-                                          sum(docs.nbytes for docs in named.values()) > self.max_bytes):
+                                          sum(entry[1].nbytes for entry in named.values()) > self.max_bytes):
                     del named[next(iter(named))]
         return found
 
@@ -829,19 +832,20 @@ class RankCache:
                  ) -> F32 | None:
         """``compute((expansion, index))``: the centroid of the vectors of its
         memories in ``index`` (kept for the index and size it was made of)."""
-        of = (id(index), len(index))
+        key, of = id(expansion), (id(index), len(index))
         with self._lock:
             self._follow(bm25)
-            kept = self._centroids.pop(expansion, None)
-            if kept is not None:
-                self._centroids[expansion] = kept
-                if kept[0] == of:
-                    return kept[1]
+            entry = self._centroids.pop(key, None)
+            if entry is not None and entry[0]() is expansion:
+                self._centroids[key] = entry
+                if entry[1] == of:
+                    return entry[2]
         found = compute((expansion, index))
         with self._lock:
             if bm25.changes == self._changes:
                 centroids = self._centroids
-                centroids[expansion] = (of, found)
+                centroids[key] = (weakref.ref(expansion), of, found)
+                _prune(centroids)
                 while len(centroids) > self.limit:
                     del centroids[next(iter(centroids))]
         return found
@@ -862,6 +866,12 @@ class RankCache:
         self._centroids.clear()
         self.nbytes = 0
         self._changes = -1
+
+
+def _prune(table: dict[int, Any]) -> None:
+    """Drop the entries of expansions gone (each entry's first item: a weak reference)."""
+    for key in [key for key, entry in table.items() if entry[0]() is None]:
+        del table[key]
 
 
 def _ascending(docs: frozenset[int]) -> npt.NDArray[np.int64]:

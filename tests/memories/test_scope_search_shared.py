@@ -5,10 +5,14 @@ filters; the cache stays within its bounds."""
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import numpy as np
 from scope_support import Driver
 
-from mnemex.index import BM25Index
+from mnemex.index import BM25Index, VectorIndex
+from mnemex.knowledge.graph import Expansion
 from mnemex.memories.protocol import Forget
 from mnemex.memories.ranking import RankCache
 
@@ -110,11 +114,6 @@ def test_an_expansions_entries_last_as_long_as_the_expansion_and_within_bounds()
     # what the cache keeps per expansion must not keep the expansion (and its sets of
     # memories) alive once the entity graph let it go: 32 kept here held 108 MB in a
     # scope of 300,000 memories
-    import gc
-
-    from mnemex.index import VectorIndex
-    from mnemex.knowledge.graph import Expansion
-
     bm25 = BM25Index()
     bm25.add(0, "a sunrise over the lake")
     index = VectorIndex(4)
@@ -136,17 +135,23 @@ def test_an_expansions_entries_last_as_long_as_the_expansion_and_within_bounds()
     cache.centroid(bm25, one, index, centroid)
     cache.centroid(bm25, one, index, centroid)
     assert made == [500]
+    alive = weakref.ref(one)
     del one, named
     gc.collect()
-    assert len(cache._named) == len(cache._centroids) == 0  # gone with the expansion
+    assert alive() is None  # the cache did not keep it
+    two = expansion(0, 500)  # equal, another object (it may even reuse the id)
+    assert cache.named_docs(bm25, two).tolist() == list(range(500))
+    cache.centroid(bm25, two, index, centroid)
+    assert made == [500, 500]  # the entries of the one gone are not read, and are dropped
+    assert len(cache._named) == len(cache._centroids) == 1
     # bounds: at most ``limit`` expansions, and ``max_bytes`` of memory arrays
     kept = [expansion(1000 * i, 300) for i in range(4)]
     for each in kept:
         cache.named_docs(bm25, each)
-    assert list(cache._named) == kept[1:]  # the least recently used went first
+    assert list(cache._named) == [id(each) for each in kept[1:]]  # the least recently used went first
     big = expansion(10_000, 600)
     cache.named_docs(bm25, big)
-    assert list(cache._named) == [kept[3], big]  # 2,400 + 4,800 bytes fit in 8,000; 3 arrays did not
+    assert list(cache._named) == [id(kept[3]), id(big)]  # 2,400 + 4,800 bytes fit in 8,000; 3 did not
     bm25.add(1, "the kids")  # the index changed: nothing kept holds
     cache.centroid(bm25, big, index, centroid)
-    assert len(cache._named) == 0 and made == [500, 600]
+    assert len(cache._named) == 0 and made == [500, 500, 600]
