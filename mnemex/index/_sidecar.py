@@ -31,7 +31,7 @@ from mnemex.errors import CorruptData
 
 __all__ = ["SIDECAR_VERSION", "Sidecar", "TermsByDoc", "byte_view", "corrupt",
            "doc_ids_checksum", "load_sidecar", "require_words_scheme",
-           "pack_sidecar", "read_header", "shared_ints", "sidecar_chunks", "sidecar_info", "unpack_sidecar"]
+           "pack_sidecar", "read_header", "sidecar_chunks", "sidecar_info", "unpack_sidecar"]
 
 SIDECAR_VERSION = 1
 # The layout. What a sidecar's words are (the tokenization) is a setting in its
@@ -54,33 +54,6 @@ def doc_ids_checksum(doc_ids: Iterable[int] | npt.NDArray[np.integer[Any]]) -> s
     else:
         ids = np.sort(np.fromiter(doc_ids, dtype=np.int64))
     return hashlib.blake2b(ids.astype("<i8", copy=False).tobytes(), digest_size=16).hexdigest()
-
-
-_ints: npt.NDArray[np.object_] = np.empty(0, dtype=object)
-
-
-def shared_ints(values: npt.NDArray[np.integer[Any]]) -> list[int]:
-    """``values.tolist()`` (doc ids, all >= 0), each value the one int object this
-    process keeps for it. A restore reads the doc ids of postings from arrays: by
-    ``tolist`` every posting of a doc was an int of its own (28 bytes, and 2,800,000
-    of them past what an index built memory by memory holds, which shares each doc's
-    int, in a scope of 300,000). The table grows to the largest id asked for, doubling,
-    and is kept: every scope's ids share it. Restores in two threads may each grow it:
-    the last one's stays, and ints from the other are still the right values."""
-    global _ints  # noqa: PLW0603 (replaced whole: a reader sees the old table or the new)
-    if not len(values):
-        return []
-    low, high = int(values.min()), int(values.max())
-    if low < 0:
-        return [int(value) for value in values.tolist()]  # (not shared: the callers pass checked ids)
-    table = _ints
-    if high >= len(table):
-        grown = np.empty(max(high + 1, 2 * len(table)), dtype=object)
-        grown[: len(table)] = table
-        grown[len(table):] = range(len(table), len(grown))
-        _ints = table = grown
-    shared: list[int] = table[values].tolist()
-    return shared
 
 
 def byte_view(array: npt.NDArray[Any]) -> memoryview | bytes:

@@ -50,6 +50,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mnemex.errors import CorruptData, InvalidInput
+from mnemex.index._ints import shared_ints
 from mnemex.index._select import (
     Allowed,
     allowed_mask,
@@ -64,7 +65,6 @@ from mnemex.index._sidecar import (
     corrupt,
     doc_ids_checksum,
     load_sidecar,
-    shared_ints,
     sidecar_chunks,
 )
 from mnemex.index.tokenizer import ParsedQuery, Phrase, Tokenizer

@@ -36,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mnemex.errors import InvalidInput
+from mnemex.index._ints import shared_ints
 from mnemex.index._select import (
     Allowed,
     allowed_mask,
@@ -50,7 +51,6 @@ from mnemex.index._sidecar import (
     TermsByDoc,
     corrupt,
     doc_ids_checksum,
-    shared_ints,
     sidecar_chunks,
 )
 from mnemex.index.tokenizer import words, words_scheme

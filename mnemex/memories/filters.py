@@ -47,7 +47,6 @@ import numpy as np
 import numpy.typing as npt
 
 from mnemex.errors import InvalidInput
-from mnemex.index import shared_ints
 from mnemex.memories.protocol import MemoryRecord
 
 __all__ = ["FILTER_KEYS", "Filter", "FilterTable", "compile_filter"]
@@ -145,7 +144,7 @@ class FilterTable:
         docs = np.fromiter((doc for doc, _ in items), dtype=np.int64, count=len(items))
         self._ensure(int(docs.max()) + 1)
         records = [record for _, record in items]
-        doc_list = shared_ints(docs)  # (one int per doc for the whole process: a restore places 1,000,000s)
+        doc_list = [int(doc) for doc, _ in items]  # (the callers' int objects, shared with their indexes)
         # each doc's column in the two arrays: (importance, timestamp, created, valid from,
         # valid until) and (live, active, merged); one doc's by scalar stores, which cost
         # a fifth of a fancy one (most batches are one memory)

@@ -191,7 +191,12 @@ def _read_records_chunks(data: bytes | memoryview | None, count: int, name: str)
         log.info("scope %s: records sidecar holds %d records, the snapshot %d; reading the snapshot's lines",
                  name, len(found.records), count)
         return None
-    found.docs[:] = shared_ints(np.array(found.docs, dtype=np.int64))  # (the indexes' ints: shared)
+    try:
+        ids = np.array(found.docs, dtype=np.int64)
+    except OverflowError:
+        log.info("scope %s: records sidecar holds a doc id past int64; reading the snapshot's lines", name)
+        return None
+    found.docs[:] = shared_ints(ids)  # (the indexes' ints: shared)
     _share_repeats(found.records)
     return found
 

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mnemex.errors import CorruptData
-from mnemex.index import BM25Index, EntityIndex, KeywordIndex, Tokenizer
+from mnemex.index import BM25Index, EntityIndex, KeywordIndex, Tokenizer, shared_ints
 from mnemex.index._select import Allowed
 from mnemex.index._sidecar import doc_ids_checksum, pack_sidecar, unpack_sidecar
 from mnemex.index.tokenizer import TOKENIZATION_VERSION
@@ -414,9 +414,7 @@ def test_text_sidecars_as_chunks_are_the_blob_and_outlive_changes_to_the_index()
 def test_shared_ints_are_tolist_with_one_object_per_value() -> None:
     # a restore reads postings' doc ids from arrays: every posting of a doc must be the
     # same int object, not one of its own (millions of 28-byte ints in a large scope)
-    from mnemex.index import shared_ints
-
-    big = 10**6 + 7  # (ints past 256 are objects of their own each time one is made)
+    big = 1_000  # (ints past 256 are objects of their own each time one is made)
     values = np.array([big, 300, big, 5, 300], dtype=np.int64)
     first, again = shared_ints(values), shared_ints(values[::-1].copy())
     assert first == values.tolist() and again == values[::-1].tolist()
@@ -425,3 +423,5 @@ def test_shared_ints_are_tolist_with_one_object_per_value() -> None:
     assert shared_ints(np.array([], dtype=np.int64)) == []
     assert shared_ints(np.array([-3, 2], dtype=np.int32)) == [-3, 2]  # (not shared: the callers check ids)
     assert shared_ints(np.array([2, 40], dtype=np.int32)) == [2, 40]
+    far = shared_ints(np.array([10**12, 3], dtype=np.int64))  # (a damaged file's id: no table that large)
+    assert far == [10**12, 3]

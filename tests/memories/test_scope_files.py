@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
-from scope_support import EMBEDDER, KEY, Driver
+from scope_support import EMBEDDER, KEY, Driver, restored
 
 from mnemex.effects import Image
 from mnemex.memories.behaviour import ScopeMemory
@@ -81,8 +81,6 @@ def test_a_restored_scope_shares_what_its_records_and_indexes_repeat() -> None:
     # decoding a snapshot makes an object for every occurrence; a scope built memory
     # by memory holds one per doc id, and one tuple per repeated categories: a restored
     # scope of 300,000 held 185 MB more than the scope it was saved from
-    from scope_support import restored
-
     driver = Driver()
     driver.remember(*(driver.new(f"Caroline went hiking by lake {i} with Melanie", categories=["travel"],
                                  entities=["Caroline", "Melanie" if i % 2 else "Mel"])
