@@ -193,9 +193,9 @@ class Conversation:
             if not self.items:
                 self._reshape_pair()
         if self.last_append >= index and index:
-            # the latest append is gone: the newest unit stands for it, or, when only
-            # system messages (and stray results) are left, all of them (a non-empty
-            # session never gives an empty context)
+            # the latest append is gone: the newest unit stands for it, or, when none
+            # is left, the start (its system messages are shown: a non-empty session
+            # never gives an empty context)
             unit = self.last_unit_start(0)
             self.last_append = unit if unit < index else 0
         self.pops += 1
