@@ -21,7 +21,6 @@ from mnemex.index._graph import GraphParams as GraphParams
 from mnemex.index._graph import graph_calls_path as graph_calls_path
 from mnemex.index._graph import graph_file_header as graph_file_header
 from mnemex.index._graph import load_graph as load_graph
-from mnemex.index._ints import shared_ints as shared_ints
 from mnemex.index._select import Allowed as Allowed
 from mnemex.index.bm25 import BM25Index as BM25Index
 from mnemex.index.fusion import normalize_scores as normalize_scores

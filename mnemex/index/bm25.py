@@ -50,7 +50,6 @@ import numpy as np
 import numpy.typing as npt
 
 from mnemex.errors import CorruptData, InvalidInput
-from mnemex.index._ints import shared_ints
 from mnemex.index._select import (
     Allowed,
     allowed_mask,
@@ -849,7 +848,7 @@ def _unpack_sequences(sidecar: Sidecar, name: str) -> dict[int, bytes]:
         raise corrupt("BM25", f"{name} sizes do not add up to its {stop - start} bytes")
     bounds = (start + 4 * np.concatenate(([0], np.cumsum(sizes)))).tolist()
     data = sidecar.data
-    runs = dict(zip(shared_ints(ids), [data[lo:hi] for lo, hi in itertools.pairwise(bounds)], strict=True))
+    runs = dict(zip(ids.tolist(), [data[lo:hi] for lo, hi in itertools.pairwise(bounds)], strict=True))
     if len(runs) != len(ids):
         raise corrupt("BM25", f"{name} repeats a doc id")
     return runs

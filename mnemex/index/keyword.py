@@ -36,7 +36,6 @@ import numpy as np
 import numpy.typing as npt
 
 from mnemex.errors import InvalidInput
-from mnemex.index._ints import shared_ints
 from mnemex.index._select import (
     Allowed,
     allowed_mask,
@@ -106,7 +105,10 @@ class KeywordIndex(SidecarIndex):
         self._restored: TermsByDoc | None = None
         self._capacity = 0
         self._timestamps = np.zeros(0, dtype=np.float64)
-        self._sparse: dict[str, list[int]] = {}
+        # a word's postings: a list, or, for a word restored from a sidecar and not
+        # changed since, a read-only int64 slice of one array (made a list when changed):
+        # an int object per posting was most of what a large restored index held
+        self._sparse: dict[str, list[int] | _I64] = {}
         self._sparse_cache: dict[str, _I64] = {}
         self._dense: dict[str, _U8] = {}
         self._dense_df: dict[str, int] = {}
@@ -195,13 +197,15 @@ class KeywordIndex(SidecarIndex):
                     column[new] = 1
                 self._dense_df[word] += len(new)
                 continue
-            postings = sparse.get(word)
-            if postings is None:
-                sparse[word] = postings = new
+            kept = sparse.get(word)
+            if kept is None:
+                sparse[word] = kept = new
             else:
-                postings += new
+                if isinstance(kept, np.ndarray):
+                    kept = sparse[word] = kept.tolist()
+                kept += new
                 cache.pop(word, None)
-            if len(postings) >= dense_at:
+            if len(kept) >= dense_at:
                 self._promote(word)
         self._pending_add.update(dict.fromkeys(docs))
 
@@ -235,6 +239,8 @@ class KeywordIndex(SidecarIndex):
             if len(postings) == 1:
                 del self._sparse[word]
             else:
+                if isinstance(postings, np.ndarray):
+                    postings = self._sparse[word] = postings.tolist()
                 # Swap-remove: posting order carries no meaning.
                 at = postings.index(doc_id)
                 postings[at] = postings[-1]
@@ -370,12 +376,13 @@ class KeywordIndex(SidecarIndex):
             raise corrupt("keyword", "doc ids are not ascending and distinct")
 
         columns = np.unpackbits(bits, axis=1, count=capacity)    # one block; each column a row view
-        flat = shared_ints(postings)
+        flat = postings.astype(np.int64)  # (a copy: nothing of the sidecar is kept)
+        flat.flags.writeable = False
         bounds = np.concatenate(([0], np.cumsum(sparse_df))).tolist()
         timestamps = np.zeros(capacity, dtype=np.float64)
         timestamps[doc_ids] = arrays["timestamps"]
         self._capacity = capacity
-        self._doc_words = dict.fromkeys(shared_ints(doc_ids))
+        self._doc_words = dict.fromkeys(doc_ids.tolist())
         self._timestamps = timestamps
         self._dense = dict(zip(vocab[:n_dense], columns, strict=True))
         self._dense_df = dict(zip(vocab[:n_dense], dense_df.tolist(), strict=True))
@@ -388,6 +395,10 @@ class KeywordIndex(SidecarIndex):
         """Every sparse word's postings count and its postings, word after word."""
         sparse = self._sparse
         counts = np.fromiter(map(len, sparse.values()), dtype=np.int64, count=len(sparse))
+        if any(isinstance(postings, np.ndarray) for postings in sparse.values()):
+            joined = np.concatenate([np.asarray(postings, dtype=np.int32) for postings in sparse.values()]) \
+                if sparse else np.zeros(0, dtype=np.int32)
+            return counts, joined
         postings = np.fromiter(itertools.chain.from_iterable(sparse.values()), dtype=np.int32,
                                count=int(counts.sum()))
         return counts, postings
@@ -422,9 +433,12 @@ class KeywordIndex(SidecarIndex):
         return np.concatenate(found)[:need]
 
     def _postings_array(self, word: str) -> _I64:
+        postings = self._sparse[word]
+        if isinstance(postings, np.ndarray):
+            return postings  # (a restored word's own read-only slice)
         cached = self._sparse_cache.get(word)
         if cached is None:
-            cached = np.array(self._sparse[word], dtype=np.int64)
+            cached = np.array(postings, dtype=np.int64)
             self._sparse_cache[word] = cached
         return cached
 

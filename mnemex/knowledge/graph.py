@@ -41,9 +41,8 @@ from typing import Any, Final
 
 import ahocorasick
 import msgspec
-import numpy as np
 
-from mnemex.index import normalize_phrase, shared_ints
+from mnemex.index import normalize_phrase
 from mnemex.knowledge.entities import DETECTION_VERSION, initials, is_acronym, mentions, name_key
 from mnemex.knowledge.resolution import NameVectors, nearest_merges
 
@@ -897,8 +896,7 @@ class EntityGraph:
         if any(not len(n) == len(f) == len(s) for n, f, s in rows):
             return False
         self.rebuild(())
-        docs_shared = shared_ints(np.array(sidecar.docs, dtype=np.int64))  # (the indexes' ints)
-        self._place_many(zip(docs_shared, sidecar.names, sidecar.flags, sidecar.surfaces, strict=True))
+        self._place_many(zip(sidecar.docs, sidecar.names, sidecar.flags, sidecar.surfaces, strict=True))
         return True
 
     def _place_many(self, rows: Iterable[tuple[int, Sequence[str], Sequence[int], Sequence[str]]]) -> None:

@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from mnemex.effects import Image, SnapshotData
 from mnemex.errors import InvalidInput
-from mnemex.index import VectorIndex, shared_ints
+from mnemex.index import VectorIndex
 from mnemex.index._sidecar import byte_view
 from mnemex.index.vector import VectorsView, read_vectors_file
 from mnemex.memories.protocol import MemoryRecord
@@ -191,12 +191,6 @@ def _read_records_chunks(data: bytes | memoryview | None, count: int, name: str)
         log.info("scope %s: records sidecar holds %d records, the snapshot %d; reading the snapshot's lines",
                  name, len(found.records), count)
         return None
-    try:
-        ids = np.array(found.docs, dtype=np.int64)
-    except OverflowError:
-        log.info("scope %s: records sidecar holds a doc id past int64; reading the snapshot's lines", name)
-        return None
-    found.docs[:] = shared_ints(ids)  # (the indexes' ints: shared)
     _share_repeats(found.records)
     return found
 

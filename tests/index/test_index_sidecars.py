@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mnemex.errors import CorruptData
-from mnemex.index import BM25Index, EntityIndex, KeywordIndex, Tokenizer, shared_ints
+from mnemex.index import BM25Index, EntityIndex, KeywordIndex, Tokenizer
 from mnemex.index._select import Allowed
 from mnemex.index._sidecar import doc_ids_checksum, pack_sidecar, unpack_sidecar
 from mnemex.index.tokenizer import TOKENIZATION_VERSION
@@ -175,6 +175,24 @@ def test_removing_a_restored_keyword_doc_forgets_exactly_its_words() -> None:
     for query in ["cat", "dog", "art", "state", "cat dog art state"]:
         assert loaded.search(query, 10) == original.search(query, 10)
     assert loaded.search("dog", 10) == [(5, 1), (0, 1)]
+
+
+def test_a_restored_keyword_index_keeps_its_postings_as_arrays_until_changed() -> None:
+    # an int object per posting (40 bytes with its list slot) was most of what a large
+    # restored index held: a restored word's postings stay one read-only array slice
+    original = Tiny()
+    for doc, text in enumerate(["cat dog", "dog art", "cat", "art state", "cat dog art", "dog"]):
+        original.add(doc, text, float(doc))
+    loaded = Tiny.from_sidecar(original.to_sidecar())
+    restored = {word: postings for word, postings in loaded._sparse.items()}
+    assert restored and all(isinstance(p, np.ndarray) and not p.flags.writeable for p in restored.values())
+    for index in (original, loaded):
+        index.add(6, "state cat", 6.0)  # adds to restored words: they become lists
+        index.remove(3)
+    assert isinstance(loaded._sparse["state"], list) and isinstance(loaded._sparse["art"], list)
+    for query in ["cat", "dog", "art", "state", "cat dog art state"]:
+        assert loaded.search(query, 10) == original.search(query, 10)
+    assert Tiny.from_sidecar(loaded.to_sidecar()).search("state art", 10) == original.search("state art", 10)
 
 
 # -- entities -------------------------------------------------------------------------
@@ -409,19 +427,3 @@ def test_text_sidecars_as_chunks_are_the_blob_and_outlive_changes_to_the_index()
         index.remove(3)
         assert b"".join(chunks) == blob
         assert type(index).from_sidecar(b"".join(chunks)).to_sidecar() == blob
-
-
-def test_shared_ints_are_tolist_with_one_object_per_value() -> None:
-    # a restore reads postings' doc ids from arrays: every posting of a doc must be the
-    # same int object, not one of its own (millions of 28-byte ints in a large scope)
-    big = 1_000  # (ints past 256 are objects of their own each time one is made)
-    values = np.array([big, 300, big, 5, 300], dtype=np.int64)
-    first, again = shared_ints(values), shared_ints(values[::-1].copy())
-    assert first == values.tolist() and again == values[::-1].tolist()
-    assert first[0] is first[2] is again[2] and first[1] is first[4] is again[0]
-    assert values.tolist()[0] is not values.tolist()[0]  # what tolist alone gives
-    assert shared_ints(np.array([], dtype=np.int64)) == []
-    assert shared_ints(np.array([-3, 2], dtype=np.int32)) == [-3, 2]  # (not shared: the callers check ids)
-    assert shared_ints(np.array([2, 40], dtype=np.int32)) == [2, 40]
-    far = shared_ints(np.array([10**12, 3], dtype=np.int64))  # (a damaged file's id: no table that large)
-    assert far == [10**12, 3]
