@@ -202,20 +202,18 @@ def _share_repeats(records: list[MemoryRecord]) -> None:
     tuples: dict[tuple[str, ...], tuple[str, ...]] = {}
     names: dict[str, str] = {}
     same = names.setdefault
+
+    def first(given: tuple[str, ...]) -> tuple[str, ...]:
+        kept = tuples[given] = tuple(map(same, given, given))
+        return kept
+
+    seen = tuples.get
     put = msgspec.structs.force_setattr  # (frozen records, made here: nothing else holds them yet)
     for record in records:
-        given = record.categories
-        if given:
-            kept = tuples.get(given)
-            if kept is None:
-                kept = tuples[given] = tuple(map(same, given, given))
-            put(record, "categories", kept)
-        given = record.entities
-        if given:
-            kept = tuples.get(given)
-            if kept is None:
-                kept = tuples[given] = tuple(map(same, given, given))
-            put(record, "entities", kept)
+        if record.categories:
+            put(record, "categories", seen(record.categories) or first(record.categories))
+        if record.entities:
+            put(record, "entities", seen(record.entities) or first(record.entities))
 
 
 def _vectors_sidecar(docs: Sequence[int], matrix: F32) -> bytes:
