@@ -253,7 +253,7 @@ class FileLeases:
                 raise StorageError(f"cannot read or write the epoch of virtual shard {vshard} in "
                                    f"{shard_dir(self.path, vshard) / LEASE_LOCK}: {exc}") from exc
             lease = Lease(vshard=vshard, owner=owner, epoch=epoch, expires=now + ttl)
-            self._write(lease, durable=True)
+            self._write(shard, lease, durable=True)
             return lease
 
     def acquire_many(self, vshards: Sequence[int], owner: str, ttl: float) -> dict[int, Lease | NotOwner]:
@@ -309,19 +309,19 @@ class FileLeases:
             # Not durable: the epoch fences, the expiry only says when the shard may be
             # taken; after a crash of the machine it reads as the lease before, or none
             # (taken then, under a higher epoch).
-            self._write(lease, durable=False, path=shard.lease)
+            self._write(shard, lease, durable=False)
             return lease
 
     def release(self, lease: Lease) -> None:
         with self._exclusive(lease.vshard):
             current = self.holder(lease.vshard)
             if current is not None and current.owner == lease.owner and current.epoch == lease.epoch:
-                self._write(Lease(vshard=lease.vshard, owner=lease.owner, epoch=lease.epoch, expires=0.0),
+                self._write(self._shard(lease.vshard),
+                            Lease(vshard=lease.vshard, owner=lease.owner, epoch=lease.epoch, expires=0.0),
                             durable=True)
 
-    def _write(self, lease: Lease, *, durable: bool, path: Path | None = None) -> None:
-        if path is None:
-            path = shard_dir(self.path, lease.vshard) / LEASE_FILE
+    def _write(self, shard: _ShardLock, lease: Lease, *, durable: bool) -> None:
+        path = shard.lease
         try:
             write_atomic(path, (_encode(lease),), durable=durable)
         except OSError as exc:
