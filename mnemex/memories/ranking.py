@@ -55,7 +55,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -89,6 +89,9 @@ F64 = npt.NDArray[np.float64]
 Mask = npt.NDArray[np.bool_]
 Ranked = tuple[int, float, dict[str, float]]   # (doc, score, signals)
 HybridRanked = tuple[int, float, dict[str, float], tuple[str, ...]]  # and the lists that found it (FOUND_BY)
+_K = TypeVar("_K")
+_T = TypeVar("_T")
+_Entry = tuple["weakref.ref[Expansion]", _K, _T]  # (the expansion, what it was made of, what was kept)
 
 ACCESS_HALF: Final = 10.0
 """Uses at which a memory's access signal is one half: access_count / (access_count + 10)."""
@@ -777,10 +780,10 @@ class RankCache:
         self._expanded: dict[Any, F64 | None] = {}  # least recently used first
         # per expansion (by id, with a weak reference to it, so that an entry of an expansion
         # gone, whose id another may take, is never read; no callbacks: entries change
-        # under the lock alone): its memories, and the centroid with the index (id, size)
-        # it was made of
-        self._named: dict[int, tuple[weakref.ref[Expansion], npt.NDArray[np.int64]]] = {}
-        self._centroids: dict[int, tuple[weakref.ref[Expansion], tuple[int, int], F32 | None]] = {}
+        # under the lock alone), with what it was made of: its memories, and the centroid
+        # of the index (id, size) it was made of
+        self._named: dict[int, _Entry[None, npt.NDArray[np.int64]]] = {}
+        self._centroids: dict[int, _Entry[tuple[int, int], F32 | None]] = {}
         self.nbytes = 0
         self._lock = threading.Lock()
 
@@ -809,45 +812,39 @@ class RankCache:
 
     def named_docs(self, bm25: BM25Index, expansion: Expansion) -> npt.NDArray[np.int64]:
         """The expansion's memories (``docs``), ascending, read-only."""
-        key = id(expansion)
-        with self._lock:
-            self._follow(bm25)
-            entry = self._named.pop(key, None)
-            if entry is not None and entry[0]() is expansion:
-                self._named[key] = entry  # (now the most recently used)
-                return entry[1]
-        found = _ascending(expansion.docs)
-        with self._lock:
-            if bm25.changes == self._changes:
-                named = self._named
-                named[key] = (weakref.ref(expansion), found)
-                _prune(named)
-                while len(named) > 1 and (len(named) > self.limit or
-                                          sum(entry[1].nbytes for entry in named.values()) > self.max_bytes):
-                    del named[next(iter(named))]
-        return found
+        def over(named: dict[int, _Entry[None, npt.NDArray[np.int64]]]) -> bool:
+            return sum(entry[2].nbytes for entry in named.values()) > self.max_bytes
+
+        return self._kept(bm25, self._named, expansion, of=None, compute=lambda: _ascending(expansion.docs),
+                          over=over)
 
     def centroid(self, bm25: BM25Index, expansion: Expansion, index: VectorIndex | MultiVectorSearch,
                  compute: Callable[[tuple[Expansion, VectorIndex | MultiVectorSearch]], F32 | None]
                  ) -> F32 | None:
         """``compute((expansion, index))``: the centroid of the vectors of its
         memories in ``index`` (kept for the index and size it was made of)."""
-        key, of = id(expansion), (id(index), len(index))
+        return self._kept(bm25, self._centroids, expansion, of=(id(index), len(index)),
+                          compute=lambda: compute((expansion, index)), over=lambda _table: False)
+
+    def _kept(self, bm25: BM25Index, table: dict[int, _Entry[_K, _T]], expansion: Expansion, *, of: _K,
+              compute: Callable[[], _T], over: Callable[[dict[int, _Entry[_K, _T]]], bool]) -> _T:
+        """What ``compute()`` gives for ``expansion`` and ``of``, kept in ``table`` (the
+        least recently used going past ``limit`` entries, or while ``over(table)``)."""
+        key = id(expansion)
         with self._lock:
             self._follow(bm25)
-            entry = self._centroids.pop(key, None)
+            entry = table.pop(key, None)
             if entry is not None and entry[0]() is expansion:
-                self._centroids[key] = entry
+                table[key] = entry  # (now the most recently used)
                 if entry[1] == of:
                     return entry[2]
-        found = compute((expansion, index))
+        found = compute()
         with self._lock:
             if bm25.changes == self._changes:
-                centroids = self._centroids
-                centroids[key] = (weakref.ref(expansion), of, found)
-                _prune(centroids)
-                while len(centroids) > self.limit:
-                    del centroids[next(iter(centroids))]
+                table[key] = (weakref.ref(expansion), of, found)
+                _prune(table)
+                while len(table) > 1 and (len(table) > self.limit or over(table)):
+                    del table[next(iter(table))]
         return found
 
     def clear(self) -> None:
