@@ -396,9 +396,7 @@ class KeywordIndex(SidecarIndex):
         sparse = self._sparse
         counts = np.fromiter(map(len, sparse.values()), dtype=np.int64, count=len(sparse))
         if any(isinstance(postings, np.ndarray) for postings in sparse.values()):
-            joined = np.concatenate([np.asarray(postings, dtype=np.int32) for postings in sparse.values()]) \
-                if sparse else np.zeros(0, dtype=np.int32)
-            return counts, joined
+            return counts, np.concatenate([np.asarray(run, dtype=np.int32) for run in sparse.values()])
         postings = np.fromiter(itertools.chain.from_iterable(sparse.values()), dtype=np.int32,
                                count=int(counts.sum()))
         return counts, postings
