@@ -165,7 +165,10 @@ class LeaseKeeper:
             await trio.to_thread.run_sync(self.leases.release, lease, limiter=self._limiter)
             return
         before = self._held.get(vshard)
-        if before is not None and before.epoch != lease.epoch:  # someone held it in between
+        # Our lease lapsed and was taken again: one epoch up is our own taking (each
+        # taking raises it by exactly one), more means another owner's came between,
+        # whose writes our live actors have not seen
+        if before is not None and lease.epoch not in (before.epoch, before.epoch + 1):
             await self._lose(vshard, NotOwner(f"virtual shard {vshard} changed hands while our lease "
                                               f"had lapsed", vshard=vshard, epoch=lease.epoch))
         self._held[vshard] = lease

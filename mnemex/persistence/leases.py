@@ -67,9 +67,11 @@ class Leases(Protocol):
 
     def acquire(self, vshard: int, owner: str, ttl: float) -> Lease:
         """Take ``vshard`` for ``owner`` for ``ttl`` seconds, or renew ``owner``'s
-        lease. Taking it from another owner, or after no one, raises the epoch by
-        one. NotOwner (naming the holder) while another owner's lease has not
-        lapsed; Timeout-free: waits only for writes in progress to finish."""
+        lease. Taking it from another owner, or after no one (its own lapsed lease
+        too), raises the epoch by one, and nothing else raises it: an owner taking
+        its lapsed lease back finds the epoch one up only if no one took it between.
+        NotOwner (naming the holder) while another owner's lease has not lapsed;
+        Timeout-free: waits only for writes in progress to finish."""
         ...
 
     def release(self, lease: Lease) -> None:

@@ -125,6 +125,30 @@ async def test_a_lost_lease_drops_the_live_actors_without_touching_the_files(
         assert await alone.ask("counter", KEY, Get()) == (15, 2)  # a's refused write left nothing
 
 
+async def test_a_lease_of_ours_taken_back_after_it_lapsed_keeps_the_live_actors(
+        tmp_path: Path, mock_clock: MockClock) -> None:
+    # no one took the shard while a's lease had lapsed: taking it back raises the epoch
+    # by one, and a's live actors are still all that was written (nothing to reload)
+    wall = Wall()
+    a = _shard(tmp_path, "a", wall)
+    assert a.leases is not None
+    async with open_actor_runtime(_config(tmp_path), [counter_kind()], storage=a, ownership=a.ownership) as ra, \
+            trio.open_nursery() as nursery:
+        keep_a = LeaseKeeper(ra, a.leases, ttl=9.0)
+        keep_a.assign([V])
+        await nursery.start(keep_a.run)
+        assert await ra.ask("counter", KEY, Add(5)) == 5
+        assert ra.ownership is not None and ra.ownership.epoch(V) == 1
+        wall.now += 60  # a stalls past its lease
+        await _jump(mock_clock, 3.0, keep_a)  # its next renewal takes the shard back
+        assert keep_a.held == [V] and keep_a.lost == 0 and ra.ownership.epoch(V) == 2
+        assert len(ra.live_keys()) == 1
+        assert await ra.ask("counter", KEY, Add(1)) == 6  # written under the new epoch
+        nursery.cancel_scope.cancel()
+    async with mnemex.open_runtime(_config(tmp_path), kinds=[counter_kind()]) as alone:
+        assert await alone.ask("counter", KEY, Get()) == (6, 2)
+
+
 async def test_a_keeper_renews_its_file_leases_in_one_call_a_round(tmp_path: Path,
                                                                   mock_clock: MockClock) -> None:
     # a shard process holds thousands of leases: a thread hop and a task for each
