@@ -332,7 +332,10 @@ class Mnemex(System):
 
     def __init__(self, work: Work, folder: Path, args: argparse.Namespace) -> None:
         super().__init__(work, folder, args)
-        self.config = mnemex.Config(data_dir=str(folder / "data"), embedder=work.embedder_name)
+        # (snapshot_min_growth 0: the shutdown snapshots the scopes whatever came before,
+        # so the peak RSS always includes a snapshot)
+        self.config = mnemex.Config(data_dir=str(folder / "data"), embedder=work.embedder_name,
+                                    snapshot_min_growth=0.0)
         self.note = (f"public API, data_dir on disk, fsync={self.config.fsync}, "
                      f"hnsw_threshold={self.config.hnsw_threshold:,}")
         self.position = {text: i for i, text in enumerate(work.texts)}

@@ -1601,7 +1601,13 @@ class Runtime:
         # snapshot then costs O(1) per command however large the state is.
         return ((cell.seq - cell.snap_seq >= cfg.storage.snapshot_every
                  and cell.journal_bytes >= cfg.storage.snapshot_growth * cell.snap_bytes)
-                or now - cell.snap_time >= cfg.storage.snapshot_interval)
+                or (now - cell.snap_time >= cfg.storage.snapshot_interval and not self._journal_short(cell)))
+
+    def _journal_short(self, cell: _Cell) -> bool:
+        """Whether the journal since ``cell``'s last snapshot is too short for a
+        snapshot on a timer or at close to be worth writing its whole state again
+        (``config.storage.snapshot_min_growth``)."""
+        return cell.journal_bytes < self.config.storage.snapshot_min_growth * cell.snap_bytes
 
     def _maybe_snapshot(self, cell: _Cell, now: float | None = None) -> None:
         """Take a snapshot of ``cell`` if one is due (``now``: the run's clock, if read
@@ -1688,6 +1694,9 @@ class Runtime:
                 log.error("%s: %s", cell.name, what)
             else:
                 tally.failed.append((cell.name, what))
+        elif cell.seq != cell.snap_seq and cell.behaviour is not None and self._journal_short(cell):
+            if tally is not None:  # kept: its journal is replayed when it next loads
+                tally.journaled += 1
         elif cell.seq != cell.snap_seq and cell.behaviour is not None:
             try:
                 cell.snap_bytes = await self._in_thread(cell, _write_snapshot, cell.store,

@@ -26,17 +26,24 @@ class ShutdownReport:
     """(actor, error) of every final snapshot that failed."""
     unfinished: int = 0
     """Actors still closing when ``config.kernel.shutdown_timeout`` ran out."""
+    journaled: int = 0
+    """Actors left with a journal too short to be worth a final snapshot
+    (``config.storage.snapshot_min_growth``): it is replayed when they next load."""
 
     @property
     def ok(self) -> bool:
-        """True if every actor closed with its state snapshotted (or nothing to snapshot)."""
+        """True if every actor closed with its state snapshotted (or nothing new since its
+        snapshot, or a short journal since it: ``journaled``)."""
         return not self.failed and not self.unfinished
 
     def describe(self) -> str:
         """One line for the log: the counts, and the first few actors that failed."""
         text = f"{_count(self.closed, 'actor')} closed, {_count(self.snapshots, 'final snapshot')} written"
+        if self.journaled:
+            text += (f", {_count(self.journaled, 'actor')} left to a short journal since its last "
+                     f"snapshot (config.storage.snapshot_min_growth)")
         if self.ok:
-            return f"{text}: every actor snapshotted"
+            return f"{text}: {'every state is on disk' if self.journaled else 'every actor snapshotted'}"
         problems: list[str] = []
         if self.failed:
             named = "; ".join(f"{actor}: {error}" for actor, error in self.failed[:_NAMED])
@@ -59,7 +66,8 @@ class ShutdownTally:
 
     closed: int = 0
     snapshots: int = 0
+    journaled: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)
 
     def report(self, unfinished: int = 0) -> ShutdownReport:
-        return ShutdownReport(self.closed, self.snapshots, tuple(self.failed), unfinished)
+        return ShutdownReport(self.closed, self.snapshots, tuple(self.failed), unfinished, self.journaled)

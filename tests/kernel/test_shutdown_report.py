@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
+from trio.testing import MockClock
 
 import mnemex
 from mnemex.lowlevel import ShutdownReport
@@ -148,3 +150,54 @@ async def test_actors_still_closing_when_the_shutdown_times_out_are_reported(
         "shutdown: 1 actor closed, 1 final snapshot written, 1 actor still closing when "
         "config.kernel.shutdown_timeout ran out; their journals hold every accepted command, replayed "
         "when they next load")
+
+
+def snapshot_seqs(data_dir: Path) -> list[int]:
+    """The seq of every snapshot in ``data_dir``, in order."""
+    return sorted(int(path.name.split("-")[1].split(".")[0]) for path in data_dir.rglob("snapshot-*.jsonl"))
+
+
+async def test_a_short_journal_since_the_last_snapshot_is_kept_instead_of_a_final_snapshot(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # a counter's one line is far under 100 times its snapshot: as a few searches' touches
+    # are under 1% (the default) of a large scope's
+    caplog.set_level(logging.INFO, logger="mnemex.runtime")
+    cfg = mnemex.Config(data_dir=str(tmp_path), snapshot_min_growth=100.0)
+    async with mnemex.open_runtime(cfg, kinds=[counter_kind()]) as rt:
+        await rt.ask("counter", "c", Add(1))
+        await rt.passivate("counter", "c")  # its first snapshot (none to replay the journal on)
+        assert snapshot_seqs(tmp_path) == [1]
+        await rt.ask("counter", "c", Add(2))
+        await rt.passivate("counter", "c")  # not written whole again for one line
+        assert snapshot_seqs(tmp_path) == [1]
+        assert await rt.ask("counter", "c", Get()) == (3, 2)  # the snapshot, then its journal
+    assert rt.shutdown_report == ShutdownReport(closed=1, snapshots=0, journaled=1)
+    assert rt.shutdown_report.ok
+    [line] = shutdown_lines(caplog)
+    assert line.getMessage() == ("shutdown: 1 actor closed, 0 final snapshots written, 1 actor left to a "
+                                 "short journal since its last snapshot (config.storage.snapshot_min_growth): "
+                                 "every state is on disk")
+    async with mnemex.open_runtime(mnemex.Config(data_dir=str(tmp_path)), kinds=[counter_kind()]) as rt:
+        assert await rt.ask("counter", "c", Add(3)) == 6
+    # by the default share the counter's journal is long enough: snapshotted
+    assert rt.shutdown_report == ShutdownReport(closed=1, snapshots=1)
+    assert snapshot_seqs(tmp_path) == [1, 3]
+
+
+@pytest.mark.parametrize(("share", "expected"), [(1000.0, [2]), (0.0, [2, 3])])
+async def test_a_snapshot_due_by_time_waits_for_the_journal_to_grow_past_its_share(
+        tmp_path: Path, mock_clock: MockClock, share: float, expected: list[int]) -> None:
+    cfg = mnemex.Config(data_dir=str(tmp_path), snapshot_interval=10.0, snapshot_min_growth=share)
+    async with mnemex.open_runtime(cfg, kinds=[counter_kind()]) as rt:
+        await rt.ask("counter", "c", Add(1))
+        mock_clock.jump(11)
+        await rt.ask("counter", "c", Add(1))  # due by time, and no snapshot yet: written beside
+        for _ in range(1000):  # (in a worker thread: real time, 5 s at most)
+            if snapshot_seqs(tmp_path) == [2]:
+                break
+            await trio.to_thread.run_sync(time.sleep, 0.005)
+        mock_clock.jump(11)
+        await rt.ask("counter", "c", Add(1))  # due by time again, with one line since the snapshot
+        await rt.passivate("counter", "c")  # waits for a snapshot beside; its final one is not due
+        assert snapshot_seqs(tmp_path) == expected
+        assert await rt.ask("counter", "c", Get()) == (3, 3)
