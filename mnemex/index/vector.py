@@ -933,16 +933,19 @@ class VectorIndex:
 
     @classmethod
     def from_snapshot(cls, doc_ids: I64, vectors: npt.ArrayLike, dim: int, *,
-                      graph: str | None, meta: bytes | memoryview | None,
+                      graph: str | None, meta: bytes | memoryview | None, rows_in_place: bool = False,
                       **params: Any) -> VectorIndex:
         """An index over the vectors a :class:`VectorsView` wrote (rows as the index held
         them), with its graph loaded from the file usearch saved (its path)
         when ``meta`` shows it was saved from exactly these vectors; otherwise the
-        graph is rebuilt (if wanted). ``sidecar_status`` says what happened."""
+        graph is rebuilt (if wanted). ``sidecar_status`` says what happened.
+        ``rows_in_place``: keep ``vectors`` itself as the rows (a writable float32
+        array the index then owns: a file mapped copy-on-write, say) rather than a
+        copy with room to grow; the first growth copies them."""
         index = cls(dim, **params)
         auto = index.auto_build
         index.auto_build = False
-        index._adopt_unit_rows(doc_ids, vectors)
+        index._adopt_unit_rows(doc_ids, vectors, in_place=rows_in_place)
         index.auto_build = auto
         if graph is None or meta is None:
             index.sidecar_status = "absent"
@@ -1058,9 +1061,12 @@ class VectorIndex:
         self._graph_size = graph_size
         return "loaded"
 
-    def _adopt_unit_rows(self, doc_ids: Sequence[int] | I64, vectors: npt.ArrayLike) -> None:
+    def _adopt_unit_rows(self, doc_ids: Sequence[int] | I64, vectors: npt.ArrayLike, *,
+                         in_place: bool = False) -> None:
         """Fill an empty index with *vectors* as its rows 0..n-1, in order: the
-        state ``add_many`` would leave, without its normalising pass."""
+        state ``add_many`` would leave, without its normalising pass. ``in_place``:
+        *vectors* itself becomes the rows, if it is a writable C-ordered float32
+        array (else a copy with room to grow, as without it)."""
         assert self._count == 0 and self._high == 0
         id_array = np.asarray(doc_ids, dtype=np.int64).reshape(-1)
         matrix = np.asarray(vectors, dtype=np.float32)
@@ -1080,8 +1086,12 @@ class VectorIndex:
         if not np.array_equal(self._row_of[id_array], rows):
             self._row_of = np.zeros(0, dtype=np.int64)
             raise InvalidInput("doc ids of stored vectors must be distinct and >= 0", field="doc_ids")
-        capacity = max(_MIN_ROWS, count + count // 4)
-        self._rows = _grown(matrix, count, capacity)
+        if in_place and matrix.dtype == np.float32 and matrix.flags.c_contiguous and matrix.flags.writeable:
+            capacity = count  # (no room: the first rows added move them all to a grown copy)
+            self._rows = matrix
+        else:
+            capacity = max(_MIN_ROWS, count + count // 4)
+            self._rows = _grown(matrix, count, capacity)
         self._coarse = None  # (it would repack from the new rows, but holds the old ones)
         self._row_ids = _grown(id_array, count, capacity, fill=-1)
         self._high = self._count = count

@@ -22,6 +22,7 @@ the lines, one records blob, the graph as a pickled state) are still read.
 from __future__ import annotations
 
 import logging
+import mmap
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -58,6 +59,15 @@ _GRAPH: Final = "usearch"
 _GRAPH_META: Final = "usearchmeta"
 _RECORDS_CHUNK: Final = 4096
 _encode = msgspec.json.Encoder()
+MAP_ROWS_FROM = 64 * 2**20
+"""Bytes of vectors sidecar from which a restore keeps its float32 rows where they are,
+in the file mapped copy-on-write, rather than copying them into fresh memory (at
+1,000,000 memories 1.5 GB, which a VM backs page by page at first touch: about 1 s
+of a restore per 300,000). The page cache holds them, reclaimable; searches read
+the pages they need; a row written (a freed one reused) is copied alone, and the
+first rows added beyond them move them all into memory. Each such scope keeps one
+descriptor open (the mapping's), and with it the file's disk space until then,
+even once newer snapshots replaced the file."""
 _F32_LE: Final = np.dtype("<f4")  # (made once: a dtype read from its string costs a query's decode a third)
 
 
@@ -339,6 +349,24 @@ def read_vectors(name: str, image: Image, vector_docs: Sequence[int], dim: int) 
         raise ValueError(f"scope {name} snapshot vectors: {exc}") from exc
 
 
+def _rows_in_place(path: str | None, checked: bytes | memoryview) -> mmap.mmap | None:
+    """The vectors sidecar at ``path``, whose checked bytes are ``checked``, mapped
+    copy-on-write if it is large (``MAP_ROWS_FROM``); else, or if it cannot be
+    mapped so, None (its rows are copied)."""
+    if path is None or len(checked) < MAP_ROWS_FROM or not hasattr(mmap, "MADV_DONTNEED"):
+        return None
+    try:
+        with open(path, "rb") as handle:
+            mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
+    except (OSError, ValueError) as exc:
+        log.info("%s: not mapped (%s); its rows are copied", path, exc)
+        return None
+    if len(mapped) != len(checked):  # (another file than the one checked: snapshot files never change)
+        mapped.close()
+        return None
+    return mapped
+
+
 def restore_vectors(name: str, image: Image, vector_docs: Sequence[int], dim: int,
                     params: Mapping[str, Any], *, graph: bool = True) -> VectorIndex:
     """The vector index of ``image``: format 2 from its vectors sidecar (and its graph
@@ -350,17 +378,27 @@ def restore_vectors(name: str, image: Image, vector_docs: Sequence[int], dim: in
             if image.extra.get("count"):
                 raise ValueError(f"scope {name} snapshot: its vectors sidecar is missing")
             return VectorIndex(dim, **params)  # a scope of no memories writes none
-        ids, matrix = read_vectors_file(data)
+        mapped = _rows_in_place(image.sidecar_paths.get(_VECTORS2), data)
+        ids, matrix = read_vectors_file(data if mapped is None else memoryview(mapped))
         meta = image.sidecars.get(_GRAPH_META)
         path = image.sidecar_paths.get(_GRAPH)
         saved = image.sidecars.get(_GRAPH)
+        in_place = mapped is not None
         if not graph or meta is None or (path is None and saved is None):
-            return VectorIndex.from_snapshot(ids, matrix, dim, graph=None, meta=None, **params)
-        if path is not None:
-            return VectorIndex.from_snapshot(ids, matrix, dim, graph=path, meta=meta, **params)
-        assert saved is not None
-        return in_temporary_file(saved, lambda temporary: VectorIndex.from_snapshot(
-            ids, matrix, dim, graph=temporary, meta=meta, **params))
+            index = VectorIndex.from_snapshot(ids, matrix, dim, graph=None, meta=None, rows_in_place=in_place,
+                                              **params)
+        elif path is not None:
+            index = VectorIndex.from_snapshot(ids, matrix, dim, graph=path, meta=meta, rows_in_place=in_place,
+                                              **params)
+        else:
+            assert saved is not None
+            index = in_temporary_file(saved, lambda temporary: VectorIndex.from_snapshot(
+                ids, matrix, dim, graph=temporary, meta=meta, rows_in_place=in_place, **params))
+        if mapped is not None:
+            # the checks read every row and none was written yet: their pages leave this
+            # process (the page cache keeps them, for the searches that need them)
+            mapped.madvise(mmap.MADV_DONTNEED)
+        return index
     matrix = read_vectors(name, image, vector_docs, dim)
     sidecar = image.sidecars.get(HNSW_SIDECAR) if graph else None
     # the rows as the index held them when the snapshot was taken (checksummed)

@@ -97,3 +97,66 @@ def test_a_restored_scope_shares_what_its_records_repeat() -> None:
     for mode in ("keyword", "fulltext", "vector", "hybrid"):
         assert [hit.memory.id for hit in Driver(memory).search("Melanie lake 17", mode).hits] == \
             [hit.memory.id for hit in driver.search("Melanie lake 17", mode).hits]
+
+
+def test_a_large_restored_scope_keeps_its_rows_in_the_sidecar_mapped_copy_on_write(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import hashlib
+
+    from mnemex.memories import snapshot as snapshot_module
+    from mnemex.memories.protocol import Forget
+
+    monkeypatch.setattr(snapshot_module, "MAP_ROWS_FROM", 1)  # (every vectors sidecar counts as large)
+    driver = Driver(hnsw_threshold=50)
+    driver.remember(*(driver.new(f"note {i} about tea and lakes") for i in range(200)))
+    driver.run_jobs()
+    data = driver.memory.snapshot()
+    store = FileStore(tmp_path, "scope", KEY)
+    store.write_snapshot(7, 1_000, data.records(), created=2_000, extra=dict(data.extra), sidecars=data.sidecars(),
+                         required=data.required)
+    assert data.done is not None
+    data.done()
+    [vectors_file] = tmp_path.rglob("snapshot-*.vectors2.bin")
+    on_disk = hashlib.sha256(vectors_file.read_bytes()).hexdigest()
+    recovered = store.recover()
+    assert recovered.header is not None
+    memory = ScopeMemory.restore(KEY, Image(recovered.records, recovered.header.extra, recovered.sidecars,
+                                            recovered.sidecar_paths), driver.memory.settings)
+    assert memory.vectors is not None and memory.vectors.sidecar_status == "loaded"
+    del recovered
+    gc.collect()
+    assert mapped_snapshot_files() == [str(vectors_file)]  # the rows, in place
+
+    restored_driver = Driver(memory)
+    twins = (driver, restored_driver)
+
+    def both(command_of: object) -> None:
+        for twin in twins:
+            twin.send(command_of(twin))  # type: ignore[operator]
+
+    def same_searches() -> None:
+        for mode in ("vector", "hybrid"):
+            for query in ("tea lakes 17", "note 150", "mountains and rivers 3"):
+                assert [hit.memory.id for hit in restored_driver.search(query, mode).hits] == \
+                    [hit.memory.id for hit in driver.search(query, mode).hits]
+
+    same_searches()
+    # rows freed and reused: written in the mapping, copy-on-write, never in the file
+    gone = [f"m{i:06d}" for i in range(1, 41)]
+    both(lambda twin: Forget(ids=gone, now=twin.tick()))
+    fresh = [driver.new(f"mountains and rivers {i}", id=f"n{i:03d}") for i in range(30)]
+    for twin in twins:
+        twin.remember(*fresh)
+        twin.run_jobs()
+    same_searches()
+    assert hashlib.sha256(vectors_file.read_bytes()).hexdigest() == on_disk
+    assert mapped_snapshot_files() == [str(vectors_file)]
+    # more than they hold: the rows move into memory, and the file is let go of
+    more = [driver.new(f"forests and hills {i}", id=f"f{i:03d}") for i in range(40)]
+    for twin in twins:
+        twin.remember(*more)
+        twin.run_jobs()
+    same_searches()
+    gc.collect()
+    assert mapped_snapshot_files() == []
+    assert hashlib.sha256(vectors_file.read_bytes()).hexdigest() == on_disk
