@@ -176,9 +176,11 @@ class StorageConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=T
     snapshot_min_growth: NonNegativeFloat = 0.01
     """...and, like the final snapshot of an actor closing (passivated, or at
     shutdown), only once its journal since the last snapshot has grown to this share
-    of that snapshot's size: a large scope that a few searches touched is not
-    rewritten whole for them (at 1,000,000 memories that is about 3 GB and 20 s); its
-    short journal is replayed when it next loads. 0: snapshot whatever is new."""
+    of that snapshot's record lines (its sidecars apart: the size ``snapshot_growth``
+    reads too), or the actor holds work no journal line does (a scope's HNSW graph
+    built since): a large scope that a few searches touched is not rewritten whole
+    for them (at 1,000,000 memories about 3 GB of files and 20 s); its short journal
+    is replayed when it next loads. 0: snapshot whatever is new."""
     snapshots_kept: PositiveInt = 2
     """Snapshots kept per actor (the newest ones)."""
     max_open_files: PositiveInt | None = None

@@ -83,7 +83,12 @@ class Behaviour(Protocol):
 
     def handle(self, command: Any) -> Any: ...
 
-    def snapshot(self) -> SnapshotData: ...
+    def snapshot(self) -> SnapshotData:
+        """Its state, for a snapshot. A behaviour may also have ``snapshot_wanted``, true
+        while it holds work no journal line does (a structure built beside it, indexes
+        rebuilt at its load): the kernel then snapshots it on a timer or at close even
+        when its journal is short (``config.storage.snapshot_min_growth``)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -447,8 +447,9 @@ async def open_runtime(config: Config | None = None, *, kinds: Iterable[ActorKin
                        ownership: Ownership | None = None) -> AsyncIterator[MnemexRuntime]:
     """Open a runtime: lock the data directory, recover nothing eagerly (actors load
     on first use), and on exit send the last access counts, drain every mailbox and
-    snapshot every actor (``shutdown_report`` says what was done, and a failed
-    snapshot is logged at ERROR).
+    snapshot every actor with something new, or leave it a short journal
+    (``config.storage.snapshot_min_growth``; ``shutdown_report`` says what was done,
+    and a failed snapshot is logged at ERROR).
 
     ``kinds`` registers extra actor kinds beside mnemex's own (tests, plugins); a kind
     named like a built-in one (``"agent"``, ``"scope"``, ``"checkpoint"``) takes its place.

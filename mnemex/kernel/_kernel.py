@@ -1606,8 +1606,10 @@ class Runtime:
     def _journal_short(self, cell: _Cell) -> bool:
         """Whether the journal since ``cell``'s last snapshot is too short for a
         snapshot on a timer or at close to be worth writing its whole state again
-        (``config.storage.snapshot_min_growth``)."""
-        return cell.journal_bytes < self.config.storage.snapshot_min_growth * cell.snap_bytes
+        (``config.storage.snapshot_min_growth``), and the behaviour holds no work
+        that only a snapshot keeps (its ``snapshot_wanted``)."""
+        return (cell.journal_bytes < self.config.storage.snapshot_min_growth * cell.snap_bytes
+                and not getattr(cell.behaviour, "snapshot_wanted", False))
 
     def _maybe_snapshot(self, cell: _Cell, now: float | None = None) -> None:
         """Take a snapshot of ``cell`` if one is due (``now``: the run's clock, if read
@@ -1695,8 +1697,19 @@ class Runtime:
             else:
                 tally.failed.append((cell.name, what))
         elif cell.seq != cell.snap_seq and cell.behaviour is not None and self._journal_short(cell):
-            if tally is not None:  # kept: its journal is replayed when it next loads
-                tally.journaled += 1
+            # kept: its journal is replayed when it next loads. With fsync "never" nothing
+            # made it durable, as the snapshot's own fsync would have: done here
+            try:
+                if not cell.in_memory and self.config.storage.fsync == "never":
+                    await self._in_thread(cell, cell.store.sync, limiter=self._store_threads)
+            except Exception as exc:
+                if tally is None:
+                    log.error("%s: syncing its journal at close failed: %r", cell.name, exc)
+                else:
+                    tally.failed.append((cell.name, f"journal sync: {type(exc).__name__}: {exc}"))
+            else:
+                if tally is not None:
+                    tally.journaled += 1
         elif cell.seq != cell.snap_seq and cell.behaviour is not None:
             try:
                 cell.snap_bytes = await self._in_thread(cell, _write_snapshot, cell.store,

@@ -8,8 +8,9 @@ lease): the live actors of that shard are dropped without a snapshot, since
 their state may be stale and their files are the new owner's now. A shard that
 another owner holds is retried until its lease lapses (a failover) or the
 assignment changes. ``give_up`` hands shards over cleanly: their actors are
-snapshotted, then the leases released, so the next owner starts at once from a
-snapshot instead of waiting for the lease to run out.
+snapshotted (or left a short journal: ``config.storage.snapshot_min_growth``), then
+the leases released, so the next owner starts at once from their files instead of
+waiting for the lease to run out.
 
 Lease calls are blocking (a shared volume, a database): they run in worker
 threads, at most ``concurrency`` at once.

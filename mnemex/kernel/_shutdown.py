@@ -43,7 +43,7 @@ class ShutdownReport:
             text += (f", {_count(self.journaled, 'actor')} left to a short journal since its last "
                      f"snapshot (config.storage.snapshot_min_growth)")
         if self.ok:
-            return f"{text}: {'every state is on disk' if self.journaled else 'every actor snapshotted'}"
+            return f"{text}: {'every state kept' if self.journaled else 'every actor snapshotted'}"
         problems: list[str] = []
         if self.failed:
             named = "; ".join(f"{actor}: {error}" for actor, error in self.failed[:_NAMED])

@@ -477,7 +477,7 @@ class ScopeMemory:
                  "documents", "embedder", "entities",
                  "extractions", "free", "graph", "graph_failed_at", "graph_pending_since", "graph_restored",
                  "graph_stale", "keyed", "keyword", "names_since", "rank_cache", "replaying", "sessions",
-                 "settings", "table", "twins", "user_id", "vectors")
+                 "settings", "snapshot_wanted", "table", "twins", "user_id", "vectors")
 
     def __init__(self, key: Key, settings: ScopeSettings) -> None:
         if len(key) != 2:
@@ -502,6 +502,10 @@ class ScopeMemory:
         self.graph = EntityGraph(detect=settings.entity_detection, fold_accents=fold)
         self.graph_stale = False  # declarations replayed, mentions not found again yet
         self.graph_restored = False  # a restore took the mentions from the snapshot's sidecar
+        # work no journal line holds that the next snapshot would keep (an HNSW graph built
+        # beside the actor, indexes a restore rebuilt): the kernel then writes one even for
+        # a short journal (config.storage.snapshot_min_growth), else each load redoes it
+        self.snapshot_wanted = False
         self.table = FilterTable()
         self.embedder: str | None = None
         self.dim = 0
@@ -1136,6 +1140,7 @@ class ScopeMemory:
         items = [(doc, record) for doc, record in enumerate(self.docs) if record is not None]
         if self._load_text_sidecars(sidecars):
             if not self.graph_restored:
+                self.snapshot_wanted = bool(items)  # (the mentions, found again)
                 for doc, record in items:
                     self.graph.add(doc, record.content, record.author, record.entities)
             for doc, record in items:
@@ -1148,6 +1153,7 @@ class ScopeMemory:
         for members in self.sessions.values():
             for at, (_, doc) in enumerate(members):
                 context[doc] = self._context_at(members, at)
+        self.snapshot_wanted = bool(items)  # (every index, made again)
         self._index_many(items, context)
 
     def _load_text_sidecars(self, sidecars: Mapping[str, bytes | memoryview]) -> bool:
@@ -1418,6 +1424,7 @@ class ScopeMemory:
             return None
         if index.adopt(ready.build):
             self.graph_failed_at = None
+            self.snapshot_wanted = True
             log.info("scope %s: HNSW graph ready (%d vectors)", self._name, len(index))
         return self._with_graph(None)
 
@@ -1698,6 +1705,7 @@ class ScopeMemory:
     def snapshot(self) -> SnapshotData:
         """The memories as snapshot lines, with sidecars for a fast restart (see
         ``memories.snapshot``)."""
+        self.snapshot_wanted = False
         pairs = [(doc, record) for doc, record in enumerate(self.docs) if record is not None]
         index = self.vectors
         # the text indexes' sidecars as chunks, written one after another and let go

@@ -21,6 +21,7 @@ the lines, one records blob, the graph as a pickled state) are still read.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import mmap
 from collections.abc import Iterator, Mapping, Sequence
@@ -65,9 +66,12 @@ in the file mapped copy-on-write, rather than copying them into fresh memory (at
 1,000,000 memories 1.5 GB, which a VM backs page by page at first touch: about 1 s
 of a restore per 300,000). The page cache holds them, reclaimable; searches read
 the pages they need; a row written (a freed one reused) is copied alone, and the
-first rows added beyond them move them all into memory. Each such scope keeps one
-descriptor open (the mapping's), and with it the file's disk space until then,
-even once newer snapshots replaced the file."""
+first rows added beyond them move them all into memory (a journal replayed at load
+that adds memories does so at once). Each such scope keeps one descriptor open
+(the mapping's), and with it the file's disk space until then, even once newer
+snapshots replaced the file. Pages read back after the checksum are not checked
+again, and a read error on them (a shared volume gone) stops the process
+(SIGBUS), where a copy would have been read once at load."""
 _F32_LE: Final = np.dtype("<f4")  # (made once: a dtype read from its string costs a query's decode a third)
 
 
@@ -397,7 +401,8 @@ def restore_vectors(name: str, image: Image, vector_docs: Sequence[int], dim: in
         if mapped is not None:
             # the checks read every row and none was written yet: their pages leave this
             # process (the page cache keeps them, for the searches that need them)
-            mapped.madvise(mmap.MADV_DONTNEED)
+            with contextlib.suppress(OSError):  # (refused for locked pages: they stay)
+                mapped.madvise(mmap.MADV_DONTNEED)
         return index
     matrix = read_vectors(name, image, vector_docs, dim)
     sidecar = image.sidecars.get(HNSW_SIDECAR) if graph else None

@@ -88,7 +88,10 @@ class Ownership:
     """The virtual shards one process owns and the epoch of each: the kernel asks
     it whether to serve a key, the storage which epoch a write carries.
 
-    ``owner`` names the process (a shard actor's name); ``margin`` is the part of
+    ``owner`` names the process (a shard actor's name), and no other process alive
+    at the same time: a lease is renewed for whoever gives its owner's name, and a
+    lapsed lease taken back one epoch up is taken to have had no holder between
+    (``LeaseKeeper``); ``margin`` is the part of
     each lease, in seconds, that the holder gives up to clock drift: it stops
     serving a shard that long before its lease runs out unless renewed."""
 

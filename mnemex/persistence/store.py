@@ -23,7 +23,7 @@ from typing import BinaryIO
 
 import orjson
 
-from mnemex.errors import CorruptData, InvalidInput, StorageError
+from mnemex.errors import CorruptData, InvalidInput, NotOwner, StorageError
 from mnemex.persistence._files import (
     describe_os_error,
     fsync_dir,
@@ -503,16 +503,28 @@ class FileStore(ActorStore):
         return self._broken is not None
 
     def cut_after(self, seq: int) -> None:
-        with self._fence(), self._lock:
-            try:
-                self._cut_now(seq, durable=False)
-            except OSError as exc:
-                self._broken = (f"could not cut journal {self._journal} after seq {seq}: "
-                                f"{describe_os_error(exc)}; it refuses writes until the actor is reloaded "
-                                f"(recover() cuts it)")
-                if self._cut_pending is None or seq < self._cut_pending:
-                    self._cut_pending = seq
-                raise StorageError(self._broken) from exc
+        try:
+            with self._fence(), self._lock:
+                try:
+                    self._cut_now(seq, durable=False)
+                except OSError as exc:
+                    self._cut_failed(seq, describe_os_error(exc))
+                    raise StorageError(self._broken) from exc
+        except NotOwner as exc:
+            # refused while the lease was not ours: the lines stay until a recovery under
+            # the lease cuts them (were the store to take writes meanwhile, the next one
+            # would follow lines the actor never accepted)
+            with self._lock:
+                self._cut_failed(seq, str(exc))
+            raise
+
+    def _cut_failed(self, seq: int, why: str) -> None:
+        """Note a cut after ``seq`` that could not be made (call with _lock held): no
+        write is taken until ``recover`` makes it."""
+        self._broken = (f"could not cut journal {self._journal} after seq {seq}: {why}; it refuses writes "
+                        f"until the actor is reloaded (recover() cuts it)")
+        if self._cut_pending is None or seq < self._cut_pending:
+            self._cut_pending = seq
 
     def _cut_now(self, seq: int, *, durable: bool) -> None:
         """Truncate the journal after line ``seq`` (call with _lock held); with

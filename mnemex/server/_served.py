@@ -302,6 +302,7 @@ class LocalOperations:
     def stopped(self) -> tuple[bool, str]:
         report = self.runtime.shutdown_report
         if report is not None and report.ok:
-            return True, "every actor snapshotted"
+            return True, ("every actor snapshotted or left a short journal" if report.journaled
+                          else "every actor snapshotted")
         # the runtime logged which snapshots failed, at ERROR
         return False, "NOT every actor was snapshotted (see the error above)"

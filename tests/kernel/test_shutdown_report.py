@@ -176,12 +176,25 @@ async def test_a_short_journal_since_the_last_snapshot_is_kept_instead_of_a_fina
     [line] = shutdown_lines(caplog)
     assert line.getMessage() == ("shutdown: 1 actor closed, 0 final snapshots written, 1 actor left to a "
                                  "short journal since its last snapshot (config.storage.snapshot_min_growth): "
-                                 "every state is on disk")
+                                 "every state kept")
     async with mnemex.open_runtime(mnemex.Config(data_dir=str(tmp_path)), kinds=[counter_kind()]) as rt:
         assert await rt.ask("counter", "c", Add(3)) == 6
     # by the default share the counter's journal is long enough: snapshotted
     assert rt.shutdown_report == ShutdownReport(closed=1, snapshots=1)
     assert snapshot_seqs(tmp_path) == [1, 3]
+
+
+async def test_a_behaviour_that_wants_a_snapshot_gets_one_at_close_however_short_its_journal(
+        tmp_path: Path) -> None:
+    cfg = mnemex.Config(data_dir=str(tmp_path), snapshot_min_growth=100.0)
+    async with mnemex.open_runtime(cfg, kinds=[counter_kind()]) as rt:
+        await rt.ask("counter", "c", Add(1))
+        await rt.passivate("counter", "c")
+        await rt.ask("counter", "c", Add(2))
+        # as a scope that built its HNSW graph beside it (no journal line holds that)
+        rt.kernel._cells[("counter", ("c",))].behaviour.snapshot_wanted = True
+        await rt.passivate("counter", "c")
+        assert snapshot_seqs(tmp_path) == [1, 2]
 
 
 @pytest.mark.parametrize(("share", "expected"), [(1000.0, [2]), (0.0, [2, 3])])
@@ -201,3 +214,24 @@ async def test_a_snapshot_due_by_time_waits_for_the_journal_to_grow_past_its_sha
         await rt.passivate("counter", "c")  # waits for a snapshot beside; its final one is not due
         assert snapshot_seqs(tmp_path) == expected
         assert await rt.ask("counter", "c", Get()) == (3, 3)
+
+
+async def test_a_short_journal_kept_at_close_is_synced_even_with_fsync_never(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # (a final snapshot's own fsync made the state durable: the journal kept instead is)
+    synced: list[str] = []
+    sync = store_module.FileStore.sync
+
+    def noted(store: store_module.FileStore) -> None:
+        synced.append(store.key[0])
+        sync(store)
+
+    monkeypatch.setattr(store_module.FileStore, "sync", noted)
+    cfg = mnemex.Config(data_dir=str(tmp_path), fsync="never", snapshot_min_growth=100.0)
+    async with mnemex.open_runtime(cfg, kinds=[counter_kind()]) as rt:
+        await rt.ask("counter", "c", Add(1))
+        await rt.passivate("counter", "c")  # a snapshot
+        await rt.ask("counter", "c", Add(2))
+        assert synced == []  # fsync "never"
+    assert rt.shutdown_report == ShutdownReport(closed=1, snapshots=0, journaled=1)
+    assert synced == ["c"]

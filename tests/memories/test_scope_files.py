@@ -160,3 +160,18 @@ def test_a_large_restored_scope_keeps_its_rows_in_the_sidecar_mapped_copy_on_wri
     gc.collect()
     assert mapped_snapshot_files() == []
     assert hashlib.sha256(vectors_file.read_bytes()).hexdigest() == on_disk
+
+
+def test_a_scope_wants_a_snapshot_while_it_holds_work_no_journal_line_does() -> None:
+    # (the kernel then snapshots it even for a short journal: storage.snapshot_min_growth)
+    from scope_support import restored
+
+    driver = Driver(hnsw_threshold=50)
+    driver.remember(*(driver.new(f"note {i} about tea and lakes") for i in range(100)))
+    assert not driver.memory.snapshot_wanted  # everything it holds is in its journal
+    driver.run_jobs()  # the HNSW graph, built beside it: not journaled
+    assert driver.memory.snapshot_wanted
+    assert not restored(driver.memory).snapshot_wanted  # (a snapshot was taken: it holds the graph)
+    assert not driver.memory.snapshot_wanted
+    rebuilt = restored(driver.memory, sidecars=False)  # its text indexes and mentions made again
+    assert rebuilt.snapshot_wanted

@@ -596,6 +596,36 @@ def test_a_cut_that_fails_refuses_writes_until_recover_makes_it(
     assert state(FileStore(tmp_path, "counter", KEY).recover()) == [1, 2]
 
 
+def test_a_cut_the_fence_refuses_refuses_writes_until_recover_makes_it(tmp_path: Path) -> None:
+    # the lease lapsed between a line written ahead and its cut: were the store to go on,
+    # the next write would follow a line the actor never accepted (appending seq 2 after 2)
+    import contextlib
+
+    from mnemex.errors import NotOwner
+
+    owned = [True]
+
+    @contextlib.contextmanager
+    def fence() -> Iterator[None]:
+        if not owned[0]:
+            raise NotOwner("virtual shard 7 is not ours now", vshard=7)
+        yield
+
+    store = FileStore(tmp_path, "counter", KEY, fence=fence)
+    store.append(entries(1, 2))
+    owned[0] = False
+    with pytest.raises(NotOwner):
+        store.cut_after(1)
+    owned[0] = True  # taken back
+    assert store.needs_recovery
+    with pytest.raises(StorageError, match=r"could not cut .* after seq 1: virtual shard 7 is not ours"):
+        store.append(entries(2, 2))
+    assert store.recover().last_seq == 1
+    store.append(entries(2, 2))
+    store.close()
+    assert state(FileStore(tmp_path, "counter", KEY).recover()) == [1, 2]
+
+
 def test_cutting_every_line_of_a_new_actor_leaves_nothing_on_disk(tmp_path: Path) -> None:
     # what the kernel does for a first command that changed nothing: its line was written ahead
     store = FileStore(tmp_path / "data", "counter", ("a.b", "c"))
