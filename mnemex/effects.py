@@ -87,7 +87,8 @@ class Behaviour(Protocol):
         """Its state, for a snapshot. A behaviour may also have ``snapshot_wanted``, true
         while it holds work no journal line does (a structure built beside it, indexes
         rebuilt at its load): the kernel then snapshots it on a timer or at close even
-        when its journal is short (``config.storage.snapshot_min_growth``)."""
+        when its journal is short (``config.storage.snapshot_min_growth``), and sets it
+        true again when a snapshot taken could not be written."""
         ...
 
 

@@ -1006,6 +1006,10 @@ class Runtime:
     async def _restore(self, cell: _Cell) -> None:
         kind, store = cell.kind, cell.store
         if not store.exists():
+            if store.needs_recovery:
+                # a failed write's cut took every line of a new actor, files and all: what
+                # the store still owes (its refusal of writes) is settled by a recovery
+                await self._in_thread(cell, store.recover, limiter=self._store_threads)
             cell.behaviour = kind.create(cell.key)
             cell.seq = cell.snap_seq = cell.durable_seq = 0
             return
@@ -1615,14 +1619,21 @@ class Runtime:
         """Take a snapshot of ``cell`` if one is due (``now``: the run's clock, if read
         already in this turn)."""
         if self._snapshot_due(cell, trio.current_time() if now is None else now):
-            assert cell.behaviour is not None
-            data = cell.behaviour.snapshot()
+            behaviour = cell.behaviour
+            assert behaviour is not None
+            wanted = getattr(behaviour, "snapshot_wanted", False)
+            data = behaviour.snapshot()
             cell.snapshot_done = trio.Event()
-            self._nursery.start_soon(self._snapshot_beside, cell, data, cell.seq, cell.ts,
-                                     cell.journal_bytes)
+            self._nursery.start_soon(functools.partial(
+                self._snapshot_beside, cell, data, cell.seq, cell.ts, cell.journal_bytes,
+                wanted_by=behaviour if wanted else None))
 
     async def _snapshot_beside(self, cell: _Cell, data: SnapshotData, seq: int, ts: int,
-                               journal_bytes: int) -> None:
+                               journal_bytes: int, *, wanted_by: Any = None) -> None:
+        """Write ``data``, taken at ``seq``; ``wanted_by``: the behaviour it was taken of,
+        if that wanted one (``snapshot_wanted``, which taking it cleared): if the
+        snapshot is not written, it wants one still."""
+        written = False
         try:
             # a snapshot holds what the state holds: written only once all of that is
             # durable, it never keeps a write whose line then failed its fsync
@@ -1632,6 +1643,7 @@ class Runtime:
                 return
             size = await self._in_thread(cell, _write_snapshot, cell.store, data, seq, ts,
                                          limiter=self._store_threads)
+            written = True
         except Exception as exc:
             log.error("%s: snapshot at seq %d failed: %r", cell.name, seq, exc)
         else:
@@ -1639,6 +1651,8 @@ class Runtime:
             cell.snap_bytes = size
             cell.journal_bytes = max(0, cell.journal_bytes - journal_bytes)
         finally:
+            if not written and wanted_by is not None and cell.behaviour is wanted_by:
+                _wants_snapshot_again(wanted_by)
             cell.snap_time = trio.current_time()
             done, cell.snapshot_done = cell.snapshot_done, None
             assert done is not None
@@ -2027,6 +2041,11 @@ def _only_emits(effects: tuple[Any, ...]) -> bool:
         if type(effect) is not Emit:
             return False
     return True
+
+
+def _wants_snapshot_again(behaviour: Any) -> None:
+    """``behaviour`` wanted a snapshot, and the one taken was not written."""
+    behaviour.snapshot_wanted = True
 
 
 def _write_snapshot(store: ActorStore, data: SnapshotData, seq: int, ts: int) -> int:

@@ -1424,7 +1424,7 @@ class ScopeMemory:
             return None
         if index.adopt(ready.build):
             self.graph_failed_at = None
-            self.snapshot_wanted = True
+            self.snapshot_wanted = self.settings.hnsw_sidecar  # (kept in snapshots only then)
             log.info("scope %s: HNSW graph ready (%d vectors)", self._name, len(index))
         return self._with_graph(None)
 

@@ -224,6 +224,7 @@ def _reindex(scope: ScopeMemory) -> None:
 
 def reindex_graph(scope: ScopeMemory) -> None:
     scope.graph_stale = False
+    scope.snapshot_wanted = True  # (a load would find them all again)
     scope.graph.rebuild((doc, record.content, record.author, record.entities)
                         for doc, record in enumerate(scope.docs) if record is not None)
 

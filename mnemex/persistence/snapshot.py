@@ -29,6 +29,7 @@ a missing or damaged sidecar is simply left out.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import mmap
 import os
@@ -628,7 +629,8 @@ def _checksum(blob: bytes | memoryview, mapped: bytes | mmap.mmap) -> int:
     crc = 0
     for start in range(0, len(blob), _CHECK_CHUNK):
         crc = zlib.crc32(blob[start : start + _CHECK_CHUNK], crc)
-        mapped.madvise(mmap.MADV_DONTNEED, start, min(_CHECK_CHUNK, len(blob) - start))
+        with contextlib.suppress(OSError):  # (refused for locked pages: they stay)
+            mapped.madvise(mmap.MADV_DONTNEED, start, min(_CHECK_CHUNK, len(blob) - start))
     return crc
 
 

@@ -23,7 +23,7 @@ from typing import BinaryIO
 
 import orjson
 
-from mnemex.errors import CorruptData, InvalidInput, NotOwner, StorageError
+from mnemex.errors import CorruptData, InvalidInput, MnemexError, StorageError
 from mnemex.persistence._files import (
     describe_os_error,
     fsync_dir,
@@ -505,17 +505,16 @@ class FileStore(ActorStore):
     def cut_after(self, seq: int) -> None:
         try:
             with self._fence(), self._lock:
-                try:
-                    self._cut_now(seq, durable=False)
-                except OSError as exc:
-                    self._cut_failed(seq, describe_os_error(exc))
-                    raise StorageError(self._broken) from exc
-        except NotOwner as exc:
-            # refused while the lease was not ours: the lines stay until a recovery under
-            # the lease cuts them (were the store to take writes meanwhile, the next one
-            # would follow lines the actor never accepted)
+                self._cut_now(seq, durable=False)
+        except (OSError, MnemexError) as exc:
+            # the disk refused, or the fence did (NotOwner while the lease was not ours,
+            # a lock held too long): the lines stay until a recovery cuts them, and were
+            # the store to take writes meanwhile, the next would follow lines the actor
+            # never accepted
             with self._lock:
-                self._cut_failed(seq, str(exc))
+                self._cut_failed(seq, describe_os_error(exc) if isinstance(exc, OSError) else str(exc))
+            if isinstance(exc, OSError):
+                raise StorageError(self._broken) from exc
             raise
 
     def _cut_failed(self, seq: int, why: str) -> None:

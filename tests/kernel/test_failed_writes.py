@@ -329,3 +329,24 @@ async def test_on_disk_a_failed_fsync_is_cut_from_the_journal_and_not_snapshotte
     assert b'"n":10' not in journals
     async with mnemex.open_runtime(cfg, kinds=[counter_kind()]) as rt:
         assert await rt.ask("counter", "c", Get()) == (3, 2)
+
+
+async def test_a_new_actor_whose_first_write_failed_its_fsync_answers_what_comes_next(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the cut after the failed line takes every file the actor had: its store must
+    # not go on owing a recovery (each message would reload it, on and on)
+    cfg = mnemex.Config(data_dir=str(tmp_path), fsync="batch", fsync_method="fdatasync")
+    async with mnemex.open_runtime(cfg, kinds=[counter_kind()]) as rt:
+
+        def failing(fd: int) -> None:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+        with monkeypatch.context() as patch:
+            patch.setattr(os, "fdatasync", failing)
+            with pytest.raises(StorageError, match="Input/output error"):
+                await rt.ask("counter", "new", Add(10))
+        with trio.fail_after(10):
+            assert await rt.ask("counter", "new", Get()) == (0, 0)
+            assert await rt.ask("counter", "new", Add(2)) == 2
+    async with mnemex.open_runtime(cfg, kinds=[counter_kind()]) as rt:
+        assert await rt.ask("counter", "new", Get()) == (2, 1)

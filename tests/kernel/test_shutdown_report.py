@@ -197,6 +197,36 @@ async def test_a_behaviour_that_wants_a_snapshot_gets_one_at_close_however_short
         assert snapshot_seqs(tmp_path) == [1, 2]
 
 
+async def test_a_behaviour_whose_wanted_snapshot_failed_wants_one_still(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mnemex.testing import Counter
+
+    taken = Counter.snapshot
+
+    def snapshot(self: Any) -> Any:
+        self.snapshot_wanted = False  # (as a scope's: taking it clears the wish)
+        return taken(self)
+
+    monkeypatch.setattr(Counter, "snapshot", snapshot)
+    cfg = mnemex.Config(data_dir=str(tmp_path), snapshot_every=1, snapshot_growth=0.0)
+    async with mnemex.open_runtime(cfg, kinds=[counter_kind()]) as rt:
+        await rt.ask("counter", "c", Add(1))
+        cell = rt.kernel._cells[("counter", ("c",))]
+        if cell.snapshot_done is not None:
+            await cell.snapshot_done.wait()
+        cell.behaviour.snapshot_wanted = True
+        fail_snapshots_of(monkeypatch, lambda folder: True)
+        await rt.ask("counter", "c", Add(1))  # a snapshot due, taken, and not written
+        if cell.snapshot_done is not None:
+            await cell.snapshot_done.wait()
+        assert cell.behaviour.snapshot_wanted
+        monkeypatch.setattr(store_module, "write_snapshot_stream", write_snapshot_stream)
+        await rt.ask("counter", "c", Add(1))
+        if cell.snapshot_done is not None:
+            await cell.snapshot_done.wait()
+        assert not cell.behaviour.snapshot_wanted
+
+
 @pytest.mark.parametrize(("share", "expected"), [(1000.0, [2]), (0.0, [2, 3])])
 async def test_a_snapshot_due_by_time_waits_for_the_journal_to_grow_past_its_share(
         tmp_path: Path, mock_clock: MockClock, share: float, expected: list[int]) -> None:

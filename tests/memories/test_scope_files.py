@@ -175,3 +175,9 @@ def test_a_scope_wants_a_snapshot_while_it_holds_work_no_journal_line_does() -> 
     assert not driver.memory.snapshot_wanted
     rebuilt = restored(driver.memory, sidecars=False)  # its text indexes and mentions made again
     assert rebuilt.snapshot_wanted
+    again = Driver(restored(driver.memory))
+    assert not again.memory.snapshot_wanted
+    from mnemex.memories.protocol import DeclareEntity
+
+    again.send(DeclareEntity(name="Tea Lake", aliases=["the lake"], now=again.tick()))
+    assert again.memory.snapshot_wanted  # every memory's mentions found again, for one short line

@@ -596,25 +596,29 @@ def test_a_cut_that_fails_refuses_writes_until_recover_makes_it(
     assert state(FileStore(tmp_path, "counter", KEY).recover()) == [1, 2]
 
 
-def test_a_cut_the_fence_refuses_refuses_writes_until_recover_makes_it(tmp_path: Path) -> None:
-    # the lease lapsed between a line written ahead and its cut: were the store to go on,
-    # the next write would follow a line the actor never accepted (appending seq 2 after 2)
+@pytest.mark.parametrize("refusal", ["not owner", "lock held"])
+def test_a_cut_the_fence_refuses_refuses_writes_until_recover_makes_it(tmp_path: Path, refusal: str) -> None:
+    # the lease lapsed (or a takeover held the lock too long) between a line written ahead
+    # and its cut: were the store to go on, the next write would follow a line the actor
+    # never accepted (appending seq 2 after 2)
     import contextlib
 
-    from mnemex.errors import NotOwner
+    from mnemex.errors import MnemexError, NotOwner
 
     owned = [True]
 
     @contextlib.contextmanager
     def fence() -> Iterator[None]:
         if not owned[0]:
-            raise NotOwner("virtual shard 7 is not ours now", vshard=7)
+            if refusal == "not owner":
+                raise NotOwner("virtual shard 7 is not ours now", vshard=7)
+            raise StorageError("virtual shard 7 is not ours now: its lock stayed held")
         yield
 
     store = FileStore(tmp_path, "counter", KEY, fence=fence)
     store.append(entries(1, 2))
     owned[0] = False
-    with pytest.raises(NotOwner):
+    with pytest.raises(MnemexError, match="virtual shard 7 is not ours now"):
         store.cut_after(1)
     owned[0] = True  # taken back
     assert store.needs_recovery
