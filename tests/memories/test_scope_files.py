@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from scope_support import EMBEDDER, KEY, Driver, restored
 
 from mnemex.effects import Image
 from mnemex.memories.behaviour import ScopeMemory
-from mnemex.persistence.store import FileStore
+from mnemex.persistence.store import FileStore, Recovered
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs Linux /proc")
 
@@ -28,21 +29,36 @@ def open_descriptors() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def test_a_restored_scope_keeps_no_snapshot_file_mapped(tmp_path: Path) -> None:
-    driver = Driver(hnsw_threshold=50)
-    driver.remember(*(driver.new(f"note {i} about tea and lakes", session_id=f"s{i % 4}")
-                      for i in range(200)))
-    driver.run_jobs()  # the HNSW graph, so that its sidecar is written too
+def written(tmp_path: Path, driver: Driver) -> tuple[FileStore, dict[str, Any]]:
+    """The snapshot of ``driver``'s scope written to files (its store, its sidecars)."""
     data = driver.memory.snapshot()
     assert callable(data.records) and callable(data.sidecars)
     sidecars = data.sidecars()
-    assert {"records2", "vectors2", "usearch", "usearchmeta", "keyword", "bm25"} <= set(sidecars)
     assert data.required == {"vectors2"}
     store = FileStore(tmp_path, "scope", KEY)
     store.write_snapshot(7, 1_000, data.records(), created=2_000, extra=dict(data.extra), sidecars=sidecars,
                          required=data.required)
     assert data.done is not None
     data.done()
+    return store, sidecars
+
+
+def restored_from(recovered: Recovered, driver: Driver) -> ScopeMemory:
+    """The scope ``recovered`` holds, restored with ``driver``'s settings (its graph loaded)."""
+    assert recovered.header is not None
+    memory = ScopeMemory.restore(KEY, Image(recovered.records, recovered.header.extra, recovered.sidecars,
+                                            recovered.sidecar_paths), driver.memory.settings)
+    assert memory.vectors is not None and memory.vectors.sidecar_status == "loaded"
+    return memory
+
+
+def test_a_restored_scope_keeps_no_snapshot_file_mapped(tmp_path: Path) -> None:
+    driver = Driver(hnsw_threshold=50)
+    driver.remember(*(driver.new(f"note {i} about tea and lakes", session_id=f"s{i % 4}")
+                      for i in range(200)))
+    driver.run_jobs()  # the HNSW graph, so that its sidecar is written too
+    store, sidecars = written(tmp_path, driver)
+    assert {"records2", "vectors2", "usearch", "usearchmeta", "keyword", "bm25"} <= set(sidecars)
 
     before = open_descriptors()
     recovered = store.recover()
@@ -51,10 +67,7 @@ def test_a_restored_scope_keeps_no_snapshot_file_mapped(tmp_path: Path) -> None:
     for name, blob in sidecars.items():
         if isinstance(blob, bytes):
             assert bytes(recovered.sidecars[name]) == blob
-    assert recovered.header is not None
-    memory = ScopeMemory.restore(KEY, Image(recovered.records, recovered.header.extra, recovered.sidecars,
-                                            recovered.sidecar_paths), driver.memory.settings)
-    assert memory.vectors is not None and memory.vectors.sidecar_status == "loaded"
+    memory = restored_from(recovered, driver)
     del recovered
     gc.collect()
     assert mapped_snapshot_files() == []
@@ -110,19 +123,11 @@ def test_a_large_restored_scope_keeps_its_rows_in_the_sidecar_mapped_copy_on_wri
     driver = Driver(hnsw_threshold=50)
     driver.remember(*(driver.new(f"note {i} about tea and lakes") for i in range(200)))
     driver.run_jobs()
-    data = driver.memory.snapshot()
-    store = FileStore(tmp_path, "scope", KEY)
-    store.write_snapshot(7, 1_000, data.records(), created=2_000, extra=dict(data.extra), sidecars=data.sidecars(),
-                         required=data.required)
-    assert data.done is not None
-    data.done()
+    store, _ = written(tmp_path, driver)
     [vectors_file] = tmp_path.rglob("snapshot-*.vectors2.bin")
     on_disk = hashlib.sha256(vectors_file.read_bytes()).hexdigest()
     recovered = store.recover()
-    assert recovered.header is not None
-    memory = ScopeMemory.restore(KEY, Image(recovered.records, recovered.header.extra, recovered.sidecars,
-                                            recovered.sidecar_paths), driver.memory.settings)
-    assert memory.vectors is not None and memory.vectors.sidecar_status == "loaded"
+    memory = restored_from(recovered, driver)
     del recovered
     gc.collect()
     assert mapped_snapshot_files() == [str(vectors_file)]  # the rows, in place
