@@ -511,10 +511,12 @@ class FileStore(ActorStore):
             # a lock held too long): the lines stay until a recovery cuts them, and were
             # the store to take writes meanwhile, the next would follow lines the actor
             # never accepted
+            why = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
             with self._lock:
-                self._cut_failed(seq, describe_os_error(exc) if isinstance(exc, OSError) else str(exc))
+                if self._last_seq is None or seq < self._last_seq:  # (else there was nothing to cut)
+                    self._cut_failed(seq, why)
             if isinstance(exc, OSError):
-                raise StorageError(self._broken) from exc
+                raise StorageError(f"could not cut journal {self._journal} after seq {seq}: {why}") from exc
             raise
 
     def _cut_failed(self, seq: int, why: str) -> None:

@@ -626,8 +626,14 @@ def test_a_cut_the_fence_refuses_refuses_writes_until_recover_makes_it(tmp_path:
         store.append(entries(2, 2))
     assert store.recover().last_seq == 1
     store.append(entries(2, 2))
+    owned[0] = False
+    with pytest.raises(MnemexError):
+        store.cut_after(2)  # refused, but there was nothing to cut: nothing owed
+    assert not store.needs_recovery
+    owned[0] = True
+    store.append(entries(3, 3))
     store.close()
-    assert state(FileStore(tmp_path, "counter", KEY).recover()) == [1, 2]
+    assert state(FileStore(tmp_path, "counter", KEY).recover()) == [1, 2, 3]
 
 
 def test_cutting_every_line_of_a_new_actor_leaves_nothing_on_disk(tmp_path: Path) -> None:
