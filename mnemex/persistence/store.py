@@ -511,21 +511,23 @@ class FileStore(ActorStore):
             # a lock held too long): the lines stay until a recovery cuts them, and were
             # the store to take writes meanwhile, the next would follow lines the actor
             # never accepted
-            why = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
+            message = (f"could not cut journal {self._journal} after seq {seq}: "
+                       f"{describe_os_error(exc) if isinstance(exc, OSError) else exc}")
             with self._lock:
                 if self._last_seq is None or seq < self._last_seq:  # (else there was nothing to cut)
-                    self._cut_failed(seq, why)
+                    message = self._cut_failed(seq, message)
             if isinstance(exc, OSError):
-                raise StorageError(f"could not cut journal {self._journal} after seq {seq}: {why}") from exc
+                raise StorageError(message) from exc
             raise
 
-    def _cut_failed(self, seq: int, why: str) -> None:
-        """Note a cut after ``seq`` that could not be made (call with _lock held): no
-        write is taken until ``recover`` makes it."""
-        self._broken = (f"could not cut journal {self._journal} after seq {seq}: {why}; it refuses writes "
-                        f"until the actor is reloaded (recover() cuts it)")
+    def _cut_failed(self, seq: int, message: str) -> str:
+        """Note a cut after ``seq`` that could not be made (call with _lock held), and
+        why (``message``): no write is taken until ``recover`` makes it. Returns what
+        the store now answers writes with."""
+        self._broken = f"{message}; it refuses writes until the actor is reloaded (recover() cuts it)"
         if self._cut_pending is None or seq < self._cut_pending:
             self._cut_pending = seq
+        return self._broken
 
     def _cut_now(self, seq: int, *, durable: bool) -> None:
         """Truncate the journal after line ``seq`` (call with _lock held); with
