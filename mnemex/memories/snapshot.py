@@ -387,17 +387,19 @@ def restore_vectors(name: str, image: Image, vector_docs: Sequence[int], dim: in
         meta = image.sidecars.get(_GRAPH_META)
         path = image.sidecar_paths.get(_GRAPH)
         saved = image.sidecars.get(_GRAPH)
-        in_place = mapped is not None
+
+        def indexed(graph_file: str | None) -> VectorIndex:
+            return VectorIndex.from_snapshot(ids, matrix, dim, graph=graph_file,
+                                             meta=meta if graph_file is not None else None,
+                                             rows_in_place=mapped is not None, **params)
+
         if not graph or meta is None or (path is None and saved is None):
-            index = VectorIndex.from_snapshot(ids, matrix, dim, graph=None, meta=None, rows_in_place=in_place,
-                                              **params)
+            index = indexed(None)
         elif path is not None:
-            index = VectorIndex.from_snapshot(ids, matrix, dim, graph=path, meta=meta, rows_in_place=in_place,
-                                              **params)
+            index = indexed(path)
         else:
             assert saved is not None
-            index = in_temporary_file(saved, lambda temporary: VectorIndex.from_snapshot(
-                ids, matrix, dim, graph=temporary, meta=meta, rows_in_place=in_place, **params))
+            index = in_temporary_file(saved, indexed)
         if mapped is not None:
             # the checks read every row and none was written yet: their pages leave this
             # process (the page cache keeps them, for the searches that need them)
