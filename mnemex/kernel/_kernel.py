@@ -1710,42 +1710,50 @@ class Runtime:
                 log.error("%s: %s", cell.name, what)
             else:
                 tally.failed.append((cell.name, what))
-        elif cell.seq != cell.snap_seq and cell.behaviour is not None and self._journal_short(cell):
-            # kept: its journal is replayed when it next loads. With fsync "never" nothing
-            # made it durable, as the snapshot's own fsync would have: done here
-            try:
-                if not cell.in_memory and self.config.storage.fsync == "never":
-                    await self._in_thread(cell, cell.store.sync, limiter=self._store_threads)
-            except Exception as exc:
-                if tally is None:
-                    log.error("%s: syncing its journal at close failed: %r", cell.name, exc)
-                else:
-                    tally.failed.append((cell.name, f"journal sync: {type(exc).__name__}: {exc}"))
-            else:
-                if tally is not None:
-                    tally.journaled += 1
         elif cell.seq != cell.snap_seq and cell.behaviour is not None:
-            try:
-                cell.snap_bytes = await self._in_thread(cell, _write_snapshot, cell.store,
-                                                        cell.behaviour.snapshot(), cell.seq, cell.ts,
-                                                        limiter=self._store_threads)
-                cell.snap_seq = cell.seq
-                cell.journal_bytes = 0
-            except Exception as exc:
-                # the journal still holds every command: nothing is lost, recovery is slower
-                if tally is None:
-                    log.error("%s: final snapshot failed: %r", cell.name, exc)
-                else:  # the shutdown's report names it, with the others
-                    tally.failed.append((cell.name, f"{type(exc).__name__}: {exc}"))
+            if self._journal_short(cell):
+                await self._keep_journal(cell, tally)
             else:
-                if tally is not None:
-                    tally.snapshots += 1
+                await self._final_snapshot(cell, cell.behaviour, tally)
         if tally is not None:
             tally.closed += 1
         if passivated:
             self._stats["passivations"] += 1
         self._forget_bytes(cell)
         cell.behaviour = None
+
+    async def _final_snapshot(self, cell: _Cell, behaviour: Behaviour, tally: ShutdownTally | None) -> None:
+        """Snapshot a closing actor (its journal holds commands since the last one)."""
+        try:
+            cell.snap_bytes = await self._in_thread(cell, _write_snapshot, cell.store, behaviour.snapshot(),
+                                                    cell.seq, cell.ts, limiter=self._store_threads)
+            cell.snap_seq = cell.seq
+            cell.journal_bytes = 0
+        except Exception as exc:
+            # the journal still holds every command: nothing is lost, recovery is slower
+            if tally is None:
+                log.error("%s: final snapshot failed: %r", cell.name, exc)
+            else:  # the shutdown's report names it, with the others
+                tally.failed.append((cell.name, f"{type(exc).__name__}: {exc}"))
+        else:
+            if tally is not None:
+                tally.snapshots += 1
+
+    async def _keep_journal(self, cell: _Cell, tally: ShutdownTally | None) -> None:
+        """Leave a closing actor its short journal, replayed when it next loads, instead
+        of a final snapshot. With fsync "never" nothing made it durable, as the
+        snapshot's own fsync would have: done here."""
+        try:
+            if not cell.in_memory and self.config.storage.fsync == "never":
+                await self._in_thread(cell, cell.store.sync, limiter=self._store_threads)
+        except Exception as exc:
+            if tally is None:
+                log.error("%s: syncing its journal at close failed: %r", cell.name, exc)
+            else:
+                tally.failed.append((cell.name, f"journal sync: {type(exc).__name__}: {exc}"))
+        else:
+            if tally is not None:
+                tally.journaled += 1
 
     async def passivate(self, kind: str, key: str | Key) -> None:
         """Snapshot and unload the actor now if it is live (tests, admin). It comes
