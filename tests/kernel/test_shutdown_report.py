@@ -210,20 +210,21 @@ async def test_a_behaviour_whose_wanted_snapshot_failed_wants_one_still(
     monkeypatch.setattr(Counter, "snapshot", snapshot)
     cfg = mnemex.Config(data_dir=str(tmp_path), snapshot_every=1, snapshot_growth=0.0)
     async with mnemex.open_runtime(cfg, kinds=[counter_kind()]) as rt:
-        await rt.ask("counter", "c", Add(1))
-        cell = rt.kernel._cells[("counter", ("c",))]
-        if cell.snapshot_done is not None:
-            await cell.snapshot_done.wait()
+
+        async def added(n: int) -> Any:  # its cell, the snapshot beside it written, or not
+            await rt.ask("counter", "c", Add(n))
+            cell = rt.kernel._cells[("counter", ("c",))]
+            if cell.snapshot_done is not None:
+                await cell.snapshot_done.wait()
+            return cell
+
+        cell = await added(1)
         cell.behaviour.snapshot_wanted = True
         fail_snapshots_of(monkeypatch, lambda folder: True)
-        await rt.ask("counter", "c", Add(1))  # a snapshot due, taken, and not written
-        if cell.snapshot_done is not None:
-            await cell.snapshot_done.wait()
+        await added(1)  # a snapshot due, taken, and not written
         assert cell.behaviour.snapshot_wanted
         monkeypatch.setattr(store_module, "write_snapshot_stream", write_snapshot_stream)
-        await rt.ask("counter", "c", Add(1))
-        if cell.snapshot_done is not None:
-            await cell.snapshot_done.wait()
+        await added(1)
         assert not cell.behaviour.snapshot_wanted
 
 
