@@ -183,6 +183,15 @@ class StorageConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=T
     is replayed when it next loads. 0: snapshot whatever is new."""
     snapshots_kept: PositiveInt = 2
     """Snapshots kept per actor (the newest ones)."""
+    vector_rows_file_from: PositiveInt | None = 64 * 2**20
+    """Bytes of a scope's float32 vector rows (their capacity: the array grows by
+    doubling) from which they live in an unnamed file in ``data_dir``, mapped, rather
+    than in the process's memory (about 44,000 memories of 384 dimensions; a
+    million: 1.5 GB): the page cache holds them, searches read the few pages they
+    need, and the file goes with the process (``mnemex.persistence.rowfiles``). Its
+    blocks are reserved as it grows (a full disk keeps the rows in memory instead),
+    and its pages are written back once. None: always in memory (so too without a
+    ``data_dir``)."""
     max_open_files: PositiveInt | None = None
     """Journal files kept open at once (one per actor that wrote lately); past it the
     least recently used is closed, and opened again by that actor's next write, so

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -61,7 +62,7 @@ from mnemex.memories.transfer import ExportHeader, ImportReport
 from mnemex.models.batcher import EmbeddingBatcher
 from mnemex.models.graph_helpers import GraphHelpers
 from mnemex.models.rerankers import reranker_from_config
-from mnemex.persistence import DataDir, Ownership, Storage, find_actors
+from mnemex.persistence import DataDir, Ownership, RowFiles, Storage, find_actors
 from mnemex.state.kind import STATE_KIND, state_kind
 from mnemex.state.ref import StateRef
 
@@ -471,6 +472,7 @@ async def open_runtime(config: Config | None = None, *, kinds: Iterable[ActorKin
     extractor = default_extractor(cfg)
     reranker = reranker_from_config(cfg)  # loaded as the runtime opens: a damaged model fails here
     helpers = GraphHelpers() if cfg.memories.hnsw_helper else None
+    row_files = _row_files(cfg)
     for kind in given:
         if isinstance(kind, ScopeKind) and kind.embedder is not None:
             batcher = EmbeddingBatcher(kind.embedder, cfg.models.embed_batch_size,
@@ -478,8 +480,8 @@ async def open_runtime(config: Config | None = None, *, kinds: Iterable[ActorKin
             services_of = knowledge[kind.name] = KnowledgeServices(
                 extractor, ids, context_messages=cfg.knowledge.context_messages,
                 offered=cfg.knowledge.offered, max_jobs=cfg.knowledge.max_jobs)
-            batchers[kind.name] = (kind.served_by(batcher.embed, services_of.run, services_of.timer, helpers),
-                                   batcher)
+            batchers[kind.name] = (kind.served_by(batcher.embed, services_of.run, services_of.timer, helpers,
+                                                  row_files), batcher)
             served.append(batchers[kind.name][0])
         else:
             served.append(kind)
@@ -515,6 +517,16 @@ async def open_runtime(config: Config | None = None, *, kinds: Iterable[ActorKin
                 services_of.close()
             if helpers is not None:  # (the actors' builds are stopped: idle helpers exit at once)
                 helpers.close()
+
+
+def _row_files(config: Config) -> RowFiles | None:
+    """Where large scopes keep their vector rows: files in the data directory (see
+    ``storage.vector_rows_file_from``), or None (in memory)."""
+    storage = config.storage
+    if storage.data_dir is None or storage.vector_rows_file_from is None or not RowFiles.usable():
+        return None
+    os.makedirs(storage.data_dir, exist_ok=True)
+    return RowFiles(storage.data_dir, storage.vector_rows_file_from)
 
 
 def configured_storage(config: Config) -> Storage | None:

@@ -37,6 +37,8 @@ from mnemex.index.tokenizer import Tokenizer as Tokenizer
 from mnemex.index.tokenizer import words as words
 from mnemex.index.vector import ExactScores as ExactScores
 from mnemex.index.vector import GraphBuild as GraphBuild
+from mnemex.index.vector import RowFile as RowFile
+from mnemex.index.vector import RowFiles as RowFiles
 from mnemex.index.vector import SidecarStatus as SidecarStatus
 from mnemex.index.vector import VectorIndex as VectorIndex
 
@@ -55,6 +57,8 @@ __all__ = [
     "ParsedQuery",
     "Phrase",
     "PhraseMatcher",
+    "RowFile",
+    "RowFiles",
     "SidecarStatus",
     "Tokenizer",
     "VectorIndex",

@@ -128,11 +128,14 @@ class CoarseScan:
     runs: searches run beside the actor only while nothing changes the scope); a new
     rows array (the index grew, or was replaced) packs every block again."""
 
-    __slots__ = ("_state", "dim")
+    __slots__ = ("_state", "dim", "rows_read")
 
     def __init__(self, dim: int) -> None:
         self.dim = dim
         self._state = _EMPTY
+        self.rows_read = 0
+        """Float32 rows packed so far, in all: an owner whose rows live in a file lets
+        their pages go after a pass that packed some."""
 
     @property
     def nbytes(self) -> int:
@@ -169,6 +172,7 @@ class CoarseScan:
         if state.source is not matrix or high < state.packed:
             state = _EMPTY._replace(source=matrix)
         if len(state.dirty) + high - state.packed > DIRTY_MAX:
+            self.rows_read += len(state.dirty) + high - state.packed
             state = self._repacked(state, matrix, high)
         if state is not self._state:
             self._state = state

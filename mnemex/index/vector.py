@@ -101,7 +101,7 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -134,7 +134,8 @@ from mnemex.index._select import (
 )
 from mnemex.index._sidecar import byte_view
 
-__all__ = ["ExactScores", "GraphBuild", "SidecarStatus", "VectorIndex", "VectorsView", "read_vectors_file"]
+__all__ = ["ExactScores", "GraphBuild", "RowFile", "RowFiles", "SidecarStatus", "VectorIndex", "VectorsView",
+           "read_vectors_file"]
 
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
@@ -169,6 +170,37 @@ _BUILDER_BASE_MAX = 250_000
 _VERIFY_CHUNK = 8192
 _GATHER_BLOCK = 1024
 _MAX_EF = 4096
+
+
+class RowFile(Protocol):
+    """Where one index keeps its float32 rows once they are many: arrays backed by a
+    file its owner made (``mnemex.persistence.rowfiles``), whose pages may leave the
+    process and come back from the page cache when read."""
+
+    def grow(self, rows: F32, used: int, capacity: int) -> F32 | None:
+        """A writable C-ordered ``(capacity, dim)`` float32 array holding ``rows[:used]``
+        first, or None when it cannot be made (the index then grows in memory). Arrays
+        given earlier stay valid (readers in other threads may hold them)."""
+        ...
+
+    def settle(self, rows: F32, start: int = 0, stop: int | None = None) -> None:
+        """Rows ``[start, stop)`` of ``rows`` (None: to the end) were written or read in
+        bulk: their pages may leave the process (nothing is lost). Nothing happens
+        unless ``rows`` is one of this file's arrays."""
+        ...
+
+
+class RowFiles(Protocol):
+    """Opens a :class:`RowFile` for an index whose rows reach ``min_bytes``."""
+
+    @property
+    def min_bytes(self) -> int:
+        """Bytes of rows (capacity included) from which an index keeps them in a file."""
+        ...
+
+    def open(self, dim: int) -> RowFile:
+        """A row file for one index of ``dim`` dimensions (its first ``grow`` makes it)."""
+        ...
 
 
 @dataclass(slots=True)
@@ -333,6 +365,8 @@ class VectorIndex:
         "_pending",
         "_pending_block",
         "_plan_token",
+        "_row_file",
+        "_row_files",
         "_row_ids",
         "_row_of",
         "_rows",
@@ -360,7 +394,7 @@ class VectorIndex:
                  catch_up_share: float = 0.05, guard: AbstractContextManager[Any] | None = None,
                  save_guard: AbstractContextManager[Any] | None = None, quantization: Quantization = "i8",
                  rescore: int = 4, clock: Callable[[], float] | None = None,
-                 builder: GraphBuilder | None = None) -> None:
+                 builder: GraphBuilder | None = None, row_files: RowFiles | None = None) -> None:
         for name, value, low in (("dim", dim, 1), ("hnsw_threshold", hnsw_threshold, 1), ("m", m, 2),
                                  ("ef_construction", ef_construction, 1), ("ef_search", ef_search, 1),
                                  ("exact_filter_max", exact_filter_max, 0), ("seed", seed, 0),
@@ -389,6 +423,10 @@ class VectorIndex:
         self._filter_crossover = 6000
         self._params = GraphParams(dim, m, ef_construction, seed, num_threads, quantization)
         self._builder = builder
+        # past ``row_files.min_bytes`` the rows live in a file of its making, mapped
+        # (their pages leave the process after bulk writes and reads): see ``_grow_rows``
+        self._row_files = row_files
+        self._row_file: RowFile | None = None
         self._rows = np.zeros((0, dim), dtype=np.float32)
         self._row_ids = np.zeros(0, dtype=np.int64)         # doc id per row, -1 when free
         self._row_of = np.zeros(0, dtype=np.int64)          # row per doc id, -1 when absent
@@ -528,6 +566,7 @@ class VectorIndex:
         row_array = self._take_rows(len(id_array))
         ids = id_array.tolist()
         self._rows[row_array] = matrix
+        self._settle(int(row_array.min()), int(row_array.max()) + 1)
         if self._coarse is not None:
             self._coarse.stale(row_array)
         self._row_ids[row_array] = id_array
@@ -651,7 +690,11 @@ class VectorIndex:
         if not self.takes_coarse_pass or not queries:
             return None
         self._viewed()
-        every = self._coarse_scan().scan_many(self._rows, self._high, queries)
+        scan = self._coarse_scan()
+        read = scan.rows_read
+        every = scan.scan_many(self._rows, self._high, queries)
+        if scan.rows_read != read:
+            self._settle()
         return [ExactScores(self, None, query=query, bounds=bounds)
                 for query, bounds in zip(queries, every, strict=True)]
 
@@ -671,7 +714,11 @@ class VectorIndex:
         float32 product only over the rows that could be among the best
         (mnemex.index._coarse). The int8 copy is made on first need and let go when the
         rows move to another array or a graph takes over."""
-        bounds = self._coarse_scan().scan(self._rows, self._high, query)
+        scan = self._coarse_scan()
+        read = scan.rows_read
+        bounds = scan.scan(self._rows, self._high, query)
+        if scan.rows_read != read:
+            self._settle()
         return ExactScores(self, None, query=query, bounds=bounds)
 
     def _coarse_scan(self) -> _coarse.CoarseScan:
@@ -744,7 +791,9 @@ class VectorIndex:
         if graph is not None and self._pending and \
                 len(self._tombstones) <= self.tombstone_ratio * max(1, self._graph_size):
             ids = np.fromiter(self._pending, dtype=np.int64, count=len(self._pending))
-            vectors = self._rows[self._row_of[ids]]  # a copy already (a second one was a transient of 90 MB)
+            rows = self._row_of[ids]
+            vectors = self._rows[rows]  # a copy already (a second one was a transient of 90 MB)
+            self._settle(int(rows.min()), int(rows.max()) + 1)
             docs = self._row_ids[: self._high]
             labels = frozenset(docs[docs >= 0].tolist()).difference(self._pending) | self._tombstones
             # the view keeps removals from the live graph while the builder clones it (or
@@ -823,7 +872,9 @@ class VectorIndex:
             if readd:
                 ids = np.array(readd, dtype=np.int64)
                 new = sum(1 for d in readd if d not in labels)
-                self._graph_insert(ids, self._rows[self._row_of[ids]], new)
+                rows = self._row_of[ids]
+                self._graph_insert(ids, self._rows[rows], new)
+                self._settle(int(rows.min()), int(rows.max()) + 1)
         return True
 
     def _load_built(self, build: GraphBuild, first: bool) -> Any:
@@ -925,7 +976,7 @@ class VectorIndex:
         self._viewed()
         live_rows = np.flatnonzero(self._row_ids[: self._high] >= 0)
         view = VectorsView(self.dim, self._rows, live_rows, self._row_ids[live_rows], graph=self._graph,
-                           save_guard=self._save_guard,
+                           save_guard=self._save_guard, row_file=self._row_file,
                            tombstones=sorted(self._tombstones), pending=sorted(self._pending),
                            graph_size=self._graph_size, quantization=self._params.quantization)
         self._views.append(weakref.ref(view))
@@ -1091,7 +1142,7 @@ class VectorIndex:
             self._rows = matrix
         else:
             capacity = max(_MIN_ROWS, count + count // 4)
-            self._rows = _grown(matrix, count, capacity)
+            self._rows = self._grow_rows(matrix, count, capacity)
         self._coarse = None  # (it would repack from the new rows, but holds the old ones)
         self._row_ids = _grown(id_array, count, capacity, fill=-1)
         self._high = self._count = count
@@ -1211,12 +1262,31 @@ class VectorIndex:
         fresh = count - len(reused)
         if fresh and self._high + fresh > len(self._rows):
             size = max(_MIN_ROWS, 2 * len(self._rows), self._high + fresh)
-            self._rows = _grown(self._rows, self._high, size)
+            self._rows = self._grow_rows(self._rows, self._high, size)
             self._coarse = None  # a new array is packed whole: let the old one go now
             self._row_ids = _grown(self._row_ids, self._high, size, fill=-1)
         block = np.arange(self._high, self._high + fresh, dtype=np.int64)
         self._high += fresh
         return np.concatenate([np.array(reused, dtype=np.int64), block]) if reused else block
+
+    def _grow_rows(self, rows: F32, used: int, capacity: int) -> F32:
+        """Room for ``capacity`` rows, ``rows[:used]`` first: in the row file from
+        ``row_files.min_bytes`` (no copy once the rows are there: the file grows and is
+        mapped again), else (or if the file cannot grow) in memory."""
+        files = self._row_files
+        if files is not None and capacity * self.dim * 4 >= files.min_bytes:
+            if self._row_file is None:
+                self._row_file = files.open(self.dim)
+            grown = self._row_file.grow(rows, used, capacity)
+            if grown is not None:
+                return grown
+        return _grown(rows, used, capacity)
+
+    def _settle(self, start: int = 0, stop: int | None = None) -> None:
+        """Rows ``[start, stop)`` were written or read in bulk: in a row file, their
+        pages leave the process (searches read back the few they need)."""
+        if self._row_file is not None:
+            self._row_file.settle(self._rows, start, stop)
 
     def _ensure_id_capacity(self, needed: int) -> None:
         if needed <= len(self._row_of):
@@ -1412,13 +1482,14 @@ class VectorsView:
     small JSON ``meta_chunks`` naming the ids, rows and tombstones it belongs to."""
 
     __slots__ = ("__weakref__", "_graph", "_graph_size", "_ids", "_live_rows", "_pending", "_quantization",
-                 "_rows", "_rows_crc", "_save_guard", "_tombstones", "dim", "done")
+                 "_row_file", "_rows", "_rows_crc", "_save_guard", "_tombstones", "dim", "done")
 
     def __init__(self, dim: int, rows: F32, live_rows: I64, ids: I64, *, graph: Any, tombstones: list[int],
                  pending: list[int], graph_size: int,
                  save_guard: AbstractContextManager[Any] | None = None,
-                 quantization: Quantization = "i8") -> None:
+                 quantization: Quantization = "i8", row_file: RowFile | None = None) -> None:
         self.dim = dim
+        self._row_file = row_file  # (the rows' pages read leave the process block by block)
         self._quantization = quantization
         self._save_guard = save_guard if save_guard is not None else contextlib.nullcontext()
         self._rows, self._live_rows, self._ids = rows, live_rows, ids
@@ -1441,6 +1512,7 @@ class VectorsView:
         for start in range(0, len(self._ids), BUILD_BLOCK):
             rows = self._live_rows[start : start + BUILD_BLOCK]
             block = np.ascontiguousarray(self._rows[rows], dtype=np.float32)
+            self._settle(rows)
             yield self._ids[start : start + BUILD_BLOCK], block
 
     def vector_chunks(self) -> Iterator[bytes]:
@@ -1452,9 +1524,15 @@ class VectorsView:
         for start in range(0, count, _WRITE_BLOCK):
             rows = self._live_rows[start : start + _WRITE_BLOCK]
             data = np.ascontiguousarray(self._rows[rows], dtype="<f4").tobytes()
+            self._settle(rows)
             crc = zlib.crc32(data, crc)
             yield data
         self._rows_crc = crc
+
+    def _settle(self, rows: I64) -> None:
+        """``rows`` (ascending) were read: in a row file, their pages leave the process."""
+        if self._row_file is not None and len(rows):
+            self._row_file.settle(self._rows, int(rows[0]), int(rows[-1]) + 1)
 
     def write_graph(self, path: str) -> None:
         """The graph as usearch saves it into the file at ``path``."""

@@ -63,6 +63,7 @@ from mnemex.index import (
     GraphBuild,
     GraphBuilder,
     KeywordIndex,
+    RowFiles,
     Tokenizer,
     VectorIndex,
 )
@@ -296,6 +297,8 @@ class ScopeSettings:
     timer: Timer | None = None
     graph_builder: GraphBuilder | None = None
     """Where HNSW graphs are built beside the actor (None: in the job's thread)."""
+    row_files: RowFiles | None = None
+    """Where a large scope's float32 vector rows live (None: in memory)."""
 
     @classmethod
     def from_config(cls, config: Config, *, embedder_name: str | None = None, embedder_dim: int = 0,
@@ -328,6 +331,7 @@ class ScopeSettings:
                 "ef_construction": self.hnsw_ef_construction, "ef_search": self.hnsw_ef_search,
                 "tombstone_ratio": self.hnsw_tombstone_ratio, "num_threads": self.hnsw_threads,
                 "quantization": self.hnsw_quantization, "builder": self.graph_builder,
+                "row_files": self.row_files,
                 "auto_build": False, "defer_inserts": True,
                 "guard": TurnLock(), "save_guard": threading.Lock(), "clock": time.perf_counter}
 

@@ -19,7 +19,7 @@ import numpy as np
 from mnemex.config import Config
 from mnemex.effects import Behaviour, Beside, Image, Key
 from mnemex.errors import InvalidInput
-from mnemex.index import GraphBuilder
+from mnemex.index import GraphBuilder, RowFiles
 from mnemex.kernel import ActorKind
 from mnemex.memories.behaviour import (
     READ_AHEAD_MAX,
@@ -100,13 +100,15 @@ class ScopeKind(ActorKind):
         _WARMED.add(marker)
 
     def served_by(self, embed: EmbedTexts, extract: RunExtraction | None = None,
-                  timer: Timer | None = None, graph_builder: GraphBuilder | None = None) -> ScopeKind:
+                  timer: Timer | None = None, graph_builder: GraphBuilder | None = None,
+                  row_files: RowFiles | None = None) -> ScopeKind:
         """This kind with ``embed`` as what its scopes' jobs embed with (the runtime's
         batcher), ``extract`` what runs their extraction jobs, ``timer`` what
-        their extraction timers sleep with and ``graph_builder`` where their HNSW
-        graphs are built (None: in the jobs' threads)."""
+        their extraction timers sleep with, ``graph_builder`` where their HNSW
+        graphs are built (None: in the jobs' threads) and ``row_files`` where large
+        scopes keep their vector rows (None: in memory)."""
         settings = dataclasses.replace(self.settings, embed=embed, extract=extract, timer=timer,
-                                       graph_builder=graph_builder)
+                                       graph_builder=graph_builder, row_files=row_files)
         return _build(self.name, self.embedder, settings)
 
 

@@ -1,0 +1,183 @@
+"""Float32 vector rows kept in an unnamed file, mapped, instead of in anonymous memory.
+
+A scope of a million memories of 384 dimensions holds 1.5 GB of float32 rows, which
+its searches read a few at a time (the graph walks its int8 copy; a search rescores
+its best candidates from the rows). :class:`RowFiles` gives each large vector index
+(``mnemex.index.VectorIndex(row_files=...)``) a file of its own in the data
+directory, made unnamed (``O_TMPFILE``, or unlinked at once): nothing of it is left
+after the process, whichever way it ends, and the journal and snapshots stay the
+truth. The index's rows are a shared mapping of that file:
+
+* growing costs no copy once the rows are there: the file is extended and mapped
+  again, and the new mapping shows the same pages (arrays handed out before stay
+  valid for the readers holding them);
+* after bulk writes and reads (a batch added, a snapshot's block, a graph build's
+  block, a coarse pass packing the rows) the pages touched leave the process
+  (``MADV_DONTNEED``; a shared mapping loses nothing) and the page cache keeps them,
+  reclaimable: a search reads back the pages it needs (a few microseconds each);
+* written pages are handed to the kernel's writeback at once (``sync_file_range``
+  where there is one), so that few are dirty when a group-commit round syncs the
+  file system;
+* the file's blocks are reserved when it grows (``posix_fallocate``): a full disk
+  refuses the growth there, and the index grows in memory instead, where writing
+  to a mapped page the disk has no room for would stop the process (SIGBUS).
+
+What it costs: the file's size on disk (the rows' capacity, up to twice the rows),
+their writing once (1.5 GB at 1,000,000), and one descriptor per large index
+beside the journals ``max_open_files`` counts.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import mmap
+import os
+import tempfile
+import weakref
+from collections.abc import Callable
+from typing import IO, Final
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["FileRows", "RowFiles"]
+
+log = logging.getLogger("mnemex.persistence")
+
+F32 = npt.NDArray[np.float32]
+
+_COPY_ROWS: Final = 16_384
+"""Rows copied into a new file at a time (24 MB at 384 dimensions), their pages let go
+after each block: copying 1.5 GB of rows does not hold them all in the process."""
+
+_PAGE: Final = mmap.PAGESIZE
+
+
+class RowFiles:
+    """Opens a :class:`FileRows` in ``directory`` for each vector index whose rows
+    reach ``min_bytes`` (see the module docstring); ``min_bytes`` 0 means from the
+    first row."""
+
+    def __init__(self, directory: str, min_bytes: int) -> None:
+        self.directory = directory
+        self._min_bytes = max(0, int(min_bytes))
+
+    def __repr__(self) -> str:
+        return f"RowFiles({self.directory!r}, min_bytes={self._min_bytes})"
+
+    @property
+    def min_bytes(self) -> int:
+        return self._min_bytes
+
+    def open(self, dim: int) -> FileRows:
+        return FileRows(self.directory, dim)
+
+    @staticmethod
+    def usable() -> bool:
+        """Whether this platform can keep rows so (shared mappings that can be let go)."""
+        return hasattr(mmap, "MADV_DONTNEED") and hasattr(os, "posix_fallocate")
+
+
+class FileRows:
+    """One index's row file: made at its first :meth:`grow`, closed when the last
+    array mapped from it is let go (each mapping holds a descriptor of its own)."""
+
+    def __init__(self, directory: str, dim: int) -> None:
+        self.directory = directory
+        self.dim = dim
+        self._file: IO[bytes] | None = None
+        self._size = 0
+        self._mapped: weakref.WeakSet[mmap.mmap] = weakref.WeakSet()
+
+    def __repr__(self) -> str:
+        return f"FileRows({self.directory!r}, dim={self.dim}, bytes={self._size:,})"
+
+    @property
+    def nbytes(self) -> int:
+        """The file's size (its blocks reserved)."""
+        return self._size
+
+    def grow(self, rows: F32, used: int, capacity: int) -> F32 | None:
+        width = self.dim * 4
+        size = capacity * width
+        try:
+            if self._file is None:
+                # (kept open while the index lives: its descriptor is the file's only name;
+                # closed with this object, each mapping holding a descriptor of its own)
+                self._file = tempfile.TemporaryFile(dir=self.directory, prefix=".mnemex-rows-")  # noqa: SIM115
+                weakref.finalize(self, self._file.close)
+            descriptor = self._file.fileno()
+            if size > self._size:
+                os.posix_fallocate(descriptor, self._size, size - self._size)
+                self._size = size
+            mapped = mmap.mmap(descriptor, size)
+        except (OSError, ValueError) as exc:
+            log.warning("vector rows: could not keep %s rows in a file in %s (%s); they stay in memory",
+                        f"{capacity:,}", self.directory, exc)
+            return None
+        self._mapped.add(mapped)
+        grown = np.frombuffer(mapped, dtype=np.float32).reshape(capacity, self.dim)
+        if _mapping_of(rows) not in self._mapped:  # rows from memory (or a snapshot's file): copied once
+            for start in range(0, used, _COPY_ROWS):
+                stop = min(used, start + _COPY_ROWS)
+                grown[start:stop] = rows[start:stop]
+                self._let_go(mapped, start * width, stop * width, wrote=True)
+        # (else the file's pages already hold rows[:used]: the new mapping shows them)
+        return grown
+
+    def settle(self, rows: F32, start: int = 0, stop: int | None = None) -> None:
+        mapped = _mapping_of(rows)
+        if mapped is None or mapped not in self._mapped:
+            return
+        width = self.dim * 4
+        end = len(mapped) if stop is None else min(len(mapped), stop * width)
+        self._let_go(mapped, start * width, end, wrote=True)
+
+    def _let_go(self, mapped: mmap.mmap, begin: int, end: int, *, wrote: bool) -> None:
+        """Bytes ``[begin, end)`` of ``mapped`` leave the process (whole pages around
+        them); written ones go to the kernel's writeback now."""
+        first = begin - begin % _PAGE
+        if end <= first:
+            return
+        try:
+            mapped.madvise(mmap.MADV_DONTNEED, first, end - first)
+        except (OSError, ValueError) as exc:  # (pages locked in memory: they stay)
+            log.debug("vector rows: madvise refused (%s)", exc)
+        if wrote and self._file is not None:
+            _start_writeback(self._file.fileno(), first, end - first)
+
+
+def _mapping_of(rows: object) -> mmap.mmap | None:
+    """The mmap an array's memory belongs to, if any (through its views)."""
+    base = rows
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if isinstance(base, memoryview):
+        base = base.obj
+    return base if isinstance(base, mmap.mmap) else None
+
+
+_SYNC_FILE_RANGE_WRITE: Final = 2
+
+
+def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    """libc's sync_file_range (Linux), or None."""
+    name = ctypes.util.find_library("c")
+    try:
+        function = ctypes.CDLL(name, use_errno=True).sync_file_range
+    except (OSError, AttributeError, TypeError):
+        return None
+    function.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    function.restype = ctypes.c_int
+    return function
+
+
+_SYNC: Final = _sync_file_range()
+
+
+def _start_writeback(descriptor: int, offset: int, length: int) -> None:
+    """Ask the kernel to start writing these bytes back (not to wait for it)."""
+    if _SYNC is not None:
+        _SYNC(descriptor, offset, length, _SYNC_FILE_RANGE_WRITE)

@@ -1,0 +1,200 @@
+"""Vector rows in an unnamed file, mapped (mnemex.persistence.rowfiles)."""
+
+from __future__ import annotations
+
+import errno
+import gc
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import trio
+
+import mnemex
+from mnemex.index import VectorIndex
+from mnemex.persistence import RowFiles
+from mnemex.persistence.rowfiles import FileRows
+
+pytestmark = pytest.mark.skipif(not RowFiles.usable(), reason="no shared mappings to let go of here")
+
+DIM = 16
+
+
+def unit_rows(count: int, seed: int) -> np.ndarray:
+    rows = np.random.default_rng(seed).standard_normal((count, DIM)).astype(np.float32)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def rows_files_mapped(folder: Path) -> list[str]:
+    """The files under ``folder`` this process maps (an unnamed one shows as deleted)."""
+    with open("/proc/self/maps") as maps:
+        return sorted({line.split(maxsplit=5)[5].strip() for line in maps
+                       if len(line.split(maxsplit=5)) == 6 and str(folder) in line})
+
+
+def test_rows_grow_in_their_file_without_a_copy(tmp_path: Path) -> None:
+    rows = FileRows(str(tmp_path), DIM)
+    first = rows.grow(np.zeros((0, DIM), dtype=np.float32), 0, 100)
+    assert first is not None and first.shape == (100, DIM) and first.flags.writeable
+    first[:] = unit_rows(100, 1)
+    second = rows.grow(first, 100, 300)
+    assert second is not None and second.shape == (300, DIM)
+    np.testing.assert_array_equal(second[:100], first)
+    # one file under both: a row written through the old array is the new one's too
+    first[7] = 0.5
+    assert (second[7] == 0.5).all()
+    assert rows.nbytes == 300 * DIM * 4
+    assert os.listdir(tmp_path) == []  # unnamed: nothing to see in the folder
+
+
+def test_rows_from_memory_are_copied_once_into_the_file(tmp_path: Path) -> None:
+    rows = FileRows(str(tmp_path), DIM)
+    anonymous = unit_rows(50, 2)
+    grown = rows.grow(anonymous, 40, 64)
+    assert grown is not None
+    np.testing.assert_array_equal(grown[:40], anonymous[:40])
+    anonymous[0] = 0.0
+    assert grown[0].any()  # a copy: the array it came from is not the file
+
+
+def status_kb(field: str) -> int | None:
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+@pytest.mark.skipif(status_kb("RssFile") is None, reason="no RssFile in /proc/self/status")
+def test_settled_rows_leave_the_process_and_read_back_unchanged(tmp_path: Path) -> None:
+    rows = FileRows(str(tmp_path), 256)
+    count = 64 * 1024  # 64 MB
+    array = rows.grow(np.zeros((0, 256), dtype=np.float32), 0, count)
+    assert array is not None
+    values = np.random.default_rng(3).standard_normal(256).astype(np.float32)
+    array[:] = values
+    before = status_kb("RssFile")
+    assert before is not None and before >= 60_000
+    rows.settle(array)
+    after = status_kb("RssFile")
+    assert after is not None and after < before - 50_000
+    np.testing.assert_array_equal(array[count - 1], values)  # (read back from the page cache)
+    np.testing.assert_array_equal(array[12_345], values)
+    # a range: only its pages go
+    array[:].sum()
+    full = status_kb("RssFile")
+    rows.settle(array, 0, count // 2)
+    half = status_kb("RssFile")
+    assert full is not None and half is not None and 25_000 < full - half < 40_000
+
+
+def test_settle_leaves_arrays_of_other_memory_alone(tmp_path: Path) -> None:
+    rows = FileRows(str(tmp_path), DIM)
+    anonymous = unit_rows(10, 4)
+    rows.settle(anonymous)  # (not the file's: nothing happens, nothing breaks)
+    np.testing.assert_array_equal(anonymous, unit_rows(10, 4))
+
+
+def test_a_full_disk_keeps_the_rows_in_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_room(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", no_room)
+    index = VectorIndex(DIM, hnsw_threshold=10_000, row_files=RowFiles(str(tmp_path), 0))
+    vectors = unit_rows(300, 5)
+    index.add_many(np.arange(300), vectors)
+    assert rows_files_mapped(tmp_path) == []
+    assert [doc for doc, _ in index.search(vectors[17], 3)][0] == 17
+
+
+def twin_indexes(tmp_path: Path, threshold: int) -> tuple[VectorIndex, VectorIndex]:
+    params = {"hnsw_threshold": threshold, "ef_construction": 64, "ef_search": 64}
+    return (VectorIndex(DIM, **params),  # type: ignore[arg-type]
+            VectorIndex(DIM, row_files=RowFiles(str(tmp_path), 0), **params))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("threshold", [10_000, 200], ids=["exact", "graph"])
+def test_an_index_with_its_rows_in_a_file_answers_as_one_in_memory(tmp_path: Path, threshold: int) -> None:
+    memory, filed = twin_indexes(tmp_path, threshold)
+    queries = unit_rows(20, 99)
+
+    def same() -> None:
+        for query in queries:
+            assert filed.search(query, 10) == memory.search(query, 10)
+            allowed = np.zeros(2_000, dtype=np.bool_)
+            allowed[::3] = True
+            assert filed.search(query, 5, allowed) == memory.search(query, 5, allowed)
+        scores_memory, scores_filed = memory.exact_scores(queries[0], coarse=True), \
+            filed.exact_scores(queries[0], coarse=True)
+        assert scores_memory is not None and scores_filed is not None
+        assert scores_filed.search(10) == scores_memory.search(10)
+
+    next_id = 0
+    for batch in range(6):  # growths: 1, 2, ... rows of capacity doubling past each batch
+        vectors = unit_rows(150 + 40 * batch, batch)
+        ids = np.arange(next_id, next_id + len(vectors))
+        next_id += len(vectors)
+        for index in (memory, filed):
+            index.add_many(ids, vectors)  # (the graph, past its threshold, built in the add)
+        same()
+        for index in (memory, filed):
+            for doc in range(batch, next_id, 7):
+                if doc in index:
+                    index.remove(doc)
+        same()  # (freed rows are reused by the next batch)
+    assert any("(deleted)" in name for name in rows_files_mapped(tmp_path))
+    # a snapshot of it writes the same bytes
+    assert b"".join(filed.snapshot_view().vector_chunks()) == b"".join(memory.snapshot_view().vector_chunks())
+    del memory, filed, index
+    gc.collect()
+    assert rows_files_mapped(tmp_path) == []  # the last array let go: the file goes
+
+
+def test_a_restored_index_moves_its_rows_into_the_file_when_it_grows(tmp_path: Path) -> None:
+    vectors = unit_rows(500, 6)
+    source = VectorIndex(DIM, hnsw_threshold=10_000)
+    source.add_many(np.arange(500), vectors)
+    view = source.snapshot_view()
+    data = b"".join(view.vector_chunks())
+    view.release()
+    from mnemex.index.vector import read_vectors_file
+
+    ids, matrix = read_vectors_file(data)
+    restored = VectorIndex.from_snapshot(ids, matrix.copy(), DIM, graph=None, meta=None, rows_in_place=True,
+                                         hnsw_threshold=10_000, row_files=RowFiles(str(tmp_path), 0))
+    assert rows_files_mapped(tmp_path) == []  # (its rows stay where the restore put them)
+    more = unit_rows(100, 7)
+    restored.add_many(np.arange(500, 600), more)
+    source.add_many(np.arange(500, 600), more)
+    assert any("(deleted)" in name for name in rows_files_mapped(tmp_path))
+    for query in unit_rows(10, 8):
+        assert restored.search(query, 10) == source.search(query, 10)
+
+
+def test_a_runtime_keeps_large_scopes_rows_in_an_unnamed_file_in_its_data_dir(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    config = mnemex.Config(data_dir=str(data_dir), embedder="hashing", vector_rows_file_from=512 * 1024)
+
+    async def main() -> None:
+        async with mnemex.open_runtime(config) as rt:
+            scope = rt.scope(user_id="u", app_name="rows")
+            small = rt.scope(user_id="v", app_name="rows")
+            await small.remember("one memory, rows in memory")
+            await scope.remember_many([f"note {i}: tea by the lake number {i}" for i in range(120)])
+            assert rows_files_mapped(data_dir) == []  # 120 rows of 384 floats: 184 KB, in memory
+            await scope.remember_many([f"note {i}: a walk in the hills number {i}" for i in range(120, 400)])
+            mapped = rows_files_mapped(data_dir)  # 400 rows: 614 KB, in the file
+            assert len(mapped) == 1 and mapped[0].endswith("(deleted)")
+            hits = (await scope.search("hills number 250", top_k=3, mode="vector")).hits
+            assert "number 250" in hits[0].memory.content
+            assert [hit.memory.content for hit in (await small.search("one memory", mode="vector")).hits] == \
+                ["one memory, rows in memory"]
+
+    trio.run(main)
+    gc.collect()
+    assert rows_files_mapped(data_dir) == []
+    assert not [name for name in os.listdir(data_dir) if "rows" in name]
