@@ -169,6 +169,10 @@ _MIN_ROWS = 1
 _BUILDER_BASE_MAX = 250_000
 _VERIFY_CHUNK = 8192
 _GATHER_BLOCK = 1024
+# Rows searches may read through a row file's mapping between two lettings-go of its
+# pages: each read maps up to 64 KB around it (the kernel's fault-around), so at most
+# ~256 MB come back into the process meanwhile.
+_SETTLE_READS = 4096
 _MAX_EF = 4096
 
 
@@ -187,6 +191,12 @@ class RowFile(Protocol):
         """Rows ``[start, stop)`` of ``rows`` (None: to the end) were written or read in
         bulk: their pages may leave the process (nothing is lost). Nothing happens
         unless ``rows`` is one of this file's arrays."""
+        ...
+
+    def read(self, rows: F32, which: I64) -> F32 | None:
+        """Rows ``which`` of ``rows`` (one of this file's arrays), read from the file
+        without mapping their pages into the process (a search's few rows); None when
+        they are to be read from the array."""
         ...
 
 
@@ -365,6 +375,7 @@ class VectorIndex:
         "_pending",
         "_pending_block",
         "_plan_token",
+        "_reads",
         "_row_file",
         "_row_files",
         "_row_ids",
@@ -427,6 +438,7 @@ class VectorIndex:
         # (their pages leave the process after bulk writes and reads): see ``_grow_rows``
         self._row_files = row_files
         self._row_file: RowFile | None = None
+        self._reads = 0  # rows searches read through the row file's mapping since it was settled
         self._rows = np.zeros((0, dim), dtype=np.float32)
         self._row_ids = np.zeros(0, dtype=np.int64)         # doc id per row, -1 when free
         self._row_of = np.zeros(0, dtype=np.int64)          # row per doc id, -1 when absent
@@ -764,6 +776,7 @@ class VectorIndex:
             ids = np.fromiter(self._pending, dtype=np.int64, count=len(self._pending))
             block = self._pending_block = _PendingBlock(self.dim)
             block.append(ids, self._rows[self._row_of[ids]])
+            self._mapped_reads(len(ids))
         return block.ids[: block.size], block.vectors[: block.size]
 
     def exact_search(self, vector: npt.ArrayLike, top_k: int = 10,
@@ -1215,8 +1228,28 @@ class VectorIndex:
             # or added to it in place by a build not adopted (yet)
             kept = rows >= 0
             ids, rows = ids[kept], rows[kept]
-        scores = (self._rows[rows] @ query).astype(np.float64)
+        scores = (self._few_rows(rows) @ query).astype(np.float64)
         return top_k_by_score(ids, scores, top_k)
+
+    def _few_rows(self, rows: I64) -> F32:
+        """``self._rows[rows]``, a search's few rows: in a row file, read from it (a
+        fault maps a whole folio or 64 KB around each row into the process)."""
+        if self._row_file is not None:
+            read = self._row_file.read(self._rows, rows)
+            if read is not None:
+                return read
+        gathered: F32 = self._rows[rows]
+        return gathered
+
+    def _mapped_reads(self, count: int) -> None:
+        """A search read ``count`` rows through the mapping (rows it rescores, beyond
+        a few): in a row file, past ``_SETTLE_READS`` of them since the last time, the
+        pages they brought into the process leave it."""
+        if self._row_file is not None:
+            self._reads += count
+            if self._reads >= _SETTLE_READS:
+                self._reads = 0
+                self._settle()
 
     def _filter_is_cheaper_exact(self, allowed: int) -> bool:
         if allowed <= self.exact_filter_max:
@@ -1248,6 +1281,7 @@ class VectorIndex:
         for start in range(0, len(rows), _GATHER_BLOCK):
             block = rows[start : start + _GATHER_BLOCK]
             scores[start : start + len(block)] = self._rows[block] @ query
+        self._mapped_reads(len(rows))
         return top_k_by_score(self._row_ids[rows], scores, top_k)
 
     def _row(self, doc_id: int) -> int:
@@ -1464,6 +1498,7 @@ class ExactScores:
                 taken, products = _coarse.exact_rows(self._index._rows, len(known), self._query, needed)
                 self._scores[taken] = products
                 known[taken] = True
+                self._index._mapped_reads(len(needed))
         out: F32 = self._scores[rows]
         return out
 
