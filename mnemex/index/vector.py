@@ -381,6 +381,7 @@ class VectorIndex:
         "_row_ids",
         "_row_of",
         "_rows",
+        "_rows_in_file",
         "_save_guard",
         "_tombstones",
         "_touched",
@@ -439,6 +440,7 @@ class VectorIndex:
         self._row_files = row_files
         self._row_file: RowFile | None = None
         self._reads = 0  # rows searches read through the row file's mapping since it was settled
+        self._rows_in_file = False  # whether ``_rows`` is the row file's (else memory, or a snapshot's file)
         self._rows = np.zeros((0, dim), dtype=np.float32)
         self._row_ids = np.zeros(0, dtype=np.int64)         # doc id per row, -1 when free
         self._row_of = np.zeros(0, dtype=np.int64)          # row per doc id, -1 when absent
@@ -496,9 +498,10 @@ class VectorIndex:
 
     @property
     def bytes_per_vector(self) -> int:
-        """About what one vector costs here: its float32 row, and in HNSW mode the
-        graph's quantised copy and its links (``2 * m`` on the base layer)."""
-        row = 4 * self.dim
+        """About what one vector costs in this process: its float32 row (unless the rows
+        live in a row file), and in HNSW mode the graph's quantised copy and its links
+        (``2 * m`` on the base layer)."""
+        row = 0 if self._rows_in_file else 4 * self.dim  # (a row file's pages are the page cache's)
         if self._graph is None:
             return row
         return row + _QUANTIZED_BYTES[self._params.quantization] * self.dim + 8 * self._params.m + 16
@@ -1153,6 +1156,7 @@ class VectorIndex:
         if in_place and matrix.dtype == np.float32 and matrix.flags.c_contiguous and matrix.flags.writeable:
             capacity = count  # (no room: the first rows added move them all to a grown copy)
             self._rows = matrix
+            self._rows_in_file = False
         else:
             capacity = max(_MIN_ROWS, count + count // 4)
             self._rows = self._grow_rows(matrix, count, capacity)
@@ -1313,7 +1317,9 @@ class VectorIndex:
                 self._row_file = files.open(self.dim)
             grown = self._row_file.grow(rows, used, capacity)
             if grown is not None:
+                self._rows_in_file = True
                 return grown
+        self._rows_in_file = False
         return _grown(rows, used, capacity)
 
     def _settle(self, start: int = 0, stop: int | None = None) -> None:
