@@ -191,7 +191,10 @@ class StorageConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=T
     need, and the file goes with the process (``mnemex.persistence.rowfiles``). Its
     blocks are reserved as it grows (a full disk keeps the rows in memory instead),
     and its pages are written back once. None: always in memory (so too without a
-    ``data_dir``)."""
+    ``data_dir`` or ``vector_rows_dir``)."""
+    vector_rows_dir: str | None = None
+    """Where those files go: None for ``data_dir``. A data directory on a shared
+    volume (a cluster's) wants a local disk here."""
     max_open_files: PositiveInt | None = None
     """Journal files kept open at once (one per actor that wrote lately); past it the
     least recently used is closed, and opened again by that actor's next write, so
@@ -202,6 +205,8 @@ class StorageConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=T
     128 descriptors of that limit is refused when the runtime opens."""
 
     def _check(self) -> None:
+        if self.vector_rows_dir is not None and not self.vector_rows_dir.strip():
+            raise self._invalid("vector_rows_dir", "is empty; give a path, or None for data_dir")
         if self.data_dir is not None and not self.data_dir.strip():
             raise self._invalid("data_dir", "is empty; give a path, or None to keep everything in memory")
         if self.backend == "postgres":

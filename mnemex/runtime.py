@@ -520,13 +520,14 @@ async def open_runtime(config: Config | None = None, *, kinds: Iterable[ActorKin
 
 
 def _row_files(config: Config) -> RowFiles | None:
-    """Where large scopes keep their vector rows: files in the data directory (see
-    ``storage.vector_rows_file_from``), or None (in memory)."""
+    """Where large scopes keep their vector rows: files in ``storage.vector_rows_dir``
+    or the data directory (see ``storage.vector_rows_file_from``), or None (in memory)."""
     storage = config.storage
-    if storage.data_dir is None or storage.vector_rows_file_from is None or not RowFiles.usable():
+    directory = storage.vector_rows_dir if storage.vector_rows_dir is not None else storage.data_dir
+    if directory is None or storage.vector_rows_file_from is None or not RowFiles.usable():
         return None
-    os.makedirs(storage.data_dir, exist_ok=True)
-    return RowFiles(storage.data_dir, storage.vector_rows_file_from)
+    os.makedirs(directory, exist_ok=True)
+    return RowFiles(directory, storage.vector_rows_file_from)
 
 
 def configured_storage(config: Config) -> Storage | None:

@@ -37,7 +37,7 @@ are found would still be the same, as the bound includes the product's own round
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final, NamedTuple
 
 import numkong as _nk  # usearch's SIMD kernels (a dependency of usearch, and of mnemex)
@@ -128,14 +128,14 @@ class CoarseScan:
     runs: searches run beside the actor only while nothing changes the scope); a new
     rows array (the index grew, or was replaced) packs every block again."""
 
-    __slots__ = ("_state", "dim", "rows_read")
+    __slots__ = ("_state", "dim", "settle")
 
-    def __init__(self, dim: int) -> None:
+    def __init__(self, dim: int, settle: Callable[[F32, int, int], None] | None = None) -> None:
         self.dim = dim
         self._state = _EMPTY
-        self.rows_read = 0
-        """Float32 rows packed so far, in all: an owner whose rows live in a file lets
-        their pages go after a pass that packed some."""
+        self.settle = settle
+        """Told ``(matrix, start, stop)`` once rows ``[start, stop)`` of ``matrix`` are
+        packed (an owner whose rows live in a file lets their pages go)."""
 
     @property
     def nbytes(self) -> int:
@@ -172,7 +172,6 @@ class CoarseScan:
         if state.source is not matrix or high < state.packed:
             state = _EMPTY._replace(source=matrix)
         if len(state.dirty) + high - state.packed > DIRTY_MAX:
-            self.rows_read += len(state.dirty) + high - state.packed
             state = self._repacked(state, matrix, high)
         if state is not self._state:
             self._state = state
@@ -186,7 +185,10 @@ class CoarseScan:
         blocks = list(state.blocks)
         recon = state.recon
         for block in sorted(todo):
-            packed, largest = self._pack(matrix, block, min(high, (block + 1) * BLOCK), scales)
+            end = min(high, (block + 1) * BLOCK)
+            packed, largest = self._pack(matrix, block, end, scales)
+            if self.settle is not None:
+                self.settle(matrix, block * BLOCK, end)
             if block < len(blocks):
                 blocks[block] = packed
             else:

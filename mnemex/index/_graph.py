@@ -98,7 +98,15 @@ def graph_file_header(path: str) -> dict[str, Any] | None:
     return header
 
 
-def blocks_of(ids: I64, vectors: F32) -> Iterator[tuple[I64, F32]]:
+class Rows(Protocol):
+    """Vectors read a slice at a time (an array, or rows gathered as they are read)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: slice, /) -> F32: ...
+
+
+def blocks_of(ids: I64, vectors: F32 | Rows) -> Iterator[tuple[I64, F32]]:
     """``ids`` and their ``vectors`` a ``BUILD_BLOCK`` at a time, as builds add them."""
     for start in range(0, len(ids), BUILD_BLOCK):
         yield ids[start : start + BUILD_BLOCK], vectors[start : start + BUILD_BLOCK]

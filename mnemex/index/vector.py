@@ -115,6 +115,7 @@ from mnemex.index._graph import (
     GraphBuilder,
     GraphParams,
     Quantization,
+    Rows,
     add_block,
     blocks_of,
     load_graph,
@@ -219,11 +220,12 @@ class GraphBuild:
     :meth:`VectorIndex.adopt` attaches the result. ``token`` ties it to the plan that
     made it. A fresh build reads the index's rows through a view (no copy: rows it
     reads are not reused until it is done); a catch-up copies the live graph (one
-    more graph in memory, not two) and adds the deferred vectors, copied here."""
+    more graph in memory, not two) or adds to it in place, and adds the deferred
+    vectors, read through the same view a block at a time (:class:`_RowsOf`)."""
 
     token: int
     ids: I64
-    vectors: F32 | None
+    vectors: F32 | Rows | None
     params: GraphParams
     view: VectorsView | None = field(default=None, repr=False)
     graph: Any = field(default=None, repr=False)
@@ -336,9 +338,10 @@ class GraphBuild:
             if (self.current is not None and self.current() != self.token) or self.stopping:
                 return None  # a newer plan covers these, or the runtime is closing
             began = clock() if clock is not None else 0.0
+            batch = slice(start, start + size)
+            block = vectors[batch]  # (read before the hold: searches wait only for the adds)
             with saving, guard:
-                batch = slice(start, start + size)
-                add_block(graph, self.ids[batch], vectors[batch], self.params)
+                add_block(graph, self.ids[batch], block, self.params)
             start += size
             if clock is not None:
                 took = max(clock() - began, 1e-6)
@@ -705,11 +708,7 @@ class VectorIndex:
         if not self.takes_coarse_pass or not queries:
             return None
         self._viewed()
-        scan = self._coarse_scan()
-        read = scan.rows_read
-        every = scan.scan_many(self._rows, self._high, queries)
-        if scan.rows_read != read:
-            self._settle()
+        every = self._coarse_scan().scan_many(self._rows, self._high, queries)
         return [ExactScores(self, None, query=query, bounds=bounds)
                 for query, bounds in zip(queries, every, strict=True)]
 
@@ -729,18 +728,16 @@ class VectorIndex:
         float32 product only over the rows that could be among the best
         (mnemex.index._coarse). The int8 copy is made on first need and let go when the
         rows move to another array or a graph takes over."""
-        scan = self._coarse_scan()
-        read = scan.rows_read
-        bounds = scan.scan(self._rows, self._high, query)
-        if scan.rows_read != read:
-            self._settle()
+        bounds = self._coarse_scan().scan(self._rows, self._high, query)
         return ExactScores(self, None, query=query, bounds=bounds)
 
     def _coarse_scan(self) -> _coarse.CoarseScan:
         """The int8 copy of the rows, made on first need."""
         scan = self._coarse
         if scan is None:
-            scan = self._coarse = _coarse.CoarseScan(self.dim)
+            # (packing reads every row: in a row file, their pages go block by block)
+            scan = self._coarse = _coarse.CoarseScan(
+                self.dim, settle=self._row_file.settle if self._row_file is not None else None)
         return scan
 
     def _with_pending(self, query: F32, top_k: int, found: list[tuple[int, float]],
@@ -807,9 +804,10 @@ class VectorIndex:
         if graph is not None and self._pending and \
                 len(self._tombstones) <= self.tombstone_ratio * max(1, self._graph_size):
             ids = np.fromiter(self._pending, dtype=np.int64, count=len(self._pending))
-            rows = self._row_of[ids]
-            vectors = self._rows[rows]  # a copy already (a second one was a transient of 90 MB)
-            self._settle(int(rows.min()), int(rows.max()) + 1)
+            # read a block at a time as the build adds them (a copy of every deferred
+            # vector was 0.75 GB after a fast ingest of 1,000,000): the view below keeps
+            # their rows from reuse until the build is over
+            vectors = _RowsOf(self._rows, self._row_of[ids], self._row_file)
             docs = self._row_ids[: self._high]
             labels = frozenset(docs[docs >= 0].tolist()).difference(self._pending) | self._tombstones
             # the view keeps removals from the live graph while the builder clones it (or
@@ -1509,6 +1507,27 @@ class ExactScores:
         return out
 
 
+class _RowsOf:
+    """Rows ``rows`` of ``array``, gathered a slice at a time as a build reads them (a
+    catch-up's deferred vectors: the plan's view keeps those rows from reuse); in a
+    row file, their pages then leave the process."""
+
+    __slots__ = ("_array", "_file", "_rows")
+
+    def __init__(self, array: F32, rows: I64, row_file: RowFile | None) -> None:
+        self._array, self._rows, self._file = array, rows, row_file
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, index: slice, /) -> F32:
+        rows = self._rows[index]
+        block: F32 = self._array[rows]
+        if self._file is not None and len(rows):
+            self._file.settle(self._array, int(rows.min()), int(rows.max()) + 1)
+        return block
+
+
 def _kth_largest(values: npt.NDArray[np.float64], k: int) -> float:
     return float(np.partition(values, len(values) - k)[len(values) - k])
 
@@ -1656,7 +1675,7 @@ def _crc(data: bytes | memoryview) -> str:
     return f"{zlib.crc32(data):08x}"
 
 
-def _extend_graph(base: Any, ids: I64, vectors: F32, params: GraphParams,
+def _extend_graph(base: Any, ids: I64, vectors: F32 | Rows, params: GraphParams,
                   stopped: Callable[[], bool]) -> Any:
     """A copy of ``base`` with ``ids`` added (a catch-up), taken in the builder's
     thread: the owner leaves ``base`` unchanged meanwhile (it only searches it;

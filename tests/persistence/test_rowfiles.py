@@ -177,9 +177,12 @@ def test_a_restored_index_moves_its_rows_into_the_file_when_it_grows(tmp_path: P
         assert restored.search(query, 10) == source.search(query, 10)
 
 
-def test_a_runtime_keeps_large_scopes_rows_in_an_unnamed_file_in_its_data_dir(tmp_path: Path) -> None:
+@pytest.mark.parametrize("elsewhere", [False, True], ids=["data_dir", "vector_rows_dir"])
+def test_a_runtime_keeps_large_scopes_rows_in_an_unnamed_file(tmp_path: Path, elsewhere: bool) -> None:
     data_dir = tmp_path / "data"
-    config = mnemex.Config(data_dir=str(data_dir), embedder="hashing", vector_rows_file_from=512 * 1024)
+    rows_dir = tmp_path / "local" if elsewhere else data_dir
+    config = mnemex.Config(data_dir=str(data_dir), embedder="hashing", vector_rows_file_from=512 * 1024,
+                           vector_rows_dir=str(rows_dir) if elsewhere else None)
 
     async def main() -> None:
         async with mnemex.open_runtime(config) as rt:
@@ -187,10 +190,10 @@ def test_a_runtime_keeps_large_scopes_rows_in_an_unnamed_file_in_its_data_dir(tm
             small = rt.scope(user_id="v", app_name="rows")
             await small.remember("one memory, rows in memory")
             await scope.remember_many([f"note {i}: tea by the lake number {i}" for i in range(120)])
-            assert rows_files_mapped(data_dir) == []  # 120 rows of 384 floats: 184 KB, in memory
+            assert rows_files_mapped(tmp_path) == []  # 120 rows of 384 floats: 184 KB, in memory
             await scope.remember_many([f"note {i}: a walk in the hills number {i}" for i in range(120, 400)])
-            mapped = rows_files_mapped(data_dir)  # 400 rows: 614 KB, in the file
-            assert len(mapped) == 1 and mapped[0].endswith("(deleted)")
+            mapped = rows_files_mapped(tmp_path)  # 400 rows: 614 KB, in the file
+            assert len(mapped) == 1 and mapped[0].endswith("(deleted)") and str(rows_dir) in mapped[0]
             hits = (await scope.search("hills number 250", top_k=3, mode="vector")).hits
             assert "number 250" in hits[0].memory.content
             assert [hit.memory.content for hit in (await small.search("one memory", mode="vector")).hits] == \
@@ -198,5 +201,10 @@ def test_a_runtime_keeps_large_scopes_rows_in_an_unnamed_file_in_its_data_dir(tm
 
     trio.run(main)
     gc.collect()
-    assert rows_files_mapped(data_dir) == []
-    assert not [name for name in os.listdir(data_dir) if "rows" in name]
+    assert rows_files_mapped(tmp_path) == []
+    assert not [name for name in os.listdir(rows_dir) if "rows" in name]
+
+
+def test_an_empty_vector_rows_dir_is_refused() -> None:
+    with pytest.raises(mnemex.InvalidInput, match="vector_rows_dir"):
+        mnemex.Config(vector_rows_dir=" ")
