@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -526,8 +525,7 @@ def _row_files(config: Config) -> RowFiles | None:
     directory = storage.vector_rows_dir if storage.vector_rows_dir is not None else storage.data_dir
     if directory is None or storage.vector_rows_file_from is None or not RowFiles.usable():
         return None
-    os.makedirs(directory, exist_ok=True)
-    return RowFiles(directory, storage.vector_rows_file_from)
+    return RowFiles(directory, storage.vector_rows_file_from)  # (made at a scope's first row file)
 
 
 def configured_storage(config: Config) -> Storage | None:

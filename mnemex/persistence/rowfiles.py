@@ -107,6 +107,7 @@ class FileRows:
         size = capacity * width
         try:
             if self._file is None:
+                os.makedirs(self.directory, exist_ok=True)
                 # (kept open while the index lives: its descriptor is the file's only name;
                 # closed with this object, each mapping holding a descriptor of its own)
                 self._file = tempfile.TemporaryFile(dir=self.directory, prefix=".mnemex-rows-")  # noqa: SIM115
