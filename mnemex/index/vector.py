@@ -188,10 +188,11 @@ class RowFile(Protocol):
         given earlier stay valid (readers in other threads may hold them)."""
         ...
 
-    def settle(self, rows: F32, start: int = 0, stop: int | None = None) -> None:
-        """Rows ``[start, stop)`` of ``rows`` (None: to the end) were written or read in
-        bulk: their pages may leave the process (nothing is lost). Nothing happens
-        unless ``rows`` is one of this file's arrays."""
+    def settle(self, rows: F32, start: int = 0, stop: int | None = None, *, written: bool = False) -> None:
+        """Rows ``[start, stop)`` of ``rows`` (None: to the end) were read in bulk, or
+        ``written``: their pages may leave the process (nothing is lost; written ones
+        go to the disk's writeback). Nothing happens unless ``rows`` is one of this
+        file's arrays."""
         ...
 
     def read(self, rows: F32, which: I64) -> F32 | None:
@@ -584,7 +585,7 @@ class VectorIndex:
         row_array = self._take_rows(len(id_array))
         ids = id_array.tolist()
         self._rows[row_array] = matrix
-        self._settle(int(row_array.min()), int(row_array.max()) + 1)
+        self._settle(int(row_array.min()), int(row_array.max()) + 1, written=True)
         if self._coarse is not None:
             self._coarse.stale(row_array)
         self._row_ids[row_array] = id_array
@@ -1047,7 +1048,7 @@ class VectorIndex:
                 return "stale"  # (version 1: hnswlib's file; the graph is rebuilt)
             if (meta["dim"] != self.dim or meta["count"] != self._count
                     or meta["ids_checksum"] != self._ids_checksum()
-                    or meta["rows_crc"] != f"{zlib.crc32(byte_view(self._rows[: self._count])):08x}"):
+                    or meta["rows_crc"] != self._rows_crc()):
                 return "stale"
             tombstones = np.asarray(meta["tombstones"], dtype=np.int64)
             pending = np.asarray(meta["pending"], dtype=np.int64)
@@ -1165,6 +1166,12 @@ class VectorIndex:
     def _ids_checksum(self) -> str:
         return _ids_checksum(self._sorted_ids())
 
+    def _rows_crc(self) -> str:
+        """CRC-32 of the rows in use, in row order (what a graph file's meta names)."""
+        crc = f"{zlib.crc32(byte_view(self._rows[: self._count])):08x}"
+        self._settle(0, self._count)  # (read whole: in a row file, its pages go)
+        return crc
+
     def _vectors_checksum(self) -> str:
         """CRC-32 of the stored vectors in doc id order (float32 little-endian)."""
         crc = 0
@@ -1176,6 +1183,7 @@ class VectorIndex:
         for start in range(0, len(ids), _VERIFY_CHUNK):
             block = self._rows[self._row_of[ids[start : start + _VERIFY_CHUNK]]]
             crc = zlib.crc32(np.ascontiguousarray(block, dtype="<f4").data, crc)
+        self._settle()
         return f"{crc:08x}"
 
     def _maybe_build(self) -> None:
@@ -1240,6 +1248,7 @@ class VectorIndex:
             read = self._row_file.read(self._rows, rows)
             if read is not None:
                 return read
+            self._mapped_reads(len(rows))
         gathered: F32 = self._rows[rows]
         return gathered
 
@@ -1317,14 +1326,17 @@ class VectorIndex:
             if grown is not None:
                 self._rows_in_file = True
                 return grown
+            # (a full disk, say: the file and its reserved blocks go once no array maps
+            # them; a later growth tries a new one)
+            self._row_file = None
         self._rows_in_file = False
         return _grown(rows, used, capacity)
 
-    def _settle(self, start: int = 0, stop: int | None = None) -> None:
-        """Rows ``[start, stop)`` were written or read in bulk: in a row file, their
+    def _settle(self, start: int = 0, stop: int | None = None, *, written: bool = False) -> None:
+        """Rows ``[start, stop)`` were read in bulk, or ``written``: in a row file, their
         pages leave the process (searches read back the few they need)."""
         if self._row_file is not None:
-            self._row_file.settle(self._rows, start, stop)
+            self._row_file.settle(self._rows, start, stop, written=written)
 
     def _ensure_id_capacity(self, needed: int) -> None:
         if needed <= len(self._row_of):

@@ -26,8 +26,17 @@ truth. The index's rows are a shared mapping of that file:
   to a mapped page the disk has no room for would stop the process (SIGBUS).
 
 What it costs: the file's size on disk (the rows' capacity, up to twice the rows),
-their writing once (1.5 GB at 1,000,000), and one descriptor per large index
+their writing once (1.5 GB at 1,000,000), and two descriptors per large index (the
+file's, and its mapping's; one more for each older mapping a reader still holds)
 beside the journals ``max_open_files`` counts.
+
+Where it is not for: a file system that copies on write (btrfs, ZFS, XFS with shared
+extents) may need new blocks to write a row again, which reserving them at growth
+does not promise, and a full disk then stops the process (SIGBUS) where memory would
+not have; a network file system (a cluster's shared ``data_dir``) may do the same on
+a failed writeback. Point ``storage.vector_rows_dir`` at a local disk of another
+file system there, or set ``storage.vector_rows_file_from`` to None. The file is
+never synced: a writeback error the kernel sees is not reported to the process.
 """
 
 from __future__ import annotations
@@ -138,13 +147,13 @@ class FileRows:
         # (else the file's pages already hold rows[:used]: the new mapping shows them)
         return grown
 
-    def settle(self, rows: F32, start: int = 0, stop: int | None = None) -> None:
+    def settle(self, rows: F32, start: int = 0, stop: int | None = None, *, written: bool = False) -> None:
         mapped = _mapping_of(rows)
         if mapped is None or mapped not in self._mapped:
             return
         width = self.dim * 4
         end = len(mapped) if stop is None else min(len(mapped), stop * width)
-        self._let_go(mapped, start * width, end, wrote=True)
+        self._let_go(mapped, start * width, end, wrote=written)
 
     def read(self, rows: F32, which: npt.NDArray[np.int64]) -> F32 | None:
         mapped = _mapping_of(rows)

@@ -108,7 +108,9 @@ def test_a_full_disk_keeps_the_rows_in_memory(tmp_path: Path, monkeypatch: pytes
     vectors = unit_rows(300, 5)
     index.add_many(np.arange(300), vectors)
     assert rows_files_mapped(tmp_path) == []
-    assert [doc for doc, _ in index.search(vectors[17], 3)][0] == 17
+    assert index.search(vectors[17], 3)[0][0] == 17
+    index.add_many(np.arange(300, 700), unit_rows(400, 6))  # (a later growth tries a file again)
+    assert index.search(vectors[17], 3)[0][0] == 17
 
 
 def twin_indexes(tmp_path: Path, threshold: int) -> tuple[VectorIndex, VectorIndex]:
@@ -119,7 +121,13 @@ def twin_indexes(tmp_path: Path, threshold: int) -> tuple[VectorIndex, VectorInd
 
 @pytest.mark.parametrize("threshold", [10_000, 200], ids=["exact", "graph"])
 def test_an_index_with_its_rows_in_a_file_answers_as_one_in_memory(tmp_path: Path, threshold: int) -> None:
-    memory, filed = twin_indexes(tmp_path, threshold)
+    compare_twins(*twin_indexes(tmp_path, threshold), tmp_path)
+    gc.collect()
+    assert rows_files_mapped(tmp_path) == []  # the last array let go: the file goes
+
+
+def compare_twins(memory: VectorIndex, filed: VectorIndex, tmp_path: Path) -> None:
+    """Batches added and removed alike in both: the same searches, the same snapshot."""
     queries = unit_rows(20, 99)
 
     def same() -> None:
@@ -134,7 +142,7 @@ def test_an_index_with_its_rows_in_a_file_answers_as_one_in_memory(tmp_path: Pat
         assert scores_filed.search(10) == scores_memory.search(10)
 
     next_id = 0
-    for batch in range(6):  # growths: 1, 2, ... rows of capacity doubling past each batch
+    for batch in range(6):  # growths: rows of capacity doubling past each batch
         vectors = unit_rows(150 + 40 * batch, batch)
         ids = np.arange(next_id, next_id + len(vectors))
         next_id += len(vectors)
@@ -151,9 +159,6 @@ def test_an_index_with_its_rows_in_a_file_answers_as_one_in_memory(tmp_path: Pat
     assert filed.bytes_per_vector == memory.bytes_per_vector - 4 * DIM
     # a snapshot of it writes the same bytes
     assert b"".join(filed.snapshot_view().vector_chunks()) == b"".join(memory.snapshot_view().vector_chunks())
-    del memory, filed, index
-    gc.collect()
-    assert rows_files_mapped(tmp_path) == []  # the last array let go: the file goes
 
 
 def test_a_restored_index_moves_its_rows_into_the_file_when_it_grows(tmp_path: Path) -> None:
