@@ -3,23 +3,43 @@ complete writes, atomic replacement, directory fsync, OSError translation."""
 
 from __future__ import annotations
 
+import ctypes
 import errno
+import functools
 import logging
 import os
+import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from mnemex.errors import StorageError
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
-__all__ = ["describe_os_error", "fsync_dir", "log", "read_file", "remove_quietly", "write_all",
-           "write_atomic"]
+__all__ = ["describe_os_error", "fsync_dir", "libc_function", "log", "read_file", "remove_quietly",
+           "write_all", "write_atomic"]
 
 log = logging.getLogger("mnemex.persistence")
 
 _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+
+
+@functools.cache
+def libc_function(name: str, argtypes: tuple[type[Any], ...]) -> Callable[..., int] | None:
+    """The C library's function ``name`` taking ``argtypes`` and returning an int (the
+    process's own symbols: no library search), or None off Linux or where it lacks it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = getattr(ctypes.CDLL(None, use_errno=True), name)
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = argtypes
+    function.restype = ctypes.c_int
+    result: Callable[..., int] = function
+    return result
 
 
 def describe_os_error(exc: OSError) -> str:

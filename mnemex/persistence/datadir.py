@@ -26,20 +26,17 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
-import functools
 import os
-import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import cast
 
 import orjson
 
 from mnemex.errors import DataDirLocked, InvalidInput, StorageError
-from mnemex.persistence._files import describe_os_error, fsync_dir, log, probe_writable
+from mnemex.persistence._files import describe_os_error, fsync_dir, libc_function, log, probe_writable
 from mnemex.persistence.layout import KEY_MANIFEST, actor_dir, check_kind, decode_key, legacy_actor_dir
 from mnemex.persistence.leases import FileLeases, Ownership
 from mnemex.persistence.openfiles import OpenFiles, open_files_limit
@@ -363,16 +360,6 @@ def _actors_under(root: Path, *, quiet: bool = False) -> Iterator[ActorLocation]
             yield ActorLocation(kind, key, folder)
 
 
-@functools.cache
 def _libc_syncfs() -> Callable[[int], int] | None:
     """libc's syncfs, or None off Linux (or where the C library lacks it)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        function = libc.syncfs
-    except (OSError, AttributeError):
-        return None
-    function.argtypes = [ctypes.c_int]
-    function.restype = ctypes.c_int
-    return cast(Callable[[int], int], function)
+    return libc_function("syncfs", (ctypes.c_int,))

@@ -42,21 +42,18 @@ never synced: a writeback error the kernel sees is not reported to the process.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import logging
 import mmap
 import os
 import tempfile
 import weakref
-from collections.abc import Callable
 from typing import IO, Final
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["FileRows", "RowFiles"]
+from mnemex.persistence._files import libc_function, log
 
-log = logging.getLogger("mnemex.persistence")
+__all__ = ["FileRows", "RowFiles"]
 
 F32 = npt.NDArray[np.float32]
 
@@ -198,22 +195,9 @@ def _mapping_of(rows: object) -> mmap.mmap | None:
 _SYNC_FILE_RANGE_WRITE: Final = 2
 
 
-def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
-    """libc's sync_file_range (Linux), or None."""
-    name = ctypes.util.find_library("c")
-    try:
-        function = ctypes.CDLL(name, use_errno=True).sync_file_range
-    except (OSError, AttributeError, TypeError):
-        return None
-    function.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
-    function.restype = ctypes.c_int
-    return function
-
-
-_SYNC: Final = _sync_file_range()
-
-
 def _start_writeback(descriptor: int, offset: int, length: int) -> None:
-    """Ask the kernel to start writing these bytes back (not to wait for it)."""
-    if _SYNC is not None:
-        _SYNC(descriptor, offset, length, _SYNC_FILE_RANGE_WRITE)
+    """Ask the kernel to start writing these bytes back (not to wait for it): libc's
+    sync_file_range, where there is one."""
+    sync = libc_function("sync_file_range", (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint))
+    if sync is not None:
+        sync(descriptor, offset, length, _SYNC_FILE_RANGE_WRITE)
