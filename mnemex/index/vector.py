@@ -385,7 +385,6 @@ class VectorIndex:
         "_row_ids",
         "_row_of",
         "_rows",
-        "_rows_in_file",
         "_save_guard",
         "_tombstones",
         "_touched",
@@ -442,9 +441,8 @@ class VectorIndex:
         # past ``row_files.min_bytes`` the rows live in a file of its making, mapped
         # (their pages leave the process after bulk writes and reads): see ``_grow_rows``
         self._row_files = row_files
-        self._row_file: RowFile | None = None
+        self._row_file: RowFile | None = None  # set exactly while the rows are the file's
         self._reads = 0  # rows searches read through the row file's mapping since it was settled
-        self._rows_in_file = False  # whether ``_rows`` is the row file's (else memory, or a snapshot's file)
         self._rows = np.zeros((0, dim), dtype=np.float32)
         self._row_ids = np.zeros(0, dtype=np.int64)         # doc id per row, -1 when free
         self._row_of = np.zeros(0, dtype=np.int64)          # row per doc id, -1 when absent
@@ -505,7 +503,7 @@ class VectorIndex:
         """About what one vector costs in this process: its float32 row (unless the rows
         live in a row file), and in HNSW mode the graph's quantised copy and its links
         (``2 * m`` on the base layer)."""
-        row = 0 if self._rows_in_file else 4 * self.dim  # (a row file's pages are the page cache's)
+        row = 4 * self.dim if self._row_file is None else 0  # (a row file's pages are the page cache's)
         if self._graph is None:
             return row
         return row + _QUANTIZED_BYTES[self._params.quantization] * self.dim + 8 * self._params.m + 16
@@ -1155,7 +1153,6 @@ class VectorIndex:
         if in_place and matrix.dtype == np.float32 and matrix.flags.c_contiguous and matrix.flags.writeable:
             capacity = count  # (no room: the first rows added move them all to a grown copy)
             self._rows = matrix
-            self._rows_in_file = False
         else:
             capacity = max(_MIN_ROWS, count + count // 4)
             self._rows = self._grow_rows(matrix, count, capacity)
@@ -1324,12 +1321,10 @@ class VectorIndex:
                 self._row_file = files.open(self.dim)
             grown = self._row_file.grow(rows, used, capacity)
             if grown is not None:
-                self._rows_in_file = True
                 return grown
             # (a full disk, say: the file and its reserved blocks go once no array maps
             # them; a later growth tries a new one)
             self._row_file = None
-        self._rows_in_file = False
         return _grown(rows, used, capacity)
 
     def _settle(self, start: int = 0, stop: int | None = None, *, written: bool = False) -> None:
