@@ -583,7 +583,7 @@ class VectorIndex:
         row_array = self._take_rows(len(id_array))
         ids = id_array.tolist()
         self._rows[row_array] = matrix
-        self._settle(int(row_array.min()), int(row_array.max()) + 1, written=True)
+        _let_rows_go(self._row_file, self._rows, row_array, written=True)
         if self._coarse is not None:
             self._coarse.stale(row_array)
         self._row_ids[row_array] = id_array
@@ -887,7 +887,7 @@ class VectorIndex:
                 new = sum(1 for d in readd if d not in labels)
                 rows = self._row_of[ids]
                 self._graph_insert(ids, self._rows[rows], new)
-                self._settle(int(rows.min()), int(rows.max()) + 1)
+                _let_rows_go(self._row_file, self._rows, rows)
         return True
 
     def _load_built(self, build: GraphBuild, first: bool) -> Any:
@@ -1530,9 +1530,15 @@ class _RowsOf:
     def __getitem__(self, index: slice, /) -> F32:
         rows = self._rows[index]
         block: F32 = self._array[rows]
-        if self._file is not None and len(rows):
-            self._file.settle(self._array, int(rows.min()), int(rows.max()) + 1)
+        _let_rows_go(self._file, self._array, rows)
         return block
+
+
+def _let_rows_go(row_file: RowFile | None, array: F32, rows: I64, *, written: bool = False) -> None:
+    """``rows`` of ``array`` were read in bulk, or ``written``: in a row file, the pages
+    from the lowest to the highest leave the process."""
+    if row_file is not None and len(rows):
+        row_file.settle(array, int(rows.min()), int(rows.max()) + 1, written=written)
 
 
 def _kth_largest(values: npt.NDArray[np.float64], k: int) -> float:
@@ -1579,7 +1585,7 @@ class VectorsView:
         for start in range(0, len(self._ids), BUILD_BLOCK):
             rows = self._live_rows[start : start + BUILD_BLOCK]
             block = np.ascontiguousarray(self._rows[rows], dtype=np.float32)
-            self._settle(rows)
+            _let_rows_go(self._row_file, self._rows, rows)
             yield self._ids[start : start + BUILD_BLOCK], block
 
     def vector_chunks(self) -> Iterator[bytes]:
@@ -1591,15 +1597,10 @@ class VectorsView:
         for start in range(0, count, _WRITE_BLOCK):
             rows = self._live_rows[start : start + _WRITE_BLOCK]
             data = np.ascontiguousarray(self._rows[rows], dtype="<f4").tobytes()
-            self._settle(rows)
+            _let_rows_go(self._row_file, self._rows, rows)
             crc = zlib.crc32(data, crc)
             yield data
         self._rows_crc = crc
-
-    def _settle(self, rows: I64) -> None:
-        """``rows`` (ascending) were read: in a row file, their pages leave the process."""
-        if self._row_file is not None and len(rows):
-            self._row_file.settle(self._rows, int(rows[0]), int(rows[-1]) + 1)
 
     def write_graph(self, path: str) -> None:
         """The graph as usearch saves it into the file at ``path``."""
