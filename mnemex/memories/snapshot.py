@@ -66,8 +66,9 @@ in the file mapped copy-on-write, rather than copying them into fresh memory (at
 1,000,000 memories 1.5 GB, which a VM backs page by page at first touch: about 1 s
 of a restore per 300,000). The page cache holds them, reclaimable; searches read
 the pages they need; a row written (a freed one reused) is copied alone, and the
-first rows added beyond them move them all into memory (a journal replayed at load
-that adds memories does so at once). Each such scope keeps one descriptor open
+first rows added beyond them move them all into memory, or into the scope's row file
+(``storage.vector_rows_file_from``; a journal replayed at load that adds memories
+does so at once). Each such scope keeps one descriptor open
 (the mapping's), and with it the file's disk space until then, even once newer
 snapshots replaced the file. Pages read back after the checksum are not checked
 again, and a read error on them (a shared volume gone) stops the process
