@@ -174,13 +174,21 @@ _GATHER_BLOCK = 1024
 # pages: each read maps up to 64 KB around it (the kernel's fault-around), so at most
 # ~256 MB come back into the process meanwhile.
 _SETTLE_READS = 4096
+_CRC_BLOCK = 16_384  # rows read at a time to check the rows against a graph file's meta
 _MAX_EF = 4096
 
 
 class RowFile(Protocol):
     """Where one index keeps its float32 rows once they are many: arrays backed by a
-    file its owner made (``mnemex.persistence.rowfiles``), whose pages may leave the
-    process and come back from the page cache when read."""
+    file (``mnemex.persistence.rowfiles``), whose pages may leave the process and come
+    back from the page cache when read. Either a file its owner made for them, which
+    ``grows``, or a snapshot's file the rows were restored from in place, which does
+    not (the first growth moves them: to a row file of the first kind, or memory)."""
+
+    @property
+    def grows(self) -> bool:
+        """Whether :meth:`grow` can give the rows room."""
+        ...
 
     def grow(self, rows: F32, used: int, capacity: int) -> F32 | None:
         """A writable C-ordered ``(capacity, dim)`` float32 array holding ``rows[:used]``
@@ -997,15 +1005,17 @@ class VectorIndex:
 
     @classmethod
     def from_snapshot(cls, doc_ids: I64, vectors: npt.ArrayLike, dim: int, *,
-                      graph: str | None, meta: bytes | memoryview | None, rows_in_place: bool = False,
-                      **params: Any) -> VectorIndex:
+                      graph: str | None, meta: bytes | memoryview | None,
+                      rows_in_place: bool | RowFile = False, **params: Any) -> VectorIndex:
         """An index over the vectors a :class:`VectorsView` wrote (rows as the index held
         them), with its graph loaded from the file usearch saved (its path)
         when ``meta`` shows it was saved from exactly these vectors; otherwise the
         graph is rebuilt (if wanted). ``sidecar_status`` says what happened.
         ``rows_in_place``: keep ``vectors`` itself as the rows (a writable float32
         array the index then owns: a file mapped copy-on-write, say) rather than a
-        copy with room to grow; the first growth copies them."""
+        copy with room to grow; the first growth copies them. Given as the
+        :class:`RowFile` that array is of, the index lets its pages go after bulk reads
+        as it does a row file's (and reads a search's few rows through it)."""
         index = cls(dim, **params)
         auto = index.auto_build
         index.auto_build = False
@@ -1126,11 +1136,12 @@ class VectorIndex:
         return "loaded"
 
     def _adopt_unit_rows(self, doc_ids: Sequence[int] | I64, vectors: npt.ArrayLike, *,
-                         in_place: bool = False) -> None:
+                         in_place: bool | RowFile = False) -> None:
         """Fill an empty index with *vectors* as its rows 0..n-1, in order: the
         state ``add_many`` would leave, without its normalising pass. ``in_place``:
         *vectors* itself becomes the rows, if it is a writable C-ordered float32
-        array (else a copy with room to grow, as without it)."""
+        array (else a copy with room to grow, as without it); a :class:`RowFile`
+        given is then the rows' file."""
         assert self._count == 0 and self._high == 0
         id_array = np.asarray(doc_ids, dtype=np.int64).reshape(-1)
         matrix = np.asarray(vectors, dtype=np.float32)
@@ -1153,6 +1164,8 @@ class VectorIndex:
         if in_place and matrix.dtype == np.float32 and matrix.flags.c_contiguous and matrix.flags.writeable:
             capacity = count  # (no room: the first rows added move them all to a grown copy)
             self._rows = matrix
+            if not isinstance(in_place, bool):
+                self._row_file = in_place
         else:
             capacity = max(_MIN_ROWS, count + count // 4)
             self._rows = self._grow_rows(matrix, count, capacity)
@@ -1164,10 +1177,14 @@ class VectorIndex:
         return _ids_checksum(self._sorted_ids())
 
     def _rows_crc(self) -> str:
-        """CRC-32 of the rows in use, in row order (what a graph file's meta names)."""
-        crc = f"{zlib.crc32(byte_view(self._rows[: self._count])):08x}"
-        self._settle(0, self._count)  # (read whole: in a row file, its pages go)
-        return crc
+        """CRC-32 of the rows in use, in row order (what a graph file's meta names),
+        read a block at a time: in a row file, each block's pages go once read."""
+        crc = 0
+        for start in range(0, self._count, _CRC_BLOCK):
+            stop = min(self._count, start + _CRC_BLOCK)
+            crc = zlib.crc32(byte_view(self._rows[start:stop]), crc)
+            self._settle(start, stop)
+        return f"{crc:08x}"
 
     def _vectors_checksum(self) -> str:
         """CRC-32 of the stored vectors in doc id order (float32 little-endian)."""
@@ -1317,14 +1334,14 @@ class VectorIndex:
         mapped again), else (or if the file cannot grow) in memory."""
         files = self._row_files
         if files is not None and capacity * self.dim * 4 >= files.min_bytes:
-            if self._row_file is None:
+            if self._row_file is None or not self._row_file.grows:  # (a snapshot's file: left)
                 self._row_file = files.open(self.dim)
             grown = self._row_file.grow(rows, used, capacity)
             if grown is not None:
                 return grown
             # (a full disk, say: the file and its reserved blocks go once no array maps
             # them; a later growth tries a new one)
-            self._row_file = None
+        self._row_file = None
         return _grown(rows, used, capacity)
 
     def _settle(self, start: int = 0, stop: int | None = None, *, written: bool = False) -> None:

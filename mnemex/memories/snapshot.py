@@ -21,7 +21,6 @@ the lines, one records blob, the graph as a pickled state) are still read.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import mmap
 from collections.abc import Iterator, Mapping, Sequence
@@ -38,6 +37,7 @@ from mnemex.index import VectorIndex
 from mnemex.index._sidecar import byte_view
 from mnemex.index.vector import VectorsView, read_vectors_file
 from mnemex.memories.protocol import MemoryRecord
+from mnemex.persistence.rowfiles import SnapshotRows
 from mnemex.persistence.snapshot import Sidecar, in_temporary_file
 
 __all__ = ["HNSW_SIDECAR", "SNAPSHOT_FORMAT", "TEXT_SIDECARS", "SnapshotRecords", "check_vectors",
@@ -383,29 +383,30 @@ def restore_vectors(name: str, image: Image, vector_docs: Sequence[int], dim: in
             if image.extra.get("count"):
                 raise ValueError(f"scope {name} snapshot: its vectors sidecar is missing")
             return VectorIndex(dim, **params)  # a scope of no memories writes none
-        mapped = _rows_in_place(image.sidecar_paths.get(_VECTORS2), data)
+        path = image.sidecar_paths.get(_VECTORS2)
+        mapped = _rows_in_place(path, data)
         ids, matrix = read_vectors_file(data if mapped is None else memoryview(mapped))
+        in_place = SnapshotRows(path, mapped, matrix) if mapped is not None and path is not None else None
         meta = image.sidecars.get(_GRAPH_META)
-        path = image.sidecar_paths.get(_GRAPH)
+        graph_path = image.sidecar_paths.get(_GRAPH)
         saved = image.sidecars.get(_GRAPH)
 
         def indexed(graph_file: str | None) -> VectorIndex:
             return VectorIndex.from_snapshot(ids, matrix, dim, graph=graph_file,
                                              meta=meta if graph_file is not None else None,
-                                             rows_in_place=mapped is not None, **params)
+                                             rows_in_place=in_place or False, **params)
 
-        if not graph or meta is None or (path is None and saved is None):
+        if not graph or meta is None or (graph_path is None and saved is None):
             index = indexed(None)
-        elif path is not None:
-            index = indexed(path)
+        elif graph_path is not None:
+            index = indexed(graph_path)
         else:
             assert saved is not None
             index = in_temporary_file(saved, indexed)
-        if mapped is not None:
-            # the checks read every row and none was written yet: their pages leave this
-            # process (the page cache keeps them, for the searches that need them)
-            with contextlib.suppress(OSError):  # (refused for locked pages: they stay)
-                mapped.madvise(mmap.MADV_DONTNEED)
+        if in_place is not None:
+            # the checks read the doc ids and every row: their pages leave this process
+            # (the page cache keeps them, for the searches that need them)
+            in_place.let_go()
         return index
     matrix = read_vectors(name, image, vector_docs, dim)
     sidecar = image.sidecars.get(HNSW_SIDECAR) if graph else None

@@ -53,7 +53,7 @@ import numpy.typing as npt
 
 from mnemex.persistence._files import libc_function, log
 
-__all__ = ["FileRows", "RowFiles"]
+__all__ = ["FileRows", "RowFiles", "SnapshotRows"]
 
 F32 = npt.NDArray[np.float32]
 
@@ -93,6 +93,8 @@ class FileRows:
     """One index's row file: made at its first :meth:`grow`, closed when the last
     array mapped from it is let go (each mapping holds a descriptor of its own)."""
 
+    grows: Final = True
+
     def __init__(self, directory: str, dim: int) -> None:
         self.directory = directory
         self.dim = dim
@@ -127,13 +129,10 @@ class FileRows:
             log.warning("vector rows: could not keep %s rows in a file in %s (%s); they stay in memory",
                         f"{capacity:,}", self.directory, exc)
             return None
-        try:
-            # no read-around: this file system's page cache keeps large folios (up to
-            # 2 MB) for pages written or read in sequence, and a fault maps a whole
-            # folio in; 40 rows a search rescores mapped ~50 MB back into the process
-            mapped.madvise(mmap.MADV_RANDOM)
-        except (OSError, ValueError, AttributeError) as exc:
-            log.debug("vector rows: madvise(MADV_RANDOM) refused (%s)", exc)
+        # no read-around: this file system's page cache keeps large folios (up to 2 MB)
+        # for pages written or read in sequence, and a fault maps a whole folio in; 40
+        # rows a search rescores mapped ~50 MB back into the process
+        _read_at_random(mapped)
         self._mapped.add(mapped)
         grown = np.frombuffer(mapped, dtype=np.float32).reshape(capacity, self.dim)
         if _mapping_of(rows) not in self._mapped:  # rows from memory (or a snapshot's file): copied once
@@ -156,17 +155,7 @@ class FileRows:
         mapped = _mapping_of(rows)
         if mapped is None or mapped not in self._mapped or self._file is None:
             return None
-        width = self.dim * 4
-        out = np.empty((len(which), self.dim), dtype=np.float32)
-        buffer = out.data.cast("B")
-        descriptor = self._file.fileno()
-        try:
-            for at, row in enumerate(which.tolist()):
-                if os.preadv(descriptor, [buffer[at * width : (at + 1) * width]], row * width) != width:
-                    return None  # (past the file's end: not a row of it)
-        except OSError:
-            return None  # (the mapping reads it, or says what is wrong)
-        return out
+        return _read_rows(self._file.fileno(), 0, self.dim, which)
 
     def _let_go(self, mapped: mmap.mmap, begin: int, end: int, *, wrote: bool) -> None:
         """Bytes ``[begin, end)`` of ``mapped`` leave the process (whole pages around
@@ -180,6 +169,118 @@ class FileRows:
             log.debug("vector rows: madvise refused (%s)", exc)
         if wrote and self._file is not None:
             _start_writeback(self._file.fileno(), first, end - first)
+
+
+class SnapshotRows:
+    """The rows of a snapshot's vectors file, mapped copy-on-write (``mapped``) and
+    kept as a restored index's rows in place (``rows``, a view of it): no copy of them
+    is made, and the index lets their pages go after bulk reads as it does a row
+    file's (a coarse pass packing them, a snapshot, a graph build, the restore's own
+    checks) and reads a search's few rows with ``preadv``, so a restored scope holds no
+    more of its rows than one whose rows are in a :class:`FileRows`.
+
+    A row written (a freed one reused) makes its page the process's own copy, which
+    reads back as the file has it once let go: the pages written are counted and never
+    let go. The file is not changed (snapshot files never are); the index's first
+    growth moves the rows to a row file, or to memory (:attr:`grows` is False)."""
+
+    grows: Final = False
+
+    def __init__(self, path: str, mapped: mmap.mmap, rows: F32) -> None:
+        if _mapping_of(rows) is not mapped:
+            raise ValueError("the rows are not a view of the mapping")
+        width = rows.shape[1] * 4 if rows.ndim == 2 else 0
+        self.path = path
+        self.dim = rows.shape[1] if rows.ndim == 2 else 0
+        self._mapped = mapped
+        self._width = width
+        start = np.frombuffer(mapped, dtype=np.uint8)  # (where the mapping starts)
+        self._rows_at = rows.__array_interface__["data"][0] - start.__array_interface__["data"][0]
+        self._written = np.zeros(-(-len(mapped) // _PAGE), dtype=np.bool_)  # by page
+        self._descriptor: int | None = None
+        try:  # (a descriptor of its own for the reads: the mapping's is not to be had)
+            self._descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            weakref.finalize(self, os.close, self._descriptor)
+        except OSError as exc:
+            log.debug("%s: not opened for reads (%s); searches read rows through the mapping", path, exc)
+        _read_at_random(mapped)
+
+    def __repr__(self) -> str:
+        return f"SnapshotRows({self.path!r}, dim={self.dim}, pages written={int(self._written.sum()):,})"
+
+    @property
+    def pages_written(self) -> int:
+        """Pages of the mapping the process has its own copy of (rows written)."""
+        return int(self._written.sum())
+
+    def grow(self, rows: F32, used: int, capacity: int) -> F32 | None:
+        return None
+
+    def settle(self, rows: F32, start: int = 0, stop: int | None = None, *, written: bool = False) -> None:
+        if _mapping_of(rows) is not self._mapped:
+            return
+        begin = self._rows_at + start * self._width
+        size = len(self._mapped)
+        end = size if stop is None else min(size, self._rows_at + stop * self._width)
+        if end <= begin:
+            return
+        first, last = begin // _PAGE, -(-end // _PAGE)
+        if written:
+            self._written[first:last] = True
+            return
+        self._let_go(first, last)
+
+    def let_go(self) -> None:
+        """Every page of the mapping not written leaves the process (the restore
+        read it all: the header and the doc ids too)."""
+        self._let_go(0, len(self._written))
+
+    def read(self, rows: F32, which: npt.NDArray[np.int64]) -> F32 | None:
+        if self._descriptor is None or _mapping_of(rows) is not self._mapped or not len(which):
+            return None
+        if self._written.any():  # (a row on a page written: the file does not have it)
+            begins = self._rows_at + which * self._width
+            written = self._written
+            if written[begins // _PAGE].any() or written[(begins + self._width - 1) // _PAGE].any():
+                return None
+        return _read_rows(self._descriptor, self._rows_at, self.dim, which)
+
+    def _let_go(self, first: int, last: int) -> None:
+        """Pages ``[first, last)`` of the mapping leave the process, but those written."""
+        written = self._written[first:last]
+        if not written.any():
+            runs = [(first, last)]
+        else:  # the runs of pages not written
+            edges = np.flatnonzero(np.diff(np.concatenate(([True], written, [True])).astype(np.int8)))
+            runs = [(first + int(a), first + int(b)) for a, b in zip(edges[::2], edges[1::2], strict=True)]
+        for low, high in runs:
+            try:
+                self._mapped.madvise(mmap.MADV_DONTNEED, low * _PAGE, (high - low) * _PAGE)
+            except (OSError, ValueError) as exc:  # (pages locked in memory: they stay)
+                log.debug("snapshot rows: madvise refused (%s)", exc)
+
+
+def _read_rows(descriptor: int, offset: int, dim: int, which: npt.NDArray[np.int64]) -> F32 | None:
+    """Rows ``which`` of the float32 rows of ``dim`` values that start at ``offset`` of
+    a file, read with ``preadv`` (nothing mapped); None when one cannot be read."""
+    width = dim * 4
+    out = np.empty((len(which), dim), dtype=np.float32)
+    buffer = out.data.cast("B")
+    try:
+        for at, row in enumerate(which.tolist()):
+            if os.preadv(descriptor, [buffer[at * width : (at + 1) * width]], offset + row * width) != width:
+                return None  # (past the file's end: not a row of it)
+    except OSError:
+        return None  # (the mapping reads it, or says what is wrong)
+    return out
+
+
+def _read_at_random(mapped: mmap.mmap) -> None:
+    """No read-around for ``mapped`` (``MADV_RANDOM``), where the platform has it."""
+    try:
+        mapped.madvise(mmap.MADV_RANDOM)
+    except (OSError, ValueError, AttributeError) as exc:
+        log.debug("vector rows: madvise(MADV_RANDOM) refused (%s)", exc)
 
 
 def _mapping_of(rows: object) -> mmap.mmap | None:

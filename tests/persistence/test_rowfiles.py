@@ -14,7 +14,8 @@ import trio
 import mnemex
 from mnemex.index import VectorIndex
 from mnemex.persistence import RowFiles
-from mnemex.persistence.rowfiles import FileRows
+from mnemex.index.vector import read_vectors_file
+from mnemex.persistence.rowfiles import FileRows, SnapshotRows
 
 pytestmark = pytest.mark.skipif(not RowFiles.usable(), reason="no shared mappings to let go of here")
 
@@ -168,8 +169,6 @@ def test_a_restored_index_moves_its_rows_into_the_file_when_it_grows(tmp_path: P
     view = source.snapshot_view()
     data = b"".join(view.vector_chunks())
     view.release()
-    from mnemex.index.vector import read_vectors_file
-
     ids, matrix = read_vectors_file(data)
     restored = VectorIndex.from_snapshot(ids, matrix.copy(), DIM, graph=None, meta=None, rows_in_place=True,
                                          hnsw_threshold=10_000, row_files=RowFiles(str(tmp_path), 0))
@@ -180,6 +179,88 @@ def test_a_restored_index_moves_its_rows_into_the_file_when_it_grows(tmp_path: P
     assert any("(deleted)" in name for name in rows_files_mapped(tmp_path))
     for query in unit_rows(10, 8):
         assert restored.search(query, 10) == source.search(query, 10)
+
+
+def restored_in_place(tmp_path: Path, vectors: np.ndarray, **params: object) -> tuple[VectorIndex, SnapshotRows]:
+    """An index of ``vectors`` (doc i: row i) snapshotted to a file, then restored with
+    its rows in place: the file mapped copy-on-write, as a restore maps a large one."""
+    import mmap
+
+    source = VectorIndex(vectors.shape[1], hnsw_threshold=10**7)
+    source.add_many(np.arange(len(vectors)), vectors)
+    view = source.snapshot_view()
+    path = tmp_path / "snapshot-1.vectors2.bin"
+    path.write_bytes(b"".join(view.vector_chunks()))
+    view.release()
+    with open(path, "rb") as handle:
+        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
+    ids, matrix = read_vectors_file(memoryview(mapped))
+    rows = SnapshotRows(str(path), mapped, matrix)
+    restored = VectorIndex.from_snapshot(ids, matrix, vectors.shape[1], graph=None, meta=None,
+                                         rows_in_place=rows, **{"hnsw_threshold": 10**7, **params})
+    return restored, rows
+
+
+@pytest.mark.skipif(status_kb("RssFile") is None, reason="no RssFile in /proc/self/status")
+def test_a_snapshots_rows_in_place_let_pages_read_go_but_never_rows_written(tmp_path: Path) -> None:
+    count, dim = 64 * 1024, 256  # 64 MB
+    vectors = np.random.default_rng(9).standard_normal((count, dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    index, rows = restored_in_place(tmp_path, vectors)
+    array = index._rows
+    assert index._row_file is rows and not rows.grows and rows.grow(array, count, 2 * count) is None
+    rows.let_go()
+    before = status_kb("RssFile")
+    assert before is not None
+    array.sum()  # every row read through the mapping
+    read = status_kb("RssFile")
+    assert read is not None and read > before + 50_000
+    rows.settle(array)  # (a bulk read's end)
+    after = status_kb("RssFile")
+    assert after is not None and after < read - 50_000
+    # a freed row reused: its page is the process's own from then on
+    index.remove(1_000)
+    fresh = vectors[:1].copy() * -1.0
+    index.add_many(np.array([count]), fresh)
+    assert rows.pages_written >= 1
+    rows.let_go()
+    rows.settle(array, 0, count)
+    np.testing.assert_array_equal(index._rows[index._row_of[count]], fresh[0])  # (not the file's row 1,000)
+    assert index.search(fresh[0], 1)[0][0] == count
+    # a search's few rows are read from the file, but not from a page written
+    which = np.array([5, 77, count - 1], dtype=np.int64)
+    read_rows = rows.read(array, which)
+    assert read_rows is not None
+    np.testing.assert_array_equal(read_rows, vectors[which])
+    assert rows.read(array, np.array([5, int(index._row_of[count])], dtype=np.int64)) is None
+    assert rows.read(unit_rows(3, 1), which) is None  # (not its array: the caller reads the array)
+    rows.settle(unit_rows(3, 1))  # (nothing happens, nothing breaks)
+
+
+def test_a_restored_index_with_rows_in_place_answers_as_the_one_it_was(tmp_path: Path) -> None:
+    vectors = unit_rows(3_000, 10)
+    index, rows = restored_in_place(tmp_path, vectors, exact_filter_max=10)
+    twin = VectorIndex(DIM, hnsw_threshold=10**7, exact_filter_max=10)
+    twin.add_many(np.arange(3_000), vectors)
+    assert index._rows_crc() == twin._rows_crc()  # (read a block at a time, each block let go)
+
+    def same() -> None:
+        for query in unit_rows(10, 12):
+            assert index.search(query, 10) == twin.search(query, 10)
+            allowed = np.arange(0, 3_700, 3)
+            assert index.search(query, 10, allowed=allowed) == twin.search(query, 10, allowed=allowed)
+
+    for one in (index, twin):
+        for doc in range(0, 3_000, 7):
+            one.remove(doc)
+        one.add_many(np.arange(3_000, 3_200), unit_rows(200, 11))
+    assert index._row_file is rows and rows.pages_written  # (freed rows reused, in place)
+    rows.let_go()  # (every page but those written)
+    same()
+    for one in (index, twin):
+        one.add_many(np.arange(3_200, 3_700), unit_rows(500, 13))
+    assert index._row_file is None  # (the growth moved the rows to memory: no row files here)
+    same()
 
 
 @pytest.mark.parametrize("elsewhere", [False, True], ids=["data_dir", "vector_rows_dir"])
