@@ -190,6 +190,17 @@ def child_recover(args: argparse.Namespace) -> dict[str, Any]:
             out["graph_pending"] = (await scope.stats()).graph_pending
             _trim()
             out["rss_after_recovery_mb"] = rss_bytes() / MB
+            out["peak_rss_recovery_mb"] = peak_rss_bytes() / MB
+            # what a restarted server holds once it serves: hybrid searches read every
+            # row of a large scope (the coarse pass packs them), which the restore mapped
+            samples: list[float] = []
+            for query in range(min(args.queries, len(work.queries), 50)):
+                t0 = time.perf_counter()
+                await scope.search(work.queries[query], top_k=10, mode="hybrid", min_score=-1.0)
+                samples.append((time.perf_counter() - t0) * 1000)
+            out["hybrid_after_recovery"] = latency_summary(samples)
+            _trim()
+            out["rss_after_hybrid_mb"] = rss_bytes() / MB
 
     trio.run(main)
     out["peak_rss_mb"] = peak_rss_bytes() / MB
@@ -264,6 +275,10 @@ def main() -> None:
         print(f"\none scope of {args.size:,} memories ({report['workload']['embedder']}):")
         for bar, figure, ok in bars:
             print(f"  {verdict(ok):<5} {bar}: {figure}")
+        print(f"  restarted: RSS {recover['rss_after_recovery_mb']:,.0f} MB once recovered (peak "
+              f"{recover['peak_rss_recovery_mb']:,.0f} MB), {recover['rss_after_hybrid_mb']:,.0f} MB after "
+              f"{recover['hybrid_after_recovery']['n']} hybrid searches (p50 "
+              f"{recover['hybrid_after_recovery']['p50']:.1f} ms)")
     name = "million" if args.size == 1_000_000 else f"million-{args.size}"
     path = write_results(name, report)
     print(f"wrote {path}")

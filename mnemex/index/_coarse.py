@@ -78,13 +78,15 @@ _GROUP: Final = 4
 """Rows OpenBLAS' float32 gemv kernel computes together (see the module doc)."""
 
 
-def exact_rows(matrix: F32, high: int, query: F32, rows: I64) -> tuple[I64, F32]:
+def exact_rows(matrix: F32, high: int, query: F32, rows: I64,
+               gather: Callable[[I64], F32] | None = None) -> tuple[I64, F32]:
     """The float32 products of ``rows`` (in [0, high); a repeat is computed again)
     with ``query`` as the product over ``matrix[:high]`` computes them (see the module
     doc): the rows of whole groups of four in the full product in groups of four (the
     last one padded with a repeat), those of its last ``high % 4`` after them, all of
     those. Returns the rows computed (``rows``, and the last ones whenever one of them
-    is asked for) and their products."""
+    is asked for) and their products. ``gather(rows)`` gives ``matrix[rows]`` (the
+    rows of a file read without mapping them, say)."""
     full = high - high % _GROUP
     if full == 0:
         every = np.arange(high, dtype=np.int64)
@@ -97,7 +99,8 @@ def exact_rows(matrix: F32, high: int, query: F32, rows: I64) -> tuple[I64, F32]
     parts = [grouped, np.repeat(grouped[-1:], pad)]
     if tail:
         parts.append(np.arange(full, high, dtype=np.int64))
-    products: F32 = matrix[np.concatenate(parts)] @ query
+    wanted = np.concatenate(parts)
+    products: F32 = (matrix[wanted] if gather is None else gather(wanted)) @ query
     if not tail:
         return grouped, products[: len(grouped)]
     return (np.concatenate([grouped, parts[2]]),

@@ -196,11 +196,16 @@ class RowFile(Protocol):
         given earlier stay valid (readers in other threads may hold them)."""
         ...
 
+    def will_write(self, rows: F32, which: I64) -> None:
+        """Rows ``which`` of ``rows`` are about to be written (before any settle may
+        let their pages go: one of a snapshot's file keeps its pages written)."""
+        ...
+
     def settle(self, rows: F32, start: int = 0, stop: int | None = None, *, written: bool = False) -> None:
         """Rows ``[start, stop)`` of ``rows`` (None: to the end) were read in bulk, or
         ``written``: their pages may leave the process (nothing is lost; written ones
         go to the disk's writeback). Nothing happens unless ``rows`` is one of this
-        file's arrays."""
+        file's arrays. May be called from any thread."""
         ...
 
     def read(self, rows: F32, which: I64) -> F32 | None:
@@ -553,11 +558,11 @@ class VectorIndex:
 
     def vectors(self, doc_ids: Sequence[int] | npt.NDArray[np.int64]) -> F32:
         """A copy of the stored (normalised) vectors of *doc_ids*, one row each, in one
-        gather."""
-        ids = np.asarray(doc_ids, dtype=np.int64)
+        gather (in a row file: read from it, as a search's few rows)."""
+        ids = np.asarray(doc_ids, dtype=np.int64).reshape(-1)
         if len(ids) and (ids.min() < 0 or ids.max() >= len(self._row_of) or (self._row_of[ids] < 0).any()):
             raise missing(next(int(i) for i in ids if int(i) not in self), "vector index")
-        return np.asarray(self._rows[self._row_of[ids]], dtype=np.float32).reshape(len(ids), self.dim)
+        return self._few_rows(self._row_of[ids]).reshape(len(ids), self.dim)
 
     def items(self) -> Iterator[tuple[int, F32]]:
         """(doc_id, normalised vector) for every document, ascending by id."""
@@ -590,6 +595,8 @@ class VectorIndex:
         self._ensure_id_capacity(int(id_array.max()) + 1)
         row_array = self._take_rows(len(id_array))
         ids = id_array.tolist()
+        if self._row_file is not None:
+            self._row_file.will_write(self._rows, row_array)
         self._rows[row_array] = matrix
         _let_rows_go(self._row_file, self._rows, row_array, written=True)
         if self._coarse is not None:
@@ -1334,15 +1341,18 @@ class VectorIndex:
         mapped again), else (or if the file cannot grow) in memory."""
         files = self._row_files
         if files is not None and capacity * self.dim * 4 >= files.min_bytes:
-            if self._row_file is None or not self._row_file.grows:  # (a snapshot's file: left)
-                self._row_file = files.open(self.dim)
-            grown = self._row_file.grow(rows, used, capacity)
+            row_file = self._row_file
+            if row_file is None or not row_file.grows:  # (a snapshot's file is left)
+                row_file = files.open(self.dim)
+            grown = row_file.grow(rows, used, capacity)
             if grown is not None:
+                self._row_file = row_file
                 return grown
             # (a full disk, say: the file and its reserved blocks go once no array maps
             # them; a later growth tries a new one)
+        grown = _grown(rows, used, capacity)
         self._row_file = None
-        return _grown(rows, used, capacity)
+        return grown
 
     def _settle(self, start: int = 0, stop: int | None = None, *, written: bool = False) -> None:
         """Rows ``[start, stop)`` were read in bulk, or ``written``: in a row file, their
@@ -1523,10 +1533,11 @@ class ExactScores:
             needed = np.sort(rows[~known[rows]])  # (in order: the gather reads ahead)
             if len(needed):
                 assert self._query is not None
-                taken, products = _coarse.exact_rows(self._index._rows, len(known), self._query, needed)
+                # (in a row file: read without mapping their pages, as a search's few rows)
+                taken, products = _coarse.exact_rows(self._index._rows, len(known), self._query, needed,
+                                                     self._index._few_rows)
                 self._scores[taken] = products
                 known[taken] = True
-                self._index._mapped_reads(len(needed))
         out: F32 = self._scores[rows]
         return out
 

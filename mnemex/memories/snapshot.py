@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import mmap
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -354,22 +355,29 @@ def read_vectors(name: str, image: Image, vector_docs: Sequence[int], dim: int) 
         raise ValueError(f"scope {name} snapshot vectors: {exc}") from exc
 
 
-def _rows_in_place(path: str | None, checked: bytes | memoryview) -> mmap.mmap | None:
+def _rows_in_place(path: str | None, checked: bytes | memoryview) -> tuple[mmap.mmap, int] | None:
     """The vectors sidecar at ``path``, whose checked bytes are ``checked``, mapped
-    copy-on-write if it is large (``MAP_ROWS_FROM``); else, or if it cannot be
-    mapped so, None (its rows are copied)."""
+    copy-on-write if it is large (``MAP_ROWS_FROM``), and its descriptor (kept for
+    the reads of a few rows); else, or if it cannot be mapped so, None (its rows
+    are copied)."""
     if path is None or len(checked) < MAP_ROWS_FROM or not hasattr(mmap, "MADV_DONTNEED"):
         return None
     try:
-        with open(path, "rb") as handle:
-            mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        log.info("%s: not mapped (%s); its rows are copied", path, exc)
+        return None
+    try:
+        mapped = mmap.mmap(descriptor, 0, access=mmap.ACCESS_COPY)
     except (OSError, ValueError) as exc:
+        os.close(descriptor)
         log.info("%s: not mapped (%s); its rows are copied", path, exc)
         return None
     if len(mapped) != len(checked):  # (another file than the one checked: snapshot files never change)
         mapped.close()
+        os.close(descriptor)
         return None
-    return mapped
+    return mapped, descriptor
 
 
 def restore_vectors(name: str, image: Image, vector_docs: Sequence[int], dim: int,
@@ -384,9 +392,18 @@ def restore_vectors(name: str, image: Image, vector_docs: Sequence[int], dim: in
                 raise ValueError(f"scope {name} snapshot: its vectors sidecar is missing")
             return VectorIndex(dim, **params)  # a scope of no memories writes none
         path = image.sidecar_paths.get(_VECTORS2)
-        mapped = _rows_in_place(path, data)
-        ids, matrix = read_vectors_file(data if mapped is None else memoryview(mapped))
-        in_place = SnapshotRows(path, mapped, matrix) if mapped is not None and path is not None else None
+        mapping = _rows_in_place(path, data)
+        in_place = None
+        if mapping is None or path is None:
+            ids, matrix = read_vectors_file(data)
+        else:
+            mapped, descriptor = mapping
+            try:
+                ids, matrix = read_vectors_file(memoryview(mapped))
+            except ValueError:
+                os.close(descriptor)
+                raise
+            in_place = SnapshotRows(path, descriptor, mapped, matrix)  # (the descriptor is its now)
         meta = image.sidecars.get(_GRAPH_META)
         graph_path = image.sidecar_paths.get(_GRAPH)
         saved = image.sidecars.get(_GRAPH)

@@ -25,6 +25,12 @@ truth. The index's rows are a shared mapping of that file:
   refuses the growth there, and the index grows in memory instead, where writing
   to a mapped page the disk has no room for would stop the process (SIGBUS).
 
+A scope restored from a large snapshot keeps its rows where the snapshot wrote
+them instead (:class:`SnapshotRows`): its vectors file, mapped copy-on-write, whose
+pages leave the process in the same way, but for the pages of rows written since
+the restore (the process's own copies), until the index's first growth moves the
+rows to a file of its own.
+
 What it costs: the file's size on disk (the rows' capacity, up to twice the rows),
 their writing once (1.5 GB at 1,000,000), and two descriptors per large index (the
 file's, and its mapping's; one more for each older mapping a reader still holds)
@@ -45,6 +51,7 @@ import ctypes
 import mmap
 import os
 import tempfile
+import threading
 import weakref
 from typing import IO, Final
 
@@ -143,6 +150,9 @@ class FileRows:
         # (else the file's pages already hold rows[:used]: the new mapping shows them)
         return grown
 
+    def will_write(self, rows: F32, which: npt.NDArray[np.int64]) -> None:
+        pass  # (a shared mapping loses nothing let go: its pages are the file's)
+
     def settle(self, rows: F32, start: int = 0, stop: int | None = None, *, written: bool = False) -> None:
         mapped = _mapping_of(rows)
         if mapped is None or mapped not in self._mapped:
@@ -176,37 +186,37 @@ class SnapshotRows:
     kept as a restored index's rows in place (``rows``, a view of it): no copy of them
     is made, and the index lets their pages go after bulk reads as it does a row
     file's (a coarse pass packing them, a snapshot, a graph build, the restore's own
-    checks) and reads a search's few rows with ``preadv``, so a restored scope holds no
-    more of its rows than one whose rows are in a :class:`FileRows`.
+    checks) and reads a search's few rows with ``preadv`` (from ``descriptor``, the
+    file's, which it owns from here on), so a restored scope holds no more of its
+    rows than one whose rows are in a :class:`FileRows`.
 
     A row written (a freed one reused) makes its page the process's own copy, which
-    reads back as the file has it once let go: the pages written are counted and never
-    let go. The file is not changed (snapshot files never are); the index's first
-    growth moves the rows to a row file, or to memory (:attr:`grows` is False)."""
+    would read back as the file has it once let go: the pages of rows about to be
+    written are noted first (:meth:`will_write`) and never let go, and noting and
+    letting go take one lock (a snapshot or a graph build lets pages go from its own
+    thread while the actor writes). The file is not changed (snapshot files never
+    are); the index's first growth moves the rows to a row file, or to memory
+    (:attr:`grows` is False)."""
 
     grows: Final = False
 
-    def __init__(self, path: str, mapped: mmap.mmap, rows: F32) -> None:
-        if _mapping_of(rows) is not mapped:
+    def __init__(self, path: str, descriptor: int, mapped: mmap.mmap, rows: F32) -> None:
+        weakref.finalize(self, os.close, descriptor)
+        if _mapping_of(rows) is not mapped or rows.ndim != 2:
             raise ValueError("the rows are not a view of the mapping")
-        width = rows.shape[1] * 4 if rows.ndim == 2 else 0
         self.path = path
-        self.dim = rows.shape[1] if rows.ndim == 2 else 0
+        self.dim = rows.shape[1]
+        self._descriptor = descriptor
         self._mapped = mapped
-        self._width = width
+        self._width = self.dim * 4
         start = np.frombuffer(mapped, dtype=np.uint8)  # (where the mapping starts)
         self._rows_at = rows.__array_interface__["data"][0] - start.__array_interface__["data"][0]
         self._written = np.zeros(-(-len(mapped) // _PAGE), dtype=np.bool_)  # by page
-        self._descriptor: int | None = None
-        try:  # (a descriptor of its own for the reads: the mapping's is not to be had)
-            self._descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            weakref.finalize(self, os.close, self._descriptor)
-        except OSError as exc:
-            log.debug("%s: not opened for reads (%s); searches read rows through the mapping", path, exc)
+        self._lock = threading.Lock()
         _read_at_random(mapped)
 
     def __repr__(self) -> str:
-        return f"SnapshotRows({self.path!r}, dim={self.dim}, pages written={int(self._written.sum()):,})"
+        return f"SnapshotRows({self.path!r}, dim={self.dim}, pages written={self.pages_written:,})"
 
     @property
     def pages_written(self) -> int:
@@ -216,19 +226,27 @@ class SnapshotRows:
     def grow(self, rows: F32, used: int, capacity: int) -> F32 | None:
         return None
 
-    def settle(self, rows: F32, start: int = 0, stop: int | None = None, *, written: bool = False) -> None:
-        if _mapping_of(rows) is not self._mapped:
+    def will_write(self, rows: F32, which: npt.NDArray[np.int64]) -> None:
+        if _mapping_of(rows) is not self._mapped or not len(which):
             return
+        begins = self._rows_at + which.astype(np.int64) * self._width
+        firsts, lasts = begins // _PAGE, (begins + self._width - 1) // _PAGE
+        with self._lock:
+            if self._width <= _PAGE:  # (a row spans one page or two)
+                self._written[firsts] = True
+                self._written[lasts] = True
+            else:
+                for first, last in zip(firsts.tolist(), lasts.tolist(), strict=True):
+                    self._written[first : last + 1] = True
+
+    def settle(self, rows: F32, start: int = 0, stop: int | None = None, *, written: bool = False) -> None:
+        if written or _mapping_of(rows) is not self._mapped:
+            return  # (pages written were noted before: they stay)
         begin = self._rows_at + start * self._width
         size = len(self._mapped)
         end = size if stop is None else min(size, self._rows_at + stop * self._width)
-        if end <= begin:
-            return
-        first, last = begin // _PAGE, -(-end // _PAGE)
-        if written:
-            self._written[first:last] = True
-            return
-        self._let_go(first, last)
+        if end > begin:
+            self._let_go(begin // _PAGE, -(-end // _PAGE))
 
     def let_go(self) -> None:
         """Every page of the mapping not written leaves the process (the restore
@@ -236,28 +254,30 @@ class SnapshotRows:
         self._let_go(0, len(self._written))
 
     def read(self, rows: F32, which: npt.NDArray[np.int64]) -> F32 | None:
-        if self._descriptor is None or _mapping_of(rows) is not self._mapped or not len(which):
+        if _mapping_of(rows) is not self._mapped or not len(which):
             return None
-        if self._written.any():  # (a row on a page written: the file does not have it)
+        written = self._written
+        if written.any():  # (a row on a page written: the file does not have it)
             begins = self._rows_at + which * self._width
-            written = self._written
             if written[begins // _PAGE].any() or written[(begins + self._width - 1) // _PAGE].any():
                 return None
         return _read_rows(self._descriptor, self._rows_at, self.dim, which)
 
     def _let_go(self, first: int, last: int) -> None:
         """Pages ``[first, last)`` of the mapping leave the process, but those written."""
-        written = self._written[first:last]
-        if not written.any():
-            runs = [(first, last)]
-        else:  # the runs of pages not written
-            edges = np.flatnonzero(np.diff(np.concatenate(([True], written, [True])).astype(np.int8)))
-            runs = [(first + int(a), first + int(b)) for a, b in zip(edges[::2], edges[1::2], strict=True)]
-        for low, high in runs:
-            try:
-                self._mapped.madvise(mmap.MADV_DONTNEED, low * _PAGE, (high - low) * _PAGE)
-            except (OSError, ValueError) as exc:  # (pages locked in memory: they stay)
-                log.debug("snapshot rows: madvise refused (%s)", exc)
+        with self._lock:  # (a page noted as written meanwhile would be lost)
+            written = self._written[first:last]
+            if not written.any():
+                runs = [(first, last)]
+            else:  # the runs of pages not written
+                edges = np.flatnonzero(np.diff(np.concatenate(([True], written, [True])).astype(np.int8)))
+                runs = [(first + int(low), first + int(high))
+                        for low, high in zip(edges[::2], edges[1::2], strict=True)]
+            for low, high in runs:
+                try:
+                    self._mapped.madvise(mmap.MADV_DONTNEED, low * _PAGE, (high - low) * _PAGE)
+                except (OSError, ValueError) as exc:  # (pages locked in memory: they stay)
+                    log.debug("snapshot rows: madvise refused (%s)", exc)
 
 
 def _read_rows(descriptor: int, offset: int, dim: int, which: npt.NDArray[np.int64]) -> F32 | None:

@@ -121,14 +121,28 @@ def twin_indexes(tmp_path: Path, threshold: int) -> tuple[VectorIndex, VectorInd
 
 
 @pytest.mark.parametrize("threshold", [10_000, 200], ids=["exact", "graph"])
-def test_an_index_with_its_rows_in_a_file_answers_as_one_in_memory(tmp_path: Path, threshold: int) -> None:
-    compare_twins(*twin_indexes(tmp_path, threshold), tmp_path)
+def test_an_index_with_its_rows_in_a_file_answers_as_one_in_memory(
+        tmp_path: Path, threshold: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    read = FileRows.read
+    reads: list[bool] = []
+
+    def counted(self: FileRows, rows: np.ndarray, which: np.ndarray) -> np.ndarray | None:
+        found = read(self, rows, which)
+        reads.append(found is not None)
+        return found
+
+    monkeypatch.setattr(FileRows, "read", counted)
+    compare_twins(*twin_indexes(tmp_path, threshold), tmp_path, reads)
     gc.collect()
     assert rows_files_mapped(tmp_path) == []  # the last array let go: the file goes
+    # the rows a search rescores, a coarse pass's candidates and a gather of vectors are
+    # read from the file, not through the mapping
+    assert reads and all(reads)
 
 
-def compare_twins(memory: VectorIndex, filed: VectorIndex, tmp_path: Path) -> None:
-    """Batches added and removed alike in both: the same searches, the same snapshot."""
+def compare_twins(memory: VectorIndex, filed: VectorIndex, tmp_path: Path, reads: list[bool]) -> None:
+    """Batches added and removed alike in both: the same searches, the same snapshot;
+    ``reads`` grows by one for each read of rows from the file."""
     queries = unit_rows(20, 99)
 
     def same() -> None:
@@ -141,6 +155,15 @@ def compare_twins(memory: VectorIndex, filed: VectorIndex, tmp_path: Path) -> No
             filed.exact_scores(queries[0], coarse=True)
         assert scores_memory is not None and scores_filed is not None
         assert scores_filed.search(10) == scores_memory.search(10)
+        held = np.array([doc for doc in range(0, next_id, 5) if doc in memory], dtype=np.int64)
+        # gathers of rows read from the file, not through the mapping: vectors, and the
+        # cosines of a coarse pass over a graph's rows (an exact index takes a full product)
+        for gather, reading in ((lambda index: index.vectors(held), True),
+                                (lambda index: index.exact_scores(queries[1], coarse=True).of(held),
+                                 filed._graph is not None)):
+            before = len(reads)
+            np.testing.assert_array_equal(gather(filed), gather(memory))
+            assert len(reads) > before or not reading
 
     next_id = 0
     for batch in range(6):  # growths: rows of capacity doubling past each batch
@@ -192,10 +215,10 @@ def restored_in_place(tmp_path: Path, vectors: np.ndarray, **params: object) -> 
     path = tmp_path / "snapshot-1.vectors2.bin"
     path.write_bytes(b"".join(view.vector_chunks()))
     view.release()
-    with open(path, "rb") as handle:
-        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
+    descriptor = os.open(path, os.O_RDONLY)
+    mapped = mmap.mmap(descriptor, 0, access=mmap.ACCESS_COPY)
     ids, matrix = read_vectors_file(memoryview(mapped))
-    rows = SnapshotRows(str(path), mapped, matrix)
+    rows = SnapshotRows(str(path), descriptor, mapped, matrix)
     restored = VectorIndex.from_snapshot(ids, matrix, vectors.shape[1], graph=None, meta=None,
                                          rows_in_place=rows, **{"hnsw_threshold": 10**7, **params})
     return restored, rows
@@ -261,6 +284,48 @@ def test_a_restored_index_with_rows_in_place_answers_as_the_one_it_was(tmp_path:
         one.add_many(np.arange(3_200, 3_700), unit_rows(500, 13))
     assert index._row_file is None  # (the growth moved the rows to memory: no row files here)
     same()
+
+
+def test_a_snapshots_rows_in_place_keep_only_the_pages_of_rows_written(tmp_path: Path) -> None:
+    count, dim = 20_000, 64  # 256-byte rows: 16 a page
+    vectors = np.random.default_rng(14).standard_normal((count, dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    index, rows = restored_in_place(tmp_path, vectors)
+    index.remove(5)
+    index.remove(19_000)
+    fresh = vectors[:2] * -1.0
+    index.add_many(np.array([count, count + 1]), fresh)  # (two rows far apart, in one batch)
+    assert rows.pages_written <= 4  # (their pages, not the span between them)
+    # a page noted before it is written is kept by a settle that comes between (the
+    # snapshot's or a graph build's, from another thread)
+    array = index._rows
+    rows.will_write(array, np.array([9_000]))
+    rows.let_go()
+    array[9_000] = fresh[0]
+    rows.let_go()
+    np.testing.assert_array_equal(array[9_000], fresh[0])
+    np.testing.assert_array_equal(index._rows[index._row_of[[count, count + 1]]], fresh)
+
+
+def test_a_restored_graph_index_reads_its_few_rows_from_the_snapshots_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    vectors = unit_rows(3_000, 15)
+    index, rows = restored_in_place(tmp_path, vectors, hnsw_threshold=500)
+    twin = VectorIndex.from_snapshot(np.arange(3_000), vectors.copy(), DIM, graph=None, meta=None,
+                                     hnsw_threshold=500)
+    assert index._graph is not None and twin._graph is not None
+    reads: list[int] = []
+    read = rows.read
+
+    def counted(array: np.ndarray, which: np.ndarray) -> np.ndarray | None:
+        found = read(array, which)
+        reads.append(found is not None)
+        return found
+
+    monkeypatch.setattr(rows, "read", counted)
+    for query in unit_rows(20, 16):
+        assert index.search(query, 10) == twin.search(query, 10)
+    assert reads and all(reads)
 
 
 @pytest.mark.parametrize("elsewhere", [False, True], ids=["data_dir", "vector_rows_dir"])
