@@ -199,7 +199,7 @@ from mnemex.memories.snapshot import (
     write_snapshot,
 )
 from mnemex.memories.transfer import import_records, vectors_of
-from mnemex.persistence.snapshot import Sidecar
+from mnemex.persistence.snapshot import Sidecar, let_pages_go
 
 __all__ = [
     "GraphReady",
@@ -1750,6 +1750,7 @@ class ScopeMemory:
         memory.docs = [None] * int(extra.get("docs", 0))
         memory.clock = float(extra.get("clock", 0.0))
         found = read_records(memory._name, image)
+        let_pages_go(image.records, *image.sidecars.values())  # (the records are decoded: copies)
         docs, records, vector_docs = found.docs, found.records, found.vector_docs
         if docs and max(docs) >= len(memory.docs):
             memory.docs.extend([None] * (max(docs) + 1 - len(memory.docs)))
@@ -1770,6 +1771,9 @@ class ScopeMemory:
             memory._reindex_all(image.sidecars)
         finally:
             memory.graph_restored = False
+        # (the text indexes' and the graph's sidecars were read: what the indexes keep of
+        # them is read again from the page cache when a search needs it)
+        let_pages_go(*image.sidecars.values())
         if isinstance(embedder, str) and dim > 0:
             memory.embedder, memory.dim = embedder, dim
             memory.vectors = restore_vectors(memory._name, image, vector_docs, dim, settings.vector_params(),

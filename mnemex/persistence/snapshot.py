@@ -70,6 +70,7 @@ __all__ = [
     "read_sidecars",
     "sidecar_problems",
     "in_temporary_file",
+    "let_pages_go",
     "sidecar_bytes",
     "start_newest_sidecar_reads",
     "sidecar_name",
@@ -417,8 +418,12 @@ class SnapshotLines(Sequence[bytes]):
         """``data[start:]`` is the body: lines, each ending with a newline."""
         self._data, self._start = data, start
         body = np.frombuffer(data, dtype=np.uint8, offset=start)
-        self._count = sum(int(np.count_nonzero(body[at : at + _SCAN] == _NEWLINE))
-                          for at in range(0, len(body), _SCAN))
+        count = 0
+        for at in range(0, len(body), _SCAN):
+            count += int(np.count_nonzero(body[at : at + _SCAN] == _NEWLINE))
+            # (a mapped file's pages counted leave the process: the sidecars serve most restores)
+            _let_range_go(data, start + at, start + min(len(body), at + _SCAN))
+        self._count = count
         self._edges: list[int] | None = None  # line i lies between edges i and i + 1
 
     def _where(self) -> list[int]:
@@ -451,6 +456,32 @@ class SnapshotLines(Sequence[bytes]):
         data, edges = self._data, self._where()
         for at in range(len(edges) - 1):
             yield data[edges[at] + 1 : edges[at + 1]]
+
+
+def let_pages_go(*parts: object) -> None:
+    """The pages of each of ``parts`` that is a file mapped read-only (a sidecar's view,
+    a snapshot's lines) leave the process, once a restore has read what it needed of
+    them: the page cache keeps them, and a later read maps them back (nothing is lost).
+    Other parts (bytes, a writable mapping) are left alone."""
+    for part in parts:
+        data = part._data if isinstance(part, SnapshotLines) else part
+        if isinstance(data, memoryview):
+            data = data.obj
+        if isinstance(data, mmap.mmap):
+            _let_range_go(data, 0, len(data))
+
+
+def _let_range_go(data: object, begin: int, end: int) -> None:
+    """Bytes ``[begin, end)`` of ``data``, if it is a read-only mapping, leave the
+    process (the whole pages around them)."""
+    if not isinstance(data, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED") or end <= begin:
+        return
+    with memoryview(data) as view:
+        if not view.readonly:  # (a private copy's pages may hold writes)
+            return
+    first = begin - begin % mmap.PAGESIZE
+    with contextlib.suppress(OSError, ValueError):  # (refused for locked pages: they stay)
+        data.madvise(mmap.MADV_DONTNEED, first, end - first)
 
 
 def decode_snapshot(data: bytes | mmap.mmap, source: str) -> tuple[SnapshotHeader, Sequence[bytes]]:

@@ -159,6 +159,45 @@ def test_a_large_sidecar_is_checked_a_chunk_at_a_time_and_a_flip_in_any_chunk_is
         assert read_sidecars(tmp_path, loaded[0]) == {}
 
 
+def rss_file_kb() -> int | None:
+    try:
+        with open("/proc/self/status") as status:
+            return next((int(line.split()[1]) for line in status if line.startswith("RssFile:")), None)
+    except OSError:
+        return None
+
+
+@pytest.mark.skipif(rss_file_kb() is None, reason="no RssFile in /proc/self/status")
+def test_a_restores_mapped_files_leave_the_process_once_read(tmp_path: Path) -> None:
+    import mmap
+
+    from mnemex.persistence.snapshot import SnapshotLines, let_pages_go, map_file
+
+    line = b"x" * 999 + b"\n"
+    path = tmp_path / "lines.jsonl"
+    path.write_bytes(b"header\n" + line * 48_000)  # 48 MB
+    data = map_file(path)
+    assert isinstance(data, mmap.mmap)
+    before = rss_file_kb()
+    lines = SnapshotLines(data, 7)  # (its lines counted: every page read, each let go)
+    counted = rss_file_kb()
+    assert len(lines) == 48_000 and before is not None and counted is not None
+    assert counted < before + 10_000
+    assert lines[47_999] == line[:-1] and sum(len(one) for one in lines) == 48_000 * 999
+    read = rss_file_kb()
+    assert read is not None and read > counted + 30_000
+    let_pages_go(lines, memoryview(data)[10:], b"bytes are left alone")
+    after = rss_file_kb()
+    assert after is not None and after < read - 30_000
+    assert lines[123] == line[:-1]  # (read back from the page cache)
+    # a private copy's pages may hold writes: left alone
+    with open(path, "rb") as handle:
+        private = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
+    private[:6] = b"HEADER"
+    let_pages_go(private)
+    assert private[:6] == b"HEADER"
+
+
 def test_a_snapshot_with_no_records_round_trips(tmp_path: Path) -> None:
     write(tmp_path, 0, [])
     loaded = load_newest_snapshot(tmp_path, "scope", KEY)
