@@ -494,7 +494,7 @@ def decode_snapshot(data: bytes | mmap.mmap, source: str) -> tuple[SnapshotHeade
     body = memoryview(data)[end + 1:]
     if len(body) != header.bytes:
         raise CorruptData(f"{source}: body is {len(body):,} bytes; the header says {header.bytes:,}")
-    crc = zlib.crc32(body)
+    crc = _checksum(body, data, end + 1)  # (a mapped file's pages let go as they are read)
     if crc != header.crc:
         raise CorruptData(f"{source}: body checksum {crc} does not match the header's {header.crc}")
     if body and data[-1:] != b"\n":
@@ -650,18 +650,19 @@ def _check_sidecar(folder: Path, seq: int, item: tuple[str, tuple[int, int]],
 _CHECK_CHUNK = 64 * 2**20  # bytes of a mapped sidecar checked at a time (a multiple of the page size)
 
 
-def _checksum(blob: bytes | memoryview, mapped: bytes | mmap.mmap) -> int:
-    """CRC-32 of ``blob``. A mapped file is read a chunk at a time, each chunk's pages
-    let go of once read (they stay in the page cache and come back when the restore
-    reads them): the check no longer holds every sidecar's pages in the process at
-    once (~3 GB at 1,000,000 memories, the peak of a restart)."""
-    if isinstance(mapped, bytes) or not hasattr(mmap, "MADV_DONTNEED"):
+def _checksum(blob: bytes | memoryview, mapped: bytes | mmap.mmap, at: int = 0) -> int:
+    """CRC-32 of ``blob``, which starts at byte ``at`` of ``mapped``. A mapped file is
+    read a chunk at a time, each chunk's pages let go of once read (they stay in the
+    page cache and come back when the restore reads them): the check no longer holds
+    every sidecar's pages in the process at once (~3 GB at 1,000,000 memories, the
+    peak of a restart)."""
+    if not isinstance(mapped, mmap.mmap):
         return zlib.crc32(blob)
     crc = 0
     for start in range(0, len(blob), _CHECK_CHUNK):
-        crc = zlib.crc32(blob[start : start + _CHECK_CHUNK], crc)
-        with contextlib.suppress(OSError):  # (refused for locked pages: they stay)
-            mapped.madvise(mmap.MADV_DONTNEED, start, min(_CHECK_CHUNK, len(blob) - start))
+        stop = min(len(blob), start + _CHECK_CHUNK)
+        crc = zlib.crc32(blob[start:stop], crc)
+        _let_range_go(mapped, at + start, at + stop)
     return crc
 
 

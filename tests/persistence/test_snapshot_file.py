@@ -168,28 +168,50 @@ def rss_file_kb() -> int | None:
 
 
 @pytest.mark.skipif(rss_file_kb() is None, reason="no RssFile in /proc/self/status")
-def test_a_restores_mapped_files_leave_the_process_once_read(tmp_path: Path) -> None:
+def test_a_restores_mapped_files_leave_the_process_once_read(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     import mmap
 
-    from mnemex.persistence.snapshot import SnapshotLines, let_pages_go, map_file
+    from mnemex.persistence import snapshot as module
+    from mnemex.persistence.snapshot import let_pages_go, map_file
 
-    line = b"x" * 999 + b"\n"
-    path = tmp_path / "lines.jsonl"
-    path.write_bytes(b"header\n" + line * 48_000)  # 48 MB
+    let_go: list[tuple[int, int]] = []
+    real = module._let_range_go
+
+    def noted(data: object, begin: int, end: int) -> None:
+        let_go.append((begin, end))
+        real(data, begin, end)
+
+    monkeypatch.setattr(module, "_let_range_go", noted)
+    monkeypatch.setattr(module, "_CHECK_CHUNK", module._SCAN)  # (8 MB: six chunks of the body)
+
+    line = b"x" * 999
+    path = write(tmp_path, 3, [line] * 48_000)  # a body of 48 MB
     data = map_file(path)
     assert isinstance(data, mmap.mmap)
     before = rss_file_kb()
-    lines = SnapshotLines(data, 7)  # (its lines counted: every page read, each let go)
+    header, lines = decode_snapshot(data, str(path))  # (checksummed and counted: every page read)
+    assert header.count == len(lines) == 48_000
     counted = rss_file_kb()
-    assert len(lines) == 48_000 and before is not None and counted is not None
-    assert counted < before + 10_000
-    assert lines[47_999] == line[:-1] and sum(len(one) for one in lines) == 48_000 * 999
-    read = rss_file_kb()
-    assert read is not None and read > counted + 30_000
-    let_pages_go(lines, memoryview(data)[10:], b"bytes are left alone")
-    after = rss_file_kb()
-    assert after is not None and after < read - 30_000
-    assert lines[123] == line[:-1]  # (read back from the page cache)
+    assert before is not None and counted is not None and counted < before + 10_000
+    # each pass over the body (its checksum, then its lines counted) lets its pages go as
+    # it goes, not at its end: neither holds the whole body in the process
+    body = len(data) - data.find(b"\n") - 1
+    assert len(let_go) >= 2 * -(-body // module._SCAN)
+    assert all(end - begin <= module._SCAN for begin, end in let_go)
+
+    def read_all() -> int:
+        assert sum(len(one) for one in lines) == 48_000 * 999 and lines[47_999] == line
+        found = rss_file_kb()
+        assert found is not None and found > counted + 30_000
+        return found
+
+    for part in (lines, memoryview(data)[10:]):  # (the lines, and a sidecar's view of its file)
+        read = read_all()
+        let_pages_go(part, b"bytes are left alone")
+        after = rss_file_kb()
+        assert after is not None and after < read - 30_000
+    assert lines[123] == line  # (read back from the page cache)
     # a private copy's pages may hold writes: left alone
     with open(path, "rb") as handle:
         private = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
