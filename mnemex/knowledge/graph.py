@@ -906,14 +906,22 @@ class EntityGraph:
         doc_names, doc_flags, doc_surfaces = self._doc_names, self._doc_flags, self._doc_surfaces
         strong, speakers, acronyms = self._strong, self._speakers, self._acronyms
         spellings_of, name_docs = self._surfaces, self._name_docs
+        # one object for each name, spelling and tuple of them that repeats: a sidecar
+        # decodes a string per mention (at 300,000 memories, 2.3 million objects, 111 MB;
+        # a scope that found the mentions itself shares them through the detector's caches)
+        shared: dict[Any, Any] = {}
+        one = shared.setdefault
         placed = 0
         for doc, given_names, given_flags, given_surfaces in rows:
             placed += 1
-            names, flags, surfaces = tuple(given_names), tuple(given_flags), tuple(given_surfaces)
+            names = tuple([one(name, name) for name in given_names])
+            flags = tuple(given_flags)
+            surfaces = tuple([one(surface, surface) for surface in given_surfaces])
             if len(names) > 1 and len(set(names)) < len(names):  # (never in a sidecar written here)
                 keys = dict(zip(names, zip(flags, surfaces, strict=True), strict=True))
                 names, flags = tuple(keys), tuple(flag for flag, _ in keys.values())
                 surfaces = tuple(surface for _, surface in keys.values())
+            names, flags, surfaces = one(names, names), one(flags, flags), one(surfaces, surfaces)
             doc_names[doc], doc_flags[doc], doc_surfaces[doc] = names, flags, surfaces
             for key, flag, surface in zip(names, flags, surfaces, strict=True):
                 if flag & _STRONG:

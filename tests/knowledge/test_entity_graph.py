@@ -436,6 +436,11 @@ def test_a_graph_loaded_from_its_sidecar_holds_the_state_adding_each_memory_gave
     assert loaded._changes == len(graph._doc_names)
     assert [(e, sorted(loaded.docs_of(e))) for e in loaded.entities()] == \
         [(e, sorted(graph.docs_of(e))) for e in graph.entities()]
+    # one object for each name, spelling and tuple of them (a sidecar decodes one per mention)
+    for table in (loaded._doc_names, loaded._doc_flags, loaded._doc_surfaces):
+        assert len({id(value) for value in table.values()}) == len(set(table.values()))
+    names = [name for each in loaded._doc_names.values() for name in each]
+    assert len({id(name) for name in names}) == len(set(names))
 
 
 def test_a_sidecar_naming_a_name_twice_for_one_memory_is_placed_as_adding_it_would() -> None:
