@@ -100,9 +100,23 @@ def test_a_restored_scope_shares_what_its_records_repeat() -> None:
     driver.remember(*(driver.new(f"Caroline went hiking by lake {i} with Melanie", categories=["travel"],
                                  entities=["Caroline", "Melanie" if i % 2 else "Mel"])
                       for i in range(300)))
+    from mnemex.memories.protocol import Remember
+    from scope_support import EMBEDDER
+
+    driver.send(Remember(memories=[driver.new(f"I love painting sunsets by the lake, number {i}")
+                                   for i in range(100)],
+                         embedder=EMBEDDER.name, dim=EMBEDDER.dim, now=driver.tick(), classify=True))
     memory = restored(driver.memory)
     records = [record for record in memory.docs if record is not None]
-    assert len(records) == 300 and len({id(record.categories) for record in records}) == 1
+    assert len(records) == 400 and len({id(record.categories) for record in records[:300]}) == 1
+    # what the classifier wrote repeats too (the same confidences, the same classifier), and
+    # a record's creation is its time
+    classified = [record for record in records if record.category_confidences]
+    assert len(classified) == 100
+    for values in ([record.category_confidences for record in classified],
+                   [record.classified_by for record in classified]):
+        assert len({id(value) for value in values}) == len(set(values))
+    assert all(record.created_at is record.timestamp for record in records)
     entities = {name: id(name) for record in records for name in record.entities}
     assert entities and all(id(name) == entities[name] for record in records for name in record.entities)
     assert memory.keyword is not None
