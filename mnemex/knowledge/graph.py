@@ -899,7 +899,8 @@ class EntityGraph:
         self._place_many(zip(sidecar.docs, sidecar.names, sidecar.flags, sidecar.surfaces, strict=True))
         return True
 
-    def _place_many(self, rows: Iterable[tuple[int, Sequence[str], Sequence[int], Sequence[str]]]) -> None:
+    def _place_many(self, rows: Iterable[tuple[int, tuple[str, ...], tuple[int, ...], tuple[str, ...]]],
+                    ) -> None:
         """``_place`` of many docs (doc, names, flags, spellings) into an empty graph: the
         same state, counted in one pass without a call per name (a restore of 1,000,000
         memories places millions of names)."""
@@ -910,18 +911,23 @@ class EntityGraph:
         # decodes a string per mention (at 300,000 memories, 2.3 million objects, 111 MB;
         # a scope that found the mentions itself shares them through the detector's caches)
         shared: dict[Any, Any] = {}
-        one = shared.setdefault
+        one, seen = shared.setdefault, shared.get
+
+        def first(given: tuple[Any, ...]) -> tuple[Any, ...]:
+            """The tuple of ``given`` (its strings shared), kept for the next that equals it."""
+            made = shared[given] = tuple([one(item, item) for item in given])
+            return made
+
         placed = 0
         for doc, given_names, given_flags, given_surfaces in rows:
             placed += 1
-            names = tuple([one(name, name) for name in given_names])
-            flags = tuple(given_flags)
-            surfaces = tuple([one(surface, surface) for surface in given_surfaces])
+            names = seen(given_names) or first(given_names)  # (a tuple seen: its strings were shared)
+            flags = seen(given_flags) or first(given_flags)
+            surfaces = seen(given_surfaces) or first(given_surfaces)
             if len(names) > 1 and len(set(names)) < len(names):  # (never in a sidecar written here)
                 keys = dict(zip(names, zip(flags, surfaces, strict=True), strict=True))
                 names, flags = tuple(keys), tuple(flag for flag, _ in keys.values())
                 surfaces = tuple(surface for _, surface in keys.values())
-            names, flags, surfaces = one(names, names), one(flags, flags), one(surfaces, surfaces)
             doc_names[doc], doc_flags[doc], doc_surfaces[doc] = names, flags, surfaces
             for key, flag, surface in zip(names, flags, surfaces, strict=True):
                 if flag & _STRONG:
