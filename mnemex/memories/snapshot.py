@@ -216,7 +216,7 @@ def _share_repeats(records: list[MemoryRecord]) -> None:
     ``category_confidences`` tuple they repeat, for each name in them and for each
     ``classified_by``, as records made one by one share them, and ``created_at`` the
     very ``timestamp`` when they are equal: decoding made one of each for every record
-    (at 300,000 memories, 40 MB for the categories and entities; 41 MB for the others)."""
+    (at 300,000 memories, 40 MB for the categories and entities; 46 MB for the others)."""
     tuples: dict[tuple[Any, ...], tuple[Any, ...]] = {}
     names: dict[str, str] = {}
     same = names.setdefault
