@@ -7,6 +7,7 @@ import ctypes
 import errno
 import functools
 import logging
+import mmap
 import os
 import sys
 import threading
@@ -18,8 +19,8 @@ from mnemex.errors import StorageError
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
-__all__ = ["describe_os_error", "fsync_dir", "libc_function", "log", "read_file", "remove_quietly",
-           "write_all", "write_atomic"]
+__all__ = ["describe_os_error", "fsync_dir", "let_pages_go_from", "libc_function", "log", "read_file",
+           "remove_quietly", "write_all", "write_atomic"]
 
 log = logging.getLogger("mnemex.persistence")
 
@@ -40,6 +41,20 @@ def libc_function(name: str, argtypes: tuple[type[Any], ...]) -> Callable[..., i
     function.restype = ctypes.c_int
     result: Callable[..., int] = function
     return result
+
+
+def let_pages_go_from(mapped: mmap.mmap, begin: int, end: int) -> int:
+    """Bytes ``[begin, end)`` of ``mapped`` leave the process (``MADV_DONTNEED``, the
+    whole pages around them: the caller knows that loses nothing); returns where the
+    pages let go begin. Refused (pages locked in memory, or no such advice here): they
+    stay."""
+    first = begin - begin % mmap.PAGESIZE
+    if end > first and hasattr(mmap, "MADV_DONTNEED"):
+        try:
+            mapped.madvise(mmap.MADV_DONTNEED, first, end - first)
+        except (OSError, ValueError) as exc:
+            log.debug("madvise(MADV_DONTNEED) refused (%s)", exc)
+    return first
 
 
 def describe_os_error(exc: OSError) -> str:

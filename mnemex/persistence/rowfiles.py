@@ -58,7 +58,7 @@ from typing import IO, Final
 import numpy as np
 import numpy.typing as npt
 
-from mnemex.persistence._files import libc_function, log
+from mnemex.persistence._files import let_pages_go_from, libc_function, log
 
 __all__ = ["FileRows", "RowFiles", "SnapshotRows"]
 
@@ -170,14 +170,8 @@ class FileRows:
     def _let_go(self, mapped: mmap.mmap, begin: int, end: int, *, wrote: bool) -> None:
         """Bytes ``[begin, end)`` of ``mapped`` leave the process (whole pages around
         them); written ones go to the kernel's writeback now."""
-        first = begin - begin % _PAGE
-        if end <= first:
-            return
-        try:
-            mapped.madvise(mmap.MADV_DONTNEED, first, end - first)
-        except (OSError, ValueError) as exc:  # (pages locked in memory: they stay)
-            log.debug("vector rows: madvise refused (%s)", exc)
-        if wrote and self._file is not None:
+        first = let_pages_go_from(mapped, begin, end)
+        if wrote and self._file is not None and end > first:
             _start_writeback(self._file.fileno(), first, end - first)
 
 
@@ -274,10 +268,7 @@ class SnapshotRows:
                 runs = [(first + int(low), first + int(high))
                         for low, high in zip(edges[::2], edges[1::2], strict=True)]
             for low, high in runs:
-                try:
-                    self._mapped.madvise(mmap.MADV_DONTNEED, low * _PAGE, (high - low) * _PAGE)
-                except (OSError, ValueError) as exc:  # (pages locked in memory: they stay)
-                    log.debug("snapshot rows: madvise refused (%s)", exc)
+                let_pages_go_from(self._mapped, low * _PAGE, high * _PAGE)
 
 
 def _read_rows(descriptor: int, offset: int, dim: int, which: npt.NDArray[np.int64]) -> F32 | None:

@@ -29,7 +29,6 @@ a missing or damaged sidecar is simply left out.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import mmap
 import os
@@ -49,6 +48,7 @@ from mnemex.errors import CorruptData, InvalidInput, StorageError
 from mnemex.persistence._files import (
     describe_os_error,
     fsync_dir,
+    let_pages_go_from,
     log,
     remove_quietly,
     write_all,
@@ -474,14 +474,12 @@ def let_pages_go(*parts: object) -> None:
 def _let_range_go(data: object, begin: int, end: int) -> None:
     """Bytes ``[begin, end)`` of ``data``, if it is a read-only mapping, leave the
     process (the whole pages around them)."""
-    if not isinstance(data, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED") or end <= begin:
+    if not isinstance(data, mmap.mmap) or end <= begin:
         return
     with memoryview(data) as view:
         if not view.readonly:  # (a private copy's pages may hold writes)
             return
-    first = begin - begin % mmap.PAGESIZE
-    with contextlib.suppress(OSError, ValueError):  # (refused for locked pages: they stay)
-        data.madvise(mmap.MADV_DONTNEED, first, end - first)
+    let_pages_go_from(data, begin, end)
 
 
 def decode_snapshot(data: bytes | mmap.mmap, source: str) -> tuple[SnapshotHeader, Sequence[bytes]]:
