@@ -1750,7 +1750,6 @@ class ScopeMemory:
         memory.docs = [None] * int(extra.get("docs", 0))
         memory.clock = float(extra.get("clock", 0.0))
         found = read_records(memory._name, image)
-        let_pages_go(image.records, *image.sidecars.values())  # (the records are decoded: copies)
         docs, records, vector_docs = found.docs, found.records, found.vector_docs
         if docs and max(docs) >= len(memory.docs):
             memory.docs.extend([None] * (max(docs) + 1 - len(memory.docs)))

@@ -39,7 +39,7 @@ from mnemex.index._sidecar import byte_view
 from mnemex.index.vector import VectorsView, read_vectors_file
 from mnemex.memories.protocol import MemoryRecord
 from mnemex.persistence.rowfiles import SnapshotRows
-from mnemex.persistence.snapshot import Sidecar, in_temporary_file
+from mnemex.persistence.snapshot import Sidecar, in_temporary_file, let_pages_go
 
 __all__ = ["HNSW_SIDECAR", "SNAPSHOT_FORMAT", "TEXT_SIDECARS", "SnapshotRecords", "check_vectors",
            "decode_vector", "encode_noted", "encode_vector", "read_records", "read_vectors",
@@ -327,7 +327,14 @@ def check_format(name: str, extra: Mapping[str, Any]) -> None:
 def read_records(name: str, image: Image) -> SnapshotRecords:
     """The memories of ``image``, from the records sidecar when it is usable, else from
     the lines (their vectors left undecoded). Format 2 leaves ``vector_docs`` empty:
-    the vectors sidecar names them."""
+    the vectors sidecar names them. The records are copies: the pages of the files
+    read leave the process."""
+    found = _read_records(name, image)
+    let_pages_go(image.records, image.sidecars.get(_RECORDS2), image.sidecars.get(_RECORDS))
+    return found
+
+
+def _read_records(name: str, image: Image) -> SnapshotRecords:
     count = int(image.extra.get("count", -1))
     if image.extra.get("format", 1) == 2:
         chunked = _read_records_chunks(image.sidecars.get(_RECORDS2), count, name)
