@@ -41,6 +41,7 @@ NO_TRIO = ("index", "persistence")
 TOP: dict[str, tuple[str, ...] | None] = {
     "errors.py": (),
     "_gcpause.py": (),
+    "_repeats.py": (),
     "effects.py": ("mnemex.errors",),
     "config.py": ("mnemex.errors",),
     "_protocol.py": ("mnemex.errors",),

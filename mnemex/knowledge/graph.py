@@ -42,6 +42,7 @@ from typing import Any, Final
 import ahocorasick
 import msgspec
 
+from mnemex._repeats import Repeats
 from mnemex.index import normalize_phrase
 from mnemex.knowledge.entities import DETECTION_VERSION, initials, is_acronym, mentions, name_key
 from mnemex.knowledge.resolution import NameVectors, nearest_merges
@@ -910,14 +911,8 @@ class EntityGraph:
         # one object for each name, spelling and tuple of them that repeats: a sidecar
         # decodes a string per mention (at 300,000 memories, 2.3 million objects, 111 MB;
         # a scope that found the mentions itself shares them through the detector's caches)
-        shared: dict[Any, Any] = {}
-        one, seen = shared.setdefault, shared.get
-
-        def first(given: tuple[Any, ...]) -> tuple[Any, ...]:
-            """The tuple of ``given`` (its strings shared), kept for the next that equals it."""
-            made = shared[given] = tuple([one(item, item) for item in given])
-            return made
-
+        shared = Repeats()
+        seen, first = shared.get, shared.tuple_of
         placed = 0
         for doc, given_names, given_flags, given_surfaces in rows:
             placed += 1

@@ -32,6 +32,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from mnemex._repeats import Repeats
 from mnemex.effects import Image, SnapshotData
 from mnemex.errors import InvalidInput
 from mnemex.index import VectorIndex
@@ -217,22 +218,15 @@ def _share_repeats(records: list[MemoryRecord]) -> None:
     ``classified_by``, as records made one by one share them, and ``created_at`` the
     very ``timestamp`` when they are equal: decoding made one of each for every record
     (at 300,000 memories, 40 MB for the categories and entities; 46 MB for the others)."""
-    tuples: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-    names: dict[str, str] = {}
-    same = names.setdefault
-
-    def first(given: tuple[str, ...]) -> tuple[str, ...]:
-        kept = tuples[given] = tuple(map(same, given, given))
-        return kept
-
-    seen = tuples.get
+    kept = Repeats()
+    seen, first, same = kept.get, kept.tuple_of, kept.setdefault
     put = msgspec.structs.force_setattr  # (frozen records, made here: nothing else holds them yet)
     for record in records:
         if record.categories:
             put(record, "categories", seen(record.categories) or first(record.categories))
             confidences = record.category_confidences
             if confidences:
-                put(record, "category_confidences", tuples.setdefault(confidences, confidences))
+                put(record, "category_confidences", same(confidences, confidences))
         if record.entities:
             put(record, "entities", seen(record.entities) or first(record.entities))
         classified = record.classified_by
