@@ -8,12 +8,13 @@ of distinct query words they contain, then by recency (the larger timestamp give
 at ``add``), then by the lower doc id.
 
 How it stays fast when a query word is in most documents: a word's postings
-live in a Python list while the word is rare and move to a dense ``uint8``
-array over doc ids once it is in more than 1/32 of the id space, so counting
-matches costs one vectorised add per common word plus a fancy-index add per
-rare one. The top k is then read level by level (all docs matching every
-query word first): a level with few members is sorted directly, a crowded one
-is read off a recency-ordered array of all documents until k are found. The
+live in a Python list while the word is rare and move to a dense bit set
+over doc ids (a bit a doc, packed eight to a byte) once it is in more than 1/32
+of the id space, so counting matches costs one unpacking and vectorised add per
+common word plus a fancy-index add per rare one. The top k is then read level
+by level (all docs matching every query word first): a level with few members
+is sorted directly, a crowded one is read off a recency-ordered array of all
+documents until k are found. The
 recency order is kept up to date lazily, merged with the additions and
 removals at the next search.
 
@@ -28,6 +29,7 @@ removal regroups the postings by document.
 from __future__ import annotations
 
 import itertools
+import operator
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Self
@@ -58,12 +60,15 @@ __all__ = ["KeywordIndex"]
 
 _U8 = npt.NDArray[np.uint8]
 _I64 = npt.NDArray[np.int64]
+_I32 = npt.NDArray[np.int32]
 
 _MIN_CAPACITY = 16
 _NO_ORDER: Final = np.zeros(0, dtype=np.int64)
 _NO_ORDER.flags.writeable = False
 _NO_ORDER_TS: Final = np.zeros(0, dtype=np.float64)
 _NO_ORDER_TS.flags.writeable = False
+_NO_LIVE: Final = np.zeros(0, dtype=np.bool_)
+_NO_LIVE.flags.writeable = False
 
 _MAGIC = b"MNXKWRD\x00"
 _SIDECAR_ARRAYS: dict[str, np.dtype[Any]] = {
@@ -82,7 +87,7 @@ class KeywordIndex(SidecarIndex):
     """Inverted index for the classic word-overlap matching.
 
     ``search`` costs O(capacity / SIMD width) per common query word plus
-    O(postings) per rare one; memory is one byte per (common word, doc id) and
+    O(postings) per rare one; memory is one bit per (common word, doc id) and
     about 8 bytes per (rare word, document)."""
 
     sidecar_magic = _MAGIC
@@ -95,21 +100,26 @@ class KeywordIndex(SidecarIndex):
     _few = 2048            # a match level this small is sorted directly
 
     def __init__(self, *, keep_words: bool = True, fold_accents: bool = False) -> None:
-        # A doc's distinct words; None for a doc restored from a sidecar (or added with
+        # A doc's distinct words; none for a doc restored from a sidecar (or added with
         # keep_words off), whose words are read off the postings when it is removed
         # without its text (see _words_of_restored).
         self.keep_words = keep_words
         self.fold_accents = fold_accents
         """Fold accents in documents and queries alike (see the tokenizer)."""
-        self._doc_words: dict[int, tuple[str, ...] | None] = {}
+        self._doc_words: dict[int, tuple[str, ...]] = {}
+        # which doc ids are indexed (a byte a doc id: a dict of them cost 60 bytes a doc)
+        self._live = _NO_LIVE
+        self._count = 0
         self._restored: TermsByDoc | None = None
         self._capacity = 0
         self._timestamps = np.zeros(0, dtype=np.float64)
         # a word's postings: a list, or, for a word restored from a sidecar and not
-        # changed since, a read-only int64 slice of one array (made a list when changed):
+        # changed since, a read-only int32 slice of one array (made a list when changed):
         # an int object per posting was most of what a large restored index held
-        self._sparse: dict[str, list[int] | _I64] = {}
-        self._sparse_cache: dict[str, _I64] = {}
+        self._sparse: dict[str, list[int] | _I32] = {}
+        self._sparse_cache: dict[str, _I32] = {}
+        # a common word's docs: a bit set over the id space, doc d at bit 7 - d % 8 of
+        # byte d // 8 (np.packbits' order, the sidecar's): an eighth of a byte a doc
         self._dense: dict[str, _U8] = {}
         self._dense_df: dict[str, int] = {}
         # All live docs, least preferred first (timestamp ascending, then id descending).
@@ -120,17 +130,22 @@ class KeywordIndex(SidecarIndex):
 
     # -- reading ---------------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self._doc_words)
+        return self._count
 
     def __contains__(self, doc_id: object) -> bool:
-        return doc_id in self._doc_words
+        try:
+            at = operator.index(doc_id)  # type: ignore[arg-type]
+        except TypeError:
+            return False
+        return 0 <= at < len(self._live) and bool(self._live[at])
 
     def doc_ids(self) -> list[int]:
         """Every indexed doc id, ascending."""
-        return sorted(self._doc_words)
+        ids: list[int] = np.flatnonzero(self._live).tolist()
+        return ids
 
     def timestamp(self, doc_id: int) -> float:
-        if doc_id not in self._doc_words:
+        if doc_id not in self:
             raise missing(doc_id, "keyword index")
         return float(self._timestamps[doc_id])
 
@@ -159,7 +174,7 @@ class KeywordIndex(SidecarIndex):
         if len(set(docs)) != len(docs):
             raise InvalidInput("a doc id repeats in one batch", field="doc_ids")
         for doc_id in docs:
-            if doc_id in self._doc_words:
+            if doc_id in self:
                 raise InvalidInput(f"doc {doc_id} is already in the keyword index; use update",
                                    field="doc_id")
         if not docs:
@@ -169,12 +184,12 @@ class KeywordIndex(SidecarIndex):
         self._ensure_capacity(max(docs) + 1)
         for doc_id, ts in zip(docs, stamps, strict=True):
             self._timestamps[doc_id] = ts
-        doc_words = self._doc_words
+        self._live[docs] = True
+        self._count += len(docs)
         if self.keep_words:
+            doc_words = self._doc_words
             for doc_id, text_words in zip(docs, texts_words, strict=True):
                 doc_words[doc_id] = tuple(map(sys.intern, dict.fromkeys(text_words)))
-        else:
-            doc_words.update(dict.fromkeys(docs))
         # each word's new docs, each once (a repeat of a word in a text finds its doc
         # last in the list: cheaper than making each text's words distinct first)
         by_word: dict[str, list[int]] = {}
@@ -191,10 +206,7 @@ class KeywordIndex(SidecarIndex):
         for word, new in by_word.items():
             column = dense.get(word)
             if column is not None:
-                if len(new) == 1:  # (a scalar store is ten times cheaper than a fancy one)
-                    column[new[0]] = 1
-                else:
-                    column[new] = 1
+                _set_bits(column, new)
                 self._dense_df[word] += len(new)
                 continue
             kept = sparse.get(word)
@@ -213,9 +225,9 @@ class KeywordIndex(SidecarIndex):
         """Forget document *doc_id*; NotFound when it is not indexed. *text*, the
         text it was added with, saves reading its words off the postings when they
         were not kept (``keep_words=False``, or a doc restored from a sidecar)."""
-        if doc_id not in self._doc_words:
+        if doc_id not in self:
             raise missing(doc_id, "keyword index")
-        kept = self._doc_words.pop(doc_id)
+        kept = self._doc_words.pop(doc_id, None)
         if kept is not None:
             distinct: Iterable[str] = kept
         elif text is not None:
@@ -223,14 +235,15 @@ class KeywordIndex(SidecarIndex):
         elif self.keep_words:
             distinct = self._words_of_restored(doc_id)
         else:
-            self._doc_words[doc_id] = None
             raise InvalidInput(f"doc {doc_id}'s words are not kept (keep_words=False): remove it "
                                f"with the text it was added with", field="text")
+        self._live[doc_id] = False
+        self._count -= 1
         demote_below = max(self._dense_min, self._capacity // self._dense_share) // 4
         for word in distinct:
             column = self._dense.get(word)
             if column is not None:
-                column[doc_id] = 0
+                column[doc_id >> 3] &= ~(0x80 >> (doc_id & 7)) & 0xFF
                 self._dense_df[word] -= 1
                 if self._dense_df[word] < demote_below:
                     self._demote(word)
@@ -251,7 +264,7 @@ class KeywordIndex(SidecarIndex):
 
     def update(self, doc_id: int, text: str, timestamp: float) -> None:
         """Replace document *doc_id* (remove, then add)."""
-        if doc_id not in self._doc_words:
+        if doc_id not in self:
             raise missing(doc_id, "keyword index")
         check_finite(timestamp, "timestamp")
         if not isinstance(text, str):
@@ -266,14 +279,14 @@ class KeywordIndex(SidecarIndex):
         top_k = check_top_k(top_k)
         query_words = sorted({w for w in words(query, fold_accents=self.fold_accents)
                               if w in self._dense or w in self._sparse})
-        if not query_words or not self._doc_words:
+        if not query_words or not self._count:
             return []
         dtype = np.uint8 if len(query_words) < 255 else np.uint16
         counts: npt.NDArray[np.unsignedinteger[Any]] = np.zeros(self._capacity, dtype=dtype)
         for word in query_words:
             column = self._dense.get(word)
             if column is not None:
-                np.add(counts, column, out=counts)
+                np.add(counts, np.unpackbits(column, count=self._capacity), out=counts)
             else:
                 counts[self._postings_array(word)] += 1
         mask = allowed_mask(allowed, self._capacity)
@@ -312,10 +325,8 @@ class KeywordIndex(SidecarIndex):
         valid while the index changes), never joined: a snapshot writes them."""
         self._sync_order()
         dense, sparse = self._dense, self._sparse
-        bits = [np.packbits(column) for column in dense.values()]
         sparse_df, sparse_postings = self._sparse_postings()
-        doc_ids = np.fromiter(self._doc_words, dtype=np.int64, count=len(self._doc_words))
-        doc_ids.sort()
+        doc_ids = np.flatnonzero(self._live)
         header = {
             "kind": "keyword",
             "docs": len(doc_ids),
@@ -328,7 +339,8 @@ class KeywordIndex(SidecarIndex):
         arrays: dict[str, npt.NDArray[Any]] = {
             "vocab": np.frombuffer("\x00".join(itertools.chain(dense, sparse)).encode(), dtype=np.uint8),
             "dense_df": np.fromiter(self._dense_df.values(), dtype=np.int64, count=len(dense)),
-            "dense_bits": np.stack(bits) if bits else np.zeros((0, (self._capacity + 7) // 8), np.uint8),
+            "dense_bits": (np.stack(list(dense.values())) if dense
+                           else np.zeros((0, _bytes_for(self._capacity)), np.uint8)),
             "sparse_df": sparse_df,
             "sparse_postings": sparse_postings,
             "doc_ids": doc_ids.astype(np.int32),
@@ -361,7 +373,7 @@ class KeywordIndex(SidecarIndex):
         if not len(vocab) == n_dense + n_sparse or len(dense_df) != n_dense or len(sparse_df) != n_sparse:
             raise corrupt("keyword", f"{len(vocab)} words in the vocabulary for {n_dense} dense and "
                                      f"{n_sparse} sparse ones")
-        if bits.shape != (n_dense, (capacity + 7) // 8):
+        if bits.shape != (n_dense, _bytes_for(capacity)):
             raise corrupt("keyword", f"dense bits of shape {bits.shape} for {n_dense} words, "
                                      f"{capacity} slots")
         if int(sparse_df.sum()) != len(postings) or (n_sparse and int(sparse_df.min()) < 0):
@@ -375,14 +387,18 @@ class KeywordIndex(SidecarIndex):
         if np.any(np.diff(doc_ids) <= 0):
             raise corrupt("keyword", "doc ids are not ascending and distinct")
 
-        columns = np.unpackbits(bits, axis=1, count=capacity)    # one block; each column a row view
-        flat = postings.astype(np.int64)  # (a copy: nothing of the sidecar is kept)
+        # (the bits past the capacity are never read, and never set but by a damaged file)
+        columns = bits.copy()   # one block, each column a row of it: nothing of the sidecar is kept
+        flat = postings.copy()  # (int32, as stored: nothing of the sidecar is kept)
         flat.flags.writeable = False
         bounds = np.concatenate(([0], np.cumsum(sparse_df))).tolist()
         timestamps = np.zeros(capacity, dtype=np.float64)
         timestamps[doc_ids] = arrays["timestamps"]
         self._capacity = capacity
-        self._doc_words = dict.fromkeys(doc_ids.tolist())
+        self._doc_words = {}
+        self._live = np.zeros(capacity, dtype=np.bool_)
+        self._live[doc_ids] = True
+        self._count = len(doc_ids)
         self._timestamps = timestamps
         self._dense = dict(zip(vocab[:n_dense], columns, strict=True))
         self._dense_df = dict(zip(vocab[:n_dense], dense_df.tolist(), strict=True))
@@ -405,7 +421,7 @@ class KeywordIndex(SidecarIndex):
         """The words of a document restored from a sidecar and not changed since,
         read off the postings (every word whose postings hold it)."""
         if self._restored is None:
-            dense_docs = [np.flatnonzero(column) for column in self._dense.values()]
+            dense_docs = [self._dense_docs(column) for column in self._dense.values()]
             sparse_df, sparse_postings = self._sparse_postings()
             counts = np.concatenate([np.array([len(d) for d in dense_docs], dtype=np.int64), sparse_df])
             postings = np.concatenate([*dense_docs, sparse_postings])
@@ -430,28 +446,32 @@ class KeywordIndex(SidecarIndex):
             chunk *= 2
         return np.concatenate(found)[:need]
 
-    def _postings_array(self, word: str) -> _I64:
+    def _postings_array(self, word: str) -> _I32:
         postings = self._sparse[word]
         if isinstance(postings, np.ndarray):
             return postings  # (a restored word's own read-only slice)
         cached = self._sparse_cache.get(word)
         if cached is None:
-            cached = np.array(postings, dtype=np.int64)
+            cached = np.array(postings, dtype=np.int32)
             self._sparse_cache[word] = cached
         return cached
+
+    def _dense_docs(self, column: _U8) -> _I64:
+        """The docs of a dense word's bit set, ascending."""
+        return np.flatnonzero(np.unpackbits(column, count=self._capacity))
 
     def _promote(self, word: str) -> None:
         postings = self._sparse.pop(word)
         self._sparse_cache.pop(word, None)
-        column = np.zeros(self._capacity, dtype=np.uint8)
-        column[np.array(postings, dtype=np.int64)] = 1
+        column = np.zeros(_bytes_for(self._capacity), dtype=np.uint8)
+        _set_bits(column, postings)
         self._dense[word] = column
         self._dense_df[word] = len(postings)
 
     def _demote(self, word: str) -> None:
         column = self._dense.pop(word)
         del self._dense_df[word]
-        postings = np.flatnonzero(column).tolist()
+        postings = self._dense_docs(column).tolist()
         if postings:
             self._sparse[word] = postings
 
@@ -462,9 +482,12 @@ class KeywordIndex(SidecarIndex):
         grown = np.zeros(capacity, dtype=np.float64)
         grown[: self._capacity] = self._timestamps
         self._timestamps = grown
+        live = np.zeros(capacity, dtype=np.bool_)
+        live[: self._capacity] = self._live
+        self._live = live
         for word, column in self._dense.items():
-            wider = np.zeros(capacity, dtype=np.uint8)
-            wider[: self._capacity] = column
+            wider = np.zeros(_bytes_for(capacity), dtype=np.uint8)
+            wider[: len(column)] = column
             self._dense[word] = wider
         self._capacity = capacity
 
@@ -499,3 +522,19 @@ class KeywordIndex(SidecarIndex):
             at[i] = lo[i] + int(np.count_nonzero(block > new[i]))
         self._order = np.insert(self._order, at, new)
         self._order_ts = np.insert(self._order_ts, at, new_ts)
+
+
+def _bytes_for(capacity: int) -> int:
+    """The bytes of a dense word's bit set over ``capacity`` doc ids."""
+    return (capacity + 7) // 8
+
+
+def _set_bits(column: _U8, docs: list[int] | _I32) -> None:
+    """Set the bits of ``docs`` (distinct) in a dense word's bit set."""
+    if len(docs) == 1:  # (a scalar store is ten times cheaper than a fancy one)
+        doc = int(docs[0])
+        column[doc >> 3] |= 0x80 >> (doc & 7)
+        return
+    at = np.array(docs, dtype=np.int64)
+    # (several docs of one byte: ``at`` accumulates each, where a fancy |= keeps one)
+    np.bitwise_or.at(column, at >> 3, (0x80 >> (at & 7)).astype(np.uint8))
