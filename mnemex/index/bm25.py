@@ -50,6 +50,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mnemex.errors import CorruptData, InvalidInput
+from mnemex.index._runs import Runs
 from mnemex.index._select import (
     Allowed,
     allowed_mask,
@@ -298,8 +299,10 @@ class BM25Index(SidecarIndex):
         self.tokenizer = tokenizer if tokenizer is not None else Tokenizer()
         self._vocab: dict[str, int] = {}
         self._postings = _PostingsTable()
-        self._content: dict[int, bytes] = {}         # term ids by position, -1 for stop words
-        self._context: dict[int, bytes] = {}         # distinct context term ids
+        # by doc: its content's term ids by position (-1 for stop words), its context's
+        # distinct term ids; int32 runs, packed (a dict of bytes cost 100 bytes a doc more)
+        self._content = Runs()
+        self._context = Runs()
         self._capacity = 0
         self._len_content = np.zeros(0, dtype=np.float64)
         self._len_context = np.zeros(0, dtype=np.float64)
@@ -679,12 +682,13 @@ class BM25Index(SidecarIndex):
         """:meth:`to_sidecar`'s blob as chunks, views of copies taken here (they stay
         valid while the index changes), never joined: a snapshot writes them."""
         postings, content, context = self._postings, self._content, self._context
-        used = max(content) + 1 if content else 0    # removed slots hold zero lengths
+        doc_ids = content.doc_ids()
+        used = int(doc_ids[-1]) + 1 if len(doc_ids) else 0    # removed slots hold zero lengths
         term_docs, posting_docs, posting_tfs = postings.columns()
         header = {
             "kind": "bm25",
             "docs": len(content),
-            "ids_checksum": doc_ids_checksum(content.keys()),
+            "ids_checksum": doc_ids_checksum(doc_ids),
             "params": self._settings(),
             "terms": len(postings),
             "capacity": self._capacity,
@@ -831,24 +835,25 @@ class BM25Index(SidecarIndex):
         self._changed()
 
 
-def _sequences(name: str, by_doc: dict[int, bytes]) -> dict[str, npt.NDArray[Any]]:
-    """A doc id -> int32 run mapping as sidecar arrays: ids, run sizes, runs."""
+def _sequences(name: str, by_doc: Runs) -> dict[str, npt.NDArray[Any]]:
+    """Int32 runs by doc id as sidecar arrays: ids, run sizes (in int32s), runs."""
+    ids, sizes, data = by_doc.arrays()
     return {
-        f"{name}_ids": np.fromiter(by_doc, dtype=np.int32, count=len(by_doc)),
-        f"{name}_sizes": np.fromiter(map(len, by_doc.values()), dtype=np.int64, count=len(by_doc)) // 4,
-        name: np.frombuffer(b"".join(by_doc.values()), dtype=np.int32),
+        f"{name}_ids": ids.astype(np.int32),
+        f"{name}_sizes": sizes // 4,
+        name: np.frombuffer(data, dtype=np.int32),
     }
 
 
-def _unpack_sequences(sidecar: Sidecar, name: str) -> dict[int, bytes]:
-    """The doc id -> int32 run mapping written by :func:`_sequences`."""
+def _unpack_sequences(sidecar: Sidecar, name: str) -> Runs:
+    """The int32 runs by doc id written by :func:`_sequences`."""
     ids, sizes = sidecar.arrays[f"{name}_ids"], sidecar.arrays[f"{name}_sizes"]
     start, stop = sidecar.spans[name]
     if len(sizes) != len(ids) or int(sizes.sum()) * 4 != stop - start or (len(sizes) and sizes.min() < 0):
         raise corrupt("BM25", f"{name} sizes do not add up to its {stop - start} bytes")
-    bounds = (start + 4 * np.concatenate(([0], np.cumsum(sizes)))).tolist()
-    data = sidecar.data
-    runs = dict(zip(ids.tolist(), [data[lo:hi] for lo, hi in itertools.pairwise(bounds)], strict=True))
+    if len(ids) and int(ids.min()) < 0:
+        raise corrupt("BM25", f"{name} holds a negative doc id")
+    runs = Runs.from_arrays(ids, 4 * sizes.astype(np.int64), sidecar.data[start:stop])
     if len(runs) != len(ids):
         raise corrupt("BM25", f"{name} repeats a doc id")
     return runs
