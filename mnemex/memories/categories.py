@@ -58,6 +58,7 @@ from mnemex.knowledge.categories import (
     shared_classifier,
 )
 from mnemex.memories.fields import check_memory_id
+from mnemex.memories.filters import doc_array
 from mnemex.memories.protocol import (
     ApplyClassification,
     CategoryCatalog,
@@ -360,7 +361,7 @@ def facets_of_mask(scope: ScopeMemory, allowed: np.ndarray[Any, Any] | None,
         if allowed is None:
             count = len(docs)
         else:
-            ids = np.fromiter(docs, dtype=np.int64, count=len(docs))
+            ids = doc_array(docs)
             ids = ids[ids < len(allowed)]
             count = int(np.count_nonzero(allowed[ids]))
         if count:

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableSet, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import MappingProxyType
@@ -49,12 +49,91 @@ import numpy.typing as npt
 from mnemex.errors import InvalidInput
 from mnemex.memories.protocol import MemoryRecord
 
-__all__ = ["FILTER_KEYS", "Filter", "FilterTable", "compile_filter"]
+__all__ = ["FILTER_KEYS", "DocBits", "Filter", "FilterTable", "compile_filter", "doc_array"]
 
 Mask = npt.NDArray[np.bool_]
-Docs = set[int] | frozenset[int]
-"""The docs holding a value: a set, or while one doc holds it, the process's frozenset
-of that doc (shared by every table; replaced by a set of the value's own on a second)."""
+
+
+class DocBits(MutableSet[int]):
+    """The docs holding a common value (a kind, a scope, a category most memories
+    have): a set of doc ids kept as a bool array over them, a byte a doc id. A set
+    costs 30 to 60 bytes a member; a value held by a share of the scope's memories
+    of at least 1 in ``_DENSE_SHARE`` is kept so (``_held``). It answers as a set,
+    and the set operations it does not do itself give plain sets."""
+
+    __slots__ = ("_bits", "_count")
+
+    def __init__(self, docs: Iterable[int] = ()) -> None:
+        ids = np.fromiter(docs, dtype=np.int64)
+        self._bits = np.zeros(int(ids.max()) + 1 if len(ids) else 0, dtype=np.bool_)
+        self._bits[ids] = True
+        self._count = int(np.count_nonzero(self._bits))
+
+    @classmethod
+    def _from_iterable(cls, it: Iterable[int]) -> set[int]:  # type: ignore[override]
+        return set(it)
+
+    def __contains__(self, doc: object) -> bool:
+        try:
+            at = operator.index(doc)  # type: ignore[arg-type]
+        except TypeError:
+            return False
+        return 0 <= at < len(self._bits) and bool(self._bits[at])
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.ids().tolist())
+
+    def __repr__(self) -> str:
+        return f"DocBits({self._count} docs)"
+
+    def ids(self) -> npt.NDArray[np.int64]:
+        """The docs, ascending."""
+        return np.flatnonzero(self._bits)
+
+    def add(self, doc: int) -> None:
+        bits = self._bits
+        if doc >= len(bits):
+            grown = np.zeros(max(doc + 1, 2 * len(bits)), dtype=np.bool_)
+            grown[: len(bits)] = bits
+            bits = self._bits = grown
+        if not bits[doc]:
+            bits[doc] = True
+            self._count += 1
+
+    def update(self, docs: Sequence[int]) -> None:
+        """Add each of ``docs`` (ints >= 0)."""
+        for doc in docs:
+            self.add(doc)
+
+    def discard(self, doc: int) -> None:
+        if doc in self:
+            self._bits[doc] = False
+            self._count -= 1
+
+    def __sub__(self, other: Iterable[Any]) -> DocBits:
+        left = DocBits()
+        left._bits = self._bits.copy()
+        ids = np.fromiter((doc for doc in other if type(doc) is int and 0 <= doc < len(left._bits)),
+                          dtype=np.int64)
+        left._bits[ids] = False
+        left._count = int(np.count_nonzero(left._bits))
+        return left
+
+
+Docs = set[int] | frozenset[int] | DocBits
+"""The docs holding a value: a set; while one doc holds it, the process's frozenset
+of that doc (shared by every table; replaced by a set of the value's own on a second);
+once it is common, a :class:`DocBits`."""
+
+
+def doc_array(docs: Docs) -> npt.NDArray[np.int64]:
+    """The docs of ``docs`` as an int64 array (a DocBits' ascending; a set's in its order)."""
+    if isinstance(docs, DocBits):
+        return docs.ids()
+    return np.fromiter(docs, dtype=np.int64, count=len(docs))
 _Floats = npt.NDArray[np.float64]
 _C = TypeVar("_C")
 
@@ -66,6 +145,8 @@ FILTER_KEYS: Final = frozenset({
 _SINGLE: Final = ("session_id", "actor_id", "author", "kind", "attributed_to")
 _OPERATORS: Final = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists"})
 _MAX_LIST: Final = 10_000
+_DENSE_SHARE: Final = 32   # a value's docs are a DocBits once it holds 1 in 32 doc ids,
+_DENSE_MIN: Final = 1024   # and at least this many docs
 _MIN_CAPACITY: Final = 4  # every live scope holds eight columns: small until it grows
 _NO_NUMBERS: Final = np.zeros((5, 0), dtype=np.float64)  # a new table's columns (no rows to write)
 _NO_FLAGS: Final = np.zeros((3, 0), dtype=np.bool_)
@@ -166,20 +247,21 @@ class FilterTable:
         for name in _SINGLE:
             values = list(map(_GETTERS[name], records))
             if values.count(None) != len(values):
-                _hold_values(self._values_table(name), doc_list, values)
+                _hold_values(self._values_table(name), doc_list, values, self.capacity)
         categories = entities = None
         for doc, record in items:
             if record.categories:
                 if categories is None:
                     categories = self._values_table("categories")
                 for value in record.categories:
-                    _hold_value(categories, value, doc)
+                    _hold_value(categories, value, doc, self.capacity)
             if record.entities:
                 if entities is None:
                     entities = self._values_table("entities")
                 for value in record.entities:
-                    _hold_value(entities, value, doc)
-        _hold_values(self._values_table("scope"), doc_list, [record.scope_label for record in records])
+                    _hold_value(entities, value, doc, self.capacity)
+        _hold_values(self._values_table("scope"), doc_list, [record.scope_label for record in records],
+                     self.capacity)
         for doc, record in items:
             for category, confidence in zip(record.categories, record.category_confidences, strict=False):
                 if confidence < 1.0:
@@ -199,7 +281,7 @@ class FilterTable:
                 continue
             for value in values:
                 holders = table.get(value)
-                if isinstance(holders, set):
+                if isinstance(holders, set | DocBits):
                     holders.discard(doc)
                     if not holders:
                         del table[value]
@@ -266,7 +348,7 @@ class FilterTable:
 
     def docs_mask(self, docs: Iterable[int]) -> Mask:
         mask = np.zeros(self.capacity, dtype=np.bool_)
-        ids = np.fromiter(docs, dtype=np.int64)
+        ids = docs.ids() if isinstance(docs, DocBits) else np.fromiter(docs, dtype=np.int64)
         if len(ids):
             mask[ids] = True
         return mask
@@ -325,7 +407,7 @@ class _AnyOf(_Predicate):
         for value in self.values:
             found = index.get(value)
             if found:
-                mask[np.fromiter(found, dtype=np.int64, count=len(found))] = True
+                mask[doc_array(found)] = True
         return mask
 
     def test(self, record: MemoryRecord) -> bool:
@@ -356,7 +438,7 @@ class _InCategories(_Predicate):
         mask = np.zeros(table.capacity, dtype=np.bool_)
         for docs in sets:
             if docs:
-                mask[np.fromiter(docs, dtype=np.int64, count=len(docs))] = True
+                mask[doc_array(docs)] = True
         return mask
 
     def test(self, record: MemoryRecord) -> bool:
@@ -648,29 +730,41 @@ def _one_doc(doc: int) -> Docs:
     return one
 
 
-def _hold_value(table: dict[str, Docs], value: str, doc: int) -> None:
+def _hold_value(table: dict[str, Docs], value: str, doc: int, capacity: int) -> None:
     holders = table.get(value)
     if holders is None:
         table[value] = _one_doc(doc)
     elif isinstance(holders, set):
         holders.add(doc)
+        _held(table, value, holders, capacity)
+    elif isinstance(holders, DocBits):
+        holders.add(doc)
     else:
-        table[value] = {*holders, doc}
+        grown = table[value] = {*holders, doc}
+        _held(table, value, grown, capacity)
 
 
-def _hold_values(table: dict[str, Docs], docs: list[int], values: list[str | None]) -> None:
+def _hold_values(table: dict[str, Docs], docs: list[int], values: list[str | None], capacity: int) -> None:
     """Put each doc in the set of its value (None: in none), docs in order."""
     first = values[0]
     if values.count(first) == len(values):  # one value for all
         if first is not None:
             holders = table.get(first)
             if holders is None:
-                table[first] = _one_doc(docs[0]) if len(docs) == 1 else set(docs)
-            elif isinstance(holders, set):
+                holders = table[first] = _one_doc(docs[0]) if len(docs) == 1 else set(docs)
+            elif isinstance(holders, set | DocBits):
                 holders.update(docs)
             else:
-                table[first] = {*holders, *docs}
+                holders = table[first] = {*holders, *docs}
+            if isinstance(holders, set):
+                _held(table, first, holders, capacity)
         return
     for doc, value in zip(docs, values, strict=True):
         if value is not None:
-            _hold_value(table, value, doc)
+            _hold_value(table, value, doc, capacity)
+
+
+def _held(table: dict[str, Docs], value: str, holders: set[int], capacity: int) -> None:
+    """Keep a value's docs as a DocBits once it is common (see DocBits)."""
+    if len(holders) >= _DENSE_MIN and len(holders) * _DENSE_SHARE >= capacity:
+        table[value] = DocBits(holders)

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mnemex.memories.fields import record_of
-from mnemex.memories.filters import FilterTable
+from mnemex.memories.filters import DocBits, FilterTable, doc_array
 from mnemex.memories.protocol import MemoryRecord, NewMemory
 
 SINGLE = ("session_id", "actor_id", "author", "kind", "attributed_to")
@@ -134,3 +134,31 @@ def test_a_value_of_one_doc_shares_its_frozenset_until_a_second_doc_holds_it() -
     far = FilterTable()
     far.add(5000, records[0])  # (past the docs whose frozenset the process keeps: a set)
     assert far.values_of("author") == {"ann": {5000}} and isinstance(far.values_of("author")["ann"], set)
+
+
+_SET_OPS = st.lists(st.tuples(st.sampled_from(["add", "discard", "update"]),
+                              st.lists(st.integers(0, 70), min_size=1, max_size=5)), max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_SET_OPS, st.sets(st.integers(0, 80), max_size=10))
+def test_doc_bits_answer_as_a_set(ops: list[tuple[str, list[int]]], other: set[int]) -> None:
+    bits, model = DocBits([3, 1]), {1, 3}
+    for op, docs in ops:
+        if op == "update":
+            bits.update(docs)
+            model.update(docs)
+        else:
+            for doc in docs:
+                getattr(bits, op)(doc)
+                getattr(model, op)(doc)
+        assert len(bits) == len(model) and list(bits) == sorted(model) and bool(bits) == bool(model)
+    assert all((doc in bits) == (doc in model) for doc in range(-2, 90)) and "1" not in bits
+    assert set(bits - other) == model - other and isinstance(bits - other, DocBits)
+    assert bits & other == model & other and other & bits == model & other
+    assert bits | other == model | other and other | bits == model | other
+    assert other - bits == other - model and bits == model
+    grown = set(other)
+    grown |= bits
+    assert grown == model | other
+    assert doc_array(bits).tolist() == sorted(model) == sorted(doc_array(set(model)).tolist())

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mnemex
+from mnemex.memories import filters as filters_module
 from mnemex.memories.filters import FilterTable, compile_filter
 from mnemex.memories.protocol import MemoryRecord
 
@@ -74,6 +75,23 @@ def filters(draw: Any) -> dict[str, Any]:
 @settings(max_examples=300)
 @given(data=st.data())
 def test_the_mask_is_exactly_the_brute_force_match(data: Any) -> None:
+    _mask_is_brute_force(data)
+
+
+@settings(max_examples=200)
+@given(data=st.data())
+def test_common_values_kept_as_doc_bits_mask_the_same(data: Any) -> None:
+    # every value held by two docs or more is a DocBits here (at scale: 1 in 32 of them)
+    dense_min, dense_share = filters_module._DENSE_MIN, filters_module._DENSE_SHARE
+    filters_module._DENSE_MIN, filters_module._DENSE_SHARE = 2, 10**9
+    try:
+        table = _mask_is_brute_force(data)
+    finally:
+        filters_module._DENSE_MIN, filters_module._DENSE_SHARE = dense_min, dense_share
+    assert all(type(docs) is not set for values in table.fields.values() for docs in values.values())
+
+
+def _mask_is_brute_force(data: Any) -> FilterTable:
     table = FilterTable()
     live: dict[int, MemoryRecord] = {}
     for doc in range(data.draw(st.integers(0, 25), label="docs")):
@@ -88,6 +106,11 @@ def test_the_mask_is_exactly_the_brute_force_match(data: Any) -> None:
     mask = compiled.mask(table)
     got = set(np.flatnonzero(mask).tolist())
     assert got == {doc for doc, record in live.items() if compiled.matches(record)}
+    least = data.draw(st.sampled_from([0.0, 0.5]), label="min_confidence")
+    for name in ("a", "b", "Paris"):
+        assert set(table.category_docs(name, least)) == {doc for doc, record in live.items()
+                                                         if name in record.categories}
+    return table
 
 
 def test_booleans_are_not_numbers_and_types_never_mix() -> None:
