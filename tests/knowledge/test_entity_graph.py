@@ -443,6 +443,25 @@ def test_a_graph_loaded_from_its_sidecar_holds_the_state_adding_each_memory_gave
     assert len({id(name) for name in names}) == len(set(names))
 
 
+def test_memories_added_one_by_one_share_the_tuples_they_repeat() -> None:
+    # a tuple of names, flags or spellings is 60-100 bytes a memory: equal ones are one object
+    texts = ["Caroline: I met Mel at NASA.", "Melanie: NASA again!", "Caroline: I met Mel at NASA."]
+    graph = EntityGraph()
+    for doc in range(30):
+        graph.add(doc, texts[doc % 3], author=["Caroline", "Melanie", "Caroline"][doc % 3])
+    for table in (graph._doc_names, graph._doc_flags, graph._doc_surfaces):
+        assert len(set(table.values())) < len(table)
+        assert len({id(value) for value in table.values()}) == len(set(table.values()))
+    # the kept tuples are let go when too many (and kept again as they come): nothing changes
+    before = graph_state(graph)
+    graph_module._SHARED.clear()
+    for doc in range(30, 33):
+        graph.add(doc, texts[doc % 3], author=["Caroline", "Melanie", "Caroline"][doc % 3])
+        graph.remove(doc)
+    assert {k: v for k, v in graph_state(graph).items() if k != "_changes"} == \
+        {k: v for k, v in before.items() if k != "_changes"}
+
+
 def test_a_sidecar_naming_a_name_twice_for_one_memory_is_placed_as_adding_it_would() -> None:
     # (a sidecar written here never does: a memory's names are a dict's keys)
     sidecar = EntityGraph().to_sidecar()
