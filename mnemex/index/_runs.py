@@ -15,13 +15,14 @@ stay free to grow.
 
 from __future__ import annotations
 
-import operator
 from array import array
 from collections.abc import Iterable, Iterator
 from typing import Final
 
 import numpy as np
 import numpy.typing as npt
+
+from mnemex.index._select import doc_slot
 
 __all__ = ["Runs"]
 
@@ -33,7 +34,8 @@ class Runs:
     """Byte strings by doc id (a doc id: an int >= 0), as a dict of them would hold
     them: ``runs[doc] = data``, ``runs[doc]``, ``get``, ``pop``, ``in``, ``len``;
     iteration gives the doc ids ascending. Not safe to change from several threads
-    at once, nor to read while another thread changes it (as a dict)."""
+    at once, nor to read while another thread changes it: unlike a dict's, such a
+    read may give wrong bytes (its owner never lets one happen)."""
 
     __slots__ = ("_at", "_count", "_garbage", "_heap", "_size")
 
@@ -73,11 +75,8 @@ class Runs:
         return self._count
 
     def __contains__(self, doc: object) -> bool:
-        try:
-            at = operator.index(doc)  # type: ignore[arg-type]
-        except TypeError:
-            return False
-        return 0 <= at < len(self._size) and self._size[at] != _ABSENT
+        at = doc_slot(doc)
+        return at is not None and at < len(self._size) and self._size[at] != _ABSENT
 
     def __getitem__(self, doc: int) -> bytes:
         found = self.get(doc)
@@ -108,8 +107,8 @@ class Runs:
 
     # -- a dict's changing ----------------------------------------------------------------
     def __setitem__(self, doc: int, data: bytes) -> None:
-        if doc < 0:
-            raise ValueError(f"doc id {doc} is negative")
+        if doc_slot(doc) is None:
+            raise ValueError(f"doc id {doc!r} is not an int >= 0")
         size = self._size
         if doc >= len(size):
             grown = max(doc + 1, 2 * len(size), 16) - len(size)

@@ -41,6 +41,15 @@ def check_doc_id(doc_id: object) -> int:
     return value
 
 
+def doc_slot(doc_id: object) -> int | None:
+    """``doc_id`` as an int when it names a doc id (an int or numpy integer >= 0,
+    not a bool), else None: what a membership test reads, where a bool would
+    index a whole numpy array as a mask."""
+    if isinstance(doc_id, bool) or not isinstance(doc_id, int | np.integer) or doc_id < 0:
+        return None
+    return int(doc_id)
+
+
 def check_top_k(top_k: object) -> int:
     if isinstance(top_k, bool) or not isinstance(top_k, int | np.integer) or int(top_k) < 1:
         raise InvalidInput(f"top_k is {top_k!r}; it must be an int >= 1", field="top_k")

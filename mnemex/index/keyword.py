@@ -28,10 +28,11 @@ removal regroups the postings by document.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-import operator
 import sys
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Final, Self
 
 import numpy as np
@@ -44,6 +45,7 @@ from mnemex.index._select import (
     check_doc_id,
     check_finite,
     check_top_k,
+    doc_slot,
     missing,
 )
 from mnemex.index._sidecar import (
@@ -67,6 +69,7 @@ _NO_ORDER: Final = np.zeros(0, dtype=np.int64)
 _NO_ORDER.flags.writeable = False
 _NO_ORDER_TS: Final = np.zeros(0, dtype=np.float64)
 _NO_ORDER_TS.flags.writeable = False
+_NO_GUARD: Final = contextlib.nullcontext()
 _NO_LIVE: Final = np.zeros(0, dtype=np.bool_)
 _NO_LIVE.flags.writeable = False
 
@@ -127,17 +130,17 @@ class KeywordIndex(SidecarIndex):
         self._order_ts = _NO_ORDER_TS
         self._pending_add: dict[int, None] = {}
         self._pending_remove: dict[int, None] = {}  # a set: an empty dict is a third of an empty set
+        self.merge_guard: AbstractContextManager[Any] = _NO_GUARD
+        """Held while a search merges the pending changes into the recency order: an
+        owner whose searches run side by side in threads gives a lock (see _sync_order)."""
 
     # -- reading ---------------------------------------------------------------------
     def __len__(self) -> int:
         return self._count
 
     def __contains__(self, doc_id: object) -> bool:
-        try:
-            at = operator.index(doc_id)  # type: ignore[arg-type]
-        except TypeError:
-            return False
-        return 0 <= at < len(self._live) and bool(self._live[at])
+        at = doc_slot(doc_id)
+        return at is not None and at < len(self._live) and bool(self._live[at])
 
     def doc_ids(self) -> list[int]:
         """Every indexed doc id, ascending."""
@@ -227,6 +230,7 @@ class KeywordIndex(SidecarIndex):
         were not kept (``keep_words=False``, or a doc restored from a sidecar)."""
         if doc_id not in self:
             raise missing(doc_id, "keyword index")
+        doc_id = int(doc_id)
         kept = self._doc_words.pop(doc_id, None)
         if kept is not None:
             distinct: Iterable[str] = kept
@@ -387,8 +391,10 @@ class KeywordIndex(SidecarIndex):
         if np.any(np.diff(doc_ids) <= 0):
             raise corrupt("keyword", "doc ids are not ascending and distinct")
 
-        # (the bits past the capacity are never read, and never set but by a damaged file)
         columns = bits.copy()   # one block, each column a row of it: nothing of the sidecar is kept
+        if capacity % 8:
+            # the last byte's bits past the capacity are zero (a growth makes them doc ids)
+            columns[:, -1] &= (0xFF << (8 - capacity % 8)) & 0xFF
         flat = postings.copy()  # (int32, as stored: nothing of the sidecar is kept)
         flat.flags.writeable = False
         bounds = np.concatenate(([0], np.cumsum(sparse_df))).tolist()
@@ -492,36 +498,52 @@ class KeywordIndex(SidecarIndex):
         self._capacity = capacity
 
     def _sync_order(self) -> None:
-        if self._pending_remove:
-            gone = np.zeros(self._capacity, dtype=np.bool_)
-            gone[np.fromiter(self._pending_remove, dtype=np.int64, count=len(self._pending_remove))] = True
-            keep = ~gone[self._order]
-            self._order = self._order[keep]
-            self._order_ts = self._order_ts[keep]
-            self._pending_remove.clear()
-        if not self._pending_add:
+        """Merge the pending additions and removals into the recency order. Searches
+        side by side (beside a scope's actor, in threads) may all come here after a
+        change: one merges, holding ``merge_guard``, and the others find nothing
+        pending (merged twice, an addition would be in the order twice)."""
+        if not self._pending_remove and not self._pending_add:
             return
-        new = np.fromiter(self._pending_add, dtype=np.int64, count=len(self._pending_add))
-        self._pending_add.clear()
+        with self.merge_guard:
+            self._sync_order_locked()
+
+    def _sync_order_locked(self) -> None:
+        # the pending changes are let go only once the order holds them: a search that
+        # finds none pending reads an order that has them
+        order, order_ts = self._order, self._order_ts
+        removed = self._pending_remove
+        if removed:
+            gone = np.zeros(self._capacity, dtype=np.bool_)
+            gone[np.fromiter(removed, dtype=np.int64, count=len(removed))] = True
+            keep = ~gone[order]
+            order, order_ts = order[keep], order_ts[keep]
+        added = self._pending_add
+        if added:
+            new = np.fromiter(added, dtype=np.int64, count=len(added))
+            order, order_ts = self._merged(order, order_ts, new)
+        self._order, self._order_ts = order, order_ts
+        self._pending_remove, self._pending_add = {}, {}
+
+    def _merged(self, order: _I64, order_ts: npt.NDArray[np.float64],
+                new: _I64) -> tuple[_I64, npt.NDArray[np.float64]]:
+        """The recency order (ids and their timestamps) with the docs ``new`` put in."""
         new_ts = self._timestamps[new]
-        if len(new) > 64 + len(self._order) // 16:
-            ids = np.concatenate([self._order, new])
+        if len(new) > 64 + len(order) // 16:
+            ids = np.concatenate([order, new])
             ts = self._timestamps[ids]
             by_recency = np.lexsort((-ids, ts))
-            self._order, self._order_ts = ids[by_recency], ts[by_recency]
-            return
+            return ids[by_recency], ts[by_recency]
         by_recency = np.lexsort((-new, new_ts))
         new, new_ts = new[by_recency], new_ts[by_recency]
         # Insertion points: after every older entry, and among entries with the same
         # timestamp after those with a larger id (ids run descending inside a tie).
-        lo = np.searchsorted(self._order_ts, new_ts, side="left")
-        hi = np.searchsorted(self._order_ts, new_ts, side="right")
+        lo = np.searchsorted(order_ts, new_ts, side="left")
+        hi = np.searchsorted(order_ts, new_ts, side="right")
         at = lo.copy()
         for i in np.flatnonzero(hi > lo):
-            block = self._order[lo[i] : hi[i]]
+            block = order[lo[i] : hi[i]]
             at[i] = lo[i] + int(np.count_nonzero(block > new[i]))
-        self._order = np.insert(self._order, at, new)
-        self._order_ts = np.insert(self._order_ts, at, new_ts)
+        return np.insert(order, at, new), np.insert(order_ts, at, new_ts)
 
 
 def _bytes_for(capacity: int) -> int:

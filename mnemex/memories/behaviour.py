@@ -459,6 +459,11 @@ kind's ``read_ahead_max``): it holds 21 bytes a row of the index for each (its b
 the scores computed and which ones are), the bounds of all of them until the last is
 taken (they are rows of two arrays)."""
 
+_KEYWORD_MERGES: Final = threading.Lock()
+"""Held by a keyword search merging a scope's changes into its recency order: searches
+beside the actor may run side by side (``KeywordIndex.merge_guard``; merges are rare
+and short, so one lock serves every scope)."""
+
 BESIDE_MIN_MEMORIES: Final = 30_000
 """Memories from which a scope's searches run beside the actor (``search_beside``).
 Measured through HTTP on 2 cores (bench/http.py --routes search, 16 connections,
@@ -497,6 +502,7 @@ class ScopeMemory:
         self.free: list[int] = []
         fold = settings.fold_accents
         self.keyword = KeywordIndex(keep_words=False, fold_accents=fold)  # _unindex passes the content
+        self.keyword.merge_guard = _KEYWORD_MERGES
         self.bm25 = BM25Index(k1=settings.bm25_k1, b=settings.bm25_b,
                               tokenizer=_scope_tokenizer(settings.fulltext_stem, fold),
                               context_weight=settings.context_weight)
@@ -1172,6 +1178,7 @@ class ScopeMemory:
                      self._name, exc)
             return False
         keyword.keep_words = False
+        keyword.merge_guard = _KEYWORD_MERGES
         self.keyword, self.bm25, self.entities = keyword, bm25, entities
         return True
 

@@ -47,6 +47,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mnemex.errors import InvalidInput
+from mnemex.index._select import doc_slot
 from mnemex.memories.protocol import MemoryRecord
 
 __all__ = ["FILTER_KEYS", "DocBits", "Filter", "FilterTable", "compile_filter", "doc_array"]
@@ -74,11 +75,8 @@ class DocBits(MutableSet[int]):
         return set(it)
 
     def __contains__(self, doc: object) -> bool:
-        try:
-            at = operator.index(doc)  # type: ignore[arg-type]
-        except TypeError:
-            return False
-        return 0 <= at < len(self._bits) and bool(self._bits[at])
+        at = doc_slot(doc)
+        return at is not None and at < len(self._bits) and bool(self._bits[at])
 
     def __len__(self) -> int:
         return self._count
@@ -94,6 +92,10 @@ class DocBits(MutableSet[int]):
         return np.flatnonzero(self._bits)
 
     def add(self, doc: int) -> None:
+        at = doc_slot(doc)
+        if at is None:
+            raise TypeError(f"a doc id is an int >= 0, not {doc!r}")
+        doc = at
         bits = self._bits
         if doc >= len(bits):
             grown = np.zeros(max(doc + 1, 2 * len(bits)), dtype=np.bool_)
@@ -110,14 +112,26 @@ class DocBits(MutableSet[int]):
 
     def discard(self, doc: int) -> None:
         if doc in self:
-            self._bits[doc] = False
+            self._bits[int(doc)] = False
             self._count -= 1
+
+    def clear(self) -> None:
+        self._bits[:] = False
+        self._count = 0
+
+    def pop(self) -> int:
+        ids = self.ids()
+        if not len(ids):
+            raise KeyError("pop from an empty DocBits")
+        doc = int(ids[0])
+        self.discard(doc)
+        return doc
 
     def __sub__(self, other: Iterable[Any]) -> DocBits:
         left = DocBits()
         left._bits = self._bits.copy()
-        ids = np.fromiter((doc for doc in other if type(doc) is int and 0 <= doc < len(left._bits)),
-                          dtype=np.int64)
+        slots = (doc_slot(doc) for doc in other)
+        ids = np.fromiter((at for at in slots if at is not None and at < len(left._bits)), dtype=np.int64)
         left._bits[ids] = False
         left._count = int(np.count_nonzero(left._bits))
         return left
@@ -398,11 +412,7 @@ class _AnyOf(_Predicate):
     def mask(self, table: FilterTable) -> Mask:
         index = table.values_of(self.field)
         if self.every:
-            holders: set[int] | None = None
-            for value in self.values:
-                docs = index.get(value, set())
-                holders = set(docs) if holders is None else holders & docs
-            return table.docs_mask(holders or ())
+            return _all_of(table, [index.get(value, _NO_DOCS) for value in self.values])
         mask = np.zeros(table.capacity, dtype=np.bool_)
         for value in self.values:
             found = index.get(value)
@@ -431,10 +441,7 @@ class _InCategories(_Predicate):
         names = self.values or tuple(name for name in table.values_of("categories") if name != "misc")
         sets = [table.category_docs(name, self.min_confidence) for name in names]
         if self.every:
-            holders: set[int] | None = None
-            for docs in sets:
-                holders = set(docs) if holders is None else holders & docs
-            return table.docs_mask(holders or ())
+            return _all_of(table, sets)
         mask = np.zeros(table.capacity, dtype=np.bool_)
         for docs in sets:
             if docs:
@@ -567,6 +574,17 @@ _MATCH_ALL: Final = Filter((), MappingProxyType({}))
 
 
 # -- validation ---------------------------------------------------------------------------
+def _all_of(table: FilterTable, sets: Sequence[Docs]) -> Mask:
+    """The docs in every one of ``sets`` (none when there is none), as a mask: one
+    product of masks (a common value's DocBits reads as an array, not a set)."""
+    if not sets or not all(sets):
+        return np.zeros(table.capacity, dtype=np.bool_)
+    mask = table.docs_mask(sets[0])
+    for docs in sets[1:]:
+        mask &= table.docs_mask(docs)
+    return mask
+
+
 def _fail(key: str, message: str) -> InvalidInput:
     return InvalidInput(f"filter {key}: {message}", field=f"filter.{key}")
 

@@ -13,6 +13,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invaria
 
 from mnemex.errors import InvalidInput, NotFound
 from mnemex.index import KeywordIndex, words
+from mnemex.index._sidecar import pack_sidecar, unpack_sidecar
 
 
 def brute_force(docs: dict[int, tuple[str, float]], query: str, top_k: int,
@@ -215,3 +216,50 @@ def test_an_index_that_keeps_no_words_removes_by_the_text_given() -> None:
     with pytest.raises(InvalidInput, match="not kept"):
         lean.remove(2)
     assert 2 in lean and lean.search("spring") == [(2, 1)]  # the refused removal changed nothing
+
+
+def test_a_common_words_docs_are_bits_in_packbits_order_in_memory_and_in_the_sidecar() -> None:
+    # the sidecar's format (dense_bits) is np.packbits' order: doc d at bit 7 - d % 8 of byte d // 8
+    tiny = Tiny()
+    docs = [0, 3, 7, 8, 9, 17, 18, 19, 20]
+    tiny.add_many(docs, ["common"] * len(docs), [float(doc) for doc in docs])
+    column = np.zeros(tiny._capacity, dtype=np.uint8)
+    column[docs] = 1
+    np.testing.assert_array_equal(tiny._dense["common"], np.packbits(column))
+    sidecar = unpack_sidecar(tiny.to_sidecar(), KeywordIndex.sidecar_magic, "keyword", KeywordIndex.sidecar_arrays)
+    np.testing.assert_array_equal(sidecar.arrays["dense_bits"], np.packbits(column)[None, :])
+
+
+def test_a_sidecars_bits_past_its_capacity_never_become_docs() -> None:
+    # capacity 45: the last byte's three low bits are no doc's; a damaged file setting them
+    # must not name docs 45..47 once the index grows past them
+    class Sorting(Tiny):
+        _few = 2048  # (a match level is sorted from its counts, not read off the recency order)
+
+    tiny = Sorting()
+    docs = list(range(9))
+    tiny.add_many(docs, ["common"] * len(docs), [1.0] * len(docs))
+    tiny._ensure_capacity(45)
+    assert tiny._capacity == 45
+    blob = bytearray(tiny.to_sidecar())
+    sidecar = unpack_sidecar(bytes(blob), KeywordIndex.sidecar_magic, "keyword", KeywordIndex.sidecar_arrays)
+    arrays = dict(sidecar.arrays)
+    bits = arrays["dense_bits"].copy()
+    bits[0, -1] |= 0x07
+    arrays["dense_bits"] = bits
+    damaged = pack_sidecar(KeywordIndex.sidecar_magic, {k: v for k, v in sidecar.header.items() if k != "arrays"},
+                           arrays)
+    loaded = Sorting.from_sidecar(damaged)
+    loaded._ensure_capacity(100)
+    loaded.add_many([40], ["other"], [2.0])
+    assert sorted(doc for doc, _ in loaded.search("common", top_k=50)) == docs
+
+
+def test_a_bool_is_no_doc_id(index: KeywordIndex) -> None:
+    index.add_many([0, 1, 2, 3], ["a b", "a c", "a d", "b"], [1.0, 2.0, 3.0, 4.0])
+    assert True not in index and False not in index and -1 not in index and np.int64(1) in index
+    with pytest.raises(NotFound):
+        index.remove(True)  # type: ignore[arg-type]
+    assert index.doc_ids() == [0, 1, 2, 3] and len(index) == 4
+    index.remove(np.int64(1))  # type: ignore[arg-type]
+    assert index.doc_ids() == [0, 2, 3] and len(index) == 3

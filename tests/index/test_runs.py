@@ -79,7 +79,7 @@ def test_garbage_is_packed_away_once_it_outweighs_the_live_runs() -> None:
 
 def test_refusals_and_misses() -> None:
     runs = Runs()
-    with pytest.raises(ValueError, match="negative"):
+    with pytest.raises(ValueError, match="not an int >= 0"):
         runs[-1] = b"x"
     with pytest.raises(KeyError):
         runs[3]

@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -162,3 +163,21 @@ def test_doc_bits_answer_as_a_set(ops: list[tuple[str, list[int]]], other: set[i
     grown |= bits
     assert grown == model | other
     assert doc_array(bits).tolist() == sorted(model) == sorted(doc_array(set(model)).tolist())
+
+
+def test_doc_bits_refuse_what_is_no_doc_id_and_clear_at_once() -> None:
+    bits = DocBits([0, 1, 2, 5])
+    assert True not in bits and np.int64(5) in bits
+    bits.discard(True)  # type: ignore[arg-type]
+    assert list(bits) == [0, 1, 2, 5]
+    with pytest.raises(TypeError):
+        bits.add(True)  # type: ignore[arg-type]
+    assert set(bits - {np.int64(2), True, "x"}) == {0, 1, 5}
+    kept = DocBits([1, 3, 5])
+    kept &= {np.int64(3)}
+    assert set(kept) == {3}
+    assert bits.pop() == 0 and list(bits) == [1, 2, 5]
+    bits.clear()
+    assert len(bits) == 0 and not bits and list(bits) == []
+    with pytest.raises(KeyError):
+        bits.pop()

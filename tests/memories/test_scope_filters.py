@@ -28,7 +28,9 @@ def records(draw: Any, doc: int) -> MemoryRecord:
         timestamp=float(draw(st.integers(0, 10))), created_at=float(draw(st.integers(0, 10))),
         importance=draw(st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0])),
         session_id=draw(st.sampled_from([None, "s1", "s2"])), actor_id=draw(st.sampled_from([None, "a1"])),
-        categories=tuple(draw(st.lists(labels, max_size=3, unique=True))),
+        categories=(categories := tuple(draw(st.lists(labels, max_size=3, unique=True)))),
+        category_confidences=tuple(draw(st.sampled_from([1.0, 0.8, 0.4])) for _ in categories)
+        if draw(st.booleans()) else (),
         entities=tuple(draw(st.lists(labels, max_size=2, unique=True))),
         metadata=draw(st.dictionaries(st.sampled_from(["k", "n", "flag"]), meta_values, max_size=3)),
     )
@@ -54,6 +56,8 @@ def filters(draw: Any) -> dict[str, Any]:
         key = draw(st.sampled_from(["categories", "entities"]))
         values = draw(st.lists(labels, min_size=1, max_size=2))
         spec[key] = draw(st.sampled_from([values, {"$all": values}, {"$in": values}, values[0]]))
+    if draw(st.booleans()):
+        spec["min_category_confidence"] = draw(st.sampled_from([0.0, 0.5, 0.9]))
     if draw(st.booleans()):
         conditions: dict[str, Any] = {}
         for key in draw(st.lists(st.sampled_from(["k", "n", "flag"]), max_size=2, unique=True)):
@@ -108,8 +112,9 @@ def _mask_is_brute_force(data: Any) -> FilterTable:
     assert got == {doc for doc, record in live.items() if compiled.matches(record)}
     least = data.draw(st.sampled_from([0.0, 0.5]), label="min_confidence")
     for name in ("a", "b", "Paris"):
-        assert set(table.category_docs(name, least)) == {doc for doc, record in live.items()
-                                                         if name in record.categories}
+        assert set(table.category_docs(name, least)) == {
+            doc for doc, record in live.items() for at, held in enumerate(record.categories)
+            if held == name and (record.category_confidences[at] if record.category_confidences else 1.0) >= least}
     return table
 
 
