@@ -891,14 +891,17 @@ class EntityGraph:
         if (sidecar.version, sidecar.detect, sidecar.fold_accents, sidecar.gazetteer) != (
                 DETECTION_VERSION, self.detect, self.fold_accents, self._gazetteer_signature()):
             return False
-        if not set(sidecar.docs) <= set(docs) or not len(sidecar.docs) == len(sidecar.names) == \
+        # the owner's int object of each doc (shared, where the sidecar decodes one more a memory)
+        owned = {doc: doc for doc in docs}
+        if not set(sidecar.docs) <= owned.keys() or not len(sidecar.docs) == len(sidecar.names) == \
                 len(sidecar.flags) == len(sidecar.surfaces):
             return False
         rows = zip(sidecar.names, sidecar.flags, sidecar.surfaces, strict=True)
         if any(not len(n) == len(f) == len(s) for n, f, s in rows):
             return False
         self.rebuild(())
-        self._place_many(zip(sidecar.docs, sidecar.names, sidecar.flags, sidecar.surfaces, strict=True))
+        placed = map(owned.__getitem__, sidecar.docs)
+        self._place_many(zip(placed, sidecar.names, sidecar.flags, sidecar.surfaces, strict=True))
         return True
 
     def _place_many(self, rows: Iterable[tuple[int, tuple[str, ...], tuple[int, ...], tuple[str, ...]]],

@@ -1136,18 +1136,21 @@ class ScopeMemory:
             self.vectors.remove(doc)
         return Updated(memory=record)
 
-    def _reindex_all(self, sidecars: Mapping[str, bytes | memoryview]) -> None:
-        """Index every record (after a restore): the text indexes from their sidecars
-        when they match the records, else from the records, sessions first so that
-        each memory is indexed once with its final context."""
+    def _reindex_all(self, sidecars: Mapping[str, bytes | memoryview], docs: Iterable[int]) -> None:
+        """Index every record (after a restore) of ``docs`` (the docs restored, whose
+        int objects ``doc_of`` holds: the indexes share them, where an int a doc for
+        each would cost 28 bytes a memory): the text indexes from their sidecars when
+        they match the records, else from the records, sessions first so that each
+        memory is indexed once with its final context."""
+        records = self.docs
+        items = [(doc, record) for doc in sorted(docs) if (record := records[doc]) is not None]
         window = self.settings.context_window
         if window:
-            for doc, record in enumerate(self.docs):
-                if record is not None and record.session_id is not None:
+            for doc, record in items:
+                if record.session_id is not None:
                     self.sessions.setdefault(record.session_id, []).append((record.id, doc))
             for members in self.sessions.values():
                 members.sort()
-        items = [(doc, record) for doc, record in enumerate(self.docs) if record is not None]
         if self._load_text_sidecars(sidecars):
             if not self.graph_restored:
                 self.snapshot_wanted = bool(items)  # (the mentions, found again)
@@ -1774,7 +1777,7 @@ class ScopeMemory:
             log.info("scope %s: entity graph sidecar not used (other settings, declarations or detection "
                      "version); finding the memories' mentions again", memory._name)
         try:
-            memory._reindex_all(image.sidecars)
+            memory._reindex_all(image.sidecars, docs)
         finally:
             memory.graph_restored = False
         # (the text indexes' and the graph's sidecars were read: what the indexes keep of

@@ -121,6 +121,11 @@ def test_a_restored_scope_shares_what_its_records_repeat() -> None:
     assert entities and all(id(name) == entities[name] for record in records for name in record.entities)
     assert memory.keyword is not None
     assert any(isinstance(postings, np.ndarray) for postings in memory.keyword._sparse.values())
+    # one int object a doc: the one doc_of holds, in the content index and the entity graph too
+    owned = {doc: id(doc) for doc in memory.doc_of.values()}
+    assert all(id(doc) == owned[doc] for doc in memory.by_content.values())
+    named = list(memory.graph._doc_names)
+    assert len(named) >= 300 and all(id(doc) == owned[doc] for doc in named)
     for mode in ("keyword", "fulltext", "vector", "hybrid"):
         assert [hit.memory.id for hit in Driver(memory).search("Melanie lake 17", mode).hits] == \
             [hit.memory.id for hit in driver.search("Melanie lake 17", mode).hits]
