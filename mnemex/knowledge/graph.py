@@ -37,7 +37,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import ahocorasick
 import msgspec
@@ -148,18 +148,18 @@ class EntityGraph:
 
     # slots: one graph per live scope, with more attributes than Python shares a
     # dict's keys for (30): each would carry a dict of its own (~1.6 KB)
-    __slots__ = ("_acronyms", "_changes", "_doc_flags", "_doc_names", "_doc_surfaces", "_expansion_docs",
-                 "_expansions", "_expansions_lock", "_expansions_of", "_finder", "_gazetteer", "_groups",
-                 "_memo", "_memo_state", "_name_docs", "_relations", "_resolution", "_resolutions",
+    __slots__ = ("_acronyms", "_changes", "_expansion_docs", "_expansions", "_expansions_lock",
+                 "_expansions_of", "_finder", "_gazetteer", "_groups", "_memo", "_memo_state", "_mentions",
+                 "_name_docs", "_relations", "_resolution", "_resolutions",
                  "_speakers", "_strong", "_surfaces", "_unembedded", "apart", "declared", "detect",
                  "fold_accents", "merges", "typed", "types", "vectors")
 
     def __init__(self, *, detect: bool = True, fold_accents: bool = True) -> None:
         self.detect = detect
         self.fold_accents = fold_accents
-        self._doc_names: dict[int, tuple[str, ...]] = {}
-        self._doc_flags: dict[int, tuple[int, ...]] = {}  # per name of a doc: _STRONG | _SPEAKER | _ACRONYM
-        self._doc_surfaces: dict[int, tuple[str, ...]] = {}  # per name of a doc: as written ("": gazetteer)
+        # a memory's names; per name, its flags (_STRONG | _SPEAKER | _ACRONYM) and how it
+        # was written ("": by the gazetteer); one tuple of the three, shared (see _shared)
+        self._mentions: dict[int, Mentions] = {}
         self._name_docs: dict[str, set[int]] = {}
         self._surfaces: dict[str, Counter[str]] = {}
         self._strong: Counter[str] = Counter()       # docs naming a key otherwise than as a weak mention
@@ -209,7 +209,7 @@ class EntityGraph:
     def mentions(self) -> int:
         """Memory-mentions-entity edges (a memory naming two names of one entity counts twice)."""
         root = self._resolved().root
-        return sum(key in root for names in self._doc_names.values() for key in names)
+        return sum(key in root for names, _, _ in self._mentions.values() for key in names)
 
     def key(self, name: str) -> str:
         return name_key(name, fold_accents=self.fold_accents)
@@ -217,7 +217,7 @@ class EntityGraph:
     # -- derived: the mentions of each memory ---------------------------------------------------
     def add(self, doc: int, content: str, author: str | None = None, entities: Iterable[str] = ()) -> None:
         """Index the mentions of memory ``doc`` (replacing what it had)."""
-        if doc in self._doc_names:
+        if doc in self._mentions:
             self.remove(doc)
         self._changes += 1
         keys: dict[str, tuple[int, str]] = {}
@@ -238,8 +238,7 @@ class EntityGraph:
         self._changes += 1
         self._resolution = None  # mention counts choose the representatives
         flags, written = zip(*keys.values(), strict=True)
-        names = self._doc_names
-        names[doc], self._doc_flags[doc], self._doc_surfaces[doc] = _shared(tuple(keys), flags, written)
+        self._mentions[doc] = _shared(tuple(keys), flags, written)
         surfaces, name_docs = self._surfaces, self._name_docs
         for key, (flag, surface) in keys.items():
             self._count(key, flag, 1)
@@ -282,12 +281,12 @@ class EntityGraph:
         self._resolution = self._finder = None
 
     def remove(self, doc: int) -> None:
-        names = self._doc_names.pop(doc, None)
-        if names is None:
+        found = self._mentions.pop(doc, None)
+        if found is None:
             return
         self._changes += 1
         self._resolution = None
-        flags, surfaces = self._doc_flags.pop(doc), self._doc_surfaces.pop(doc)
+        names, flags, surfaces = found
         for key, flag, surface in zip(names, flags, surfaces, strict=True):
             self._count(key, flag, -1)
             written = self._surfaces.get(key)
@@ -303,14 +302,13 @@ class EntityGraph:
                 del self._name_docs[key]
 
     def names_of(self, doc: int) -> tuple[str, ...]:
-        return self._doc_names.get(doc, ())
+        found = self._mentions.get(doc)
+        return found[0] if found is not None else ()
 
     def rebuild(self, items: Iterable[tuple[int, str, str | None, Sequence[str]]]) -> None:
         """Index every memory again (after the gazetteer changed): (doc, content,
         author, entities) of each."""
-        self._doc_names.clear()
-        self._doc_flags.clear()
-        self._doc_surfaces.clear()
+        self._mentions.clear()
         self._strong.clear()
         self._name_docs.clear()
         self._surfaces.clear()
@@ -599,7 +597,7 @@ class EntityGraph:
             return self._relations[1]
         root = self._resolved().root
         pairs: set[tuple[str, str]] = set()
-        for names in self._doc_names.values():
+        for names, _, _ in self._mentions.values():
             if len(names) > 1:
                 entities = sorted({root[key] for key in names if key in root})
                 pairs.update((a, b) for i, a in enumerate(entities) for b in entities[i + 1:])
@@ -659,9 +657,8 @@ class EntityGraph:
             if not self._speakers.get(key):
                 continue
             for doc in self._name_docs.get(key, ()):
-                flags = self._doc_flags[doc]
-                if any(flag & _SPEAKER for name, flag in zip(self._doc_names[doc], flags, strict=True)
-                       if name == key):
+                names, flags, _ = self._mentions[doc]
+                if any(flag & _SPEAKER for name, flag in zip(names, flags, strict=True) if name == key):
                     out.add(doc)
         return out
 
@@ -774,12 +771,12 @@ class EntityGraph:
         root = self._resolved().root
         shared: dict[str, list[int]] = {}
         for doc in sorted(self.docs_of(entity)):
-            for other in dict.fromkeys(root.get(key) for key in self._doc_names.get(doc, ())):
+            for other in dict.fromkeys(root.get(key) for key in self.names_of(doc)):
                 if other is not None and other != entity:
                     shared.setdefault(other, []).append(doc)
         if not shared:
             return []
-        count = total if total is not None else max(1, len(self._doc_names))
+        count = total if total is not None else max(1, len(self._mentions))
 
         def strength(item: tuple[str, list[int]]) -> tuple[float, str]:
             other, docs = item
@@ -873,12 +870,12 @@ class EntityGraph:
     def to_sidecar(self) -> bytes:
         """The mentions of every memory, so a restart need not find them again (see
         ``load_sidecar``)."""
-        docs = sorted(self._doc_names)
+        docs = sorted(self._mentions)
+        each = [self._mentions[doc] for doc in docs]
         return _encode_sidecar(_Sidecar(
             version=DETECTION_VERSION, detect=self.detect, fold_accents=self.fold_accents,
-            gazetteer=self._gazetteer_signature(), docs=docs,
-            names=[self._doc_names[doc] for doc in docs], flags=[self._doc_flags[doc] for doc in docs],
-            surfaces=[self._doc_surfaces[doc] for doc in docs]))
+            gazetteer=self._gazetteer_signature(), docs=docs, names=[names for names, _, _ in each],
+            flags=[flags for _, flags, _ in each], surfaces=[surfaces for _, _, surfaces in each]))
 
     def load_sidecar(self, data: bytes | memoryview, docs: Iterable[int]) -> bool:
         """Take the mentions from a sidecar of ``to_sidecar`` when it was made with
@@ -909,7 +906,7 @@ class EntityGraph:
         """``_place`` of many docs (doc, names, flags, spellings) into an empty graph: the
         same state, counted in one pass without a call per name (a restore of 1,000,000
         memories places millions of names)."""
-        doc_names, doc_flags, doc_surfaces = self._doc_names, self._doc_flags, self._doc_surfaces
+        mentions = self._mentions
         strong, speakers, acronyms = self._strong, self._speakers, self._acronyms
         spellings_of, name_docs = self._surfaces, self._name_docs
         # one object for each name, spelling and tuple of them that repeats: a sidecar
@@ -927,7 +924,8 @@ class EntityGraph:
                 keys = dict(zip(names, zip(flags, surfaces, strict=True), strict=True))
                 names, flags = tuple(keys), tuple(flag for flag, _ in keys.values())
                 surfaces = tuple(surface for _, surface in keys.values())
-            doc_names[doc], doc_flags[doc], doc_surfaces[doc] = names, flags, surfaces
+            triple = (names, flags, surfaces)
+            mentions[doc] = seen(triple) or shared.setdefault(triple, triple)
             for key, flag, surface in zip(names, flags, surfaces, strict=True):
                 if flag & _STRONG:
                     strong[key] += 1
@@ -998,22 +996,26 @@ def _hold(spellings_of: dict[str, Counter[str]], name_docs: dict[str, set[int]],
         holders.add(doc)
 
 
+Mentions = tuple[tuple[str, ...], tuple[int, ...], tuple[str, ...]]
+"""A memory's names, their flags and their spellings, name by name."""
+
 _SHARED: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _SHARED_MAX: Final = 1 << 15
 
 
-def _shared(names: tuple[str, ...], flags: tuple[int, ...],
-            surfaces: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[int, ...], tuple[str, ...]]:
-    """A memory's names, flags and spellings as tuples equal to them seen lately (by any
-    graph of the process), where there are: most memories repeat another's (a flag
-    tuple nearly always; the names of a user's few people and places often), and a
-    tuple a memory costs 60-100 bytes (at 100,000 memories, 30 MB for the three).
-    What is kept is let go at ``_SHARED_MAX`` tuples, and kept again as it comes."""
+def _shared(names: tuple[str, ...], flags: tuple[int, ...], surfaces: tuple[str, ...]) -> Mentions:
+    """A memory's mentions as a tuple equal to one seen lately (by any graph of the
+    process), of tuples equal to ones seen lately, where there are: most memories
+    repeat another's (a flag tuple nearly always; the names of a user's few people and
+    places often), and four tuples a memory cost 60-100 bytes each (at 100,000
+    memories, 30 MB). What is kept is let go at ``_SHARED_MAX`` tuples, and kept
+    again as it comes."""
     shared = _SHARED
     if len(shared) >= _SHARED_MAX:
         shared.clear()
     keep = shared.setdefault
-    return keep(names, names), keep(flags, flags), keep(surfaces, surfaces)
+    triple = (keep(names, names), keep(flags, flags), keep(surfaces, surfaces))
+    return cast("Mentions", keep(triple, triple))
 
 
 _NOT_MADE: Final[dict[Any, Any]] = {}

@@ -412,7 +412,7 @@ def test_a_restore_takes_the_mentions_from_the_sidecar_and_falls_back_when_it_ca
 
 def graph_state(graph: EntityGraph) -> dict[str, Any]:
     return {name: getattr(graph, name) for name in (
-        "_doc_names", "_doc_flags", "_doc_surfaces", "_name_docs", "_surfaces", "_strong", "_speakers",
+        "_mentions", "_name_docs", "_surfaces", "_strong", "_speakers",
         "_acronyms", "_unembedded", "_changes")}
 
 
@@ -433,13 +433,15 @@ def test_a_graph_loaded_from_its_sidecar_holds_the_state_adding_each_memory_gave
     # a restore counts each memory placed; a live graph counted its adds and removals too
     assert {k: v for k, v in graph_state(loaded).items() if k != "_changes"} == \
         {k: v for k, v in state.items() if k != "_changes"}
-    assert loaded._changes == len(graph._doc_names)
+    assert loaded._changes == len(graph._mentions)
     assert [(e, sorted(loaded.docs_of(e))) for e in loaded.entities()] == \
         [(e, sorted(graph.docs_of(e))) for e in graph.entities()]
     # one object for each name, spelling and tuple of them (a sidecar decodes one per mention)
-    for table in (loaded._doc_names, loaded._doc_flags, loaded._doc_surfaces):
-        assert len({id(value) for value in table.values()}) == len(set(table.values()))
-    names = [name for each in loaded._doc_names.values() for name in each]
+    for part in range(3):
+        values = [mentions[part] for mentions in loaded._mentions.values()]
+        assert len({id(value) for value in values}) == len(set(values))
+    assert len({id(value) for value in loaded._mentions.values()}) == len(set(loaded._mentions.values()))
+    names = [name for each, _, _ in loaded._mentions.values() for name in each]
     assert len({id(name) for name in names}) == len(set(names))
 
 
@@ -449,9 +451,11 @@ def test_memories_added_one_by_one_share_the_tuples_they_repeat() -> None:
     graph = EntityGraph()
     for doc in range(30):
         graph.add(doc, texts[doc % 3], author=["Caroline", "Melanie", "Caroline"][doc % 3])
-    for table in (graph._doc_names, graph._doc_flags, graph._doc_surfaces):
-        assert len(set(table.values())) < len(table)
-        assert len({id(value) for value in table.values()}) == len(set(table.values()))
+    for values in ([mentions[part] for mentions in graph._mentions.values()] for part in range(3)):
+        assert len(set(values)) < len(values)
+        assert len({id(value) for value in values}) == len(set(values))
+    triples = list(graph._mentions.values())
+    assert len({id(value) for value in triples}) == len(set(triples)) < len(triples)
     # the kept tuples are let go when too many (and kept again as they come): nothing changes
     before = graph_state(graph)
     graph_module._SHARED.clear()

@@ -124,7 +124,7 @@ def test_a_restored_scope_shares_what_its_records_repeat() -> None:
     # one int object a doc: the one doc_of holds, in the content index and the entity graph too
     owned = {doc: id(doc) for doc in memory.doc_of.values()}
     assert all(id(doc) == owned[doc] for doc in memory.by_content.values())
-    named = list(memory.graph._doc_names)
+    named = list(memory.graph._mentions)
     assert len(named) >= 300 and all(id(doc) == owned[doc] for doc in named)
     for mode in ("keyword", "fulltext", "vector", "hybrid"):
         assert [hit.memory.id for hit in Driver(memory).search("Melanie lake 17", mode).hits] == \
