@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import sys
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Final, Self
@@ -116,11 +117,11 @@ class KeywordIndex(SidecarIndex):
         self._restored: TermsByDoc | None = None
         self._capacity = 0
         self._timestamps = np.zeros(0, dtype=np.float64)
-        # a word's postings: a list, or, for a word restored from a sidecar and not
+        # a word's postings: an int32 array('i') (4 bytes a posting: a list took 8 and
+        # more), or, for a word restored from a sidecar and not
         # changed since, a read-only int32 slice of one array (made a list when changed):
         # an int object per posting was most of what a large restored index held
-        self._sparse: dict[str, list[int] | _I32] = {}
-        self._sparse_cache: dict[str, _I32] = {}
+        self._sparse: dict[str, array[int] | _I32] = {}
         # a common word's docs: a bit set over the id space, doc d at bit 7 - d % 8 of
         # byte d // 8 (np.packbits' order, the sidecar's): an eighth of a byte a doc
         self._dense: dict[str, _U8] = {}
@@ -205,7 +206,7 @@ class KeywordIndex(SidecarIndex):
                 elif postings[-1] != doc_id:
                     postings.append(doc_id)
         dense_at = max(self._dense_min, self._capacity // self._dense_share)
-        dense, sparse, cache = self._dense, self._sparse, self._sparse_cache
+        dense, sparse = self._dense, self._sparse
         for word, new in by_word.items():
             column = dense.get(word)
             if column is not None:
@@ -214,12 +215,11 @@ class KeywordIndex(SidecarIndex):
                 continue
             kept = sparse.get(word)
             if kept is None:
-                sparse[word] = kept = new
+                sparse[word] = kept = array("i", new)
             else:
                 if isinstance(kept, np.ndarray):
-                    kept = sparse[word] = kept.tolist()
-                kept += new
-                cache.pop(word, None)
+                    kept = sparse[word] = array("i", kept.tobytes())
+                kept.extend(new)
             if len(kept) >= dense_at:
                 self._promote(word)
         self._pending_add.update(dict.fromkeys(docs))
@@ -257,12 +257,11 @@ class KeywordIndex(SidecarIndex):
                 del self._sparse[word]
             else:
                 if isinstance(postings, np.ndarray):
-                    postings = self._sparse[word] = postings.tolist()
+                    postings = self._sparse[word] = array("i", postings.tobytes())
                 # Swap-remove: posting order carries no meaning.
                 at = postings.index(doc_id)
                 postings[at] = postings[-1]
                 postings.pop()
-            self._sparse_cache.pop(word, None)
         self._pending_add.pop(doc_id, None)
         self._pending_remove[doc_id] = None
 
@@ -417,11 +416,9 @@ class KeywordIndex(SidecarIndex):
         """Every sparse word's postings count and its postings, word after word."""
         sparse = self._sparse
         counts = np.fromiter(map(len, sparse.values()), dtype=np.int64, count=len(sparse))
-        if any(isinstance(postings, np.ndarray) for postings in sparse.values()):
-            return counts, np.concatenate([np.asarray(run, dtype=np.int32) for run in sparse.values()])
-        postings = np.fromiter(itertools.chain.from_iterable(sparse.values()), dtype=np.int32,
-                               count=int(counts.sum()))
-        return counts, postings
+        if not sparse:
+            return counts, np.zeros(0, dtype=np.int32)
+        return counts, np.concatenate([np.asarray(run, dtype=np.int32) for run in sparse.values()])
 
     def _words_of_restored(self, doc_id: int) -> tuple[str, ...]:
         """The words of a document restored from a sidecar and not changed since,
@@ -453,14 +450,13 @@ class KeywordIndex(SidecarIndex):
         return np.concatenate(found)[:need]
 
     def _postings_array(self, word: str) -> _I32:
+        """A sparse word's postings as an array: a restored word's own read-only slice,
+        or a view of its array('i'), which the caller lets go at once (while a view
+        lives, the array cannot grow)."""
         postings = self._sparse[word]
         if isinstance(postings, np.ndarray):
-            return postings  # (a restored word's own read-only slice)
-        cached = self._sparse_cache.get(word)
-        if cached is None:
-            cached = np.array(postings, dtype=np.int32)
-            self._sparse_cache[word] = cached
-        return cached
+            return postings
+        return np.frombuffer(postings, dtype=np.int32)
 
     def _dense_docs(self, column: _U8) -> _I64:
         """The docs of a dense word's bit set, ascending."""
@@ -468,7 +464,6 @@ class KeywordIndex(SidecarIndex):
 
     def _promote(self, word: str) -> None:
         postings = self._sparse.pop(word)
-        self._sparse_cache.pop(word, None)
         column = np.zeros(_bytes_for(self._capacity), dtype=np.uint8)
         _set_bits(column, postings)
         self._dense[word] = column
@@ -477,9 +472,9 @@ class KeywordIndex(SidecarIndex):
     def _demote(self, word: str) -> None:
         column = self._dense.pop(word)
         del self._dense_df[word]
-        postings = self._dense_docs(column).tolist()
-        if postings:
-            self._sparse[word] = postings
+        postings = self._dense_docs(column)
+        if len(postings):
+            self._sparse[word] = array("i", postings.astype(np.int32).tobytes())
 
     def _ensure_capacity(self, needed: int) -> None:
         if needed <= self._capacity:
@@ -551,7 +546,7 @@ def _bytes_for(capacity: int) -> int:
     return (capacity + 7) // 8
 
 
-def _set_bits(column: _U8, docs: list[int] | _I32) -> None:
+def _set_bits(column: _U8, docs: list[int] | array[int] | _I32) -> None:
     """Set the bits of ``docs`` (distinct) in a dense word's bit set."""
     if len(docs) == 1:  # (a scalar store is ten times cheaper than a fancy one)
         doc = int(docs[0])

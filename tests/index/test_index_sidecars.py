@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import struct
+from array import array
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -187,9 +188,10 @@ def test_a_restored_keyword_index_keeps_its_postings_as_arrays_until_changed() -
     restored = {word: postings for word, postings in loaded._sparse.items()}
     assert restored and all(isinstance(p, np.ndarray) and not p.flags.writeable for p in restored.values())
     for index in (original, loaded):
-        index.add(6, "state cat", 6.0)  # adds to restored words: they become lists
+        index.add(6, "state cat", 6.0)  # adds to restored words: they become array('i')s
         index.remove(3)
-    assert isinstance(loaded._sparse["state"], list) and isinstance(loaded._sparse["art"], list)
+    assert isinstance(loaded._sparse["state"], array) and isinstance(loaded._sparse["art"], array)
+    assert loaded._sparse["state"].typecode == "i" and isinstance(original._sparse["state"], array)
     for query in ["cat", "dog", "art", "state", "cat dog art state"]:
         assert loaded.search(query, 10) == original.search(query, 10)
     assert Tiny.from_sidecar(loaded.to_sidecar()).search("state art", 10) == original.search("state art", 10)
