@@ -8,7 +8,7 @@ of distinct query words they contain, then by recency (the larger timestamp give
 at ``add``), then by the lower doc id.
 
 How it stays fast when a query word is in most documents: a word's postings
-live in a Python list while the word is rare and move to a dense bit set
+live in an int32 array while the word is rare and move to a dense bit set
 over doc ids (a bit a doc, packed eight to a byte) once it is in more than 1/32
 of the id space, so counting matches costs one unpacking and vectorised add per
 common word plus a fancy-index add per rare one. The top k is then read level
@@ -34,7 +34,7 @@ import sys
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Final, Self
+from typing import Any, Final, Self, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -92,7 +92,7 @@ class KeywordIndex(SidecarIndex):
 
     ``search`` costs O(capacity / SIMD width) per common query word plus
     O(postings) per rare one; memory is one bit per (common word, doc id) and
-    about 8 bytes per (rare word, document)."""
+    4 bytes per (rare word, document)."""
 
     sidecar_magic = _MAGIC
     sidecar_name = "keyword"
@@ -118,9 +118,9 @@ class KeywordIndex(SidecarIndex):
         self._capacity = 0
         self._timestamps = np.zeros(0, dtype=np.float64)
         # a word's postings: an int32 array('i') (4 bytes a posting: a list took 8 and
-        # more), or, for a word restored from a sidecar and not
-        # changed since, a read-only int32 slice of one array (made a list when changed):
-        # an int object per posting was most of what a large restored index held
+        # more), or, for a word restored from a sidecar and not changed since, a
+        # read-only int32 slice of one array (made an array('i') when changed): an int
+        # object per posting was most of what a large restored index held
         self._sparse: dict[str, array[int] | _I32] = {}
         # a common word's docs: a bit set over the id space, doc d at bit 7 - d % 8 of
         # byte d // 8 (np.packbits' order, the sidecar's): an eighth of a byte a doc
@@ -416,9 +416,9 @@ class KeywordIndex(SidecarIndex):
         """Every sparse word's postings count and its postings, word after word."""
         sparse = self._sparse
         counts = np.fromiter(map(len, sparse.values()), dtype=np.int64, count=len(sparse))
-        if not sparse:
-            return counts, np.zeros(0, dtype=np.int32)
-        return counts, np.concatenate([np.asarray(run, dtype=np.int32) for run in sparse.values()])
+        # (one copy of every word's int32s, and no object a word: arrays and slices alike)
+        runs = cast("Iterable[bytes]", sparse.values())  # (buffers: what bytes.join reads)
+        return counts, np.frombuffer(b"".join(runs), dtype=np.int32)
 
     def _words_of_restored(self, doc_id: int) -> tuple[str, ...]:
         """The words of a document restored from a sidecar and not changed since,

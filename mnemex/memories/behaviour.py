@@ -1143,7 +1143,10 @@ class ScopeMemory:
         they match the records, else from the records, sessions first so that each
         memory is indexed once with its final context."""
         records = self.docs
-        items = [(doc, record) for doc in sorted(docs) if (record := records[doc]) is not None]
+        ordered = sorted(docs)
+        # (each doc once: a snapshot's lines are not checked distinct as its sidecars are)
+        items = [(doc, record) for at, doc in enumerate(ordered)
+                 if (at == 0 or ordered[at - 1] != doc) and (record := records[doc]) is not None]
         window = self.settings.context_window
         if window:
             for doc, record in items:

@@ -98,6 +98,7 @@ def test_bm25_from_sidecar_searches_and_changes_like_the_original(
     loaded = BM25Index.from_sidecar(blob, k1=1.2, b=0.6, context_weight=0.7)
     assert_bm25_alike(original, loaded, queries)
     assert loaded.to_sidecar() == blob
+    assert isinstance(loaded._postings._bounds, array)  # (8 bytes a term, not an int object)
     play(original, after)
     play(loaded, after)
     assert_bm25_alike(original, loaded, queries)

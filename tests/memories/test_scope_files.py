@@ -126,6 +126,17 @@ def test_a_restored_scope_shares_what_its_records_repeat() -> None:
     assert all(id(doc) == owned[doc] for doc in memory.by_content.values())
     named = list(memory.graph._mentions)
     assert len(named) >= 300 and all(id(doc) == owned[doc] for doc in named)
+    # from the lines alone (every index made again), and the graph made again after a
+    # declaration: the same sharing (ints from 257 up are objects of their own)
+    from mnemex.memories.graph import reindex_graph
+
+    bare = restored(driver.memory, sidecars=False)
+    for rebuilt in (False, True):
+        if rebuilt:
+            reindex_graph(bare)
+        owned = {doc: id(doc) for doc in bare.doc_of.values()}
+        assert all(id(doc) == owned[doc] for doc in bare.by_content.values())
+        assert len(bare.graph._mentions) >= 300 and all(id(doc) == owned[doc] for doc in bare.graph._mentions)
     for mode in ("keyword", "fulltext", "vector", "hybrid"):
         assert [hit.memory.id for hit in Driver(memory).search("Melanie lake 17", mode).hits] == \
             [hit.memory.id for hit in driver.search("Melanie lake 17", mode).hits]
