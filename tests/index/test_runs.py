@@ -33,16 +33,21 @@ def _same(runs: Runs, model: dict[int, bytes]) -> None:
     assert {doc: again[doc] for doc in again} == model
 
 
+def _play(runs: Runs, model: dict[int, bytes], op: str, doc: int, data: bytes) -> None:
+    """One change to the runs and to the dict alike (a pop gives what the dict's gives)."""
+    if op == "set":
+        runs[doc] = data
+        model[doc] = data
+    else:
+        assert runs.pop(doc) == model.pop(doc, None)
+
+
 @settings(max_examples=200, deadline=None)
 @given(_ops)
 def test_runs_hold_what_a_dict_holds(ops: list[tuple[str, int, bytes]]) -> None:
     runs, model = Runs(), {}
     for op, doc, data in ops:
-        if op == "set":
-            runs[doc] = data
-            model[doc] = data
-        else:
-            assert runs.pop(doc) == model.pop(doc, None)
+        _play(runs, model, op, doc, data)
     _same(runs, model)
 
 
@@ -55,12 +60,7 @@ def test_runs_packed_again_keep_every_run(ops: list[tuple[str, int, bytes]]) -> 
     try:
         runs, model = Runs(), {}
         for op, doc, data in ops:
-            if op == "set":
-                runs[doc] = data
-                model[doc] = data
-            else:
-                runs.pop(doc)
-                model.pop(doc, None)
+            _play(runs, model, op, doc, data)
             _same(runs, model)
             assert runs._garbage * 2 < max(1, len(runs._heap)) or runs._garbage == 0
     finally:
