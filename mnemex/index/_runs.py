@@ -158,11 +158,6 @@ class Runs:
             data = b"".join([heap[first:last] for first, last in zip(firsts, lasts, strict=True)])
         return ids, sizes, data
 
-    @property
-    def nbytes(self) -> int:
-        """What the runs hold: the buffer (garbage included) and the two arrays."""
-        return len(self._heap) + self._at.itemsize * len(self._at) + self._size.itemsize * len(self._size)
-
     # -- insides ------------------------------------------------------------------------------
     def _pack_if_due(self) -> None:
         garbage = self._garbage
