@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable, Iterable, Iterator, Mapping, MutableSet, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableSet, Sequence, Sized
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import MappingProxyType
@@ -143,11 +143,11 @@ of that doc (shared by every table; replaced by a set of the value's own on a se
 once it is common, a :class:`DocBits`."""
 
 
-def doc_array(docs: Docs) -> npt.NDArray[np.int64]:
-    """The docs of ``docs`` as an int64 array (a DocBits' ascending; a set's in its order)."""
+def doc_array(docs: Iterable[int]) -> npt.NDArray[np.int64]:
+    """The docs of ``docs`` as an int64 array (a DocBits' ascending; others' in their order)."""
     if isinstance(docs, DocBits):
         return docs.ids()
-    return np.fromiter(docs, dtype=np.int64, count=len(docs))
+    return np.fromiter(docs, dtype=np.int64, count=len(docs) if isinstance(docs, Sized) else -1)
 _Floats = npt.NDArray[np.float64]
 _C = TypeVar("_C")
 
@@ -362,7 +362,7 @@ class FilterTable:
 
     def docs_mask(self, docs: Iterable[int]) -> Mask:
         mask = np.zeros(self.capacity, dtype=np.bool_)
-        ids = docs.ids() if isinstance(docs, DocBits) else np.fromiter(docs, dtype=np.int64)
+        ids = doc_array(docs)
         if len(ids):
             mask[ids] = True
         return mask
