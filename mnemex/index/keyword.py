@@ -218,7 +218,7 @@ class KeywordIndex(SidecarIndex):
                 sparse[word] = kept = array("i", new)
             else:
                 if isinstance(kept, np.ndarray):
-                    kept = sparse[word] = array("i", kept.tobytes())
+                    kept = sparse[word] = _int32s(kept)
                 kept.extend(new)
             if len(kept) >= dense_at:
                 self._promote(word)
@@ -257,7 +257,7 @@ class KeywordIndex(SidecarIndex):
                 del self._sparse[word]
             else:
                 if isinstance(postings, np.ndarray):
-                    postings = self._sparse[word] = array("i", postings.tobytes())
+                    postings = self._sparse[word] = _int32s(postings)
                 # Swap-remove: posting order carries no meaning.
                 at = postings.index(doc_id)
                 postings[at] = postings[-1]
@@ -474,7 +474,7 @@ class KeywordIndex(SidecarIndex):
         del self._dense_df[word]
         postings = self._dense_docs(column)
         if len(postings):
-            self._sparse[word] = array("i", postings.astype(np.int32).tobytes())
+            self._sparse[word] = _int32s(postings)
 
     def _ensure_capacity(self, needed: int) -> None:
         if needed <= self._capacity:
@@ -539,6 +539,12 @@ class KeywordIndex(SidecarIndex):
             block = order[lo[i] : hi[i]]
             at[i] = lo[i] + int(np.count_nonzero(block > new[i]))
         return np.insert(order, at, new), np.insert(order_ts, at, new_ts)
+
+
+def _int32s(docs: _I32 | _I64) -> array[int]:
+    """A word's postings as the array('i') a changing word keeps (from a restored
+    word's slice, or a demoted word's docs)."""
+    return array("i", docs.astype(np.int32, copy=False).tobytes())
 
 
 def _bytes_for(capacity: int) -> int:
