@@ -692,20 +692,14 @@ class VectorIndex:
             return self._top_rows_arrays(self._rows[: self._high] @ query, top_k)
         return pairs_as_arrays(self.search(vector, top_k, allowed))
 
-    def exact_scores(self, vector: npt.ArrayLike, *, coarse: bool = False) -> ExactScores | None:
+    def exact_scores(self, vector: npt.ArrayLike) -> ExactScores | None:
         """The cosine of *vector* to every stored vector, in one product, for several
         exact searches of one query (see :class:`ExactScores`); None in HNSW mode,
-        where a search reads the graph instead of every vector, unless ``coarse``:
-        then in either mode from the coarse int8 pass over every row, for a ranking
-        that reads the cosines of many memories (gathering a float32 row for its
-        product costs ~15 times a row of the pass). In HNSW mode the int8 copy is made
-        on first such need and kept beside the graph (``coarse_bytes``)."""
+        where a search reads the graph instead of every vector (a hybrid search reads
+        the rest from the graph and a few rows: ``ranking.NAMED_GATHERED``)."""
         query = self._as_query(vector)
         if self._graph is not None:
-            if not coarse:
-                return None
-            self._viewed()
-            return self._coarse_scores(query)
+            return None
         self._viewed()
         if not self._coarse_due():
             self._coarse = None  # (a scope that shrank)
@@ -885,7 +879,7 @@ class VectorIndex:
         # a removed key keeps its node in the graph until a rebuild: counted as a tombstone
         size = len(graph) + len(tombstones) - (len(set(marks)) if later else 0)
         if first:  # searched through the graph from now on: the int8 copy goes
-            self._coarse = None  # (in HNSW mode only a ranking's coarse need makes it again)
+            self._coarse = None
         self._graph, self._graph_size, self._tombstones = graph, size, tombstones
         self._touched = None
         build.graph = None

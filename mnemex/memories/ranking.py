@@ -131,15 +131,23 @@ CROWDING_NEIGHBOURS: Final = 10
 _COSINE_BLOCK: Final = 1024
 """Vectors gathered at a time for the cosines of a hybrid search's named memories."""
 
-COARSE_FOR_NAMED: Final = 16
-"""A hybrid search over an HNSW index whose query names entities with at least one
-memory in this many reads every memory's cosine bounds from one coarse int8 pass
-(``VectorIndex.exact_scores(coarse=True)``) and the float32 products of those that
-could rank only, as an exact index does, instead of gathering every named memory's
-float32 row: at 100,000 memories of 384 dimensions a row gathered and multiplied
-costs ~0.55 us, a row of the pass ~36 ns (bench/compare.py's questions named
-memories of 16,084 rows at the median; hybrid p50 ~21 -> ~13 ms). Its vector list
-is then exact too."""
+NAMED_GATHERED: Final = 2048
+"""The memories of the entities a hybrid search's query names, at most, whose
+cosines a search over an HNSW index reads all (float32 rows gathered, ~0.55 us a row
+in memory, ~1.5 us read from a row file). Past it, the search reads only those that
+could be among its ``expansion_candidates`` best by full-text score plus cosine (see
+``_reaching_over_graph``): at 1,000,000 memories a query naming a speaker
+names ~160,000 of them, and a coarse pass over every row, which bounded them
+before, read 392 MB a search and kept an int8 copy of every row (384 MB)."""
+
+_REACH_STEPS: Final = ((1, 0), (4, 0), (16, 0), (64, 0), (64, 8), (128, 8))
+"""How deep :func:`_reaching_over_graph` reads its two lists, round by round, in
+``expansion_candidates``: the named memories by full-text score (a row read each),
+and the memories nearest the query (0: the search's vector list; deeper lists take
+a graph search). The rounds stop once what is read settles the best. Simulated over
+300,000 memories (bench/million.py's questions naming entities of 30,000-100,000
+memories, 99 of 100), with the vector list's 30: 27 settle in the first round, 26 in
+the second, 32 in the third, 11 in the fourth, 3 later."""
 
 _SMOOTHING: Final = 0.02
 """Width, in cosine, of the rounded corners of :func:`calibrated_cosine`."""
@@ -365,26 +373,33 @@ class Ranker:
                 else _ascending(expansion.docs)
             if allowed is not None:
                 named = named[(named < len(allowed)) & allowed[np.minimum(named, len(allowed) - 1)]]
-            if exact is None and isinstance(index, VectorIndex) \
-                    and len(named) * COARSE_FOR_NAMED >= len(index):  # (an HNSW index: see there)
-                exact = index.exact_scores(vector, coarse=True)
         cosines_of = _Cosines(index, _unit(vector), exact)
-        reaching = None
-        if len(named):
-            reaching = self._reaching(named, fulltext, cosines_of, settings.expansion_candidates)
+        # over an HNSW index, the named memories past NAMED_GATHERED are read by the
+        # threshold algorithm, whose first list of nearest memories is the vector list
+        over_graph = exact is None and type(index) is VectorIndex and len(named) > NAMED_GATHERED
+        reaching: tuple[npt.NDArray[np.int64], F64, F64 | None] | None = None
+        if len(named) and not over_graph:
+            reaching = (*self._reaching(named, fulltext, cosines_of, settings.expansion_candidates), None)
         # the cosines read below (of the full-text candidates, and of the named memories
         # that may be among the best of them) are rescored with the search's rows
         also = np.fromiter((doc for doc, _ in text_ranked), dtype=np.int64, count=len(text_ranked))
         if reaching is not None and len(reaching[0]):
             also = np.concatenate((also, reaching[0]))
         vector_ranked = cosines_of.search(vector, count, allowed, also)
+        if over_graph:
+            assert isinstance(index, VectorIndex)
+            reaching = _reaching_over_graph(named, fulltext.scores(named)[0], cosines_of, index, vector,
+                                            nearest=vector_ranked, asked=count,
+                                            count=settings.expansion_candidates)
         dated = self._dated(query)
         extra: list[int] = []
         graph_found: list[int] = []
         if reaching is not None:
-            docs_reaching, scores_reaching = reaching
-            if cosines_of.index is not None:
-                scores_reaching = scores_reaching + cosines_of(docs_reaching)
+            docs_reaching, scores_reaching, cosines_reaching = reaching
+            if cosines_reaching is None and cosines_of.index is not None:
+                cosines_reaching = cosines_of(docs_reaching)
+            if cosines_reaching is not None:
+                scores_reaching = scores_reaching + cosines_reaching
             graph_found = _best(docs_reaching, scores_reaching, settings.expansion_candidates).tolist()
         if dated is not None:  # the best of the memories near a named period join the candidates
             near = _visible(dated > 0, allowed)
@@ -928,6 +943,55 @@ def _visible(mask: Mask, allowed: Mask | None) -> Mask:
 def _unit(vector: F32) -> F32:
     norm = float(np.sqrt(vector.dot(vector)))  # np.linalg.norm's own sum, without its checks
     return vector / norm if norm > 0 else vector
+
+
+def _reaching_over_graph(docs: npt.NDArray[np.int64], score: F64, cosines_of: _Cosines, index: VectorIndex,
+                         vector: F32, *, nearest: list[tuple[int, float]], asked: int,
+                         count: int) -> tuple[npt.NDArray[np.int64], F64, F64]:
+    """The named ``docs`` (ascending, with their full-text ``score``) that may be among
+    the ``count`` best by score plus cosine, read from two lists as the threshold
+    algorithm reads them: the named memories by full-text score (their cosines
+    gathered), and the memories nearest the query (those named among them, their
+    cosines the search's): first ``nearest``, the search's vector list of ``asked``,
+    then the graph's nearest, deeper. A memory on neither list scores at most the last
+    full-text score read plus the last cosine of the nearest (or 0, the cosine of a
+    memory without a vector); once ``count`` of those read score above that, the best
+    are among them. Until then the lists are read deeper (``_REACH_STEPS``); past the
+    last step the best of those read stand. The graph is approximate: a named memory
+    it misses among the nearest can be missed, as a vector search misses it. Returns
+    the docs read, their scores and their cosines."""
+    size = len(docs)
+    cosines = np.full(size, np.nan, dtype=np.float64)  # by position in docs; nan: not read
+    positions = np.arange(size, dtype=np.int64)
+    near, near_cosines = pairs_as_arrays(nearest)
+    for by_text, by_vector in _REACH_STEPS:
+        if by_vector * count > asked:  # the nearest memories, deeper
+            asked = by_vector * count
+            near, near_cosines = index.search_arrays(vector, asked)
+        if len(near):
+            at = np.searchsorted(docs, near)
+            named = at < size
+            named[named] = docs[at[named]] == near[named]
+            fresh = np.isnan(cosines[at[named]])
+            cosines[at[named][fresh]] = near_cosines[named][fresh]
+            near = near[:0]
+        # a named memory not among them: its cosine at most their last (or 0)
+        last = max(float(near_cosines[-1]), 0.0) if len(near_cosines) >= asked else 0.0
+        depth = min(by_text * count, size)
+        top = _best(positions, score, depth)  # the best by full-text score (ties by lower doc)
+        unread = top[np.isnan(cosines[top])]
+        if len(unread):
+            cosines[unread] = cosines_of(docs[unread])
+        if depth == size:
+            break
+        held = np.flatnonzero(~np.isnan(cosines))
+        if len(held) >= count:
+            totals = score[held] + cosines[held]
+            kth = np.partition(totals, len(totals) - count)[len(totals) - count]
+            if kth > float(score[top].min()) + last:  # nothing unread can reach the best
+                break
+    held = np.flatnonzero(~np.isnan(cosines))
+    return docs[held], score[held], cosines[held]
 
 
 def _best(ids: npt.NDArray[np.int64], scores: F64, count: int) -> npt.NDArray[np.int64]:

@@ -248,7 +248,8 @@ def test_passes_side_by_side_each_read_one_copy() -> None:
 @pytest.mark.usefixtures("coarse_from_3072_values")
 def test_the_int8_copy_is_let_go_once_it_cannot_serve() -> None:
     """A copy holds its rows' array: it goes when the rows move to a larger array and
-    when the index starts searching a graph (it was kept for good, with the old rows)."""
+    when the index starts searching a graph (it was kept for good, with the old rows),
+    and a graph never has one."""
     index = VectorIndex(16, hnsw_threshold=2_000)
     index.add_many(np.arange(300), clustered(300, 16, seed=1))
     query = clustered(1, 16, seed=2)[0]
@@ -264,33 +265,5 @@ def test_the_int8_copy_is_let_go_once_it_cannot_serve() -> None:
     index.build_graph()
     assert index.mode == "hnsw" and index._coarse is None
     index.search(query, 5)
-    assert index._coarse is None
-
-
-@pytest.mark.usefixtures("coarse_from_3072_values")
-def test_over_a_graph_a_coarse_pass_is_made_on_request_and_kept_through_catch_ups() -> None:
-    """In HNSW mode ``exact_scores`` is None unless asked for ``coarse``: then the pass
-    over every row, as in exact mode (the full product's answers); the copy made for it
-    stays while the graph catches up (the rows stay where they are)."""
-    dim = 32
-    index = VectorIndex(dim, hnsw_threshold=500, auto_build=False, defer_inserts=True, catch_up_min=50,
-                        catch_up_share=0.01)
-    index.add_many(np.arange(1000), clustered(1000, dim, seed=31))
-    index.add_many(np.arange(1000, 1200), clustered(200, dim, seed=34))  # (room for 800 more rows)
-    index.build_graph()
-    queries = clustered(5, dim, seed=32)
-    assert index.mode == "hnsw" and index._coarse is None and index.coarse_bytes == 0
-    assert index.exact_scores(queries[0]) is None
-    for query in queries:
-        coarse = index.exact_scores(query, coarse=True)
-        assert coarse is not None and coarse._known is not None  # bounds, not products
-        assert coarse.search(10) == full_scores(index, query).search(10)
-    assert index.coarse_bytes > 0
-    kept = index._coarse
-    index.add_many(np.arange(2000, 2100), clustered(100, dim, seed=33))  # deferred, then caught up
-    assert index.pending == 100 and index.wants_graph
-    assert index.adopt(index.plan_graph().run()) and index.pending == 0
-    assert index._coarse is kept  # (its 100 new rows scored exactly until packed)
-    for query in queries:
-        coarse = index.exact_scores(query, coarse=True)
-        assert coarse is not None and coarse.search(10) == full_scores(index, query).search(10)
+    # over a graph nothing makes it again: a ranking reads its cosines from rows
+    assert index.exact_scores(query) is None and index._coarse is None and index.coarse_bytes == 0

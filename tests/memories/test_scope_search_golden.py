@@ -20,7 +20,6 @@ import pytest
 from scope_support import Driver
 
 from mnemex.index import _coarse
-from mnemex.index.vector import VectorIndex
 from mnemex.memories import behaviour, ranking
 from mnemex.memories.protocol import Forget
 
@@ -108,29 +107,26 @@ def test_hybrid_hits_are_those_of_the_ranking_before(how: str, monkeypatch: pyte
             assert hit[2] == pytest.approx(want[2], abs=2e-6)
 
 
-def test_over_a_graph_the_named_memories_cosines_come_from_one_coarse_pass(monkeypatch: pytest.MonkeyPatch
-                                                                             ) -> None:
-    """An HNSW scope's hybrid searches that name entities with many memories read their
-    cosines from the coarse pass (every query here names a speaker of a quarter or more
-    of the memories, or none): the same hits as gathering each named memory's row."""
-    passes: list[bool] = []
-    exact_scores = VectorIndex.exact_scores
+def test_over_a_graph_many_named_memories_are_read_by_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An HNSW scope's hybrid searches that name entities of more memories than
+    ``ranking.NAMED_GATHERED`` read them by rounds (every query here names a speaker of
+    a quarter or more of the memories, or none): the same hits as gathering each named
+    memory's row."""
+    rounds: list[int] = []
+    by_rounds = ranking._reaching_over_graph
 
-    def counted(self: VectorIndex, vector: Any, *, coarse: bool = False) -> Any:
-        made = exact_scores(self, vector, coarse=coarse)
-        passes.append(coarse and made is not None)
-        return made
+    def counted(docs: Any, *args: Any, **options: Any) -> Any:
+        rounds.append(len(docs))
+        return by_rounds(docs, *args, **options)
 
-    monkeypatch.setattr(VectorIndex, "exact_scores", counted)
-    monkeypatch.setattr(ranking, "COARSE_FOR_NAMED", 0)  # never: every named row gathered
-    gathered = searches("graph")
-    assert not any(passes)
-    monkeypatch.setattr(ranking, "COARSE_FOR_NAMED", 16)
-    passes.clear()
-    through_pass = searches("graph")
-    assert any(passes)
-    assert len(through_pass) == len(gathered)
-    for hits, wanted in zip(through_pass, gathered, strict=True):
+    monkeypatch.setattr(ranking, "_reaching_over_graph", counted)
+    gathered = searches("graph")  # (300 memories: fewer than NAMED_GATHERED, each gathered)
+    assert not rounds
+    monkeypatch.setattr(ranking, "NAMED_GATHERED", 0)
+    read = searches("graph")
+    assert rounds
+    assert len(read) == len(gathered)
+    for hits, wanted in zip(read, gathered, strict=True):
         assert [h[0] for h in hits] == [w[0] for w in wanted]
         for hit, want in zip(hits, wanted, strict=True):
             assert hit[1] == pytest.approx(want[1], abs=2e-6) and hit[3] == want[3]
