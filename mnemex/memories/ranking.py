@@ -962,7 +962,10 @@ def _reaching_over_graph(docs: npt.NDArray[np.int64], score: F64, cosines_of: _C
     the docs read, their scores and their cosines."""
     size = len(docs)
     cosines = np.full(size, np.nan, dtype=np.float64)  # by position in docs; nan: not read
-    positions = np.arange(size, dtype=np.int64)
+    # the named memories by full-text score, best first (ties by lower doc: docs ascend),
+    # as deep as the last round reads: one partition and a sort of those
+    order = _best(np.arange(size, dtype=np.int64), score, max(steps for steps, _ in _REACH_STEPS) * count)
+    order = order[np.lexsort((order, -score[order]))]
     near, near_cosines = pairs_as_arrays(nearest)
     for by_text, by_vector in _REACH_STEPS:
         if by_vector * count > asked:  # the nearest memories, deeper
@@ -978,7 +981,7 @@ def _reaching_over_graph(docs: npt.NDArray[np.int64], score: F64, cosines_of: _C
         # a named memory not among them: its cosine at most their last (or 0)
         last = max(float(near_cosines[-1]), 0.0) if len(near_cosines) >= asked else 0.0
         depth = min(by_text * count, size)
-        top = _best(positions, score, depth)  # the best by full-text score (ties by lower doc)
+        top = order[:depth]
         unread = top[np.isnan(cosines[top])]
         if len(unread):
             cosines[unread] = cosines_of(docs[unread])
@@ -988,7 +991,7 @@ def _reaching_over_graph(docs: npt.NDArray[np.int64], score: F64, cosines_of: _C
         if len(held) >= count:
             totals = score[held] + cosines[held]
             kth = np.partition(totals, len(totals) - count)[len(totals) - count]
-            if kth > float(score[top].min()) + last:  # nothing unread can reach the best
+            if kth > float(score[top[-1]]) + last:  # nothing unread can reach the best
                 break
     held = np.flatnonzero(~np.isnan(cosines))
     return docs[held], score[held], cosines[held]
