@@ -88,7 +88,10 @@ class Behaviour(Protocol):
         while it holds work no journal line does (a structure built beside it, indexes
         rebuilt at its load): the kernel then snapshots it on a timer or at close even
         when its journal is short (``config.storage.snapshot_min_growth``), and sets it
-        true again when a snapshot taken could not be written."""
+        true again when a snapshot taken could not be written. And it may have
+        ``final_snapshot()``: the same, taken as the actor closes (passivation,
+        shutdown), after which nothing changes its state: what it gives may be views
+        of the state itself instead of copies."""
         ...
 
 

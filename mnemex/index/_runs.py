@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Iterator
-from typing import Final
+from typing import Final, Literal, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -139,14 +139,24 @@ class Runs:
         return found
 
     # -- as arrays ----------------------------------------------------------------------------
-    def arrays(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], bytes]:
+    @overload
+    def arrays(self, *, lend: Literal[False] = False) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64],
+                                                               bytes]: ...
+    @overload
+    def arrays(self, *, lend: bool) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64],
+                                             bytes | list[memoryview]]: ...
+
+    def arrays(self, *, lend: bool = False) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64],
+                                                     bytes | list[memoryview]]:
         """Every run as ``from_arrays`` takes them: the doc ids ascending, their runs'
         sizes, and the runs end to end in that order (one copy of the live bytes,
         taken a stretch of runs adjacent in the buffer at a time: the runs of docs
-        added in ascending order, or read by ``from_arrays``, are one stretch)."""
+        added in ascending order, or read by ``from_arrays``, are one stretch). With
+        ``lend``, those stretches as views of the buffer, no copy (while they are
+        held, the buffer cannot grow: for runs that do not change any more)."""
         ids = self.doc_ids()
         if not len(ids):
-            return ids, np.zeros(0, dtype=np.int64), b""
+            return ids, np.zeros(0, dtype=np.int64), [] if lend else b""
         starts = np.frombuffer(self._at, dtype=np.int64)[ids]
         sizes = np.frombuffer(self._size, dtype=np.int32)[ids].astype(np.int64)
         ends = starts + sizes
@@ -154,8 +164,11 @@ class Runs:
         breaks = np.flatnonzero(starts[1:] != ends[:-1]) + 1
         firsts = starts[np.concatenate(([0], breaks))].tolist()
         lasts = ends[np.concatenate((breaks - 1, [len(ids) - 1]))].tolist()
-        with memoryview(self._heap) as heap:
-            data = b"".join([heap[first:last] for first, last in zip(firsts, lasts, strict=True)])
+        if lend:
+            heap = memoryview(self._heap)
+            return ids, sizes, [heap[first:last] for first, last in zip(firsts, lasts, strict=True)]
+        with memoryview(self._heap) as view:
+            data = b"".join([view[first:last] for first, last in zip(firsts, lasts, strict=True)])
         return ids, sizes, data
 
     # -- insides ------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
@@ -29,7 +29,7 @@ import orjson
 from mnemex._gcpause import collector_paused
 from mnemex.errors import CorruptData
 
-__all__ = ["SIDECAR_VERSION", "Sidecar", "TermsByDoc", "byte_view", "corrupt",
+__all__ = ["SIDECAR_VERSION", "Pieces", "Sidecar", "TermsByDoc", "byte_view", "corrupt",
            "doc_ids_checksum", "load_sidecar", "require_words_scheme",
            "pack_sidecar", "read_header", "sidecar_chunks", "sidecar_info", "unpack_sidecar"]
 
@@ -68,22 +68,49 @@ def pack_sidecar(magic: bytes, header: Mapping[str, Any], arrays: Mapping[str, n
     return b"".join(sidecar_chunks(magic, header, arrays))
 
 
+@dataclass(frozen=True, slots=True)
+class Pieces:
+    """A one-dimensional array of ``dtype`` given as the byte buffers that hold it end
+    to end (a live index's own, lent to a snapshot taken as its scope closes: no copy
+    of them is made)."""
+
+    dtype: np.dtype[Any]
+    parts: Sequence[memoryview | bytes]
+    rows: int | None = None
+    """Given: a two-dimensional array of that many rows, the parts its rows' bytes."""
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(part) for part in self.parts)
+
+
 def sidecar_chunks(magic: bytes, header: Mapping[str, Any],
-                   arrays: Mapping[str, npt.NDArray[Any]]) -> list[bytes | memoryview]:
+                   arrays: Mapping[str, npt.NDArray[Any] | Pieces]) -> list[bytes | memoryview]:
     """:func:`pack_sidecar`'s blob as the chunks it joins, without joining them (a
     snapshot writes them one after another: no second copy of a large index). The
-    arrays' chunks are views of them: the arrays must not change while they are in
-    use (give copies of an index's live arrays)."""
+    arrays' chunks are views of them (and a :class:`Pieces`' its parts): they must
+    not change while the chunks are in use (give copies of an index's live arrays,
+    unless nothing changes it any more)."""
     specs: list[dict[str, Any]] = []
     parts: list[memoryview | bytes] = []
     offset = 0
     for name, array in arrays.items():
-        contiguous = np.ascontiguousarray(array)
-        nbytes = contiguous.nbytes
-        specs.append({"name": name, "dtype": contiguous.dtype.str, "shape": list(contiguous.shape),
-                      "offset": offset, "nbytes": nbytes})
-        if nbytes:
-            parts.append(byte_view(contiguous))
+        if isinstance(array, Pieces):
+            nbytes = array.nbytes
+            if nbytes % array.dtype.itemsize:
+                raise ValueError(f"sidecar array {name}: {nbytes} bytes of {array.dtype.str} items")
+            dtype, shape = array.dtype.str, [nbytes // array.dtype.itemsize]
+            if array.rows is not None:
+                if shape[0] % max(1, array.rows) or (shape[0] and not array.rows):
+                    raise ValueError(f"sidecar array {name}: {nbytes} bytes in {array.rows} rows")
+                shape = [array.rows, shape[0] // array.rows if array.rows else 0]
+            parts.extend(part for part in array.parts if len(part))
+        else:
+            contiguous = np.ascontiguousarray(array)
+            nbytes, dtype, shape = contiguous.nbytes, contiguous.dtype.str, list(contiguous.shape)
+            if nbytes:
+                parts.append(byte_view(contiguous))
+        specs.append({"name": name, "dtype": dtype, "shape": shape, "offset": offset, "nbytes": nbytes})
         padding = -nbytes % _ALIGN
         if padding:
             parts.append(bytes(padding))

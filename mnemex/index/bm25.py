@@ -60,6 +60,7 @@ from mnemex.index._select import (
     top_k_by_score,
 )
 from mnemex.index._sidecar import (
+    Pieces,
     Sidecar,
     SidecarIndex,
     corrupt,
@@ -191,6 +192,17 @@ class _PostingsTable:
         tfs = [base_tfs[bounds[i] : bounds[i + 1]] if p is None else p.tfs for i, p in enumerate(items)]
         counts = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
         return counts, b"".join(docs), b"".join(tfs)
+
+    def lent(self) -> tuple[_I64, Pieces, Pieces]:
+        """:meth:`columns` as the postings' own buffers, no copy (for a snapshot of an
+        index nothing changes any more: an array('i') lent cannot grow)."""
+        items, bounds, base_docs, base_tfs = self._items, self._bounds, self._base_docs, self._base_tfs
+        docs = [base_docs[bounds[i] : bounds[i + 1]] if p is None else memoryview(p.docs)
+                for i, p in enumerate(items)]
+        tfs = [base_tfs[bounds[i] : bounds[i + 1]] if p is None else memoryview(p.tfs)
+               for i, p in enumerate(items)]
+        counts = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
+        return counts, _int32_pieces(docs), _int32_pieces(tfs)
 
 
 TERM_SCORES_MIN_DF: Final = 128
@@ -679,13 +691,17 @@ class BM25Index(SidecarIndex):
         index is not changing."""
         return b"".join(self.to_sidecar_chunks())
 
-    def to_sidecar_chunks(self) -> list[bytes | memoryview]:
+    def to_sidecar_chunks(self, *, lend: bool = False) -> list[bytes | memoryview]:
         """:meth:`to_sidecar`'s blob as chunks, views of copies taken here (they stay
-        valid while the index changes), never joined: a snapshot writes them."""
+        valid while the index changes), never joined: a snapshot writes them. With
+        ``lend``, views of the index's own buffers instead (no copy: for a snapshot
+        of an index that does not change any more, a closing scope's)."""
         postings, content, context = self._postings, self._content, self._context
         doc_ids = content.doc_ids()
         used = int(doc_ids[-1]) + 1 if len(doc_ids) else 0    # removed slots hold zero lengths
-        term_docs, posting_docs, posting_tfs = postings.columns()
+        term_docs, posting_docs, posting_tfs = postings.lent() if lend else (
+            (columns := postings.columns())[0], np.frombuffer(columns[1], dtype=np.int32),
+            np.frombuffer(columns[2], dtype=np.int32))
         header = {
             "kind": "bm25",
             "docs": len(content),
@@ -696,15 +712,15 @@ class BM25Index(SidecarIndex):
             "total_content": self._total_content,
             "total_context": self._total_context,
         }
-        arrays: dict[str, npt.NDArray[Any]] = {
+        arrays: dict[str, npt.NDArray[Any] | Pieces] = {
             "vocab": np.frombuffer("\x00".join(self._vocab).encode(), dtype=np.uint8),
             "term_docs": term_docs,
-            "posting_docs": np.frombuffer(posting_docs, dtype=np.int32),
-            "posting_tfs": np.frombuffer(posting_tfs, dtype=np.int32),
-            **_sequences("content", content),
-            **_sequences("context", context),
-            "len_content": self._len_content[:used].copy(),
-            "len_context": self._len_context[:used].copy(),
+            "posting_docs": posting_docs,
+            "posting_tfs": posting_tfs,
+            **_sequences("content", content, lend=lend),
+            **_sequences("context", context, lend=lend),
+            "len_content": self._len_content[:used] if lend else self._len_content[:used].copy(),
+            "len_context": self._len_context[:used] if lend else self._len_context[:used].copy(),
         }
         return sidecar_chunks(_MAGIC, header, arrays)
 
@@ -837,14 +853,21 @@ class BM25Index(SidecarIndex):
         self._changed()
 
 
-def _sequences(name: str, by_doc: Runs) -> dict[str, npt.NDArray[Any]]:
-    """Int32 runs by doc id as sidecar arrays: ids, run sizes (in int32s), runs."""
-    ids, sizes, data = by_doc.arrays()
+def _sequences(name: str, by_doc: Runs, *, lend: bool = False) -> dict[str, npt.NDArray[Any] | Pieces]:
+    """Int32 runs by doc id as sidecar arrays: ids, run sizes (in int32s), runs (with
+    ``lend``: the runs' own buffer, lent)."""
+    ids, sizes, data = by_doc.arrays(lend=lend)
     return {
         f"{name}_ids": ids.astype(np.int32),
         f"{name}_sizes": sizes // 4,
-        name: np.frombuffer(data, dtype=np.int32),
+        name: (Pieces(np.dtype(np.int32), data) if isinstance(data, list)
+               else np.frombuffer(data, dtype=np.int32)),
     }
+
+
+def _int32_pieces(buffers: list[memoryview]) -> Pieces:
+    """Int32 buffers (arrays and views of them) as the bytes of one int32 array."""
+    return Pieces(np.dtype(np.int32), [buffer.cast("B") for buffer in buffers if len(buffer)])
 
 
 def _unpack_sequences(sidecar: Sidecar, name: str) -> Runs:

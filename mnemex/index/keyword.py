@@ -50,9 +50,11 @@ from mnemex.index._select import (
     missing,
 )
 from mnemex.index._sidecar import (
+    Pieces,
     Sidecar,
     SidecarIndex,
     TermsByDoc,
+    byte_view,
     corrupt,
     doc_ids_checksum,
     sidecar_chunks,
@@ -323,12 +325,14 @@ class KeywordIndex(SidecarIndex):
         first (as a search would); call it where the index is not changing."""
         return b"".join(self.to_sidecar_chunks())
 
-    def to_sidecar_chunks(self) -> list[bytes | memoryview]:
+    def to_sidecar_chunks(self, *, lend: bool = False) -> list[bytes | memoryview]:
         """:meth:`to_sidecar`'s blob as chunks, views of copies taken here (they stay
-        valid while the index changes), never joined: a snapshot writes them."""
+        valid while the index changes), never joined: a snapshot writes them. With
+        ``lend``, the words' docs are views of the index's own arrays instead (no
+        copy: for a snapshot of an index that does not change any more, a closing
+        scope's)."""
         self._sync_order()
         dense, sparse = self._dense, self._sparse
-        sparse_df, sparse_postings = self._sparse_postings()
         doc_ids = np.flatnonzero(self._live)
         header = {
             "kind": "keyword",
@@ -339,13 +343,19 @@ class KeywordIndex(SidecarIndex):
             "sparse_words": len(sparse),
             "capacity": self._capacity,
         }
-        arrays: dict[str, npt.NDArray[Any]] = {
+        sparse_df = np.fromiter(map(len, sparse.values()), dtype=np.int64, count=len(sparse))
+        arrays: dict[str, npt.NDArray[Any] | Pieces] = {
             "vocab": np.frombuffer("\x00".join(itertools.chain(dense, sparse)).encode(), dtype=np.uint8),
             "dense_df": np.fromiter(self._dense_df.values(), dtype=np.int64, count=len(dense)),
-            "dense_bits": (np.stack(list(dense.values())) if dense
-                           else np.zeros((0, _bytes_for(self._capacity)), np.uint8)),
+            "dense_bits": (
+                Pieces(np.dtype(np.uint8), [byte_view(bits) for bits in dense.values()], len(dense))
+                if lend and dense else np.stack(list(dense.values())) if dense
+                else np.zeros((0, _bytes_for(self._capacity)), np.uint8)),
             "sparse_df": sparse_df,
-            "sparse_postings": sparse_postings,
+            "sparse_postings": (
+                Pieces(np.dtype(np.int32), [byte_view(np.frombuffer(docs, dtype=np.int32))
+                                            for docs in sparse.values() if len(docs)])
+                if lend else self._sparse_postings()[1]),
             "doc_ids": doc_ids.astype(np.int32),
             "timestamps": self._timestamps[doc_ids],
             "order": self._order.astype(np.int32),  # a copy, whatever its type

@@ -1725,7 +1725,10 @@ class Runtime:
     async def _final_snapshot(self, cell: _Cell, behaviour: Behaviour, tally: ShutdownTally | None) -> None:
         """Snapshot a closing actor (its journal holds commands since the last one)."""
         try:
-            cell.snap_bytes = await self._in_thread(cell, _write_snapshot, cell.store, behaviour.snapshot(),
+            # (nothing changes the state once taken: a behaviour may lend it, not copy it)
+            final = getattr(behaviour, "final_snapshot", None)
+            data = final() if final is not None else behaviour.snapshot()
+            cell.snap_bytes = await self._in_thread(cell, _write_snapshot, cell.store, data,
                                                     cell.seq, cell.ts, limiter=self._store_threads)
             cell.snap_seq = cell.seq
             cell.journal_bytes = 0

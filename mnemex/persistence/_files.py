@@ -13,7 +13,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from mnemex.errors import StorageError
 
@@ -64,15 +64,48 @@ def describe_os_error(exc: OSError) -> str:
     return f"{text} ({name})" if name else text
 
 
+_WRITEV_MAX: Final = 512
+"""Chunks ``write_all`` hands the kernel in one call (IOV_MAX is 1024 on Linux): a
+snapshot of a closing scope lends its indexes' buffers, a chunk per word."""
+
+_WRITEV_BYTES: Final = 4 << 20
+"""Bytes from which ``write_all`` writes what it gathered (chunks are not held long)."""
+
+
 def write_all(fd: int, chunks: Iterable[bytes | bytearray | memoryview]) -> int:
-    """Write every byte of ``chunks`` to ``fd`` (retrying short writes); the count written."""
+    """Write every byte of ``chunks`` to ``fd`` (retrying short writes), a few hundred
+    chunks to a call; the count written."""
     total = 0
+    batch: list[memoryview] = []
+    gathered = 0
     for chunk in chunks:
-        view = memoryview(chunk)
-        while view:
-            written = os.write(fd, view)
-            total += written
-            view = view[written:]
+        view = memoryview(chunk).cast("B")
+        if not view:
+            continue
+        batch.append(view)
+        gathered += len(view)
+        if len(batch) >= _WRITEV_MAX or gathered >= _WRITEV_BYTES:
+            total += _write_gathered(fd, batch)
+            batch, gathered = [], 0
+    if batch:
+        total += _write_gathered(fd, batch)
+    return total
+
+
+def _write_gathered(fd: int, views: list[memoryview]) -> int:
+    """Write ``views`` end to end (one ``writev``, then the rest of a short one)."""
+    written = os.writev(fd, views) if len(views) > 1 else os.write(fd, views[0])
+    total = written
+    for view in views:
+        if written >= len(view):
+            written -= len(view)
+            continue
+        rest = view[written:]
+        written = 0
+        while rest:
+            done = os.write(fd, rest)
+            total += done
+            rest = rest[done:]
     return total
 
 

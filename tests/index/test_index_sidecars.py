@@ -103,6 +103,8 @@ def test_bm25_from_sidecar_searches_and_changes_like_the_original(
     play(loaded, after)
     assert_bm25_alike(original, loaded, queries)
     assert loaded.to_sidecar() == original.to_sidecar()
+    for index in (original, loaded):  # lent (restored terms, changed ones, runs with garbage): the same bytes
+        assert b"".join(index.to_sidecar_chunks(lend=True)) == index.to_sidecar()
 
 
 @pytest.mark.parametrize(("built", "wanted", "named"), [
@@ -162,6 +164,8 @@ def test_keyword_from_sidecar_searches_and_changes_like_the_original(
     play(original, after)
     play(loaded, after)
     assert_keyword_alike(original, loaded, queries)
+    for index in (original, loaded):  # lent (restored words, changed ones, dense and sparse): the same bytes
+        assert b"".join(index.to_sidecar_chunks(lend=True)) == index.to_sidecar()
     again = cls.from_sidecar(loaded.to_sidecar())
     assert_keyword_alike(original, again, queries)
 
@@ -430,3 +434,22 @@ def test_text_sidecars_as_chunks_are_the_blob_and_outlive_changes_to_the_index()
         index.remove(3)
         assert b"".join(chunks) == blob
         assert type(index).from_sidecar(b"".join(chunks)).to_sidecar() == blob
+
+
+def test_lent_sidecar_chunks_are_the_indexes_own_buffers() -> None:
+    # a closing scope's snapshot lends its indexes' buffers (no copy): while the
+    # chunks are held, a write that would grow one of them fails (which is why only
+    # an index that does not change any more lends them)
+    bm25, keyword = BM25Index(), Tiny()
+    for doc in range(40):
+        bm25.add(doc, f"caroline went hiking {doc} times in the mountains", "a trip")
+        keyword.add(doc, f"caroline went hiking {doc % 3} times w{doc}", float(doc))
+    for index in (bm25, keyword):
+        blob = index.to_sidecar()
+        chunks = index.to_sidecar_chunks(lend=True)
+        assert b"".join(chunks) == blob
+        with pytest.raises(BufferError):  # (a word's array, or the runs' buffer)
+            if isinstance(index, BM25Index):
+                index.add(40, "caroline went hiking", "a trip")
+            else:
+                index.add(40, "w5", 40.0)  # (a rare word's docs: an array grown in place)

@@ -216,3 +216,47 @@ def test_a_scope_wants_a_snapshot_while_it_holds_work_no_journal_line_does() -> 
 
     again.send(DeclareEntity(name="Tea Lake", aliases=["the lake"], now=again.tick()))
     assert again.memory.snapshot_wanted  # every memory's mentions found again, for one short line
+
+
+def sidecar_bytes(data: Any) -> dict[str, bytes]:
+    sidecars = data.sidecars()
+    out = {name: b"".join(sidecars[name]) for name in ("keyword", "bm25")}
+    if data.done is not None:
+        data.done()
+    return out
+
+
+def test_a_closing_scope_lends_its_text_indexes_to_its_snapshot() -> None:
+    """``final_snapshot`` (the kernel's, as a scope closes) writes the text indexes'
+    sidecars the same as ``snapshot``, from their own buffers: of a scope built and of
+    one restored from sidecars, then changed."""
+    driver = Driver()
+    driver.remember(*(driver.new(f"note {i} about tea and lakes {i % 7}", session_id=f"s{i % 4}")
+                      for i in range(300)))
+    for memory in (driver.memory, restored(driver.memory)):
+        lent = sidecar_bytes(memory.final_snapshot())
+        assert lent == sidecar_bytes(memory.snapshot())
+        Driver(memory).remember(driver.new("one more note about tea"))
+        assert sidecar_bytes(memory.final_snapshot()) == sidecar_bytes(memory.snapshot()) != lent
+
+
+async def test_a_passivated_scope_is_snapshotted_by_final_snapshot(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import mnemex
+
+    taken: list[int] = []
+    final = ScopeMemory.final_snapshot
+
+    def counted(self: ScopeMemory) -> Any:
+        taken.append(len(self))
+        return final(self)
+
+    monkeypatch.setattr(ScopeMemory, "final_snapshot", counted)
+    config = mnemex.Config(data_dir=str(tmp_path), embedder="hashing", snapshot_min_growth=0.0)
+    async with mnemex.open_runtime(config) as rt:
+        scope = rt.scope(user_id="u", app_name="a")
+        await scope.remember_many([f"note {i} about tea and lakes" for i in range(50)])
+        before = await scope.search("tea lakes 17", mode="fulltext", top_k=5)
+        await rt.passivate("scope", ("a", "u"))
+        assert taken == [50]
+        assert await scope.search("tea lakes 17", mode="fulltext", top_k=5) == before  # restored from it
