@@ -42,7 +42,7 @@ import hashlib
 import itertools
 import math
 from array import array
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, NamedTuple, Self
 
@@ -114,39 +114,42 @@ _SIDECAR_ARRAYS: dict[str, np.dtype[Any]] = {
 
 
 class _Postings:
-    """One term's documents and packed term frequencies, with a numpy cache: doc ids
-    as int32 and the frequencies as float32 (whole numbers below 2**16, exact), 12
-    bytes a posting instead of 24 (the terms of 200 searches kept 17 MB at 100,000
-    memories); the scores are computed in float64 as before."""
+    """One term's documents and packed term frequencies (int32 arrays: 8 bytes a
+    posting), as a write changes them; a search reads them as numpy arrays
+    (:meth:`_PostingsTable.filled`)."""
 
-    __slots__ = ("cache", "docs", "tfs")
+    __slots__ = ("docs", "tfs")
 
     def __init__(self) -> None:
         self.docs = array("i")
         self.tfs = array("i")
-        self.cache: tuple[_I32, _F32, _F32, _I32, _I32] | None = None
 
-    def arrays(self) -> tuple[_I32, _F32, _F32]:
-        """The docs and their content and context term frequencies (numpy)."""
-        docs, tf_content, tf_context, _, _ = self.filled()
-        return docs, tf_content, tf_context
 
-    def filled(self) -> tuple[_I32, _F32, _F32, _I32, _I32]:
-        """:meth:`arrays`, then the docs that hold the term in their content and those
-        that hold it in their context only; kept until the postings change."""
-        if self.cache is None:
-            if not self.docs:
-                empty = np.zeros(0, dtype=np.float32)
-                none = np.zeros(0, dtype=np.int32)
-                self.cache = (none, empty, empty, none, none)
-                return self.cache
-            docs = np.frombuffer(self.docs, dtype=np.int32).copy()
-            packed = np.frombuffer(self.tfs, dtype=np.int32)
-            tf_content = (packed & _TF_MAX).astype(np.float32)
-            in_content = tf_content > 0
-            split = (docs, docs[:0]) if in_content.all() else (docs[in_content], docs[~in_content])
-            self.cache = (docs, tf_content, (packed >> 16).astype(np.float32), *split)
-        return self.cache
+_Filled = tuple[_I32, _F32, _F32, _I32, _I32]
+"""A term's postings as a search reads them: the docs, their content and context
+term frequencies as float32 (whole numbers below 2**16, exact: the scores are
+computed in float64 as before), then the docs that hold the term in their content
+and those that hold it in their context only."""
+
+FILLED_MAX_BYTES: Final = 32 << 20
+"""The most an index keeps of its terms' postings as numpy arrays between searches
+(``_PostingsTable.filled``: 12 bytes a posting, 8 for a restored term whose docs are a
+view of its sidecar), the least recently read going first. They were kept for every
+term read until it changed: at 300,000 memories 300 hybrid searches kept 47 MB, the
+restored terms' postings copied into arrays besides. Two searches side by side may
+count a term twice or lose a count; the count starts again whenever nothing is kept."""
+
+
+def _fill(docs: _I32, packed: _I32) -> _Filled:
+    """:data:`_Filled` of a term's ``docs`` and packed frequencies (``docs`` is kept)."""
+    if not len(docs):
+        empty = np.zeros(0, dtype=np.float32)
+        none = np.zeros(0, dtype=np.int32)
+        return none, empty, empty, none, none
+    tf_content = (packed & _TF_MAX).astype(np.float32)
+    in_content = tf_content > 0
+    split = (docs, docs[:0]) if in_content.all() else (docs[in_content], docs[~in_content])
+    return docs, tf_content, (packed >> 16).astype(np.float32), *split
 
 
 _NO_POSTINGS: Final = memoryview(b"").cast("i")
@@ -158,9 +161,11 @@ class _PostingsTable:
     slices of its two posting arrays until first touched, so a load makes no
     per-term objects."""
 
-    __slots__ = ("_base_docs", "_base_tfs", "_bounds", "_items")
+    __slots__ = ("_base_docs", "_base_tfs", "_bounds", "_filled", "_filled_bytes", "_items")
 
     def __init__(self, docs: bytes = b"", tfs: bytes = b"", bounds: Sequence[int] = (0,)) -> None:
+        self._filled: OrderedDict[int, tuple[_Filled, int]] = OrderedDict()  # least recently read first
+        self._filled_bytes = 0
         # a new index (every live scope's, from its first memory) shares the empty views
         self._base_docs = memoryview(docs).cast("i") if docs else _NO_POSTINGS
         self._base_tfs = memoryview(tfs).cast("i") if tfs else _NO_POSTINGS
@@ -183,6 +188,52 @@ class _PostingsTable:
 
     def append(self, postings: _Postings) -> None:
         self._items.append(postings)
+
+    def count(self, term_id: int) -> int:
+        """The term's postings (a restored term's read off its bounds)."""
+        postings = self._items[term_id]
+        return self._bounds[term_id + 1] - self._bounds[term_id] if postings is None else len(postings.docs)
+
+    def filled(self, term_id: int) -> _Filled:
+        """The term's postings as numpy arrays (:data:`_Filled`), kept until the term
+        changes (:meth:`changed`) or ``FILLED_MAX_BYTES`` of others are read after it. A
+        restored term's are read off the sidecar's slices (its docs a view of them:
+        reading a term makes no :class:`_Postings`). Searches side by side share them
+        (each change is one call on the ordered dict)."""
+        kept = self._filled
+        found = kept.get(term_id)
+        if found is not None:
+            try:
+                kept.move_to_end(term_id)
+            except KeyError:  # (let go meanwhile by a search beside this one)
+                pass
+            return found[0]
+        postings = self._items[term_id]
+        if postings is None:
+            lo, hi = self._bounds[term_id], self._bounds[term_id + 1]
+            made = _fill(np.frombuffer(self._base_docs[lo:hi], dtype=np.int32),
+                         np.frombuffer(self._base_tfs[lo:hi], dtype=np.int32))
+            size = 8 * (hi - lo)
+        else:  # (copies: a term's arrays grow in place, which a view would forbid)
+            made = _fill(np.array(postings.docs, dtype=np.int32), np.array(postings.tfs, dtype=np.int32))
+            size = 12 * len(postings.docs)
+        kept[term_id] = made, size
+        self._filled_bytes += size
+        while self._filled_bytes > FILLED_MAX_BYTES and kept:
+            try:
+                _, (_, dropped) = kept.popitem(last=False)
+            except KeyError:
+                break
+            self._filled_bytes -= dropped
+        if not kept:
+            self._filled_bytes = 0
+        return made
+
+    def changed(self, term_id: int) -> None:
+        """The term's postings changed: what :meth:`filled` kept of them goes."""
+        found = self._filled.pop(term_id, None)
+        if found is not None:
+            self._filled_bytes -= found[1]
 
     def columns(self) -> tuple[_I64, bytes, bytes]:
         """Postings per term, then every term's doc ids and packed term
@@ -344,7 +395,7 @@ class BM25Index(SidecarIndex):
         """How many documents' content or context holds *term* (a token as the
         tokenizer makes it). O(1)."""
         term_id = self._vocab.get(term)
-        return 0 if term_id is None else len(self._postings[term_id].docs)
+        return 0 if term_id is None else self._postings.count(term_id)
 
     def idf(self, term: str) -> float:
         """The inverse document frequency this index scores *term* with (a term no
@@ -465,7 +516,7 @@ class BM25Index(SidecarIndex):
                 postings = all_postings[term_id]
                 postings.docs.append(doc)
                 postings.tfs.append(tfs)
-                postings.cache = None
+                all_postings.changed(term_id)
 
     def _append_grouped_postings(self, docs: list[int], content_ids: list[list[int]],
                                  content_sizes: list[int], context_ids: list[list[int]],
@@ -498,7 +549,7 @@ class BM25Index(SidecarIndex):
             postings = all_postings[term_id]
             postings.docs.frombytes(posting_docs[4 * lo : 4 * hi])
             postings.tfs.frombytes(posting_tfs[4 * lo : 4 * hi])
-            postings.cache = None
+            all_postings.changed(term_id)
 
     def remove(self, doc_id: int) -> None:
         """Forget document *doc_id*; NotFound when it is not indexed."""
@@ -517,7 +568,7 @@ class BM25Index(SidecarIndex):
             postings.tfs[at] = postings.tfs[-1]
             postings.docs.pop()
             postings.tfs.pop()
-            postings.cache = None
+            self._postings.changed(term_id)
         self._total_content -= int(self._len_content[doc_id])
         self._total_context -= int(self._len_context[doc_id])
         self._len_content[doc_id] = 0
@@ -596,9 +647,9 @@ class BM25Index(SidecarIndex):
         capacity = self._capacity
         kept = self._term_scores
         # per term with postings: (term id, its arrays, its contributions if kept)
-        terms: list[tuple[int, tuple[_I32, _F32, _F32, _I32, _I32], _F64 | None]] = []
+        terms: list[tuple[int, _Filled, _F64 | None]] = []
         for term_id in term_ids:
-            filled = self._postings[term_id].filled()
+            filled = self._postings.filled(term_id)
             if len(filled[0]):
                 terms.append((term_id, filled, kept.get(key, term_id, filled)
                               if len(filled[0]) >= TERM_SCORES_MIN_DF else None))
@@ -635,7 +686,7 @@ class BM25Index(SidecarIndex):
             scores[~keep] = 0.0
         return scores, counts
 
-    def _contributions(self, fresh: list[tuple[int, tuple[_I32, _F32, _F32, _I32, _I32]]], key: object,
+    def _contributions(self, fresh: list[tuple[int, _Filled]], key: object,
                        n_docs: int, content_norms: _F64, context_norms: _F64 | None) -> dict[int, _F64]:
         """The BM25 contribution of each posting of the ``fresh`` terms (term id, its
         postings' arrays), by term id, in one pass (elementwise, as for each term
@@ -674,7 +725,7 @@ class BM25Index(SidecarIndex):
         parsed = self.tokenizer.parse_query(query) if isinstance(query, str) else query
         counts = np.zeros(self._capacity, dtype=np.int32)
         for term_id in sorted({self._vocab[t] for t in parsed.all_terms if t in self._vocab}):
-            counts[self._postings[term_id].filled()[3]] += 1
+            counts[self._postings.filled(term_id)[3]] += 1
         return counts
 
     def phrase_docs(self, phrase: Phrase) -> list[int]:
@@ -824,7 +875,7 @@ class BM25Index(SidecarIndex):
         # Documents holding every phrase word in their content, rarest word first.
         lists: list[_I64] = []
         for term_id in set(term_ids):
-            lists.append(self._postings[term_id].filled()[3].astype(np.int64))
+            lists.append(self._postings.filled(term_id)[3].astype(np.int64))
         lists.sort(key=len)
         candidates = np.sort(lists[0])
         for others in lists[1:]:
