@@ -91,7 +91,8 @@ class Behaviour(Protocol):
         true again when a snapshot taken could not be written. And it may have
         ``final_snapshot()``: the same, taken as the actor closes (passivation,
         shutdown), after which nothing changes its state: what it gives may be views
-        of the state itself instead of copies."""
+        of the state itself instead of copies (a method of its class: a wrapper
+        forwarding attributes to another behaviour defines its own or has none)."""
         ...
 
 

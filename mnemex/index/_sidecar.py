@@ -20,7 +20,7 @@ import hashlib
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Final, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -29,8 +29,8 @@ import orjson
 from mnemex._gcpause import collector_paused
 from mnemex.errors import CorruptData
 
-__all__ = ["SIDECAR_VERSION", "Pieces", "Sidecar", "TermsByDoc", "byte_view", "corrupt",
-           "doc_ids_checksum", "load_sidecar", "require_words_scheme",
+__all__ = ["LEND_MIN", "SIDECAR_VERSION", "Pieces", "Sidecar", "TermsByDoc", "byte_view", "corrupt",
+           "doc_ids_checksum", "lent", "load_sidecar", "require_words_scheme",
            "pack_sidecar", "read_header", "sidecar_chunks", "sidecar_info", "unpack_sidecar"]
 
 SIDECAR_VERSION = 1
@@ -82,6 +82,37 @@ class Pieces:
     @property
     def nbytes(self) -> int:
         return sum(len(part) for part in self.parts)
+
+
+LEND_MIN: Final = 4096
+"""Bytes from which :func:`lent` lends a buffer rather than copying it: a view costs
+~184 bytes of its own, more than the few postings of a rare word."""
+
+_GATHERED: Final = 1 << 20
+"""Bytes of small buffers :func:`lent` copies into one part."""
+
+
+def lent(buffers: Iterable[Any]) -> list[memoryview | bytes]:
+    """The bytes of ``buffers`` (anything with the buffer protocol), end to end, as
+    :class:`Pieces`' parts: each of ``LEND_MIN`` bytes or more a view of it, those
+    smaller copied together between them (a part of at most about a MB)."""
+    parts: list[memoryview | bytes] = []
+    small = bytearray()
+    for buffer in buffers:
+        view = memoryview(buffer).cast("B")
+        if len(view) < LEND_MIN:
+            small += view
+            if len(small) < _GATHERED:
+                continue
+            view = memoryview(b"")
+        if small:
+            parts.append(bytes(small))
+            small.clear()
+        if view:
+            parts.append(view)
+    if small:
+        parts.append(bytes(small))
+    return parts
 
 
 def sidecar_chunks(magic: bytes, header: Mapping[str, Any],

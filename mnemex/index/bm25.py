@@ -43,7 +43,7 @@ import itertools
 import math
 from array import array
 from collections import Counter, OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final, NamedTuple, Self
 
 import numpy as np
@@ -65,6 +65,7 @@ from mnemex.index._sidecar import (
     SidecarIndex,
     corrupt,
     doc_ids_checksum,
+    lent,
     load_sidecar,
     sidecar_chunks,
 )
@@ -134,10 +135,11 @@ and those that hold it in their context only."""
 FILLED_MAX_BYTES: Final = 32 << 20
 """The most an index keeps of its terms' postings as numpy arrays between searches
 (``_PostingsTable.filled``: 12 bytes a posting, 8 for a restored term whose docs are a
-view of its sidecar), the least recently read going first. They were kept for every
-term read until it changed: at 300,000 memories 300 hybrid searches kept 47 MB, the
-restored terms' postings copied into arrays besides. Two searches side by side may
-count a term twice or lose a count; the count starts again whenever nothing is kept."""
+view of its sidecar, besides its split), the least recently read going first. They
+were kept for every term read until it changed: at 300,000 memories 300 hybrid
+searches kept 47 MB, the restored terms' postings copied into arrays besides. Two
+searches side by side may lose a count (an addition): it starts again whenever
+nothing is kept."""
 
 
 def _fill(docs: _I32, packed: _I32) -> _Filled:
@@ -217,7 +219,8 @@ class _PostingsTable:
         else:  # (copies: a term's arrays grow in place, which a view would forbid)
             made = _fill(np.array(postings.docs, dtype=np.int32), np.array(postings.tfs, dtype=np.int32))
             size = 12 * len(postings.docs)
-        kept[term_id] = made, size
+        if kept.setdefault(term_id, (made, size))[0] is not made:  # a search beside this one kept its own
+            return made
         self._filled_bytes += size
         while self._filled_bytes > FILLED_MAX_BYTES and kept:
             try:
@@ -245,15 +248,30 @@ class _PostingsTable:
         return counts, b"".join(docs), b"".join(tfs)
 
     def lent(self) -> tuple[_I64, Pieces, Pieces]:
-        """:meth:`columns` as the postings' own buffers, no copy (for a snapshot of an
-        index nothing changes any more: an array('i') lent cannot grow)."""
-        items, bounds, base_docs, base_tfs = self._items, self._bounds, self._base_docs, self._base_tfs
-        docs = [base_docs[bounds[i] : bounds[i + 1]] if p is None else memoryview(p.docs)
-                for i, p in enumerate(items)]
-        tfs = [base_tfs[bounds[i] : bounds[i + 1]] if p is None else memoryview(p.tfs)
-               for i, p in enumerate(items)]
-        counts = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
-        return counts, _int32_pieces(docs), _int32_pieces(tfs)
+        """:meth:`columns` from the postings' own buffers (for a snapshot of an index
+        nothing changes any more: an array('i') lent cannot grow): the restored terms
+        not changed since, a run of them at a time, and each changed term's arrays,
+        lent when large, copied together when small (:func:`lent`)."""
+        counts = np.fromiter(map(self.count, range(len(self._items))), dtype=np.int64, count=len(self._items))
+        return (counts, Pieces(np.dtype(np.int32), lent(self._buffers("docs"))),
+                Pieces(np.dtype(np.int32), lent(self._buffers("tfs"))))
+
+    def _buffers(self, field: str) -> Iterator[memoryview | array[int]]:
+        """Every term's ``field`` (docs or tfs) in term order: the restored terms not
+        changed since, a run of them at a time (one slice of the base)."""
+        base, bounds = (self._base_docs if field == "docs" else self._base_tfs), self._bounds
+        start: int | None = None
+        for term_id, postings in enumerate(self._items):
+            if postings is None:
+                if start is None:
+                    start = bounds[term_id]
+                continue
+            if start is not None:
+                yield base[start : bounds[term_id]]
+                start = None
+            yield postings.docs if field == "docs" else postings.tfs
+        if start is not None:  # (only restored terms have no postings: they end where the base does)
+            yield base[start : bounds[len(bounds) - 1]]
 
 
 TERM_SCORES_MIN_DF: Final = 128
@@ -297,8 +315,9 @@ class _TermScores:
         if key != self._key or self.nbytes + scores.nbytes > TERM_SCORES_MAX_BYTES:
             entries = self._entries = {}  # kept under other lengths, or full: afresh
             self._key, self.nbytes = key, 0
+        replaced = entries.get(term_id)  # (of postings read again since: FILLED_MAX_BYTES)
         entries[term_id] = (key, postings, scores)
-        self.nbytes += scores.nbytes
+        self.nbytes += scores.nbytes - (replaced[2].nbytes if replaced is not None else 0)
 
 
 def _idf(n_docs: int, df: int) -> float:
@@ -911,14 +930,9 @@ def _sequences(name: str, by_doc: Runs, *, lend: bool = False) -> dict[str, npt.
     return {
         f"{name}_ids": ids.astype(np.int32),
         f"{name}_sizes": sizes // 4,
-        name: (Pieces(np.dtype(np.int32), data) if isinstance(data, list)
+        name: (Pieces(np.dtype(np.int32), lent(data)) if isinstance(data, list)
                else np.frombuffer(data, dtype=np.int32)),
     }
-
-
-def _int32_pieces(buffers: list[memoryview]) -> Pieces:
-    """Int32 buffers (arrays and views of them) as the bytes of one int32 array."""
-    return Pieces(np.dtype(np.int32), [buffer.cast("B") for buffer in buffers if len(buffer)])
 
 
 def _unpack_sequences(sidecar: Sidecar, name: str) -> Runs:

@@ -54,9 +54,9 @@ from mnemex.index._sidecar import (
     Sidecar,
     SidecarIndex,
     TermsByDoc,
-    byte_view,
     corrupt,
     doc_ids_checksum,
+    lent,
     sidecar_chunks,
 )
 from mnemex.index.tokenizer import words, words_scheme
@@ -348,13 +348,12 @@ class KeywordIndex(SidecarIndex):
             "vocab": np.frombuffer("\x00".join(itertools.chain(dense, sparse)).encode(), dtype=np.uint8),
             "dense_df": np.fromiter(self._dense_df.values(), dtype=np.int64, count=len(dense)),
             "dense_bits": (
-                Pieces(np.dtype(np.uint8), [byte_view(bits) for bits in dense.values()], len(dense))
+                Pieces(np.dtype(np.uint8), lent(dense.values()), len(dense))
                 if lend and dense else np.stack(list(dense.values())) if dense
                 else np.zeros((0, _bytes_for(self._capacity)), np.uint8)),
             "sparse_df": sparse_df,
             "sparse_postings": (
-                Pieces(np.dtype(np.int32), [byte_view(np.frombuffer(docs, dtype=np.int32))
-                                            for docs in sparse.values() if len(docs)])
+                Pieces(np.dtype(np.int32), lent(sparse.values()))
                 if lend else self._sparse_postings()[1]),
             "doc_ids": doc_ids.astype(np.int32),
             "timestamps": self._timestamps[doc_ids],

@@ -1726,8 +1726,10 @@ class Runtime:
         """Snapshot a closing actor (its journal holds commands since the last one)."""
         try:
             # (nothing changes the state once taken: a behaviour may lend it, not copy it)
-            final = getattr(behaviour, "final_snapshot", None)
-            data = final() if final is not None else behaviour.snapshot()
+            # (looked up on the class: a wrapper that forwards unknown attributes to the
+            # behaviour it wraps must not hand out the inner one's, skipping its own snapshot)
+            final = getattr(type(behaviour), "final_snapshot", None)
+            data = final(behaviour) if final is not None else behaviour.snapshot()
             cell.snap_bytes = await self._in_thread(cell, _write_snapshot, cell.store, data,
                                                     cell.seq, cell.ts, limiter=self._store_threads)
             cell.snap_seq = cell.seq

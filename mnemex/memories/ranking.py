@@ -376,7 +376,8 @@ class Ranker:
         cosines_of = _Cosines(index, _unit(vector), exact)
         # over an HNSW index, the named memories past NAMED_GATHERED are read by the
         # threshold algorithm, whose first list of nearest memories is the vector list
-        over_graph = exact is None and type(index) is VectorIndex and len(named) > NAMED_GATHERED
+        over_graph = exact is None and type(index) is VectorIndex and len(named) > NAMED_GATHERED \
+            and settings.expansion_candidates > 0
         reaching: tuple[npt.NDArray[np.int64], F64, F64 | None] | None = None
         if len(named) and not over_graph:
             reaching = (*self._reaching(named, fulltext, cosines_of, settings.expansion_candidates), None)
@@ -389,7 +390,7 @@ class Ranker:
         if over_graph:
             assert isinstance(index, VectorIndex)
             reaching = _reaching_over_graph(named, fulltext.scores(named)[0], cosines_of, index, vector,
-                                            nearest=vector_ranked, asked=count,
+                                            allowed=allowed, nearest=vector_ranked,
                                             count=settings.expansion_candidates)
         dated = self._dated(query)
         extra: list[int] = []
@@ -946,20 +947,20 @@ def _unit(vector: F32) -> F32:
 
 
 def _reaching_over_graph(docs: npt.NDArray[np.int64], score: F64, cosines_of: _Cosines, index: VectorIndex,
-                         vector: F32, *, nearest: list[tuple[int, float]], asked: int,
+                         vector: F32, *, allowed: Mask | None, nearest: list[tuple[int, float]],
                          count: int) -> tuple[npt.NDArray[np.int64], F64, F64]:
     """The named ``docs`` (ascending, with their full-text ``score``) that may be among
     the ``count`` best by score plus cosine, read from two lists as the threshold
     algorithm reads them: the named memories by full-text score (their cosines
-    gathered), and the memories nearest the query (those named among them, their
-    cosines the search's): first ``nearest``, the search's vector list of ``asked``,
-    then the graph's nearest, deeper. A memory on neither list scores at most the last
-    full-text score read plus the last cosine of the nearest (or 0, the cosine of a
-    memory without a vector); once ``count`` of those read score above that, the best
-    are among them. Until then the lists are read deeper (``_REACH_STEPS``); past the
-    last step the best of those read stand. The graph is approximate: a named memory
-    it misses among the nearest can be missed, as a vector search misses it. Returns
-    the docs read, their scores and their cosines."""
+    gathered), and the memories nearest the query among those ``allowed`` (those
+    named among them, their cosines the search's): first ``nearest``, the search's
+    vector list, then the graph's nearest, deeper. A memory on neither list scores at
+    most the last full-text score read plus the last cosine of the nearest (or 0, the
+    cosine of a memory without a vector); once ``count`` of those read score above
+    that, the best are among them. Until then the lists are read deeper
+    (``_REACH_STEPS``); past the last step the best of those read stand. The graph is
+    approximate: a named memory it misses among the nearest can be missed, as a
+    vector search misses it. Returns the docs read, their scores and their cosines."""
     size = len(docs)
     cosines = np.full(size, np.nan, dtype=np.float64)  # by position in docs; nan: not read
     # the named memories by full-text score, best first (ties by lower doc: docs ascend),
@@ -967,10 +968,12 @@ def _reaching_over_graph(docs: npt.NDArray[np.int64], score: F64, cosines_of: _C
     order = _best(np.arange(size, dtype=np.int64), score, max(steps for steps, _ in _REACH_STEPS) * count)
     order = order[np.lexsort((order, -score[order]))]
     near, near_cosines = pairs_as_arrays(nearest)
+    asked = max(len(near), count)
+    last = np.inf
     for by_text, by_vector in _REACH_STEPS:
         if by_vector * count > asked:  # the nearest memories, deeper
             asked = by_vector * count
-            near, near_cosines = index.search_arrays(vector, asked)
+            near, near_cosines = index.search_arrays(vector, asked, allowed)
         if len(near):
             at = np.searchsorted(docs, near)
             named = at < size
@@ -978,8 +981,12 @@ def _reaching_over_graph(docs: npt.NDArray[np.int64], score: F64, cosines_of: _C
             fresh = np.isnan(cosines[at[named]])
             cosines[at[named][fresh]] = near_cosines[named][fresh]
             near = near[:0]
-        # a named memory not among them: its cosine at most their last (or 0)
-        last = max(float(near_cosines[-1]), 0.0) if len(near_cosines) >= asked else 0.0
+        # a named memory on no list of the nearest: its cosine at most each list's last
+        # (or 0, a memory without a vector; a list may be short of what was asked
+        # without holding every vector: the graph's answer less what was removed)
+        if len(near_cosines):
+            last = min(last, float(near_cosines[-1]))
+        bound = max(last, 0.0) if last < np.inf else 0.0
         depth = min(by_text * count, size)
         top = order[:depth]
         unread = top[np.isnan(cosines[top])]
@@ -991,7 +998,7 @@ def _reaching_over_graph(docs: npt.NDArray[np.int64], score: F64, cosines_of: _C
         if len(held) >= count:
             totals = score[held] + cosines[held]
             kth = np.partition(totals, len(totals) - count)[len(totals) - count]
-            if kth > float(score[top[-1]]) + last:  # nothing unread can reach the best
+            if kth > float(score[top[-1]]) + bound:  # nothing unread can reach the best
                 break
     held = np.flatnonzero(~np.isnan(cosines))
     return docs[held], score[held], cosines[held]

@@ -172,7 +172,15 @@ class Deduplicating:
             del recent[next(iter(recent))]
 
     def snapshot(self) -> SnapshotData:
-        data: SnapshotData = self.inner.snapshot()
+        return self._with_requests(self.inner.snapshot())
+
+    def final_snapshot(self) -> SnapshotData:
+        """The inner behaviour's :meth:`final_snapshot` (its ``snapshot`` if it has
+        none), with the table of requests answered."""
+        final = getattr(type(self.inner), "final_snapshot", None)
+        return self._with_requests(final(self.inner) if final is not None else self.inner.snapshot())
+
+    def _with_requests(self, data: SnapshotData) -> SnapshotData:
         if not self.recent:
             return data
         table = [[rid, reply.decode()] for rid, reply in self.recent.items()]

@@ -158,6 +158,21 @@ async def test_a_runtime_answers_a_repeat_after_a_restart_on_real_files(tmp_path
         assert [m.message["content"] for m in await rt.agent("bot").history("s1")] == ["hello"]
 
 
+async def test_a_scope_snapshotted_as_it_closes_keeps_the_table(tmp_path: Path) -> None:
+    # a scope's closing snapshot is its final_snapshot (its indexes lent): the wrapper's
+    # own, which adds the table, not the scope's it forwards attributes to
+    config = mnemex.Config(data_dir=str(tmp_path), snapshot_min_growth=0.0)  # (a snapshot at every close)
+    memory = NewMemory(id="01HZZZZZZZZZZZZZZZZZZZZZZZ", content="User writes Java")
+    remember = Remember(memories=[memory], now=time.time())
+    async with mnemex.open_runtime(config, kinds=request_kinds(config)) as rt:
+        first = await rt.kernel.ask("scope", ("chat", "alice"), Requested("w1", remember))
+        await rt.passivate("scope", ("chat", "alice"))  # the journal cut at the snapshot
+    async with mnemex.open_runtime(config, kinds=request_kinds(config)) as rt:
+        again = await rt.kernel.ask("scope", ("chat", "alice"), Requested("w1", remember))
+        assert isinstance(first, Remembered) and isinstance(again, Repeated)
+        assert await rt.scope(user_id="alice", app_name="chat").count() == 1
+
+
 def test_importing_mnemex_ray_does_not_need_ray() -> None:
     import subprocess
     import sys

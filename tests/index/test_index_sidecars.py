@@ -17,9 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mnemex.errors import CorruptData
-from mnemex.index import BM25Index, EntityIndex, KeywordIndex, Tokenizer
+from mnemex.index import BM25Index, EntityIndex, KeywordIndex, Tokenizer, _sidecar
 from mnemex.index._select import Allowed
-from mnemex.index._sidecar import doc_ids_checksum, pack_sidecar, unpack_sidecar
+from mnemex.index._sidecar import doc_ids_checksum, lent, pack_sidecar, unpack_sidecar
 from mnemex.index.tokenizer import TOKENIZATION_VERSION
 
 # Unicode, case and compatibility forms, stop words, apostrophes and possessives.
@@ -436,10 +436,12 @@ def test_text_sidecars_as_chunks_are_the_blob_and_outlive_changes_to_the_index()
         assert type(index).from_sidecar(b"".join(chunks)).to_sidecar() == blob
 
 
-def test_lent_sidecar_chunks_are_the_indexes_own_buffers() -> None:
+def test_lent_sidecar_chunks_are_the_indexes_own_buffers(monkeypatch: pytest.MonkeyPatch) -> None:
     # a closing scope's snapshot lends its indexes' buffers (no copy): while the
     # chunks are held, a write that would grow one of them fails (which is why only
-    # an index that does not change any more lends them)
+    # an index that does not change any more lends them); every one lent here, as
+    # small as they are
+    monkeypatch.setattr(_sidecar, "LEND_MIN", 1)
     bm25, keyword = BM25Index(), Tiny()
     for doc in range(40):
         bm25.add(doc, f"caroline went hiking {doc} times in the mountains", "a trip")
@@ -453,3 +455,18 @@ def test_lent_sidecar_chunks_are_the_indexes_own_buffers() -> None:
                 index.add(40, "caroline went hiking", "a trip")
             else:
                 index.add(40, "w5", 40.0)  # (a rare word's docs: an array grown in place)
+
+
+@settings(max_examples=100, deadline=None)
+@given(sizes=st.lists(st.sampled_from([0, 1, 7, 100, 4095, 4096, 9000]), max_size=30))
+def test_buffers_are_lent_when_large_and_copied_together_when_small(sizes: list[int]) -> None:
+    # int32 arrays when the size allows, bytes otherwise
+    buffers = [array("i", range(size // 4)) if size % 4 == 0 else bytes(i % 251 for i in range(size))
+               for size in sizes]
+    parts = lent(buffers)
+    assert b"".join(parts) == b"".join(bytes(buffer) for buffer in buffers)
+    large = [buffer for buffer in buffers if memoryview(buffer).nbytes >= _sidecar.LEND_MIN]
+    views = [part for part in parts if isinstance(part, memoryview)]
+    assert len(views) == len(large)
+    assert all(view.obj is buffer for view, buffer in zip(views, large, strict=True))  # lent, not copied
+    assert len(parts) - len(views) <= len(views) + 1  # the small ones between two large ones: one part

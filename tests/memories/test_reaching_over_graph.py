@@ -9,8 +9,9 @@ import functools
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from scope_support import Driver
 
 from mnemex.index import VectorIndex
 from mnemex.memories import ranking
@@ -40,33 +41,39 @@ def graph() -> VectorIndex:
     return index
 
 
-def read_by_rounds(named: np.ndarray, score: np.ndarray, query: np.ndarray
+def read_by_rounds(named: np.ndarray, score: np.ndarray, query: np.ndarray, allowed: np.ndarray | None = None
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, ranking._Cosines]:
+    """What the rounds read of ``named`` (those ``allowed`` among them, as a search
+    filters them), the vector list being the search's of COUNT."""
     index = graph()
     cosines_of = ranking._Cosines(index, query / np.linalg.norm(query), None)
-    nearest = index.search(query, COUNT)
+    nearest = index.search(query, COUNT, allowed)
     docs, scores, cosines = ranking._reaching_over_graph(named, score, cosines_of, index, query,
-                                                         nearest=nearest, asked=COUNT, count=COUNT)
+                                                         allowed=allowed, nearest=nearest, count=COUNT)
     return docs, scores, cosines, cosines_of
 
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), share=st.sampled_from([0.05, 0.3, 1.0]),
-       levels=st.sampled_from([0, 3, 40]), words=st.integers(0, 80))
+       levels=st.sampled_from([0, 3, 40]), words=st.integers(0, 80), kept=st.sampled_from([None, 0.5, 0.1]))
 def test_the_best_of_those_read_are_the_best_of_every_named_memory(seed: int, share: float, levels: int,
-                                                                   words: int) -> None:
+                                                                   words: int, kept: float | None) -> None:
     """Named memories of every share of the scope (ids with and without vectors, and
     past the last), full-text scores on plateaus (``levels`` values; 0: all equal) with
-    ``words`` memories above them: the best ``COUNT`` by score plus cosine among those
-    read are the best among all of them (the same totals: equal totals may name
-    either memory)."""
+    ``words`` memories above them, a filter that keeps ``kept`` of the memories
+    (None: none): the best ``COUNT`` by score plus cosine among those read are the
+    best among all of them (the same totals: equal totals may name either memory)."""
     rng = np.random.default_rng(seed)
     universe = np.arange(SIZE * 10 // 9 + 50, dtype=np.int64)
     named = np.sort(rng.choice(universe, max(1, int(len(universe) * share)), replace=False))
+    allowed = None if kept is None else rng.random(len(universe) - 40) < kept
+    if allowed is not None:  # (as a search filters them; the mask ends before the last ids)
+        named = named[(named < len(allowed)) & allowed[np.minimum(named, len(allowed) - 1)]]
+        assume(len(named) > 0)
     score = rng.integers(0, levels, len(named)) / 40 if levels else np.full(len(named), 0.1)
     score[rng.choice(len(named), min(words, len(named)), replace=False)] += rng.random(min(words, len(named)))
     query = rng.standard_normal(DIM).astype(np.float32)
-    docs, scores, cosines, cosines_of = read_by_rounds(named, score, query)
+    docs, scores, cosines, cosines_of = read_by_rounds(named, score, query, allowed)
     assert np.array_equal(docs, np.unique(docs)) and np.isin(docs, named).all()
     np.testing.assert_array_equal(scores, score[np.searchsorted(named, docs)])
     np.testing.assert_allclose(cosines, cosines_of(docs), rtol=0, atol=1e-6)
@@ -94,3 +101,15 @@ def test_past_the_last_round_the_best_of_those_read_stand(monkeypatch: pytest.Mo
     named = np.arange(SIZE * 10 // 9 + 1, dtype=np.int64)
     docs, _, _, _ = read_by_rounds(named, np.full(len(named), 0.1), np.ones(DIM, dtype=np.float32))
     assert COUNT <= len(docs) <= 2 * COUNT
+
+
+def test_a_search_whose_named_memories_join_none_reads_none() -> None:
+    """``expansion_candidates`` 0: the rounds are not run (their best 0 of many)."""
+    driver = Driver(expansion=True, expansion_candidates=0, hnsw_threshold=50)
+    for i in range(120):
+        driver.remember(f"{'Caroline' if i % 2 else 'Melanie'}: I loved the lake trip {i}")[0]
+    driver.run_jobs()
+    assert driver.memory.vectors is not None and driver.memory.vectors.mode == "hnsw"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ranking, "NAMED_GATHERED", 0)
+        assert driver.search("What did Caroline love?", top_k=5, min_score=-1.0).hits
