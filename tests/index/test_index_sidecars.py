@@ -415,14 +415,19 @@ def test_loading_leaves_the_garbage_collector_as_it_found_it(enabled: bool) -> N
             gc.enable()
 
 
+def hikes(keyword: KeywordIndex, text: Callable[[int], str]) -> tuple[BM25Index, KeywordIndex]:
+    """A BM25 index and ``keyword`` of 40 docs each (the keyword index's ``text(doc)``)."""
+    bm25 = BM25Index()
+    for doc in range(40):
+        bm25.add(doc, f"caroline went hiking {doc} times in the mountains", "a trip")
+        keyword.add(doc, text(doc), float(doc))
+    return bm25, keyword
+
+
 def test_text_sidecars_as_chunks_are_the_blob_and_outlive_changes_to_the_index() -> None:
     # a snapshot takes the chunks in the actor's turn and writes them later, in its
     # writer's thread, while the index takes more writes: the chunks must not change
-    bm25, keyword = BM25Index(), KeywordIndex()
-    for doc in range(40):
-        bm25.add(doc, f"caroline went hiking {doc} times in the mountains", "a trip")
-        keyword.add(doc, f"caroline went hiking {doc} times", float(doc))
-    for index in (bm25, keyword):
+    for index in hikes(KeywordIndex(), lambda doc: f"caroline went hiking {doc} times"):
         blob = index.to_sidecar()
         chunks = index.to_sidecar_chunks()
         assert len(chunks) > 2 and b"".join(chunks) == blob
@@ -442,11 +447,7 @@ def test_lent_sidecar_chunks_are_the_indexes_own_buffers(monkeypatch: pytest.Mon
     # an index that does not change any more lends them); every one lent here, as
     # small as they are
     monkeypatch.setattr(_sidecar, "LEND_MIN", 1)
-    bm25, keyword = BM25Index(), Tiny()
-    for doc in range(40):
-        bm25.add(doc, f"caroline went hiking {doc} times in the mountains", "a trip")
-        keyword.add(doc, f"caroline went hiking {doc % 3} times w{doc}", float(doc))
-    for index in (bm25, keyword):
+    for index in hikes(Tiny(), lambda doc: f"caroline went hiking {doc % 3} times w{doc}"):
         blob = index.to_sidecar()
         chunks = index.to_sidecar_chunks(lend=True)
         assert b"".join(chunks) == blob
