@@ -368,9 +368,8 @@ class Ranker:
             exact = index.exact_scores(vector) if isinstance(index, VectorIndex) else None
         text_ranked, fulltext = self._fulltext_candidates(query, count, allowed, expansion)
         named = np.zeros(0, dtype=np.int64)  # the memories of the query's entities, ascending
-        if expansion is not None and expansion.docs:  # the memories of the query's entities join
-            named = self.cache.named_docs(self.bm25, expansion) if self.cache is not None \
-                else _ascending(expansion.docs)
+        if expansion is not None and len(expansion.docs):  # the memories of the query's entities join
+            named = expansion.docs
             if allowed is not None:
                 named = named[(named < len(allowed)) & allowed[np.minimum(named, len(allowed) - 1)]]
         cosines_of = _Cosines(index, _unit(vector), exact)
@@ -780,10 +779,9 @@ class RankCache:
     write that adds, changes or removes a memory changes it): the scores of a query
     expansion's terms over every memory (the same entities named give the same
     terms), and, per expansion the entity graph gives (the same object while the
-    graph does not change), its memories as a sorted array and the centroid of their
-    vectors. Bounded: the least recently used entries go past ``limit`` entries (of
-    each table) or ``max_bytes`` (the term scores' bytes, and the memory arrays'
-    apart). An expansion's entries do not keep it alive, and go once it is gone: the
+    graph does not change), the centroid of its memories' vectors. Bounded: the least
+    recently used entries go past ``limit`` entries (of each table) or ``max_bytes``
+    (the term scores' bytes). An expansion's entries do not keep it alive, and go once it is gone: the
     graph keeps a bounded few (``EntityGraph.expansion``), and holding them here
     kept their sets of memories too (32 held 108 MB in a scope of 300,000).
     Searches running side by side (beside the actor) share it: its entries change
@@ -796,9 +794,8 @@ class RankCache:
         self._expanded: dict[Any, F64 | None] = {}  # least recently used first
         # per expansion (by id, with a weak reference to it, so that an entry of an expansion
         # gone, whose id another may take, is never read; no callbacks: entries change
-        # under the lock alone), with what it was made of: its memories, and the centroid
-        # of the index (id, size) it was made of
-        self._named: dict[int, _Entry[None, npt.NDArray[np.int64]]] = {}
+        # under the lock alone), with what it was made of: the centroid of the index
+        # (id, size) it was made of
         self._centroids: dict[int, _Entry[tuple[int, int], F32 | None]] = {}
         self.nbytes = 0
         self._lock = threading.Lock()
@@ -825,14 +822,6 @@ class RankCache:
                 dropped = self._expanded.pop(next(iter(self._expanded)))
                 self.nbytes -= dropped.nbytes if dropped is not None else 0
         return found
-
-    def named_docs(self, bm25: BM25Index, expansion: Expansion) -> npt.NDArray[np.int64]:
-        """The expansion's memories (``docs``), ascending, read-only."""
-        def over(named: dict[int, _Entry[None, npt.NDArray[np.int64]]]) -> bool:
-            return sum(entry[2].nbytes for entry in named.values()) > self.max_bytes
-
-        return self._kept(bm25, self._named, expansion, of=None, compute=lambda: _ascending(expansion.docs),
-                          over=over)
 
     def centroid(self, bm25: BM25Index, expansion: Expansion, index: VectorIndex | MultiVectorSearch,
                  compute: Callable[[tuple[Expansion, VectorIndex | MultiVectorSearch]], F32 | None]
@@ -875,7 +864,6 @@ class RankCache:
 
     def _clear(self) -> None:
         self._expanded.clear()
-        self._named.clear()
         self._centroids.clear()
         self.nbytes = 0
         self._changes = -1
@@ -887,19 +875,11 @@ def _prune(table: dict[int, Any]) -> None:
         del table[key]
 
 
-def _ascending(docs: frozenset[int]) -> npt.NDArray[np.int64]:
-    """``docs`` as a sorted array (read-only: caches share it)."""
-    out = np.fromiter(docs, dtype=np.int64, count=len(docs))
-    out.sort(kind="stable")  # a set of small ints iterates nearly in order: nearly a pass
-    out.flags.writeable = False
-    return out
-
-
 def _centroid(key: tuple[Expansion, VectorIndex | MultiVectorSearch]) -> F32 | None:
     """The unit mean of the vectors of the memories the expansion's entities say (or,
     when they say none, name): the first 2,000 by doc; None when none has a vector."""
     expansion, index = key
-    docs = np.array(sorted(expansion.spoken or expansion.docs), dtype=np.int64)[:2000]
+    docs = (expansion.spoken if len(expansion.spoken) else expansion.docs)[:2000]
     held = docs[index.holds(docs)] if len(docs) else docs
     if not len(held):
         return None

@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 import msgspec
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -142,7 +143,7 @@ def test_expansion_adds_aliases_neighbours_and_memories() -> None:
     assert expansion is not None
     assert expansion.entities == ("gandros",) and "gandros" in expansion.aliases
     assert expansion.neighbours == ("black tower",)
-    assert expansion.docs == {0, 1}
+    assert expansion.docs.tolist() == [0, 1]  # ascending
     assert graph.expansion("swords and shields") is None
 
 
@@ -157,11 +158,14 @@ def test_expansions_are_kept_until_the_graph_changes_and_within_their_bounds(
     graph.add(120, f"{names[0]} left.")
     again = graph.expansion(f"what did {names[0]} say")
     assert again is not first and again is not None and 120 in again.docs  # the graph changed
-    # an entity's memories are one set, shared by every expansion naming it
+    # an entity's memories are one sorted array, shared by every expansion naming it
     pair = graph.expansion(f"did {names[0]} meet {names[1]}")
-    assert pair is not None and pair.each[0] == (again.docs, again.spoken)
+    assert pair is not None
     assert pair.each[0][0] is again.docs and pair.each[0][1] is again.spoken
-    assert pair.docs == again.docs | pair.each[1][0] and pair.spoken == again.spoken | pair.each[1][1]
+    assert pair.docs.tolist() == sorted(set(again.docs.tolist()) | set(pair.each[1][0].tolist()))
+    assert pair.spoken.tolist() == sorted(set(again.spoken.tolist()) | set(pair.each[1][1].tolist()))
+    assert again.docs.tolist() == sorted(graph.docs_of(graph.resolve(names[0]) or ""))
+    assert not again.docs.flags.writeable  # (shared: read-only)
     # bounded by the memories their own sets (unions over several entities) hold in
     # all: the least recently used go first
     monkeypatch.setattr(graph_module, "_EXPANSION_DOCS_MAX", 50)
@@ -522,14 +526,17 @@ def test_expansions_kept_stay_consistent_when_searches_ask_side_by_side() -> Non
 @pytest.mark.parametrize("mention_only", [0.0, 0.25, 1.0])
 def test_an_expansions_lift_is_the_mean_over_its_entities_of_saying_naming_or_neither(
         mention_only: float) -> None:
-    each = ((frozenset({1, 2, 3}), frozenset({1})),   # says 1; names 2 and 3
-            (frozenset({3, 4}), frozenset()),         # never speaks: naming counts fully
-            (frozenset({2, 5}), frozenset({5})))
+    def docs(*ids: int) -> np.ndarray:
+        return np.array(ids, dtype=np.int64)
+
+    each = ((docs(1, 2, 3), docs(1)),   # says 1; names 2 and 3
+            (docs(3, 4), docs()),       # never speaks: naming counts fully
+            (docs(2, 5), docs(5)))
     expansion = graph_module.Expansion(entities=("a", "b", "c"), aliases=(), neighbours=(),
-                                       docs=frozenset({1, 2, 3, 4, 5}), each=each)
+                                       docs=docs(1, 2, 3, 4, 5), each=each)
     expected = {1: 1.0 / 3, 2: 2 * mention_only / 3, 3: (mention_only + 1.0) / 3, 4: 1.0 / 3,
                 5: 1.0 / 3, 6: 0.0}
     got = expansion.lifts(list(expected), mention_only)
     assert got == pytest.approx(list(expected.values()), abs=1e-15)
-    no_entity = graph_module.Expansion(entities=(), aliases=(), neighbours=(), docs=frozenset())
+    no_entity = graph_module.Expansion(entities=(), aliases=(), neighbours=(), docs=docs())
     assert no_entity.lifts([1, 2], mention_only) == [0.0, 0.0]

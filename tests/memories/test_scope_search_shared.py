@@ -111,7 +111,7 @@ def test_the_cache_keeps_the_most_recently_used_within_its_bounds() -> None:
 
 
 def test_an_expansions_entries_last_as_long_as_the_expansion_and_within_bounds() -> None:
-    # what the cache keeps per expansion must not keep the expansion (and its sets of
+    # what the cache keeps per expansion must not keep the expansion (and its arrays of
     # memories) alive once the entity graph let it go: 32 kept here held 108 MB in a
     # scope of 300,000 memories
     bm25 = BM25Index()
@@ -121,7 +121,7 @@ def test_an_expansions_entries_last_as_long_as_the_expansion_and_within_bounds()
     made: list[int] = []
 
     def expansion(first: int, size: int) -> Expansion:
-        return Expansion(("e",), (), (), frozenset(range(first, first + size)))
+        return Expansion(("e",), (), (), np.arange(first, first + size, dtype=np.int64))
 
     def centroid(key: tuple[Expansion, object]) -> np.ndarray:
         made.append(len(key[0].docs))
@@ -129,29 +129,22 @@ def test_an_expansions_entries_last_as_long_as_the_expansion_and_within_bounds()
 
     cache = RankCache(limit=3, max_bytes=8 * 1000)
     one = expansion(0, 500)
-    named = cache.named_docs(bm25, one)
-    assert named.tolist() == list(range(500)) and not named.flags.writeable
-    assert cache.named_docs(bm25, one) is named  # kept
     cache.centroid(bm25, one, index, centroid)
     cache.centroid(bm25, one, index, centroid)
-    assert made == [500]
+    assert made == [500]  # kept
     alive = weakref.ref(one)
-    del one, named
+    del one
     gc.collect()
     assert alive() is None  # the cache did not keep it
     two = expansion(0, 500)  # equal, another object (it may even reuse the id)
-    assert cache.named_docs(bm25, two).tolist() == list(range(500))
     cache.centroid(bm25, two, index, centroid)
     assert made == [500, 500]  # the entries of the one gone are not read, and are dropped
-    assert len(cache._named) == len(cache._centroids) == 1
-    # bounds: at most ``limit`` expansions, and ``max_bytes`` of memory arrays
+    assert len(cache._centroids) == 1
+    # bounds: at most ``limit`` expansions, the least recently used going first
     kept = [expansion(1000 * i, 300) for i in range(4)]
     for each in kept:
-        cache.named_docs(bm25, each)
-    assert list(cache._named) == [id(each) for each in kept[1:]]  # the least recently used went first
-    big = expansion(10_000, 600)
-    cache.named_docs(bm25, big)
-    assert list(cache._named) == [id(kept[3]), id(big)]  # 2,400 + 4,800 bytes fit in 8,000; 3 did not
+        cache.centroid(bm25, each, index, centroid)
+    assert list(cache._centroids) == [id(each) for each in kept[1:]]
     bm25.add(1, "the kids")  # the index changed: nothing kept holds
-    cache.centroid(bm25, big, index, centroid)
-    assert len(cache._named) == 0 and made == [500, 500, 600]
+    cache.centroid(bm25, kept[3], index, centroid)
+    assert list(cache._centroids) == [id(kept[3])] and made == [500, 500, 300, 300, 300, 300, 300]
