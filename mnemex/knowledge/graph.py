@@ -153,8 +153,21 @@ class _Resolution:
 
 
 def _union(arrays: Iterable[Docs]) -> Docs:
-    """The docs of any of ``arrays``, ascending."""
-    out = np.unique(np.concatenate([*arrays, _NO_DOCS]))
+    """The docs of any of ``arrays`` (each ascending), ascending: marked in a mask of
+    the doc ids when they are many (a sort of 100,000 took 35% of a hybrid search's
+    time at 300,000 memories), sorted when they are few among large ids."""
+    parts = [part for part in arrays if len(part)]
+    count = sum(map(len, parts))
+    if not count:
+        return _NO_DOCS
+    size = max(int(part[-1]) for part in parts) + 1
+    if count * 16 < size:
+        out = np.unique(np.concatenate(parts))
+    else:
+        mask = np.zeros(size, dtype=np.bool_)
+        for part in parts:
+            mask[part] = True
+        out = np.flatnonzero(mask)
     out.flags.writeable = False
     return out
 

@@ -540,3 +540,13 @@ def test_an_expansions_lift_is_the_mean_over_its_entities_of_saying_naming_or_ne
     assert got == pytest.approx(list(expected.values()), abs=1e-15)
     no_entity = graph_module.Expansion(entities=(), aliases=(), neighbours=(), docs=docs())
     assert no_entity.lifts([1, 2], mention_only) == [0.0, 0.0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sets(st.integers(0, 5000), max_size=300), max_size=4))
+def test_the_union_of_several_entities_memories_is_every_one_ascending(sets: list[set[int]]) -> None:
+    # (a mask of the ids when they are many, a sort when they are few among large ids)
+    arrays = [np.array(sorted(docs), dtype=np.int64) for docs in sets]
+    union = graph_module._union(arrays)
+    assert union.tolist() == sorted(set().union(*sets)) and union.dtype == np.int64
+    assert not union.flags.writeable
