@@ -83,11 +83,12 @@ class Merge:
     score: float | None = None
 
 
-@dataclass(frozen=True, slots=True, weakref_slot=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True, eq=False)
 class Expansion:
     """What the graph adds to a query: the entities it names (representative keys),
     their other names (``aliases``), the names of their strongest neighbours and the
-    docs that mention them."""
+    docs that mention them. Equal and hashed by identity (the graph gives the same
+    object while it does not change; its arrays have no equality of their own)."""
 
     entities: tuple[str, ...]
     aliases: tuple[str, ...]
@@ -167,7 +168,7 @@ def _union(arrays: Iterable[Docs]) -> Docs:
         mask = np.zeros(size, dtype=np.bool_)
         for part in parts:
             mask[part] = True
-        out = np.flatnonzero(mask)
+        out = np.flatnonzero(mask).astype(np.int64, copy=False)
     out.flags.writeable = False
     return out
 

@@ -144,6 +144,10 @@ def test_expansion_adds_aliases_neighbours_and_memories() -> None:
     assert expansion.entities == ("gandros",) and "gandros" in expansion.aliases
     assert expansion.neighbours == ("black tower",)
     assert expansion.docs.tolist() == [0, 1]  # ascending
+    # equal and hashed by identity (its arrays have no equality of their own)
+    assert expansion == expansion and {expansion: 1}[expansion] == 1
+    assert expansion != graph_module.Expansion(expansion.entities, expansion.aliases, expansion.neighbours,
+                                               expansion.docs)
     assert graph.expansion("swords and shields") is None
 
 
