@@ -781,9 +781,10 @@ class RankCache:
     terms), and, per expansion the entity graph gives (the same object while the
     graph does not change), the centroid of its memories' vectors. Bounded: the least
     recently used entries go past ``limit`` entries (of each table) or ``max_bytes``
-    (the term scores' bytes). An expansion's entries do not keep it alive, and go once it is gone: the
-    graph keeps a bounded few (``EntityGraph.expansion``), and holding them here
-    kept their sets of memories too (32 held 108 MB in a scope of 300,000).
+    (the term scores' bytes). An expansion's entries do not keep it alive, and go
+    once it is gone: the graph keeps a bounded few (``EntityGraph.expansion``), and
+    holding them here kept their sets of memories too (32 held 108 MB in a scope of
+    300,000).
     Searches running side by side (beside the actor) share it: its entries change
     under a lock; what is computed is computed outside it."""
 
