@@ -50,6 +50,15 @@ def doc_slot(doc_id: object) -> int | None:
     return int(doc_id)
 
 
+def members(docs: npt.NDArray[np.int64], ascending: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+    """For each of ``docs``, whether ``ascending`` (sorted doc ids) holds it."""
+    if not len(ascending):
+        return np.zeros(len(docs), dtype=np.bool_)
+    at = np.minimum(np.searchsorted(ascending, docs), len(ascending) - 1)
+    out: npt.NDArray[np.bool_] = ascending[at] == docs
+    return out
+
+
 def check_top_k(top_k: object) -> int:
     if isinstance(top_k, bool) or not isinstance(top_k, int | np.integer) or int(top_k) < 1:
         raise InvalidInput(f"top_k is {top_k!r}; it must be an int >= 1", field="top_k")

@@ -46,6 +46,7 @@ import numpy.typing as npt
 
 from mnemex._repeats import Repeats
 from mnemex.index import normalize_phrase
+from mnemex.index._select import members
 from mnemex.knowledge.entities import DETECTION_VERSION, initials, is_acronym, mentions, name_key
 from mnemex.knowledge.resolution import NameVectors, nearest_merges
 
@@ -114,11 +115,11 @@ class Expansion:
         asked = np.array(docs, dtype=np.int64)
         totals = np.zeros(len(asked), dtype=np.float64)
         for mentioning, saying in each:
-            says = _holds(saying, asked)
+            says = members(asked, saying)
             totals[says] += 1.0
             named = mention_only if len(saying) else 1.0
             if named:
-                totals[_holds(mentioning, asked) & ~says] += named
+                totals[members(asked, mentioning) & ~says] += named
         out: list[float] = (totals / len(each)).tolist()
         return out
 
@@ -136,15 +137,6 @@ def _sorted_docs(docs: Iterable[int]) -> Docs:
     out.sort()
     out.flags.writeable = False
     return out
-
-
-def _holds(held: Docs, docs: Docs) -> npt.NDArray[np.bool_]:
-    """Which of ``docs`` are in ``held`` (sorted)."""
-    if not len(held):
-        return np.zeros(len(docs), dtype=np.bool_)
-    at = np.minimum(np.searchsorted(held, docs), len(held) - 1)
-    found: npt.NDArray[np.bool_] = held[at] == docs
-    return found
 
 
 @dataclass(slots=True)

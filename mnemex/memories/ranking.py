@@ -69,7 +69,7 @@ from mnemex.index import (
     reciprocal_rank_fusion,
     words,
 )
-from mnemex.index._select import pairs_as_arrays
+from mnemex.index._select import members, pairs_as_arrays
 from mnemex.knowledge.graph import EntityGraph, Expansion
 from mnemex.memories.filters import FilterTable
 from mnemex.memories.periods import DAY, named_periods, period_match
@@ -456,7 +456,7 @@ class Ranker:
             near_period[held] = dated[docs[held]]
             relevance = relevance + (1.0 - relevance) * settings.date_weight * near_period
         names_entity = np.zeros(len(docs), dtype=np.float64)
-        is_named = _members(docs, named)
+        is_named = members(docs, named)
         if len(named):
             assert expansion is not None
             named_at = np.flatnonzero(is_named)  # a memory the named entity says counts fully
@@ -887,15 +887,6 @@ def _centroid(key: tuple[Expansion, VectorIndex | MultiVectorSearch]) -> F32 | N
     centroid = _unit(index.vectors(held).mean(axis=0).astype(np.float32))
     centroid.flags.writeable = False
     return centroid
-
-
-def _members(docs: npt.NDArray[np.int64], ascending: npt.NDArray[np.int64]) -> Mask:
-    """For each of ``docs``, whether ``ascending`` (sorted) holds it."""
-    if not len(ascending):
-        return np.zeros(len(docs), dtype=np.bool_)
-    at = np.minimum(np.searchsorted(ascending, docs), len(ascending) - 1)
-    out: Mask = ascending[at] == docs
-    return out
 
 
 def _at(values: npt.NDArray[np.float64] | npt.NDArray[np.int32] | None, docs: npt.NDArray[np.int64]) -> F64:
