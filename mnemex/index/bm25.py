@@ -238,23 +238,17 @@ class _PostingsTable:
         if found is not None:
             self._filled_bytes -= found[1]
 
-    def columns(self) -> tuple[_I64, bytes, bytes]:
-        """Postings per term, then every term's doc ids and packed term
-        frequencies, term after term (int32 bytes)."""
-        items, bounds, base_docs, base_tfs = self._items, self._bounds, self._base_docs, self._base_tfs
-        docs = [base_docs[bounds[i] : bounds[i + 1]] if p is None else p.docs for i, p in enumerate(items)]
-        tfs = [base_tfs[bounds[i] : bounds[i + 1]] if p is None else p.tfs for i, p in enumerate(items)]
-        counts = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
-        return counts, b"".join(docs), b"".join(tfs)
-
-    def lent(self) -> tuple[_I64, Pieces, Pieces]:
-        """:meth:`columns` from the postings' own buffers (for a snapshot of an index
-        nothing changes any more: an array('i') lent cannot grow): the restored terms
-        not changed since, a run of them at a time, and each changed term's arrays,
-        lent when large, copied together when small (:func:`lent`)."""
+    def columns(self, *, lend: bool = False) -> tuple[_I64, _I32 | Pieces, _I32 | Pieces]:
+        """Postings per term, then every term's doc ids and packed term frequencies,
+        term after term (int32): one copy of them, or with ``lend`` the postings' own
+        buffers (for a snapshot of an index nothing changes any more: an array('i')
+        lent cannot grow), large ones lent, small ones copied together (:func:`lent`)."""
         counts = np.fromiter(map(self.count, range(len(self._items))), dtype=np.int64, count=len(self._items))
-        return (counts, Pieces(np.dtype(np.int32), lent(self._buffers("docs"))),
-                Pieces(np.dtype(np.int32), lent(self._buffers("tfs"))))
+        if lend:
+            return (counts, Pieces(np.dtype(np.int32), lent(self._buffers("docs"))),
+                    Pieces(np.dtype(np.int32), lent(self._buffers("tfs"))))
+        return (counts, np.frombuffer(b"".join(self._buffers("docs")), dtype=np.int32),
+                np.frombuffer(b"".join(self._buffers("tfs")), dtype=np.int32))
 
     def _buffers(self, field: str) -> Iterator[memoryview | array[int]]:
         """Every term's ``field`` (docs or tfs) in term order: the restored terms not
@@ -769,9 +763,7 @@ class BM25Index(SidecarIndex):
         postings, content, context = self._postings, self._content, self._context
         doc_ids = content.doc_ids()
         used = int(doc_ids[-1]) + 1 if len(doc_ids) else 0    # removed slots hold zero lengths
-        term_docs, posting_docs, posting_tfs = postings.lent() if lend else (
-            (columns := postings.columns())[0], np.frombuffer(columns[1], dtype=np.int32),
-            np.frombuffer(columns[2], dtype=np.int32))
+        term_docs, posting_docs, posting_tfs = postings.columns(lend=lend)
         header = {
             "kind": "bm25",
             "docs": len(content),
