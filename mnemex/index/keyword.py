@@ -34,7 +34,7 @@ import sys
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Final, Self, cast
+from typing import Any, Final, Literal, Self, cast, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -343,7 +343,7 @@ class KeywordIndex(SidecarIndex):
             "sparse_words": len(sparse),
             "capacity": self._capacity,
         }
-        sparse_df = np.fromiter(map(len, sparse.values()), dtype=np.int64, count=len(sparse))
+        sparse_df, sparse_postings = self._sparse_postings(lend=lend)
         arrays: dict[str, npt.NDArray[Any] | Pieces] = {
             "vocab": np.frombuffer("\x00".join(itertools.chain(dense, sparse)).encode(), dtype=np.uint8),
             "dense_df": np.fromiter(self._dense_df.values(), dtype=np.int64, count=len(dense)),
@@ -352,9 +352,7 @@ class KeywordIndex(SidecarIndex):
                 if lend and dense else np.stack(list(dense.values())) if dense
                 else np.zeros((0, _bytes_for(self._capacity)), np.uint8)),
             "sparse_df": sparse_df,
-            "sparse_postings": (
-                Pieces(np.dtype(np.int32), lent(sparse.values()))
-                if lend else self._sparse_postings()[1]),
+            "sparse_postings": sparse_postings,
             "doc_ids": doc_ids.astype(np.int32),
             "timestamps": self._timestamps[doc_ids],
             "order": self._order.astype(np.int32),  # a copy, whatever its type
@@ -421,10 +419,19 @@ class KeywordIndex(SidecarIndex):
         self._order = order.astype(np.int64)
         self._order_ts = timestamps[self._order]
 
-    def _sparse_postings(self) -> tuple[_I64, npt.NDArray[np.int32]]:
-        """Every sparse word's postings count and its postings, word after word."""
+    @overload
+    def _sparse_postings(self, *, lend: Literal[False] = False) -> tuple[_I64, _I32]: ...
+    @overload
+    def _sparse_postings(self, *, lend: bool) -> tuple[_I64, _I32 | Pieces]: ...
+
+    def _sparse_postings(self, *, lend: bool = False) -> tuple[_I64, _I32 | Pieces]:
+        """Every sparse word's postings count and its postings, word after word: one
+        copy of them, or with ``lend`` the words' own arrays (for a snapshot of an
+        index nothing changes any more; small ones copied together, :func:`lent`)."""
         sparse = self._sparse
         counts = np.fromiter(map(len, sparse.values()), dtype=np.int64, count=len(sparse))
+        if lend:
+            return counts, Pieces(np.dtype(np.int32), lent(sparse.values()))
         # (one copy of every word's int32s, and no object a word: arrays and slices alike)
         runs = cast("Iterable[bytes]", sparse.values())  # (buffers: what bytes.join reads)
         return counts, np.frombuffer(b"".join(runs), dtype=np.int32)
