@@ -830,12 +830,12 @@ class RankCache:
         """``compute((expansion, index))``: the centroid of the vectors of its
         memories in ``index`` (kept for the index and size it was made of)."""
         return self._kept(bm25, self._centroids, expansion, of=(id(index), len(index)),
-                          compute=lambda: compute((expansion, index)), over=lambda _table: False)
+                          compute=lambda: compute((expansion, index)))
 
     def _kept(self, bm25: BM25Index, table: dict[int, _Entry[_K, _T]], expansion: Expansion, *, of: _K,
-              compute: Callable[[], _T], over: Callable[[dict[int, _Entry[_K, _T]]], bool]) -> _T:
+              compute: Callable[[], _T]) -> _T:
         """What ``compute()`` gives for ``expansion`` and ``of``, kept in ``table`` (the
-        least recently used going past ``limit`` entries, or while ``over(table)``)."""
+        least recently used going past ``limit`` entries)."""
         key = id(expansion)
         with self._lock:
             self._follow(bm25)
@@ -849,7 +849,7 @@ class RankCache:
             if bm25.changes == self._changes:
                 table[key] = (weakref.ref(expansion), of, found)
                 _prune(table)
-                while len(table) > 1 and (len(table) > self.limit or over(table)):
+                while len(table) > 1 and len(table) > self.limit:
                     del table[next(iter(table))]
         return found
 
