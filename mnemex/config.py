@@ -192,9 +192,17 @@ class StorageConfig(_Section, frozen=True, kw_only=True, forbid_unknown_fields=T
     blocks are reserved as it grows (a full disk keeps the rows in memory instead),
     and its pages are written back once. None: always in memory (so too without a
     ``data_dir`` or ``vector_rows_dir``)."""
+    records_file_from: PositiveInt | None = 50_000
+    """Memories (doc ids, freed ones included) from which a scope keeps its records in
+    an unnamed file in ``data_dir`` rather than as objects in the process's memory:
+    each one MessagePack-encoded, read back when a search returns it or a write
+    changes it (a few microseconds), about 12 bytes a memory left in memory against
+    about 640 (``mnemex.memories.records``). None: always in memory (so too without
+    a ``data_dir`` or ``vector_rows_dir``)."""
     vector_rows_dir: str | None = None
-    """Where those files go: None for ``data_dir``. A data directory on a shared
-    volume (a cluster's) wants a local disk here."""
+    """Where those files (the vector rows' and the records') go: None for
+    ``data_dir``. A data directory on a shared volume (a cluster's) wants a local
+    disk here."""
     max_open_files: PositiveInt | None = None
     """Journal files kept open at once (one per actor that wrote lately); past it the
     least recently used is closed, and opened again by that actor's next write, so

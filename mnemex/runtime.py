@@ -61,7 +61,7 @@ from mnemex.memories.transfer import ExportHeader, ImportReport
 from mnemex.models.batcher import EmbeddingBatcher
 from mnemex.models.graph_helpers import GraphHelpers
 from mnemex.models.rerankers import reranker_from_config
-from mnemex.persistence import DataDir, Ownership, RowFiles, Storage, find_actors
+from mnemex.persistence import DataDir, Ownership, RecordFiles, RowFiles, Storage, find_actors
 from mnemex.state.kind import STATE_KIND, state_kind
 from mnemex.state.ref import StateRef
 
@@ -471,7 +471,7 @@ async def open_runtime(config: Config | None = None, *, kinds: Iterable[ActorKin
     extractor = default_extractor(cfg)
     reranker = reranker_from_config(cfg)  # loaded as the runtime opens: a damaged model fails here
     helpers = GraphHelpers() if cfg.memories.hnsw_helper else None
-    row_files = _row_files(cfg)
+    row_files, record_files = _row_files(cfg), _record_files(cfg)
     for kind in given:
         if isinstance(kind, ScopeKind) and kind.embedder is not None:
             batcher = EmbeddingBatcher(kind.embedder, cfg.models.embed_batch_size,
@@ -480,7 +480,7 @@ async def open_runtime(config: Config | None = None, *, kinds: Iterable[ActorKin
                 extractor, ids, context_messages=cfg.knowledge.context_messages,
                 offered=cfg.knowledge.offered, max_jobs=cfg.knowledge.max_jobs)
             batchers[kind.name] = (kind.served_by(batcher.embed, services_of.run, services_of.timer, helpers,
-                                                  row_files), batcher)
+                                                  row_files, record_files=record_files), batcher)
             served.append(batchers[kind.name][0])
         else:
             served.append(kind)
@@ -526,6 +526,16 @@ def _row_files(config: Config) -> RowFiles | None:
     if directory is None or storage.vector_rows_file_from is None or not RowFiles.usable():
         return None
     return RowFiles(directory, storage.vector_rows_file_from)  # (made at a scope's first row file)
+
+
+def _record_files(config: Config) -> RecordFiles | None:
+    """Where large scopes keep their records: files in ``storage.vector_rows_dir`` or
+    the data directory (see ``storage.records_file_from``), or None (in memory)."""
+    storage = config.storage
+    directory = storage.vector_rows_dir if storage.vector_rows_dir is not None else storage.data_dir
+    if directory is None or storage.records_file_from is None or not RecordFiles.usable():
+        return None
+    return RecordFiles(directory, storage.records_file_from)
 
 
 def configured_storage(config: Config) -> Storage | None:

@@ -40,9 +40,10 @@ import bisect
 import dataclasses
 import logging
 import math
+import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from functools import cache, partial
 from typing import Any, Final, Literal, NamedTuple
@@ -186,6 +187,8 @@ from mnemex.memories.protocol import (
     UpdateMemory,
 )
 from mnemex.memories.ranking import CosineScale, RankCache, Ranker, ReadAhead, rounded
+from mnemex.memories.records import Contents, FileRecords
+from mnemex.memories.records import decode_record as _decode_record
 from mnemex.memories.sessions import session_echoes, session_memories
 from mnemex.memories.snapshot import (
     SNAPSHOT_FORMAT,
@@ -194,11 +197,13 @@ from mnemex.memories.snapshot import (
     check_vectors,
     decode_vector,
     encode_vector,
+    encoded_records,
     read_records,
     restore_vectors,
     write_snapshot,
 )
 from mnemex.memories.transfer import import_records, vectors_of
+from mnemex.persistence.recordfiles import RecordFiles
 from mnemex.persistence.snapshot import Sidecar, let_pages_go
 
 __all__ = [
@@ -299,6 +304,8 @@ class ScopeSettings:
     """Where HNSW graphs are built beside the actor (None: in the job's thread)."""
     row_files: RowFiles | None = None
     """Where a large scope's float32 vector rows live (None: in memory)."""
+    record_files: RecordFiles | None = None
+    """Where a large scope's records live (None: in memory; see ``memories.records``)."""
 
     @classmethod
     def from_config(cls, config: Config, *, embedder_name: str | None = None, embedder_dim: int = 0,
@@ -433,10 +440,20 @@ MEMORY_BYTES: Final = 5_500
 """What each memory costs besides its text and vector: the record and its history,
 the keyword, BM25 and filter entries, the id maps (tracemalloc: 7.4 KB a memory in
 a scope of 5,000 short memories of 384 dims, 1.5 KB of it the vector)."""
+RECORD_BYTES: Final = 500
+"""The record objects' share of ``MEMORY_BYTES`` (the struct, its id's and times'
+objects: tracemalloc, 2026-11-27, about 450 bytes a memory besides its content at
+300,000), which a scope whose records are in a file (``memories.records``) does not
+hold, nor the contents."""
 NAME_BYTES: Final = 1_500
 """What each name its memories mention costs in the entity graph besides its vector
 (the spellings, the memories naming it, its counts: tracemalloc, 1.5 KB more a scope of
 one memory naming Lisbon than of one naming nothing)."""
+
+
+class _NotStreamed(Exception):
+    """A large scope's records could not be restored into their file chunk by chunk
+    (``ScopeMemory._restore_into_file``): they are read whole instead."""
 
 
 class _SearchPlan(NamedTuple):
@@ -481,23 +498,27 @@ class ScopeMemory:
 
     # slots: a live scope's attributes are more than Python shares a dict's keys for
     # (30), so each scope would carry a dict of its own (~1.6 KB)
-    __slots__ = ("_ahead", "_analysed", "_no_jobs_due", "_quiet_search", "_texts", "_words", "app_name",
+    __slots__ = ("_ahead", "_analysed", "_no_jobs_due", "_quiet_search", "_records_next", "_texts", "_words",
+                 "app_name",
                  "bm25", "by_content", "categories", "clock", "content_bytes", "dim", "doc_of", "docs",
                  "documents", "embedder", "entities",
                  "extractions", "free", "graph", "graph_failed_at", "graph_pending_since", "graph_restored",
                  "graph_stale", "keyed", "keyword", "names_since", "rank_cache", "replaying", "sessions",
-                 "settings", "snapshot_wanted", "table", "twins", "user_id", "vectors")
+                 "settings", "snapshot_wanted", "table", "user_id", "vectors")
 
     def __init__(self, key: Key, settings: ScopeSettings) -> None:
         if len(key) != 2:
             raise InvalidInput(f"a scope key is (app_name, user_id), got {key!r}", field="key")
         self.app_name, self.user_id = key[0], key[1]
         self.settings = settings
-        self.docs: list[MemoryRecord | None] = []
+        # the records by doc: a list, or once the scope is large a file (memories.records)
+        self.docs: list[MemoryRecord | None] | FileRecords = []
         self.doc_of: dict[str, int] = {}
-        self.by_content: dict[str, int] = {}
-        # the other docs of a content stored more than once (a write without dedupe)
-        self.twins: dict[str, set[int]] = {}
+        # the docs by content (and the twins of a content stored more than once)
+        self.by_content = Contents()
+        files = settings.record_files
+        # the docs from which the records move to a file (again at twice as many after a failure)
+        self._records_next = sys.maxsize if files is None else max(1, files.min_records)
         self.keyed = KeyedIndex()
         self.free: list[int] = []
         fold = settings.fold_accents
@@ -562,6 +583,9 @@ class ScopeMemory:
         graph = self.graph
         size = (SCOPE_BYTES + len(self.doc_of) * MEMORY_BYTES + self.content_bytes + graph.names * NAME_BYTES
                 + graph.vectors.nbytes)
+        docs = self.docs
+        if isinstance(docs, FileRecords):
+            size += docs.nbytes - len(self.doc_of) * RECORD_BYTES - self.content_bytes
         vectors = self.vectors
         if vectors is not None and len(vectors):
             size += len(vectors) * vectors.bytes_per_vector + vectors.coarse_bytes
@@ -595,6 +619,23 @@ class ScopeMemory:
         return record
 
     docs_record = _record_at
+
+    def memory_id_at(self, doc: int) -> str:
+        """The id of the memory at ``doc`` (without reading its record from a file)."""
+        docs = self.docs
+        if isinstance(docs, FileRecords):
+            memory_id = docs.id_at(doc)
+            assert memory_id is not None
+            return memory_id
+        return self._record_at(doc).id
+
+    def records_at(self, docs: Iterable[int]) -> Iterator[MemoryRecord | None]:
+        """The records at ``docs`` in their order (None for a free doc); a file's are
+        read together."""
+        stored = self.docs
+        if isinstance(stored, FileRecords):
+            return stored.many(docs)
+        return map(stored.__getitem__, docs)
 
     @property
     def name(self) -> str:
@@ -710,7 +751,7 @@ class ScopeMemory:
                     raise InvalidInput("forget_where needs a filter that names something; an empty "
                                        "filter would delete every memory", field="filter")
                 docs = np.flatnonzero(compiled.mask(self.table)).tolist()
-                gone = [self._record_at(doc).id for doc in docs]
+                gone = [self.memory_id_at(doc) for doc in docs]
                 if not gone:  # nothing to forget: nothing to journal
                     return Step(Forgotten(ids=[]), unchanged=True)
                 self._forget(gone)
@@ -959,8 +1000,29 @@ class ScopeMemory:
     def _allocate(self) -> int:
         if self.free:
             return self.free.pop()
-        self.docs.append(None)
-        return len(self.docs) - 1
+        docs = self.docs
+        docs.append(None)
+        if len(docs) >= self._records_next:
+            self._records_to_file()
+        return len(docs) - 1
+
+    def _records_to_file(self) -> None:
+        """Move the records to a file of their own (``memories.records``); a failure
+        keeps them in memory, tried again at twice as many docs."""
+        files = self.settings.record_files
+        docs = self.docs
+        if files is None or isinstance(docs, FileRecords):
+            return
+        try:
+            self.docs = FileRecords(files, docs)
+        except OSError as exc:
+            self._records_next = 2 * len(docs)
+            log.warning("scope %s: its %d records could not be moved to a file in %s (%s); they stay in "
+                        "memory, tried again at %d", self._name, len(self.doc_of), files.directory, exc,
+                        self._records_next)
+            return
+        self._records_next = sys.maxsize
+        self.by_content.digest()
 
     def _index_many(self, placed: Sequence[tuple[int, MemoryRecord]],
                     contexts: Mapping[int, str | None] | None = None) -> None:
@@ -1062,22 +1124,15 @@ class ScopeMemory:
     def _hold_content(self, doc: int, content: str) -> None:
         """Index ``doc`` by its content: the first doc of a content is the one writes
         deduplicate against; the others (stored without dedupe) are its twins."""
-        holder = self.by_content.setdefault(content, doc)
-        if holder != doc:
-            self.twins.setdefault(content, set()).add(doc)
+        self.by_content.hold(doc, content)
 
     def _release_content(self, doc: int, content: str) -> None:
-        twins = self.twins.get(content)
-        if self.by_content.get(content) == doc:
-            if twins:
-                self.by_content[content] = min(twins)
-                twins.discard(min(twins))
-            else:
-                del self.by_content[content]
-        elif twins is not None:
-            twins.discard(doc)
-        if twins is not None and not twins:
-            del self.twins[content]
+        self.by_content.release(doc, content)
+
+    @property
+    def twins(self) -> dict[str | bytes, set[int]]:
+        """The other docs of each content stored more than once (a write without dedupe)."""
+        return self.by_content.twins
 
     def _forget(self, ids: Sequence[str]) -> None:
         for memory_id in ids:
@@ -1188,12 +1243,69 @@ class ScopeMemory:
         self.keyword, self.bm25, self.entities = keyword, bm25, entities
         return True
 
+    def _restore_into_file(self, image: Image, chunks: Iterator[tuple[list[int], list[msgspec.Raw]]]) -> None:
+        """The records of a large scope's snapshot written to its file of records (their
+        bytes as the records sidecar holds them) and indexed a chunk at a time: the
+        process never holds them all as objects, and what a chunk made is reused by the
+        next (at 1,000,000 memories the records whole were about 640 MB, and once let
+        go left their ids' memory scattered through the allocator's arenas). The text
+        indexes and the entity graph come from their sidecars; when one cannot be used
+        (or a chunk does not read) _NotStreamed says why, and the caller reads the
+        records whole instead."""
+        files = self.settings.record_files
+        assert files is not None
+        extra = image.extra
+        try:
+            stored = FileRecords(files, ())
+        except OSError as exc:
+            raise _NotStreamed(f"no file for them in {files.directory}: {exc}") from exc
+        stored.grow(int(extra.get("docs", 0)))
+        self.docs = stored
+        self.by_content.digest()
+        self._records_next = sys.maxsize
+        self.free = [int(doc) for doc in extra.get("free", [])]
+        self.extractions.load_extra(extra.get("cursors") or {})
+        self.documents.load_extra(extra.get("documents") or [], ())
+        self.categories.load_extra(extra.get("categories"))
+        self.graph.load_extra(extra.get("graph") or {})
+        doc_of, sessions, window = self.doc_of, self.sessions, self.settings.context_window
+        every: list[int] = []
+        try:
+            for docs, encoded in chunks:
+                records = [_decode_record(blob) for blob in encoded]
+                if docs:
+                    stored.grow(max(docs) + 1)
+                stored.place(docs, [record.id for record in records], encoded)
+                for doc, record in zip(docs, records, strict=True):
+                    doc_of[record.id] = doc
+                    if window and record.session_id is not None:
+                        sessions.setdefault(record.session_id, []).append((record.id, doc))
+                    self._hold_content(doc, record.content)
+                    self.keyed.add(doc, record)
+                self.documents.note_chunks(records)
+                self.table.add_many(list(zip(docs, records, strict=True)))
+                self.content_bytes += sum(len(record.content) for record in records)
+                every += docs
+        except (ValueError, msgspec.DecodeError, msgspec.ValidationError, OSError) as exc:
+            raise _NotStreamed(str(exc)) from exc
+        count = int(extra.get("count", -1))
+        if not len(every) == len(doc_of) == count:
+            raise _NotStreamed(f"the records sidecar holds {len(every)} records of {len(doc_of)} ids, the "
+                               f"snapshot {count}")
+        for members in sessions.values():
+            members.sort()
+        graph = image.sidecars.get(GRAPH_SIDECAR)
+        if count and (graph is None or not self.graph.load_sidecar(graph, every)):
+            raise _NotStreamed("the entity graph's sidecar is missing or made otherwise")
+        if count and not self._load_text_sidecars(image.sidecars):
+            raise _NotStreamed("the text indexes' sidecars are missing or made otherwise")
+
     def _text_indexes_from(self, sidecars: Mapping[str, bytes | memoryview]) -> tuple[
             KeywordIndex, BM25Index, EntityIndex]:
         missing_names = [name for name in TEXT_SIDECARS if name not in sidecars]
         if missing_names:
             raise CorruptData(f"sidecar(s) {', '.join(missing_names)} missing")
-        checksum = doc_ids_checksum(doc for doc, record in enumerate(self.docs) if record is not None)
+        checksum = doc_ids_checksum(sorted(self.doc_of.values()))
         for name, info in (("keyword", KeywordIndex.sidecar_info(sidecars["keyword"])),
                            ("bm25", BM25Index.sidecar_info(sidecars["bm25"]))):
             if info["ids_checksum"] != checksum:
@@ -1498,7 +1610,7 @@ class ScopeMemory:
         if allowed is None:
             ids = sorted(self.doc_of)
         else:
-            ids = sorted(self._record_at(doc).id for doc in np.flatnonzero(allowed).tolist())
+            ids = sorted(map(self.memory_id_at, np.flatnonzero(allowed).tolist()))
         stop = None if limit is None else offset + limit
         page = [self._record_at(self.doc_of[memory_id]) for memory_id in ids[offset:stop]]
         return MemoryPage(memories=page, total=len(ids), limit=limit, offset=offset)
@@ -1733,7 +1845,12 @@ class ScopeMemory:
 
     def _snapshot(self, *, lend: bool) -> SnapshotData:
         self.snapshot_wanted = False
-        pairs = [(doc, record) for doc, record in enumerate(self.docs) if record is not None]
+        stored = self.docs
+        pairs: Collection[tuple[int, MemoryRecord]]
+        if isinstance(stored, FileRecords):
+            pairs = stored.view()
+        else:
+            pairs = [(doc, record) for doc, record in enumerate(stored) if record is not None]
         index = self.vectors
         # the text indexes' sidecars as chunks, written one after another and let go
         # as they are (joined, the BM25 one was a second copy of 20 MB at 100,000
@@ -1766,33 +1883,54 @@ class ScopeMemory:
 
     @classmethod
     def restore(cls, key: Key, image: Image, settings: ScopeSettings) -> ScopeMemory:
+        files = settings.record_files
+        if files is not None and int(image.extra.get("docs", 0)) >= max(1, files.min_records):
+            chunks = encoded_records(image)
+            if chunks is not None:
+                try:
+                    return cls._restore(key, image, settings, chunks)
+                except _NotStreamed as exc:
+                    log.info("scope %s: records not read into their file as they are read (%s); reading "
+                             "them whole", tuple(key), exc)
+        return cls._restore(key, image, settings, None)
+
+    @classmethod
+    def _restore(cls, key: Key, image: Image, settings: ScopeSettings,
+                 chunks: Iterator[tuple[list[int], list[msgspec.Raw]]] | None) -> ScopeMemory:
+        """A scope restored from ``image``: its records read whole (``chunks`` None), or
+        written to a file of records a chunk of its records sidecar at a time
+        (``_restore_into_file``; _NotStreamed when that cannot be done)."""
         memory = cls(key, settings)
         extra = image.extra
         check_format(memory._name, extra)
         embedder, dim = extra.get("embedder"), int(extra.get("dim") or 0)
-        memory.docs = [None] * int(extra.get("docs", 0))
         memory.clock = float(extra.get("clock", 0.0))
-        found = read_records(memory._name, image)
-        docs, records, vector_docs = found.docs, found.records, found.vector_docs
-        if docs and max(docs) >= len(memory.docs):
-            memory.docs.extend([None] * (max(docs) + 1 - len(memory.docs)))
-        for doc, record in zip(docs, records, strict=True):
-            memory.docs[doc] = record
-        memory.doc_of = {record.id: doc for doc, record in zip(docs, records, strict=True)}
-        memory.free = [int(doc) for doc in extra.get("free", [])]
-        memory.extractions.load_extra(extra.get("cursors") or {})
-        memory.documents.load_extra(extra.get("documents") or [], records)
-        memory.categories.load_extra(extra.get("categories"))
-        memory.graph.load_extra(extra.get("graph") or {})
-        graph = image.sidecars.get(GRAPH_SIDECAR)
-        memory.graph_restored = graph is not None and memory.graph.load_sidecar(graph, docs)
-        if graph is not None and not memory.graph_restored:
-            log.info("scope %s: entity graph sidecar not used (other settings, declarations or detection "
-                     "version); finding the memories' mentions again", memory._name)
-        try:
-            memory._reindex_all(image.sidecars, docs)
-        finally:
-            memory.graph_restored = False
+        vector_docs: list[int] = []
+        if chunks is not None:
+            memory._restore_into_file(image, chunks)
+        else:
+            memory.docs = [None] * int(extra.get("docs", 0))
+            found = read_records(memory._name, image)
+            docs, records, vector_docs = found.docs, found.records, found.vector_docs
+            if docs and max(docs) >= len(memory.docs):
+                memory.docs.extend([None] * (max(docs) + 1 - len(memory.docs)))
+            for doc, record in zip(docs, records, strict=True):
+                memory.docs[doc] = record
+            memory.doc_of = {record.id: doc for doc, record in zip(docs, records, strict=True)}
+            memory.free = [int(doc) for doc in extra.get("free", [])]
+            memory.extractions.load_extra(extra.get("cursors") or {})
+            memory.documents.load_extra(extra.get("documents") or [], records)
+            memory.categories.load_extra(extra.get("categories"))
+            memory.graph.load_extra(extra.get("graph") or {})
+            graph = image.sidecars.get(GRAPH_SIDECAR)
+            memory.graph_restored = graph is not None and memory.graph.load_sidecar(graph, docs)
+            if graph is not None and not memory.graph_restored:
+                log.info("scope %s: entity graph sidecar not used (other settings, declarations or detection "
+                         "version); finding the memories' mentions again", memory._name)
+            try:
+                memory._reindex_all(image.sidecars, docs)
+            finally:
+                memory.graph_restored = False
         # (the text indexes' and the graph's sidecars were read: what the indexes keep of
         # them is read again from the page cache when a search needs it)
         let_pages_go(*image.sidecars.values())
@@ -1811,6 +1949,8 @@ class ScopeMemory:
                             "config.models.embedder "
                             "names the scope's model again", memory._name, len(vector_docs), embedder, dim,
                             configured, settings.embedder_dim)
+        if len(memory.docs) >= memory._records_next:
+            memory._records_to_file()
         return memory
 
 

@@ -230,7 +230,8 @@ class ScopeCategories:
             self._next += 1
         batch = [memory_id for memory_id in queue[self._next:self._next + BATCH] if memory_id in scope.doc_of]
         last = self._next + BATCH >= len(queue)
-        records = [scope.docs_record(scope.doc_of[memory_id]) for memory_id in batch]
+        records = [record for record in scope.records_at([scope.doc_of[memory_id] for memory_id in batch])
+                   if record is not None]
         self.planned_at = now
         version, catalog, threshold, tokenizer = self.version, self.catalog, self.threshold, self.tokenizer
 
@@ -411,7 +412,7 @@ def actor_memories(scope: ScopeMemory, cmd: GetActorMemories) -> MemoryPage:
     visible = scope.allowed_docs(None, cmd.include_history, None)
     if visible is not None:
         docs = {doc for doc in docs if doc < len(visible) and visible[doc]}
-    ids = sorted(scope.docs_record(doc).id for doc in docs)
+    ids = sorted(map(scope.memory_id_at, docs))
     stop = None if limit is None else offset + limit
     page = [scope.docs_record(scope.doc_of[memory_id]) for memory_id in ids[offset:stop]]
     return MemoryPage(memories=page, total=len(ids), limit=limit, offset=offset)

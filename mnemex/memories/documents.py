@@ -151,6 +151,10 @@ class Documents:
         for item in data:
             info = msgspec.convert(item, DocumentInfo)
             self.infos[info.id] = info
+        self.note_chunks(records)
+
+    def note_chunks(self, records: Iterable[MemoryRecord]) -> None:
+        """Which of ``records`` (restored) are chunks of the documents known."""
         if self.infos:
             for record in records:
                 for source in record.sources:
@@ -272,8 +276,8 @@ def forget_document(scope: ScopeMemory, cmd: ForgetDocument) -> Any:
     documents = scope.documents
     # the facts extracted from it, and its chunks that no other document names
     mask = compile_filter({"session_id": session}).mask(scope.table)
-    facts = [record.id for record in map(scope.docs_record, mask.nonzero()[0].tolist())
-             if record.kind != CHUNK_KIND]
+    facts = [record.id for record in scope.records_at(mask.nonzero()[0].tolist())
+             if record is not None and record.kind != CHUNK_KIND]
     kept: list[MemoryRecord] = []  # named by another document too, or not a chunk: loses this name only
     gone = list(facts)
     for _, record in _chunks(scope, document_id):

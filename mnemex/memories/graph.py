@@ -97,12 +97,9 @@ def _known(scope: ScopeMemory, name: Any, what: str = "name") -> str:
 
 # -- reading -------------------------------------------------------------------------------------
 def _active(scope: ScopeMemory, docs: Iterable[int]) -> list[MemoryRecord]:
-    out = []
-    for doc in docs:
-        record = scope.docs[doc] if doc < len(scope.docs) else None
-        if record is not None and record.active:
-            out.append(record)
-    return out
+    size = len(scope.docs)
+    return [record for record in scope.records_at([doc for doc in docs if doc < size])
+            if record is not None and record.active]
 
 
 def info_of(scope: ScopeMemory, entity: str, records: list[MemoryRecord] | None = None) -> EntityInfo:
@@ -149,7 +146,7 @@ def note_relations(scope: ScopeMemory, fact: NewFact) -> None:
     if memory_id not in scope.doc_of:
         doc = scope.by_content.get(fact.content)
         if doc is not None and scope.docs[doc] is not None:
-            memory_id = scope.docs_record(doc).id
+            memory_id = scope.memory_id_at(doc)
         elif fact.target is not None:
             memory_id = fact.target
     scope.graph.note_relations(memory_id, fact.entity_relations)
@@ -226,8 +223,10 @@ def reindex_graph(scope: ScopeMemory) -> None:
     scope.graph_stale = False
     scope.snapshot_wanted = True  # (a load would find them all again)
     # (the docs' int objects doc_of holds: an int a doc more would cost 28 bytes a memory)
+    docs = sorted(scope.doc_of.values())
+    held = zip(docs, scope.records_at(docs), strict=True)
     scope.graph.rebuild((doc, record.content, record.author, record.entities)
-                        for doc in sorted(scope.doc_of.values()) if (record := scope.docs[doc]) is not None)
+                        for doc, record in held if record is not None)
 
 
 def declare_entity(scope: ScopeMemory, cmd: DeclareEntity) -> EntityChanged:

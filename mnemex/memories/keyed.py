@@ -313,7 +313,7 @@ def _expiring(record: MemoryRecord, expires_at: float) -> MemoryRecord:
 def forget_expired(scope: ScopeMemory, cmd: ForgetExpired) -> Any:
     """Forget the memories expired at ``now`` (see ``ForgetExpired``)."""
     now = check_seconds(cmd.now, "now")
-    gone = [scope.docs_record(doc).id for doc in sorted(scope.keyed.expired_docs(now))]
+    gone = [scope.memory_id_at(doc) for doc in sorted(scope.keyed.expired_docs(now))]
     if not gone:
         return Step(Forgotten(ids=[]), unchanged=True)
     scope._forget(gone)

@@ -33,6 +33,7 @@ from mnemex.memories.extraction import RunExtraction, Timer
 from mnemex.memories.protocol import NewMemory, Remember, Search
 from mnemex.memories.ranking import CosineScale
 from mnemex.models.hashing import Embedder
+from mnemex.persistence.recordfiles import RecordFiles
 
 __all__ = ["SCOPE_KIND", "ScopeKind", "cosine_scale_of", "scope_kind"]
 
@@ -101,14 +102,17 @@ class ScopeKind(ActorKind):
 
     def served_by(self, embed: EmbedTexts, extract: RunExtraction | None = None,
                   timer: Timer | None = None, graph_builder: GraphBuilder | None = None,
-                  row_files: RowFiles | None = None) -> ScopeKind:
+                  row_files: RowFiles | None = None, *,
+                  record_files: RecordFiles | None = None) -> ScopeKind:
         """This kind with ``embed`` as what its scopes' jobs embed with (the runtime's
         batcher), ``extract`` what runs their extraction jobs, ``timer`` what
         their extraction timers sleep with, ``graph_builder`` where their HNSW
-        graphs are built (None: in the jobs' threads) and ``row_files`` where large
-        scopes keep their vector rows (None: in memory)."""
+        graphs are built (None: in the jobs' threads), ``row_files`` where large
+        scopes keep their vector rows and ``record_files`` their records (None: in
+        memory)."""
         settings = dataclasses.replace(self.settings, embed=embed, extract=extract, timer=timer,
-                                       graph_builder=graph_builder, row_files=row_files)
+                                       graph_builder=graph_builder, row_files=row_files,
+                                       record_files=record_files)
         return _build(self.name, self.embedder, settings)
 
 

@@ -132,7 +132,7 @@ class _View:
 
     def by_text(self, normalized: str) -> str | None:
         doc = self.scope.texts().get(normalized)
-        return None if doc is None else self.scope.docs_record(doc).id
+        return None if doc is None else self.scope.memory_id_at(doc)
 
     def get(self, memory_id: str) -> Existing | None:
         record = self.scope.record(memory_id)

@@ -21,10 +21,11 @@ the lines, one records blob, the graph as a pickled state) are still read.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import mmap
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -43,8 +44,8 @@ from mnemex.persistence.rowfiles import SnapshotRows
 from mnemex.persistence.snapshot import Sidecar, in_temporary_file, let_pages_go
 
 __all__ = ["HNSW_SIDECAR", "SNAPSHOT_FORMAT", "TEXT_SIDECARS", "SnapshotRecords", "check_vectors",
-           "decode_vector", "encode_noted", "encode_vector", "read_records", "read_vectors",
-           "restore_vectors", "write_snapshot"]
+           "decode_vector", "encode_noted", "encode_vector", "encoded_records", "read_records",
+           "read_vectors", "restore_vectors", "write_snapshot"]
 
 log = logging.getLogger("mnemex.memories")
 
@@ -178,10 +179,48 @@ class _RecordsChunk(msgspec.Struct, array_like=True, frozen=True):
 _decode_chunk = msgspec.msgpack.Decoder(_RecordsChunk)
 
 
-def _records_chunks(pairs: Sequence[tuple[int, MemoryRecord]]) -> Iterator[bytes]:
+class _EncodedChunk(msgspec.Struct, array_like=True, frozen=True):
+    """A :class:`_RecordsChunk` with its records left encoded (each one's bytes)."""
+
+    docs: list[int]
+    records: list[msgspec.Raw]
+
+
+_decode_encoded_chunk = msgspec.msgpack.Decoder(_EncodedChunk)
+
+
+def encoded_records(image: Image) -> Iterator[tuple[list[int], list[msgspec.Raw]]] | None:
+    """Format 2's records sidecar a chunk at a time, each chunk's doc ids and its
+    records' MessagePack bytes (undecoded: views of the sidecar); None when the
+    snapshot has no such sidecar. A chunk that does not read raises ValueError (the
+    caller reads the records another way: ``read_records``)."""
+    if image.extra.get("format", 1) != 2:
+        return None
+    data = image.sidecars.get(_RECORDS2)
+    return None if data is None else _encoded_chunks(memoryview(data))
+
+
+def _encoded_chunks(view: memoryview) -> Iterator[tuple[list[int], list[msgspec.Raw]]]:
+    at = 0
+    while at < len(view):
+        size = int.from_bytes(view[at : at + 4], "little")
+        if at + 4 + size > len(view):
+            raise ValueError(f"the records sidecar's chunk at byte {at:,} runs past its end")
+        try:
+            chunk = _decode_encoded_chunk.decode(view[at + 4 : at + 4 + size])
+        except msgspec.DecodeError as exc:
+            raise ValueError(f"the records sidecar's chunk at byte {at:,}: {exc}") from exc
+        if len(chunk.docs) != len(chunk.records):
+            raise ValueError(f"the records sidecar's chunk at byte {at:,} holds {len(chunk.docs)} docs and "
+                             f"{len(chunk.records)} records")
+        yield chunk.docs, chunk.records
+        at += 4 + size
+
+
+def _records_chunks(pairs: Iterable[tuple[int, MemoryRecord]]) -> Iterator[bytes]:
     encode = _encode_records.encode
-    for start in range(0, len(pairs), _RECORDS_CHUNK):
-        part = pairs[start : start + _RECORDS_CHUNK]
+    every = iter(pairs)
+    while part := list(itertools.islice(every, _RECORDS_CHUNK)):
         blob = encode(_RecordsChunk([doc for doc, _ in part], [record for _, record in part]))
         yield len(blob).to_bytes(4, "little")
         yield blob
@@ -274,13 +313,14 @@ def _read_vectors_sidecar(data: bytes | memoryview | None, docs: Sequence[int], 
     return np.frombuffer(data, dtype="<f4", offset=8 + count * 8).reshape(count, dim)
 
 
-def write_snapshot(pairs: Sequence[tuple[int, MemoryRecord]], vectors: VectorIndex | None,
+def write_snapshot(pairs: Collection[tuple[int, MemoryRecord]], vectors: VectorIndex | None,
                    sidecars: Mapping[str, Sidecar], extra: dict[str, Any], *,
                    graph: bool = True) -> SnapshotData:
     """The snapshot of a scope holding ``pairs`` (doc id, record): its lines and, when
     it holds any memory, ``sidecars`` (the indexes') with the records, vectors and
-    (``graph``) HNSW graph sidecars, written in the writer's thread from the list of
-    records and a view of the vector index taken here (no copy of the vectors)."""
+    (``graph``) HNSW graph sidecars, written in the writer's thread from ``pairs``
+    (read twice, in doc order: a list, or a view of records in a file) and a view of
+    the vector index taken here (no copy of the vectors)."""
     view: VectorsView | None = vectors.snapshot_view() if vectors is not None and pairs else None
 
     def all_sidecars() -> dict[str, Sidecar]:  # in the writer's thread, written in this order

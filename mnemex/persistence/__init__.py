@@ -39,6 +39,7 @@ from mnemex.persistence.leases import FileLeases as FileLeases
 from mnemex.persistence.leases import Lease as Lease
 from mnemex.persistence.leases import Leases as Leases
 from mnemex.persistence.leases import Ownership as Ownership
+from mnemex.persistence.recordfiles import RecordFiles as RecordFiles
 from mnemex.persistence.rowfiles import RowFiles as RowFiles
 from mnemex.persistence.shards import VSHARDS as VSHARDS
 from mnemex.persistence.shards import split_vshards as split_vshards

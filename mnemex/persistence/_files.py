@@ -20,7 +20,7 @@ from mnemex.errors import StorageError
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 __all__ = ["describe_os_error", "fsync_dir", "let_pages_go_from", "libc_function", "log", "read_file",
-           "remove_quietly", "write_all", "write_atomic"]
+           "remove_quietly", "start_writeback", "write_all", "write_atomic"]
 
 log = logging.getLogger("mnemex.persistence")
 
@@ -182,3 +182,14 @@ def read_file(path: Path, what: str, *, missing_ok: bool = False) -> bytes:
         raise StorageError(f"{what} {path} does not exist") from None
     except OSError as exc:
         raise StorageError(f"could not read {what} {path}: {describe_os_error(exc)}") from exc
+
+
+_SYNC_FILE_RANGE_WRITE: Final = 2
+
+
+def start_writeback(descriptor: int, offset: int, length: int) -> None:
+    """Ask the kernel to start writing these bytes back (not to wait for it): libc's
+    sync_file_range, where there is one."""
+    sync = libc_function("sync_file_range", (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint))
+    if sync is not None:
+        sync(descriptor, offset, length, _SYNC_FILE_RANGE_WRITE)

@@ -47,7 +47,6 @@ never synced: a writeback error the kernel sees is not reported to the process.
 
 from __future__ import annotations
 
-import ctypes
 import mmap
 import os
 import tempfile
@@ -58,7 +57,7 @@ from typing import IO, Final
 import numpy as np
 import numpy.typing as npt
 
-from mnemex.persistence._files import let_pages_go_from, libc_function, log
+from mnemex.persistence._files import let_pages_go_from, log, start_writeback
 
 __all__ = ["FileRows", "RowFiles", "SnapshotRows"]
 
@@ -172,7 +171,7 @@ class FileRows:
         them); written ones go to the kernel's writeback now."""
         first = let_pages_go_from(mapped, begin, end)
         if wrote and self._file is not None and end > first:
-            _start_writeback(self._file.fileno(), first, end - first)
+            start_writeback(self._file.fileno(), first, end - first)
 
 
 class SnapshotRows:
@@ -302,14 +301,3 @@ def _mapping_of(rows: object) -> mmap.mmap | None:
     if isinstance(base, memoryview):
         base = base.obj
     return base if isinstance(base, mmap.mmap) else None
-
-
-_SYNC_FILE_RANGE_WRITE: Final = 2
-
-
-def _start_writeback(descriptor: int, offset: int, length: int) -> None:
-    """Ask the kernel to start writing these bytes back (not to wait for it): libc's
-    sync_file_range, where there is one."""
-    sync = libc_function("sync_file_range", (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint))
-    if sync is not None:
-        sync(descriptor, offset, length, _SYNC_FILE_RANGE_WRITE)

@@ -330,9 +330,10 @@ class _DeduplicatingScopeKind(ScopeKind):
     limit: int = DEFAULT_LIMIT
 
     def served_by(self, embed: Any, extract: Any = None, timer: Any = None,
-                  graph_builder: Any = None, row_files: Any = None) -> ScopeKind:
-        served = deduplicating(ScopeKind.served_by(self, embed, extract, timer, graph_builder, row_files),
-                               self.limit)
+                  graph_builder: Any = None, row_files: Any = None, *,
+                  record_files: Any = None) -> ScopeKind:
+        served = deduplicating(ScopeKind.served_by(self, embed, extract, timer, graph_builder, row_files,
+                                                   record_files=record_files), self.limit)
         assert isinstance(served, ScopeKind)
         return served
 

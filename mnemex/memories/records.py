@@ -1,0 +1,412 @@
+"""A scope's records by doc id, and its docs by content.
+
+A scope keeps its records in a list while it is small. Once it holds
+``storage.records_file_from`` memories they move to a :class:`FileRecords`: each
+record MessagePack-encoded in an unnamed, append-only file of the scope's
+(:class:`mnemex.persistence.recordfiles.RecordFile`), read back and decoded when
+asked for (a pread and a decode, a few microseconds: a search reads the ten it
+returns). What stays in memory is each doc's offset and length (12 bytes) and its
+memory id (the string ``doc_of`` holds already), against about 640 bytes a memory
+for the record objects. Records set since the last write wait in memory, decoded,
+and are written ``RecordFiles.batch`` (4,096) at a time in one call; a record set again is written
+again (the old bytes become garbage), and the live records are copied to a new
+file once the garbage outweighs them (``COMPACT_MIN_BYTES`` at least). A write that
+fails (a full disk) leaves its records waiting in memory, tried again after twice
+as many: nothing is lost, and the journal and snapshots are the truth anyway.
+
+:class:`Contents` indexes the docs by content (which one a deduplicating write
+finds, and the others that hold the same text). It keys them by the content
+string while the records are objects (the record holds the string), and by a
+16-byte BLAKE2b digest of it once they are in a file: otherwise it would keep
+every content in memory by itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Final, overload
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from mnemex.memories.protocol import MemoryRecord
+from mnemex.persistence.recordfiles import RecordFile, RecordFiles
+
+__all__ = ["COMPACT_MIN_BYTES", "Contents", "FileRecords", "RecordsView", "content_digest", "decode_record"]
+
+log = logging.getLogger("mnemex.memories")
+
+COMPACT_MIN_BYTES: Final = 64 << 20
+"""Bytes of garbage (records written again, or forgotten) from which the live records
+are copied to a new file, once the garbage also outweighs them."""
+
+_WINDOW: Final = 1024
+"""Docs whose records are read together (their spans sorted, runs read in one call)."""
+
+_encoder = msgspec.msgpack.Encoder()
+_decode = decode_record = msgspec.msgpack.Decoder(MemoryRecord).decode
+_UNSET: Final = object()
+_MADE_MAX: Final = 4096
+
+I64 = npt.NDArray[np.int64]
+U32 = npt.NDArray[np.uint32]
+
+
+class FileRecords:
+    """A large scope's records by doc id, in a file (see the module docstring). Reads
+    as a list of ``MemoryRecord | None`` does (an index, ``len``, iteration), and
+    ``many`` reads several at once. Not safe to write from two threads; reads beside
+    the writer's thread are, while it writes nothing (a scope's searches beside the
+    actor)."""
+
+    __slots__ = ("_file", "_files", "_flush_at", "_garbage", "_ids", "_lengths", "_offsets", "_pending")
+
+    def __init__(self, files: RecordFiles, records: Iterable[MemoryRecord | None]) -> None:
+        """Write ``records`` (doc by doc) to a new file of ``files``: OSError when it
+        cannot be made or written (nothing is kept then)."""
+        self._files = files
+        self._file = files.open()
+        self._ids: list[str | None] = []
+        self._offsets: I64 = np.full(0, -1, dtype=np.int64)
+        self._lengths: U32 = np.zeros(0, dtype=np.uint32)
+        self._pending: dict[int, MemoryRecord | None] = {}
+        self._garbage = 0
+        self._flush_at = sys.maxsize  # (written here, a failure raising)
+        for record in records:
+            self.append(record)
+            if len(self._pending) >= files.batch:
+                self._write(strict=True)
+        self._write(strict=True)
+        self._flush_at = files.batch
+
+    def __repr__(self) -> str:
+        return f"FileRecords({len(self._ids):,} docs, {self._file!r}, waiting={len(self._pending)})"
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    @overload
+    def __getitem__(self, doc: int) -> MemoryRecord | None: ...
+    @overload
+    def __getitem__(self, doc: slice) -> list[MemoryRecord | None]: ...
+    def __getitem__(self, doc: int | slice) -> list[MemoryRecord | None] | MemoryRecord | None:
+        if isinstance(doc, slice):
+            return list(self.many(range(len(self._ids))[doc]))
+        if doc < 0:
+            doc += len(self._ids)
+        found = self._pending.get(doc, _UNSET)
+        if found is not _UNSET:
+            return found  # type: ignore[return-value]
+        if self._ids[doc] is None:  # (IndexError past the end, as a list)
+            return None
+        return _decode(self._file.read(int(self._offsets[doc]), int(self._lengths[doc])))
+
+    def __setitem__(self, doc: int, record: MemoryRecord | None) -> None:
+        ids = self._ids
+        if not 0 <= doc < len(ids):
+            raise IndexError(f"doc {doc} is not one of the {len(ids)} docs")
+        ids[doc] = None if record is None else record.id
+        self._pending[doc] = record
+        if len(self._pending) >= self._flush_at:
+            self.flush()
+
+    def __iter__(self) -> Iterator[MemoryRecord | None]:
+        return self.many(range(len(self._ids)))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FileRecords | list):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def append(self, record: MemoryRecord | None) -> None:
+        doc = len(self._ids)
+        if doc == len(self._offsets):
+            grown = max(1024, 2 * doc)
+            self._offsets = np.concatenate([self._offsets, np.full(grown - doc, -1, dtype=np.int64)])
+            self._lengths = np.concatenate([self._lengths, np.zeros(grown - doc, dtype=np.uint32)])
+        self._ids.append(None)
+        if record is not None:
+            self[doc] = record
+
+    def extend(self, records: Iterable[MemoryRecord | None]) -> None:
+        for record in records:
+            self.append(record)
+
+    def grow(self, size: int) -> None:
+        """Free docs up to ``size`` docs in all (``extend`` with Nones, at once)."""
+        have = len(self._ids)
+        if size <= have:
+            return
+        if size > len(self._offsets):
+            grown = max(size, 2 * len(self._offsets))
+            extra = grown - len(self._offsets)
+            self._offsets = np.concatenate([self._offsets, np.full(extra, -1, dtype=np.int64)])
+            self._lengths = np.concatenate([self._lengths, np.zeros(extra, dtype=np.uint32)])
+        self._ids.extend([None] * (size - have))
+
+    def place(self, docs: Sequence[int], ids: Sequence[str], encoded: Sequence[bytes | msgspec.Raw]) -> None:
+        """Records encoded already (a snapshot's records sidecar: the bytes this store
+        writes), with their ids, at free docs, written at once: ValueError when a doc
+        is not free (nothing placed), OSError when they cannot be written."""
+        held = self._ids
+        for doc in docs:
+            if not 0 <= doc < len(held) or held[doc] is not None or doc in self._pending:
+                raise ValueError(f"doc {doc} is not a free doc of {len(held)}")
+        if len(set(docs)) != len(docs):
+            raise ValueError("a doc is placed twice")
+        base = self._file.append(b"".join(encoded))
+        sizes = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+        at = np.asarray(docs, dtype=np.int64)
+        self._offsets[at] = base + np.cumsum(sizes) - sizes
+        self._lengths[at] = sizes
+        for doc, memory_id in zip(docs, ids, strict=True):
+            held[doc] = memory_id
+
+    def id_at(self, doc: int) -> str | None:
+        """The memory id at ``doc`` (None: a free doc), without reading its record."""
+        return self._ids[doc]
+
+    def many(self, docs: Iterable[int]) -> Iterator[MemoryRecord | None]:
+        """The records of ``docs``, in their order, read a window at a time."""
+        return RecordsView(self._file, self._offsets, self._lengths, self._pending, self._ids).read(docs)
+
+    @property
+    def file_bytes(self) -> int:
+        """The file's size: live records and garbage."""
+        return self._file.size
+
+    @property
+    def nbytes(self) -> int:
+        """What the records cost in memory: the offsets, lengths and ids' list (the id
+        strings are ``doc_of``'s), and about 400 bytes for each waiting record."""
+        return self._offsets.nbytes + self._lengths.nbytes + 8 * len(self._ids) + 400 * len(self._pending)
+
+    def flush(self) -> None:
+        """Write the waiting records (a failure keeps them waiting, logged)."""
+        self._write(strict=False)
+
+    def view(self) -> RecordsView:
+        """The records as they are now, for a reader in another thread while this
+        object goes on changing (a snapshot's writer): the waiting ones written first
+        (or kept in the view), the offsets copied; the file stays open while the view
+        is held."""
+        self.flush()
+        size = len(self._ids)
+        return RecordsView(self._file, self._offsets[:size].copy(), self._lengths[:size].copy(),
+                           dict(self._pending), list(self._ids))
+
+    def _write(self, *, strict: bool) -> None:
+        pending = self._pending
+        if not pending:
+            return
+        buffer = bytearray()
+        encode_into = _encoder.encode_into
+        written: list[int] = []
+        ends: list[int] = []
+        gone: list[int] = []
+        for doc, record in pending.items():
+            if record is None:
+                gone.append(doc)
+            else:
+                encode_into(record, buffer, -1)
+                written.append(doc)
+                ends.append(len(buffer))
+        try:
+            base = self._file.append(buffer) if buffer else 0
+        except OSError as exc:
+            if strict:
+                raise
+            self._flush_at = 2 * len(pending)
+            log.warning("records: %d could not be written to %r (%s); they stay in memory, tried again "
+                        "after %d", len(pending), self._file, exc, self._flush_at)
+            return
+        offsets, lengths = self._offsets, self._lengths
+        changed = np.array(written + gone, dtype=np.int64)
+        was = offsets[changed] >= 0
+        self._garbage += int(lengths[changed][was].sum())
+        if written:
+            at = changed[: len(written)]
+            stops = np.array(ends, dtype=np.int64)
+            starts = np.concatenate([np.zeros(1, dtype=np.int64), stops[:-1]])
+            offsets[at] = base + starts
+            lengths[at] = stops - starts
+        if gone:
+            offsets[changed[len(written):]] = -1
+            lengths[changed[len(written):]] = 0
+        pending.clear()
+        if not strict:  # (a failure's longer wait ends)
+            self._flush_at = self._files.batch
+        if self._garbage >= COMPACT_MIN_BYTES and 2 * self._garbage > self._file.size:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Copy the live records to a new file, in file order (a view holding the old
+        file keeps it)."""
+        offsets, lengths = self._offsets, self._lengths
+        live = np.flatnonzero(offsets >= 0)
+        live = live[np.argsort(offsets[live], kind="stable")]
+        try:
+            fresh = self._files.open()
+            moved = np.empty(len(live), dtype=np.int64)
+            block = 16_384
+            for start in range(0, len(live), block):
+                part = live[start : start + block]
+                blobs = self._file.read_spans(list(zip(offsets[part].tolist(), lengths[part].tolist(),
+                                                       strict=True)))
+                base = fresh.append(b"".join(blobs))
+                sizes = lengths[part].astype(np.int64)
+                moved[start : start + len(part)] = base + np.cumsum(sizes) - sizes
+        except OSError as exc:
+            log.warning("records: could not be copied to a new file in %s (%s); the old one is kept",
+                        self._files.directory, exc)
+            return
+        offsets[live] = moved
+        self._file, self._garbage = fresh, 0
+
+
+class RecordsView:
+    """What reads a :class:`FileRecords`'s records: its own, as it is (``many``), or a
+    copy of it as it was when ``view`` was taken, whose live records are (doc, record)
+    pairs in doc order (``len`` counts them) for a reader in another thread."""
+
+    __slots__ = ("_file", "_ids", "_lengths", "_offsets", "_pending")
+
+    def __init__(self, file: RecordFile, offsets: I64, lengths: U32, pending: dict[int, MemoryRecord | None],
+                 ids: list[str | None]) -> None:
+        self._file, self._offsets, self._lengths = file, offsets, lengths
+        self._pending, self._ids = pending, ids
+
+    def __len__(self) -> int:
+        return len(self._ids) - self._ids.count(None)
+
+    def __contains__(self, pair: object) -> bool:
+        if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], int)):
+            return False
+        doc = pair[0]
+        return 0 <= doc < len(self._ids) and self._ids[doc] is not None and next(self.read([doc])) == pair[1]
+
+    def __iter__(self) -> Iterator[tuple[int, MemoryRecord]]:
+        docs = [doc for doc, memory_id in enumerate(self._ids) if memory_id is not None]
+        for doc, record in zip(docs, self.read(docs), strict=True):
+            assert record is not None
+            yield doc, record
+
+    def read(self, docs: Iterable[int]) -> Iterator[MemoryRecord | None]:
+        """The records of ``docs`` in their order: waiting ones as they wait, the
+        others read ``_WINDOW`` docs at a time, each window's spans in file order."""
+        window: list[int] = []
+        for doc in docs:
+            window.append(doc)
+            if len(window) == _WINDOW:
+                yield from self._window(window)
+                window = []
+        if window:
+            yield from self._window(window)
+
+    def _window(self, window: list[int]) -> list[MemoryRecord | None]:
+        out: list[MemoryRecord | None] = [None] * len(window)
+        pending, ids, offsets, lengths = self._pending, self._ids, self._offsets, self._lengths
+        stored: list[tuple[int, int, int]] = []  # (offset, length, position)
+        for position, doc in enumerate(window):
+            if doc in pending:
+                out[position] = pending[doc]
+            elif ids[doc] is not None:
+                stored.append((int(offsets[doc]), int(lengths[doc]), position))
+        if stored:
+            stored.sort()
+            blobs = self._file.read_spans([(offset, length) for offset, length, _ in stored])
+            for (_, _, position), blob in zip(stored, blobs, strict=True):
+                out[position] = _decode(blob)
+        return out
+
+
+def content_digest(content: str) -> bytes:
+    """The 16-byte BLAKE2b digest :class:`Contents` keys a content by in a large scope."""
+    return hashlib.blake2b(content.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+class Contents:
+    """Each content's docs: the first (the one a deduplicating write finds, ``get``)
+    and the others stored with the same content by writes without dedupe (``twins``),
+    keyed by the content itself, or by its digest once ``digested``."""
+
+    __slots__ = ("_first", "_made", "digests", "twins")
+
+    def __init__(self) -> None:
+        self._first: dict[str | bytes, int] = {}
+        self.twins: dict[str | bytes, set[int]] = {}
+        self.digests = False
+        # the digests made lately, by content: a write asks for each of its contents
+        # three times (dedupe, placing, indexing); at most _MADE_MAX, then emptied
+        self._made: dict[str, bytes] = {}
+
+    def __repr__(self) -> str:
+        return f"Contents({len(self._first)} contents, {len(self.twins)} with twins, digests={self.digests})"
+
+    def __len__(self) -> int:
+        return len(self._first)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Contents):
+            return NotImplemented
+        return self.digests == other.digests and self._first == other._first and self.twins == other.twins
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def _key(self, content: str) -> str | bytes:
+        if not self.digests:
+            return content
+        made = self._made
+        digest = made.get(content)
+        if digest is None:
+            if len(made) >= _MADE_MAX:
+                made.clear()
+            digest = made[content] = content_digest(content)
+        return digest
+
+    def get(self, content: str) -> int | None:
+        return self._first.get(self._key(content))
+
+    def __contains__(self, content: object) -> bool:
+        return isinstance(content, str) and self._key(content) in self._first
+
+    def values(self) -> Iterable[int]:
+        """The first doc of each content."""
+        return self._first.values()
+
+    def hold(self, doc: int, content: str) -> None:
+        """Index ``doc`` by ``content`` (again: nothing changes)."""
+        key = self._key(content)
+        holder = self._first.setdefault(key, doc)
+        if holder != doc:
+            self.twins.setdefault(key, set()).add(doc)
+
+    def release(self, doc: int, content: str) -> None:
+        """``doc`` no longer holds ``content``: its first twin takes its place."""
+        key = self._key(content)
+        twins = self.twins.get(key)
+        if self._first.get(key) == doc:
+            if twins:
+                first = min(twins)
+                self._first[key] = first
+                twins.discard(first)
+            else:
+                del self._first[key]
+        elif twins is not None:
+            twins.discard(doc)
+        if twins is not None and not twins:
+            del self.twins[key]
+
+    def digest(self) -> None:
+        """Key every content by its digest from now on (the records leave memory)."""
+        if self.digests:
+            return
+        self._first = {content_digest(str(key)): doc for key, doc in self._first.items()}
+        self.twins = {content_digest(str(key)): docs for key, docs in self.twins.items()}
+        self.digests = True

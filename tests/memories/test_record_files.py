@@ -1,0 +1,230 @@
+"""FileRecords against a plain list: a large scope's records in a file read back as
+the list of records they replace, through writes, forgets, views taken for a
+snapshot, copies to a new file and writes that fail; Contents keyed by digests finds
+what it found keyed by contents."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from mnemex.memories import records as records_module
+from mnemex.memories.protocol import MemoryRecord
+from mnemex.memories.records import Contents, FileRecords, RecordsView
+from mnemex.persistence.recordfiles import RecordFile, RecordFiles
+
+CONTENTS = ["tea", "coffee", "a longer memory about hiking in the hills", "é ünïcode ✓", "x" * 300, ""]
+
+
+def record(number: int, content: str, **fields: Any) -> MemoryRecord:
+    return MemoryRecord(id=f"m{number:05d}", content=content, timestamp=1_000.0 + number, **fields)
+
+
+class Failing(RecordFiles):
+    """Files whose appends fail while ``failing`` is set (a full disk)."""
+
+    def __init__(self, directory: str, batch: int) -> None:
+        super().__init__(directory, 0, batch=batch)
+        self.failing = False
+
+    def open(self) -> RecordFile:
+        if self.failing:
+            raise OSError(28, "No space left on device")
+        made = super().open()
+        outer = self
+
+        class Refusing(RecordFile):
+            __slots__ = ()
+
+            def append(self, data: bytes | bytearray | memoryview) -> int:
+                if outer.failing:
+                    raise OSError(28, "No space left on device")
+                return RecordFile.append(self, data)
+
+        made.__class__ = Refusing
+        return made
+
+
+class RecordsAgainstAList(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.directory = tempfile.mkdtemp(prefix="mnemex-records-test-")
+        self.files = Failing(self.directory, batch=3)
+        self.model: list[MemoryRecord | None] = [record(0, "first")]
+        self.stored = FileRecords(self.files, self.model)
+        self.numbers = iter(range(1, 10**6))
+        self.views: list[tuple[RecordsView, list[tuple[int, MemoryRecord]]]] = []
+        self.was_compact = records_module.COMPACT_MIN_BYTES
+        records_module.COMPACT_MIN_BYTES = 200  # (copies to a new file happen within a few writes)
+
+    def teardown(self) -> None:
+        records_module.COMPACT_MIN_BYTES = self.was_compact
+        for view, pairs in self.views:  # a view reads what was there when it was taken
+            assert list(view) == pairs and len(view) == len(pairs)
+        del self.stored, self.views
+        assert not os.listdir(self.directory)  # (unnamed files: nothing is left)
+        os.rmdir(self.directory)
+
+    @rule(content=st.sampled_from(CONTENTS), importance=st.sampled_from([0.5, 0.9]))
+    def append(self, content: str, importance: float) -> None:
+        made = record(next(self.numbers), content, importance=importance)
+        self.model.append(made)
+        self.stored.append(made)
+
+    @rule()
+    def append_free(self) -> None:
+        self.model.append(None)
+        self.stored.append(None)
+
+    @rule(data=st.data(), content=st.sampled_from(CONTENTS))
+    def replace(self, data: Any, content: str) -> None:
+        doc = data.draw(st.integers(0, len(self.model) - 1))
+        made = record(next(self.numbers), content, categories=("a",))
+        self.model[doc] = made
+        self.stored[doc] = made
+
+    @rule(data=st.data())
+    def forget(self, data: Any) -> None:
+        doc = data.draw(st.integers(0, len(self.model) - 1))
+        self.model[doc] = None
+        self.stored[doc] = None
+
+    @rule()
+    def flush(self) -> None:
+        self.stored.flush()
+
+    @rule(failing=st.booleans())
+    def disk(self, failing: bool) -> None:
+        self.files.failing = failing
+
+    @precondition(lambda self: len(self.views) < 3)
+    @rule()
+    def view(self) -> None:
+        self.views.append((self.stored.view(), [(doc, r) for doc, r in enumerate(self.model) if r is not None]))
+
+    @rule(data=st.data())
+    def many(self, data: Any) -> None:
+        docs = data.draw(st.lists(st.integers(0, len(self.model) - 1), max_size=12))
+        assert list(self.stored.many(docs)) == [self.model[doc] for doc in docs]
+
+    @invariant()
+    def reads_as_the_list(self) -> None:
+        stored = self.stored
+        assert len(stored) == len(self.model)
+        assert [stored[doc] for doc in range(len(self.model))] == self.model
+        assert list(stored) == self.model and stored == self.model
+        assert [stored.id_at(doc) for doc in range(len(self.model))] == [
+            None if r is None else r.id for r in self.model]
+        assert stored[-1] == self.model[-1] and stored[1:3] == self.model[1:3]
+
+
+RecordsAgainstAList.TestCase.settings = settings(max_examples=80, stateful_step_count=40, deadline=None)
+test_records_against_a_list = RecordsAgainstAList.TestCase
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Iterator[RecordFiles]:
+    yield RecordFiles(str(tmp_path), 0, batch=4)
+
+
+def test_records_written_leave_memory_and_are_read_from_the_file(files: RecordFiles) -> None:
+    stored = FileRecords(files, [record(n, CONTENTS[n % len(CONTENTS)]) for n in range(10)])
+    assert not stored._pending and stored.file_bytes > 10 * 20  # type: ignore[attr-defined]
+    assert stored[3] == record(3, CONTENTS[3]) and stored[3] is not stored[3]  # (decoded at each read)
+    for n in range(3):
+        stored[n] = record(100 + n, "changed")
+    assert stored[0] == record(100, "changed")  # (waiting: one short of a batch)
+    assert len(stored._pending) == 3  # type: ignore[attr-defined]
+    stored[5] = None
+    assert not stored._pending and stored[5] is None  # type: ignore[attr-defined]
+
+
+def test_copies_to_a_new_file_once_the_garbage_outweighs_the_records(files: RecordFiles,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(records_module, "COMPACT_MIN_BYTES", 1_000)
+    stored = FileRecords(files, [record(n, "x" * 100) for n in range(20)])
+    first = stored.file_bytes
+    view = stored.view()
+    for round_ in range(3):
+        for n in range(20):
+            stored[n] = record(n, "y" * 100, reinforced=round_ + 1)
+    stored.flush()
+    assert stored.file_bytes < 2 * first  # (three rewrites of every record: copied, garbage gone)
+    assert [r.reinforced for r in stored if r is not None] == [3] * 20
+    assert [r.content for _, r in view] == ["x" * 100] * 20  # the view's file is still open
+
+
+def test_a_failed_write_keeps_the_records_in_memory_then_writes_them(tmp_path: Path,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    files = Failing(str(tmp_path), batch=2)
+    stored = FileRecords(files, [record(0, "a")])
+    files.failing = True
+    for n in range(1, 6):
+        stored.append(record(n, f"r{n}"))
+    assert "could not be written" in caplog.text
+    assert [r.content for r in stored if r is not None] == ["a", "r1", "r2", "r3", "r4", "r5"]
+    files.failing = False
+    stored.flush()
+    assert not stored._pending  # type: ignore[attr-defined]
+    assert [r.content for r in stored if r is not None] == ["a", "r1", "r2", "r3", "r4", "r5"]
+
+
+def test_a_file_that_cannot_be_made_or_written_refuses_the_whole_store(tmp_path: Path) -> None:
+    files = Failing(str(tmp_path), batch=2)
+    files.failing = True
+    with pytest.raises(OSError, match="No space"):
+        FileRecords(files, [record(n, "a") for n in range(5)])
+
+
+def test_read_spans_joins_near_spans_and_reads_far_ones_apart(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    file = RecordFile(str(tmp_path))
+    blob = bytes(range(256)) * 2_000
+    file.append(blob)
+    calls: list[tuple[int, int]] = []
+    pread = os.pread
+
+    def counted(fd: int, length: int, offset: int) -> bytes:
+        calls.append((offset, length))
+        return pread(fd, length, offset)
+
+    monkeypatch.setattr(os, "pread", counted)
+    spans = [(0, 10), (20, 5), (40, 30), (400_000, 7), (400_010, 3)]
+    assert file.read_spans(spans) == [blob[o : o + n] for o, n in spans]
+    assert calls == [(0, 70), (400_000, 13)]
+
+
+@pytest.mark.parametrize("digests", [False, True])
+def test_contents_find_the_first_doc_and_its_twins(digests: bool) -> None:
+    contents = Contents()
+    if digests:
+        contents.digest()
+    contents.hold(4, "same")
+    contents.hold(2, "same")
+    contents.hold(7, "other")
+    contents.hold(4, "same")  # (again: nothing changes)
+    assert contents.get("same") == 4 and "other" in contents and "none" not in contents and 3 not in contents
+    assert len(contents.twins) == 1 and sorted(contents.values()) == [4, 7]
+    contents.release(4, "same")
+    assert contents.get("same") == 2 and not contents.twins
+    contents.release(2, "same")
+    assert contents.get("same") is None and len(contents) == 1
+
+
+def test_contents_digested_later_find_the_same() -> None:
+    plain, later = Contents(), Contents()
+    for doc, content in enumerate(["a", "b", "a", "c", "a"]):
+        plain.hold(doc, content)
+        later.hold(doc, content)
+    later.digest()
+    assert all(plain.get(c) == later.get(c) for c in "abcd")
+    assert sorted(map(sorted, plain.twins.values())) == sorted(map(sorted, later.twins.values()))
+    assert later != plain and all(type(key) is bytes and len(key) == 16 for key in later.twins)
