@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
@@ -912,50 +912,69 @@ class EntityGraph:
     # -- persistence ------------------------------------------------------------------------------
     def to_sidecar(self) -> bytes:
         """The mentions of every memory, so a restart need not find them again (see
-        ``load_sidecar``)."""
+        ``load_sidecar``): a header, then the memories' mentions in pieces of
+        ``_PIECE``, each encoded on its own, so that a restart decodes one piece at a
+        time (decoded whole, a million memories' made about 400 MB of objects at once,
+        and once let go they left the allocator's arenas in holes)."""
         docs = sorted(self._mentions)
-        each = [self._mentions[doc] for doc in docs]
-        return _encode_sidecar(_Sidecar(
+        pieces = []
+        for start in range(0, len(docs), _PIECE):
+            part = docs[start : start + _PIECE]
+            each = [self._mentions[doc] for doc in part]
+            pieces.append(msgspec.Raw(_encode_sidecar(_Piece(
+                docs=part, names=[names for names, _, _ in each], flags=[flags for _, flags, _ in each],
+                surfaces=[surfaces for _, _, surfaces in each]))))
+        return _encode_sidecar(_Pieces(
             version=DETECTION_VERSION, detect=self.detect, fold_accents=self.fold_accents,
-            gazetteer=self._gazetteer_signature(), docs=docs, names=[names for names, _, _ in each],
-            flags=[flags for _, flags, _ in each], surfaces=[surfaces for _, _, surfaces in each]))
+            gazetteer=self._gazetteer_signature(), count=len(docs), pieces=pieces))
 
     def load_sidecar(self, data: bytes | memoryview, docs: Iterable[int]) -> bool:
-        """Take the mentions from a sidecar of ``to_sidecar`` when it was made with
-        these settings and declarations over exactly ``docs`` (the memories that have
-        mentions are among them); False, changing nothing, otherwise."""
+        """Take the mentions from a sidecar of ``to_sidecar`` (or of its earlier, whole
+        form) when it was made with these settings and declarations over exactly
+        ``docs`` (the memories that have mentions are among them); False, with no
+        mentions placed, otherwise."""
         try:
-            sidecar = _decode_sidecar(data)
+            header: _Pieces | _Sidecar = _decode_pieces(data)
         except (msgspec.DecodeError, msgspec.ValidationError):
-            return False
-        if (sidecar.version, sidecar.detect, sidecar.fold_accents, sidecar.gazetteer) != (
+            try:
+                header = _decode_sidecar(data)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                return False
+        if (header.version, header.detect, header.fold_accents, header.gazetteer) != (
                 DETECTION_VERSION, self.detect, self.fold_accents, self._gazetteer_signature()):
             return False
         # the owner's int object of each doc (shared, where the sidecar decodes one more a memory)
         owned = {doc: doc for doc in docs}
-        if not set(sidecar.docs) <= owned.keys() or not len(sidecar.docs) == len(sidecar.names) == \
-                len(sidecar.flags) == len(sidecar.surfaces):
-            return False
-        rows = zip(sidecar.names, sidecar.flags, sidecar.surfaces, strict=True)
-        if any(not len(n) == len(f) == len(s) for n, f, s in rows):
-            return False
         self.rebuild(())
-        placed = map(owned.__getitem__, sidecar.docs)
-        self._place_many(zip(placed, sidecar.names, sidecar.flags, sidecar.surfaces, strict=True))
+        pieces = iter(header.pieces) if isinstance(header, _Pieces) else iter((header,))
+        shared = Repeats()  # (one object for each name, spelling and tuple that repeats)
+        placed = 0
+        try:
+            for raw in pieces:
+                placed += self._place_rows(_rows_of(raw if isinstance(raw, _Sidecar) else _decode_piece(raw),
+                                                    owned), shared)
+        except (msgspec.DecodeError, msgspec.ValidationError, ValueError):
+            placed = -1
+        if placed < 0 or (isinstance(header, _Pieces) and placed != header.count):
+            self.rebuild(())
+            return False
+        self._changes += placed
+        self._unembedded.update(key for key in self._strong if key not in self.vectors)
+        self._regroup()
         return True
 
-    def _place_many(self, rows: Iterable[tuple[int, tuple[str, ...], tuple[int, ...], tuple[str, ...]]],
-                    ) -> None:
-        """``_place`` of many docs (doc, names, flags, spellings) into an empty graph: the
-        same state, counted in one pass without a call per name (a restore of 1,000,000
-        memories places millions of names)."""
+    def _place_rows(self, rows: Iterable[tuple[int, tuple[str, ...], tuple[int, ...], tuple[str, ...]]],
+                    shared: Repeats) -> int:
+        """``_place`` of many docs (doc, names, flags, spellings) into a graph being
+        loaded (the caller regroups it once they are all there): the same state,
+        counted in one pass without a call per name (a restore of 1,000,000 memories
+        places millions of names); the count placed. ``shared`` gives one object for
+        each name, spelling and tuple of them that repeats: a sidecar decodes a string
+        per mention (at 300,000 memories, 2.3 million objects, 111 MB; a scope that
+        found the mentions itself shares them through the detector's caches)."""
         mentions = self._mentions
         strong, speakers, acronyms = self._strong, self._speakers, self._acronyms
         spellings_of, name_docs = self._surfaces, self._name_docs
-        # one object for each name, spelling and tuple of them that repeats: a sidecar
-        # decodes a string per mention (at 300,000 memories, 2.3 million objects, 111 MB;
-        # a scope that found the mentions itself shares them through the detector's caches)
-        shared = Repeats()
         seen, first = shared.get, shared.tuple_of
         placed = 0
         for doc, given_names, given_flags, given_surfaces in rows:
@@ -977,9 +996,7 @@ class EntityGraph:
                 if flag & _ACRONYM:
                     acronyms[key] += 1
                 _hold(spellings_of, name_docs, key, surface, doc)
-        self._changes += placed
-        self._unembedded.update(key for key in strong if key not in self.vectors)
-        self._regroup()
+        return placed
 
     def _gazetteer_signature(self) -> list[list[str]]:
         return [[declared.name, *declared.aliases] for declared in self.declared.values()]
@@ -1021,6 +1038,19 @@ class EntityGraph:
             self.typed[str(memory_id)] = tuple((str(a), str(k), str(b)) for a, k, b in rels)
         self._unembedded.difference_update(self.vectors.row)
 
+
+
+def _rows_of(piece: _Piece | _Sidecar, owned: Mapping[int, int]) -> Iterator[
+        tuple[int, tuple[str, ...], tuple[int, ...], tuple[str, ...]]]:
+    """A sidecar piece's rows (doc, names, flags, spellings), each doc the owner's int
+    object; ValueError (before any row) when it holds other docs or rows of other
+    lengths."""
+    if not set(piece.docs) <= owned.keys() or not len(piece.docs) == len(piece.names) == \
+            len(piece.flags) == len(piece.surfaces) or any(
+                not len(n) == len(f) == len(s) for n, f, s in zip(piece.names, piece.flags, piece.surfaces,
+                                                                   strict=True)):
+        raise ValueError("a piece holds other docs, or rows of other lengths")
+    return zip(map(owned.__getitem__, piece.docs), piece.names, piece.flags, piece.surfaces, strict=True)
 
 
 def _hold(spellings_of: dict[str, Counter[str]], name_docs: dict[str, set[int]], key: str, surface: str,
@@ -1110,5 +1140,32 @@ class _Sidecar(msgspec.Struct, array_like=True):
     surfaces: list[tuple[str, ...]]
 
 
+class _Piece(msgspec.Struct, array_like=True):
+    """Some memories' mentions, in a sidecar of :class:`_Pieces`."""
+
+    docs: list[int]
+    names: list[tuple[str, ...]]
+    flags: list[tuple[int, ...]]
+    surfaces: list[tuple[str, ...]]
+
+
+class _Pieces(msgspec.Struct, array_like=True):
+    """The sidecar: what made it, the count of memories with mentions, and their
+    mentions in pieces, each a :class:`_Piece` encoded on its own (:class:`_Sidecar`
+    is the earlier form, one piece of them all, still read)."""
+
+    version: int
+    detect: bool
+    fold_accents: bool
+    gazetteer: list[list[str]]
+    count: int
+    pieces: list[msgspec.Raw]
+
+
+_PIECE: Final = 8192
+"""Memories whose mentions are encoded (and decoded) together in the sidecar."""
+
 _encode_sidecar = msgspec.msgpack.Encoder().encode
 _decode_sidecar = msgspec.msgpack.Decoder(_Sidecar).decode
+_decode_pieces = msgspec.msgpack.Decoder(_Pieces).decode
+_decode_piece = msgspec.msgpack.Decoder(_Piece).decode

@@ -424,8 +424,12 @@ def graph_state(graph: EntityGraph) -> dict[str, Any]:
         "_acronyms", "_unembedded", "_changes")}
 
 
-def test_a_graph_loaded_from_its_sidecar_holds_the_state_adding_each_memory_gave() -> None:
-    # the sidecar is placed in one pass (a restore of a million memories), not a call per name
+@pytest.mark.parametrize("piece", [8192, 7])
+def test_a_graph_loaded_from_its_sidecar_holds_the_state_adding_each_memory_gave(
+        piece: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the sidecar is placed in one pass (a restore of a million memories), not a call per name,
+    # a piece at a time (7 memories: the 59 with mentions in 9 pieces)
+    monkeypatch.setattr(graph_module, "_PIECE", piece)
     graph = EntityGraph()
     graph.declare(Declared("Gandros", "npc", ("the grey one",), 1.0))
     texts = ["Caroline: I met Mel at NASA with Gandros.", "Melanie: the Black Tower fell, said the NSA.",
@@ -475,11 +479,12 @@ def test_memories_added_one_by_one_share_the_tuples_they_repeat() -> None:
 
 
 def test_a_sidecar_naming_a_name_twice_for_one_memory_is_placed_as_adding_it_would() -> None:
-    # (a sidecar written here never does: a memory's names are a dict's keys)
-    sidecar = EntityGraph().to_sidecar()
-    decoded = graph_module._decode_sidecar(sidecar)
-    twice = msgspec.structs.replace(decoded, docs=[4, 7], names=[("mel", "nasa", "mel"), ("nasa",)],
-                                    flags=[(1, 1, 3), (1,)], surfaces=[("Mel", "NASA", "MEL"), ("NASA",)])
+    # (a sidecar written here never does: a memory's names are a dict's keys; this one is of
+    # the earlier form, every memory in one piece, which is still read)
+    empty = graph_module._decode_pieces(EntityGraph().to_sidecar())
+    twice = graph_module._Sidecar(empty.version, empty.detect, empty.fold_accents, empty.gazetteer, docs=[4, 7],
+                                  names=[("mel", "nasa", "mel"), ("nasa",)], flags=[(1, 1, 3), (1,)],
+                                  surfaces=[("Mel", "NASA", "MEL"), ("NASA",)])
     loaded = EntityGraph()
     assert loaded.load_sidecar(graph_module._encode_sidecar(twice), [4, 7])
     placed = EntityGraph()
@@ -554,3 +559,22 @@ def test_the_union_of_several_entities_memories_is_every_one_ascending(sets: lis
     union = graph_module._union(arrays)
     assert union.tolist() == sorted(set().union(*sets)) and union.dtype == np.int64
     assert not union.flags.writeable
+
+
+def test_a_sidecar_with_a_piece_that_does_not_fit_places_no_mention(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(graph_module, "_PIECE", 2)
+    graph = EntityGraph()
+    for doc in range(8):
+        graph.add(doc, f"Caroline met Mel at NASA, day {doc}.", author="Caroline")
+    sidecar = graph.to_sidecar()
+    header = graph_module._decode_pieces(sidecar)
+    assert len(header.pieces) == 4 and header.count == 8
+    fresh = graph_state(EntityGraph())
+    for docs, made in [(range(7), sidecar),  # a doc it names is not the owner's
+                       (range(8), graph_module._encode_sidecar(msgspec.structs.replace(
+                           header, pieces=[*header.pieces[:3], msgspec.Raw(b"\x93")]))),  # a damaged piece
+                       (range(8), graph_module._encode_sidecar(msgspec.structs.replace(header, count=9)))]:
+        loaded = EntityGraph()
+        assert not loaded.load_sidecar(made, docs)
+        assert graph_state(loaded) == fresh
+    assert EntityGraph().load_sidecar(sidecar, range(8))
