@@ -1022,7 +1022,7 @@ class ScopeMemory:
                         self._records_next)
             return
         self._records_next = sys.maxsize
-        self.by_content.digest()
+        self.by_content.key_by_hash(self.docs)
 
     def _index_many(self, placed: Sequence[tuple[int, MemoryRecord]],
                     contexts: Mapping[int, str | None] | None = None) -> None:
@@ -1130,7 +1130,7 @@ class ScopeMemory:
         self.by_content.release(doc, content)
 
     @property
-    def twins(self) -> dict[str | bytes, set[int]]:
+    def twins(self) -> dict[str | int, set[int]]:
         """The other docs of each content stored more than once (a write without dedupe)."""
         return self.by_content.twins
 
@@ -1261,7 +1261,7 @@ class ScopeMemory:
             raise _NotStreamed(f"no file for them in {files.directory}: {exc}") from exc
         stored.grow(int(extra.get("docs", 0)))
         self.docs = stored
-        self.by_content.digest()
+        self.by_content.key_by_hash(stored)
         self._records_next = sys.maxsize
         self.free = [int(doc) for doc in extra.get("free", [])]
         self.extractions.load_extra(extra.get("cursors") or {})

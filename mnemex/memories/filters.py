@@ -106,9 +106,22 @@ class DocBits(MutableSet[int]):
             self._count += 1
 
     def update(self, docs: Sequence[int]) -> None:
-        """Add each of ``docs`` (ints >= 0)."""
-        for doc in docs:
-            self.add(doc)
+        """Add each of ``docs`` (ints >= 0), in one store when they are plain ints."""
+        if len(docs) < 8 or not all(type(doc) is int for doc in docs):
+            for doc in docs:
+                self.add(doc)
+            return
+        ids = np.fromiter(docs, dtype=np.int64, count=len(docs))
+        if int(ids.min()) < 0:
+            raise TypeError(f"a doc id is an int >= 0, not {int(ids.min())}")
+        bits = self._bits
+        top = int(ids.max())
+        if top >= len(bits):
+            grown = np.zeros(max(top + 1, 2 * len(bits)), dtype=np.bool_)
+            grown[: len(bits)] = bits
+            bits = self._bits = grown
+        bits[ids] = True
+        self._count = int(np.count_nonzero(bits))
 
     def discard(self, doc: int) -> None:
         if doc in self:
@@ -262,18 +275,19 @@ class FilterTable:
             values = list(map(_GETTERS[name], records))
             if values.count(None) != len(values):
                 _hold_values(self._values_table(name), doc_list, values, self.capacity)
-        categories = entities = None
-        for doc, record in items:
-            if record.categories:
-                if categories is None:
-                    categories = self._values_table("categories")
-                for value in record.categories:
-                    _hold_value(categories, value, doc, self.capacity)
-            if record.entities:
-                if entities is None:
-                    entities = self._values_table("entities")
-                for value in record.entities:
-                    _hold_value(entities, value, doc, self.capacity)
+        # each category's and entity's docs, joining its set (or bits) at once
+        categories: dict[str, list[int]] = {}
+        entities: dict[str, list[int]] = {}
+        for doc, record in zip(doc_list, records, strict=True):
+            for value in record.categories:
+                categories.setdefault(value, []).append(doc)
+            for value in record.entities:
+                entities.setdefault(value, []).append(doc)
+        for name, grouped in (("categories", categories), ("entities", entities)):
+            if grouped:
+                table = self._values_table(name)
+                for value, holders in grouped.items():
+                    _hold_many(table, value, holders, self.capacity)
         _hold_values(self._values_table("scope"), doc_list, [record.scope_label for record in records],
                      self.capacity)
         for doc, record in items:
@@ -748,38 +762,32 @@ def _one_doc(doc: int) -> Docs:
     return one
 
 
-def _hold_value(table: dict[str, Docs], value: str, doc: int, capacity: int) -> None:
-    holders = table.get(value)
-    if holders is None:
-        table[value] = _one_doc(doc)
-    elif isinstance(holders, set):
-        holders.add(doc)
-        _held(table, value, holders, capacity)
-    elif isinstance(holders, DocBits):
-        holders.add(doc)
-    else:
-        grown = table[value] = {*holders, doc}
-        _held(table, value, grown, capacity)
-
-
 def _hold_values(table: dict[str, Docs], docs: list[int], values: list[str | None], capacity: int) -> None:
-    """Put each doc in the set of its value (None: in none), docs in order."""
+    """Put each doc in the set of its value (None: in none), each value's docs at once."""
     first = values[0]
     if values.count(first) == len(values):  # one value for all
         if first is not None:
-            holders = table.get(first)
-            if holders is None:
-                holders = table[first] = _one_doc(docs[0]) if len(docs) == 1 else set(docs)
-            elif isinstance(holders, set | DocBits):
-                holders.update(docs)
-            else:
-                holders = table[first] = {*holders, *docs}
-            if isinstance(holders, set):
-                _held(table, first, holders, capacity)
+            _hold_many(table, first, docs, capacity)
         return
+    grouped: dict[str, list[int]] = {}
     for doc, value in zip(docs, values, strict=True):
         if value is not None:
-            _hold_value(table, value, doc, capacity)
+            grouped.setdefault(value, []).append(doc)
+    for value, holders in grouped.items():
+        _hold_many(table, value, holders, capacity)
+
+
+def _hold_many(table: dict[str, Docs], value: str, docs: list[int], capacity: int) -> None:
+    """Put ``docs`` in the set of ``value`` (made, grown, or kept as bits: ``_held``)."""
+    holders = table.get(value)
+    if holders is None:
+        holders = table[value] = _one_doc(docs[0]) if len(docs) == 1 else set(docs)
+    elif isinstance(holders, set | DocBits):
+        holders.update(docs)
+    else:
+        holders = table[value] = {*holders, *docs}
+    if isinstance(holders, set):
+        _held(table, value, holders, capacity)
 
 
 def _held(table: dict[str, Docs], value: str, holders: set[int], capacity: int) -> None:

@@ -16,14 +16,13 @@ as many: nothing is lost, and the journal and snapshots are the truth anyway.
 
 :class:`Contents` indexes the docs by content (which one a deduplicating write
 finds, and the others that hold the same text). It keys them by the content
-string while the records are objects (the record holds the string), and by a
-16-byte BLAKE2b digest of it once they are in a file: otherwise it would keep
-every content in memory by itself.
+string while the records are objects (the record holds the string), and by the
+string's hash once they are in a file, a doc it finds checked against its
+record: otherwise it would keep every content in memory by itself.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -36,7 +35,7 @@ import numpy.typing as npt
 from mnemex.memories.protocol import MemoryRecord
 from mnemex.persistence.recordfiles import RecordFile, RecordFiles
 
-__all__ = ["COMPACT_MIN_BYTES", "Contents", "FileRecords", "RecordsView", "content_digest", "decode_record"]
+__all__ = ["COMPACT_MIN_BYTES", "Contents", "FileRecords", "RecordsView", "decode_record"]
 
 log = logging.getLogger("mnemex.memories")
 
@@ -50,7 +49,6 @@ _WINDOW: Final = 1024
 _encoder = msgspec.msgpack.Encoder()
 _decode = decode_record = msgspec.msgpack.Decoder(MemoryRecord).decode
 _UNSET: Final = object()
-_MADE_MAX: Final = 4096
 
 I64 = npt.NDArray[np.int64]
 U32 = npt.NDArray[np.uint32]
@@ -326,70 +324,98 @@ class RecordsView:
         return out
 
 
-def content_digest(content: str) -> bytes:
-    """The 16-byte BLAKE2b digest :class:`Contents` keys a content by in a large scope."""
-    return hashlib.blake2b(content.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-
-
 class Contents:
     """Each content's docs: the first (the one a deduplicating write finds, ``get``)
-    and the others stored with the same content by writes without dedupe (``twins``),
-    keyed by the content itself, or by its digest once ``digested``."""
+    and the others stored with the same content by writes without dedupe (``twins``).
+    Keyed by the content itself while the records are objects (the record holds the
+    string); once they are in a file (``key_by_hash``), by the content's ``hash()``
+    (computed once per string object, and kept on it), a doc found checked against
+    its record's content: the rare content whose hash another content's holds already
+    is kept apart, by itself (``_apart``), so that none is ever taken for another."""
 
-    __slots__ = ("_first", "_made", "digests", "twins")
+    __slots__ = ("_apart", "_first", "_records", "twins")
 
     def __init__(self) -> None:
-        self._first: dict[str | bytes, int] = {}
-        self.twins: dict[str | bytes, set[int]] = {}
-        self.digests = False
-        # the digests made lately, by content: a write asks for each of its contents
-        # three times (dedupe, placing, indexing); at most _MADE_MAX, then emptied
-        self._made: dict[str, bytes] = {}
+        self._first: dict[str | int, int] = {}
+        self.twins: dict[str | int, set[int]] = {}
+        # what reads a doc's content back once keyed by hash (None: keyed by content)
+        self._records: FileRecords | None = None
+        self._apart: Contents | None = None
 
     def __repr__(self) -> str:
-        return f"Contents({len(self._first)} contents, {len(self.twins)} with twins, digests={self.digests})"
+        return (f"Contents({len(self._first)} contents, {len(self.twins)} with twins, "
+                f"by hash={self._records is not None})")
 
     def __len__(self) -> int:
-        return len(self._first)
+        return len(self._first) + (len(self._apart) if self._apart is not None else 0)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Contents):
             return NotImplemented
-        return self.digests == other.digests and self._first == other._first and self.twins == other.twins
+        return (self.by_hash, self._first, self.twins, self._apart) == (
+            other.by_hash, other._first, other.twins, other._apart)
 
     __hash__ = None  # type: ignore[assignment]
 
-    def _key(self, content: str) -> str | bytes:
-        if not self.digests:
-            return content
-        made = self._made
-        digest = made.get(content)
-        if digest is None:
-            if len(made) >= _MADE_MAX:
-                made.clear()
-            digest = made[content] = content_digest(content)
-        return digest
+    @property
+    def by_hash(self) -> bool:
+        return self._records is not None
+
+    def _content_at(self, doc: int) -> str | None:
+        assert self._records is not None
+        record = self._records[doc]
+        return None if record is None else record.content
 
     def get(self, content: str) -> int | None:
-        return self._first.get(self._key(content))
+        if self._records is None:
+            return self._first.get(content)
+        doc = self._first.get(hash(content))
+        if doc is not None and self._content_at(doc) == content:
+            return doc
+        apart = self._apart
+        return None if apart is None else apart.get(content)
 
     def __contains__(self, content: object) -> bool:
-        return isinstance(content, str) and self._key(content) in self._first
+        return isinstance(content, str) and self.get(content) is not None
 
     def values(self) -> Iterable[int]:
         """The first doc of each content."""
-        return self._first.values()
+        apart = self._apart
+        return self._first.values() if apart is None else [*self._first.values(), *apart.values()]
 
     def hold(self, doc: int, content: str) -> None:
-        """Index ``doc`` by ``content`` (again: nothing changes)."""
-        key = self._key(content)
+        """Index ``doc`` by ``content`` (again: nothing changes). A doc's record holds
+        its content already when keyed by hash."""
+        if self._records is None:
+            holder = self._first.setdefault(content, doc)
+            if holder != doc:
+                self.twins.setdefault(content, set()).add(doc)
+            return
+        apart = self._apart
+        if apart is not None and content in apart:
+            apart.hold(doc, content)
+            return
+        key = hash(content)
         holder = self._first.setdefault(key, doc)
-        if holder != doc:
+        if holder == doc:
+            return
+        if self._content_at(holder) == content:
             self.twins.setdefault(key, set()).add(doc)
+        else:  # (another content of the same hash: kept apart, by its content)
+            if apart is None:
+                apart = self._apart = Contents()
+            apart.hold(doc, content)
 
     def release(self, doc: int, content: str) -> None:
-        """``doc`` no longer holds ``content``: its first twin takes its place."""
-        key = self._key(content)
+        """``doc`` no longer holds ``content``: its first twin takes its place. (Asked
+        while the doc's record still holds it.)"""
+        apart = self._apart
+        if apart is not None and content in apart:
+            apart.release(doc, content)
+            if not len(apart):
+                self._apart = None
+            return
+        key: str | int = content if self._records is None else hash(content)
         twins = self.twins.get(key)
         if self._first.get(key) == doc:
             if twins:
@@ -403,10 +429,15 @@ class Contents:
         if twins is not None and not twins:
             del self.twins[key]
 
-    def digest(self) -> None:
-        """Key every content by its digest from now on (the records leave memory)."""
-        if self.digests:
+    def key_by_hash(self, records: FileRecords) -> None:
+        """Key every content by its hash from now on, reading docs' contents from
+        ``records`` (the records leave memory)."""
+        if self._records is not None:
             return
-        self._first = {content_digest(str(key)): doc for key, doc in self._first.items()}
-        self.twins = {content_digest(str(key)): docs for key, docs in self.twins.items()}
-        self.digests = True
+        first, twins = self._first, self.twins
+        self._first, self.twins, self._records = {}, {}, records
+        for content, doc in first.items():
+            self.hold(doc, str(content))
+        for content, docs in twins.items():
+            for doc in sorted(docs):
+                self.hold(doc, str(content))

@@ -202,11 +202,26 @@ def test_read_spans_joins_near_spans_and_reads_far_ones_apart(tmp_path: Path,
     assert calls == [(0, 70), (400_000, 13)]
 
 
-@pytest.mark.parametrize("digests", [False, True])
-def test_contents_find_the_first_doc_and_its_twins(digests: bool) -> None:
+class Colliding(str):
+    """A content whose hash is every other Colliding content's."""
+
+    def __hash__(self) -> int:
+        return 42
+
+
+def keyed_by_hash(files: RecordFiles, contents: list[str]) -> tuple[Contents, FileRecords]:
+    """Contents keyed by hash over records of ``contents`` at docs 0.. (one each)."""
+    stored = FileRecords(files, [record(doc, content) for doc, content in enumerate(contents)])
+    index = Contents()
+    index.key_by_hash(stored)
+    return index, stored
+
+
+@pytest.mark.parametrize("by_hash", [False, True])
+def test_contents_find_the_first_doc_and_its_twins(by_hash: bool, files: RecordFiles) -> None:
     contents = Contents()
-    if digests:
-        contents.digest()
+    if by_hash:
+        contents, _ = keyed_by_hash(files, ["x", "x", "same", "x", "same", "x", "x", "other"])
     contents.hold(4, "same")
     contents.hold(2, "same")
     contents.hold(7, "other")
@@ -219,12 +234,32 @@ def test_contents_find_the_first_doc_and_its_twins(digests: bool) -> None:
     assert contents.get("same") is None and len(contents) == 1
 
 
-def test_contents_digested_later_find_the_same() -> None:
-    plain, later = Contents(), Contents()
-    for doc, content in enumerate(["a", "b", "a", "c", "a"]):
+def test_contents_keyed_by_hash_later_find_the_same(files: RecordFiles) -> None:
+    texts = ["a", "b", "a", "c", "a"]
+    plain = Contents()
+    for doc, content in enumerate(texts):
         plain.hold(doc, content)
+    later = Contents()
+    for doc, content in enumerate(texts):
         later.hold(doc, content)
-    later.digest()
+    later.key_by_hash(FileRecords(files, [record(doc, content) for doc, content in enumerate(texts)]))
     assert all(plain.get(c) == later.get(c) for c in "abcd")
     assert sorted(map(sorted, plain.twins.values())) == sorted(map(sorted, later.twins.values()))
-    assert later != plain and all(type(key) is bytes and len(key) == 16 for key in later.twins)
+    assert later != plain and all(type(key) is int for key in later.twins)
+
+
+def test_contents_of_one_hash_are_kept_apart_and_never_taken_for_each_other(files: RecordFiles) -> None:
+    texts = [Colliding("alpha"), Colliding("beta"), Colliding("alpha"), Colliding("gamma"), Colliding("beta")]
+    index, _ = keyed_by_hash(files, [str(text) for text in texts])
+    for doc, text in enumerate(texts):
+        index.hold(doc, text)
+    assert [index.get(Colliding(t)) for t in ("alpha", "beta", "gamma", "delta")] == [0, 1, 3, None]
+    assert len(index) == 3 and sorted(index.values()) == [0, 1, 3]
+    index.release(0, texts[0])  # the first of "alpha" goes: its twin takes its place
+    assert index.get(Colliding("alpha")) == 2
+    index.release(1, texts[1])
+    index.release(4, texts[4])
+    assert index.get(Colliding("beta")) is None and index.get(Colliding("gamma")) == 3
+    index.release(3, texts[3])
+    index.release(2, texts[2])
+    assert len(index) == 0 and index.get(Colliding("alpha")) is None
