@@ -928,6 +928,17 @@ class EntityGraph:
             version=DETECTION_VERSION, detect=self.detect, fold_accents=self.fold_accents,
             gazetteer=self._gazetteer_signature(), count=len(docs), pieces=pieces))
 
+    def sidecar_fits(self, data: bytes | memoryview) -> bool:
+        """Whether a sidecar's header says it was made with these settings and
+        declarations (a look at the header only; ``load_sidecar`` checks the rest). A
+        sidecar of the earlier, whole form is not decoded here: True."""
+        try:
+            header = _decode_pieces(data)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return True
+        return (header.version, header.detect, header.fold_accents, header.gazetteer) == (
+            DETECTION_VERSION, self.detect, self.fold_accents, self._gazetteer_signature())
+
     def load_sidecar(self, data: bytes | memoryview, docs: Iterable[int]) -> bool:
         """Take the mentions from a sidecar of ``to_sidecar`` (or of its earlier, whole
         form) when it was made with these settings and declarations over exactly

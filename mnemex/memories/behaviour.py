@@ -1259,7 +1259,8 @@ class ScopeMemory:
             stored = FileRecords(files, ())
         except OSError as exc:
             raise _NotStreamed(f"no file for them in {files.directory}: {exc}") from exc
-        stored.grow(int(extra.get("docs", 0)))
+        size = int(extra.get("docs", 0))
+        stored.grow(size)
         self.docs = stored
         self.by_content.key_by_hash(stored)
         self._records_next = sys.maxsize
@@ -1268,6 +1269,11 @@ class ScopeMemory:
         self.documents.load_extra(extra.get("documents") or [], ())
         self.categories.load_extra(extra.get("categories"))
         self.graph.load_extra(extra.get("graph") or {})
+        graph = image.sidecars.get(GRAPH_SIDECAR)
+        count = int(extra.get("count", -1))
+        if count and (graph is None or not self.graph.sidecar_fits(graph)):  # (known before the records)
+            raise _NotStreamed("the entity graph's sidecar is missing or made otherwise")
+        self.table.reserve(size)
         doc_of, sessions, window = self.doc_of, self.sessions, self.settings.context_window
         every: list[int] = []
         try:
@@ -1288,13 +1294,11 @@ class ScopeMemory:
                 every += docs
         except (ValueError, msgspec.DecodeError, msgspec.ValidationError, OSError) as exc:
             raise _NotStreamed(str(exc)) from exc
-        count = int(extra.get("count", -1))
         if not len(every) == len(doc_of) == count:
             raise _NotStreamed(f"the records sidecar holds {len(every)} records of {len(doc_of)} ids, the "
                                f"snapshot {count}")
         for members in sessions.values():
             members.sort()
-        graph = image.sidecars.get(GRAPH_SIDECAR)
         if count and (graph is None or not self.graph.load_sidecar(graph, every)):
             raise _NotStreamed("the entity graph's sidecar is missing or made otherwise")
         if count and not self._load_text_sidecars(image.sidecars):

@@ -354,6 +354,11 @@ class FilterTable:
             yield "entities", set(record.entities)
         yield "scope", (record.scope_label,)
 
+    def reserve(self, docs: int) -> None:
+        """Room for doc ids below ``docs`` (a restore filing its memories a chunk at a
+        time keeps the capacity its value sets are weighed against)."""
+        self._ensure(docs)
+
     def _ensure(self, needed: int) -> None:
         if needed <= self.capacity:
             return

@@ -61,7 +61,8 @@ class FileRecords:
     the writer's thread are, while it writes nothing (a scope's searches beside the
     actor)."""
 
-    __slots__ = ("_file", "_files", "_flush_at", "_garbage", "_ids", "_lengths", "_offsets", "_pending")
+    __slots__ = ("_compact_from", "_file", "_files", "_flush_at", "_garbage", "_ids", "_lengths", "_offsets",
+                 "_pending")
 
     def __init__(self, files: RecordFiles, records: Iterable[MemoryRecord | None]) -> None:
         """Write ``records`` (doc by doc) to a new file of ``files``: OSError when it
@@ -73,6 +74,7 @@ class FileRecords:
         self._lengths: U32 = np.zeros(0, dtype=np.uint32)
         self._pending: dict[int, MemoryRecord | None] = {}
         self._garbage = 0
+        self._compact_from = COMPACT_MIN_BYTES  # (twice the garbage after a copy that failed)
         self._flush_at = sys.maxsize  # (written here, a failure raising)
         for record in records:
             self.append(record)
@@ -107,7 +109,10 @@ class FileRecords:
         ids = self._ids
         if not 0 <= doc < len(ids):
             raise IndexError(f"doc {doc} is not one of the {len(ids)} docs")
-        ids[doc] = None if record is None else record.id
+        if record is None:
+            ids[doc] = None
+        elif ids[doc] != record.id:  # (a record changed keeps its id's object: doc_of's)
+            ids[doc] = record.id
         self._pending[doc] = record
         if len(self._pending) >= self._flush_at:
             self.flush()
@@ -240,12 +245,15 @@ class FileRecords:
         pending.clear()
         if not strict:  # (a failure's longer wait ends)
             self._flush_at = self._files.batch
-        if self._garbage >= COMPACT_MIN_BYTES and 2 * self._garbage > self._file.size:
+        garbage = self._garbage
+        if garbage >= max(COMPACT_MIN_BYTES, self._compact_from) and 2 * garbage > self._file.size:
             self._compact()
 
     def _compact(self) -> None:
-        """Copy the live records to a new file, in file order (a view holding the old
-        file keeps it)."""
+        """Copy the live records to a new file, in file order (a view or a reader
+        holding the old file and offsets keeps them: the offsets are a new array). A
+        copy that fails (the disk holds the live records twice meanwhile) is tried
+        again once the garbage has doubled."""
         offsets, lengths = self._offsets, self._lengths
         live = np.flatnonzero(offsets >= 0)
         live = live[np.argsort(offsets[live], kind="stable")]
@@ -261,11 +269,16 @@ class FileRecords:
                 sizes = lengths[part].astype(np.int64)
                 moved[start : start + len(part)] = base + np.cumsum(sizes) - sizes
         except OSError as exc:
-            log.warning("records: could not be copied to a new file in %s (%s); the old one is kept",
-                        self._files.directory, exc)
+            self._compact_from = 2 * self._garbage
+            log.warning("records: could not be copied to a new file in %s (%s); the old one is kept, "
+                        "and copied again past %d bytes of garbage", self._files.directory, exc,
+                        self._compact_from)
             return
+        # (new arrays: a reader holding the old file reads it with the offsets and
+        # lengths it took, which later writes to the new file do not change)
+        offsets, self._lengths = offsets.copy(), lengths.copy()
         offsets[live] = moved
-        self._file, self._garbage = fresh, 0
+        self._offsets, self._file, self._garbage, self._compact_from = offsets, fresh, 0, COMPACT_MIN_BYTES
 
 
 class RecordsView:

@@ -578,3 +578,8 @@ def test_a_sidecar_with_a_piece_that_does_not_fit_places_no_mention(monkeypatch:
         assert not loaded.load_sidecar(made, docs)
         assert graph_state(loaded) == fresh
     assert EntityGraph().load_sidecar(sidecar, range(8))
+    # its header alone says whether it was made with these settings (a restore asks first)
+    assert EntityGraph().sidecar_fits(sidecar) and not EntityGraph(detect=False).sidecar_fits(sidecar)
+    whole = graph_module._Sidecar(header.version, header.detect, header.fold_accents, header.gazetteer, [], [], [],
+                                  [])
+    assert EntityGraph(detect=False).sidecar_fits(graph_module._encode_sidecar(whole))  # (not read: True)

@@ -115,6 +115,10 @@ def test_a_restore_into_the_file_reads_as_a_restore_of_objects(tmp_path: Path, l
     assert list(stored.records()) == list(objects.records()) and stored.docs == objects.docs
     assert stored.doc_of == objects.doc_of and stored.free == objects.free
     assert stored.sessions == objects.sessions and stored.content_bytes == objects.content_bytes
+    # the filter table files the same values into the same kinds of sets, at the same capacity
+    shapes = [{name: {value: type(docs) for value, docs in table.items()}
+               for name, table in memory.table.fields.items()} for memory in (stored, objects)]
+    assert shapes[0] == shapes[1] and stored.table.capacity == objects.table.capacity
     assert stored.by_content.by_hash and not objects.by_content.by_hash
     assert all(stored.by_content.get(record.content) == objects.by_content.get(record.content)
                for record in objects.records())
