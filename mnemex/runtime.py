@@ -518,11 +518,17 @@ async def open_runtime(config: Config | None = None, *, kinds: Iterable[ActorKin
                 helpers.close()
 
 
+def _large_files_dir(config: Config) -> str | None:
+    """Where large scopes keep their files of rows and of records: ``storage.vector_rows_dir``,
+    else the data directory (None: neither, so in memory)."""
+    storage = config.storage
+    return storage.vector_rows_dir if storage.vector_rows_dir is not None else storage.data_dir
+
+
 def _row_files(config: Config) -> RowFiles | None:
     """Where large scopes keep their vector rows: files in ``storage.vector_rows_dir``
     or the data directory (see ``storage.vector_rows_file_from``), or None (in memory)."""
-    storage = config.storage
-    directory = storage.vector_rows_dir if storage.vector_rows_dir is not None else storage.data_dir
+    storage, directory = config.storage, _large_files_dir(config)
     if directory is None or storage.vector_rows_file_from is None or not RowFiles.usable():
         return None
     return RowFiles(directory, storage.vector_rows_file_from)  # (made at a scope's first row file)
@@ -531,8 +537,7 @@ def _row_files(config: Config) -> RowFiles | None:
 def _record_files(config: Config) -> RecordFiles | None:
     """Where large scopes keep their records: files in ``storage.vector_rows_dir`` or
     the data directory (see ``storage.records_file_from``), or None (in memory)."""
-    storage = config.storage
-    directory = storage.vector_rows_dir if storage.vector_rows_dir is not None else storage.data_dir
+    storage, directory = config.storage, _large_files_dir(config)
     if directory is None or storage.records_file_from is None or not RecordFiles.usable():
         return None
     return RecordFiles(directory, storage.records_file_from)

@@ -518,7 +518,7 @@ class ScopeMemory:
         self.by_content = Contents()
         files = settings.record_files
         # the docs from which the records move to a file (again at twice as many after a failure)
-        self._records_next = sys.maxsize if files is None else max(1, files.min_records)
+        self._records_next = sys.maxsize if files is None else files.min_records
         self.keyed = KeyedIndex()
         self.free: list[int] = []
         fold = settings.fold_accents
@@ -1888,7 +1888,7 @@ class ScopeMemory:
     @classmethod
     def restore(cls, key: Key, image: Image, settings: ScopeSettings) -> ScopeMemory:
         files = settings.record_files
-        if files is not None and int(image.extra.get("docs", 0)) >= max(1, files.min_records):
+        if files is not None and int(image.extra.get("docs", 0)) >= files.min_records:
             chunks = encoded_records(image)
             if chunks is not None:
                 try:

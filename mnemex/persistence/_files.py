@@ -10,17 +10,19 @@ import logging
 import mmap
 import os
 import sys
+import tempfile
 import threading
+import weakref
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Final
+from typing import IO, Any, Final
 
 from mnemex.errors import StorageError
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 __all__ = ["describe_os_error", "fsync_dir", "let_pages_go_from", "libc_function", "log", "read_file",
-           "remove_quietly", "start_writeback", "write_all", "write_atomic"]
+           "remove_quietly", "start_writeback", "unnamed_file", "write_all", "write_atomic"]
 
 log = logging.getLogger("mnemex.persistence")
 
@@ -182,6 +184,17 @@ def read_file(path: Path, what: str, *, missing_ok: bool = False) -> bytes:
         raise StorageError(f"{what} {path} does not exist") from None
     except OSError as exc:
         raise StorageError(f"could not read {what} {path}: {describe_os_error(exc)}") from exc
+
+
+def unnamed_file(owner: object, directory: str, prefix: str) -> IO[bytes]:
+    """A new file in ``directory`` (made if need be) with no name left on disk
+    (``O_TMPFILE``, or unlinked at once): its descriptor is its only name, kept open
+    while ``owner`` lives and closed with it, so nothing of it outlives the process
+    however that ends. OSError when it cannot be made."""
+    os.makedirs(directory, exist_ok=True)
+    made = tempfile.TemporaryFile(dir=directory, prefix=prefix)  # noqa: SIM115
+    weakref.finalize(owner, made.close)
+    return made
 
 
 _SYNC_FILE_RANGE_WRITE: Final = 2

@@ -23,24 +23,22 @@ those records in memory.
 from __future__ import annotations
 
 import os
-import tempfile
-import weakref
 from collections.abc import Sequence
 from typing import IO
 
-from mnemex.persistence._files import log, start_writeback
+from mnemex.persistence._files import start_writeback, unnamed_file
 
 __all__ = ["RecordFile", "RecordFiles"]
 
 
 class RecordFiles:
     """Opens a :class:`RecordFile` in ``directory`` for each scope that holds
-    ``min_records`` memories (0: from the first), whose owner writes records to it
-    ``batch`` at a time."""
+    ``min_records`` memories (0 or 1: from the first), whose owner writes records to
+    it ``batch`` at a time."""
 
     def __init__(self, directory: str, min_records: int, *, batch: int = 4096) -> None:
         self.directory = directory
-        self._min_records = max(0, int(min_records))
+        self._min_records = max(1, int(min_records))
         self.batch = max(1, int(batch))
 
     def __repr__(self) -> str:
@@ -67,10 +65,7 @@ class RecordFile:
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
-        os.makedirs(directory, exist_ok=True)
-        # (its descriptor is the file's only name: closed with this object)
-        self._file: IO[bytes] = tempfile.TemporaryFile(dir=directory, prefix=".mnemex-records-")  # noqa: SIM115
-        weakref.finalize(self, self._file.close)
+        self._file: IO[bytes] = unnamed_file(self, directory, ".mnemex-records-")
         self._size = 0
 
     def __repr__(self) -> str:
@@ -138,9 +133,3 @@ class RecordFile:
                        for offset, length in spans[at:end])
             at = end
         return out
-
-    def close(self) -> None:
-        try:
-            self._file.close()
-        except OSError as exc:  # (an unnamed file: nothing of it is kept)
-            log.debug("%r: close failed (%s)", self, exc)

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import tempfile
 import threading
 import weakref
 from typing import IO, Final
@@ -57,7 +56,7 @@ from typing import IO, Final
 import numpy as np
 import numpy.typing as npt
 
-from mnemex.persistence._files import let_pages_go_from, log, start_writeback
+from mnemex.persistence._files import let_pages_go_from, log, start_writeback, unnamed_file
 
 __all__ = ["FileRows", "RowFiles", "SnapshotRows"]
 
@@ -121,11 +120,8 @@ class FileRows:
         size = capacity * width
         try:
             if self._file is None:
-                os.makedirs(self.directory, exist_ok=True)
-                # (kept open while the index lives: its descriptor is the file's only name;
-                # closed with this object, each mapping holding a descriptor of its own)
-                self._file = tempfile.TemporaryFile(dir=self.directory, prefix=".mnemex-rows-")  # noqa: SIM115
-                weakref.finalize(self, self._file.close)
+                # (kept open while the index lives; each mapping holds a descriptor of its own)
+                self._file = unnamed_file(self, self.directory, ".mnemex-rows-")
             descriptor = self._file.fileno()
             if size > self._size:
                 os.posix_fallocate(descriptor, self._size, size - self._size)
