@@ -54,6 +54,13 @@ I64 = npt.NDArray[np.int64]
 U32 = npt.NDArray[np.uint32]
 
 
+def _starts(base: int, sizes: I64) -> I64:
+    """Where each of records of ``sizes``, written one after another from ``base``,
+    begins."""
+    starts: I64 = base + np.cumsum(sizes) - sizes
+    return starts
+
+
 class FileRecords:
     """A large scope's records by doc id, in a file (see the module docstring). Reads
     as a list of ``MemoryRecord | None`` does (an index, ``len``, iteration), and
@@ -129,11 +136,7 @@ class FileRecords:
 
     def append(self, record: MemoryRecord | None) -> None:
         doc = len(self._ids)
-        if doc == len(self._offsets):
-            grown = max(1024, 2 * doc)
-            self._offsets = np.concatenate([self._offsets, np.full(grown - doc, -1, dtype=np.int64)])
-            self._lengths = np.concatenate([self._lengths, np.zeros(grown - doc, dtype=np.uint32)])
-        self._ids.append(None)
+        self.grow(doc + 1)
         if record is not None:
             self[doc] = record
 
@@ -147,7 +150,7 @@ class FileRecords:
         if size <= have:
             return
         if size > len(self._offsets):
-            grown = max(size, 2 * len(self._offsets))
+            grown = max(size, 2 * len(self._offsets), 1024)
             extra = grown - len(self._offsets)
             self._offsets = np.concatenate([self._offsets, np.full(extra, -1, dtype=np.int64)])
             self._lengths = np.concatenate([self._lengths, np.zeros(extra, dtype=np.uint32)])
@@ -166,7 +169,7 @@ class FileRecords:
         base = self._file.append(b"".join(encoded))
         sizes = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
         at = np.asarray(docs, dtype=np.int64)
-        self._offsets[at] = base + np.cumsum(sizes) - sizes
+        self._offsets[at] = _starts(base, sizes)
         self._lengths[at] = sizes
         for doc, memory_id in zip(docs, ids, strict=True):
             held[doc] = memory_id
@@ -211,15 +214,16 @@ class FileRecords:
         buffer = bytearray()
         encode_into = _encoder.encode_into
         written: list[int] = []
-        ends: list[int] = []
+        sizes: list[int] = []
         gone: list[int] = []
         for doc, record in pending.items():
             if record is None:
                 gone.append(doc)
             else:
+                before = len(buffer)
                 encode_into(record, buffer, -1)
                 written.append(doc)
-                ends.append(len(buffer))
+                sizes.append(len(buffer) - before)
         try:
             base = self._file.append(buffer) if buffer else 0
         except OSError as exc:
@@ -235,10 +239,9 @@ class FileRecords:
         self._garbage += int(lengths[changed][was].sum())
         if written:
             at = changed[: len(written)]
-            stops = np.array(ends, dtype=np.int64)
-            starts = np.concatenate([np.zeros(1, dtype=np.int64), stops[:-1]])
-            offsets[at] = base + starts
-            lengths[at] = stops - starts
+            lengths_written = np.array(sizes, dtype=np.int64)
+            offsets[at] = _starts(base, lengths_written)
+            lengths[at] = lengths_written
         if gone:
             offsets[changed[len(written):]] = -1
             lengths[changed[len(written):]] = 0
@@ -265,9 +268,8 @@ class FileRecords:
                 part = live[start : start + block]
                 blobs = self._file.read_spans(list(zip(offsets[part].tolist(), lengths[part].tolist(),
                                                        strict=True)))
-                base = fresh.append(b"".join(blobs))
-                sizes = lengths[part].astype(np.int64)
-                moved[start : start + len(part)] = base + np.cumsum(sizes) - sizes
+                moved[start : start + len(part)] = _starts(fresh.append(b"".join(blobs)),
+                                                           lengths[part].astype(np.int64))
         except OSError as exc:
             self._compact_from = 2 * self._garbage
             log.warning("records: could not be copied to a new file in %s (%s); the old one is kept, "

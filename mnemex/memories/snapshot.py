@@ -201,19 +201,24 @@ def encoded_records(image: Image) -> Iterator[tuple[list[int], list[msgspec.Raw]
 
 
 def _encoded_chunks(view: memoryview) -> Iterator[tuple[list[int], list[msgspec.Raw]]]:
-    at = 0
-    while at < len(view):
-        size = int.from_bytes(view[at : at + 4], "little")
-        if at + 4 + size > len(view):
-            raise ValueError(f"the records sidecar's chunk at byte {at:,} runs past its end")
+    for at, blob in _chunks_of(view):
         try:
-            chunk = _decode_encoded_chunk.decode(view[at + 4 : at + 4 + size])
+            chunk = _decode_encoded_chunk.decode(blob)
         except msgspec.DecodeError as exc:
             raise ValueError(f"the records sidecar's chunk at byte {at:,}: {exc}") from exc
         if len(chunk.docs) != len(chunk.records):
             raise ValueError(f"the records sidecar's chunk at byte {at:,} holds {len(chunk.docs)} docs and "
                              f"{len(chunk.records)} records")
         yield chunk.docs, chunk.records
+
+
+def _chunks_of(view: memoryview) -> Iterator[tuple[int, memoryview]]:
+    """The records sidecar's chunks, each where it starts and its bytes (after its
+    length, 4 bytes; one cut short by the sidecar's end does not decode)."""
+    at = 0
+    while at < len(view):
+        size = int.from_bytes(view[at : at + 4], "little")
+        yield at, view[at + 4 : at + 4 + size]
         at += 4 + size
 
 
@@ -230,16 +235,12 @@ def _read_records_chunks(data: bytes | memoryview | None, count: int, name: str)
     """Format 2's records sidecar when it is there, decodes and holds ``count`` records."""
     if data is None:
         return None
-    view = memoryview(data)
     found = SnapshotRecords([], [], [])
-    at = 0
     try:
-        while at < len(view):
-            size = int.from_bytes(view[at : at + 4], "little")
-            chunk = _decode_chunk.decode(view[at + 4 : at + 4 + size])
+        for _, blob in _chunks_of(memoryview(data)):
+            chunk = _decode_chunk.decode(blob)
             found.docs.extend(chunk.docs)
             found.records.extend(chunk.records)
-            at += 4 + size
     except msgspec.DecodeError as exc:
         log.info("scope %s: records sidecar not used (%s); reading the snapshot's lines", name, exc)
         return None
