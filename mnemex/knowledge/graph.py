@@ -936,6 +936,11 @@ class EntityGraph:
             header = _decode_pieces(data)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return True
+        return self._made_here(header)
+
+    def _made_here(self, header: _Pieces | _Sidecar) -> bool:
+        """Whether a sidecar's header names this detection, these settings and these
+        declarations."""
         return (header.version, header.detect, header.fold_accents, header.gazetteer) == (
             DETECTION_VERSION, self.detect, self.fold_accents, self._gazetteer_signature())
 
@@ -951,8 +956,7 @@ class EntityGraph:
                 header = _decode_sidecar(data)
             except (msgspec.DecodeError, msgspec.ValidationError):
                 return False
-        if (header.version, header.detect, header.fold_accents, header.gazetteer) != (
-                DETECTION_VERSION, self.detect, self.fold_accents, self._gazetteer_signature()):
+        if not self._made_here(header):
             return False
         # the owner's int object of each doc (shared, where the sidecar decodes one more a memory)
         owned = {doc: doc for doc in docs}

@@ -1264,11 +1264,6 @@ class ScopeMemory:
         self.docs = stored
         self.by_content.key_by_hash(stored)
         self._records_next = sys.maxsize
-        self.free = [int(doc) for doc in extra.get("free", [])]
-        self.extractions.load_extra(extra.get("cursors") or {})
-        self.documents.load_extra(extra.get("documents") or [], ())
-        self.categories.load_extra(extra.get("categories"))
-        self.graph.load_extra(extra.get("graph") or {})
         graph = image.sidecars.get(GRAPH_SIDECAR)
         count = int(extra.get("count", -1))
         if count and (graph is None or not self.graph.sidecar_fits(graph)):  # (known before the records)
@@ -1909,6 +1904,11 @@ class ScopeMemory:
         check_format(memory._name, extra)
         embedder, dim = extra.get("embedder"), int(extra.get("dim") or 0)
         memory.clock = float(extra.get("clock", 0.0))
+        memory.free = [int(doc) for doc in extra.get("free", [])]
+        memory.extractions.load_extra(extra.get("cursors") or {})
+        memory.documents.load_extra(extra.get("documents") or [])
+        memory.categories.load_extra(extra.get("categories"))
+        memory.graph.load_extra(extra.get("graph") or {})
         vector_docs: list[int] = []
         if chunks is not None:
             memory._restore_into_file(image, chunks)
@@ -1921,11 +1921,7 @@ class ScopeMemory:
             for doc, record in zip(docs, records, strict=True):
                 memory.docs[doc] = record
             memory.doc_of = {record.id: doc for doc, record in zip(docs, records, strict=True)}
-            memory.free = [int(doc) for doc in extra.get("free", [])]
-            memory.extractions.load_extra(extra.get("cursors") or {})
-            memory.documents.load_extra(extra.get("documents") or [], records)
-            memory.categories.load_extra(extra.get("categories"))
-            memory.graph.load_extra(extra.get("graph") or {})
+            memory.documents.note_chunks(records)
             graph = image.sidecars.get(GRAPH_SIDECAR)
             memory.graph_restored = graph is not None and memory.graph.load_sidecar(graph, docs)
             if graph is not None and not memory.graph_restored:

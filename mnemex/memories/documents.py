@@ -146,12 +146,11 @@ class Documents:
     def to_extra(self) -> list[Any]:
         return [msgspec.to_builtins(info) for info in self.infos.values()]
 
-    def load_extra(self, data: Sequence[Any], records: Iterable[MemoryRecord]) -> None:
-        """The documents of a snapshot's header, and their chunks from ``records``."""
+    def load_extra(self, data: Sequence[Any]) -> None:
+        """The documents of a snapshot's header (their chunks: ``note_chunks``)."""
         for item in data:
             info = msgspec.convert(item, DocumentInfo)
             self.infos[info.id] = info
-        self.note_chunks(records)
 
     def note_chunks(self, records: Iterable[MemoryRecord]) -> None:
         """Which of ``records`` (restored) are chunks of the documents known."""

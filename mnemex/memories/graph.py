@@ -144,8 +144,8 @@ def note_relations(scope: ScopeMemory, fact: NewFact) -> None:
         return
     memory_id = fact.id
     if memory_id not in scope.doc_of:
-        doc = scope.by_content.get(fact.content)
-        if doc is not None and scope.docs[doc] is not None:
+        doc = scope.by_content.get(fact.content)  # (a live doc: a forget lets its content go first)
+        if doc is not None:
             memory_id = scope.memory_id_at(doc)
         elif fact.target is not None:
             memory_id = fact.target
