@@ -25,7 +25,8 @@ as a sequence of term ids by position (stop words as -1), for phrase checks and
 removal. About 8 bytes per (term, document) posting plus 4 bytes per content
 word. A search scores its terms' postings in one pass; the contributions of the
 frequent terms (``TERM_SCORES_MIN_DF`` postings and more) are kept between searches
-until the index changes, at most ``TERM_SCORES_MAX_BYTES`` (1 MiB) an index.
+until the index changes, at most 32 bytes a document (``term_scores_budget``: a
+million documents keep 32 MB, a scope of 30,000 or fewer 1 MiB).
 
 Persistence: :meth:`BM25Index.to_sidecar` writes the whole state as one blob
 (the postings, sequences and lengths as raw arrays, see
@@ -273,15 +274,28 @@ TERM_SCORES_MIN_DF: Final = 128
 computing them costs little more than reading them back)."""
 
 TERM_SCORES_MAX_BYTES: Final = 1 << 20
-"""The most an index keeps of its terms' contributions (8 bytes a posting): a
-10,000-memory scope's frequent terms fit several times."""
+"""The least of what an index may keep of its terms' contributions (8 bytes a
+posting): a 10,000-memory scope's frequent terms fit several times."""
+
+TERM_SCORES_BYTES_PER_DOC: Final = 32
+"""What an index may keep of its terms' contributions per document, above
+``TERM_SCORES_MAX_BYTES``: 4 postings a document. A hybrid search of a scope of
+1,000,000 (LoCoMo-like turns, its query expanded by the names of the entities it
+names) reads about 900,000 postings; with 1 MiB kept, none of its frequent terms'
+fitted, and computing their contributions again was 17 of its 77 ms (mean); with 32
+MB kept, 1-2 ms."""
+
+
+def term_scores_budget(n_docs: int) -> int:
+    """The bytes of term contributions an index of ``n_docs`` documents may keep."""
+    return max(TERM_SCORES_MAX_BYTES, TERM_SCORES_BYTES_PER_DOC * n_docs)
 
 
 class _TermScores:
     """Each frequent term's BM25 contribution per posting (``idf (k1 + 1) tf / (k1 +
     tf)``, aligned with its postings), kept while the index's lengths do not change (a
     key made from them) and the term's postings are the same arrays. Bounded by
-    ``TERM_SCORES_MAX_BYTES``: a term that would pass it starts the kept ones afresh.
+    :func:`term_scores_budget`: a term that would pass it starts the kept ones afresh.
     Searches running side by side (threads) share it: each change is one replacement
     of a dict entry or of the dict, never an iteration."""
 
@@ -300,13 +314,14 @@ class _TermScores:
             return None
         return found[2]
 
-    def put(self, key: object, term_id: int, postings: object, scores: _F64) -> None:
-        """Keep ``scores`` (read-only from now on) as ``term_id``'s under ``key``."""
-        if scores.nbytes > TERM_SCORES_MAX_BYTES:
+    def put(self, key: object, term_id: int, postings: object, scores: _F64, budget: int) -> None:
+        """Keep ``scores`` (read-only from now on) as ``term_id``'s under ``key``, within
+        ``budget`` bytes."""
+        if scores.nbytes > budget:
             return
         scores.flags.writeable = False
         entries = self._entries
-        if key != self._key or self.nbytes + scores.nbytes > TERM_SCORES_MAX_BYTES:
+        if key != self._key or self.nbytes + scores.nbytes > budget:
             entries = self._entries = {}  # kept under other lengths, or full: afresh
             self._key, self.nbytes = key, 0
         replaced = entries.get(term_id)  # (of postings read again since: FILLED_MAX_BYTES)
@@ -424,7 +439,7 @@ class BM25Index(SidecarIndex):
     @property
     def kept_bytes(self) -> int:
         """Bytes of term contributions kept between searches (at most
-        ``TERM_SCORES_MAX_BYTES``; none once the index changes)."""
+        :func:`term_scores_budget`; none once the index changes)."""
         return self._term_scores.nbytes
 
     def _changed(self) -> None:
@@ -632,10 +647,30 @@ class BM25Index(SidecarIndex):
         assert counts is not None
         return Scored(scores, counts, context_docs)
 
+    def context_only(self, query: str | ParsedQuery) -> tuple[_F64, _I64] | None:
+        """:meth:`score_all`'s scores (unfiltered), and the doc slots that hold the
+        query's terms in their context alone (none in their content; distinct, in no
+        particular order); None when nothing can match. The content match counts
+        :meth:`scored` gives, a pass over every slot, are counted only when a term is
+        held in some doc's context only."""
+        parsed = self.tokenizer.parse_query(query) if isinstance(query, str) else query
+        context: list[_I32] = []
+        found = self._scored(parsed, None, context, counts=False)
+        if found is None:
+            return None
+        scores, counts = found
+        if not context:
+            return scores, np.zeros(0, dtype=np.int64)
+        assert counts is not None
+        docs = np.unique(np.concatenate(context)).astype(np.int64)
+        return scores, docs[counts[docs] == 0]
+
     def _scored(self, parsed: ParsedQuery, allowed: Allowed,
-                context: list[_I32] | None) -> tuple[_F64, npt.NDArray[np.int32] | None] | None:
+                context: list[_I32] | None, *, counts: bool = True,
+                ) -> tuple[_F64, npt.NDArray[np.int32] | None] | None:
         """score_all's scores; with ``context`` (a list for the context-only docs),
-        also the content match counts by doc slot, filled as :meth:`scored` says.
+        also the content match counts by doc slot, filled as :meth:`scored` says
+        (without ``counts``, only when a term is held in some doc's context only).
 
         Every query term's postings are scored in one pass: their contributions
         (the frequent terms' kept between searches, see _TermScores), term after term,
@@ -666,11 +701,11 @@ class BM25Index(SidecarIndex):
             if len(filled[0]):
                 terms.append((term_id, filled, kept.get(key, term_id, filled)
                               if len(filled[0]) >= TERM_SCORES_MIN_DF else None))
-        counts: npt.NDArray[np.int32] | None = None
+        matches: npt.NDArray[np.int32] | None = None
         if not terms:
             scores = np.zeros(capacity, dtype=np.float64)
-            if context is not None:
-                counts = np.zeros(capacity, dtype=np.int32)
+            if context is not None and counts:
+                matches = np.zeros(capacity, dtype=np.int32)
         else:
             fresh = [(term_id, filled) for term_id, filled, found in terms if found is None]
             computed = self._contributions(fresh, key, n_docs, content_norms, context_norms) if fresh \
@@ -685,10 +720,11 @@ class BM25Index(SidecarIndex):
             summed = np.bincount(every_doc, every_part, minlength=capacity)
             scores = summed.astype(np.float64, copy=False)
             if context is not None:
-                held = [filled[3] for _, filled, _ in terms]
-                counts = np.bincount(held[0] if len(held) == 1 else np.concatenate(held),
-                                     minlength=capacity).astype(np.int32)
                 context.extend(filled[4] for _, filled, _ in terms if len(filled[4]))
+                if counts or context:
+                    held = [filled[3] for _, filled, _ in terms]
+                    matches = np.bincount(held[0] if len(held) == 1 else np.concatenate(held),
+                                          minlength=capacity).astype(np.int32)
         mask = allowed_mask(allowed, capacity)
         if mask is not None:
             scores[~mask] = 0.0
@@ -697,7 +733,7 @@ class BM25Index(SidecarIndex):
             keep = np.zeros(capacity, dtype=np.bool_)
             keep[holders] = True
             scores[~keep] = 0.0
-        return scores, counts
+        return scores, matches
 
     def _contributions(self, fresh: list[tuple[int, _Filled]], key: object,
                        n_docs: int, content_norms: _F64, context_norms: _F64 | None) -> dict[int, _F64]:
@@ -727,7 +763,7 @@ class BM25Index(SidecarIndex):
             at += size
             if size >= TERM_SCORES_MIN_DF:
                 part = part.copy()
-                self._term_scores.put(key, term_id, filled, part)
+                self._term_scores.put(key, term_id, filled, part, term_scores_budget(n_docs))
             computed[term_id] = part
         return computed
 

@@ -226,13 +226,11 @@ class Ranker:
         for terms, weight in parts:
             if not terms or weight <= 0:
                 continue
-            parsed = bm25.tokenizer.parse_query(" ".join(terms))
-            scores = bm25.score_all(parsed)
-            if scores is None:
+            found = bm25.context_only(bm25.tokenizer.parse_query(" ".join(terms)))
+            if found is None:
                 continue
-            scores = scores * weight
-            own = bm25.content_matches(parsed)[: len(scores)]
-            np.multiply(scores, CONTEXT_ONLY, where=own == 0, out=scores)
+            scores = found[0] * weight
+            scores[found[1]] *= CONTEXT_ONLY  # (the docs holding the terms in their context alone)
             total = scores if total is None else total + scores
         return total
 

@@ -96,6 +96,7 @@ def test_kept_scores_equal_fresh_ones_through_writes(monkeypatch: pytest.MonkeyP
 def test_what_is_kept_stays_within_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bm25_module, "TERM_SCORES_MIN_DF", 1)
     monkeypatch.setattr(bm25_module, "TERM_SCORES_MAX_BYTES", 4000)
+    monkeypatch.setattr(bm25_module, "TERM_SCORES_BYTES_PER_DOC", 0)
     index = built(corpus(4, 500))
     kept = 0
     for query in QUERIES * 3 + WORDS:
@@ -113,6 +114,7 @@ def test_what_is_kept_stays_within_its_bound(monkeypatch: pytest.MonkeyPatch) ->
 def test_a_term_too_large_to_keep_is_scored_fresh_each_time(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bm25_module, "TERM_SCORES_MIN_DF", 1)
     monkeypatch.setattr(bm25_module, "TERM_SCORES_MAX_BYTES", 64)
+    monkeypatch.setattr(bm25_module, "TERM_SCORES_BYTES_PER_DOC", 0)
     index = built(corpus(5, 300))
     first = index.score_all("caroline trip")
     assert index._term_scores.nbytes == 0
@@ -141,3 +143,21 @@ def test_kept_scores_depend_on_k1_and_the_context_weight(monkeypatch: pytest.Mon
     index.score_all("caroline trip")
     index.k1, index.context_weight = 2.0, 0.2
     np.testing.assert_array_equal(index.score_all("caroline trip"), cold(index, "caroline trip", monkeypatch))
+
+
+def test_a_larger_index_may_keep_more(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bound grows with the documents: a term too large for the floor is kept
+    in an index whose documents allow it, and read back as computed."""
+    monkeypatch.setattr(bm25_module, "TERM_SCORES_MIN_DF", 1)
+    monkeypatch.setattr(bm25_module, "TERM_SCORES_MAX_BYTES", 64)
+    index = built(corpus(7, 400))
+    assert bm25_module.term_scores_budget(400) == 400 * bm25_module.TERM_SCORES_BYTES_PER_DOC
+    first = index.score_all("caroline")
+    assert index.kept_bytes > 64
+    assert index.kept_bytes <= bm25_module.term_scores_budget(len(index))
+    np.testing.assert_array_equal(index.score_all("caroline"), first)
+    np.testing.assert_array_equal(first, term_by_term(index, "caroline"))
+    monkeypatch.setattr(bm25_module, "TERM_SCORES_BYTES_PER_DOC", 0)
+    smaller = built(corpus(7, 400))
+    smaller.score_all("caroline")
+    assert smaller.kept_bytes == 0

@@ -250,6 +250,12 @@ def assert_scored(index: BM25Index, docs: dict[int, Doc], query: str, allowed: s
     for doc_id in docs:
         want = expected.get(doc_id, 0.0) if allowed is None or doc_id in allowed else 0.0
         assert found.scores[doc_id] == pytest.approx(want, rel=1e-9, abs=1e-12)
+    if allowed is None:  # the scores and the docs matched by their context alone
+        cut = index.context_only(query)
+        assert cut is not None
+        np.testing.assert_array_equal(cut[0], alone)
+        assert sorted(cut[1].tolist()) == sorted(
+            d for d in docs if terms & context[d] and not terms & content[d])
 
 
 class BM25Machine(RuleBasedStateMachine):

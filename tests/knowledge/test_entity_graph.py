@@ -583,3 +583,49 @@ def test_a_sidecar_with_a_piece_that_does_not_fit_places_no_mention(monkeypatch:
     whole = graph_module._Sidecar(header.version, header.detect, header.fold_accents, header.gazetteer, [], [], [],
                                   [])
     assert EntityGraph(detect=False).sidecar_fits(graph_module._encode_sidecar(whole))  # (not read: True)
+
+
+def _plain_reading(graph: EntityGraph, entity: str) -> tuple[list[int], list[int], dict[str, list[int]]]:
+    """An entity's memories, those it says and, per other entity, the memories naming
+    both, read the long way: memory by memory, name by name."""
+    keys = set(graph.keys_of(entity))
+    docs = sorted(doc for doc in graph._mentions if keys & set(graph.names_of(doc)))
+    spoken = []
+    shared: dict[str, list[int]] = {}
+    for doc in docs:
+        names, flags, _ = graph._mentions[doc]
+        if any(name in keys and flag & graph_module._SPEAKER and graph._speakers.get(name)
+               for name, flag in zip(names, flags, strict=True)):
+            spoken.append(doc)
+        for other in sorted({graph.resolve(name) for name in names} - {entity, None}):
+            shared.setdefault(str(other), []).append(doc)
+    return docs, spoken, shared
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["Melanie", "Caroline", "Mel", "Oliver", None]),
+                          st.lists(st.sampled_from(["Mel", "Melanie", "Caroline", "NASA", "Oliver", "Lisbon",
+                                                    "the Black Tower", "Oakvale"]), max_size=4)),
+                min_size=1, max_size=30),
+       st.booleans())
+def test_an_entitys_memories_speakers_and_neighbours_are_read_as_the_long_way(
+        memories: list[tuple[str | None, list[str]]], merged: bool) -> None:
+    """One pass over an entity's memories finds what reading them memory by memory
+    does: its memories, those it says (as speaker or author) and its neighbours with
+    the memories they share, each counted once however many names it has there."""
+    graph = EntityGraph()
+    for doc, (speaker, named) in enumerate(memories):
+        words = " and ".join(named) or "nothing much"
+        if speaker is not None and doc % 2:
+            graph.add(doc, f"{speaker}: we saw {words} today.")
+        else:
+            graph.add(doc, f"We saw {words} today.", author=speaker)
+    if merged:
+        graph.merge(Merge("Oakvale", "Lisbon"))
+    for entity in graph.entities():
+        docs, spoken, shared = _plain_reading(graph, entity)
+        assert graph._mentioning(entity).tolist() == docs
+        assert graph.spoken_by(entity).tolist() == spoken
+        assert {other: list(held) for other, _, held in graph.neighbours(entity)} == shared
+        assert [count for _, count, _ in graph.neighbours(entity)] == [len(held) for _, _, held in
+                                                                      graph.neighbours(entity)]
