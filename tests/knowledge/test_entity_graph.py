@@ -629,3 +629,46 @@ def test_an_entitys_memories_speakers_and_neighbours_are_read_as_the_long_way(
         assert {other: list(held) for other, _, held in graph.neighbours(entity)} == shared
         assert [count for _, count, _ in graph.neighbours(entity)] == [len(held) for _, _, held in
                                                                       graph.neighbours(entity)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 200), st.integers(0, 199), st.lists(st.tuples(st.booleans(), st.integers(0, 299)),
+                                                           max_size=400))
+def test_a_names_holders_are_the_set_of_memories_naming_it(held: int, taken: int,
+                                                           steps: list[tuple[bool, int]]) -> None:
+    """A name's holders (an array with the docs let go since, compacted at a
+    quarter) hold what a set does, through adds, removals and adds again."""
+    first = 0
+    holders, expected = graph_module._Holders(first), {first}
+    for adding, doc in ([(True, doc) for doc in range(1, held)] + [(False, doc) for doc in range(1, taken)]
+                        + steps):
+        if adding and doc not in expected:
+            holders.add(doc)
+            expected.add(doc)
+        elif not adding and doc in expected and len(expected) > 1:
+            holders.discard(doc)
+            expected.discard(doc)
+        assert len(holders) == len(expected)
+        if holders.gone is not None:
+            assert 4 * len(holders.gone) <= len(holders.docs)
+    assert holders.array().tolist() == sorted(expected)
+    fresh = graph_module._Holders(min(expected))
+    for doc in sorted(expected - {min(expected)}, reverse=True):
+        fresh.add(doc)
+    assert holders == fresh  # (equal as sets, whatever order or docs let go they hold)
+
+
+def test_an_entity_of_many_memories_loses_and_regains_them() -> None:
+    graph = EntityGraph()
+    for doc in range(300):
+        graph.add(doc, f"Gandros met Mira on day {doc}.")
+    for doc in range(0, 300, 3):
+        graph.remove(doc)
+    graph.add(3, "Gandros came back.")
+    for doc in (1, 2, 4):  # (let go of, not yet copied out: then held again)
+        graph.remove(doc)
+    graph.add(2, "Gandros came back.")
+    expected = {doc for doc in range(300) if doc % 3} - {1, 4} | {3}
+    assert graph.docs_of("gandros") == expected
+    assert graph.docs_of("mira") == expected - {2, 3}
+    assert graph._mentioning("gandros").tolist() == sorted(expected)
