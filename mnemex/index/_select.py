@@ -20,7 +20,7 @@ import numpy.typing as npt
 from mnemex.errors import InvalidInput, NotFound
 
 __all__ = ["MAX_DOC_ID", "Allowed", "allowed_ids", "allowed_mask", "check_doc_id", "check_top_k",
-           "pairs_as_arrays", "top_k_arrays", "top_k_by_score"]
+           "pairs_as_arrays", "positive_slots", "top_k_arrays", "top_k_by_score"]
 
 MAX_DOC_ID = 2**31 - 1
 
@@ -122,6 +122,27 @@ _SORT_ALL = 256
 """Scores up to which ``top_k_by_score`` sorts them all rather than cutting at the
 k-th first (the same pairs: the cut only spares the sort work; measured, sorting
 100 takes about two thirds of the time of the cut and the sort of what it keeps)."""
+
+
+SAMPLED_FROM = 65_536
+"""Slots from which :func:`positive_slots` reads a bound off a sample first."""
+_SAMPLE_EVERY = 16
+
+
+def positive_slots(values: FloatArray, count: int) -> IdArray:
+    """Ascending slots of ``values`` that hold every one of the ``count`` highest
+    positive values (and every value tied with the lowest of those): the positive
+    slots, or, over many slots, only those at least the ``count``-th highest value of
+    every 16th slot when that is positive (no higher than the ``count``-th highest of
+    all). Over 1,000,000 BM25 scores, half of them positive, the slots of a top 30 are
+    then a few hundred, not the 500,000 positive ones a partition and gathers read."""
+    if len(values) >= SAMPLED_FROM and count > 0:
+        sample = values[::_SAMPLE_EVERY]
+        if len(sample) > count:
+            bound = np.partition(sample, len(sample) - count)[len(sample) - count]
+            if bound > 0:
+                return np.flatnonzero(values >= bound)
+    return np.flatnonzero(values > 0)
 
 
 def top_k_by_score(ids: IdArray, scores: FloatArray | npt.NDArray[np.float32],

@@ -58,6 +58,7 @@ from mnemex.index._select import (
     check_doc_id,
     check_top_k,
     missing,
+    positive_slots,
     top_k_by_score,
 )
 from mnemex.index._sidecar import (
@@ -623,7 +624,7 @@ class BM25Index(SidecarIndex):
         scores = self.score_all(parsed, allowed)
         if scores is None:
             return []
-        candidates = np.flatnonzero(scores > 0)
+        candidates = positive_slots(scores, top_k)
         return top_k_by_score(candidates, scores[candidates], top_k)
 
     def score_all(self, query: str | ParsedQuery, allowed: Allowed = None) -> _F64 | None:

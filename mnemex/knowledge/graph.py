@@ -191,7 +191,8 @@ class _Holders:
         """Let ``doc`` (held now) go."""
         docs = self.docs
         if len(docs) <= _HOLDERS_LISTED:
-            docs.remove(doc)
+            if doc in docs:
+                docs.remove(doc)
             return
         gone = self.gone
         if gone is None:

@@ -69,7 +69,7 @@ from mnemex.index import (
     reciprocal_rank_fusion,
     words,
 )
-from mnemex.index._select import members, pairs_as_arrays
+from mnemex.index._select import members, pairs_as_arrays, positive_slots
 from mnemex.knowledge.graph import EntityGraph, Expansion
 from mnemex.memories.filters import FilterTable
 from mnemex.memories.periods import DAY, named_periods, period_match
@@ -290,7 +290,7 @@ class Ranker:
         boosts, ranking = fulltext.boosts, fulltext.ranking
         best = np.zeros(0, dtype=np.int64)
         if ranking is not None:
-            positive = np.flatnonzero(ranking > 0)
+            positive = positive_slots(ranking, count)
             best = _best(positive, ranking[positive], count)
         if boosts:  # the boosted docs join, and every one's total is its BM25 plus its boost
             pool = np.union1d(best, np.array(sorted(boosts), dtype=np.int64))  # (distinct ids)

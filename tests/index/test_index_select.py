@@ -8,6 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mnemex.index import _select
 from mnemex.index._select import top_k_by_score
 
 
@@ -54,3 +55,23 @@ def test_the_top_k_of_many_are_those_of_a_full_sort_either_side_of_sorting_them_
     ids = np.array([i for i, _ in pairs], dtype=np.int64)
     scores = np.array([s for _, s in pairs], dtype=dtype)
     assert top_k_by_score(ids, scores, k) == by_full_sort(ids.tolist(), scores.astype(np.float64).tolist(), k)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 6), st.integers(1, 40), st.floats(0.0, 1.0), st.integers(0, 2**32 - 1))
+def test_positive_slots_hold_every_slot_of_the_best(levels: int, count: int, share: float, seed: int) -> None:
+    """Over many slots (a bound read off a sample), as over few: every slot whose
+    value is among the ``count`` highest positive ones, ties at the cut included, and
+    no slot that is not positive."""
+    rng = np.random.default_rng(seed)
+    size = _select.SAMPLED_FROM + int(rng.integers(0, 5000))
+    # few distinct values (many ties), some zero, a share positive
+    values = rng.integers(0, levels + 1, size=size).astype(np.float64) * (rng.random(size) < share)
+    found = _select.positive_slots(values, count)
+    assert np.all(np.diff(found) > 0) and np.all(values[found] > 0)
+    positive = np.flatnonzero(values > 0)
+    if len(positive):
+        kth = np.sort(values[positive])[::-1][min(count, len(positive)) - 1]
+        assert set(np.flatnonzero(values >= kth).tolist()) <= set(found.tolist())
+    small = values[: _select.SAMPLED_FROM - 1]
+    np.testing.assert_array_equal(_select.positive_slots(small, count), np.flatnonzero(small > 0))
