@@ -1072,13 +1072,17 @@ class EntityGraph:
         places millions of names); the count placed. ``shared`` gives one object for
         each name, spelling and tuple of them that repeats: a sidecar decodes a string
         per mention (at 300,000 memories, 2.3 million objects, 111 MB; a scope that
-        found the mentions itself shares them through the detector's caches)."""
+        found the mentions itself shares them through the detector's caches).
+        ValueError for a doc placed before (never in a sidecar written here: a damaged
+        one, whose doc would be held twice by its names)."""
         mentions = self._mentions
         strong, speakers, acronyms = self._strong, self._speakers, self._acronyms
         spellings_of, name_docs = self._surfaces, self._name_docs
         seen, first = shared.get, shared.tuple_of
         placed = 0
         for doc, given_names, given_flags, given_surfaces in rows:
+            if doc in mentions:
+                raise ValueError(f"memory {doc} is placed twice")
             placed += 1
             names = seen(given_names) or first(given_names)  # (a tuple seen: its strings were shared)
             flags = seen(given_flags) or first(given_flags)

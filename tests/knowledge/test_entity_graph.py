@@ -573,7 +573,10 @@ def test_a_sidecar_with_a_piece_that_does_not_fit_places_no_mention(monkeypatch:
     for docs, made in [(range(7), sidecar),  # a doc it names is not the owner's
                        (range(8), graph_module._encode_sidecar(msgspec.structs.replace(
                            header, pieces=[*header.pieces[:3], msgspec.Raw(b"\x93")]))),  # a damaged piece
-                       (range(8), graph_module._encode_sidecar(msgspec.structs.replace(header, count=9)))]:
+                       (range(8), graph_module._encode_sidecar(msgspec.structs.replace(header, count=9))),
+                       # a piece given twice (its docs placed twice), its count made to match
+                       (range(8), graph_module._encode_sidecar(msgspec.structs.replace(
+                           header, pieces=[*header.pieces, header.pieces[0]], count=10)))]:
         loaded = EntityGraph()
         assert not loaded.load_sidecar(made, docs)
         assert graph_state(loaded) == fresh
@@ -661,7 +664,7 @@ def test_a_names_holders_are_the_set_of_memories_naming_it(held: int, taken: int
 def test_an_entity_of_many_memories_loses_and_regains_them() -> None:
     graph = EntityGraph()
     for doc in range(300):
-        graph.add(doc, f"Gandros met Mira on day {doc}.")
+        graph.add(doc, f"Gandros: I met Mira on day {doc}." if doc % 2 else f"Gandros met Mira on day {doc}.")
     for doc in range(0, 300, 3):
         graph.remove(doc)
     graph.add(3, "Gandros came back.")
@@ -672,3 +675,8 @@ def test_an_entity_of_many_memories_loses_and_regains_them() -> None:
     assert graph.docs_of("gandros") == expected
     assert graph.docs_of("mira") == expected - {2, 3}
     assert graph._mentioning("gandros").tolist() == sorted(expected)
+    for entity in graph.entities():  # (their holders past the array's direct removals)
+        docs, spoken, shared = _plain_reading(graph, entity)
+        assert graph.spoken_by(entity).tolist() == spoken
+        assert bool(spoken) == (entity == "gandros")
+        assert {other: list(held) for other, _, held in graph.neighbours(entity)} == shared
