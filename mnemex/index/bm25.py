@@ -26,7 +26,7 @@ removal. About 8 bytes per (term, document) posting plus 4 bytes per content
 word. A search scores its terms' postings in one pass; the contributions of the
 frequent terms (``TERM_SCORES_MIN_DF`` postings and more) are kept between searches
 until the index changes, at most 32 bytes a document (``term_scores_budget``: a
-million documents keep 32 MB, a scope of 30,000 or fewer 1 MiB).
+million documents keep 32 MB, an index of 32,768 or fewer 1 MiB).
 
 Persistence: :meth:`BM25Index.to_sidecar` writes the whole state as one blob
 (the postings, sequences and lengths as raw arrays, see
