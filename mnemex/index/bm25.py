@@ -92,6 +92,12 @@ class Scored(NamedTuple):
     matches: npt.NDArray[np.int32]
     context_docs: _I64
 
+    def context_alone(self) -> _I64:
+        """Of ``context_docs``, those that hold none of the query's terms in their
+        content: the docs it matches by their context alone (repeats as there)."""
+        alone: _I64 = self.context_docs[self.matches[self.context_docs] == 0]
+        return alone
+
 _TF_MAX = 0xFFFF               # term frequencies are packed as content | context << 16
 _CONTEXT_TF_MAX = 0x7FFF       # (int32, so the context part keeps the sign bit clear)
 _CONTEXT_UNIT = 1 << 16
@@ -664,7 +670,7 @@ class BM25Index(SidecarIndex):
             return scores, np.zeros(0, dtype=np.int64)
         assert counts is not None
         docs = np.unique(np.concatenate(context)).astype(np.int64)
-        return scores, docs[counts[docs] == 0]
+        return scores, Scored(scores, counts, docs).context_alone()
 
     def _scored(self, parsed: ParsedQuery, allowed: Allowed,
                 context: list[_I32] | None, *, counts: bool = True,

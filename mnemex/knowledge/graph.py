@@ -724,9 +724,7 @@ class EntityGraph:
         """:meth:`docs_of` as an ascending array."""
         held = [holders.array() for key in self.keys_of(entity)
                 if (holders := self._name_docs.get(key)) is not None]
-        if not held:
-            return _NO_DOCS
-        return held[0] if len(held) == 1 else np.unique(np.concatenate(held))
+        return held[0] if len(held) == 1 else _union(held)
 
     def actor_docs(self, actor_id: str) -> set[int]:
         """The memories that mention the entity ``actor_id`` names, by any of its

@@ -245,7 +245,7 @@ class Ranker:
         if scored is not None:
             array, matches = scored.scores, scored.matches
             # only a doc holding a term in its context can match by its context alone
-            context_only = scored.context_docs[matches[scored.context_docs] == 0]
+            context_only = scored.context_alone()
             ranking = array  # (the same values: one array, until context-only matches are cut)
             if len(context_only):
                 ranking = array.copy()
