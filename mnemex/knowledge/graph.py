@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import math
 import threading
-from array import array
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ import numpy.typing as npt
 
 from mnemex._repeats import Repeats
 from mnemex.index import normalize_phrase
+from mnemex.index._held import HeldDocs
 from mnemex.index._select import members
 from mnemex.knowledge.entities import DETECTION_VERSION, initials, is_acronym, mentions, name_key
 from mnemex.knowledge.resolution import NameVectors, nearest_merges
@@ -166,67 +166,81 @@ def _union(arrays: Iterable[Docs]) -> Docs:
     return out
 
 
-class _Holders:
-    """The memories naming one name: their doc ids in an ``array('i')`` (4 bytes
-    each, in no order) and, past ``_HOLDERS_LISTED`` of them, those taken out since
-    (``gone``), left in the array until they pass a quarter of it. A set of ints was
-    ~40 bytes a memory: at 1,000,000 memories the names' sets held ~90 MB, and their
-    union, when a search first named an entity, cost milliseconds."""
+class _ByDoc:
+    """Each memory's mentions, in a list indexed by its doc id (a scope's docs are
+    its slots, dense from 0): 8 bytes a slot. A dict of int keys held ~70 bytes a
+    memory (71 MB at 1,000,000). Read as a mapping of the docs that have mentions."""
 
-    __slots__ = ("docs", "gone")
+    __slots__ = ("_count", "slots")
 
-    def __init__(self, doc: int) -> None:
-        self.docs = array("i", (doc,))
-        self.gone: set[int] | None = None
-
-    def add(self, doc: int) -> None:
-        """Hold ``doc`` (not held now)."""
-        gone = self.gone
-        if gone is not None and doc in gone:
-            gone.discard(doc)  # (still in the array)
-        else:
-            self.docs.append(doc)
-
-    def discard(self, doc: int) -> None:
-        """Let ``doc`` (held now) go."""
-        docs = self.docs
-        if len(docs) <= _HOLDERS_LISTED:
-            if doc in docs:
-                docs.remove(doc)
-            return
-        gone = self.gone
-        if gone is None:
-            gone = self.gone = set()
-        gone.add(doc)
-        if 4 * len(gone) > len(docs):
-            kept = self.array()
-            self.docs, self.gone = array("i", kept.astype(np.int32).tobytes()), None
+    def __init__(self) -> None:
+        self.slots: list[Mentions | None] = []
+        self._count = 0
 
     def __len__(self) -> int:
-        return len(self.docs) - (len(self.gone) if self.gone is not None else 0)
+        return self._count
 
-    def array(self) -> Docs:
-        """The docs held, ascending (a new array)."""
-        out = np.frombuffer(self.docs, dtype=np.int32).astype(np.int64)
-        if self.gone:
-            out = out[~np.isin(out, np.fromiter(self.gone, dtype=np.int64, count=len(self.gone)))]
-        out.sort()
-        return out
+    def __contains__(self, doc: int) -> bool:
+        slots = self.slots
+        return 0 <= doc < len(slots) and slots[doc] is not None
+
+    def get(self, doc: int) -> Mentions | None:
+        slots = self.slots
+        return slots[doc] if 0 <= doc < len(slots) else None
+
+    def __getitem__(self, doc: int) -> Mentions:
+        found = self.get(doc)
+        if found is None:
+            raise KeyError(doc)
+        return found
+
+    def __setitem__(self, doc: int, mentions: Mentions) -> None:
+        if doc < 0:
+            raise ValueError(f"a doc id is never negative, got {doc}")
+        slots = self.slots
+        if doc >= len(slots):
+            slots.extend([None] * (doc + 1 - len(slots)))
+        if slots[doc] is None:
+            self._count += 1
+        slots[doc] = mentions
+
+    def placed(self, count: int) -> None:
+        """Count ``count`` docs whose mentions a caller wrote into ``slots`` itself."""
+        self._count += count
+
+    def pop(self, doc: int) -> Mentions | None:
+        """The mentions of ``doc`` taken out (None: it had none)."""
+        found = self.get(doc)
+        if found is not None:
+            self.slots[doc] = None
+            self._count -= 1
+            if not self._count:
+                self.slots = []
+        return found
+
+    def clear(self) -> None:
+        self.slots, self._count = [], 0
+
+    def __iter__(self) -> Iterator[int]:
+        """The docs that have mentions, ascending."""
+        return (doc for doc, found in enumerate(self.slots) if found is not None)
+
+    def values(self) -> Iterator[Mentions]:
+        return (found for found in self.slots if found is not None)
+
+    def items(self) -> Iterator[tuple[int, Mentions]]:
+        return ((doc, found) for doc, found in enumerate(self.slots) if found is not None)
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, _Holders):
+        if not isinstance(other, _ByDoc):
             return NotImplemented
-        return bool(np.array_equal(self.array(), other.array()))
+        return len(self) == len(other) and all(other.get(doc) == found for doc, found in self.items())
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"_Holders({self.array().tolist()})"
+        return f"_ByDoc({dict(self.items())})"
 
-
-_HOLDERS_LISTED: Final = 64
-"""Up to this many docs, a name's :class:`_Holders` takes a doc out of its array at
-once (a scan of so few costs less than keeping it aside)."""
 
 
 def _own_docs(expansion: Expansion) -> int:
@@ -264,8 +278,8 @@ class EntityGraph:
         self.fold_accents = fold_accents
         # a memory's names; per name, its flags (_STRONG | _SPEAKER | _ACRONYM) and how it
         # was written ("": by the gazetteer); one tuple of the three, shared (see _shared)
-        self._mentions: dict[int, Mentions] = {}
-        self._name_docs: dict[str, _Holders] = {}
+        self._mentions = _ByDoc()
+        self._name_docs: dict[str, HeldDocs] = {}
         self._surfaces: dict[str, Counter[str]] = {}
         self._strong: Counter[str] = Counter()       # docs naming a key otherwise than as a weak mention
         self._speakers: Counter[str] = Counter()     # docs naming a key as their speaker
@@ -386,7 +400,7 @@ class EntityGraph:
         self._resolution = self._finder = None
 
     def remove(self, doc: int) -> None:
-        found = self._mentions.pop(doc, None)
+        found = self._mentions.pop(doc)
         if found is None:
             return
         self._changes += 1
@@ -768,7 +782,7 @@ class EntityGraph:
         root = self._resolved().root
         keys = self.keys_of(entity)
         speaking = {key for key in keys if self._speakers.get(key)}
-        mentions = self._mentions
+        mentions = cast("list[Mentions]", self._mentions.slots)  # (each doc held has its mentions)
         docs = self._docs_array(entity)
         spoken: list[int] = []
         shared: dict[str, list[int]] = {}
@@ -1001,7 +1015,7 @@ class EntityGraph:
         ``_PIECE``, each encoded on its own, so that a restart decodes one piece at a
         time (decoded whole, a million memories' made about 400 MB of objects at once,
         and once let go they left the allocator's arenas in holes)."""
-        docs = sorted(self._mentions)
+        docs = list(self._mentions)  # (ascending)
         pieces = []
         for start in range(0, len(docs), _PIECE):
             part = docs[start : start + _PIECE]
@@ -1074,32 +1088,37 @@ class EntityGraph:
         found the mentions itself shares them through the detector's caches).
         ValueError for a doc placed before (never in a sidecar written here: a damaged
         one, whose doc would be held twice by its names)."""
-        mentions = self._mentions
+        mentions = self._mentions.slots  # (read and written here: a method call a doc would slow a restore)
         strong, speakers, acronyms = self._strong, self._speakers, self._acronyms
         spellings_of, name_docs = self._surfaces, self._name_docs
         seen, first = shared.get, shared.tuple_of
         placed = 0
-        for doc, given_names, given_flags, given_surfaces in rows:
-            if doc in mentions:
-                raise ValueError(f"memory {doc} is placed twice")
-            placed += 1
-            names = seen(given_names) or first(given_names)  # (a tuple seen: its strings were shared)
-            flags = seen(given_flags) or first(given_flags)
-            surfaces = seen(given_surfaces) or first(given_surfaces)
-            if len(names) > 1 and len(set(names)) < len(names):  # (never in a sidecar written here)
-                keys = dict(zip(names, zip(flags, surfaces, strict=True), strict=True))
-                names, flags = tuple(keys), tuple(flag for flag, _ in keys.values())
-                surfaces = tuple(surface for _, surface in keys.values())
-            triple = (names, flags, surfaces)
-            mentions[doc] = seen(triple) or shared.setdefault(triple, triple)
-            for key, flag, surface in zip(names, flags, surfaces, strict=True):
-                if flag & _STRONG:
-                    strong[key] += 1
-                if flag & _SPEAKER:
-                    speakers[key] += 1
-                if flag & _ACRONYM:
-                    acronyms[key] += 1
-                _hold(spellings_of, name_docs, key, surface, doc)
+        try:
+            for doc, given_names, given_flags, given_surfaces in rows:
+                if doc >= len(mentions):
+                    mentions.extend([None] * (doc + 1 - len(mentions)))
+                elif doc < 0 or mentions[doc] is not None:
+                    raise ValueError(f"memory {doc} is placed twice" if doc >= 0 else f"{doc} is no doc id")
+                names = seen(given_names) or first(given_names)  # (a tuple seen: its strings were shared)
+                flags = seen(given_flags) or first(given_flags)
+                surfaces = seen(given_surfaces) or first(given_surfaces)
+                if len(names) > 1 and len(set(names)) < len(names):  # (never in a sidecar written here)
+                    keys = dict(zip(names, zip(flags, surfaces, strict=True), strict=True))
+                    names, flags = tuple(keys), tuple(flag for flag, _ in keys.values())
+                    surfaces = tuple(surface for _, surface in keys.values())
+                triple = (names, flags, surfaces)
+                mentions[doc] = seen(triple) or shared.setdefault(triple, triple)
+                placed += 1
+                for key, flag, surface in zip(names, flags, surfaces, strict=True):
+                    if flag & _STRONG:
+                        strong[key] += 1
+                    if flag & _SPEAKER:
+                        speakers[key] += 1
+                    if flag & _ACRONYM:
+                        acronyms[key] += 1
+                    _hold(spellings_of, name_docs, key, surface, doc)
+        finally:
+            self._mentions.placed(placed)
         return placed
 
     def _gazetteer_signature(self) -> list[list[str]]:
@@ -1157,7 +1176,7 @@ def _rows_of(piece: _Piece | _Sidecar, owned: Mapping[int, int]) -> Iterator[
     return zip(map(owned.__getitem__, piece.docs), piece.names, piece.flags, piece.surfaces, strict=True)
 
 
-def _hold(spellings_of: dict[str, Counter[str]], name_docs: dict[str, _Holders], key: str, surface: str,
+def _hold(spellings_of: dict[str, Counter[str]], name_docs: dict[str, HeldDocs], key: str, surface: str,
           doc: int) -> None:
     """Count ``surface`` as a spelling of ``key`` (none for "") and ``doc`` among the
     memories naming it; the Counter and the holders are made only for a new key."""
@@ -1168,7 +1187,7 @@ def _hold(spellings_of: dict[str, Counter[str]], name_docs: dict[str, _Holders],
         spellings[surface] += 1
     holders = name_docs.get(key)
     if holders is None:
-        name_docs[key] = _Holders(doc)
+        name_docs[key] = HeldDocs(doc)
     else:
         holders.add(doc)
 

@@ -47,6 +47,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mnemex.errors import InvalidInput
+from mnemex.index._held import HeldValues
 from mnemex.index._select import doc_slot
 from mnemex.memories.protocol import MemoryRecord
 
@@ -217,8 +218,9 @@ class FilterTable:
         # scope) -> value -> its docs
         self.fields: dict[str, dict[str, Docs]] = {}
         self.metadata: dict[str, dict[int, Any]] = {}
-        # category -> {doc: confidence}, for the confidences below 1 (absent: 1.0)
-        self.category_confidence: dict[str, dict[int, float]] = {}
+        # category -> its docs with a confidence below 1, and those confidences (absent:
+        # 1.0); 12 bytes a doc, where a dict of them held ~96 MB at 1,000,000 memories
+        self.category_confidence: dict[str, HeldValues] = {}
 
     # the columns, by doc id (views: what is written to one is written to the table)
     importance = _Column[_Floats]("_numbers", 0)
@@ -290,10 +292,14 @@ class FilterTable:
                     _hold_many(table, value, holders, self.capacity)
         _hold_values(self._values_table("scope"), doc_list, [record.scope_label for record in records],
                      self.capacity)
+        confidences = self.category_confidence
         for doc, record in items:
-            for category, confidence in zip(record.categories, record.category_confidences, strict=False):
+            for category, confidence in _confidences(record):
                 if confidence < 1.0:
-                    self.category_confidence.setdefault(category, {})[doc] = confidence
+                    held = confidences.get(category)
+                    if held is None:
+                        held = confidences[category] = HeldValues()
+                    held.put(doc, confidence)
             for key, value in record.metadata.items():
                 metadata.setdefault(key, {})[doc] = value
 
@@ -315,11 +321,11 @@ class FilterTable:
                         del table[value]
                 elif holders is not None and doc in holders:  # (one doc's: the last)
                     del table[value]
-        for category in record.categories:
-            confidences = self.category_confidence.get(category)
-            if confidences is not None:
-                confidences.pop(doc, None)
-                if not confidences:
+        for category, confidence in _confidences(record):
+            held = self.category_confidence.get(category) if confidence < 1.0 else None  # (as put)
+            if held is not None:
+                held.discard(doc)
+                if not len(held):
                     del self.category_confidence[category]
         for key in record.metadata:
             docs = self.metadata.get(key)
@@ -375,8 +381,8 @@ class FilterTable:
         docs = self.values_of("categories").get(category, _NO_DOCS)
         if min_confidence <= 0.0 or not docs:
             return docs
-        low = {doc for doc, confidence in self.category_confidence.get(category, {}).items()
-               if confidence < min_confidence}
+        confidences = self.category_confidence.get(category)
+        low = confidences.below(min_confidence) if confidences is not None else None
         return docs - low if low else docs
 
     def docs_mask(self, docs: Iterable[int]) -> Mask:
@@ -385,6 +391,12 @@ class FilterTable:
         if len(ids):
             mask[ids] = True
         return mask
+
+
+def _confidences(record: MemoryRecord) -> Iterable[tuple[str, float]]:
+    """A record's (category, confidence) pairs, a category once (its last confidence)."""
+    pairs = zip(record.categories, record.category_confidences, strict=False)
+    return pairs if len(record.categories) < 2 else dict(pairs).items()
 
 
 # -- compiled predicates ------------------------------------------------------------------

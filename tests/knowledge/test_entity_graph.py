@@ -15,6 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from memories.scope_support import KEY, Driver, restored, snapshot_image
 
 import mnemex.knowledge.graph as graph_module
+from mnemex.index._held import HeldDocs
 from mnemex.effects import Image, Step
 from mnemex.errors import InvalidInput, NotFound
 from mnemex.knowledge.entities import initials, mentions, name_key
@@ -642,7 +643,7 @@ def test_a_names_holders_are_the_set_of_memories_naming_it(held: int, taken: int
     """A name's holders (an array with the docs let go since, compacted at a
     quarter) hold what a set does, through adds, removals and adds again."""
     first = 0
-    holders, expected = graph_module._Holders(first), {first}
+    holders, expected = HeldDocs(first), {first}
     for adding, doc in ([(True, doc) for doc in range(1, held)] + [(False, doc) for doc in range(1, taken)]
                         + steps):
         if adding and doc not in expected:
@@ -655,10 +656,47 @@ def test_a_names_holders_are_the_set_of_memories_naming_it(held: int, taken: int
         if holders.gone is not None:
             assert 4 * len(holders.gone) <= len(holders.docs)
     assert holders.array().tolist() == sorted(expected)
-    fresh = graph_module._Holders(min(expected))
+    fresh = HeldDocs(min(expected))
     for doc in sorted(expected - {min(expected)}, reverse=True):
         fresh.add(doc)
     assert holders == fresh  # (equal as sets, whatever order or docs let go they hold)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 70), st.sampled_from(["a", "b", "c"])), max_size=200))
+def test_the_memories_mentions_by_doc_are_what_a_dict_holds(steps: list[tuple[bool, int, str]]) -> None:
+    """The mentions kept by doc slot (a list) read as a dict of the docs holding
+    some: look-ups, removals, the docs ascending, their count, equality."""
+    by_doc, expected = graph_module._ByDoc(), {}
+    for putting, doc, name in steps:
+        mention = ((name,), (0,), (name,))
+        if putting:
+            by_doc[doc] = mention
+            expected[doc] = mention
+        else:
+            assert by_doc.pop(doc) == expected.pop(doc, None)
+        assert len(by_doc) == len(expected)
+        assert (doc in by_doc) == (doc in expected)
+        assert by_doc.get(doc) == expected.get(doc)
+    assert list(by_doc) == sorted(expected)
+    assert dict(by_doc.items()) == expected and list(by_doc.values()) == [expected[d] for d in sorted(expected)]
+    other = graph_module._ByDoc()
+    for doc in sorted(expected, reverse=True):
+        other[doc] = expected[doc]
+    assert other == by_doc
+    assert by_doc.get(-1) is None and -1 not in by_doc
+    with pytest.raises(KeyError):
+        by_doc[max(expected, default=0) + 1]
+    with pytest.raises(ValueError, match="never negative"):
+        by_doc[-1] = ((), (), ())
+
+
+def test_a_sidecar_placing_a_negative_doc_does_not_fit() -> None:
+    graph = EntityGraph()
+    graph.add(0, "Gandros met Mira.")
+    with pytest.raises(ValueError, match="no doc id"):
+        graph._place_rows([(-2, ("gandros",), (0,), ("Gandros",))], graph_module.Repeats())
+    assert list(graph._mentions) == [0]
 
 
 def test_an_entity_of_many_memories_loses_and_regains_them() -> None:

@@ -121,11 +121,11 @@ def test_a_restored_scope_shares_what_its_records_repeat() -> None:
     assert entities and all(id(name) == entities[name] for record in records for name in record.entities)
     assert memory.keyword is not None
     assert any(isinstance(postings, np.ndarray) for postings in memory.keyword._sparse.values())
-    # one int object a doc: the one doc_of holds, in the content index and the entity graph too
+    # one int object a doc: the one doc_of holds, in the content index too (the entity
+    # graph keeps its memories' mentions in a list by doc: no int of its own a doc)
     owned = {doc: id(doc) for doc in memory.doc_of.values()}
     assert all(id(doc) == owned[doc] for doc in memory.by_content.values())
-    named = list(memory.graph._mentions)
-    assert len(named) >= 300 and all(id(doc) == owned[doc] for doc in named)
+    assert len(memory.graph._mentions) >= 300 and type(memory.graph._mentions.slots) is list
     # from the lines alone (every index made again), and the graph made again after a
     # declaration: the same sharing (ints from 257 up are objects of their own)
     from mnemex.memories.graph import reindex_graph
@@ -136,7 +136,7 @@ def test_a_restored_scope_shares_what_its_records_repeat() -> None:
             reindex_graph(bare)
         owned = {doc: id(doc) for doc in bare.doc_of.values()}
         assert all(id(doc) == owned[doc] for doc in bare.by_content.values())
-        assert len(bare.graph._mentions) >= 300 and all(id(doc) == owned[doc] for doc in bare.graph._mentions)
+        assert len(bare.graph._mentions) >= 300
     for mode in ("keyword", "fulltext", "vector", "hybrid"):
         assert [hit.memory.id for hit in Driver(memory).search("Melanie lake 17", mode).hits] == \
             [hit.memory.id for hit in driver.search("Melanie lake 17", mode).hits]
