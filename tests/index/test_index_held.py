@@ -56,3 +56,14 @@ def test_a_doc_let_go_and_put_again_before_a_compaction_takes_its_new_value() ->
     assert held.below(0.3) == {7} and dict(held.items())[7] == 0.2
     with pytest.raises(TypeError, match="put"):
         held.add(3)
+
+
+def test_a_compaction_keeps_each_doc_with_its_own_value() -> None:
+    held = HeldValues()
+    for doc in range(100):
+        held.put(doc, doc / 100)
+    for doc in range(0, 100, 3):  # (34 let go: past a quarter of them, the array is copied out)
+        held.discard(doc)
+    assert len(held.docs) < 100 and len(held) == 66
+    assert dict(held.items()) == {doc: doc / 100 for doc in range(100) if doc % 3}
+    assert held.below(0.1) == {1, 2, 4, 5, 7, 8}
