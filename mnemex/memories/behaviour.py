@@ -1271,6 +1271,7 @@ class ScopeMemory:
         self.table.reserve(size)
         doc_of, sessions, window = self.doc_of, self.sessions, self.settings.context_window
         every: list[int] = []
+        hashes: list[int] = []  # (the contents' hashes, filed at once once every record is in the file)
         try:
             for docs, encoded in chunks:
                 records = [_decode_record(blob) for blob in encoded]
@@ -1281,7 +1282,7 @@ class ScopeMemory:
                     doc_of[record.id] = doc
                     if window and record.session_id is not None:
                         sessions.setdefault(record.session_id, []).append((record.id, doc))
-                    self._hold_content(doc, record.content)
+                    hashes.append(hash(record.content))
                     self.keyed.add(doc, record)
                 self.documents.note_chunks(records)
                 self.table.add_many(list(zip(docs, records, strict=True)))
@@ -1292,6 +1293,7 @@ class ScopeMemory:
         if not len(every) == len(doc_of) == count:
             raise _NotStreamed(f"the records sidecar holds {len(every)} records of {len(doc_of)} ids, the "
                                f"snapshot {count}")
+        self.by_content.hold_hashed(np.array(every, dtype=np.int64), np.array(hashes, dtype=np.int64))
         for members in sessions.values():
             members.sort()
         if count and (graph is None or not self.graph.load_sidecar(graph, every)):

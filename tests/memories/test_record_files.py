@@ -12,14 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from mnemex.memories import records as records_module
 from mnemex.memories.protocol import MemoryRecord
-from mnemex.memories.records import Contents, FileRecords, RecordsView
+from mnemex.memories.records import Contents, FileRecords, HashDocs, RecordsView
 from mnemex.persistence.recordfiles import RecordFile, RecordFiles
 
 CONTENTS = ["tea", "coffee", "a longer memory about hiking in the hills", "é ünïcode ✓", "x" * 300, ""]
@@ -268,6 +269,70 @@ def test_contents_of_one_hash_are_kept_apart_and_never_taken_for_each_other(file
     index.release(3, texts[3])
     index.release(2, texts[2])
     assert len(index) == 0 and index.get(Colliding("alpha")) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["setdefault", "set", "del"]), st.integers(-30, 30), st.integers(0, 99)),
+                max_size=150))
+def test_hash_docs_hold_what_a_dict_holds(steps: list[tuple[str, int, int]]) -> None:
+    """The sorted hashes with their recent changes beside them (sorted in past a
+    few, here 4) read as a dict: look-ups, first docs kept, replaced, let go."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(records_module, "_RECENT_MIN", 4)
+        held, expected = HashDocs(), {}
+        for step, key, doc in steps:
+            if step == "setdefault":
+                assert held.setdefault(key, doc) == expected.setdefault(key, doc)
+            elif step == "set":
+                held[key] = doc
+                expected[key] = doc
+            elif key in expected:
+                del held[key]
+                del expected[key]
+            else:
+                with pytest.raises(KeyError):
+                    del held[key]
+            assert len(held) == len(expected)
+            assert held.get(key) == expected.get(key)
+        assert all(held.get(key) == expected.get(key) for key in range(-31, 32))
+        assert dict(held.items()) == expected and sorted(held.values()) == sorted(expected.values())
+        loaded = HashDocs()
+        loaded.load(np.array(list(expected), dtype=np.int64), np.array(list(expected.values()), dtype=np.int64))
+        assert loaded == held
+        if expected:
+            with pytest.raises(ValueError, match="empty"):
+                loaded.load(np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
+
+
+@pytest.mark.parametrize("some_first", [False, True])
+def test_contents_filed_at_once_are_those_held_one_by_one(files: RecordFiles, some_first: bool,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restore files every content's hash at once: the same first docs, twins and
+    contents kept apart (a hash two contents share) as holding them one by one."""
+    read = Contents._content_at
+
+    def read_colliding(self: Contents, doc: int) -> str | None:  # (as written: the same hash)
+        content = read(self, doc)
+        return Colliding(content) if content in ("alpha", "beta", "gamma") else content
+
+    monkeypatch.setattr(Contents, "_content_at", read_colliding)
+    texts = ["a", Colliding("alpha"), "b", "a", Colliding("beta"), Colliding("alpha"), "c", "a",
+             Colliding("beta"), "b", Colliding("gamma")]
+    one_by_one, _ = keyed_by_hash(files, [str(text) for text in texts])
+    for doc, text in enumerate(texts):
+        one_by_one.hold(doc, text)
+    at_once, _ = keyed_by_hash(files, [str(text) for text in texts])
+    start = 3 if some_first else 0  # (into an index holding some: each as hold)
+    for doc in range(start):
+        at_once.hold(doc, texts[doc])
+    at_once.hold_hashed(np.arange(start, len(texts), dtype=np.int64),
+                        np.array([hash(text) for text in texts[start:]], dtype=np.int64))
+    assert at_once == one_by_one and at_once._apart is not None
+    for text in [*texts, "d", Colliding("delta")]:
+        assert at_once.get(text) == one_by_one.get(text)
+    assert len(at_once) == len(one_by_one) == 6 and sorted(at_once.values()) == [0, 1, 2, 4, 6, 10]
+    with pytest.raises(TypeError, match="key_by_hash"):
+        Contents().hold_hashed(np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
 
 
 def test_a_copy_that_fails_is_tried_again_once_the_garbage_doubled(tmp_path: Path,
