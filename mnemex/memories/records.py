@@ -505,9 +505,9 @@ class Contents:
     def hold(self, doc: int, content: str) -> None:
         """Index ``doc`` by ``content`` (again: nothing changes). A doc's record holds
         its content already when keyed by hash."""
-        if self._records is None:
-            assert isinstance(self._first, dict)  # (keyed by content: a dict)
-            holder = self._first.setdefault(content, doc)
+        first = self._first
+        if isinstance(first, dict):  # (keyed by content, as get reads it)
+            holder = first.setdefault(content, doc)
             if holder != doc:
                 self.twins.setdefault(content, set()).add(doc)
             return
