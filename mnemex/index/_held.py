@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterator
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -38,6 +38,13 @@ class HeldDocs:
             gone.discard(doc)  # (still in the array)
         else:
             self.docs.append(doc)
+
+    @staticmethod
+    def of(docs: npt.NDArray[np.integer[Any]]) -> HeldDocs:
+        """Docs held at once: ``docs`` (distinct, fitting an int32), in their order."""
+        held = HeldDocs()
+        held.docs = array("i", np.asarray(docs, dtype=np.int32).tobytes())
+        return held
 
     def discard(self, doc: int) -> None:
         """Let ``doc`` (held now) go."""

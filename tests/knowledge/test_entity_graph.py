@@ -425,27 +425,61 @@ def graph_state(graph: EntityGraph) -> dict[str, Any]:
         "_acronyms", "_unembedded", "_changes")}
 
 
+def _earlier_sidecar(graph: EntityGraph, piece: int) -> bytes:
+    """``graph``'s sidecar in the form written until 2026-11-27 (memories in pieces of
+    ``piece``, each memory's mentions in full), which a restore still reads."""
+    docs = list(graph._mentions)
+    parts = [docs[start : start + piece] for start in range(0, len(docs), piece)]
+    pieces = [msgspec.Raw(graph_module._encode_sidecar(graph_module._Piece(
+        docs=part, names=[graph._mentions[doc][0] for doc in part], flags=[graph._mentions[doc][1] for doc in part],
+        surfaces=[graph._mentions[doc][2] for doc in part]))) for part in parts]
+    return graph_module._encode_sidecar(graph_module._Pieces(
+        graph_module.DETECTION_VERSION, graph.detect, graph.fold_accents, graph._gazetteer_signature(),
+        len(docs), pieces))
+
+
+@pytest.mark.parametrize("form", ["table", "earlier"])
 @pytest.mark.parametrize("piece", [8192, 7])
 def test_a_graph_loaded_from_its_sidecar_holds_the_state_adding_each_memory_gave(
-        piece: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    # the sidecar is placed in one pass (a restore of a million memories), not a call per name,
-    # a piece at a time (7 memories: the 59 with mentions in 9 pieces)
+        piece: int, form: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the sidecar is placed without a call per name (a restore of a million memories): a
+    # table of the distinct mentions a row at a time (7: its rows in pieces), or, in the
+    # earlier form, a piece of memories at a time (7 memories: the 59 with mentions in 9 pieces)
     monkeypatch.setattr(graph_module, "_PIECE", piece)
     graph = EntityGraph()
     graph.declare(Declared("Gandros", "npc", ("the grey one",), 1.0))
     texts = ["Caroline: I met Mel at NASA with Gandros.", "Melanie: the Black Tower fell, said the NSA.",
-             "Caroline: Black Tower and black tower again, Mel.", "a line naming no one", "Melanie: NASA!"]
+             "Caroline: Black Tower and black tower again, Mel.", "a line naming no one", "Melanie: NASA!",
+             "Melanie: Zed Quill and Mel, Gandros said.", "Caroline: NSA, nsa and the NASA."]
     for doc in range(60):
         graph.add(doc * 3, texts[doc % len(texts)], author=["Caroline", "Melanie", None][doc % 3],
-                  entities=["Zed Quill"] if doc % 7 == 0 else ())
+                  entities=["Zed Quill"] if doc % 11 == 0 else ())
     graph.remove(9)
+    sidecar = graph.to_sidecar() if form == "table" else _earlier_sidecar(graph, piece)
+    if form == "table":
+        table = graph_module._decode_table(sidecar)
+        distinct = len(set(graph._mentions.values()))  # (the rows: fewer than the memories)
+        assert distinct < len(graph._mentions) and len(table.pieces) == -(-distinct // piece)
+        # a table whose rows are not in the order the docs first name them loads the same
+        rows = [row for raw in table.pieces for row in zip(*msgspec.structs.astuple(graph_module._decode_rows(raw)),
+                                                           strict=True)]
+        rows.reverse()
+        sidecar = graph_module._encode_sidecar(msgspec.structs.replace(
+            table, rows=(len(rows) - 1 - np.frombuffer(table.rows, dtype="<i4")).astype("<i4").data,
+            pieces=[msgspec.Raw(graph_module._encode_sidecar(graph_module._Rows(
+                *(list(part) for part in zip(*rows[start : start + piece], strict=True)))))
+                for start in range(0, len(rows), piece)]))
     loaded = EntityGraph()
     loaded.declare(Declared("Gandros", "npc", ("the grey one",), 1.0))
-    assert loaded.load_sidecar(graph.to_sidecar(), range(0, 180, 3))
+    assert loaded.load_sidecar(sidecar, range(0, 180, 3))
     state = graph_state(graph)
     # a restore counts each memory placed; a live graph counted its adds and removals too
     assert {k: v for k, v in graph_state(loaded).items() if k != "_changes"} == \
         {k: v for k, v in state.items() if k != "_changes"}
+    # in the same order too: the counters' and holders' keys, the spellings of each
+    for name in ("_name_docs", "_surfaces", "_strong", "_speakers", "_acronyms"):
+        assert list(getattr(loaded, name)) == list(state[name]), name
+    assert [list(counts) for counts in loaded._surfaces.values()] == [list(c) for c in graph._surfaces.values()]
     assert loaded._changes == len(graph._mentions)
     assert [(e, sorted(loaded.docs_of(e))) for e in loaded.entities()] == \
         [(e, sorted(graph.docs_of(e))) for e in graph.entities()]
@@ -456,6 +490,12 @@ def test_a_graph_loaded_from_its_sidecar_holds_the_state_adding_each_memory_gave
     assert len({id(value) for value in loaded._mentions.values()}) == len(set(loaded._mentions.values()))
     names = [name for each, _, _ in loaded._mentions.values() for name in each]
     assert len({id(name) for name in names}) == len(set(names))
+    # and it goes on as the graph it was loaded from
+    for each in (graph, loaded):
+        each.remove(0)
+        each.add(300, texts[0], author="Caroline")
+    assert {k: v for k, v in graph_state(loaded).items() if k != "_changes"} == \
+        {k: v for k, v in graph_state(graph).items() if k != "_changes"}
 
 
 def test_memories_added_one_by_one_share_the_tuples_they_repeat() -> None:
@@ -480,18 +520,23 @@ def test_memories_added_one_by_one_share_the_tuples_they_repeat() -> None:
 
 
 def test_a_sidecar_naming_a_name_twice_for_one_memory_is_placed_as_adding_it_would() -> None:
-    # (a sidecar written here never does: a memory's names are a dict's keys; this one is of
-    # the earlier form, every memory in one piece, which is still read)
-    empty = graph_module._decode_pieces(EntityGraph().to_sidecar())
+    # (a sidecar written here never does: a memory's names are a dict's keys; a table's row,
+    # and a memory of the earliest form, every memory in one piece, which is still read)
+    empty = graph_module._decode_table(EntityGraph().to_sidecar())
+    names, flags, surfaces = [("mel", "nasa", "mel"), ("nasa",)], [(1, 1, 3), (1,)], [("Mel", "NASA", "MEL"),
+                                                                                      ("NASA",)]
     twice = graph_module._Sidecar(empty.version, empty.detect, empty.fold_accents, empty.gazetteer, docs=[4, 7],
-                                  names=[("mel", "nasa", "mel"), ("nasa",)], flags=[(1, 1, 3), (1,)],
-                                  surfaces=[("Mel", "NASA", "MEL"), ("NASA",)])
-    loaded = EntityGraph()
-    assert loaded.load_sidecar(graph_module._encode_sidecar(twice), [4, 7])
+                                  names=names, flags=flags, surfaces=surfaces)
+    table = msgspec.structs.replace(
+        empty, docs=np.array([4, 7], dtype="<i4").data, rows=np.array([0, 1], dtype="<i4").data,
+        pieces=[msgspec.Raw(graph_module._encode_sidecar(graph_module._Rows(names, flags, surfaces)))])
     placed = EntityGraph()
     placed._place(4, {"mel": (3, "MEL"), "nasa": (1, "NASA")})
     placed._place(7, {"nasa": (1, "NASA")})
-    assert graph_state(loaded) == graph_state(placed)
+    for sidecar in (twice, table):
+        loaded = EntityGraph()
+        assert loaded.load_sidecar(graph_module._encode_sidecar(sidecar), [4, 7])
+        assert graph_state(loaded) == graph_state(placed)
 
 
 def test_expansions_kept_stay_consistent_when_searches_ask_side_by_side() -> None:
@@ -562,16 +607,38 @@ def test_the_union_of_several_entities_memories_is_every_one_ascending(sets: lis
     assert not union.flags.writeable
 
 
-def test_a_sidecar_with_a_piece_that_does_not_fit_places_no_mention(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_sidecar_that_does_not_fit_places_no_mention(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(graph_module, "_PIECE", 2)
     graph = EntityGraph()
     for doc in range(8):
-        graph.add(doc, f"Caroline met Mel at NASA, day {doc}.", author="Caroline")
+        graph.add(doc, f"Caroline met Mel at NASA, day {doc}." if doc % 3 else "Mel and NASA.", author="Caroline")
     sidecar = graph.to_sidecar()
-    header = graph_module._decode_pieces(sidecar)
+    table = graph_module._decode_table(sidecar)
+    assert len(table.pieces) == 1 and np.frombuffer(table.rows, dtype="<i4").tolist() == [0, 1, 1, 0, 1, 1, 0, 1]
+    earlier = _earlier_sidecar(graph, 2)
+    header = graph_module._decode_pieces(earlier)
     assert len(header.pieces) == 4 and header.count == 8
+
+    def as_table(**changed: Any) -> bytes:
+        return graph_module._encode_sidecar(msgspec.structs.replace(table, **changed))
+
+    def int32s(values: list[int]) -> memoryview:
+        return np.array(values, dtype="<i4").data
+
     fresh = graph_state(EntityGraph())
     for docs, made in [(range(7), sidecar),  # a doc it names is not the owner's
+                       (range(1, 8), sidecar),
+                       (range(8), as_table(docs=int32s([0, 1, 2, 3, 5, 4, 6, 7]))),  # not ascending
+                       (range(8), as_table(docs=int32s([0, 1, 2, 3, 4, 4, 6, 7]))),  # one twice
+                       (range(8), as_table(docs=int32s([-1, 1, 2, 3, 4, 5, 6, 7]))),
+                       (range(8), as_table(docs=int32s(list(range(7))))),  # rows of other lengths
+                       (range(8), as_table(docs=memoryview(b"\x00" * 31))),  # no int32s
+                       (range(8), as_table(rows=int32s([0, 1, 1, 0, 2, 1, 0, 1]))),  # a row it lacks
+                       (range(8), as_table(rows=int32s([0, 1, 1, 0, -1, 1, 0, 1]))),
+                       (range(8), as_table(pieces=[msgspec.Raw(b"\x93")])),  # a damaged piece
+                       (range(8), as_table(pieces=[msgspec.Raw(graph_module._encode_sidecar(graph_module._Rows(
+                           [("mel", "nasa")], [(1, 1)], [("Mel",)])))])),  # a row of other lengths
+                       (range(7), earlier),
                        (range(8), graph_module._encode_sidecar(msgspec.structs.replace(
                            header, pieces=[*header.pieces[:3], msgspec.Raw(b"\x93")]))),  # a damaged piece
                        (range(8), graph_module._encode_sidecar(msgspec.structs.replace(header, count=9))),
@@ -581,12 +648,17 @@ def test_a_sidecar_with_a_piece_that_does_not_fit_places_no_mention(monkeypatch:
         loaded = EntityGraph()
         assert not loaded.load_sidecar(made, docs)
         assert graph_state(loaded) == fresh
-    assert EntityGraph().load_sidecar(sidecar, range(8))
-    # its header alone says whether it was made with these settings (a restore asks first)
-    assert EntityGraph().sidecar_fits(sidecar) and not EntityGraph(detect=False).sidecar_fits(sidecar)
+    for made in (sidecar, earlier):
+        assert EntityGraph().load_sidecar(made, range(8))
+        assert EntityGraph().load_sidecar(made, range(12))  # (memories without mentions too)
+        # its header alone says whether it was made with these settings (a restore asks first)
+        assert EntityGraph().sidecar_fits(made) and not EntityGraph(detect=False).sidecar_fits(made)
     whole = graph_module._Sidecar(header.version, header.detect, header.fold_accents, header.gazetteer, [], [], [],
                                   [])
     assert EntityGraph(detect=False).sidecar_fits(graph_module._encode_sidecar(whole))  # (not read: True)
+    empty = EntityGraph().to_sidecar()
+    loaded = EntityGraph()
+    assert loaded.load_sidecar(empty, range(8)) and graph_state(loaded) == fresh
 
 
 def _plain_reading(graph: EntityGraph, entity: str) -> tuple[list[int], list[int], dict[str, list[int]]]:
