@@ -68,6 +68,14 @@ after each block: copying 1.5 GB of rows does not hold them all in the process."
 
 _PAGE: Final = mmap.PAGESIZE
 
+_SPAN: Final = 2 << 20
+"""Alignment to which a range of rows let go is widened, both ways. A fault maps more
+than the page it asks for: the page cache's pages around it (fault-around, 64 KB),
+or the whole large folio it sits in (up to 2 MB). Those neighbours stayed after the
+rows read were let go: a catch-up adding 700,000 rows to a graph in place left 444 MB
+of its row file in the process, in about 12,000 runs of ~40 KB (read from
+/proc/self/pagemap at the end of a 1,000,000-memory ingest), 24% of the steady RSS."""
+
 
 class RowFiles:
     """Opens a :class:`FileRows` in ``directory`` for each vector index whose rows
@@ -163,9 +171,11 @@ class FileRows:
         return _read_rows(self._file.fileno(), 0, self.dim, which)
 
     def _let_go(self, mapped: mmap.mmap, begin: int, end: int, *, wrote: bool) -> None:
-        """Bytes ``[begin, end)`` of ``mapped`` leave the process (whole pages around
-        them); written ones go to the kernel's writeback now."""
-        first = let_pages_go_from(mapped, begin, end)
+        """Bytes ``[begin, end)`` of ``mapped`` leave the process, with the pages around
+        them to ``_SPAN`` (a shared mapping loses nothing let go); written ones go to
+        the kernel's writeback now."""
+        let_pages_go_from(mapped, *_widened(begin, end, len(mapped)))
+        first = begin - begin % _PAGE
         if wrote and self._file is not None and end > first:
             start_writeback(self._file.fileno(), first, end - first)
 
@@ -235,7 +245,8 @@ class SnapshotRows:
         size = len(self._mapped)
         end = size if stop is None else min(size, self._rows_at + stop * self._width)
         if end > begin:
-            self._let_go(begin // _PAGE, -(-end // _PAGE))
+            low, high = _widened(begin, end, size)
+            self._let_go(low // _PAGE, -(-high // _PAGE))
 
     def let_go(self) -> None:
         """Every page of the mapping not written leaves the process (the restore
@@ -264,6 +275,11 @@ class SnapshotRows:
                         for low, high in zip(edges[::2], edges[1::2], strict=True)]
             for low, high in runs:
                 let_pages_go_from(self._mapped, low * _PAGE, high * _PAGE)
+
+
+def _widened(begin: int, end: int, size: int) -> tuple[int, int]:
+    """``[begin, end)`` widened to ``_SPAN`` both ways, within ``size`` bytes."""
+    return begin - begin % _SPAN, min(size, end + (-end) % _SPAN)
 
 
 def _read_rows(descriptor: int, offset: int, dim: int, which: npt.NDArray[np.int64]) -> F32 | None:

@@ -93,6 +93,26 @@ def test_settled_rows_leave_the_process_and_read_back_unchanged(tmp_path: Path) 
     assert full is not None and half is not None and 25_000 < full - half < 40_000
 
 
+def test_a_settled_range_lets_the_pages_around_it_go_too(tmp_path: Path) -> None:
+    # a fault maps more than its page (fault-around, a large folio): after a catch-up read
+    # its rows a block at a time, the neighbours stayed, 444 MB of a 1,000,000-row file
+    rows = FileRows(str(tmp_path), 256)  # 1 KB rows
+    count = 64 * 1024  # 64 MB
+    array = rows.grow(np.zeros((0, 256), dtype=np.float32), 0, count)
+    assert array is not None
+    array[:] = 1.0
+    rows.settle(array)
+    array[:].sum()  # every page mapped again, as reads bring neighbours in
+    full = status_kb("RssFile")
+    rows.settle(array, 10_000, 10_016)  # 16 KB of rows, 9.8 MB in: the 2 MB around them go
+    around = status_kb("RssFile")
+    assert full is not None and around is not None and 1_900 <= full - around <= 4_200
+    rows.settle(array, count - 3, count)  # (the last span ends at the file's end)
+    last = status_kb("RssFile")
+    assert last is not None and 1_900 <= around - last <= 2_200
+    assert float(array[10_008, 0]) == 1.0 and float(array[count - 1, 255]) == 1.0
+
+
 def test_settle_leaves_arrays_of_other_memory_alone(tmp_path: Path) -> None:
     rows = FileRows(str(tmp_path), DIM)
     anonymous = unit_rows(10, 4)
@@ -298,6 +318,8 @@ def test_a_snapshots_rows_in_place_keep_only_the_pages_of_rows_written(tmp_path:
     rows.let_go()
     array[9_000] = fresh[0]
     rows.let_go()
+    np.testing.assert_array_equal(array[9_000], fresh[0])
+    rows.settle(array, 9_016, 9_017)  # (the span a settle lets go around its rows keeps them too)
     np.testing.assert_array_equal(array[9_000], fresh[0])
     np.testing.assert_array_equal(index._rows[index._row_of[[count, count + 1]]], fresh)
 
