@@ -631,6 +631,7 @@ def test_a_sidecar_that_does_not_fit_places_no_mention(monkeypatch: pytest.Monke
                        (range(8), as_table(docs=int32s([0, 1, 2, 3, 5, 4, 6, 7]))),  # not ascending
                        (range(8), as_table(docs=int32s([0, 1, 2, 3, 4, 4, 6, 7]))),  # one twice
                        (range(8), as_table(docs=int32s([-1, 1, 2, 3, 4, 5, 6, 7]))),
+                       (range(8), as_table(docs=int32s([0, 1, 2, 3, 4, 5, 6, 2**31 - 1]))),  # (no 2 GB mask)
                        (range(8), as_table(docs=int32s(list(range(7))))),  # rows of other lengths
                        (range(8), as_table(docs=memoryview(b"\x00" * 31))),  # no int32s
                        (range(8), as_table(rows=int32s([0, 1, 1, 0, 2, 1, 0, 1]))),  # a row it lacks
