@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
@@ -1045,14 +1045,8 @@ class EntityGraph:
         """Whether a sidecar's header says it was made with these settings and
         declarations (a look at the header only; ``load_sidecar`` checks the rest). A
         sidecar of the earlier, whole form is not decoded here: True."""
-        try:
-            header: _Table | _Pieces = _decode_table(data)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            try:
-                header = _decode_pieces(data)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                return True
-        return self._made_here(header)
+        header = _decoded(data, (_decode_table, _decode_pieces))
+        return header is None or self._made_here(header)
 
     def _made_here(self, header: _Table | _Pieces | _Sidecar) -> bool:
         """Whether a sidecar's header names this detection, these settings and these
@@ -1066,13 +1060,7 @@ class EntityGraph:
         are among them); False, with no mentions placed, otherwise. The earlier forms
         (pieces of memories, each memory's mentions in full; before them, one piece of
         them all) are still read."""
-        header: _Table | _Pieces | _Sidecar | None = None
-        for decode in (_decode_table, _decode_pieces, _decode_sidecar):
-            try:
-                header = decode(data)
-                break
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                continue
+        header = _decoded(data, (_decode_table, _decode_pieces, _decode_sidecar))
         if header is None or not self._made_here(header):
             return False
         self.rebuild(())
@@ -1165,11 +1153,7 @@ class EntityGraph:
                     speakers[key] += count
                 if flag & _ACRONYM:
                     acronyms[key] += count
-                if surface:
-                    spellings = spellings_of.get(key)
-                    if spellings is None:
-                        spellings = spellings_of[key] = Counter()
-                    spellings[surface] += count
+                _spell(spellings_of, key, surface, count)
                 docs_of.setdefault(key, []).append(group)
         name_docs = self._name_docs
         for key, groups in docs_of.items():
@@ -1279,6 +1263,18 @@ def _rows_of(piece: _Piece | _Sidecar, owned: Mapping[int, int]) -> Iterator[
     return zip(map(owned.__getitem__, piece.docs), piece.names, piece.flags, piece.surfaces, strict=True)
 
 
+def _decoded(data: bytes | memoryview, forms: Iterable[Callable[[bytes | memoryview], _Header]]
+             ) -> _Header | None:
+    """``data`` decoded by the first of ``forms`` it fits (the sidecar's forms, newest
+    first); None when it fits none."""
+    for decode in forms:
+        try:
+            return decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            continue
+    return None
+
+
 def _distinct_names(names: tuple[str, ...], flags: tuple[int, ...],
                     surfaces: tuple[str, ...]) -> Mentions:
     """A sidecar's mentions of a memory with each name once, its last flag and spelling
@@ -1291,15 +1287,21 @@ def _distinct_names(names: tuple[str, ...], flags: tuple[int, ...],
     return names, flags, surfaces
 
 
-def _hold(spellings_of: dict[str, Counter[str]], name_docs: dict[str, HeldDocs], key: str, surface: str,
-          doc: int) -> None:
-    """Count ``surface`` as a spelling of ``key`` (none for "") and ``doc`` among the
-    memories naming it; the Counter and the holders are made only for a new key."""
+def _spell(spellings_of: dict[str, Counter[str]], key: str, surface: str, count: int) -> None:
+    """Count ``surface`` as a spelling of ``key`` ``count`` times (none for ""); the
+    Counter is made only for a new key."""
     if surface:
         spellings = spellings_of.get(key)
         if spellings is None:
             spellings = spellings_of[key] = Counter()
-        spellings[surface] += 1
+        spellings[surface] += count
+
+
+def _hold(spellings_of: dict[str, Counter[str]], name_docs: dict[str, HeldDocs], key: str, surface: str,
+          doc: int) -> None:
+    """Count ``surface`` as a spelling of ``key`` (none for "") and ``doc`` among the
+    memories naming it; the Counter and the holders are made only for a new key."""
+    _spell(spellings_of, key, surface, 1)
     holders = name_docs.get(key)
     if holders is None:
         name_docs[key] = HeldDocs(doc)
@@ -1422,6 +1424,9 @@ class _Pieces(msgspec.Struct, array_like=True):
     count: int
     pieces: list[msgspec.Raw]
 
+
+_Header = _Table | _Pieces | _Sidecar
+"""A graph sidecar decoded, of any of its forms."""
 
 _PIECE: Final = 8192
 """Rows of the sidecar's table encoded (and decoded) together."""
