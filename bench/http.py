@@ -5,13 +5,15 @@ Run: python bench/http.py [--ark PATH] [--baseline-tree PATH] [--rounds N]
                           [--connections 1,16,64] [--quick] [--duration S]
                           [--memories N] [--users U] [--routes get,search,post,stream]
                           [--chunks K] [--readers R] [--warmup S] [--embedder NAME]
-                          [--bare-stack uvicorn|hypercorn-trio] [--out FILE]
+                          [--bare-stack uvicorn|hypercorn-trio] [--fsync batch|always|never]
+                          [--out FILE]
 
 Servers, each a subprocess kept up for the whole run:
 
 - ``mnemex``: ``mnemex serve`` from this checkout, a temporary data directory and a
   config file (``embedder``, default hashing; ``[server]`` stream limits that hold
-  --chunks); fsync is mnemex's default (batch).
+  --chunks); fsync is mnemex's default (batch) unless --fsync names another policy
+  (``never``: what the server costs without waiting for the disk).
 - ``baseline`` (with --baseline-tree): the same command with cwd and PYTHONPATH set
   to that tree, so that its own mnemex is imported (checked).
 - ``ark``: ``node dist/main.js`` of the Ark reference service (``services/ark-cluster-memory``
@@ -213,10 +215,12 @@ def started(side: str, kind: str, command: list[str], *, port: int, env: dict[st
             process.wait()
 
 
-def mnemex_config(tmp: Path, name: str, *, embedder: str, chunks: int, has_stream_limits: bool) -> Path:
-    """The config file of one mnemex server: the embedder, and stream limits that
-    hold the pushed stream (10,000 chunks by default) where the tree has them."""
-    text = f"embedder = {json.dumps(embedder)}\n"
+def mnemex_config(tmp: Path, name: str, *, embedder: str, chunks: int, has_stream_limits: bool,
+                  fsync: str) -> Path:
+    """The config file of one mnemex server: the embedder, the fsync policy, and
+    stream limits that hold the pushed stream (10,000 chunks by default) where the
+    tree has them."""
+    text = f"embedder = {json.dumps(embedder)}\nfsync = {json.dumps(fsync)}\n"
     if has_stream_limits:
         text += (f"\n[server]\nstream_max_chunks = {max(10_000, chunks)}\n"
                  f"stream_max_bytes = {max(16 << 20, chunks * 1024)}\n")
@@ -230,7 +234,7 @@ _WHICH_MNEMEX = ("import mnemex, mnemex.config as c; print(mnemex.__file__); pri
 
 
 def start_mnemex(stack: contextlib.ExitStack, side: str, tree: Path, tmp: Path, *, embedder: str,
-                 chunks: int) -> Server:
+                 chunks: int, fsync: str) -> Server:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(tree)}
     # the file `import mnemex` resolves to in a child started as the server is
     imported, has_stream_limits = subprocess.run(
@@ -239,7 +243,7 @@ def start_mnemex(stack: contextlib.ExitStack, side: str, tree: Path, tmp: Path, 
     if not Path(imported).resolve().is_relative_to(tree.resolve()):
         raise SystemExit(f"{side}: `import mnemex` from {tree} resolves to {imported}, outside that tree")
     config = mnemex_config(tmp, side, embedder=embedder, chunks=chunks,
-                           has_stream_limits=has_stream_limits == "True")
+                           has_stream_limits=has_stream_limits == "True", fsync=fsync)
     port = free_port()
     command = [sys.executable, "-m", "mnemex.cli", "serve", "--port", str(port),
                "--data-dir", str(tmp / f"data-{side}"), "--config", str(config)]
@@ -801,6 +805,8 @@ def main() -> None:
                                                               "(default hashing, as the search bar says)")
     parser.add_argument("--bare-stack", choices=("uvicorn", "hypercorn-trio"), default="uvicorn",
                         help="the bare ASGI app's server (default uvicorn with uvloop and httptools)")
+    parser.add_argument("--fsync", choices=("batch", "always", "never"), default="batch",
+                        help="storage.fsync of every mnemex server (default batch, mnemex's default)")
     parser.add_argument("--out", type=Path, default=None,
                         help="write the JSON there instead of bench/results/")
     args = parser.parse_args()
@@ -845,8 +851,9 @@ def main() -> None:
         servers = []
         if args.baseline_tree is not None:
             servers.append(start_mnemex(stack, BASELINE, args.baseline_tree.resolve(), tmp,
-                                        embedder=args.embedder, chunks=chunks))
-        servers.append(start_mnemex(stack, MNEMEX, ROOT, tmp, embedder=args.embedder, chunks=chunks))
+                                        embedder=args.embedder, chunks=chunks, fsync=args.fsync))
+        servers.append(start_mnemex(stack, MNEMEX, ROOT, tmp, embedder=args.embedder, chunks=chunks,
+                                    fsync=args.fsync))
         if ark is not None:
             servers.append(start_ark(stack, ark, tmp))
         servers.append(start_bare(stack, tmp, args.bare_stack))
@@ -930,7 +937,7 @@ def main() -> None:
     report = {
         "benchmark": "http", "machine": machine(), "duration_s": duration, "rounds": rounds,
         "connections": connections, "warmup_s": args.warmup, "memories": args.memories,
-        "users": args.users, "routes": sorted(routes), "embedder": args.embedder,
+        "users": args.users, "routes": sorted(routes), "embedder": args.embedder, "fsync": args.fsync,
         "stream": {"chunks": chunks, "readers": args.readers}, "bare_stack": args.bare_stack,
         "servers": {s.side: s.imported for s in servers}, "ark_skipped": ark_skipped or None,
         "baseline_tree": str(args.baseline_tree.resolve()) if args.baseline_tree else None,
@@ -944,7 +951,7 @@ def main() -> None:
         custom = args.rounds not in (None, 3) or any(
             getattr(args, key) != parser.get_default(key)
             for key in ("connections", "duration", "memories", "users", "routes", "chunks", "readers",
-                        "embedder", "bare_stack", "warmup"))
+                        "embedder", "bare_stack", "warmup", "fsync"))
         path = write_results("http-quick" if args.quick else "http-custom" if custom else "http", report)
     print(f"\nwrote {path}")
     if warnings:

@@ -190,8 +190,15 @@ def test_an_interrupted_caller_gives_up_its_call_and_the_bridge_goes_on() -> Non
         pytest.skip("signals reach the main thread only")
     with bridge() as (opened, storage):
         ask(opened, Add(1))
-        storage.gate = gate = threading.Event()
-        interrupt = threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT))
+        gate = storage.hold()
+
+        def interrupt_once_held() -> None:
+            # the caller is interrupted while its write waits for the held fsync (a timer
+            # could fire before the write got there on a loaded machine)
+            if storage.entered.wait(10):
+                os.kill(os.getpid(), signal.SIGINT)
+
+        interrupt = threading.Thread(target=interrupt_once_held)
         interrupt.start()
         try:
             with pytest.raises(KeyboardInterrupt):
