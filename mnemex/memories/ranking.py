@@ -229,9 +229,13 @@ class Ranker:
             found = bm25.context_only(bm25.tokenizer.parse_query(" ".join(terms)))
             if found is None:
                 continue
-            scores = found[0] * weight
+            scores = found[0]  # (this search's own array: scaled and summed in place)
+            scores *= weight
             scores[found[1]] *= CONTEXT_ONLY  # (the docs holding the terms in their context alone)
-            total = scores if total is None else total + scores
+            if total is None:
+                total = scores
+            else:
+                total += scores
         return total
 
     def _fulltext(self, query: str, allowed: Mask | None, expansion: Expansion | None = None) -> _FullText:
@@ -254,9 +258,11 @@ class Ranker:
         if expanded is not None:  # the expansion's terms count as the query's, at their weights
             if array is None or ranking is None:
                 array, ranking = np.zeros(len(expanded)), np.zeros(len(expanded))
-            same = ranking is array
-            array = array + expanded
-            ranking = array if same else ranking + expanded
+            # (both are this search's own arrays, the BM25 scores and their copy with
+            # context-only matches cut, or one array twice: added to in place)
+            array += expanded
+            if ranking is not array:
+                ranking += expanded
         ideal, terms = _ideal_score(bm25, parsed.all_terms)
         boosts: dict[int, float] = {}
         entity_hits: dict[int, int] = {}
