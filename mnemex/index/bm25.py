@@ -635,7 +635,9 @@ class BM25Index(SidecarIndex):
 
     def score_all(self, query: str | ParsedQuery, allowed: Allowed = None) -> _F64 | None:
         """BM25 score of every doc id slot for *query* (0 where it does not match,
-        including slots with no document), or None when nothing can match."""
+        including slots with no document), or None when nothing can match. The array
+        is the caller's own, made by this call (as ``scored``'s and ``context_only``'s
+        scores): a ranking scales and adds to it in place."""
         parsed = self.tokenizer.parse_query(query) if isinstance(query, str) else query
         found = self._scored(parsed, allowed, None)
         return None if found is None else found[0]

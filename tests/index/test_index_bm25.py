@@ -256,6 +256,14 @@ def assert_scored(index: BM25Index, docs: dict[int, Doc], query: str, allowed: s
         np.testing.assert_array_equal(cut[0], alone)
         assert sorted(cut[1].tolist()) == sorted(
             d for d in docs if terms & context[d] and not terms & content[d])
+        cut[0][:] = -1.0
+    # each call's scores are the caller's own (a ranking scales and adds to them in place)
+    expected_again = found.scores.copy()
+    alone += 1.0
+    found.scores[:] = -1.0
+    again = index.scored(query, allowed)
+    assert again is not None
+    np.testing.assert_array_equal(again.scores, expected_again)
 
 
 class BM25Machine(RuleBasedStateMachine):
